@@ -1,0 +1,1 @@
+"""Benchmarks: kolong and its reference measured side by side in one run."""

@@ -1,0 +1,56 @@
+"""`kolong extend`: length extension of a pretrained checkpoint."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from kolong.cli.common import console, step_progress, user_errors
+
+
+def extend(
+    model: str = typer.Argument(..., help="Hub name or local directory of a model with a learned absolute table."),
+    max_length: int = typer.Option(..., "--max-length", "-n", help="New number of token positions, e.g. 2048."),
+    output: Path = typer.Option(..., "--output", "-o", help="Directory to write the extended model and tokenizer."),
+    method: str = typer.Option(
+        "interpolate", "--method", "-m", help="interpolate | copy | last | random (see docs/extension.md)."
+    ),
+    keep_short_behaviour: bool = typer.Option(
+        False,
+        "--keep-short-behaviour",
+        help="With interpolate to a multiple of the old length: scale position ids so inputs up to the old "
+        "length reproduce the original model (stored in config.json; loading needs `import kolong`).",
+    ),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty output directory."),
+    tokenizer: bool = typer.Option(True, "--tokenizer/--no-tokenizer", help="Also save the tokenizer."),
+    seed: int = typer.Option(0, help="Seed of the `random` method."),
+) -> None:
+    """Extend the position table of MODEL to --max-length tokens and save model + tokenizer to -o."""
+    from kolong.extension import extend_checkpoint
+
+    with user_errors(), step_progress(4) as progress:
+        task = progress.add_task("starting", total=4 if tokenizer else 3)
+
+        def on_step(message: str) -> None:
+            if progress.tasks[task].description != "starting":
+                progress.advance(task)
+            progress.update(task, description=message)
+
+        report = extend_checkpoint(
+            model,
+            output,
+            max_length,
+            method,
+            keep_short_behaviour=keep_short_behaviour,
+            overwrite=overwrite,
+            tokenizer=tokenizer,
+            seed=seed,
+            on_step=on_step,
+        )
+        progress.update(task, completed=progress.tasks[task].total, description="done")
+    console.print(
+        f"[green]extended[/] {report.model_class} {report.old_length} -> {report.new_length} positions "
+        f"({report.method}, {report.rows} table rows, {report.seconds * 1000:.0f} ms) -> {report.output}"
+        + ("" if report.tokenizer_saved else " [yellow](no tokenizer saved)[/]")
+    )

@@ -1,0 +1,1 @@
+"""Data readers and built-in samples."""

