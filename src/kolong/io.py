@@ -21,7 +21,9 @@ def check_output_dir(path: str | Path, overwrite: bool = False) -> Path:
     if path.exists() and not path.is_dir():
         raise OutputExistsError(f"output path {path} exists and is not a directory")
     if path.is_dir() and any(path.iterdir()) and not overwrite:
-        raise OutputExistsError(f"output directory {path} exists and is not empty; pass --overwrite to replace it")
+        raise OutputExistsError(
+            f"output directory {path} exists and is not empty; pass --overwrite to replace it"
+        )
     return path
 
 

@@ -66,7 +66,10 @@ def run_extension_benchmark(
     for method in ("interpolate", "copy", "last", "random"):
         step(f"kolong extend ({method})")
         copies = [copy.deepcopy(base) for _ in range(repeats)]
-        seconds = _median_seconds(lambda: extend_position_embeddings(copies.pop(), max_length, method), repeats)
+        seconds = _median_seconds(
+            lambda copies=copies, method=method: extend_position_embeddings(copies.pop(), max_length, method),
+            repeats,
+        )
         methods[method] = seconds
 
     step("reference: row-by-row doubling")
@@ -74,7 +77,9 @@ def run_extension_benchmark(
     reference_seconds = _median_seconds(lambda: reference_row_loop_doubling(rows, max_length // 512), repeats)
     extended = extend_position_embeddings(copy.deepcopy(base), max_length, "interpolate")
     same_table = torch.allclose(
-        find_position_table(extended).real_rows(), reference_row_loop_doubling(rows, max_length // 512), atol=1e-6
+        find_position_table(extended).real_rows(),
+        reference_row_loop_doubling(rows, max_length // 512),
+        atol=1e-6,
     )
 
     step("forward passes")

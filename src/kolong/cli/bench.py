@@ -8,14 +8,18 @@ import typer
 
 from kolong.cli.common import console, user_errors
 
-app = typer.Typer(help="Benchmarks; results go to benchmarks/results/ as JSON and markdown.", no_args_is_help=True)
+app = typer.Typer(
+    help="Benchmarks; results go to benchmarks/results/ as JSON and markdown.", no_args_is_help=True
+)
 
 
 @app.command("extend")
 def extend(
     max_length: int = typer.Option(4096, "--max-length", "-n", help="Target positions."),
     repeats: int = typer.Option(5, help="Timed repetitions per measurement (the median is reported)."),
-    output_dir: Path = typer.Option(Path("benchmarks/results"), "--output-dir", help="Where to write the results."),
+    output_dir: Path = typer.Option(
+        Path("benchmarks/results"), "--output-dir", help="Where to write the results."
+    ),
 ) -> None:
     """Time kolong's vectorised extension of a BERT-base-sized model against a per-row reference loop."""
     from kolong.bench.extension import run_extension_benchmark, write_results

@@ -10,9 +10,15 @@ from kolong.cli.common import console, step_progress, user_errors
 
 
 def extend(
-    model: str = typer.Argument(..., help="Hub name or local directory of a model with a learned absolute table."),
-    max_length: int = typer.Option(..., "--max-length", "-n", help="New number of token positions, e.g. 2048."),
-    output: Path = typer.Option(..., "--output", "-o", help="Directory to write the extended model and tokenizer."),
+    model: str = typer.Argument(
+        ..., help="Hub name or local directory of a model with a learned absolute table."
+    ),
+    max_length: int = typer.Option(
+        ..., "--max-length", "-n", help="New number of token positions, e.g. 2048."
+    ),
+    output: Path = typer.Option(
+        ..., "--output", "-o", help="Directory to write the extended model and tokenizer."
+    ),
     method: str = typer.Option(
         "interpolate", "--method", "-m", help="interpolate | copy | last | random (see docs/extension.md)."
     ),

@@ -13,7 +13,9 @@ app = typer.Typer(help="Draw figures (position tables, ...).", no_args_is_help=T
 
 @app.command("positions")
 def positions(
-    models: list[str] = typer.Argument(..., help="One or two checkpoints, e.g. the original and the extended."),
+    models: list[str] = typer.Argument(
+        ..., help="One or two checkpoints, e.g. the original and the extended."
+    ),
     output: Path = typer.Option(..., "--output", "-o", help="Image file to write (.png, .pdf, .svg)."),
 ) -> None:
     """PCA of the position rows (3 components against position) and cosine-similarity heatmaps, side by side."""

@@ -54,7 +54,11 @@ class PositionTable:
         old = self.embedding
         weight = torch.cat([old.weight.detach()[: self.offset], real_rows.to(old.weight)], dim=0)
         new = nn.Embedding(
-            weight.shape[0], weight.shape[1], padding_idx=old.padding_idx, device=weight.device, dtype=weight.dtype
+            weight.shape[0],
+            weight.shape[1],
+            padding_idx=old.padding_idx,
+            device=weight.device,
+            dtype=weight.dtype,
         )
         with torch.no_grad():
             new.weight.copy_(weight)

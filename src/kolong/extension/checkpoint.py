@@ -54,7 +54,9 @@ def extend_checkpoint(
 
     step(f"extending {old_length} -> {max_length} positions ({method})")
     started = time.perf_counter()
-    extend_position_embeddings(model, max_length, method, keep_short_behaviour=keep_short_behaviour, seed=seed)
+    extend_position_embeddings(
+        model, max_length, method, keep_short_behaviour=keep_short_behaviour, seed=seed
+    )
     seconds = time.perf_counter() - started
 
     step(f"saving to {output_dir}")

@@ -30,7 +30,9 @@ def _check(table: torch.Tensor, new_rows: int) -> None:
     if table.dim() != 2:
         raise ValueError(f"a position table has shape (rows, dim); got {tuple(table.shape)}")
     if new_rows <= table.shape[0]:
-        raise ValueError(f"the new table must have more rows than the old one ({new_rows} <= {table.shape[0]})")
+        raise ValueError(
+            f"the new table must have more rows than the old one ({new_rows} <= {table.shape[0]})"
+        )
 
 
 def interpolation_coordinates(old_rows: int, new_rows: int) -> torch.Tensor:

@@ -29,7 +29,9 @@ def cosine_similarity_matrix(rows: np.ndarray) -> np.ndarray:
     return unit @ unit.T
 
 
-def plot_position_tables(tables: list[tuple[str, np.ndarray]], output: str | Path, components: int = 3) -> Path:
+def plot_position_tables(
+    tables: list[tuple[str, np.ndarray]], output: str | Path, components: int = 3
+) -> Path:
     """One column per table: PCA components against position (top), cosine similarity (bottom).
 
     All tables are projected on the principal directions of the *first* table, so an extended table

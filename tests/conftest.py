@@ -1,0 +1,94 @@
+"""Shared fixtures: tiny models of every supported family, built in code (hidden 32, 2 layers)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForMaskedLM,
+    AutoModelForQuestionAnswering,
+    AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
+)
+
+import kolong  # noqa: F401  (registers kolong's hooks before any model is built)
+
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+TINY_LENGTH = 16  # real token positions of every tiny model
+VOCAB = 100
+
+FAMILIES = ("bert", "roberta", "xlm-roberta", "camembert", "electra", "albert", "distilbert")
+ROBERTA_FAMILY = ("roberta", "xlm-roberta", "camembert")
+HEADS = {
+    "base": AutoModel,
+    "masked-lm": AutoModelForMaskedLM,
+    "qa": AutoModelForQuestionAnswering,
+    "sequence-classification": AutoModelForSequenceClassification,
+    "token-classification": AutoModelForTokenClassification,
+}
+
+
+def tiny_config(family: str, max_length: int = TINY_LENGTH):
+    """The one tiny configuration of each family; RoBERTa-family tables get padding_idx + 1 extra rows."""
+    common = dict(vocab_size=VOCAB, num_labels=2, initializer_range=0.5)
+    if family == "distilbert":
+        return AutoConfig.for_model(
+            "distilbert",
+            dim=32,
+            n_layers=2,
+            n_heads=2,
+            hidden_dim=64,
+            max_position_embeddings=max_length,
+            **common,
+        )
+    sizes = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, **common)
+    if family in ROBERTA_FAMILY:
+        return AutoConfig.for_model(family, max_position_embeddings=max_length + 2, pad_token_id=1, **sizes)
+    if family in ("albert", "electra"):
+        sizes["embedding_size"] = 16  # factorised embeddings: the table has 16 columns, not 32
+    return AutoConfig.for_model(family, max_position_embeddings=max_length, pad_token_id=0, **sizes)
+
+
+def build_tiny(family: str, head: str = "base", seed: int = 0):
+    torch.manual_seed(seed)
+    # initializer_range 0.5 gives position rows large enough that a wrong row changes the outputs.
+    return HEADS[head].from_config(tiny_config(family)).eval()
+
+
+@pytest.fixture
+def tiny_model():
+    """Factory: tiny_model(family, head="base") -> a randomly initialised model in eval mode."""
+    return build_tiny
+
+
+def random_ids(
+    batch: int, length: int, pad_id: int | None = None, pad_from: int | None = None, seed: int = 0
+):
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, VOCAB, (batch, length), generator=generator)
+    if pad_id is not None and pad_from is not None:
+        ids[-1, pad_from:] = pad_id
+    return ids
+
+
+def model_outputs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """The head's main output tensor (logits, start logits or hidden states)."""
+    with torch.no_grad():
+        output = model(input_ids=input_ids, attention_mask=attention_mask)
+    for name in ("logits", "start_logits", "last_hidden_state"):
+        value = getattr(output, name, None)
+        if value is not None:
+            return value
+    raise AssertionError(f"no output tensor in {type(output).__name__}")
+
+
+@pytest.fixture
+def shared_data() -> Path:
+    if not SHARED_DATA.is_dir():
+        pytest.skip("../shared/data is absent")
+    return SHARED_DATA

@@ -1,0 +1,149 @@
+"""The `kolong` command line, end to end on tiny checkpoints saved to disk."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from kolong.cli import app
+from kolong.data.samples import korean_document
+from kolong.demo import build_tiny_bert_checkpoint
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def checkpoint(tmp_path):
+    """A tiny BERT with 16 positions and its tokenizer, saved like a hub checkpoint."""
+    return build_tiny_bert_checkpoint(tmp_path / "tiny", max_position_embeddings=16)
+
+
+def run(*args: str):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+@pytest.mark.parametrize(
+    "command",
+    [[], ["extend"], ["demo"], ["plot"], ["plot", "positions"], ["bench"], ["bench", "extend"]],
+)
+def test_every_command_has_help(command):
+    result = run(*command, "--help")
+    assert result.exit_code == 0, result.output
+    assert "Usage" in result.output
+
+
+def test_extend_writes_model_and_tokenizer(checkpoint, tmp_path):
+    out = tmp_path / "extended"
+    result = run("extend", checkpoint, "--max-length", 64, "-o", out)
+    assert result.exit_code == 0, result.output
+    assert "16 -> 64" in result.output
+    config = json.loads((out / "config.json").read_text())
+    assert config["max_position_embeddings"] == 64
+    assert config["kolong_extension"]["method"] == "interpolate"
+    from transformers import AutoModel, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    assert tokenizer.model_max_length == 64
+    model = AutoModel.from_pretrained(out)
+    encoded = tokenizer(korean_document(500), truncation=True, return_tensors="pt")
+    assert encoded["input_ids"].shape[1] == 64
+    model(**encoded)
+    assert not list(tmp_path.glob(".extended.tmp-*"))  # no staging directory left behind
+
+
+def test_extend_keep_short_from_the_cli(checkpoint, tmp_path):
+    out = tmp_path / "kept"
+    result = run("extend", checkpoint, "-n", 32, "-o", out, "--keep-short-behaviour")
+    assert result.exit_code == 0, result.output
+    from transformers import AutoModel
+
+    original = AutoModel.from_pretrained(checkpoint).eval()
+    extended = AutoModel.from_pretrained(out).eval()
+    ids = torch.tensor([[2, 10, 11, 12, 13, 3]])
+    with torch.no_grad():
+        assert torch.equal(
+            original(input_ids=ids).last_hidden_state, extended(input_ids=ids).last_hidden_state
+        )
+
+
+def test_refuses_a_non_empty_output_directory_and_keeps_it(checkpoint, tmp_path):
+    out = tmp_path / "busy"
+    out.mkdir()
+    (out / "precious.txt").write_text("user data")
+    result = run("extend", checkpoint, "-n", 32, "-o", out)
+    assert result.exit_code == 2
+    assert "not empty" in result.output and "--overwrite" in result.output
+    assert (out / "precious.txt").read_text() == "user data"
+    assert "Traceback" not in result.output
+
+    result = run("extend", checkpoint, "-n", 32, "-o", out, "--overwrite")
+    assert result.exit_code == 0, result.output
+    assert not (out / "precious.txt").exists() and (out / "config.json").exists()
+
+
+def test_refuses_writing_over_the_input_model(checkpoint):
+    result = run("extend", checkpoint, "-n", 32, "-o", checkpoint)
+    assert result.exit_code == 2
+    assert "not empty" in result.output
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["-n", 16], "larger than the model's current 16"),
+        (["-n", 64, "--method", "nearest"], "unknown extension method 'nearest'"),
+        (["-n", 40, "--keep-short-behaviour"], "whole multiple of 16"),
+    ],
+)
+def test_refusals_are_one_clear_line(checkpoint, tmp_path, arguments, message):
+    out = tmp_path / "out"
+    result = run("extend", checkpoint, *arguments, "-o", out)
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert "Traceback" not in result.output
+    assert not out.exists()
+
+
+def test_refuses_paths_that_are_not_models(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = run("extend", empty, "-n", 64, "-o", tmp_path / "out")
+    assert result.exit_code == 2 and "no config.json" in result.output
+
+    file = tmp_path / "weights.bin"
+    file.write_bytes(b"0")
+    result = run("extend", file, "-n", 64, "-o", tmp_path / "out")
+    assert result.exit_code == 2 and "is a file" in result.output
+
+
+def test_refuses_a_model_without_a_learned_table(tmp_path):
+    from transformers import RoFormerConfig, RoFormerModel
+
+    path = tmp_path / "roformer"
+    RoFormerModel(
+        RoFormerConfig(
+            vocab_size=100, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64
+        )
+    ).save_pretrained(path)
+    result = run("extend", path, "-n", 4096, "-o", tmp_path / "out", "--no-tokenizer")
+    assert result.exit_code == 2 and "no learned absolute position table" in result.output
+
+
+def test_plot_positions_writes_an_image(checkpoint, tmp_path):
+    out = tmp_path / "extended"
+    assert run("extend", checkpoint, "-n", 64, "-o", out).exit_code == 0
+    figure = tmp_path / "positions.png"
+    result = run("plot", "positions", checkpoint, out, "-o", figure)
+    assert result.exit_code == 0, result.output
+    assert figure.read_bytes().startswith(b"\x89PNG")
+
+
+def test_demo_on_a_local_checkpoint(tmp_path):
+    checkpoint = build_tiny_bert_checkpoint(tmp_path / "tiny", max_position_embeddings=64)
+    result = run("demo", "--model", checkpoint, "--max-length", 256)
+    assert result.exit_code == 0, result.output
+    for method in ("interpolate+keep-short", "copy", "last", "random"):
+        assert method in result.output

@@ -1,0 +1,46 @@
+"""Atomic outputs: nothing half-written, nothing overwritten silently."""
+
+from __future__ import annotations
+
+import pytest
+
+from kolong.io import OutputExistsError, atomic_output_dir, atomic_write_json
+
+
+def test_failed_write_leaves_the_old_directory_intact(tmp_path):
+    out = tmp_path / "model"
+    out.mkdir()
+    (out / "weights").write_text("old")
+    with pytest.raises(RuntimeError), atomic_output_dir(out, overwrite=True) as staging:
+        (staging / "weights").write_text("new")
+        raise RuntimeError("crash while saving")
+    assert (out / "weights").read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["model"]
+
+
+def test_refuses_non_empty_directory_without_overwrite(tmp_path):
+    out = tmp_path / "model"
+    out.mkdir()
+    (out / "x").write_text("x")
+    with pytest.raises(OutputExistsError, match="--overwrite"), atomic_output_dir(out):
+        pass
+
+
+def test_refuses_a_file_as_output_directory(tmp_path):
+    file = tmp_path / "file"
+    file.write_text("x")
+    with pytest.raises(OutputExistsError, match="not a directory"), atomic_output_dir(file, overwrite=True):
+        pass
+
+
+def test_empty_existing_directory_is_fine_and_replaced(tmp_path):
+    out = tmp_path / "model"
+    out.mkdir()
+    with atomic_output_dir(out) as staging:
+        (staging / "a").write_text("a")
+    assert (out / "a").read_text() == "a"
+
+
+def test_atomic_json(tmp_path):
+    path = atomic_write_json(tmp_path / "sub" / "r.json", {"한국어": 1})
+    assert path.read_text(encoding="utf-8") == '{\n  "한국어": 1\n}\n'
