@@ -53,16 +53,8 @@ class PositionTable:
         """Install a new table (reserved rows kept) and resize the buffers and the config to match."""
         old = self.embedding
         weight = torch.cat([old.weight.detach()[: self.offset], real_rows.to(old.weight)], dim=0)
-        new = nn.Embedding(
-            weight.shape[0],
-            weight.shape[1],
-            padding_idx=old.padding_idx,
-            device=weight.device,
-            dtype=weight.dtype,
-        )
-        with torch.no_grad():
-            new.weight.copy_(weight)
-        new.weight.requires_grad_(old.weight.requires_grad)
+        # from_pretrained wraps the tensor as is: no random init of a (rows, d) matrix to throw away.
+        new = nn.Embedding.from_pretrained(weight, freeze=not old.weight.requires_grad, padding_idx=old.padding_idx)
         self.embeddings.position_embeddings = new
         self._resize_buffers(weight.shape[0])
         self.model.config.max_position_embeddings = weight.shape[0]

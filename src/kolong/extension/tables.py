@@ -60,14 +60,14 @@ def copy_rows(table: torch.Tensor, new_rows: int) -> torch.Tensor:
     """Tile the table (Longformer): row r is row r mod n, so inputs of <= n tokens are unchanged."""
     _check(table, new_rows)
     index = torch.arange(new_rows, device=table.device) % table.shape[0]
-    return table[index].clone()
+    return table[index]  # advanced indexing already copies
 
 
 def last_rows(table: torch.Tensor, new_rows: int) -> torch.Tensor:
     """Keep the n rows and repeat the last one for every new position."""
     _check(table, new_rows)
     index = torch.arange(new_rows, device=table.device).clamp(max=table.shape[0] - 1)
-    return table[index].clone()
+    return table[index]  # advanced indexing already copies
 
 
 def random_rows(
