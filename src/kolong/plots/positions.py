@@ -66,7 +66,7 @@ def plot_position_tables(
         )
         title = "cosine similarity of position vectors"
         if stride > 1:
-            title += f" (every {stride}th row)"
+            title += f" (one row in {stride})"
         axes[1, column].set_title(title, fontsize=10)
         axes[1, column].set_xlabel("position")
         axes[1, column].set_ylabel("position")
