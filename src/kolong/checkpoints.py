@@ -59,4 +59,6 @@ def load_tokenizer(model_or_path: str):
     try:
         return AutoTokenizer.from_pretrained(model_or_path)
     except (OSError, ValueError, TypeError) as error:
-        raise CheckpointError(f"cannot load a tokenizer from {model_or_path!r}: {error}") from error
+        raise CheckpointError(
+            f"cannot load a tokenizer from {model_or_path!r} (use --no-tokenizer to save the model alone): {error}"
+        ) from error
