@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from kolong.cli import bench, demo, extend, plot
+from kolong.cli import bench, data, demo, extend, plot, qa
 
 app = typer.Typer(
     name="kolong",
@@ -17,6 +17,10 @@ app.command("extend")(extend.extend)
 app.command("demo")(demo.demo)
 app.add_typer(plot.app, name="plot")
 app.add_typer(bench.app, name="bench")
+app.add_typer(data.app, name="data")
+app.add_typer(qa.finetune_app, name="finetune")
+app.add_typer(qa.predict_app, name="predict")
+app.add_typer(qa.evaluate_app, name="evaluate")
 
 
 def main() -> None:

@@ -15,10 +15,11 @@ errors = Console(stderr=True)
 
 def _user_error_types() -> tuple[type[BaseException], ...]:
     from kolong.checkpoints import CheckpointError
+    from kolong.data.squad import DataError
     from kolong.extension import ExtensionError
     from kolong.io import OutputExistsError
 
-    return (CheckpointError, ExtensionError, OutputExistsError, FileNotFoundError)
+    return (CheckpointError, DataError, ExtensionError, OutputExistsError, FileNotFoundError)
 
 
 @contextlib.contextmanager

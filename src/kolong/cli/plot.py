@@ -17,7 +17,9 @@ def positions(
         ..., help="One or two checkpoints, e.g. the original and the extended."
     ),
     output: Path = typer.Option(..., "--output", "-o", help="Image file to write (.png, .pdf, .svg)."),
-    labels: list[str] = typer.Option(None, "--label", help="Panel title per model (repeat; default: folder names)."),
+    labels: list[str] = typer.Option(
+        None, "--label", help="Panel title per model (repeat; default: folder names)."
+    ),
 ) -> None:
     """PCA of the position rows (3 components against position) and cosine-similarity heatmaps, side by side."""
     from kolong.plots.positions import plot_position_tables, position_rows_of

@@ -29,3 +29,54 @@ def korean_document(min_characters: int) -> str:
         parts.append(paragraph)
         total += len(paragraph) + 1
     return "\n".join(parts)
+
+
+# (article title, [(paragraph index in KOREAN_PARAGRAPHS, [(question, answer), ...]), ...])
+_QA_ARTICLES = (
+    (
+        "긴 문서",
+        [
+            (0, [("널리 쓰이는 사전학습 인코더는 몇 개의 위치를 아는가?", "512개"), ("수천 개의 토큰으로 이루어지는 문서의 예는?", "판결문")]),
+            (1, [("새 표의 홀수 번째 행은 무엇이 되는가?", "이웃한 두 행의 평균"), ("짝수 번째 행은 어느 표와 같은가?", "원래 표")]),
+            (2, [("문서를 나누어 읽을 때 쓰는 창은 어떤 창인가?", "겹치는 창")]),
+        ],
+    ),
+    (
+        "한국어 처리",
+        [
+            (3, [("형태소 분석기는 어절을 무엇으로 나누는가?", "더 작은 의미 단위"), ("'위한'은 '위하'와 무엇으로 나뉘는가?", "'ㄴ'")]),
+            (4, [("한글 한 글자는 몇 바이트인가?", "세 바이트"), ("바이트 단위 모델에 필요 없는 것은?", "어휘 사전")]),
+            (5, [("거리가 일정 범위를 넘으면 무엇을 쓰는가?", "같은 벡터")]),
+        ],
+    ),
+    (
+        "서울과 조선",
+        [
+            (6, [("서울특별시가 하계 올림픽을 개최한 해는?", "1988년"), ("2002년 월드컵을 함께 개최한 나라는?", "일본")]),
+            (7, [("왕의 하루하루를 적은 기록은?", "실록"), ("실록은 몇 권에 이르는가?", "수백 권")]),
+        ],
+    ),
+)
+
+
+def korean_qa_dataset() -> dict:
+    """A small KorQuAD-format dataset over the built-in paragraphs (3 articles, 14 questions)."""
+    data = []
+    for a, (title, paragraphs) in enumerate(_QA_ARTICLES):
+        entries = []
+        for index, questions in paragraphs:
+            context = KOREAN_PARAGRAPHS[index]
+            qas = []
+            for q, (question, answer) in enumerate(questions):
+                start = context.find(answer)
+                assert start >= 0 and context.count(answer) == 1, answer
+                qas.append(
+                    {
+                        "id": f"kolong-{a}-{index}-{q}",
+                        "question": question,
+                        "answers": [{"text": answer, "answer_start": start}],
+                    }
+                )
+            entries.append({"context": context, "qas": qas})
+        data.append({"title": title, "paragraphs": entries})
+    return {"version": "kolong-sample", "data": data}

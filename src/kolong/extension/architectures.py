@@ -54,7 +54,9 @@ class PositionTable:
         old = self.embedding
         weight = torch.cat([old.weight.detach()[: self.offset], real_rows.to(old.weight)], dim=0)
         # from_pretrained wraps the tensor as is: no random init of a (rows, d) matrix to throw away.
-        new = nn.Embedding.from_pretrained(weight, freeze=not old.weight.requires_grad, padding_idx=old.padding_idx)
+        new = nn.Embedding.from_pretrained(
+            weight, freeze=not old.weight.requires_grad, padding_idx=old.padding_idx
+        )
         self.embeddings.position_embeddings = new
         self._resize_buffers(weight.shape[0])
         self.model.config.max_position_embeddings = weight.shape[0]

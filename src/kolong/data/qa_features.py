@@ -1,0 +1,128 @@
+"""Model inputs for extractive QA: [CLS] question [SEP] context-window [SEP], labelled from `answer_start`.
+
+Strategies:
+- `truncate`: one window per question, the context cut at max_length (the extension paper's setup);
+- `sliding-window`: HF semantics: consecutive windows overlap by `doc_stride` tokens
+  (`stride` of the tokenizer), so every context token is in at least one window.
+
+Labels come from the answer's character span and the offset mapping. A window that does not
+contain the whole answer is labelled with the [CLS] index for start and end; nothing is clamped
+to the window edge.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kolong.data.squad import DataError, QAExample
+
+STRATEGIES = ("truncate", "sliding-window")
+
+
+@dataclass
+class QAFeatures:
+    """Parallel lists, one entry per window."""
+
+    input_ids: list[list[int]]
+    attention_mask: list[list[int]]
+    token_type_ids: list[list[int]] | None
+    example_index: list[int]  # which example the window comes from
+    offsets: list[list[tuple[int, int] | None]]  # character spans of context tokens, None elsewhere
+    start_positions: list[int]
+    end_positions: list[int]
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+    def model_inputs(self, with_labels: bool = True) -> dict[str, list]:
+        columns = {"input_ids": self.input_ids, "attention_mask": self.attention_mask}
+        if self.token_type_ids is not None:
+            columns["token_type_ids"] = self.token_type_ids
+        if with_labels:
+            columns["start_positions"] = self.start_positions
+            columns["end_positions"] = self.end_positions
+        return columns
+
+
+def _check_arguments(tokenizer, max_length: int, strategy: str, doc_stride: int) -> None:
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
+    if not getattr(tokenizer, "is_fast", False):
+        raise ValueError(
+            "QA features need a fast tokenizer (offset mappings); got " + type(tokenizer).__name__
+        )
+    if strategy == "sliding-window" and not 0 <= doc_stride < max_length // 2:
+        raise ValueError(
+            f"--doc-stride must be between 0 and max_length / 2 ({max_length // 2}), got {doc_stride}"
+        )
+
+
+def build_features(
+    tokenizer,
+    examples: list[QAExample],
+    max_length: int,
+    strategy: str = "sliding-window",
+    doc_stride: int = 128,
+    padding: bool = True,
+) -> QAFeatures:
+    """Tokenise question/context pairs into windows with start/end labels."""
+    _check_arguments(tokenizer, max_length, strategy, doc_stride)
+    sliding = strategy == "sliding-window"
+    try:
+        encoded = tokenizer(
+            [e.question.lstrip() for e in examples],
+            [e.context for e in examples],
+            truncation="only_second",
+            max_length=max_length,
+            stride=doc_stride if sliding else 0,
+            return_overflowing_tokens=sliding,
+            return_offsets_mapping=True,
+            padding="max_length" if padding else False,
+        )
+    except Exception as error:  # tokenizers raise bare Exceptions for questions longer than max_length
+        raise DataError(f"cannot build {max_length}-token windows: {error}") from error
+
+    sample_map = encoded["overflow_to_sample_mapping"] if sliding else list(range(len(examples)))
+    features = QAFeatures(
+        input_ids=encoded["input_ids"],
+        attention_mask=encoded["attention_mask"],
+        token_type_ids=encoded.get("token_type_ids"),
+        example_index=list(sample_map),
+        offsets=[],
+        start_positions=[],
+        end_positions=[],
+    )
+    for window, example_index in enumerate(sample_map):
+        sequence_ids = encoded.sequence_ids(window)
+        offsets = [
+            tuple(span) if sequence_ids[i] == 1 else None
+            for i, span in enumerate(encoded["offset_mapping"][window])
+        ]
+        features.offsets.append(offsets)
+        start, end = label_window(examples[example_index], offsets, encoded["input_ids"][window], tokenizer)
+        features.start_positions.append(start)
+        features.end_positions.append(end)
+    return features
+
+
+def label_window(example: QAExample, offsets, input_ids, tokenizer) -> tuple[int, int]:
+    """Token indices of the first answer in this window, or (cls, cls) if the window lacks it."""
+    cls_index = input_ids.index(tokenizer.cls_token_id) if tokenizer.cls_token_id in input_ids else 0
+    if example.is_impossible or not example.answers:
+        return cls_index, cls_index
+    answer = example.answers[0]
+    context_tokens = [i for i, span in enumerate(offsets) if span is not None]
+    if not context_tokens:
+        return cls_index, cls_index
+    first, last = context_tokens[0], context_tokens[-1]
+    if offsets[first][0] > answer.start or offsets[last][1] < answer.end:
+        return cls_index, cls_index  # the answer is not wholly inside this window
+    start = first
+    while start <= last and offsets[start][1] <= answer.start:
+        start += 1
+    end = last
+    while end >= first and offsets[end][0] >= answer.end:
+        end -= 1
+    if start > end:  # the answer falls between tokens (whitespace only): cannot be labelled
+        return cls_index, cls_index
+    return start, end

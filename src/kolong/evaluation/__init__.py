@@ -1,0 +1,1 @@
+"""Official metrics and QA post-processing."""

@@ -1,0 +1,109 @@
+"""Official KorQuAD 1.0 metric, and KLUE-MRC's EM / ROUGE-W, on SQuAD-format data.
+
+KorQuAD 1.0 (the official `evaluate-v1.0.py`, reimplemented):
+    normalise(s) = collapse_whitespace(drop_ascii_punctuation(lower(s with each of ' " 《 》 < > 〈 〉 ( ) ‘ ’
+                   replaced by a space)))
+    EM = normalise(prediction) == normalise(gold)
+    F1 = F1 over the multiset of the non-space characters of the normalised strings
+    Each question scores the max over its gold answers; a question without a prediction scores 0;
+    both are averaged over all questions and reported x 100.
+
+KLUE-MRC (as kolong computes it, documented in docs/qa.md):
+    EM       = the KorQuAD EM above;
+    ROUGE-W  = F1 of the longest common *substring* (contiguous) of the normalised strings with
+               whitespace removed: P = L / len(prediction), R = L / len(gold).
+    Unanswerable questions (SQuAD v2 style) score 1 when the prediction is empty, else 0.
+"""
+
+from __future__ import annotations
+
+import string
+from collections import Counter
+from collections.abc import Iterable, Mapping
+
+_REPLACED_BY_SPACE = str.maketrans({c: " " for c in "'\"《》<>〈〉()‘’"})
+_ASCII_PUNCTUATION = str.maketrans("", "", string.punctuation)
+
+
+def normalize_answer(text: str) -> str:
+    text = text.translate(_REPLACED_BY_SPACE).lower().translate(_ASCII_PUNCTUATION)
+    return " ".join(text.split())
+
+
+def exact_match(prediction: str, gold: str) -> float:
+    return float(normalize_answer(prediction) == normalize_answer(gold))
+
+
+def _characters(text: str) -> list[str]:
+    return [c for c in normalize_answer(text) if c != " "]
+
+
+def character_f1(prediction: str, gold: str) -> float:
+    predicted, expected = _characters(prediction), _characters(gold)
+    same = sum((Counter(predicted) & Counter(expected)).values())
+    if same == 0:
+        return 0.0
+    precision, recall = same / len(predicted), same / len(expected)
+    return 2 * precision * recall / (precision + recall)
+
+
+def longest_common_substring(a: str, b: str) -> int:
+    """Length of the longest contiguous common substring (dynamic programming, O(len(a) * len(b)))."""
+    best = 0
+    previous = [0] * (len(b) + 1)
+    for char_a in a:
+        current = [0] * (len(b) + 1)
+        for j, char_b in enumerate(b, start=1):
+            if char_a == char_b:
+                current[j] = previous[j - 1] + 1
+                best = max(best, current[j])
+        previous = current
+    return best
+
+
+def rouge_w(prediction: str, gold: str) -> float:
+    predicted, expected = "".join(_characters(prediction)), "".join(_characters(gold))
+    common = longest_common_substring(predicted, expected)
+    if common == 0:
+        return 0.0
+    precision, recall = common / len(predicted), common / len(expected)
+    return 2 * precision * recall / (precision + recall)
+
+
+def _best(metric, prediction: str, golds: Iterable[str]) -> float:
+    return max((metric(prediction, gold) for gold in golds), default=0.0)
+
+
+def score_questions(
+    questions: Iterable[tuple[str, list[str], bool]], predictions: Mapping[str, str], metric: str = "korquad"
+) -> dict:
+    """Score (id, gold texts, is_impossible) triples against {id: predicted text}.
+
+    Returns percentages: {"exact_match", "f1"} for korquad, {"exact_match", "rouge_w"} for klue-mrc,
+    plus "total" and "missing" (questions without a prediction, scored 0).
+    """
+    if metric not in ("korquad", "klue-mrc"):
+        raise ValueError(f"unknown metric {metric!r}; choose korquad or klue-mrc")
+    second_name, second = ("f1", character_f1) if metric == "korquad" else ("rouge_w", rouge_w)
+    total = missing = 0
+    em_sum = second_sum = 0.0
+    for question_id, golds, impossible in questions:
+        total += 1
+        if question_id not in predictions:
+            missing += 1
+            continue
+        prediction = predictions[question_id]
+        if impossible or not golds:
+            hit = float(normalize_answer(prediction) == "")
+            em_sum += hit
+            second_sum += hit
+            continue
+        em_sum += _best(exact_match, prediction, golds)
+        second_sum += _best(second, prediction, golds)
+    scale = 100.0 / total if total else 0.0
+    return {
+        "exact_match": em_sum * scale,
+        second_name: second_sum * scale,
+        "total": total,
+        "missing": missing,
+    }

@@ -1,0 +1,85 @@
+"""From start/end logits of every window to one answer string per question.
+
+For each question, candidates from *all* of its windows are pooled: the `n_best` highest start and
+end logits of each window give spans (start <= end, both inside the context part of the window, at
+most `max_answer_length` tokens), scored start_logit + end_logit. The text is cut from the original
+context by character offsets, so it is exactly a substring of the context. With
+`allow_no_answer`, the empty answer wins when the best [CLS] score (over windows) beats the best span
+by more than `null_threshold`.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+from kolong.data.qa_features import QAFeatures
+from kolong.data.squad import QAExample
+
+
+def decode_answers(
+    examples: list[QAExample],
+    features: QAFeatures,
+    start_logits: np.ndarray,
+    end_logits: np.ndarray,
+    n_best: int = 20,
+    max_answer_length: int = 30,
+    allow_no_answer: bool = False,
+    null_threshold: float = 0.0,
+) -> tuple[dict[str, str], dict[str, list[dict]]]:
+    """Returns ({id: answer text}, {id: n-best list of {text, score, start, end}})."""
+    windows_of = defaultdict(list)
+    for window, example_index in enumerate(features.example_index):
+        windows_of[example_index].append(window)
+
+    predictions: dict[str, str] = {}
+    nbest: dict[str, list[dict]] = {}
+    for example_index, example in enumerate(examples):
+        candidates = []
+        null_score = None
+        for window in windows_of.get(example_index, []):
+            starts, ends = start_logits[window], end_logits[window]
+            offsets = features.offsets[window]
+            cls_index = 0
+            score = float(starts[cls_index] + ends[cls_index])
+            null_score = score if null_score is None else max(null_score, score)
+            top_starts = np.argsort(starts)[::-1][:n_best]
+            top_ends = np.argsort(ends)[::-1][:n_best]
+            for s in top_starts:
+                if s >= len(offsets) or offsets[s] is None:
+                    continue
+                for e in top_ends:
+                    if e >= len(offsets) or offsets[e] is None or e < s or e - s + 1 > max_answer_length:
+                        continue
+                    start_char, end_char = offsets[s][0], offsets[e][1]
+                    candidates.append(
+                        {
+                            "text": example.context[start_char:end_char],
+                            "score": float(starts[s] + ends[e]),
+                            "start": int(start_char),
+                            "end": int(end_char),
+                        }
+                    )
+        candidates.sort(key=lambda c: c["score"], reverse=True)
+        candidates = _unique_spans(candidates)[:n_best]
+        best = candidates[0] if candidates else None
+        if best is None or (
+            allow_no_answer and null_score is not None and null_score > best["score"] + null_threshold
+        ):
+            predictions[example.id] = ""
+        else:
+            predictions[example.id] = best["text"]
+        nbest[example.id] = candidates
+    return predictions, nbest
+
+
+def _unique_spans(candidates: list[dict]) -> list[dict]:
+    seen = set()
+    unique = []
+    for candidate in candidates:
+        key = (candidate["start"], candidate["end"])
+        if key not in seen:
+            seen.add(key)
+            unique.append(candidate)
+    return unique

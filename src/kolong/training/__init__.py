@@ -1,0 +1,1 @@
+"""Training recipes over the HF Trainer, and collators."""

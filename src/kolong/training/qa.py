@@ -1,0 +1,324 @@
+"""Extractive QA fine-tuning and prediction over the HF `Trainer` (so torchrun / accelerate scale it).
+
+`finetune_qa` is what `kolong finetune qa` runs; `predict_qa` is `kolong predict qa`. Evaluation during
+training decodes answers over all windows and scores them with the official KorQuAD metric, so early
+stopping and "best model" use eval F1, not a token-level proxy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from kolong.data.qa_features import STRATEGIES, QAFeatures, build_features
+from kolong.data.squad import DataError, read_squad
+from kolong.evaluation.korquad import score_questions
+from kolong.evaluation.qa_postprocess import decode_answers
+from kolong.io import OutputExistsError, atomic_write_json
+
+
+@dataclass
+class QAFinetuneArguments:
+    """Arguments of `kolong finetune qa` (each is also a CLI option)."""
+
+    model: str
+    """Hub name or directory of the checkpoint to fine-tune (its QA head is created if missing)."""
+    train: str
+    """SQuAD/KorQuAD JSON to train on."""
+    output_dir: str
+    """Where checkpoints, the final model and tokenizer, and eval results go."""
+    eval: str | None = None
+    """SQuAD/KorQuAD JSON to evaluate on (EM/F1 with the official metric) after each epoch."""
+    max_length: int = 384
+    """Tokens per window (question + context + specials); up to the model's positions."""
+    strategy: str = "sliding-window"
+    """truncate | sliding-window."""
+    doc_stride: int = 128
+    """Overlap between consecutive windows, in tokens (HF `stride`)."""
+    epochs: float = 2.0
+    learning_rate: float = 3e-5
+    batch_size: int = 8
+    eval_batch_size: int = 16
+    gradient_accumulation_steps: int = 1
+    warmup_ratio: float = 0.1
+    weight_decay: float = 0.01
+    max_steps: int = -1
+    """Stop after this many optimiser steps (-1: run all epochs)."""
+    seed: int = 42
+    bf16: str = "auto"
+    """auto (on where the GPU supports it) | yes | no."""
+    early_stopping_patience: int | None = None
+    """Stop after this many evaluations without a better eval F1 (needs --eval)."""
+    eval_every: str = "epoch"
+    """epoch | N (steps) between evaluations and checkpoints."""
+    n_best: int = 20
+    max_answer_length: int = 30
+    on_bad_example: str = "error"
+    overwrite: bool = False
+    """Start afresh in a non-empty output directory instead of resuming."""
+    logging_steps: int = 10
+    save_total_limit: int = 2
+    extra: dict = field(default_factory=dict)
+
+
+def model_max_length(model) -> int:
+    from kolong.extension import ExtensionError, find_position_table
+
+    try:
+        return find_position_table(model).max_length
+    except ExtensionError:
+        return int(getattr(model.config, "max_position_embeddings", 10**9))
+
+
+def check_length(model, max_length: int, model_name: str) -> None:
+    limit = model_max_length(model)
+    if max_length > limit:
+        raise DataError(
+            f"--max-length {max_length} exceeds the {limit} positions of {model_name}; extend it first: "
+            f"kolong extend {model_name} --max-length {max_length} -o EXTENDED"
+        )
+
+
+def _use_bf16(option: str) -> bool:
+    import torch
+
+    if option == "yes":
+        return True
+    if option == "no":
+        return False
+    return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+
+
+def _dataset(features: QAFeatures, with_labels: bool):
+    from datasets import Dataset
+
+    return Dataset.from_dict(features.model_inputs(with_labels)).with_format("torch")
+
+
+def make_qa_trainer_class():
+    from transformers import Trainer
+
+    class QATrainer(Trainer):
+        """A Trainer whose `evaluate` decodes answers over all windows and reports official EM/F1."""
+
+        def __init__(self, *args, eval_examples=None, eval_features=None, decode_options=None, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.eval_examples = eval_examples
+            self.eval_features = eval_features
+            self.decode_options = decode_options or {}
+
+        def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval"):
+            if self.eval_examples is None:
+                return super().evaluate(eval_dataset, ignore_keys, metric_key_prefix)
+            dataset = _dataset(self.eval_features, with_labels=False)
+            output = self.predict(dataset, metric_key_prefix=metric_key_prefix)
+            start_logits, end_logits = output.predictions[:2]
+            predictions, _ = decode_answers(
+                self.eval_examples, self.eval_features, start_logits, end_logits, **self.decode_options
+            )
+            scores = score_questions(
+                [(e.id, [a.text for a in e.answers], e.is_impossible) for e in self.eval_examples],
+                predictions,
+            )
+            metrics = {f"{metric_key_prefix}_{k}": v for k, v in scores.items() if k in ("exact_match", "f1")}
+            metrics.update({k: v for k, v in output.metrics.items() if k.endswith(("runtime", "per_second"))})
+            self.log(metrics)
+            self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
+            return metrics
+
+    return QATrainer
+
+
+def _resume_point(output_dir: Path, overwrite: bool) -> str | None:
+    from transformers.trainer_utils import get_last_checkpoint
+
+    if not output_dir.is_dir() or not any(output_dir.iterdir()):
+        return None
+    last = get_last_checkpoint(str(output_dir))
+    if overwrite:
+        return None
+    if last is None:
+        raise OutputExistsError(
+            f"output directory {output_dir} is not empty and holds no checkpoint to resume; "
+            "pass --overwrite to train afresh there"
+        )
+    return last
+
+
+def finetune_qa(args: QAFinetuneArguments) -> dict:
+    """Fine-tune, evaluate, save model + tokenizer to `args.output_dir`; returns the final metrics."""
+    from transformers import (
+        AutoModelForQuestionAnswering,
+        AutoTokenizer,
+        EarlyStoppingCallback,
+        TrainingArguments,
+        default_data_collator,
+    )
+
+    if args.strategy not in STRATEGIES:
+        raise DataError(f"unknown strategy {args.strategy!r}; choose one of {', '.join(STRATEGIES)}")
+    if args.early_stopping_patience and not args.eval:
+        raise DataError("--early-stopping-patience needs --eval data")
+    output_dir = Path(args.output_dir)
+    resume_from = _resume_point(output_dir, args.overwrite)
+
+    import kolong  # noqa: F401  (keep-short checkpoints need kolong's hook)
+
+    tokenizer = AutoTokenizer.from_pretrained(args.model)
+    model = AutoModelForQuestionAnswering.from_pretrained(args.model)
+    check_length(model, args.max_length, args.model)
+
+    train_set = read_squad(args.train, args.on_bad_example)
+    train_features = build_features(
+        tokenizer, train_set.examples, args.max_length, args.strategy, args.doc_stride
+    )
+    eval_examples = eval_features = None
+    if args.eval:
+        eval_examples = read_squad(args.eval, args.on_bad_example).examples
+        eval_features = build_features(
+            tokenizer, eval_examples, args.max_length, args.strategy, args.doc_stride
+        )
+
+    by_steps = args.eval_every != "epoch"
+    strategy = "steps" if by_steps else "epoch"
+    training_args = TrainingArguments(
+        output_dir=str(output_dir),
+        num_train_epochs=args.epochs,
+        max_steps=args.max_steps,
+        learning_rate=args.learning_rate,
+        per_device_train_batch_size=args.batch_size,
+        per_device_eval_batch_size=args.eval_batch_size,
+        gradient_accumulation_steps=args.gradient_accumulation_steps,
+        warmup_steps=args.warmup_ratio,  # transformers 5: a float in [0, 1) is a ratio of total steps
+        weight_decay=args.weight_decay,
+        seed=args.seed,
+        data_seed=args.seed,
+        bf16=_use_bf16(args.bf16),
+        eval_strategy=strategy if args.eval else "no",
+        save_strategy=strategy,
+        eval_steps=int(args.eval_every) if by_steps else None,
+        save_steps=int(args.eval_every) if by_steps else 500,
+        save_total_limit=args.save_total_limit,
+        load_best_model_at_end=bool(args.eval),
+        metric_for_best_model="f1" if args.eval else None,
+        greater_is_better=True,
+        logging_steps=args.logging_steps,
+        report_to="none",
+        disable_tqdm=False,
+        **args.extra,
+    )
+    callbacks = []
+    if args.early_stopping_patience:
+        callbacks.append(EarlyStoppingCallback(early_stopping_patience=args.early_stopping_patience))
+    trainer = make_qa_trainer_class()(
+        model=model,
+        args=training_args,
+        train_dataset=_dataset(train_features, with_labels=True),
+        data_collator=default_data_collator,
+        processing_class=tokenizer,
+        callbacks=callbacks,
+        eval_examples=eval_examples,
+        eval_features=eval_features,
+        decode_options={"n_best": args.n_best, "max_answer_length": args.max_answer_length},
+    )
+    train_output = trainer.train(resume_from_checkpoint=resume_from)
+    metrics = {
+        "train_loss": train_output.training_loss,
+        "train_examples": len(train_set),
+        "train_windows": len(train_features),
+        "skipped_examples": [qid for qid, _ in train_set.skipped],
+        "resumed_from": resume_from,
+    }
+    if args.eval:
+        metrics.update(trainer.evaluate())
+    trainer.save_model(str(output_dir))
+    tokenizer.save_pretrained(str(output_dir))
+    settings = {k: v for k, v in asdict(args).items() if k != "extra"}
+    atomic_write_json(output_dir / "kolong_qa_results.json", {"arguments": settings, "metrics": metrics})
+    return metrics
+
+
+@dataclass
+class QAPredictArguments:
+    model: str
+    data: str
+    output: str
+    nbest_output: str | None = None
+    max_length: int | None = None
+    """Window length; default: the model's positions (capped at its tokenizer's model_max_length)."""
+    strategy: str = "sliding-window"
+    doc_stride: int = 128
+    batch_size: int = 16
+    n_best: int = 20
+    max_answer_length: int = 30
+    allow_no_answer: bool = False
+    null_threshold: float = 0.0
+    on_bad_example: str = "error"
+
+
+def predict_logits(model, features: QAFeatures, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Start/end logits of every window, through `Trainer.predict` (device placement, fp16/bf16, DDP)."""
+    import tempfile
+
+    from transformers import Trainer, TrainingArguments, default_data_collator
+
+    with tempfile.TemporaryDirectory(prefix="kolong-predict-") as scratch:
+        args = TrainingArguments(output_dir=scratch, per_device_eval_batch_size=batch_size, report_to="none")
+        trainer = Trainer(model=model, args=args, data_collator=default_data_collator)
+        output = trainer.predict(_dataset(features, with_labels=False))
+    return output.predictions[0], output.predictions[1]
+
+
+def predict_qa(args: QAPredictArguments) -> dict:
+    """Write {id: answer} (and optionally the n-best lists) for every question of `args.data`."""
+    from transformers import AutoModelForQuestionAnswering, AutoTokenizer
+
+    import kolong  # noqa: F401
+
+    dataset = read_squad(args.data, args.on_bad_example)
+    tokenizer = AutoTokenizer.from_pretrained(args.model)
+    model = AutoModelForQuestionAnswering.from_pretrained(args.model).eval()
+    max_length = args.max_length or min(model_max_length(model), tokenizer.model_max_length)
+    check_length(model, max_length, args.model)
+    features = build_features(tokenizer, dataset.examples, max_length, args.strategy, args.doc_stride)
+    start_logits, end_logits = predict_logits(model, features, args.batch_size)
+    predictions, nbest = decode_answers(
+        dataset.examples,
+        features,
+        start_logits,
+        end_logits,
+        n_best=args.n_best,
+        max_answer_length=args.max_answer_length,
+        allow_no_answer=args.allow_no_answer,
+        null_threshold=args.null_threshold,
+    )
+    atomic_write_json(args.output, predictions)
+    if args.nbest_output:
+        atomic_write_json(args.nbest_output, nbest)
+    return {
+        "questions": len(dataset),
+        "windows": len(features),
+        "max_length": max_length,
+        "skipped_examples": len(dataset.skipped),
+    }
+
+
+def read_predictions(path: str | Path) -> dict[str, str]:
+    from kolong.data.squad import load_json
+
+    payload = load_json(path)
+    if not isinstance(payload, dict) or not all(isinstance(v, str) for v in payload.values()):
+        raise DataError(f"{path}: predictions must be a JSON object {{question id: answer text}}")
+    return payload
+
+
+def evaluate_qa(
+    data: str, predictions_path: str, metric: str = "korquad", on_bad_example: str = "error"
+) -> dict:
+    dataset = read_squad(data, on_bad_example)
+    predictions = read_predictions(predictions_path)
+    scores = score_questions(dataset.gold(), predictions, metric)
+    scores["skipped_examples"] = len(dataset.skipped)
+    return scores

@@ -1,0 +1,119 @@
+"""The official KorQuAD 1.0 metric and KLUE-MRC's ROUGE-W."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kolong.evaluation.korquad import (
+    character_f1,
+    exact_match,
+    longest_common_substring,
+    normalize_answer,
+    rouge_w,
+    score_questions,
+)
+
+
+@pytest.mark.parametrize(
+    ("prediction", "gold", "em", "f1"),
+    [
+        ("1989년 2월 15일에", "1989년 2월 15일", 0, 0.952381),
+        ("서울특별시", "서울 특별시", 0, 1.0),
+        ("《해리 포터》", "해리 포터", 1, 1.0),
+        ("(주)한화", "주 한화", 1, 1.0),
+        ("정답", "정답 정답", 0, 0.666667),
+        ("", "정답", 0, 0.0),
+    ],
+)
+def test_issue_test_vectors(prediction, gold, em, f1):
+    assert exact_match(prediction, gold) == em
+    assert character_f1(prediction, gold) == pytest.approx(f1, abs=1e-6)
+
+
+def test_normalisation():
+    assert normalize_answer("  ‘Hello’,  〈World〉!! ") == "hello world"
+    assert normalize_answer("'a' \"b\" <c> (d)") == "a b c d"
+    assert normalize_answer("가·나") == "가·나"  # only ASCII punctuation is dropped
+
+
+def test_scores_are_percentages_with_missing_ids_scoring_zero():
+    gold = [("a", ["서울"], False), ("b", ["부산", "부산광역시"], False), ("c", ["대구"], False)]
+    scores = score_questions(gold, {"a": "서울", "b": "부산광역시"})
+    assert scores["exact_match"] == pytest.approx(200 / 3)
+    assert scores["f1"] == pytest.approx(200 / 3)
+    assert scores["missing"] == 1 and scores["total"] == 3
+
+
+def test_unanswerable_questions_need_an_empty_prediction():
+    gold = [("a", [], True), ("b", [], True)]
+    assert score_questions(gold, {"a": "", "b": "무언가"})["exact_match"] == 50.0
+
+
+def test_rouge_w_is_longest_common_substring_f1():
+    assert longest_common_substring("abcde", "xbcdy") == 3
+    # "1989년2월15일에" (11 chars) vs "1989년2월15일" (10 chars): LCS 10 -> F1 = 20/21
+    assert rouge_w("1989년 2월 15일에", "1989년 2월 15일") == pytest.approx(20 / 21)
+    # Character F1 ignores order, ROUGE-W does not.
+    assert character_f1("나가", "가나") == 1.0 and rouge_w("나가", "가나") == pytest.approx(0.5)
+    assert score_questions([("a", ["가나"], False)], {"a": "나가"}, metric="klue-mrc")["rouge_w"] == 50.0
+
+
+def test_unknown_metric():
+    with pytest.raises(ValueError, match="unknown metric"):
+        score_questions([], {}, metric="bleu")
+
+
+text = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=30)
+
+
+@given(text, text)
+def test_metric_properties(prediction, gold):
+    f1 = character_f1(prediction, gold)
+    assert 0.0 <= f1 <= 1.0
+    assert f1 == pytest.approx(character_f1(gold, prediction))
+    assert 0.0 <= rouge_w(prediction, gold) <= f1 + 1e-9  # a common substring is a common multiset
+    if exact_match(prediction, gold) and normalize_answer(gold).replace(" ", ""):
+        assert f1 == 1.0
+
+
+@given(text)
+def test_an_answer_matches_itself(answer):
+    if normalize_answer(answer).replace(" ", ""):
+        assert exact_match(answer, answer) == 1.0 and character_f1(answer, answer) == 1.0
+
+
+@pytest.mark.shared_data
+def test_gold_answers_of_korquad_score_100(shared_data):
+    from kolong.data.squad import read_squad
+
+    dataset = read_squad(shared_data / "korquad" / "KorQuAD_v1.0_dev.shared.json")
+    predictions = {example.id: example.answers[0].text for example in dataset.examples}
+    for metric, second in (("korquad", "f1"), ("klue-mrc", "rouge_w")):
+        scores = score_questions(dataset.gold(), predictions, metric)
+        assert scores["exact_match"] == 100.0 and scores[second] == 100.0
+        assert scores["total"] == 4916
+
+
+def test_evaluate_cli_prints_json(tmp_path):
+    from typer.testing import CliRunner
+
+    from kolong.cli import app
+    from kolong.data.samples import korean_qa_dataset
+
+    data = tmp_path / "data.json"
+    data.write_text(json.dumps(korean_qa_dataset(), ensure_ascii=False), encoding="utf-8")
+    predictions = tmp_path / "predictions.json"
+    predictions.write_text(json.dumps({"kolong-2-6-0": "1988년에"}, ensure_ascii=False), encoding="utf-8")
+    result = CliRunner().invoke(app, ["evaluate", "qa", "--data", str(data), "--predictions", str(predictions)])
+    assert result.exit_code == 0, result.output
+    scores = json.loads(result.output)
+    assert scores["total"] == 14 and scores["missing"] == 13
+    assert scores["f1"] == pytest.approx(100 * (10 / 11) / 14)  # P = 5/6, R = 1
+
+    predictions.write_text("[1, 2]")
+    result = CliRunner().invoke(app, ["evaluate", "qa", "--data", str(data), "--predictions", str(predictions)])
+    assert result.exit_code == 2 and "must be a JSON object" in result.output
