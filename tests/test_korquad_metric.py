@@ -108,12 +108,16 @@ def test_evaluate_cli_prints_json(tmp_path):
     data.write_text(json.dumps(korean_qa_dataset(), ensure_ascii=False), encoding="utf-8")
     predictions = tmp_path / "predictions.json"
     predictions.write_text(json.dumps({"kolong-2-6-0": "1988년에"}, ensure_ascii=False), encoding="utf-8")
-    result = CliRunner().invoke(app, ["evaluate", "qa", "--data", str(data), "--predictions", str(predictions)])
+    result = CliRunner().invoke(
+        app, ["evaluate", "qa", "--data", str(data), "--predictions", str(predictions)]
+    )
     assert result.exit_code == 0, result.output
     scores = json.loads(result.output)
     assert scores["total"] == 14 and scores["missing"] == 13
     assert scores["f1"] == pytest.approx(100 * (10 / 11) / 14)  # P = 5/6, R = 1
 
     predictions.write_text("[1, 2]")
-    result = CliRunner().invoke(app, ["evaluate", "qa", "--data", str(data), "--predictions", str(predictions)])
+    result = CliRunner().invoke(
+        app, ["evaluate", "qa", "--data", str(data), "--predictions", str(predictions)]
+    )
     assert result.exit_code == 2 and "must be a JSON object" in result.output

@@ -15,6 +15,8 @@ built-in long Korean text:
 from __future__ import annotations
 
 import copy
+import json
+import string
 import tempfile
 import time
 from collections.abc import Callable
@@ -23,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from kolong.data.samples import KOREAN_PARAGRAPHS, korean_document
+from kolong.data.samples import KOREAN_PARAGRAPHS, korean_document, korean_qa_dataset
 
 
 @dataclass
@@ -48,16 +50,17 @@ def bundled_checkpoint() -> Path | None:
 
 
 def build_tiny_bert_checkpoint(output: str | Path, max_position_embeddings: int = 512, seed: int = 0) -> Path:
-    """A randomly initialised small BERT with a character vocabulary of the built-in Korean text."""
+    """A randomly initialised small BERT with a character vocabulary of the built-in Korean texts and ASCII."""
     from transformers import BertConfig, BertModel, BertTokenizerFast
 
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)
-    characters = sorted({c for paragraph in KOREAN_PARAGRAPHS for c in paragraph if not c.isspace()})
-    vocabulary = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *characters]
-    (output / "vocab.txt").write_text("\n".join(vocabulary) + "\n", encoding="utf-8")
+    texts = [*KOREAN_PARAGRAPHS, json.dumps(korean_qa_dataset(), ensure_ascii=False), string.printable]
+    characters = sorted({c for text in texts for c in text if not c.isspace()})
+    # Each character as a word start and as a continuation ("##c"), so WordPiece never falls back to [UNK].
+    vocabulary = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *characters, *(f"##{c}" for c in characters)]
     tokenizer = BertTokenizerFast(
-        vocab_file=str(output / "vocab.txt"), do_lower_case=False, strip_accents=False
+        vocab={token: i for i, token in enumerate(vocabulary)}, do_lower_case=False, strip_accents=False
     )
     tokenizer.model_max_length = max_position_embeddings
     torch.manual_seed(seed)

@@ -1,0 +1,136 @@
+"""Windows, labels and decoding for extractive QA."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kolong.data.qa_features import build_features
+from kolong.data.squad import Answer, DataError, QAExample
+from kolong.demo import build_tiny_bert_checkpoint
+from kolong.evaluation.qa_postprocess import decode_answers
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(build_tiny_bert_checkpoint(tmp_path_factory.mktemp("tok")))
+
+
+def example_with_answer(tokenizer, start: int, length: int = 2, context: str | None = None) -> QAExample:
+    context = context or (
+        "서울특별시는 한강을 따라 수많은 다리가 놓여 있으며 지하철은 하루 수백만 명의 시민을 실어 나른다 "
+        "조선 시대의 기록은 방대하다 왕의 하루하루를 적은 실록은 수백 권에 이른다"
+    )
+    words = context.split()
+    assert 0 <= start < len(words)
+    char_start = len(" ".join(words[:start])) + (1 if start else 0)
+    text = " ".join(words[start : start + length])
+    return QAExample(f"q{start}", "질문은?", context, [Answer(text, char_start)])
+
+
+def window_text(tokenizer, features, window, start, end):
+    return tokenizer.decode(features.input_ids[window][start : end + 1])
+
+
+def test_truncate_keeps_one_window_and_sliding_covers_the_context(tokenizer):
+    example = example_with_answer(tokenizer, 11)
+    truncated = build_features(tokenizer, [example], 24, "truncate")
+    sliding = build_features(tokenizer, [example], 24, "sliding-window", doc_stride=6)
+    assert len(truncated) == 1
+    assert len(sliding) > 1 and set(sliding.example_index) == {0}
+    covered = set()
+    for offsets in sliding.offsets:
+        covered.update(span for span in offsets if span is not None)
+    all_spans = build_features(tokenizer, [example], 512, "truncate").offsets[0]
+    assert covered == {span for span in all_spans if span is not None}
+
+
+def test_answer_outside_the_truncated_window_is_labelled_cls_not_clamped(tokenizer):
+    example = example_with_answer(tokenizer, 12)  # near the end of the context
+    features = build_features(tokenizer, [example], 20, "truncate")
+    assert (features.start_positions[0], features.end_positions[0]) == (0, 0)
+
+
+def test_labels_point_at_the_answer_in_every_window_that_holds_it(tokenizer):
+    for start in range(0, 12):
+        example = example_with_answer(tokenizer, start)
+        features = build_features(tokenizer, [example], 24, "sliding-window", doc_stride=8)
+        holding = 0
+        for window in range(len(features)):
+            s, e = features.start_positions[window], features.end_positions[window]
+            spans = [span for span in features.offsets[window] if span is not None]
+            inside = spans[0][0] <= example.answers[0].start and spans[-1][1] >= example.answers[0].end
+            if inside:
+                holding += 1
+                offsets = features.offsets[window]
+                assert example.context[offsets[s][0] : offsets[e][1]] == example.answers[0].text
+            else:
+                assert (s, e) == (0, 0)
+        assert holding >= 1  # the stride guarantees some window holds a 2-word answer
+
+
+def test_answer_at_window_edges_and_in_the_overlap(tokenizer):
+    example = example_with_answer(tokenizer, 0, length=1)  # first context token
+    features = build_features(tokenizer, [example], 24, "sliding-window", doc_stride=8)
+    offsets = features.offsets[0]
+    first_context = offsets.index(next(s for s in offsets if s is not None))
+    start, end = features.start_positions[0], features.end_positions[0]
+    assert start == first_context
+    assert example.context[offsets[start][0] : offsets[end][1]] == example.answers[0].text
+
+    last_word = len(example.context.split()) - 1
+    example = example_with_answer(tokenizer, last_word, length=1)  # last context token
+    features = build_features(tokenizer, [example], 24, "sliding-window", doc_stride=8)
+    last_window = len(features) - 1
+    offsets = features.offsets[last_window]
+    last_context = max(i for i, s in enumerate(offsets) if s is not None)
+    assert features.end_positions[last_window] == last_context
+    # Windows that overlap on the answer label it in each of them.
+    labelled = [w for w in range(len(features)) if features.start_positions[w] != 0]
+    assert labelled and labelled[-1] == last_window
+
+
+def test_bad_arguments(tokenizer):
+    example = example_with_answer(tokenizer, 0)
+    with pytest.raises(ValueError, match="unknown strategy"):
+        build_features(tokenizer, [example], 24, "chunks")
+    with pytest.raises(ValueError, match="doc-stride"):
+        build_features(tokenizer, [example], 24, "sliding-window", doc_stride=20)
+    long_question = QAExample("q", "질문 " * 40, example.context, example.answers)
+    with pytest.raises(DataError, match="cannot build 24-token windows"):
+        build_features(tokenizer, [long_question], 24, "sliding-window", doc_stride=4)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), max_answer_length=st.integers(1, 10))
+def test_decoding_never_leaves_the_context(tokenizer, seed, max_answer_length):
+    examples = [example_with_answer(tokenizer, s) for s in (0, 5, 11)]
+    features = build_features(tokenizer, examples, 24, "sliding-window", doc_stride=8)
+    generator = np.random.default_rng(seed)
+    shape = (len(features), 24)
+    start_logits, end_logits = generator.normal(size=shape), generator.normal(size=shape)
+    predictions, nbest = decode_answers(
+        examples, features, start_logits, end_logits, max_answer_length=max_answer_length
+    )
+    for example in examples:
+        for candidate in nbest[example.id]:
+            assert 0 <= candidate["start"] < candidate["end"] <= len(example.context)
+            assert candidate["text"] == example.context[candidate["start"] : candidate["end"]]
+            assert "질문" not in candidate["text"]  # never crosses into the question
+        assert predictions[example.id] in example.context
+
+
+def test_decoding_pools_windows_and_finds_the_planted_answer(tokenizer):
+    example = example_with_answer(tokenizer, 11)
+    features = build_features(tokenizer, [example], 24, "sliding-window", doc_stride=8)
+    start_logits = np.zeros((len(features), 24))
+    end_logits = np.zeros((len(features), 24))
+    window = max(range(len(features)), key=lambda w: features.start_positions[w])
+    start_logits[window, features.start_positions[window]] = 10
+    end_logits[window, features.end_positions[window]] = 10
+    predictions, _ = decode_answers([example], features, start_logits, end_logits)
+    assert predictions[example.id] == example.answers[0].text
