@@ -81,6 +81,12 @@ def check_length(model, max_length: int, model_name: str) -> None:
         )
 
 
+def _has_gpu() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def _use_bf16(option: str) -> bool:
     import torch
 
@@ -112,8 +118,7 @@ def make_qa_trainer_class():
         def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval"):
             if self.eval_examples is None:
                 return super().evaluate(eval_dataset, ignore_keys, metric_key_prefix)
-            dataset = _dataset(self.eval_features, with_labels=False)
-            output = self.predict(dataset, metric_key_prefix=metric_key_prefix)
+            output = self.predict(self.eval_dataset, metric_key_prefix=metric_key_prefix)
             start_logits, end_logits = output.predictions[:2]
             predictions, _ = decode_answers(
                 self.eval_examples, self.eval_features, start_logits, end_logits, **self.decode_options
@@ -206,7 +211,7 @@ def finetune_qa(args: QAFinetuneArguments) -> dict:
         greater_is_better=True,
         logging_steps=args.logging_steps,
         report_to="none",
-        disable_tqdm=False,
+        dataloader_pin_memory=_has_gpu(),
         **args.extra,
     )
     callbacks = []
@@ -216,6 +221,7 @@ def finetune_qa(args: QAFinetuneArguments) -> dict:
         model=model,
         args=training_args,
         train_dataset=_dataset(train_features, with_labels=True),
+        eval_dataset=_dataset(eval_features, with_labels=False) if eval_features is not None else None,
         data_collator=default_data_collator,
         processing_class=tokenizer,
         callbacks=callbacks,
@@ -265,7 +271,12 @@ def predict_logits(model, features: QAFeatures, batch_size: int) -> tuple[np.nda
     from transformers import Trainer, TrainingArguments, default_data_collator
 
     with tempfile.TemporaryDirectory(prefix="kolong-predict-") as scratch:
-        args = TrainingArguments(output_dir=scratch, per_device_eval_batch_size=batch_size, report_to="none")
+        args = TrainingArguments(
+            output_dir=scratch,
+            per_device_eval_batch_size=batch_size,
+            report_to="none",
+            dataloader_pin_memory=_has_gpu(),
+        )
         trainer = Trainer(model=model, args=args, data_collator=default_data_collator)
         output = trainer.predict(_dataset(features, with_labels=False))
     return output.predictions[0], output.predictions[1]

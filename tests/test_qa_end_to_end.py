@@ -1,0 +1,125 @@
+"""finetune -> predict -> evaluate on a tiny model and the built-in Korean QA examples (seconds)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from kolong.cli import app
+from kolong.data.samples import korean_qa_dataset
+from kolong.demo import build_tiny_bert_checkpoint
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    root = tmp_path_factory.mktemp("qa")
+    data = root / "qa.json"
+    data.write_text(json.dumps(korean_qa_dataset(), ensure_ascii=False), encoding="utf-8")
+    model = build_tiny_bert_checkpoint(root / "tiny", max_position_embeddings=64)
+    return root, data, model
+
+
+def invoke(*args):
+    result = runner.invoke(app, [str(a) for a in args])
+    assert result.exit_code == 0, result.output
+    return result
+
+
+WINDOW = ["--max-length", 64, "--doc-stride", 16]
+
+
+def test_finetune_predict_evaluate(workspace):
+    root, data, model = workspace
+    out = root / "finetuned"
+    invoke(
+        "finetune",
+        "qa",
+        "--model",
+        model,
+        "--train",
+        data,
+        "--eval",
+        data,
+        "-o",
+        out,
+        *WINDOW,
+        "--epochs",
+        30,
+        "--lr",
+        1e-3,
+        "--seed",
+        0,
+    )
+    results = json.loads((out / "kolong_qa_results.json").read_text())
+    assert results["metrics"]["train_windows"] > 14  # sliding windows: more windows than questions
+    assert results["metrics"]["eval_f1"] > 50  # the tiny model memorises the 14 questions
+
+    predictions = root / "predictions.json"
+    invoke(
+        "predict",
+        "qa",
+        "--model",
+        out,
+        "--data",
+        data,
+        "-o",
+        predictions,
+        "--nbest",
+        root / "nbest.json",
+        *WINDOW,
+    )
+    answers = json.loads(predictions.read_text(encoding="utf-8"))
+    contexts = {
+        q["id"]: p["context"] for a in korean_qa_dataset()["data"] for p in a["paragraphs"] for q in p["qas"]
+    }
+    assert set(answers) == set(contexts)
+    assert all(answer in contexts[qid] for qid, answer in answers.items())
+
+    scores = json.loads(invoke("evaluate", "qa", "--data", data, "--predictions", predictions).output)
+    assert scores["f1"] == pytest.approx(results["metrics"]["eval_f1"])
+
+
+def test_resume_from_the_last_checkpoint(workspace):
+    root, data, model = workspace
+    out = root / "resumable"
+    common = ["--model", model, "--train", data, "-o", out, *WINDOW, "--eval-every", 2, "--batch-size", 8]
+    results = out / "kolong_qa_results.json"
+    invoke("finetune", "qa", *common, "--max-steps", 4)
+    assert json.loads(results.read_text())["metrics"]["resumed_from"] is None and (out / "checkpoint-4").is_dir()
+    invoke("finetune", "qa", *common, "--max-steps", 6)
+    assert json.loads(results.read_text())["metrics"]["resumed_from"].endswith("checkpoint-4")
+
+
+def test_refusals(workspace):
+    root, data, model = workspace
+    result = runner.invoke(
+        app,
+        [
+            "finetune",
+            "qa",
+            "--model",
+            str(model),
+            "--train",
+            str(data),
+            "-o",
+            str(root / "x"),
+            "--max-length",
+            "128",
+        ],
+    )
+    assert result.exit_code == 2
+    assert "exceeds the 64 positions" in " ".join(result.output.split()) and "kolong extend" in result.output
+
+    busy = root / "busy"
+    busy.mkdir()
+    (busy / "notes.txt").write_text("mine")
+    result = runner.invoke(
+        app,
+        ["finetune", "qa", "--model", str(model), "--train", str(data), "-o", str(busy), *map(str, WINDOW)],
+    )
+    assert result.exit_code == 2 and "holds no checkpoint" in " ".join(result.output.split())
+    assert (busy / "notes.txt").read_text() == "mine"
