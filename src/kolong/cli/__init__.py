@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from kolong.cli import bench, data, demo, extend, plot, qa
+from kolong.cli import bench, data, demo, experiment, extend, plot, qa
 
 app = typer.Typer(
     name="kolong",
@@ -21,6 +21,7 @@ app.add_typer(data.app, name="data")
 app.add_typer(qa.finetune_app, name="finetune")
 app.add_typer(qa.predict_app, name="predict")
 app.add_typer(qa.evaluate_app, name="evaluate")
+app.add_typer(experiment.app, name="experiment")
 
 
 def main() -> None:

@@ -1,0 +1,74 @@
+"""`kolong experiment ...`: reproductions of the source papers' experiments."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from kolong.cli.common import console, user_errors
+
+app = typer.Typer(help="Run the experiments documented in docs/reproductions.md.", no_args_is_help=True)
+
+
+@app.command("length")
+def length(
+    output: Path = typer.Option(
+        Path("runs/length"), "--output-dir", "-o", help="Where models and results go."
+    ),
+    model: str = typer.Option(
+        None, "--model", help="Base checkpoint with 512 learned positions (default: bundled MiniLM)."
+    ),
+    data: Path = typer.Option(None, "--data", help="KorQuAD 1.0 JSON (default: ../shared/data/korquad/...)."),
+    variants: str = typer.Option(
+        ",".join(
+            ("512-truncate", "512-sliding", "1024-interpolate", "1024-copy", "2048-interpolate", "2048-copy")
+        ),
+        help="Comma-separated LENGTH-KIND list; KIND: truncate, sliding, interpolate, copy.",
+    ),
+    train_questions: int = typer.Option(
+        100, "--train-questions", help="Questions from training articles (0: all)."
+    ),
+    eval_questions: int = typer.Option(
+        60, "--eval-questions", help="Questions from evaluation articles (0: all)."
+    ),
+    max_document_tokens: int = typer.Option(
+        0, "--max-document-tokens", help="Drop articles longer than this (0: keep all); bounds CPU cost."
+    ),
+    epochs: float = typer.Option(1.0, help="Fine-tuning epochs per variant."),
+    learning_rate: float = typer.Option(5e-5, "--learning-rate", "--lr"),
+    batch_size: int = typer.Option(
+        8, "--batch-size", help="Effective batch size (accumulated for long windows)."
+    ),
+    windows_per_step: int = typer.Option(
+        8, "--windows-per-step", help="Windows of 512 tokens per forward pass."
+    ),
+    seed: int = typer.Option(42),
+    overwrite: bool = typer.Option(
+        False, "--overwrite", help="Redo finished variants instead of skipping them."
+    ),
+) -> None:
+    """512-truncate vs 512-sliding vs extended 1024/2048 (interpolate, copy) on article-level KorQuAD."""
+    from kolong.experiments.length import LengthExperimentArguments, run_length_experiment
+
+    arguments = LengthExperimentArguments(
+        output_dir=str(output),
+        model=model,
+        data=str(data) if data else None,
+        variants=tuple(v.strip() for v in variants.split(",") if v.strip()),
+        train_questions=train_questions,
+        eval_questions=eval_questions,
+        max_document_tokens=max_document_tokens,
+        epochs=epochs,
+        learning_rate=learning_rate,
+        batch_size=batch_size,
+        windows_per_step_at_512=windows_per_step,
+        seed=seed,
+        overwrite=overwrite,
+    )
+    with user_errors(), console.status("starting") as status:
+        run_length_experiment(arguments, on_step=lambda message: status.update(message))
+    console.print((output / "results.md").read_text(encoding="utf-8"))
+    console.print(
+        f"[green]wrote[/] {output / 'results.json'}, {output / 'results.md'}, {output / 'f1_by_length.png'}"
+    )

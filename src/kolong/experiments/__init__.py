@@ -1,0 +1,1 @@
+"""Experiments that reproduce the source papers' findings."""

