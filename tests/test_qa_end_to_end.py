@@ -89,7 +89,9 @@ def test_resume_from_the_last_checkpoint(workspace):
     common = ["--model", model, "--train", data, "-o", out, *WINDOW, "--eval-every", 2, "--batch-size", 8]
     results = out / "kolong_qa_results.json"
     invoke("finetune", "qa", *common, "--max-steps", 4)
-    assert json.loads(results.read_text())["metrics"]["resumed_from"] is None and (out / "checkpoint-4").is_dir()
+    assert (
+        json.loads(results.read_text())["metrics"]["resumed_from"] is None and (out / "checkpoint-4").is_dir()
+    )
     invoke("finetune", "qa", *common, "--max-steps", 6)
     assert json.loads(results.read_text())["metrics"]["resumed_from"].endswith("checkpoint-4")
 

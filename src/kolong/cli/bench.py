@@ -29,3 +29,24 @@ def extend(
         json_path, markdown_path = write_results(result, output_dir)
     console.print(markdown_path.read_text(encoding="utf-8"))
     console.print(f"[green]wrote[/] {json_path} and {markdown_path}")
+
+
+@app.command("qa")
+def qa(
+    max_length: int = typer.Option(512, "--max-length", help="Window length in tokens."),
+    stride: int = typer.Option(128, "--doc-stride", help="Window overlap in tokens."),
+    questions: int = typer.Option(400, "--questions", help="Article-level KorQuAD questions to use."),
+    repeats: int = typer.Option(3, help="Timed repetitions (the median is reported)."),
+    data: Path = typer.Option(None, "--data", help="KorQuAD JSON (default: ../shared/data/korquad/...)."),
+    output_dir: Path = typer.Option(
+        Path("benchmarks/results"), "--output-dir", help="Where to write the results."
+    ),
+) -> None:
+    """QA feature preparation and answer decoding: kolong vs HF's run_qa approach, same tokenizer and data."""
+    from kolong.bench.qa import run_qa_benchmark, write_results
+
+    with user_errors(), console.status("benchmarking") as status:
+        result = run_qa_benchmark(max_length, stride, questions, repeats, data, on_step=status.update)
+        json_path, markdown_path = write_results(result, output_dir)
+    console.print(markdown_path.read_text(encoding="utf-8"))
+    console.print(f"[green]wrote[/] {json_path} and {markdown_path}")

@@ -1,0 +1,3 @@
+from kolong.cli import main
+
+main()
