@@ -17,7 +17,7 @@ def test_reference_doubling_matches_kolong():
 
 
 def test_qa_benchmark_agrees_with_the_reference(tmp_path):
-    result = run_qa_benchmark(max_length=64, stride=16, limit=14, repeats=1, data=Path("/nonexistent.json"))
+    result = run_qa_benchmark(max_length=192, stride=32, limit=14, repeats=1, data=Path("/nonexistent.json"))
     assert result["labels_agree"] and result["predictions_agree"]
     assert result["questions"] == 14 and result["windows"] > 14
     json_path, markdown_path = write_results(result, tmp_path)

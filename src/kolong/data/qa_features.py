@@ -79,8 +79,15 @@ def build_features(
             return_offsets_mapping=True,
             padding="max_length" if padding else False,
         )
-    except Exception as error:  # tokenizers raise bare Exceptions for questions longer than max_length
-        raise DataError(f"cannot build {max_length}-token windows: {error}") from error
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as error:
+        # tokenizers reports a question too long for the window (or a stride too large for what is left of
+        # it) as a Rust panic, which Python sees as a BaseException.
+        raise DataError(
+            f"cannot build {max_length}-token windows with stride {doc_stride if sliding else 0}: {error} "
+            "(a question may leave too little room for the context: raise --max-length or lower --doc-stride)"
+        ) from None
 
     sample_map = encoded["overflow_to_sample_mapping"] if sliding else list(range(len(examples)))
     features = QAFeatures(
