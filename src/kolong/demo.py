@@ -158,3 +158,78 @@ def run_demo(
                 )
             )
     return description, rows
+
+
+@dataclass
+class QADemoResult:
+    model: str
+    max_length: int
+    articles: int
+    questions: int
+    train_windows: int
+    exact_match: float
+    f1: float
+    seconds: float
+
+
+def run_qa_demo(
+    model_path: str | Path | None = None,
+    max_length: int = 1024,
+    epochs: float = 8.0,
+    learning_rate: float = 2e-4,
+) -> QADemoResult:
+    """The long-document workflow on the built-in Korean sample: extend -> long-docs -> finetune -> predict -> evaluate.
+
+    The 14 questions are both trained and scored (a smoke test of the pipeline, not a benchmark); the
+    length experiment (`kolong experiment length`) is the real measurement.
+    """
+    from kolong.data.squad import build_long_documents, parse_squad, write_squad
+    from kolong.evaluation.korquad import score_questions
+    from kolong.extension import extend_checkpoint
+    from kolong.training.qa import QAFinetuneArguments, QAPredictArguments, finetune_qa, predict_qa
+
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="kolong-qa-demo-") as scratch:
+        root = Path(scratch)
+        source = model_path or bundled_checkpoint()
+        if source is None:
+            source = build_tiny_bert_checkpoint(root / "tiny-bert")
+        extended = root / "extended"
+        extend_checkpoint(str(source), extended, max_length, "copy")
+        examples = build_long_documents(parse_squad(korean_qa_dataset()))
+        data = write_squad(examples, root / "articles.json")
+        stride = max_length // 4
+        metrics = finetune_qa(
+            QAFinetuneArguments(
+                model=str(extended),
+                train=str(data),
+                output_dir=str(root / "qa"),
+                max_length=max_length,
+                doc_stride=stride,
+                epochs=epochs,
+                learning_rate=learning_rate,
+                batch_size=4,
+                save_total_limit=1,
+                logging_steps=1000,
+                extra={"disable_tqdm": True},
+            )
+        )
+        predictions = root / "predictions.json"
+        predict_qa(
+            QAPredictArguments(
+                model=str(root / "qa"), data=str(data), output=str(predictions), doc_stride=stride
+            )
+        )
+        answers = json.loads(predictions.read_text(encoding="utf-8"))
+    gold = [(e.id, [a.text for a in e.answers], e.is_impossible) for e in examples]
+    scores = score_questions(gold, answers)
+    return QADemoResult(
+        model=Path(str(source)).name,
+        max_length=max_length,
+        articles=len({e.article for e in examples}),
+        questions=len(examples),
+        train_windows=metrics["train_windows"],
+        exact_match=scores["exact_match"],
+        f1=scores["f1"],
+        seconds=time.perf_counter() - started,
+    )
