@@ -125,3 +125,30 @@ def test_refusals(workspace):
     )
     assert result.exit_code == 2 and "holds no checkpoint" in " ".join(result.output.split())
     assert (busy / "notes.txt").read_text() == "mine"
+
+
+def test_early_stopping_on_eval_f1(workspace):
+    root, data, model = workspace
+    out = root / "early"
+    # With a zero learning rate eval F1 never improves: patience 1 stops after the second evaluation.
+    invoke(
+        "finetune",
+        "qa",
+        "--model",
+        model,
+        "--train",
+        data,
+        "--eval",
+        data,
+        "-o",
+        out,
+        *WINDOW,
+        "--epochs",
+        10,
+        "--lr",
+        0,
+        "--early-stopping-patience",
+        1,
+    )
+    metrics = json.loads((out / "kolong_qa_results.json").read_text())["metrics"]
+    assert metrics["epoch"] == 2.0

@@ -103,7 +103,9 @@ def test_bad_arguments(tokenizer):
     long_question = QAExample("q", "질문 " * 40, example.context, example.answers)
     with pytest.raises(DataError, match="cannot build 24-token windows"):
         build_features(tokenizer, [long_question], 24, "sliding-window", doc_stride=4)
-    medium_question = QAExample("q", "질문 " * 7, example.context, example.answers)  # 17 of 24 tokens left 7 < 8
+    medium_question = QAExample(
+        "q", "질문 " * 7, example.context, example.answers
+    )  # 17 of 24 tokens left 7 < 8
     with pytest.raises(DataError, match="raise --max-length or lower --doc-stride"):
         build_features(tokenizer, [medium_question], 24, "sliding-window", doc_stride=8)
 
