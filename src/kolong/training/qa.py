@@ -239,10 +239,11 @@ def finetune_qa(args: QAFinetuneArguments) -> dict:
     }
     if args.eval:
         metrics.update(trainer.evaluate())
-    trainer.save_model(str(output_dir))
-    tokenizer.save_pretrained(str(output_dir))
-    settings = {k: v for k, v in asdict(args).items() if k != "extra"}
-    atomic_write_json(output_dir / "kolong_qa_results.json", {"arguments": settings, "metrics": metrics})
+    trainer.save_model(str(output_dir))  # the Trainer writes from the main process only
+    if trainer.is_world_process_zero():  # under torchrun / accelerate, one writer
+        tokenizer.save_pretrained(str(output_dir))
+        settings = {k: v for k, v in asdict(args).items() if k != "extra"}
+        atomic_write_json(output_dir / "kolong_qa_results.json", {"arguments": settings, "metrics": metrics})
     return metrics
 
 
