@@ -183,7 +183,7 @@ def run_qa_demo(
     The 14 questions are both trained and scored (a smoke test of the pipeline, not a benchmark); the
     length experiment (`kolong experiment length`) is the real measurement.
     """
-    from kolong.data.squad import build_long_documents, parse_squad, write_squad
+    from kolong.data.squad import build_long_documents, gold_answers, parse_squad, write_squad
     from kolong.evaluation.korquad import score_questions
     from kolong.extension import extend_checkpoint
     from kolong.training.qa import QAFinetuneArguments, QAPredictArguments, finetune_qa, predict_qa
@@ -221,7 +221,7 @@ def run_qa_demo(
             )
         )
         answers = json.loads(predictions.read_text(encoding="utf-8"))
-    gold = [(e.id, [a.text for a in e.answers], e.is_impossible) for e in examples]
+    gold = gold_answers(examples)
     scores = score_questions(gold, answers)
     return QADemoResult(
         model=Path(str(source)).name,

@@ -57,8 +57,12 @@ class SquadDataset:
         return len(self.examples)
 
     def gold(self) -> list[tuple[str, list[str], bool]]:
-        """(id, gold texts, is_impossible) for the metrics."""
-        return [(e.id, [a.text for a in e.answers], e.is_impossible) for e in self.examples]
+        return gold_answers(self.examples)
+
+
+def gold_answers(examples: list[QAExample]) -> list[tuple[str, list[str], bool]]:
+    """(id, gold texts, is_impossible) per example: what the metrics score against."""
+    return [(e.id, [a.text for a in e.answers], e.is_impossible) for e in examples]
 
 
 def _require(mapping, key: str, kind, where: str):

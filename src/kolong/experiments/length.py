@@ -22,7 +22,14 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from kolong.data.squad import DataError, QAExample, build_long_documents, read_squad, write_squad
+from kolong.data.squad import (
+    DataError,
+    QAExample,
+    build_long_documents,
+    gold_answers,
+    read_squad,
+    write_squad,
+)
 from kolong.evaluation.korquad import score_questions
 from kolong.io import atomic_write_json, atomic_write_text
 
@@ -214,7 +221,7 @@ def _evaluate_variant(name, length, kind, finetune_args, evaluation, context_tok
     start_logits, end_logits = predict_logits(model, features, finetune_args.eval_batch_size)
     predictions, _ = decode_answers(evaluation, features, start_logits, end_logits)
     atomic_write_json(Path(model_dir).parent / "predictions.json", predictions)
-    gold = [(e.id, [a.text for a in e.answers], e.is_impossible) for e in evaluation]
+    gold = gold_answers(evaluation)
     overall = score_questions(gold, predictions)
     by_bucket = {}
     for _, _, label in BUCKETS:

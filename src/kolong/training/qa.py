@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from kolong.data.qa_features import STRATEGIES, QAFeatures, build_features
-from kolong.data.squad import DataError, read_squad
+from kolong.data.squad import DataError, gold_answers, read_squad
 from kolong.evaluation.korquad import score_questions
 from kolong.evaluation.qa_postprocess import decode_answers
 from kolong.io import OutputExistsError, atomic_write_json
@@ -124,7 +124,7 @@ def make_qa_trainer_class():
                 self.eval_examples, self.eval_features, start_logits, end_logits, **self.decode_options
             )
             scores = score_questions(
-                [(e.id, [a.text for a in e.answers], e.is_impossible) for e in self.eval_examples],
+                gold_answers(self.eval_examples),
                 predictions,
             )
             metrics = {f"{metric_key_prefix}_{k}": v for k, v in scores.items() if k in ("exact_match", "f1")}
