@@ -32,28 +32,14 @@ def invoke(*args):
 WINDOW = ["--max-length", 64, "--doc-stride", 16]
 
 
+def finetune(model, data, out, *options):
+    return invoke("finetune", "qa", "--model", model, "--train", data, "-o", out, *WINDOW, *options)
+
+
 def test_finetune_predict_evaluate(workspace):
     root, data, model = workspace
     out = root / "finetuned"
-    invoke(
-        "finetune",
-        "qa",
-        "--model",
-        model,
-        "--train",
-        data,
-        "--eval",
-        data,
-        "-o",
-        out,
-        *WINDOW,
-        "--epochs",
-        30,
-        "--lr",
-        1e-3,
-        "--seed",
-        0,
-    )
+    finetune(model, data, out, "--eval", data, "--epochs", 30, "--lr", 1e-3, "--seed", 0)
     results = json.loads((out / "kolong_qa_results.json").read_text())
     assert results["metrics"]["train_windows"] > 14  # sliding windows: more windows than questions
     assert results["metrics"]["eval_f1"] > 50  # the tiny model memorises the 14 questions
@@ -131,24 +117,6 @@ def test_early_stopping_on_eval_f1(workspace):
     root, data, model = workspace
     out = root / "early"
     # With a zero learning rate eval F1 never improves: patience 1 stops after the second evaluation.
-    invoke(
-        "finetune",
-        "qa",
-        "--model",
-        model,
-        "--train",
-        data,
-        "--eval",
-        data,
-        "-o",
-        out,
-        *WINDOW,
-        "--epochs",
-        10,
-        "--lr",
-        0,
-        "--early-stopping-patience",
-        1,
-    )
+    finetune(model, data, out, "--eval", data, "--epochs", 10, "--lr", 0, "--early-stopping-patience", 1)
     metrics = json.loads((out / "kolong_qa_results.json").read_text())["metrics"]
     assert metrics["epoch"] == 2.0
