@@ -44,3 +44,12 @@ def test_empty_existing_directory_is_fine_and_replaced(tmp_path):
 def test_atomic_json(tmp_path):
     path = atomic_write_json(tmp_path / "sub" / "r.json", {"한국어": 1})
     assert path.read_text(encoding="utf-8") == '{\n  "한국어": 1\n}\n'
+
+
+def test_allocator_tuning_can_be_switched_off(monkeypatch):
+    from kolong.runtime import tune_allocator
+
+    monkeypatch.setenv("KOLONG_MALLOC_TUNING", "0")
+    assert tune_allocator() is False
+    monkeypatch.setenv("KOLONG_MALLOC_TUNING", "1")
+    assert tune_allocator() in (True, False)  # True on glibc Linux

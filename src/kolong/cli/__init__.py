@@ -27,6 +27,9 @@ app.add_typer(experiment.app, name="experiment")
 def main() -> None:
     from transformers.utils import logging
 
+    from kolong.runtime import tune_allocator
+
+    tune_allocator()
     # HF's per-file progress bars and length warnings drown kolong's own output on the terminal.
     logging.set_verbosity_error()
     logging.disable_progress_bar()
