@@ -224,7 +224,9 @@ def run_qa_demo(
     gold = gold_answers(examples)
     scores = score_questions(gold, answers)
     return QADemoResult(
-        model="all-MiniLM-L6-v2" if model_path is None and source == bundled_checkpoint() else Path(str(source)).name,
+        model="all-MiniLM-L6-v2"
+        if model_path is None and source == bundled_checkpoint()
+        else Path(str(source)).name,
         max_length=max_length,
         articles=len({e.article for e in examples}),
         questions=len(examples),
