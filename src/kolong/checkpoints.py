@@ -24,9 +24,13 @@ def load_config(model_or_path: str) -> PretrainedConfig:
     try:
         return AutoConfig.from_pretrained(model_or_path)
     except (OSError, ValueError) as error:
-        where = "local directory" if path.exists() else "local directory nor a reachable hub model (offline?)"
+        what = (
+            "its config.json is not valid"
+            if path.exists()
+            else "neither a local directory nor a reachable hub model"
+        )
         raise CheckpointError(
-            f"cannot load a model config from {model_or_path!r}: not a {where}: {error}"
+            f"cannot load a model config from {model_or_path!r} ({what}): {error}"
         ) from error
 
 
