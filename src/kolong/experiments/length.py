@@ -17,6 +17,7 @@ interrupted experiment resumes.
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -120,7 +121,7 @@ def run_length_experiment(
 
     from kolong.demo import bundled_checkpoint
     from kolong.extension import extend_checkpoint
-    from kolong.training.qa import QAFinetuneArguments, finetune_qa, predict_logits
+    from kolong.training.qa import QAFinetuneArguments, finetune_qa
 
     step = on_step or (lambda message: None)
     variants = [(name, *parse_variant(name)) for name in args.variants]
@@ -151,15 +152,10 @@ def run_length_experiment(
     write_squad(train, out / "train.json")
     write_squad(evaluation, out / "eval.json")
 
-    tokenizer = AutoTokenizer.from_pretrained(model)
-    context_tokens = {
-        e.id: len(tokenizer(e.context, add_special_tokens=False)["input_ids"]) for e in evaluation
-    }
+    context_tokens = {e.id: article_tokens[e.article] for e in evaluation}  # tokenised once, above
     results_path = out / "results.json"
     previous = {}
     if results_path.is_file() and not args.overwrite:
-        import json
-
         previous = {r["variant"]: r for r in json.loads(results_path.read_text(encoding="utf-8"))["variants"]}
 
     rows = []
@@ -197,9 +193,7 @@ def run_length_experiment(
         step(f"{name}: fine-tuning")
         train_metrics = finetune_qa(finetune_args)
         step(f"{name}: evaluating")
-        rows.append(
-            _evaluate_variant(name, length, kind, finetune_args, evaluation, context_tokens, predict_logits)
-        )
+        rows.append(_evaluate_variant(name, length, kind, finetune_args, evaluation, context_tokens))
         rows[-1]["train"] = {k: train_metrics[k] for k in ("train_loss", "train_windows")}
         _write(results_path, args, rows)
     _write(results_path, args, rows)
@@ -208,11 +202,12 @@ def run_length_experiment(
     return {"variants": rows}
 
 
-def _evaluate_variant(name, length, kind, finetune_args, evaluation, context_tokens, predict_logits) -> dict:
+def _evaluate_variant(name, length, kind, finetune_args, evaluation, context_tokens) -> dict:
     from transformers import AutoModelForQuestionAnswering, AutoTokenizer
 
     from kolong.data.qa_features import build_features
     from kolong.evaluation.qa_postprocess import decode_answers
+    from kolong.training.qa import predict_logits
 
     model_dir = finetune_args.output_dir
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
