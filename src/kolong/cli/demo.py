@@ -62,8 +62,9 @@ def demo(
         ):
             result = run_qa_demo(model)
         qa_table = Table(title="long-document QA workflow on the built-in Korean articles (smoke test)")
-        for header in ("model", "positions", "articles", "questions", "train windows", "EM", "F1", "seconds"):
-            qa_table.add_column(header, justify="left" if header == "model" else "right")
+        qa_table.add_column("model", no_wrap=True)
+        for header in ("positions", "articles", "questions", "train windows", "EM", "F1", "seconds"):
+            qa_table.add_column(header, justify="right")
         qa_table.add_row(
             result.model,
             str(result.max_length),
