@@ -92,3 +92,29 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip("../shared/data is absent")
     return SHARED_DATA
+
+
+def tiny_kolong_config(**overrides):
+    """The one tiny configuration of kolong's encoder (hidden 32, 2 layers, 2 heads)."""
+    from kolong.models import KolongConfig
+
+    settings = dict(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=TINY_LENGTH,
+        initializer_range=0.5,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        num_labels=2,
+    )
+    settings.update(overrides)
+    return KolongConfig(**settings)
+
+
+@pytest.fixture
+def kolong_config():
+    """Factory fixture: `kolong_config(position_encoding="shaw", ...)` -> a tiny KolongConfig."""
+    return tiny_kolong_config

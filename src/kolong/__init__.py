@@ -13,6 +13,9 @@ from kolong.extension.scaling import enable_auto_install as _enable_auto_install
 # Checkpoints saved with keep-short behaviour rebuild their position-id hook on from_pretrained.
 _enable_auto_install()
 
+# model_type "kolong" resolves through AutoConfig / AutoModel* once kolong is imported.
+import kolong.models  # noqa: E402,F401
+
 __all__ = [
     "ExtensionError",
     "__version__",

@@ -2,7 +2,7 @@
 
 All supported families (BERT, RoBERTa, XLM-RoBERTa, CamemBERT, ELECTRA, ALBERT, DistilBERT, and
 kolong's encoder with `position_encoding="learned"`) keep an `nn.Embedding` named
-`position_embeddings` on `model.base_model.embeddings`, with `config.max_position_embeddings` rows,
+`position_embeddings` on `model.base_model.embeddings` (kolong: on `model.base_model.positions`), with `config.max_position_embeddings` rows,
 and non-persistent buffers `position_ids` (1, rows) and, for most, `token_type_ids` (1, rows).
 
 RoBERTa-family tables (the embedding has a `padding_idx`) reserve rows 0..padding_idx: real position
@@ -82,10 +82,11 @@ def find_position_table(model: nn.Module) -> PositionTable:
         raise ExtensionError(f"{type(model).__name__} is not a Hugging Face model (it has no config)")
     model_type = getattr(config, "model_type", "?")
 
-    scheme = getattr(config, "position_embedding_type", None) or getattr(config, "position_encoding", None)
+    field = "position_encoding" if hasattr(config, "position_encoding") else "position_embedding_type"
+    scheme = getattr(config, field, None)
     if scheme not in (None, "absolute", "learned"):
         raise ExtensionError(
-            f"{type(model).__name__} ({model_type}) uses position_embedding_type={scheme!r}, not a learned "
+            f"{type(model).__name__} ({model_type}) uses {field}={scheme!r}, not a learned "
             "absolute table; only learned absolute tables can be extended"
         )
     if getattr(config, "sinusoidal_pos_embds", False):
@@ -97,6 +98,9 @@ def find_position_table(model: nn.Module) -> PositionTable:
     base = getattr(model, "base_model", model)
     embeddings = getattr(base, "embeddings", None)
     table = getattr(embeddings, "position_embeddings", None)
+    if table is None and hasattr(base, "positions"):  # kolong's encoder keeps the table on its scheme
+        embeddings = base.positions
+        table = getattr(embeddings, "position_embeddings", None)
     if not isinstance(table, nn.Embedding):
         raise ExtensionError(
             f"{type(model).__name__} ({model_type}) has no learned absolute position table "

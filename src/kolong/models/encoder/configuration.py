@@ -1,0 +1,114 @@
+"""Configuration of kolong's encoder: BERT's fields plus the position scheme and encoder options."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from transformers import PreTrainedConfig
+
+ACTIVATIONS = ("gelu", "relu", "swiglu", "geglu")
+NORM_POSITIONS = ("post", "pre", "rezero")
+
+
+class KolongConfig(PreTrainedConfig):
+    r"""
+    A BERT-style encoder whose position information comes from one pluggable scheme.
+
+    Args:
+        position_encoding (`str`, defaults to `"learned"`):
+            One of `learned`, `sinusoidal`, `memn2n`, `shaw`, `t5`, `alibi`, `rope`, `none`
+            (see `kolong.positions`). Only one scheme is ever active.
+        position_kwargs (`dict`, *optional*):
+            Options of that scheme, e.g. `{"max_distance": 16, "value": True}` for `shaw`,
+            `{"init_std": 0.1}` for `learned` (ConvS2S), `{"scaling": "ntk", "factor": 4}` for `rope`.
+        max_position_embeddings (`int`, defaults to 512):
+            Rows of the `learned` table; other schemes accept any length.
+        hidden_act (`str`, defaults to `"gelu"`):
+            FFN activation: `gelu`, `relu`, or the gated `swiglu` / `geglu`, where `intermediate_size`
+            is the width of each of the two input projections (use 2/3 of the plain FFN's width
+            to keep the parameter count, as Shazeer 2020 does).
+        norm_position (`str`, defaults to `"post"`):
+            `post` (BERT: LayerNorm after each residual sum), `pre` (LayerNorm before each sublayer
+            plus a final LayerNorm), or `rezero` (x + alpha * F(x), alpha starts at 0, no LayerNorm in
+            the blocks; the embedding LayerNorm is kept).
+        embedding_size (`int`, *optional*):
+            ALBERT's factorised embeddings: embeddings of this width projected to `hidden_size`.
+        share_layers (`bool`, defaults to `False`):
+            ALBERT's cross-layer sharing: one set of layer weights applied `num_hidden_layers` times.
+        type_vocab_size (`int`, defaults to 2):
+            Token type (segment) embeddings; 0 turns them off.
+        use_pooler (`bool`, defaults to `True`):
+            BERT's pooler (dense + tanh on the first token), used by the sequence classification head.
+        attention_bias (`bool`, defaults to `True`):
+            Biases on the query/key/value and output projections.
+    """
+
+    model_type = "kolong"
+
+    vocab_size: int = 32000
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    initializer_range: float = 0.02
+    layer_norm_eps: float = 1e-12
+    pad_token_id: int | None = 0
+    position_encoding: str = "learned"
+    position_kwargs: dict[str, Any] | None = None
+    norm_position: str = "post"
+    embedding_size: int | None = None
+    share_layers: bool = False
+    use_pooler: bool = True
+    attention_bias: bool = True
+    classifier_dropout: float | None = None
+    tie_word_embeddings: bool = True
+
+    def __post_init__(self, **kwargs):
+        self.position_kwargs = dict(self.position_kwargs or {})
+        self._check()
+        super().__post_init__(**kwargs)
+
+    def _check(self) -> None:
+        from kolong.positions import scheme_class
+
+        for name in (
+            "vocab_size",
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "intermediate_size",
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError(
+                f"num_attention_heads={self.num_attention_heads} does not divide hidden_size={self.hidden_size}"
+            )
+        if self.hidden_act not in ACTIVATIONS:
+            raise ValueError(f"hidden_act={self.hidden_act!r} is not one of {', '.join(ACTIVATIONS)}")
+        if self.norm_position not in NORM_POSITIONS:
+            raise ValueError(
+                f"norm_position={self.norm_position!r} is not one of {', '.join(NORM_POSITIONS)}"
+            )
+        if self.embedding_size is not None and (
+            not isinstance(self.embedding_size, int) or self.embedding_size < 1
+        ):
+            raise ValueError(
+                f"embedding_size must be a positive integer or None, got {self.embedding_size!r}"
+            )
+        if self.type_vocab_size < 0:
+            raise ValueError(f"type_vocab_size must be >= 0, got {self.type_vocab_size}")
+        if self.max_position_embeddings < 1:
+            raise ValueError(f"max_position_embeddings must be >= 1, got {self.max_position_embeddings}")
+        # Unknown scheme or bad scheme options: ValueError naming position_encoding / position_kwargs[...]
+        scheme_class(self.position_encoding).check_kwargs(self.position_kwargs, self)
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads

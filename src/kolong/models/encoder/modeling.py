@@ -1,0 +1,399 @@
+"""kolong's encoder: a BERT-style Transformer whose position scheme is one pluggable module.
+
+Layout (HF single-model-file style): embeddings, attention, feed-forward, layer, the bare model,
+then the heads (masked LM, question answering, sequence and token classification). Every head
+returns the standard transformers output dataclass with `loss`, so the `Trainer` works unchanged.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import PreTrainedModel
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import (
+    BaseModelOutputWithPooling,
+    MaskedLMOutput,
+    QuestionAnsweringModelOutput,
+    SequenceClassifierOutput,
+    TokenClassifierOutput,
+)
+
+from kolong.models.encoder.configuration import KolongConfig
+from kolong.positions import PositionEncoding, build_position_encoding
+
+_ACTIVATIONS = {"gelu": F.gelu, "relu": F.relu, "swiglu": F.silu, "geglu": F.gelu}
+
+
+class KolongEmbeddings(nn.Module):
+    """Word (+ token type) embeddings; positions are added by the scheme between lookup and finish."""
+
+    def __init__(self, config: KolongConfig):
+        super().__init__()
+        width = config.embedding_size or config.hidden_size
+        self.word_embeddings = nn.Embedding(config.vocab_size, width, padding_idx=config.pad_token_id)
+        self.token_type_embeddings = (
+            nn.Embedding(config.type_vocab_size, width) if config.type_vocab_size > 0 else None
+        )
+        self.norm = nn.LayerNorm(width, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        # ALBERT / ELECTRA factorised embeddings: E-wide embeddings projected to H.
+        self.projection = nn.Linear(width, config.hidden_size) if width != config.hidden_size else None
+
+    def lookup(self, input_ids, inputs_embeds, token_type_ids) -> torch.Tensor:
+        x = self.word_embeddings(input_ids) if inputs_embeds is None else inputs_embeds  # (b, n, e)
+        if self.token_type_embeddings is not None:
+            if token_type_ids is None:
+                x = x + self.token_type_embeddings.weight[0]
+            else:
+                x = x + self.token_type_embeddings(token_type_ids)
+        return x
+
+    def finish(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.dropout(self.norm(x))
+        return self.projection(x) if self.projection is not None else x  # (b, n, d)
+
+
+class KolongAttention(nn.Module):
+    """Multi-head self-attention through `scaled_dot_product_attention`.
+
+    Relative schemes enter as an additive logit bias passed with the padding mask as `attn_mask`;
+    RoPE rotates q and k; Shaw's value term takes the explicit path (it needs the probabilities).
+    """
+
+    def __init__(self, config: KolongConfig):
+        super().__init__()
+        self.heads = config.num_attention_heads
+        self.head_dim = config.head_dim
+        self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size, bias=config.attention_bias)
+        self.out = nn.Linear(config.hidden_size, config.hidden_size, bias=config.attention_bias)
+        self.dropout_p = config.attention_probs_dropout_prob
+
+    def forward(self, x, padding_bias, positions: PositionEncoding, layer: int, state) -> torch.Tensor:
+        batch, length, hidden = x.shape
+        qkv = self.qkv(x).view(batch, length, 3, self.heads, self.head_dim)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (b, h, n, d_h)
+        q, k = positions.rotate(layer, q, k, state)
+        bias = positions.score_bias(layer, q, state)  # (b|1, h, n, n) or None
+        if bias is None:
+            mask = padding_bias
+        elif padding_bias is None:
+            mask = bias
+        else:
+            mask = bias + padding_bias
+        dropout_p = self.dropout_p if self.training else 0.0
+
+        if positions.needs_probabilities:
+            scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(self.head_dim)  # (b, h, n, n)
+            if mask is not None:
+                scores = scores + mask
+            probs = F.dropout(scores.softmax(dim=-1), p=dropout_p, training=self.training)
+            context = torch.matmul(probs, v) + positions.value_term(layer, probs, state)  # (b, h, n, d_h)
+        else:
+            context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+        context = context.transpose(1, 2).reshape(batch, length, hidden)  # (b, n, d)
+        return self.out(context)
+
+
+class KolongFeedForward(nn.Module):
+    """FFN(x) = act(x W1) W2, or the gated act(x W) * (x V) W2 for swiglu / geglu (Shazeer 2020)."""
+
+    def __init__(self, config: KolongConfig):
+        super().__init__()
+        self.gated = config.hidden_act in ("swiglu", "geglu")
+        width = config.intermediate_size * (2 if self.gated else 1)
+        self.up = nn.Linear(config.hidden_size, width)
+        self.down = nn.Linear(config.intermediate_size, config.hidden_size)
+        self.act = _ACTIVATIONS[config.hidden_act]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.up(x)  # (b, n, i) or (b, n, 2i)
+        if self.gated:
+            h, gate = h.chunk(2, dim=-1)
+            return self.down(self.act(h) * gate)
+        return self.down(self.act(h))
+
+
+class KolongLayer(GradientCheckpointingLayer):
+    """One encoder block with post-LN (BERT), pre-LN or ReZero residuals."""
+
+    def __init__(self, config: KolongConfig):
+        super().__init__()
+        self.norm_position = config.norm_position
+        self.attention = KolongAttention(config)
+        self.feed_forward = KolongFeedForward(config)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        if self.norm_position == "rezero":
+            # ReZero (Bachlechner et al. 2020): x + alpha * F(x), alpha = 0 at initialisation.
+            self.attention_alpha = nn.Parameter(torch.zeros(1))
+            self.feed_forward_alpha = nn.Parameter(torch.zeros(1))
+        else:
+            self.attention_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+            self.feed_forward_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+
+    def forward(self, x, padding_bias, positions, layer, state) -> torch.Tensor:
+        if self.norm_position == "post":
+            x = self.attention_norm(
+                x + self.dropout(self.attention(x, padding_bias, positions, layer, state))
+            )
+            return self.feed_forward_norm(x + self.dropout(self.feed_forward(x)))
+        if self.norm_position == "pre":
+            x = x + self.dropout(
+                self.attention(self.attention_norm(x), padding_bias, positions, layer, state)
+            )
+            return x + self.dropout(self.feed_forward(self.feed_forward_norm(x)))
+        x = x + self.attention_alpha * self.dropout(self.attention(x, padding_bias, positions, layer, state))
+        return x + self.feed_forward_alpha * self.dropout(self.feed_forward(x))
+
+
+class KolongPreTrainedModel(PreTrainedModel):
+    config_class = KolongConfig
+    config: KolongConfig
+    base_model_prefix = "kolong"
+    supports_gradient_checkpointing = True
+    _no_split_modules: ClassVar[list[str]] = ["KolongLayer"]
+
+    @torch.no_grad()
+    def _init_weights(self, module):
+        from transformers import initialization as init
+
+        super()._init_weights(module)
+        std = self.config.initializer_range
+        if isinstance(module, nn.Embedding) and getattr(module, "init_std", None):
+            init.normal_(
+                module.weight, mean=0.0, std=module.init_std
+            )  # learned positions, e.g. ConvS2S's 0.1
+            if module.padding_idx is not None and not getattr(module.weight, "_is_hf_initialized", False):
+                init.zeros_(module.weight[module.padding_idx])
+        elif isinstance(module, PositionEncoding):
+            module.init_weights(std)
+        elif isinstance(module, KolongLayer) and module.norm_position == "rezero":
+            init.zeros_(module.attention_alpha)
+            init.zeros_(module.feed_forward_alpha)
+
+
+def padding_bias(attention_mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
+    """(b, n) 1/0 mask -> (b, 1, 1, n) additive bias, or None when nothing is padded."""
+    if attention_mask is None or bool(attention_mask.all()):
+        return None
+    bias = (1.0 - attention_mask[:, None, None, :].to(dtype)) * torch.finfo(dtype).min
+    return bias
+
+
+class KolongModel(KolongPreTrainedModel):
+    def __init__(self, config: KolongConfig, add_pooling_layer: bool = True):
+        super().__init__(config)
+        self.embeddings = KolongEmbeddings(config)
+        self.positions = build_position_encoding(config)
+        depth = 1 if config.share_layers else config.num_hidden_layers
+        self.layers = nn.ModuleList(KolongLayer(config) for _ in range(depth))
+        self.final_norm = (
+            nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+            if config.norm_position == "pre"
+            else None
+        )
+        # As BERT, heads that never read the pooled vector (MLM, QA, tokens) are built without it.
+        use_pooler = config.use_pooler and add_pooling_layer
+        self.pooler = nn.Linear(config.hidden_size, config.hidden_size) if use_pooler else None
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.embeddings.word_embeddings
+
+    def set_input_embeddings(self, value):
+        self.embeddings.word_embeddings = value
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+    ) -> BaseModelOutputWithPooling | tuple:
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("pass exactly one of input_ids and inputs_embeds")
+        if output_attentions:
+            raise ValueError(
+                "kolong's encoder attends through scaled_dot_product_attention and returns no weights"
+            )
+        x = self.embeddings.lookup(input_ids, inputs_embeds, token_type_ids)  # (b, n, e)
+        x = self.positions(x, input_ids=input_ids, position_ids=position_ids, attention_mask=attention_mask)
+        x = self.embeddings.finish(x)  # (b, n, d)
+
+        length = x.shape[1]
+        state = self.positions.prepare(length, x.device, x.dtype)
+        bias = padding_bias(attention_mask, x.dtype)  # (b, 1, 1, n) or None
+        hidden_states = [x] if output_hidden_states else None
+        for depth in range(self.config.num_hidden_layers):
+            layer = self.layers[0 if self.config.share_layers else depth]
+            x = layer(x, bias, self.positions, depth, state)
+            if hidden_states is not None:
+                hidden_states.append(x)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+            if hidden_states is not None:
+                hidden_states[-1] = x
+        pooled = torch.tanh(self.pooler(x[:, 0])) if self.pooler is not None else None  # (b, d)
+
+        output = BaseModelOutputWithPooling(
+            last_hidden_state=x,
+            pooler_output=pooled,
+            hidden_states=tuple(hidden_states) if hidden_states is not None else None,
+        )
+        return output if return_dict is not False else output.to_tuple()
+
+
+class KolongLMHead(nn.Module):
+    """dense -> activation -> LayerNorm -> decoder tied to the word embeddings (BERT, ALBERT, ELECTRA)."""
+
+    def __init__(self, config: KolongConfig):
+        super().__init__()
+        width = config.embedding_size or config.hidden_size
+        self.dense = nn.Linear(config.hidden_size, width)
+        self.act = F.gelu if config.hidden_act not in ("relu",) else F.relu
+        self.norm = nn.LayerNorm(width, eps=config.layer_norm_eps)
+        self.decoder = nn.Linear(width, config.vocab_size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.decoder(self.norm(self.act(self.dense(x))))  # (b, n, V)
+
+
+def _wrap(output, return_dict):
+    return output if return_dict is not False else output.to_tuple()
+
+
+class KolongForMaskedLM(KolongPreTrainedModel):
+    _tied_weights_keys: ClassVar[dict[str, str]] = {
+        "lm_head.decoder.weight": "kolong.embeddings.word_embeddings.weight"
+    }
+
+    def __init__(self, config: KolongConfig):
+        super().__init__(config)
+        self.kolong = KolongModel(config, add_pooling_layer=False)
+        self.lm_head = KolongLMHead(config)
+        self.post_init()
+
+    def get_output_embeddings(self):
+        return self.lm_head.decoder
+
+    def set_output_embeddings(self, new_embeddings):
+        self.lm_head.decoder = new_embeddings
+
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
+                inputs_embeds=None, labels=None, output_attentions=None, output_hidden_states=None,
+                return_dict=None) -> MaskedLMOutput | tuple:  # fmt: skip
+        outputs = self.kolong(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
+                              output_attentions, output_hidden_states)  # fmt: skip
+        logits = self.lm_head(outputs.last_hidden_state)  # (b, n, V)
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(
+                logits.view(-1, logits.shape[-1]).float(), labels.view(-1), ignore_index=-100
+            )
+        output = MaskedLMOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states)
+        return _wrap(output, return_dict)
+
+
+class KolongForQuestionAnswering(KolongPreTrainedModel):
+    def __init__(self, config: KolongConfig):
+        super().__init__(config)
+        self.kolong = KolongModel(config, add_pooling_layer=False)
+        self.qa_outputs = nn.Linear(config.hidden_size, 2)
+        self.post_init()
+
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
+                inputs_embeds=None, start_positions=None, end_positions=None, output_attentions=None,
+                output_hidden_states=None, return_dict=None) -> QuestionAnsweringModelOutput | tuple:  # fmt: skip
+        outputs = self.kolong(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
+                              output_attentions, output_hidden_states)  # fmt: skip
+        logits = self.qa_outputs(outputs.last_hidden_state)  # (b, n, 2)
+        start_logits, end_logits = (part.squeeze(-1).contiguous() for part in logits.split(1, dim=-1))
+        loss = None
+        if start_positions is not None and end_positions is not None:
+            # As BERT: positions outside the input are ignored rather than clamped onto a token.
+            ignored = start_logits.shape[1]
+            start = start_positions.view(-1).clamp(0, ignored)
+            end = end_positions.view(-1).clamp(0, ignored)
+            loss = (
+                F.cross_entropy(start_logits.float(), start, ignore_index=ignored)
+                + F.cross_entropy(end_logits.float(), end, ignore_index=ignored)
+            ) / 2
+        output = QuestionAnsweringModelOutput(
+            loss=loss, start_logits=start_logits, end_logits=end_logits, hidden_states=outputs.hidden_states
+        )
+        return _wrap(output, return_dict)
+
+
+def classification_loss(config: KolongConfig, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """HF's rule: 1 label -> regression (MSE), integer labels -> cross-entropy, else multi-label BCE."""
+    if config.problem_type is None:
+        if config.num_labels == 1:
+            config.problem_type = "regression"
+        elif labels.dtype in (torch.long, torch.int):
+            config.problem_type = "single_label_classification"
+        else:
+            config.problem_type = "multi_label_classification"
+    if config.problem_type == "regression":
+        return F.mse_loss(logits.squeeze(-1).float(), labels.float().view(-1))
+    if config.problem_type == "single_label_classification":
+        return F.cross_entropy(logits.view(-1, config.num_labels).float(), labels.view(-1))
+    return F.binary_cross_entropy_with_logits(logits.float(), labels.float())
+
+
+class KolongForSequenceClassification(KolongPreTrainedModel):
+    def __init__(self, config: KolongConfig):
+        super().__init__(config)
+        self.kolong = KolongModel(config)
+        dropout = (
+            config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
+        )
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
+                inputs_embeds=None, labels=None, output_attentions=None, output_hidden_states=None,
+                return_dict=None) -> SequenceClassifierOutput | tuple:  # fmt: skip
+        outputs = self.kolong(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
+                              output_attentions, output_hidden_states)  # fmt: skip
+        pooled = (
+            outputs.pooler_output if outputs.pooler_output is not None else outputs.last_hidden_state[:, 0]
+        )
+        logits = self.classifier(self.dropout(pooled))  # (b, labels)
+        loss = classification_loss(self.config, logits, labels) if labels is not None else None
+        output = SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states)
+        return _wrap(output, return_dict)
+
+
+class KolongForTokenClassification(KolongPreTrainedModel):
+    def __init__(self, config: KolongConfig):
+        super().__init__(config)
+        self.kolong = KolongModel(config, add_pooling_layer=False)
+        dropout = (
+            config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
+        )
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
+                inputs_embeds=None, labels=None, output_attentions=None, output_hidden_states=None,
+                return_dict=None) -> TokenClassifierOutput | tuple:  # fmt: skip
+        outputs = self.kolong(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
+                              output_attentions, output_hidden_states)  # fmt: skip
+        logits = self.classifier(self.dropout(outputs.last_hidden_state))  # (b, n, labels)
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(
+                logits.view(-1, self.config.num_labels).float(), labels.view(-1), ignore_index=-100
+            )
+        output = TokenClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states)
+        return _wrap(output, return_dict)

@@ -1,0 +1,42 @@
+"""ALiBi (Press, Smith and Lewis 2022), symmetric for bidirectional attention.
+
+    bias_ij = -m_h * |i - j|
+
+with the paper's head slopes m_h: for h heads (a power of two) the geometric sequence
+2^(-8/h), 2^(-16/h), ..., 2^(-8); otherwise the slopes of the closest smaller power of two p,
+followed by every other slope of 2p heads until h are filled. No parameters, any length.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from kolong.positions.base import PositionEncoding
+
+
+def alibi_slopes(heads: int) -> torch.Tensor:
+    def power_of_two(n: int) -> list[float]:
+        start = 2 ** (-8 / n)
+        return [start ** (i + 1) for i in range(n)]
+
+    if heads & (heads - 1) == 0:
+        return torch.tensor(power_of_two(heads), dtype=torch.float64)
+    closest = 2 ** math.floor(math.log2(heads))
+    slopes = power_of_two(closest) + power_of_two(2 * closest)[0::2][: heads - closest]
+    return torch.tensor(slopes, dtype=torch.float64)
+
+
+class ALiBiPositions(PositionEncoding):
+    name = "alibi"
+    relative = True
+
+    def prepare(self, length, device, dtype):
+        position = torch.arange(length, device=device, dtype=torch.float64)
+        distance = (position[None, :] - position[:, None]).abs()  # |i - j|: (n, n)
+        slopes = alibi_slopes(self.num_heads).to(device)
+        return (-slopes[:, None, None] * distance)[None].to(dtype)  # (1, h, n, n)
+
+    def score_bias(self, layer, query, state):
+        return state

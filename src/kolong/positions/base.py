@@ -1,0 +1,108 @@
+"""The one small interface every position scheme implements.
+
+A scheme acts at up to three places of the encoder, and each hook defaults to "do nothing":
+
+- `forward(inputs_embeds, ...)`: absolute schemes add (learned, sinusoidal) or multiply (MemN2N) a
+  position signal into the token embeddings, before the embedding LayerNorm;
+- `score_bias(layer, query, state)`: relative schemes return an additive term for the attention
+  logits (Shaw's key term, T5 buckets, ALiBi), already in logit units, shape (batch|1, heads, n, n);
+  the encoder passes it to `scaled_dot_product_attention` as `attn_mask`;
+- `rotate(layer, query, key, state)`: RoPE rotates queries and keys;
+- `value_term(layer, probs, state)`: Shaw's optional value term needs the attention probabilities,
+  so a scheme that sets `needs_probabilities` gets the explicit attention path.
+
+`prepare(length, device, dtype)` runs once per forward and returns whatever the layers share (an
+index of clipped distances, cos/sin tables, a bias that every layer reuses).
+
+Schemes are chosen by `config.position_encoding` (a name in the registry) plus
+`config.position_kwargs`; each class declares its keyword arguments and their defaults in
+`defaults`, and `check_kwargs` rejects unknown or invalid ones with a ValueError naming the field.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+
+def kwarg_error(scheme: str, key: str, message: str) -> ValueError:
+    return ValueError(f"position_kwargs[{key!r}] of position_encoding={scheme!r}: {message}")
+
+
+class PositionEncoding(nn.Module):
+    name: ClassVar[str]
+    defaults: ClassVar[dict[str, Any]] = {}
+    # True when attention logits depend on positions only through i - j (shift-invariant).
+    relative: ClassVar[bool] = False
+    # True for schemes that act on the embeddings (learned, sinusoidal, memn2n).
+    absolute: ClassVar[bool] = False
+    needs_probabilities: bool = False
+
+    def __init__(self, config, **kwargs: Any):
+        super().__init__()
+        self.options = self.check_kwargs(kwargs, config)
+        self.num_heads = config.num_attention_heads
+        self.head_dim = config.hidden_size // config.num_attention_heads
+        self.num_layers = config.num_hidden_layers
+
+    @classmethod
+    def check_kwargs(cls, kwargs: dict[str, Any] | None, config) -> dict[str, Any]:
+        """Merge `kwargs` into the scheme's defaults; unknown keys and bad values raise ValueError."""
+        kwargs = dict(kwargs or {})
+        unknown = sorted(set(kwargs) - set(cls.defaults))
+        if unknown:
+            known = ", ".join(sorted(cls.defaults)) or "none"
+            raise kwarg_error(cls.name, unknown[0], f"unknown option (this scheme takes: {known})")
+        options = {**cls.defaults, **kwargs}
+        cls.validate(options, config)
+        return options
+
+    @classmethod
+    def validate(cls, options: dict[str, Any], config) -> None:
+        """Raise ValueError naming the field when an option is out of range."""
+
+    def max_length(self) -> int | None:
+        """The longest input the scheme can encode, or None when any length works."""
+        return None
+
+    def forward(
+        self,
+        inputs_embeds: torch.Tensor,
+        input_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        return inputs_embeds
+
+    def prepare(self, length: int, device: torch.device, dtype: torch.dtype) -> Any:
+        return None
+
+    def score_bias(self, layer: int, query: torch.Tensor, state: Any) -> torch.Tensor | None:
+        return None
+
+    def rotate(
+        self, layer: int, query: torch.Tensor, key: torch.Tensor, state: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return query, key
+
+    def value_term(self, layer: int, probs: torch.Tensor, state: Any) -> torch.Tensor | None:
+        return None
+
+    def init_weights(self, std: float) -> None:
+        """Initialise the scheme's own parameters (called from the model's `_init_weights`)."""
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{key}={value!r}" for key, value in self.options.items())
+
+
+def table_count(options: dict[str, Any], num_layers: int) -> int:
+    """Relative tables are per layer unless the scheme's `shared` option says otherwise."""
+    return 1 if options.get("shared") else num_layers
+
+
+def positive_int(scheme: str, options: dict[str, Any], key: str, minimum: int = 1) -> None:
+    value = options[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise kwarg_error(scheme, key, f"must be an integer >= {minimum}, got {value!r}")

@@ -1,0 +1,64 @@
+"""Rotary position embeddings (Su et al. 2021, RoFormer eq. 34), with scaling for long inputs.
+
+Queries and keys are rotated pairwise by angles pos * theta_i, theta_i = base^(-2i/d), so that
+q_m . k_n depends on m - n only. Dimensions are paired as (i, i + d/2) ("rotate half", as GPT-NeoX
+and Llama). Two ways to stretch a model trained at length L to longer inputs:
+
+- `scaling="linear"` (position interpolation, Chen et al. 2023): pos -> pos / factor;
+- `scaling="ntk"` (NTK-aware): base -> base * factor^(d / (d - 2)), which keeps the highest
+  frequencies and slows the lowest ones.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+
+from kolong.positions.base import PositionEncoding, kwarg_error
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    first, second = x.chunk(2, dim=-1)
+    return torch.cat((-second, first), dim=-1)
+
+
+class RotaryPositions(PositionEncoding):
+    name = "rope"
+    relative = True
+    defaults: ClassVar[dict[str, Any]] = {"base": 10000.0, "scaling": None, "factor": 1.0}
+
+    @classmethod
+    def validate(cls, options, config):
+        head_dim = config.hidden_size // config.num_attention_heads
+        if head_dim % 2:
+            raise kwarg_error(cls.name, "base", f"rotary positions need an even head size, got {head_dim}")
+        if not isinstance(options["base"], (int, float)) or options["base"] <= 1:
+            raise kwarg_error(cls.name, "base", f"must be a number > 1, got {options['base']!r}")
+        if options["scaling"] not in (None, "linear", "ntk"):
+            raise kwarg_error(
+                cls.name, "scaling", f"must be null, 'linear' or 'ntk', got {options['scaling']!r}"
+            )
+        factor = options["factor"]
+        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or factor < 1:
+            raise kwarg_error(cls.name, "factor", f"must be a number >= 1, got {factor!r}")
+
+    def frequencies(self, device=None) -> torch.Tensor:
+        dim = self.head_dim
+        base = float(self.options["base"])
+        if self.options["scaling"] == "ntk":
+            base = base * self.options["factor"] ** (dim / (dim - 2))
+        pair = torch.arange(0, dim, 2, dtype=torch.float64, device=device)
+        return base ** (-pair / dim)  # theta_i: (d/2,)
+
+    def prepare(self, length, device, dtype):
+        position = torch.arange(length, dtype=torch.float64, device=device)
+        if self.options["scaling"] == "linear":
+            position = position / self.options["factor"]
+        angles = position[:, None] * self.frequencies(device)[None]  # (n, d/2)
+        angles = torch.cat((angles, angles), dim=-1)  # (n, d)
+        return angles.cos().to(dtype), angles.sin().to(dtype)
+
+    def rotate(self, layer, query, key, state):
+        cos, sin = state  # (n, d_h) each
+        return query * cos + rotate_half(query) * sin, key * cos + rotate_half(key) * sin
