@@ -2,6 +2,7 @@
 
 __version__ = "0.1.0"
 
+import kolong.tokenizers  # registers kolong's tokenizers with AutoTokenizer
 from kolong.extension import (
     ExtensionError,
     extend_position_embeddings,

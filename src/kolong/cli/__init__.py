@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from kolong.cli import bench, data, demo, experiment, extend, plot, qa
+from kolong.cli import bench, convert, data, demo, experiment, extend, plot, qa, tokenizer
 
 app = typer.Typer(
     name="kolong",
@@ -14,6 +14,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.command("extend")(extend.extend)
+app.command("convert")(convert.convert)
 app.command("demo")(demo.demo)
 app.add_typer(plot.app, name="plot")
 app.add_typer(bench.app, name="bench")
@@ -22,6 +23,7 @@ app.add_typer(qa.finetune_app, name="finetune")
 app.add_typer(qa.predict_app, name="predict")
 app.add_typer(qa.evaluate_app, name="evaluate")
 app.add_typer(experiment.app, name="experiment")
+app.add_typer(tokenizer.app, name="tokenizer")
 
 
 def main() -> None:

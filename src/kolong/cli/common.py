@@ -18,8 +18,9 @@ def _user_error_types() -> tuple[type[BaseException], ...]:
     from kolong.data.squad import DataError
     from kolong.extension import ExtensionError
     from kolong.io import OutputExistsError
+    from kolong.tokenizers.errors import TokenizerError
 
-    return (CheckpointError, DataError, ExtensionError, OutputExistsError, FileNotFoundError)
+    return (CheckpointError, DataError, ExtensionError, OutputExistsError, TokenizerError, FileNotFoundError)
 
 
 @contextlib.contextmanager

@@ -1,0 +1,169 @@
+"""`kolong tokenizer ...`: train Korean morpheme-aware tokenizers and compare tokenizers on a corpus."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from kolong.cli.common import console, user_errors
+
+app = typer.Typer(help="Korean tokenizers: train, and measure on a corpus.", no_args_is_help=True)
+
+
+def _byte_progress() -> Progress:
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TextColumn("{task.fields[documents]} documents"),
+        TimeElapsedColumn(),
+        console=console,
+    )
+
+
+def _report_bad_lines(report) -> None:
+    if report.bad_lines:
+        console.print(
+            f"[yellow]skipped {len(report.bad_lines)} lines that are not valid UTF-8 or lack the column:[/]"
+        )
+        for line in report.describe_bad_lines():
+            console.print(f"  {line}", highlight=False)
+
+
+@app.command("train")
+def train(
+    corpus: list[Path] = typer.Option(
+        ..., "--corpus", help="Text file, plain or gzip, one document per line (repeat for several files)."
+    ),
+    output: Path = typer.Option(..., "--output", "-o", help="Directory to write the tokenizer to."),
+    morph: str = typer.Option("mecab", "--morph", help="Morphological analyser: mecab | kiwi | none."),
+    vocab_size: int = typer.Option(32000, "--vocab-size", help="Vocabulary size, special tokens included."),
+    model: str = typer.Option(
+        "wordpiece", "--model", help="wordpiece | bpe | morpheme-list (the N most frequent morphemes)."
+    ),
+    forms: str = typer.Option(
+        "surface",
+        "--forms",
+        help="surface: morphemes as written | lemma: the analyser's forms (위한 -> 위하 ##ᆫ).",
+    ),
+    normalization: str = typer.Option("nfc", "--normalization", help="nfc | none: Unicode normalisation."),
+    min_frequency: int = typer.Option(2, "--min-frequency", help="Minimum count of a vocabulary entry."),
+    column: int = typer.Option(
+        None, "--column", help="Take this tab-separated field (1-based) of each line."
+    ),
+    limit: int = typer.Option(None, "--limit", help="Read at most this many documents."),
+    on_bad_line: str = typer.Option(
+        "error", "--on-bad-line", help="error | skip: what to do with a line that is not valid UTF-8."
+    ),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing output directory."),
+) -> None:
+    """Segment a corpus into morphemes (MeCab-ko, Kiwi or none) and train WordPiece, BPE or a morpheme list."""
+    from kolong.io import atomic_output_dir, check_output_dir
+    from kolong.tokenizers import Corpus, train_tokenizer
+
+    with user_errors():
+        check_output_dir(output, overwrite)
+        with _byte_progress() as progress:
+            task = progress.add_task("reading and analysing", total=None, documents=0)
+            documents = Corpus(corpus, on_bad_line, column, limit=limit)
+            progress.update(task, total=documents.total_bytes)
+            documents.on_progress = lambda done: progress.update(
+                task, completed=done, documents=documents.report.documents
+            )
+            tokenizer = train_tokenizer(
+                documents, morph, vocab_size, model, forms, normalization, min_frequency=min_frequency
+            )
+            progress.update(task, completed=documents.total_bytes, documents=documents.report.documents)
+        with atomic_output_dir(output, overwrite) as staging:
+            tokenizer.save_pretrained(str(staging))
+    report = documents.report
+    console.print(
+        f"[green]wrote[/] {output}: {len(tokenizer)} tokens ({model}, {morph}, {forms} forms) from "
+        f"{report.documents} documents ({report.characters} characters, {report.empty_lines} empty lines)"
+    )
+    _report_bad_lines(report)
+    sample = "국가의 발전을 위한 노력"
+    console.print(f"{sample} -> {' '.join(tokenizer.tokenize(sample))}", highlight=False)
+
+
+@app.command("stats")
+def stats(
+    tokenizers: list[str] = typer.Option(
+        ..., "--tokenizer", help="Tokenizer directory (kolong's or any HF one), or `byte`; repeatable."
+    ),
+    corpus: list[Path] = typer.Option(
+        ..., "--corpus", help="Text file, plain or gzip, one document per line."
+    ),
+    column: int = typer.Option(
+        None, "--column", help="Take this tab-separated field (1-based) of each line."
+    ),
+    limit: int = typer.Option(10000, "--limit", help="Documents to read."),
+    on_bad_line: str = typer.Option(
+        "error", "--on-bad-line", help="error | skip (lines that are not UTF-8)."
+    ),
+    qa: Path = typer.Option(
+        None, "--qa", help="SQuAD/KorQuAD JSON: also count answers that start and end on token boundaries."
+    ),
+    output: Path = typer.Option(None, "--output", help="Also write the numbers as JSON to this file."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --output file."),
+) -> None:
+    """Tokens per character, share of [UNK], share of words split, throughput: one row per tokenizer."""
+    from kolong.io import OutputExistsError, atomic_write_json
+    from kolong.tokenizers import Corpus
+    from kolong.tokenizers.stats import answer_alignment, load_tokenizer, measure
+
+    with user_errors():
+        if output is not None and output.exists() and not overwrite:
+            raise OutputExistsError(f"{output} exists; pass --overwrite to replace it")
+        reader = Corpus(corpus, on_bad_line, column, limit=limit)
+        documents = list(reader)
+        examples = None
+        if qa is not None:
+            from kolong.data.squad import read_squad
+
+            examples = read_squad(qa, "skip").examples
+        loaded = [(name, load_tokenizer(name)) for name in tokenizers]
+        rows = []
+        with Progress(
+            TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console
+        ) as progress:
+            for name, tokenizer in loaded:
+                task = progress.add_task(f"measuring {name}", total=len(documents))
+                row = measure(
+                    tokenizer, documents, name, on_step=lambda n, t=task: progress.update(t, completed=n)
+                )
+                if examples is not None:
+                    row.answers = answer_alignment(tokenizer, examples)
+                rows.append(row)
+        if output is not None:
+            atomic_write_json(output, [r.as_dict() for r in rows])
+    table = Table(title=f"{len(documents)} documents, {rows[0].characters} characters")
+    for heading in ("tokenizer", "kind", "tokens/char", "[UNK]", "words split", "chars/s"):
+        table.add_column(heading)
+    if examples is not None:
+        table.add_column("answers aligned")
+    for row in rows:
+        cells = [
+            row.name,
+            row.kind,
+            f"{row.tokens_per_character:.3f}",
+            f"{row.unk_share:.2%}",
+            f"{row.words_split_share:.1%}",
+            f"{row.characters_per_second:,.0f}",
+        ]
+        if examples is not None:
+            cells.append(f"{row.answers['aligned']}/{row.answers['answers']}")
+        table.add_row(*cells)
+    console.print(table)
+    _report_bad_lines(reader.report)
+    if output is not None:
+        console.print(f"[green]wrote[/] {output}")
+    for row in rows:
+        for item in row.answers.get("misaligned", [])[:5]:
+            console.print(
+                f"  {row.name}: answer not on token boundaries: {json.dumps(item, ensure_ascii=False)}"
+            )

@@ -1,0 +1,123 @@
+"""Streaming text corpora: gzip or plain files, one document per line, bad lines reported by file and line.
+
+Lines are read as bytes and decoded one by one, so a large corpus is never held in memory. A line that is
+not valid UTF-8 stops the read with a `CorpusError` naming the file and line (`on_bad_line="error"`), or is
+skipped and listed in `Corpus.report.bad_lines` (`"skip"`). Empty lines are skipped and counted. A corpus
+with no document at all is an error. `column` (1-based) takes one tab-separated field of each line
+(for TSV files such as NSMC's reviews); lines without that field are bad lines.
+"""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kolong.tokenizers.errors import CorpusError
+
+ON_BAD_LINE = ("error", "skip")
+_PROGRESS_EVERY = 2048
+
+
+@dataclass
+class CorpusReport:
+    documents: int = 0
+    characters: int = 0
+    empty_lines: int = 0
+    bad_lines: list[tuple[str, int, str]] = field(default_factory=list)  # (file, line number, reason)
+
+    def describe_bad_lines(self, limit: int = 5) -> list[str]:
+        return [f"{path}:{line}: {reason}" for path, line, reason in self.bad_lines[:limit]]
+
+
+class Corpus:
+    """An iterable over the documents of one or more files; iterate it once per pass."""
+
+    def __init__(
+        self,
+        paths: list[str | Path],
+        on_bad_line: str = "error",
+        column: int | None = None,
+        on_progress: Callable[[int], None] | None = None,
+        limit: int | None = None,
+    ) -> None:
+        if on_bad_line not in ON_BAD_LINE:
+            raise CorpusError(f"on_bad_line must be one of {', '.join(ON_BAD_LINE)}, got {on_bad_line!r}")
+        if column is not None and column < 1:
+            raise CorpusError(f"column numbers start at 1, got {column}")
+        if not paths:
+            raise CorpusError("no corpus file given")
+        self.paths = [Path(p) for p in paths]
+        for path in self.paths:
+            if not path.is_file():
+                raise CorpusError(f"corpus file {path} does not exist or is not a file")
+        self.on_bad_line = on_bad_line
+        self.column = column
+        self.on_progress = on_progress
+        self.limit = limit
+        self.report = CorpusReport()
+
+    @property
+    def total_bytes(self) -> int:
+        """Bytes on disk (compressed size for gzip files): the scale of the progress bar."""
+        return sum(p.stat().st_size for p in self.paths)
+
+    def __iter__(self) -> Iterator[str]:
+        self.report = CorpusReport()
+        done_bytes = 0
+        for path in self.paths:
+            for document in self._read(path, done_bytes):
+                yield document
+                if self.limit is not None and self.report.documents >= self.limit:
+                    return
+            done_bytes += path.stat().st_size
+        if self.report.documents == 0:
+            raise CorpusError(
+                f"the corpus ({', '.join(str(p) for p in self.paths)}) has no documents: "
+                f"{self.report.empty_lines} empty lines, {len(self.report.bad_lines)} bad lines"
+            )
+
+    def _bad(self, path: Path, number: int, reason: str) -> None:
+        if self.on_bad_line == "error":
+            raise CorpusError(f"{path}:{number}: {reason} (pass --on-bad-line skip to skip such lines)")
+        self.report.bad_lines.append((str(path), number, reason))
+
+    def _read(self, path: Path, done_bytes: int) -> Iterator[str]:
+        report = self.report
+        with path.open("rb") as raw:
+            compressed = raw.read(2) == b"\x1f\x8b"
+            raw.seek(0)
+            handle = gzip.GzipFile(fileobj=raw, mode="rb") if compressed else raw
+            number = 0
+            try:
+                for number, line in enumerate(handle, 1):
+                    if number % _PROGRESS_EVERY == 0 and self.on_progress is not None:
+                        self.on_progress(done_bytes + raw.tell())
+                    try:
+                        text = line.decode("utf-8")
+                    except UnicodeDecodeError as error:
+                        self._bad(path, number, f"not valid UTF-8 (byte {error.start}: {error.reason})")
+                        continue
+                    text = text.rstrip("\r\n")
+                    if self.column is not None:
+                        fields = text.split("\t")
+                        if len(fields) < self.column:
+                            self._bad(
+                                path,
+                                number,
+                                f"has {len(fields)} tab-separated fields, no column {self.column}",
+                            )
+                            continue
+                        text = fields[self.column - 1]
+                    if not text.strip():
+                        report.empty_lines += 1
+                        continue
+                    report.documents += 1
+                    report.characters += len(text)
+                    yield text
+            except (OSError, EOFError, zlib.error) as error:
+                raise CorpusError(f"{path}: cannot read past line {number}: {error}") from None
+        if self.on_progress is not None:
+            self.on_progress(done_bytes + path.stat().st_size)

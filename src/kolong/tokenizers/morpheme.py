@@ -1,0 +1,334 @@
+"""`MorphemeTokenizer`: a morpheme-aware `PreTrainedTokenizerFast` with offsets into the original text.
+
+The saved `tokenizer.json` is a plain `tokenizers` pipeline (no normaliser, a pre-tokenizer that splits on
+single spaces, a WordPiece / BPE / WordLevel model, BERT's [CLS] A [SEP] B [SEP] template and WordPiece's
+`##` decoder), so it loads and saves like any fast tokenizer. The morphological analysis, which
+`tokenizers` cannot serialise, runs in Python before the backend: `_encode_plus` rewrites every input
+into morpheme-marked text (see `kolong.tokenizers.segment`), lets the backend encode it (batched, on all
+cores), then wraps each backend encoding in `MappedEncoding`, whose offsets, `word_ids` and char/word/token
+conversions refer to the caller's original strings. `tokenizer_config.json` names the class and stores
+the analyser, the forms and the normalisation; `AutoTokenizer.from_pretrained` resolves the class after
+`import kolong`.
+"""
+
+from __future__ import annotations
+
+import re
+
+from tokenizers import Tokenizer, decoders, pre_tokenizers, processors
+from transformers import BatchEncoding, PreTrainedTokenizerFast
+
+from kolong.tokenizers.analysers import ANALYSERS, FORMS
+from kolong.tokenizers.errors import TokenizerError
+from kolong.tokenizers.parallel import rewrite_many
+from kolong.tokenizers.segment import Alignment
+
+NORMALIZATIONS = ("nfc", "none")
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+
+
+def configure_backend(backend: Tokenizer) -> Tokenizer:
+    """Give a trained `tokenizers` model kolong's pipeline around it (in place)."""
+    cls_id, sep_id = backend.token_to_id("[CLS]"), backend.token_to_id("[SEP]")
+    if cls_id is None or sep_id is None:
+        raise TokenizerError("the vocabulary lacks [CLS] or [SEP]")
+    backend.normalizer = None
+    backend.pre_tokenizer = pre_tokenizers.Split(" ", behavior="removed")
+    backend.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)],
+    )
+    backend.decoder = decoders.WordPiece(prefix="##", cleanup=False)
+    return backend
+
+
+class MappedEncoding:
+    """A backend encoding seen through the alignments of its one or two input sequences.
+
+    It offers what `BatchEncoding` asks of a `tokenizers.Encoding`; offsets and words are computed on first
+    use (a plain `tokenizer(texts)` call never pays for them).
+    """
+
+    def __init__(self, encoding, alignments: tuple[Alignment, ...]) -> None:
+        self._encoding = encoding
+        self._alignments = alignments
+        self._offsets: list[tuple[int, int]] | None = None
+        self._word_ids: list[int | None] | None = None
+
+    def __getattr__(self, name):
+        # ids, type_ids, tokens, attention_mask, special_tokens_mask, sequence_ids, n_sequences...
+        return getattr(self._encoding, name)
+
+    def __len__(self) -> int:
+        return len(self._encoding)
+
+    def _compute(self) -> None:
+        offsets, word_ids = [], []
+        alignments = self._alignments
+        for (a, b), piece, sequence in zip(
+            self._encoding.offsets, self._encoding.word_ids, self._encoding.sequence_ids, strict=True
+        ):
+            if piece is None or sequence is None:
+                offsets.append((0, 0))
+                word_ids.append(None)
+            else:
+                alignment = alignments[sequence]
+                offsets.append(alignment.span(piece, a, b))
+                word_ids.append(alignment.word[piece])
+        self._offsets, self._word_ids = offsets, word_ids
+
+    @property
+    def offsets(self) -> list[tuple[int, int]]:
+        if self._offsets is None:
+            self._compute()
+        return self._offsets
+
+    @property
+    def word_ids(self) -> list[int | None]:
+        if self._word_ids is None:
+            self._compute()
+        return self._word_ids
+
+    @property
+    def words(self) -> list[int | None]:
+        return self.word_ids
+
+    @property
+    def overflowing(self) -> list[MappedEncoding]:
+        return [MappedEncoding(e, self._alignments) for e in self._encoding.overflowing]
+
+    def token_to_sequence(self, token: int) -> int | None:
+        return self._encoding.sequence_ids[token]
+
+    def token_to_word(self, token: int) -> int | None:
+        return self.word_ids[token]
+
+    def token_to_chars(self, token: int) -> tuple[int, int] | None:
+        if self.word_ids[token] is None:
+            return None
+        return self.offsets[token]
+
+    def _tokens_of(self, sequence: int):
+        return [i for i, s in enumerate(self._encoding.sequence_ids) if s == sequence]
+
+    def word_to_tokens(self, word: int, sequence: int = 0) -> tuple[int, int] | None:
+        ids = [i for i in self._tokens_of(sequence) if self.word_ids[i] == word]
+        return (ids[0], ids[-1] + 1) if ids else None
+
+    def word_to_chars(self, word: int, sequence: int = 0) -> tuple[int, int] | None:
+        spans = [self.offsets[i] for i in self._tokens_of(sequence) if self.word_ids[i] == word]
+        return (min(s for s, _ in spans), max(e for _, e in spans)) if spans else None
+
+    def char_to_token(self, char: int, sequence: int = 0) -> int | None:
+        for i in self._tokens_of(sequence):
+            start, end = self.offsets[i]
+            if start <= char < end and self.word_ids[i] is not None:
+                return i
+        return None
+
+    def char_to_word(self, char: int, sequence: int = 0) -> int | None:
+        token = self.char_to_token(char, sequence)
+        return None if token is None else self.word_ids[token]
+
+
+class MorphemeTokenizer(PreTrainedTokenizerFast):
+    """Korean morpheme-aware WordPiece / BPE / morpheme-list tokenizer (MeCab-ko, Kiwi or no analyser).
+
+    Tokens: a morpheme that begins an eojeol is encoded as usual; one that follows another morpheme inside
+    the same eojeol carries the `##` continuation prefix on its first piece (`발전을` -> `발전`, `##을`).
+    `decode` joins `##` pieces to the previous token and everything else with one space: it returns the
+    analysed text with whitespace runs collapsed to single spaces (NFC, surface forms), or the morphemes'
+    forms for `forms="lemma"`. Offsets always index the caller's original string.
+    """
+
+    vocab_files_names = {"tokenizer_file": "tokenizer.json"}  # noqa: RUF012  (as in transformers)
+    model_input_names = ["input_ids", "token_type_ids", "attention_mask"]  # noqa: RUF012
+    slow_tokenizer_class = None
+
+    def __init__(
+        self,
+        tokenizer_file=None,
+        tokenizer_object=None,
+        analyser: str = "mecab",
+        forms: str = "surface",
+        normalization: str = "nfc",
+        unk_token="[UNK]",
+        sep_token="[SEP]",
+        pad_token="[PAD]",
+        cls_token="[CLS]",
+        mask_token="[MASK]",
+        clean_up_tokenization_spaces=False,
+        **kwargs,
+    ) -> None:
+        for value, allowed, what in (
+            (analyser, ANALYSERS, "analyser"),
+            (forms, FORMS, "forms"),
+            (normalization, NORMALIZATIONS, "normalization"),
+        ):
+            if value not in allowed:
+                raise TokenizerError(f"unknown {what} {value!r}; choose one of {', '.join(allowed)}")
+        if tokenizer_file is None and tokenizer_object is None:
+            raise TokenizerError(
+                "MorphemeTokenizer needs a trained vocabulary: train one with `kolong tokenizer train` "
+                "or kolong.tokenizers.train_tokenizer, then load it with AutoTokenizer.from_pretrained"
+            )
+        self.analyser = analyser
+        self.forms = forms
+        self.normalization = normalization
+        self._special_pattern_cache: tuple[frozenset, re.Pattern | None] | None = None
+        super().__init__(
+            tokenizer_file=tokenizer_file,
+            tokenizer_object=tokenizer_object,
+            analyser=analyser,
+            forms=forms,
+            normalization=normalization,
+            unk_token=unk_token,
+            sep_token=sep_token,
+            pad_token=pad_token,
+            cls_token=cls_token,
+            mask_token=mask_token,
+            clean_up_tokenization_spaces=clean_up_tokenization_spaces,
+            **kwargs,
+        )
+
+    @classmethod
+    def convert_to_native_format(cls, trust_remote_code=False, **kwargs):
+        # transformers would rebuild the backend from the vocabulary alone; kolong's loads tokenizer.json whole
+        return dict(kwargs)
+
+    # -- the analyser is looked up by name: the tokenizer stays picklable (datasets.map hashes it) --
+
+    def _special_pattern(self) -> re.Pattern | None:
+        tokens = frozenset(str(t) for t in self.added_tokens_encoder if str(t).strip())
+        if self._special_pattern_cache is None or self._special_pattern_cache[0] != tokens:
+            pattern = None
+            if tokens:
+                pattern = re.compile("|".join(re.escape(t) for t in sorted(tokens, key=len, reverse=True)))
+            self._special_pattern_cache = (tokens, pattern)
+        return self._special_pattern_cache[1]
+
+    def _items(self, texts: list, is_split_into_words: bool) -> list[tuple[str, list[int] | None]]:
+        items = []
+        for text in texts:
+            if is_split_into_words:
+                if isinstance(text, str) or not all(isinstance(w, str) for w in text):
+                    raise TokenizerError("is_split_into_words=True needs lists of words (strings)")
+                starts, position = [], 0
+                for word in text:
+                    starts.append(position)
+                    position += len(word) + 1
+                items.append((" ".join(text), starts))
+            elif isinstance(text, str):
+                items.append((text, None))
+            else:
+                raise TokenizerError(f"expected a string to tokenize, got {type(text).__name__}")
+        return items
+
+    def rewrite_batch(self, texts: list, is_split_into_words: bool = False) -> list[tuple[str, Alignment]]:
+        """The morpheme-marked strings the backend encodes, and their alignments to the given texts."""
+        pattern = self._special_pattern()
+        return rewrite_many(
+            self._items(texts, is_split_into_words),
+            self.analyser,
+            self.forms,
+            self.normalization,
+            None if pattern is None else pattern.pattern,
+        )
+
+    def _encode_plus(
+        self,
+        text,
+        text_pair=None,
+        add_special_tokens: bool = True,
+        padding_strategy=None,
+        truncation_strategy=None,
+        max_length: int | None = None,
+        stride: int = 0,
+        is_split_into_words: bool = False,
+        pad_to_multiple_of: int | None = None,
+        padding_side: str | None = None,
+        return_tensors=None,
+        return_token_type_ids: bool | None = None,
+        return_attention_mask: bool | None = None,
+        return_overflowing_tokens: bool = False,
+        return_special_tokens_mask: bool = False,
+        return_offsets_mapping: bool = False,
+        return_length: bool = False,
+        verbose: bool = True,
+        split_special_tokens: bool | None = None,
+        **kwargs,
+    ) -> BatchEncoding:
+        if is_split_into_words:
+            batched = isinstance(text, (list, tuple)) and bool(text) and isinstance(text[0], (list, tuple))
+        else:
+            batched = isinstance(text, (list, tuple))
+        if batched:
+            if isinstance(text_pair, str):
+                raise TypeError("when tokenizing batches of text, `text_pair` must be a list or tuple")
+            if text_pair is not None and len(text) != len(text_pair):
+                raise ValueError(
+                    f"batch length of `text`: {len(text)} does not match batch length of `text_pair`: "
+                    f"{len(text_pair)}."
+                )
+            firsts, seconds = list(text), None if text_pair is None else list(text_pair)
+        else:
+            firsts, seconds = [text], [text_pair] if text_pair else None  # HF: an empty pair is no pair
+        if split_special_tokens:
+            raise TokenizerError("MorphemeTokenizer does not support split_special_tokens=True")
+
+        first_rewritten = self.rewrite_batch(firsts, is_split_into_words)
+        second_rewritten = None if seconds is None else self.rewrite_batch(seconds, is_split_into_words)
+        inputs = [r for r, _ in first_rewritten]
+        pairs = None if second_rewritten is None else [r for r, _ in second_rewritten]
+        if not inputs:
+            inputs, pairs = [""], None if pairs is None else [""]
+
+        encoded = super()._encode_plus(
+            inputs,
+            pairs,
+            add_special_tokens=add_special_tokens,
+            padding_strategy=padding_strategy,
+            truncation_strategy=truncation_strategy,
+            max_length=max_length,
+            stride=stride,
+            is_split_into_words=False,
+            pad_to_multiple_of=pad_to_multiple_of,
+            padding_side=padding_side,
+            return_tensors=None,
+            return_token_type_ids=return_token_type_ids,
+            return_attention_mask=return_attention_mask,
+            return_overflowing_tokens=return_overflowing_tokens,
+            return_special_tokens_mask=return_special_tokens_mask,
+            return_offsets_mapping=False,
+            return_length=return_length,
+            verbose=verbose,
+            split_special_tokens=False,
+            **kwargs,
+        )
+        if not firsts:  # an empty batch
+            return BatchEncoding({key: [] for key in encoded}, tensor_type=return_tensors)
+        samples = encoded.get("overflow_to_sample_mapping") or range(len(firsts))
+        mapped = []
+        for row, sample in zip(encoded.encodings, samples, strict=True):
+            alignments = (first_rewritten[sample][1],)
+            if second_rewritten is not None:
+                alignments += (second_rewritten[sample][1],)
+            mapped.append(MappedEncoding(row, alignments))
+        data = dict(encoded)
+        if return_offsets_mapping:
+            data["offset_mapping"] = [e.offsets for e in mapped]
+        output = BatchEncoding(data, mapped, tensor_type=return_tensors)
+        if not batched and return_tensors is None and not return_overflowing_tokens:
+            output = BatchEncoding(
+                {k: (v[0] if v and isinstance(v[0], list) else v) for k, v in output.items()},
+                output.encodings,
+            )
+        return output
+
+    def _add_tokens(self, new_tokens, special_tokens: bool = False) -> int:
+        self._special_pattern_cache = None
+        return super()._add_tokens(new_tokens, special_tokens=special_tokens)
+
+
+MorphemeTokenizerFast = MorphemeTokenizer  # the name transformers 4 users expect of a Rust-backed tokenizer

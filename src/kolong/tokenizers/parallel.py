@@ -1,0 +1,95 @@
+"""Analysing large batches on every core: forked worker processes run the analyser and the rewriting.
+
+MeCab holds Python's GIL, so threads cannot share its work; processes forked from the caller (no
+re-import, the analyser already loaded) rewrite part of a large batch while the caller rewrites the rest,
+then the Rust backend encodes the whole batch on all cores. Small batches, single-core machines and platforms without `fork`
+stay in the calling process. `KOLONG_TOKENIZER_WORKERS=1` turns the pool off; another number sets its size.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import multiprocessing
+import os
+import re
+
+from kolong.tokenizers.analysers import get_analyser
+from kolong.tokenizers.segment import rewrite
+
+MIN_CHARACTERS = 100_000  # below this, forking and pickling cost more than they save
+_pool = None
+_pool_size = 0
+
+
+def available_workers() -> int:
+    setting = os.environ.get("KOLONG_TOKENIZER_WORKERS", "").strip()
+    if setting:
+        try:
+            return max(1, int(setting))
+        except ValueError:
+            return 1
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return 1
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+@functools.lru_cache(maxsize=8)
+def _compile(pattern: str | None) -> re.Pattern | None:
+    return None if pattern is None else re.compile(pattern)
+
+
+def _rewrite_one(item, analyser: str, forms: str, normalization: str, pattern: str | None):
+    text, word_starts = item
+    return rewrite(text, get_analyser(analyser), forms, normalization, _compile(pattern), word_starts)
+
+
+def _work(job):
+    items, analyser, forms, normalization, pattern = job
+    return [_rewrite_one(item, analyser, forms, normalization, pattern) for item in items]
+
+
+def _shutdown() -> None:
+    global _pool
+    if _pool is not None:
+        _pool.terminate()
+        _pool = None
+
+
+def _get_pool(size: int):
+    global _pool, _pool_size
+    if _pool is None or _pool_size != size:
+        _shutdown()
+        _pool = multiprocessing.get_context("fork").Pool(size)
+        _pool_size = size
+        atexit.register(_shutdown)
+    return _pool
+
+
+def rewrite_many(items, analyser: str, forms: str, normalization: str, pattern: str | None) -> list:
+    """`rewrite` of every (text, word_starts) item, in order; on several processes for large batches.
+
+    With n cores, n - 1 forked workers take (n - 1) / n of the batch while this process does the rest.
+    """
+    cores = available_workers()
+    if cores > 1 and len(items) >= 2 * cores and sum(len(t) for t, _ in items) >= MIN_CHARACTERS:
+        get_analyser(analyser)  # load it once here: the workers inherit it
+        own = len(items) // cores
+        rest = items[own:]
+        size = max(1, len(rest) // ((cores - 1) * 4))
+        jobs = [
+            (rest[i : i + size], analyser, forms, normalization, pattern) for i in range(0, len(rest), size)
+        ]
+        try:
+            pending = _get_pool(cores - 1).map_async(_work, jobs, chunksize=1)
+        except (OSError, RuntimeError, ValueError):
+            _shutdown()
+        else:
+            mine = _work((items[:own], analyser, forms, normalization, pattern))
+            try:
+                results = pending.get()
+            except (OSError, RuntimeError, ValueError):
+                _shutdown()  # a broken pool: do its share here
+                return mine + _work((rest, analyser, forms, normalization, pattern))
+            return mine + [r for chunk in results for r in chunk]
+    return _work((items, analyser, forms, normalization, pattern))

@@ -1,0 +1,196 @@
+"""From a text to the morpheme-marked string the `tokenizers` backend encodes, and back to offsets.
+
+`rewrite` runs in Python before the Rust backend sees anything:
+
+1. lone surrogates become U+FFFD (same length; the backend cannot take them);
+2. with `normalization="nfc"`, the text is NFC-normalised with an alignment to the original characters;
+3. added tokens ([MASK], ...) are cut out and kept whole; the rest goes to the analyser;
+4. every morpheme becomes one space-separated word; a morpheme that does not begin its eojeol (it follows
+   the previous one without whitespace) is written with the prefix `##`, the WordPiece continuation prefix:
+   `발전을 위한` -> `발전 ##을 위한` (surface forms) or `발전 ##을 위하 ##ᆫ` (lemma forms).
+
+The backend's pre-tokenizer splits on single spaces only, so its word *k* is morpheme *k* and the offsets
+it returns inside the marked string map back through `Alignment.span`.
+"""
+
+from __future__ import annotations
+
+import re
+
+from kolong.tokenizers.analysers import Analyser
+from kolong.tokenizers.normalization import nfc_alignment
+
+MARK = "##"
+_SURROGATES = re.compile(r"[\ud800-\udfff]")
+
+
+class Alignment:
+    """Where each morpheme (backend word) of one sequence came from in the original input.
+
+    Stored per morpheme k: `start[k]:end[k]`, its span in the analysed (normalised) text; `forms[k]` when
+    the morpheme is written as the analyser's form rather than the text (all its tokens then map to the whole
+    span); `added`, the morphemes that are added tokens (never marked). The positions in the marked string
+    and the word indices are derived on first use, so encoding without offsets never pays for them.
+    """
+
+    __slots__ = ("_rewritten", "_words", "added", "end", "forms", "length", "nfc", "start", "word_starts")
+
+    def __init__(self, start: list[int], end: list[int], length: int) -> None:
+        self.start = start
+        self.end = end
+        self.length = length
+        self.forms: dict[int, str] = {}
+        self.added: set[int] = set()
+        self.nfc: tuple[list[int], list[int]] | None = None
+        self.word_starts: list[int] | None = None  # pre-split input: where each given word starts
+        self._rewritten: list[int] | None = None
+        self._words: list[int] | None = None
+
+    def __reduce__(self):  # compact pickling: worker processes send alignments back
+        state = (self.start, self.end, self.length, self.forms, self.added, self.nfc, self.word_starts)
+        return _restore, state
+
+    def _prepare(self) -> None:
+        rewritten, words = [], []
+        position, previous_end, eojeol, given = 0, -1, -1, 0
+        forms, added, word_starts = self.forms, self.added, self.word_starts
+        for k, (s, e) in enumerate(zip(self.start, self.end, strict=True)):
+            gap = s > previous_end
+            length = len(forms[k]) if k in forms else e - s
+            if word_starts is not None:
+                while given + 1 < len(word_starts) and word_starts[given + 1] <= s:
+                    given += 1
+                words.append(given)
+            else:
+                eojeol += gap
+                words.append(eojeol)
+            if gap or k in added:
+                rewritten.append(position)
+                position += length + 1
+            else:
+                rewritten.append(position + len(MARK))
+                position += length + len(MARK) + 1
+            if e > previous_end:
+                previous_end = e
+        self._rewritten, self._words = rewritten, words
+
+    @property
+    def word(self) -> list[int]:
+        """Per morpheme: the index of its eojeol (whitespace-delimited word), or of the given word."""
+        if self._words is None:
+            self._prepare()
+        return self._words
+
+    def span(self, k: int, a: int, b: int) -> tuple[int, int]:
+        """Offsets a:b of a token of morpheme k in the marked string -> span in the original input."""
+        if self._rewritten is None:
+            self._prepare()
+        s = self.start[k]
+        if k in self.forms:
+            ns, ne = s, self.end[k]
+        else:
+            r = self._rewritten[k]
+            ns = s + a - r if a > r else s
+            ne = s + b - r if b > r else s
+        if self.nfc is not None:
+            starts, ends = self.nfc
+            if ne > ns:
+                ns, ne = starts[ns], ends[ne - 1]
+            else:
+                ns = ne = starts[ns] if ns < len(starts) else self.length
+        if self.word_starts is not None:
+            base = self.word_starts[self._words[k]]
+            return ns - base, ne - base
+        return ns, ne
+
+
+def _restore(start, end, length, forms, added, nfc, word_starts) -> Alignment:
+    alignment = Alignment(start, end, length)
+    alignment.forms, alignment.added, alignment.nfc, alignment.word_starts = forms, added, nfc, word_starts
+    return alignment
+
+
+def _cuts(text: str, special: re.Pattern) -> list[tuple[int, int, bool]]:
+    """(start, end, is_added_token) segments of text."""
+    cuts, cursor = [], 0
+    for match in special.finditer(text):
+        if match.start() > cursor:
+            cuts.append((cursor, match.start(), False))
+        cuts.append((match.start(), match.end(), True))
+        cursor = match.end()
+    if cursor < len(text):
+        cuts.append((cursor, len(text), False))
+    return cuts
+
+
+def _mark(text: str, pieces: list, alignment: Alignment) -> str:
+    """The marked string of generic pieces (form or None, start, end[, added])."""
+    parts: list[str] = []
+    starts, ends, forms, added = alignment.start, alignment.end, alignment.forms, alignment.added
+    previous_end = -1
+    for piece in pieces:
+        form, s, e = piece[0], piece[1], piece[2]
+        if form is None:
+            body = text[s:e]
+        else:
+            body = form.replace(" ", "")
+            if not body:
+                continue
+            forms[len(parts)] = body
+        if len(piece) == 4:
+            added.add(len(parts))
+        elif s <= previous_end:
+            body = MARK + body
+        parts.append(body)
+        starts.append(s)
+        ends.append(e)
+        if e > previous_end:
+            previous_end = e
+    return " ".join(parts)
+
+
+def rewrite(
+    text: str,
+    analyser: Analyser,
+    forms: str = "surface",
+    normalization: str = "nfc",
+    special: re.Pattern | None = None,
+    word_starts: list[int] | None = None,
+) -> tuple[str, Alignment]:
+    """The marked string for the backend and its alignment (see the module docstring).
+
+    `word_starts`: for pre-split input joined with single spaces, where each given word starts; spans are
+    then relative to their word, and word indices are the given words'.
+    """
+    length = len(text)
+    nfc = None
+    if not text.isascii():
+        if _SURROGATES.search(text):
+            text = _SURROGATES.sub("\ufffd", text)
+        if normalization == "nfc":
+            aligned = nfc_alignment(text)
+            if aligned is not None:
+                text, starts, ends = aligned
+                nfc = (starts, ends)
+
+    has_special = special is not None and special.search(text) is not None
+    if forms == "surface" and not has_special:
+        fast = analyser.marked_surfaces(text)
+        if fast is not None:
+            marked, starts, ends = fast
+            alignment = Alignment(starts, ends, length)
+            alignment.nfc, alignment.word_starts = nfc, word_starts
+            return marked, alignment
+
+    alignment = Alignment([], [], length)
+    alignment.nfc, alignment.word_starts = nfc, word_starts
+    if not has_special:
+        pieces = analyser.analyse(text, forms)
+    else:
+        pieces = []
+        for s, e, is_added in _cuts(text, special):
+            if is_added:
+                pieces.append((None, s, e, True))
+            else:
+                pieces.extend((form, a + s, b + s) for form, a, b in analyser.analyse(text[s:e], forms))
+    return _mark(text, pieces, alignment), alignment
