@@ -50,3 +50,58 @@ def qa(
         json_path, markdown_path = write_results(result, output_dir)
     console.print(markdown_path.read_text(encoding="utf-8"))
     console.print(f"[green]wrote[/] {json_path} and {markdown_path}")
+
+
+@app.command("encoder")
+def encoder(
+    lengths: str = typer.Option("128,256,512,1024,2048,4096", help="Comma-separated sequence lengths."),
+    implementations: str = typer.Option(
+        "all",
+        help="Comma-separated subset of: hf-bert, learned, sinusoidal, memn2n, shaw, shaw-value, "
+        "shaw-naive, shaw-value-naive, t5, alibi, rope, none.",
+    ),
+    hidden_size: int = typer.Option(256, help="Hidden size of every model."),
+    layers: int = typer.Option(4, help="Encoder layers."),
+    heads: int = typer.Option(4, help="Attention heads."),
+    intermediate_size: int = typer.Option(1024, help="FFN width."),
+    tokens_per_step: int = typer.Option(4096, help="Tokens per step; batch = tokens / length."),
+    min_seconds: float = typer.Option(2.0, help="Minimum timed seconds per measurement."),
+    device: str = typer.Option("cpu", help="cpu or cuda."),
+    output_dir: Path = typer.Option(
+        Path("benchmarks/results"), "--output-dir", help="Where to write the results."
+    ),
+) -> None:
+    """Training/inference tokens/s and peak memory of every position scheme, next to HF BertModel (SDPA)."""
+    from kolong.bench.encoder import (
+        IMPLEMENTATIONS,
+        EncoderBenchArguments,
+        run_encoder_benchmark,
+        write_results,
+    )
+
+    names = (
+        list(IMPLEMENTATIONS) if implementations == "all" else [n.strip() for n in implementations.split(",")]
+    )
+    try:
+        length_list = [int(n) for n in lengths.split(",")]
+    except ValueError:
+        raise typer.BadParameter(f"--lengths must be integers separated by commas, got {lengths!r}") from None
+    args = EncoderBenchArguments(
+        lengths=length_list,
+        implementations=names,
+        hidden_size=hidden_size,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=intermediate_size,
+        tokens_per_step=tokens_per_step,
+        min_seconds=min_seconds,
+        device=device,
+    )
+    with user_errors(), console.status("benchmarking") as status:
+        try:
+            result = run_encoder_benchmark(args, on_step=status.update)
+        except ValueError as error:
+            raise typer.BadParameter(str(error)) from None
+        json_path, markdown_path = write_results(result, output_dir)
+    console.print(markdown_path.read_text(encoding="utf-8"))
+    console.print(f"[green]wrote[/] {json_path} and {markdown_path}")

@@ -32,7 +32,7 @@ def cosine_similarity_matrix(rows: np.ndarray) -> np.ndarray:
 def plot_position_tables(
     tables: list[tuple[str, np.ndarray]], output: str | Path, components: int = 3
 ) -> Path:
-    """One column per table: PCA components against position (top), cosine similarity (bottom).
+    """One column per table: PCA components against position, cosine similarity, the table as a heatmap.
 
     All tables are projected on the principal directions of the *first* table, so an extended table
     whose rows keep the original distribution draws the same curves, stretched along the position axis.
@@ -43,7 +43,7 @@ def plot_position_tables(
     import matplotlib.pyplot as plt
 
     mean, directions, explained = pca_basis(tables[0][1], components)
-    figure, axes = plt.subplots(2, len(tables), figsize=(5.5 * len(tables), 9), squeeze=False)
+    figure, axes = plt.subplots(3, len(tables), figsize=(5.5 * len(tables), 13), squeeze=False)
     for column, (label, rows) in enumerate(tables):
         projected = (rows - mean) @ directions.T  # (n, components)
         curves = axes[0, column]
@@ -71,6 +71,14 @@ def plot_position_tables(
         axes[1, column].set_xlabel("position")
         axes[1, column].set_ylabel("position")
         figure.colorbar(heatmap, ax=axes[1, column], fraction=0.046)
+
+        # The table itself (positions x dimensions), as the blog draws encoding matrices.
+        matrix = axes[2, column].imshow(sampled, cmap="RdBu_r", aspect="auto", interpolation="nearest",
+                                        extent=(0, rows.shape[1], rows.shape[0], 0))  # fmt: skip
+        axes[2, column].set_title("position table", fontsize=10)
+        axes[2, column].set_xlabel("dimension")
+        axes[2, column].set_ylabel("position")
+        figure.colorbar(matrix, ax=axes[2, column], fraction=0.046)
     figure.tight_layout()
     buffer = io.BytesIO()
     suffix = Path(output).suffix.lstrip(".").lower() or "png"

@@ -223,3 +223,27 @@ def from_hf(
     if head == "masked-lm":
         target.tie_weights()
     return target.train(source.training)
+
+
+def convert_checkpoint(
+    model_or_path: str,
+    output_dir: str | Path,
+    head: str = "base",
+    position_encoding: str | None = None,
+    position_kwargs: dict[str, Any] | None = None,
+    *,
+    overwrite: bool = False,
+    tokenizer: bool = True,
+) -> nn.Module:
+    """What `kolong convert` runs: convert a checkpoint and save model (+ tokenizer) atomically."""
+    from kolong.checkpoints import load_tokenizer
+    from kolong.io import atomic_output_dir, check_output_dir
+
+    check_output_dir(output_dir, overwrite)  # refuse before the slow load
+    model = from_hf(model_or_path, head, position_encoding, position_kwargs)
+    loaded_tokenizer = load_tokenizer(str(model_or_path)) if tokenizer else None
+    with atomic_output_dir(output_dir, overwrite=overwrite) as staging:
+        model.save_pretrained(staging)
+        if loaded_tokenizer is not None:
+            loaded_tokenizer.save_pretrained(staging)
+    return model
