@@ -153,7 +153,15 @@ class ByteTokenizer(PreTrainedTokenizerFast):
         return [to.get(i, i) for i in ids]
 
     def _encode_plus(self, *args, return_tensors=None, **kwargs):
-        encoded = super()._encode_plus(*args, return_tensors=None, **kwargs)
+        try:
+            encoded = super()._encode_plus(*args, return_tensors=None, **kwargs)
+        except TypeError:
+            where = _find_surrogate(args, kwargs)
+            if where is not None:
+                raise TokenizerError(
+                    f"the input holds a lone surrogate ({where}): it is not Unicode text and has no UTF-8 bytes"
+                ) from None
+            raise
         if self.sentinels != "hf" and self.extra_ids and _mentions_sentinel(args, kwargs):
             encoded["input_ids"] = self._renumber(encoded["input_ids"])
         if return_tensors is not None:
@@ -225,6 +233,23 @@ class ByteTokenizer(PreTrainedTokenizerFast):
                     out.append(token)
             i += 1  # a byte that is not part of valid UTF-8 is dropped
         return "".join(out)
+
+
+def _find_surrogate(args, kwargs) -> str | None:
+    def walk(value):
+        if isinstance(value, str):
+            for i, char in enumerate(value):
+                if "\ud800" <= char <= "\udfff":
+                    return f"U+{ord(char):04X} at character {i}"
+            return None
+        if isinstance(value, (list, tuple)):
+            for v in value:
+                found = walk(v)
+                if found is not None:
+                    return found
+        return None
+
+    return walk([*args, kwargs.get("text"), kwargs.get("text_pair")])
 
 
 def _mentions_sentinel(args, kwargs) -> bool:

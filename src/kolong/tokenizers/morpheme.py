@@ -17,6 +17,8 @@ import re
 
 from tokenizers import Tokenizer, decoders, pre_tokenizers, processors
 from transformers import BatchEncoding, PreTrainedTokenizerFast
+from transformers.tokenization_utils_base import TruncationStrategy
+from transformers.utils import PaddingStrategy
 
 from kolong.tokenizers.analysers import ANALYSERS, FORMS
 from kolong.tokenizers.errors import TokenizerError
@@ -241,8 +243,8 @@ class MorphemeTokenizer(PreTrainedTokenizerFast):
         text,
         text_pair=None,
         add_special_tokens: bool = True,
-        padding_strategy=None,
-        truncation_strategy=None,
+        padding_strategy=PaddingStrategy.DO_NOT_PAD,
+        truncation_strategy=TruncationStrategy.DO_NOT_TRUNCATE,
         max_length: int | None = None,
         stride: int = 0,
         is_split_into_words: bool = False,

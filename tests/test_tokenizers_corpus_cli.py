@@ -1,0 +1,122 @@
+"""Corpus reading (gzip, bad lines, empty corpora) and the `kolong tokenizer` commands."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+from transformers import AutoTokenizer
+from typer.testing import CliRunner
+
+import kolong  # noqa: F401
+from kolong.cli import app
+from kolong.tokenizers import Corpus, CorpusError
+
+pytest.importorskip("mecab_ko", reason="needs the korean extra")
+
+runner = CliRunner()
+LINES = ["국가의 발전을 위한 노력", "", "서울은 대한민국의 수도이다.", "영화 정말 재밌어요 ㅋㅋ"] * 5
+
+
+def run(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def flat(result) -> str:
+    """The output with the terminal's line wrapping undone."""
+    return " ".join(result.output.split())
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    plain = tmp_path / "plain.txt"
+    plain.write_text("\n".join(LINES) + "\n", encoding="utf-8")
+    packed = tmp_path / "packed.txt.gz"
+    with gzip.open(packed, "wt", encoding="utf-8") as handle:
+        handle.write("\n".join(f"{i}\t{line}" for i, line in enumerate(LINES)) + "\n")
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes("좋은 문장\n".encode() + b"\xff\xfe broken\n" + "마지막 문장\n".encode())
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n  \n", encoding="utf-8")
+    return {"plain": plain, "packed": packed, "bad": bad, "empty": empty}
+
+
+def test_corpus_streams_plain_and_gzip_files(corpus):
+    reader = Corpus([corpus["plain"]])
+    assert list(reader) == [line for line in LINES if line]
+    assert reader.report.empty_lines == 5
+    columns = list(Corpus([corpus["packed"]], column=2))
+    assert columns == [line for line in LINES if line]
+
+
+def test_bad_lines_fail_with_file_and_line_or_are_skipped(corpus):
+    with pytest.raises(CorpusError, match=r"bad\.txt:2: not valid UTF-8"):
+        list(Corpus([corpus["bad"]]))
+    reader = Corpus([corpus["bad"]], on_bad_line="skip")
+    assert list(reader) == ["좋은 문장", "마지막 문장"]
+    assert reader.report.bad_lines[0][:2] == (str(corpus["bad"]), 2)
+
+
+def test_empty_or_missing_corpora_are_errors(corpus, tmp_path):
+    with pytest.raises(CorpusError, match="no documents"):
+        list(Corpus([corpus["empty"]]))
+    with pytest.raises(CorpusError, match="does not exist"):
+        Corpus([tmp_path / "missing.txt"])
+    with pytest.raises(CorpusError, match="column"):
+        list(Corpus([corpus["plain"]], column=3))
+
+
+def test_train_and_stats_commands(corpus, tmp_path):
+    out = tmp_path / "tok"
+    result = run(
+        "tokenizer", "train", "--corpus", corpus["plain"], "--corpus", corpus["bad"],
+        "--on-bad-line", "skip", "--vocab-size", 120, "--min-frequency", 1, "-o", out,
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "skipped 1 lines" in flat(result) and "bad.txt:2" in flat(result)
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    assert tokenizer.tokenize("국가의 발전") == ["국가", "##의", "발전"]
+
+    refused = run("tokenizer", "train", "--corpus", corpus["plain"], "--vocab-size", 120, "-o", out)
+    assert refused.exit_code == 2 and "--overwrite" in flat(refused)
+
+    numbers = tmp_path / "stats.json"
+    result = run(
+        "tokenizer", "stats", "--tokenizer", out, "--tokenizer", "byte", "--corpus", corpus["plain"],
+        "--output", numbers,
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    rows = json.loads(numbers.read_text())
+    assert [r["kind"].split(" ")[0] for r in rows] == ["MorphemeTokenizer", "ByteTokenizer"]
+    assert rows[1]["tokens_per_character"] == pytest.approx(3.0, abs=0.5)  # Hangul: 3 bytes a syllable
+    assert 0 <= rows[0]["unk_share"] < 0.2 and rows[0]["characters_per_second"] > 0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--morph", "komoran"], "unknown analyser"),
+        (["--model", "unigram"], "unknown model"),
+        (["--vocab-size", "3"], "vocab-size"),
+    ],
+)
+def test_train_refusals_are_one_line(corpus, tmp_path, args, message):
+    result = run("tokenizer", "train", "--corpus", corpus["plain"], "-o", tmp_path / "x", *args)
+    assert result.exit_code == 2 and message in flat(result) and "Traceback" not in flat(result)
+
+
+def test_bad_corpus_and_empty_corpus_exit_2(corpus, tmp_path):
+    bad = run("tokenizer", "train", "--corpus", corpus["bad"], "-o", tmp_path / "x")
+    assert bad.exit_code == 2 and "bad.txt:2" in flat(bad)
+    empty = run("tokenizer", "train", "--corpus", corpus["empty"], "-o", tmp_path / "y")
+    assert empty.exit_code == 2 and "no documents" in flat(empty)
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+    missing = run("tokenizer", "stats", "--tokenizer", tmp_path, "--corpus", corpus["plain"])
+    assert missing.exit_code == 2 and "not a tokenizer directory" in flat(missing)
+
+
+@pytest.mark.parametrize("command", [["tokenizer"], ["tokenizer", "train"], ["tokenizer", "stats"]])
+def test_help(command):
+    result = run(*command, "--help")
+    assert result.exit_code == 0 and "Usage" in flat(result)
