@@ -77,3 +77,15 @@ def test_interpolated_table_keeps_the_row_distribution(original):
     adjacent = torch.nn.functional.cosine_similarity(new_rows[1:], new_rows[:-1]).mean()
     old_adjacent = torch.nn.functional.cosine_similarity(old_rows[1:], old_rows[:-1]).mean()
     assert adjacent >= old_adjacent
+
+
+def test_minilm_converts_to_kolong_with_identical_outputs(original, inputs, tmp_path):
+    from kolong.models import from_hf
+
+    converted = from_hf(CHECKPOINT).eval()
+    short, _ = inputs
+    torch.testing.assert_close(hidden(converted, short), hidden(original, short), rtol=1e-4, atol=1e-4)
+    converted.save_pretrained(tmp_path / "kolong")
+    reloaded = AutoModel.from_pretrained(tmp_path / "kolong").eval()
+    assert type(reloaded).__name__ == "KolongModel"
+    torch.testing.assert_close(hidden(reloaded, short), hidden(original, short), rtol=1e-4, atol=1e-4)
