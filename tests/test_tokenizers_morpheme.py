@@ -183,6 +183,25 @@ def test_large_batches_on_worker_processes_match_the_serial_result(mecab, monkey
     assert pooled["input_ids"] == serial["input_ids"]
     assert pooled["offset_mapping"] == serial["offset_mapping"]
     assert [pooled.word_ids(i) for i in range(len(texts))] == [serial.word_ids(i) for i in range(len(texts))]
+    padded = mecab(
+        texts, texts[::-1], padding=True, truncation=True, max_length=16, return_overflowing_tokens=True
+    )
+    monkeypatch.setenv("KOLONG_TOKENIZER_WORKERS", "1")
+    assert (
+        padded["input_ids"]
+        == mecab(
+            texts, texts[::-1], padding=True, truncation=True, max_length=16, return_overflowing_tokens=True
+        )["input_ids"]
+    )
+    pairs = mecab(
+        texts, texts[::-1], return_overflowing_tokens=True, truncation=True, max_length=16, stride=2
+    )
+    monkeypatch.setenv("KOLONG_TOKENIZER_WORKERS", "2")
+    pooled_pairs = mecab(
+        texts, texts[::-1], return_overflowing_tokens=True, truncation=True, max_length=16, stride=2
+    )
+    assert pooled_pairs["input_ids"] == pairs["input_ids"]
+    assert pooled_pairs["overflow_to_sample_mapping"] == pairs["overflow_to_sample_mapping"]
 
 
 def test_bad_inputs_are_clear_errors(mecab):

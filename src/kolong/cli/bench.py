@@ -105,3 +105,26 @@ def encoder(
         json_path, markdown_path = write_results(result, output_dir)
     console.print(markdown_path.read_text(encoding="utf-8"))
     console.print(f"[green]wrote[/] {json_path} and {markdown_path}")
+
+
+@app.command("tokenizer")
+def tokenizer(
+    documents: int = typer.Option(20000, "--documents", help="NSMC reviews to time."),
+    train_documents: int = typer.Option(50000, "--train-documents", help="Reviews to train the vocabulary."),
+    vocab_size: int = typer.Option(32000, "--vocab-size", help="WordPiece vocabulary size."),
+    repeats: int = typer.Option(3, help="Timed repetitions (the median is reported)."),
+    data: Path = typer.Option(None, "--data", help="NSMC reviews TSV (default: ../shared/data/nsmc/...)."),
+    output_dir: Path = typer.Option(
+        Path("benchmarks/results"), "--output-dir", help="Where to write the results."
+    ),
+) -> None:
+    """kolong's MeCab morpheme tokenizer vs raw MeCab segmentation and HF BertTokenizerFast (same vocabulary)."""
+    from kolong.bench.tokenizer import run_tokenizer_benchmark, write_results
+
+    with user_errors(), console.status("benchmarking") as status:
+        result = run_tokenizer_benchmark(
+            data, train_documents, documents, vocab_size, repeats, on_step=status.update
+        )
+        json_path, markdown_path = write_results(result, output_dir)
+    console.print(markdown_path.read_text(encoding="utf-8"))
+    console.print(f"[green]wrote[/] {json_path} and {markdown_path}")

@@ -22,7 +22,7 @@ from transformers.utils import PaddingStrategy
 
 from kolong.tokenizers.analysers import ANALYSERS, FORMS
 from kolong.tokenizers.errors import TokenizerError
-from kolong.tokenizers.parallel import rewrite_many
+from kolong.tokenizers.parallel import rewrite_many, start_background
 from kolong.tokenizers.segment import Alignment
 
 NORMALIZATIONS = ("nfc", "none")
@@ -279,16 +279,7 @@ class MorphemeTokenizer(PreTrainedTokenizerFast):
         if split_special_tokens:
             raise TokenizerError("MorphemeTokenizer does not support split_special_tokens=True")
 
-        first_rewritten = self.rewrite_batch(firsts, is_split_into_words)
-        second_rewritten = None if seconds is None else self.rewrite_batch(seconds, is_split_into_words)
-        inputs = [r for r, _ in first_rewritten]
-        pairs = None if second_rewritten is None else [r for r, _ in second_rewritten]
-        if not inputs:
-            inputs, pairs = [""], None if pairs is None else [""]
-
-        encoded = super()._encode_plus(
-            inputs,
-            pairs,
+        backend_arguments = dict(
             add_special_tokens=add_special_tokens,
             padding_strategy=padding_strategy,
             truncation_strategy=truncation_strategy,
@@ -308,6 +299,26 @@ class MorphemeTokenizer(PreTrainedTokenizerFast):
             split_special_tokens=False,
             **kwargs,
         )
+        pattern = self._special_pattern()
+        config = (self.analyser, self.forms, self.normalization, None if pattern is None else pattern.pattern)
+        lists = [self._items(firsts, is_split_into_words)]
+        if seconds is not None:
+            lists.append(self._items(seconds, is_split_into_words))
+        background = None
+        if padding_strategy == PaddingStrategy.DO_NOT_PAD and return_tensors is None:
+            # Without padding, rows are independent: encode the head while worker processes rewrite the tail.
+            background = start_background(lists, *config)
+        if background is None:
+            rewritten = [rewrite_many(items, *config) for items in lists]
+            encoded = self._backend(rewritten, backend_arguments)
+        else:
+            head = [rewrite_many(items[: background.own], *config) for items in lists]
+            encoded = self._backend(head, backend_arguments)
+            tail = background.result()
+            encoded = _concatenate(encoded, self._backend(tail, backend_arguments), background.own)
+            rewritten = [h + t for h, t in zip(head, tail, strict=True)]
+        first_rewritten = rewritten[0]
+        second_rewritten = rewritten[1] if seconds is not None else None
         if not firsts:  # an empty batch
             return BatchEncoding({key: [] for key in encoded}, tensor_type=return_tensors)
         samples = encoded.get("overflow_to_sample_mapping") or range(len(firsts))
@@ -328,9 +339,27 @@ class MorphemeTokenizer(PreTrainedTokenizerFast):
             )
         return output
 
+    def _backend(self, rewritten: list[list], arguments: dict) -> BatchEncoding:
+        inputs = [marked for marked, _ in rewritten[0]]
+        pairs = [marked for marked, _ in rewritten[1]] if len(rewritten) > 1 else None
+        if not inputs:
+            inputs, pairs = [""], None if pairs is None else [""]
+        return super()._encode_plus(inputs, pairs, **arguments)
+
     def _add_tokens(self, new_tokens, special_tokens: bool = False) -> int:
         self._special_pattern_cache = None
         return super()._add_tokens(new_tokens, special_tokens=special_tokens)
+
+
+def _concatenate(first: BatchEncoding, second: BatchEncoding, shift: int) -> BatchEncoding:
+    """Two backend encodings of consecutive parts of one batch as one (sample indices shifted)."""
+    data = {}
+    for key in first:
+        if key == "overflow_to_sample_mapping":
+            data[key] = list(first[key]) + [i + shift for i in second[key]]
+        else:
+            data[key] = list(first[key]) + list(second[key])
+    return BatchEncoding(data, list(first.encodings) + list(second.encodings))
 
 
 MorphemeTokenizerFast = MorphemeTokenizer  # the name transformers 4 users expect of a Rust-backed tokenizer

@@ -15,9 +15,12 @@ import os
 import re
 
 from kolong.tokenizers.analysers import get_analyser
-from kolong.tokenizers.segment import rewrite
+from kolong.tokenizers.segment import Alignment, rewrite
 
 MIN_CHARACTERS = 100_000  # below this, forking and pickling cost more than they save
+# With two cores, this process rewrites this share of a large batch and encodes it while the worker rewrites
+# the rest: encoding is this process's extra work, so its share of the analysis is smaller than half.
+OWN_SHARE = 0.35
 _pool = None
 _pool_size = 0
 
@@ -47,6 +50,39 @@ def _rewrite_one(item, analyser: str, forms: str, normalization: str, pattern: s
 def _work(job):
     items, analyser, forms, normalization, pattern = job
     return [_rewrite_one(item, analyser, forms, normalization, pattern) for item in items]
+
+
+def _pack(results: list) -> tuple:
+    """Rewritten items in columns: far cheaper to pickle than one object per text."""
+    marked, starts, ends, lengths, extras = [], [], [], [], {}
+    for i, (text, alignment) in enumerate(results):
+        marked.append(text)
+        starts.append(alignment.start)
+        ends.append(alignment.end)
+        lengths.append(alignment.length)
+        if (
+            alignment.forms
+            or alignment.added
+            or alignment.nfc is not None
+            or alignment.word_starts is not None
+        ):
+            extras[i] = (alignment.forms, alignment.added, alignment.nfc, alignment.word_starts)
+    return marked, starts, ends, lengths, extras
+
+
+def _unpack(packed: tuple) -> list:
+    marked, starts, ends, lengths, extras = packed
+    results = []
+    for i, text in enumerate(marked):
+        alignment = Alignment(starts[i], ends[i], lengths[i])
+        if i in extras:
+            alignment.forms, alignment.added, alignment.nfc, alignment.word_starts = extras[i]
+        results.append((text, alignment))
+    return results
+
+
+def _work_packed(job):
+    return _pack(_work(job))
 
 
 def _shutdown() -> None:
@@ -81,7 +117,7 @@ def rewrite_many(items, analyser: str, forms: str, normalization: str, pattern: 
             (rest[i : i + size], analyser, forms, normalization, pattern) for i in range(0, len(rest), size)
         ]
         try:
-            pending = _get_pool(cores - 1).map_async(_work, jobs, chunksize=1)
+            pending = _get_pool(cores - 1).map_async(_work_packed, jobs, chunksize=1)
         except (OSError, RuntimeError, ValueError):
             _shutdown()
         else:
@@ -91,5 +127,50 @@ def rewrite_many(items, analyser: str, forms: str, normalization: str, pattern: 
             except (OSError, RuntimeError, ValueError):
                 _shutdown()  # a broken pool: do its share here
                 return mine + _work((rest, analyser, forms, normalization, pattern))
-            return mine + [r for chunk in results for r in chunk]
+            return mine + [r for chunk in results for r in _unpack(chunk)]
     return _work((items, analyser, forms, normalization, pattern))
+
+
+def _work_lists(job):
+    lists, analyser, forms, normalization, pattern = job
+    return [_pack(_work((items, analyser, forms, normalization, pattern))) for items in lists]
+
+
+class Background:
+    """Rewriting of the tail of one or two parallel item lists on the worker processes."""
+
+    def __init__(self, lists: list[list], own: int, config: tuple, pending) -> None:
+        self.lists, self.own, self.config, self.pending = lists, own, config, pending
+
+    def result(self) -> list[list]:
+        """Per list, the rewritten items from `own` on (done here if the pool broke)."""
+        try:
+            chunks = self.pending.get()
+        except (OSError, RuntimeError, ValueError):
+            _shutdown()
+            return [_work((items[self.own :], *self.config)) for items in self.lists]
+        return [[r for chunk in chunks for r in _unpack(chunk[k])] for k in range(len(self.lists))]
+
+
+def start_background(lists: list[list], analyser: str, forms: str, normalization: str, pattern: str | None):
+    """For a large batch: send the tail of each list to the workers and return a `Background`, else None.
+
+    The caller rewrites the head (`Background.own` items) itself and can encode it while the workers run.
+    """
+    items = lists[0]
+    cores = available_workers()
+    characters = sum(len(t) for items_ in lists for t, _ in items_)
+    if cores <= 1 or len(items) < 4 * cores or characters < MIN_CHARACTERS:
+        return None
+    get_analyser(analyser)
+    own = int(len(items) * (OWN_SHARE if cores == 2 else 1 / cores))
+    rest = len(items) - own
+    size = max(1, rest // ((cores - 1) * 4))
+    config = (analyser, forms, normalization, pattern)
+    jobs = [([lst[i : i + size] for lst in lists], *config) for i in range(own, len(items), size)]
+    try:
+        pending = _get_pool(cores - 1).map_async(_work_lists, jobs, chunksize=1)
+    except (OSError, RuntimeError, ValueError):
+        _shutdown()
+        return None
+    return Background(lists, own, config, pending)
