@@ -56,7 +56,7 @@ def run(granularity, seed=0, **kwargs):
 
 @pytest.mark.parametrize("granularity", ["token", "eojeol", "morpheme", "span"])
 def test_selection_rate_and_never_special_or_padding(granularity):
-    data, batch, original = run(granularity)
+    _, batch, original = run(granularity)
     selected = batch["labels"].ne(-100)
     maskable = batch["attention_mask"].bool() & ~torch.isin(original, torch.tensor([CLS, SEP, PAD]))
     assert not (selected & ~maskable).any()  # specials and padding never chosen
@@ -81,7 +81,7 @@ def test_80_10_10_replacement():
 
 
 def test_random_replacements_are_never_special_tokens():
-    _, batch, original = run("token", mask_fraction=0.0, random_fraction=1.0)
+    _, batch, _ = run("token", mask_fraction=0.0, random_fraction=1.0)
     selected = batch["labels"].ne(-100)
     assert not torch.isin(batch["input_ids"][selected], torch.tensor([PAD, UNK, CLS, SEP, MASK])).any()
 
