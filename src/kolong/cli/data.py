@@ -48,3 +48,50 @@ def report_skipped(skipped: list[tuple[str, str]]) -> None:
         )
         for _, reason in skipped[:5]:
             console.print(f"  {reason}", highlight=False)
+
+
+@app.command("corpus")
+def corpus(
+    sources: list[str] = typer.Argument(
+        ...,
+        help="Text files (plain or gzip; one document per line) and/or the shared-data names nsmc, korquad.",
+    ),
+    tokenizer: str = typer.Option(..., "--tokenizer", "-t", help="Tokenizer directory or hub name."),
+    output: Path = typer.Option(..., "--output", "-o", help="Directory to write the packed dataset to."),
+    max_length: int = typer.Option(128, "--max-length", help="Tokens per block, [CLS] and [SEP] included."),
+    held_out: float = typer.Option(0.01, "--held-out", help="Share of documents for the validation split."),
+    blank_line_documents: bool = typer.Option(
+        False, "--blank-line-documents", help="Documents are paragraphs separated by blank lines."
+    ),
+    on_bad_line: str = typer.Option("error", help="error | skip: a line that is not UTF-8."),
+    shared_data: Path = typer.Option(Path("../shared/data"), help="Where nsmc / korquad are found."),
+    limit: int = typer.Option(None, help="Stop after this many documents."),
+    seed: int = typer.Option(0, help="Seed of the held-out split."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty output directory."),
+) -> None:
+    """Tokenise and pack a corpus into [CLS] ... [SEP] blocks with whole-word groups (HF datasets on disk)."""
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from kolong.data.corpus import build_corpus
+
+    if on_bad_line not in ("error", "skip"):
+        raise typer.BadParameter("must be error or skip", param_hint="--on-bad-line")
+    with user_errors(), Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                                 console=console) as progress:  # fmt: skip
+        task = progress.add_task("tokenising and packing", total=None)
+        stats = build_corpus(
+            sources, tokenizer, output, max_length=max_length, held_out=held_out, seed=seed,
+            shared_data=shared_data, blank_line_documents=blank_line_documents, on_bad_line=on_bad_line,
+            limit=limit, overwrite=overwrite,
+            on_progress=lambda done: progress.update(task, description=f"tokenising and packing: {done:,} documents"),
+        )  # fmt: skip
+    for split in ("train", "validation"):
+        console.print(
+            f"{split}: {stats.documents[split]:,} documents -> {stats.blocks[split]:,} blocks, "
+            f"{stats.tokens[split]:,} tokens"
+        )
+    if stats.bad_lines:
+        console.print(
+            f"[yellow]skipped {len(stats.bad_lines)} bad lines[/]: " + "; ".join(stats.bad_lines[:5])
+        )
+    console.print(f"[green]wrote[/] {output}")

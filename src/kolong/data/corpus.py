@@ -1,0 +1,324 @@
+"""Pre-training corpora: text files, NSMC reviews and KorQuAD contexts -> a tokenised, packed dataset.
+
+Documents are tokenised in batches, concatenated with [SEP] between documents, and cut into blocks of
+`max_length` tokens ([CLS] block [SEP]), RoBERTa's FULL-SENTENCES packing. Each block stores, next to
+`input_ids`, two group ids per token for whole-word masking: `eojeol_ids` (whitespace-separated words of
+the original text, found through the tokenizer's character offsets) and `morpheme_ids` (the tokenizer's
+pre-tokens, `word_ids()`: morphemes for kolong's morpheme tokenizer, words for WordPiece); -1 marks
+special tokens. A held-out share of *documents* (not blocks) goes to the `validation` split, so no
+document is on both sides.
+
+The dataset is written with HF `datasets` (Arrow files on disk, memory-mapped when loaded), so corpora
+larger than RAM work; `corpus.json` beside it records the tokenizer, its vocabulary size, the block
+length and counts, and `kolong pretrain mlm` checks them against the model before training starts.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from kolong.data.squad import DataError
+
+SHARED_SOURCES = {
+    "nsmc": ("nsmc/reviews.shared.tsv.gz", 4),  # (file under the shared data folder, TSV column)
+    "korquad": ("korquad/KorQuAD_v1.0_dev.shared.json", None),
+}
+METADATA = "corpus.json"
+
+
+@dataclass
+class CorpusStats:
+    sources: list[str] = field(default_factory=list)
+    tokenizer: str = ""
+    vocab_size: int = 0
+    max_length: int = 0
+    documents: dict[str, int] = field(default_factory=lambda: {"train": 0, "validation": 0})
+    blocks: dict[str, int] = field(default_factory=lambda: {"train": 0, "validation": 0})
+    tokens: dict[str, int] = field(default_factory=lambda: {"train": 0, "validation": 0})
+    bad_lines: list[str] = field(default_factory=list)
+
+
+def resolve_source(source: str, shared_data: Path) -> tuple[Path, int | None]:
+    """A file path, or one of the shared-data names (`nsmc`, `korquad`)."""
+    if source in SHARED_SOURCES:
+        relative, column = SHARED_SOURCES[source]
+        path = shared_data / relative
+        if not path.is_file():
+            raise DataError(
+                f"{source}: {path} not found (pass --shared-data DIR pointing at the shared data folder)"
+            )
+        return path, column
+    path = Path(source)
+    if not path.is_file():
+        raise DataError(f"corpus file {path} does not exist or is not a file")
+    return path, None
+
+
+def read_documents(
+    sources: list[str],
+    shared_data: str | Path = "../shared/data",
+    blank_line_documents: bool = False,
+    on_bad_line: str = "error",
+    report: list[str] | None = None,
+    limit: int | None = None,
+) -> Iterator[str]:
+    """Documents of every source in order: one per line, or paragraphs between blank lines."""
+    from kolong.tokenizers.corpus import Corpus
+
+    if not sources:
+        raise DataError("no corpus source given")
+    shared_data = Path(shared_data)
+    count = 0
+    for source in sources:
+        path, column = resolve_source(source, shared_data)
+        if path.suffix == ".json":
+            documents = _korquad_contexts(path)
+        elif blank_line_documents:
+            documents = _paragraphs(path, on_bad_line, report)
+        else:
+            skip_header = column is not None
+            corpus = Corpus([path], on_bad_line=on_bad_line, column=column)
+            documents = _skip_first(corpus, skip_header)
+            documents = _with_report(documents, corpus, report)
+        for document in documents:
+            yield document
+            count += 1
+            if limit is not None and count >= limit:
+                return
+
+
+def _skip_first(documents: Iterable[str], skip: bool) -> Iterator[str]:
+    iterator = iter(documents)
+    if skip:
+        next(iterator, None)  # the TSV header
+    yield from iterator
+
+
+def _with_report(documents: Iterator[str], corpus, report: list[str] | None) -> Iterator[str]:
+    yield from documents
+    if report is not None:
+        report.extend(corpus.report.describe_bad_lines(limit=len(corpus.report.bad_lines)))
+
+
+def _korquad_contexts(path: Path) -> Iterator[str]:
+    from kolong.data.squad import read_squad
+
+    seen = set()
+    for example in read_squad(path).examples:
+        if example.context not in seen:
+            seen.add(example.context)
+            yield example.context
+
+
+def _paragraphs(path: Path, on_bad_line: str, report: list[str] | None) -> Iterator[str]:
+    """Blank-line separated documents; lines are decoded one by one, as the line reader does."""
+    import gzip
+
+    with path.open("rb") as raw:
+        handle = gzip.GzipFile(fileobj=raw) if raw.read(2) == b"\x1f\x8b" else raw
+        raw.seek(0)
+        lines: list[str] = []
+        for number, line in enumerate(handle, 1):
+            try:
+                text = line.decode("utf-8").rstrip("\r\n")
+            except UnicodeDecodeError as error:
+                message = f"{path}:{number}: not valid UTF-8 (byte {error.start}: {error.reason})"
+                if on_bad_line == "error":
+                    raise DataError(message + " (pass --on-bad-line skip to skip such lines)") from None
+                if report is not None:
+                    report.append(message)
+                continue
+            if text.strip():
+                lines.append(text)
+            elif lines:
+                yield "\n".join(lines)
+                lines = []
+        if lines:
+            yield "\n".join(lines)
+
+
+def eojeol_index(text: str) -> np.ndarray:
+    """For each character, the index of the whitespace-separated word it belongs to (spaces: the previous)."""
+    chars = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+    is_space = np.isin(chars, [0x20, 0x09, 0x0A, 0x0D, 0x0B, 0x0C, 0x3000, 0xA0])
+    starts = ~is_space & np.concatenate([[True], is_space[:-1]])
+    return np.cumsum(starts) - 1
+
+
+class BlockPacker:
+    """Concatenates documents ([SEP] between them) and emits [CLS] block [SEP] rows of `max_length`."""
+
+    def __init__(self, cls_id: int, sep_id: int, max_length: int):
+        if max_length < 8:
+            raise DataError(f"max_length must be at least 8, got {max_length}")
+        self.cls_id, self.sep_id, self.body = cls_id, sep_id, max_length - 2
+        self.ids: list[int] = []
+        self.eojeol: list[int] = []
+        self.morpheme: list[int] = []
+        self.next_group = 0
+
+    def add(self, ids: list[int], eojeol: list[int], morpheme: list[int]) -> Iterator[dict]:
+        base_e, base_m = self.next_group, self.next_group
+        self.ids += [*ids, self.sep_id]
+        self.eojeol += [base_e + e for e in eojeol] + [-1]
+        self.morpheme += [base_m + m for m in morpheme] + [-1]
+        self.next_group += max([*eojeol, *morpheme, -1]) + 1
+        while len(self.ids) >= self.body:
+            yield self._row(self.body)
+
+    def flush(self, minimum: int) -> Iterator[dict]:
+        """The last partial block, if it holds at least `minimum` tokens (the collator pads it)."""
+        if len(self.ids) >= minimum:
+            yield self._row(len(self.ids))
+
+    def _row(self, size: int) -> dict:
+        row = {
+            "input_ids": [self.cls_id, *self.ids[:size], self.sep_id],
+            "eojeol_ids": [-1, *self.eojeol[:size], -1],
+            "morpheme_ids": [-1, *self.morpheme[:size], -1],
+        }
+        del self.ids[:size], self.eojeol[:size], self.morpheme[:size]
+        return row
+
+
+def tokenize_documents(tokenizer, documents: list[str]) -> Iterator[tuple[list[int], list[int], list[int]]]:
+    """(ids, eojeol ids, morpheme ids) of each document, group ids counted from 0 within the document."""
+    encoded = tokenizer(documents, add_special_tokens=False, return_offsets_mapping=True, truncation=False)
+    for index, document in enumerate(documents):
+        ids = encoded["input_ids"][index]
+        if not ids:
+            yield [], [], []
+            continue
+        words = encoded.word_ids(index)
+        char_to_eojeol = eojeol_index(document)
+        eojeol = [
+            int(char_to_eojeol[min(start, len(document) - 1)])
+            for start, _ in encoded["offset_mapping"][index]
+        ]
+        morpheme, last, current = [], None, -1
+        for word in words:
+            if word is None or word != last:
+                current += 1
+            morpheme.append(current)
+            last = word
+        yield ids, eojeol, morpheme
+
+
+def build_corpus(
+    sources: list[str],
+    tokenizer_path: str,
+    output_dir: str | Path,
+    max_length: int = 128,
+    held_out: float = 0.01,
+    seed: int = 0,
+    shared_data: str | Path = "../shared/data",
+    blank_line_documents: bool = False,
+    on_bad_line: str = "error",
+    limit: int | None = None,
+    overwrite: bool = False,
+    batch_documents: int = 1000,
+    on_progress: Callable[[int], None] | None = None,
+) -> CorpusStats:
+    """Tokenise and pack `sources` into a `datasets.DatasetDict` (train / validation) at `output_dir`."""
+    import datasets
+
+    from kolong.checkpoints import load_tokenizer
+    from kolong.io import atomic_output_dir, atomic_write_json, check_output_dir
+
+    if not 0 <= held_out < 1:
+        raise DataError(f"held_out must be in [0, 1), got {held_out}")
+    check_output_dir(output_dir, overwrite)
+    tokenizer = load_tokenizer(tokenizer_path)
+    if tokenizer.cls_token_id is None or tokenizer.sep_token_id is None:
+        raise DataError(f"tokenizer {tokenizer_path} has no [CLS]/[SEP] tokens to frame blocks with")
+    stats = CorpusStats(sources=list(sources), tokenizer=str(tokenizer_path), vocab_size=len(tokenizer),
+                        max_length=max_length)  # fmt: skip
+    bad_lines: list[str] = []
+
+    def rows() -> Iterator[dict]:
+        choose = random.Random(seed)
+        packers = {split: BlockPacker(tokenizer.cls_token_id, tokenizer.sep_token_id, max_length)
+                   for split in ("train", "validation")}  # fmt: skip
+        batch: list[str] = []
+        documents = read_documents(sources, shared_data, blank_line_documents, on_bad_line, bad_lines, limit)
+        for done, document in enumerate(documents, 1):
+            batch.append(document)
+            if len(batch) == batch_documents:
+                yield from _pack(batch, choose, packers)
+                batch = []
+                if on_progress is not None:
+                    on_progress(done)
+        yield from _pack(batch, choose, packers)
+        for split, packer in packers.items():
+            for row in packer.flush(minimum=max_length // 2):
+                yield counted(row, split)
+
+    def _pack(batch, choose, packers):
+        splits = ["validation" if choose.random() < held_out else "train" for _ in batch]
+        for split, encoded in zip(splits, tokenize_documents(tokenizer, batch), strict=True):
+            if not encoded[0]:
+                continue
+            stats.documents[split] += 1
+            for row in packers[split].add(*encoded):
+                yield counted(row, split)
+
+    def counted(row: dict, split: str) -> dict:
+        stats.blocks[split] += 1
+        stats.tokens[split] += len(row["input_ids"])
+        return {**row, "split": split}
+
+    features = datasets.Features(
+        {
+            "input_ids": datasets.Sequence(datasets.Value("int32")),
+            "eojeol_ids": datasets.Sequence(datasets.Value("int32")),
+            "morpheme_ids": datasets.Sequence(datasets.Value("int32")),
+            "split": datasets.Value("string"),
+        }
+    )
+    datasets.disable_progress_bars()
+    with atomic_output_dir(output_dir, overwrite=overwrite) as staging:
+        cache = staging / ".cache"
+        try:
+            everything = datasets.Dataset.from_generator(rows, features=features, cache_dir=str(cache))
+        except datasets.exceptions.DatasetGenerationError as error:
+            # datasets wraps whatever the reader raised; surface kolong's own message (file and line).
+            cause = error.__cause__
+            if isinstance(cause, ValueError):
+                raise cause from None
+            raise
+        if len(everything) == 0:
+            raise DataError(
+                f"the corpus ({', '.join(sources)}) produced no block of at least {max_length // 2} tokens"
+            )
+        splits = {}
+        for split in ("train", "validation"):
+            part = everything.filter(lambda names, s=split: [n == s for n in names], input_columns="split",
+                                     batched=True).remove_columns("split")  # fmt: skip
+            splits[split] = part
+        datasets.DatasetDict(splits).save_to_disk(str(staging / "dataset"))
+        del everything, splits
+        import shutil
+
+        shutil.rmtree(cache, ignore_errors=True)
+        stats.bad_lines = bad_lines
+        atomic_write_json(staging / METADATA, asdict(stats))
+    return stats
+
+
+def load_corpus(path: str | Path):
+    """(DatasetDict, metadata) of a corpus written by `build_corpus`; errors name what is missing."""
+    import datasets
+
+    path = Path(path)
+    if not (path / METADATA).is_file() or not (path / "dataset").is_dir():
+        raise DataError(
+            f"{path} is not a kolong corpus (no {METADATA} and dataset/); build one with `kolong data corpus`"
+        )
+    metadata = json.loads((path / METADATA).read_text(encoding="utf-8"))
+    return datasets.load_from_disk(str(path / "dataset")), metadata
