@@ -73,7 +73,7 @@ def test_read_documents_modes_and_bad_lines(tmp_path):
 def test_empty_corpus_is_an_error(tmp_path, tokenizer_dir):
     empty = tmp_path / "empty.txt"
     empty.write_text("\n\n", encoding="utf-8")
-    with pytest.raises(Exception, match="no documents|no block"):
+    with pytest.raises(Exception, match=r"no documents|no block"):
         build_corpus([str(empty)], str(tokenizer_dir), tmp_path / "out", max_length=32)
     assert not (tmp_path / "out").exists()
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import random
+import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -285,7 +286,11 @@ def build_corpus(
     with atomic_output_dir(output_dir, overwrite=overwrite) as staging:
         cache = staging / ".cache"
         try:
-            everything = datasets.Dataset.from_generator(rows, features=features, cache_dir=str(cache))
+            # A fresh fingerprint: the generator closes over a tokenizer and a progress callback, which
+            # datasets would otherwise try to pickle to hash them (and its cache is private here anyway).
+            everything = datasets.Dataset.from_generator(
+                rows, features=features, cache_dir=str(cache), fingerprint=uuid.uuid4().hex
+            )
         except datasets.exceptions.DatasetGenerationError as error:
             # datasets wraps whatever the reader raised; surface kolong's own message (file and line).
             cause = error.__cause__
