@@ -145,3 +145,18 @@ def test_span_length_distribution_golden_values():
     assert distribution.sum().item() == pytest.approx(1.0)
     assert distribution[0].item() == pytest.approx(0.2 / (1 - 0.8**10))
     assert (distribution[1:] / distribution[:-1]).allclose(torch.tensor(0.8, dtype=torch.float64))
+
+
+def test_seeded_streams_reproduce_the_kth_batch_and_keep_eval_apart():
+    data = features(count=8)
+    first = collator("eojeol", seed=5)
+    batches = [first(data)["labels"] for _ in range(3)]
+    resumed = collator("eojeol", seed=5, calls=2)  # as after resuming past two batches
+    assert torch.equal(resumed(data)["labels"], batches[2])
+    assert not torch.equal(batches[0], batches[1])  # dynamic: every batch masked afresh
+    first.use_stream("eval", restart=True)
+    evaluation = first(data)["labels"]
+    first.use_stream("eval", restart=True)
+    assert torch.equal(first(data)["labels"], evaluation)  # each evaluation sees the same masks
+    first.use_stream("train")
+    assert first.calls == 3

@@ -196,7 +196,10 @@ def tokenize_documents(tokenizer, documents: list[str]) -> Iterator[tuple[list[i
         if not ids:
             yield [], [], []
             continue
-        words = encoded.word_ids(index)
+        # Morphemes: kolong's morpheme tokenizer exposes them; other tokenizers' words (WordPiece: whitespace and
+        # punctuation-separated words) stand in for them.
+        encoding = encoded.encodings[index] if encoded.encodings else None
+        words = getattr(encoding, "morpheme_ids", None) or encoded.word_ids(index)
         char_to_eojeol = eojeol_index(document)
         eojeol = [
             int(char_to_eojeol[min(start, len(document) - 1)])

@@ -97,6 +97,11 @@ class MappedEncoding:
         return self.word_ids
 
     @property
+    def morpheme_ids(self) -> list[int | None]:
+        """Per token, the index of its morpheme in the input (each morpheme is one backend word)."""
+        return list(self._encoding.word_ids)
+
+    @property
     def overflowing(self) -> list[MappedEncoding]:
         return [MappedEncoding(e, self._alignments) for e in self._encoding.overflowing]
 

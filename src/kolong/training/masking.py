@@ -1,7 +1,11 @@
 """Masked-language-model collators: token, whole-eojeol, whole-morpheme and SpanBERT span masking.
 
-Every batch is masked afresh (dynamic masking, RoBERTa), from torch's global generator, so a run is
-reproducible from its seed and the HF Trainer's checkpoints restore it exactly on resume.
+Every batch is masked afresh (dynamic masking, RoBERTa). With a `seed`, the masks of the k-th batch of a
+stream come from a generator seeded by (seed, stream, k): a run is reproducible, and a resumed run
+masks batch k exactly as the uninterrupted run did once `calls` is set to the number of batches
+already trained on (`kolong pretrain mlm` does this; the Trainer skips those batches without
+collating them). Evaluation uses its own stream, restarted at every evaluation, so held-out losses
+are comparable across evaluations. Without a seed, torch's global generator is used.
 
 Selection: about `mlm_probability` (15%) of each sequence's maskable tokens are chosen, as whole
 groups: single tokens (`token`), eojeol (`eojeol`: whitespace-separated words of the original
@@ -20,6 +24,7 @@ id per token (equal ids = same group; -1 for special tokens), as written by `kol
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 
 import torch
@@ -55,8 +60,14 @@ class MaskingCollator:
     span_p: float = 0.2
     max_span: int = 10
     pad_to_multiple_of: int | None = None
+    seed: int | None = None
+    calls: int = 0
+    """Batches collated so far in the current stream (with a seed)."""
+    stream: str = "train"
 
     def __post_init__(self) -> None:
+        self._calls = {"train": self.calls}
+        self._generator: torch.Generator | None = None
         if self.granularity not in GRANULARITIES:
             raise ValueError(
                 f"masking granularity {self.granularity!r} is not one of {', '.join(GRANULARITIES)}"
@@ -82,7 +93,21 @@ class MaskingCollator:
             **kwargs,
         )
 
+    def use_stream(self, name: str, restart: bool = False) -> None:
+        """Switch between the "train" and "eval" mask streams (each keeps its own batch count)."""
+        self._calls[self.stream] = self.calls
+        self.stream = name
+        self.calls = 0 if restart else self._calls.get(name, 0)
+
+    def _next_generator(self) -> torch.Generator | None:
+        if self.seed is None:
+            return None
+        key = zlib.crc32(f"{self.seed}/{self.stream}/{self.calls}".encode())
+        self.calls += 1
+        return torch.Generator().manual_seed(key)
+
     def __call__(self, features: list[dict]) -> dict[str, torch.Tensor]:
+        self._generator = self._next_generator()
         width = max(len(f["input_ids"]) for f in features)
         if self.pad_to_multiple_of:
             width = -(-width // self.pad_to_multiple_of) * self.pad_to_multiple_of
@@ -122,14 +147,14 @@ class MaskingCollator:
             return chosen
         if self.granularity == "token":
             positions = torch.nonzero(candidates).squeeze(1)
-            picked = positions[torch.randperm(len(positions))[:budget]]
+            picked = positions[torch.randperm(len(positions), generator=self._generator)[:budget]]
             chosen[picked] = groups[picked]
             return chosen
         unique, sizes = torch.unique_consecutive(groups[candidates], return_counts=True)
         if self.granularity == "span":
             return self._choose_spans(groups, unique, sizes, budget)
         picked, covered, sizes_list = [], 0, sizes.tolist()
-        for index in torch.randperm(len(unique)).tolist():
+        for index in torch.randperm(len(unique), generator=self._generator).tolist():
             if covered >= budget:
                 break
             if covered + sizes_list[index] > budget and covered > 0:
@@ -148,8 +173,8 @@ class MaskingCollator:
         covered, attempts = 0, 0
         while covered < budget and attempts < 10 * len(unique_list):
             attempts += 1
-            length = int(torch.multinomial(self._span_lengths, 1)) + 1
-            start = int(torch.randint(0, len(unique_list), (1,)))
+            length = int(torch.multinomial(self._span_lengths, 1, generator=self._generator)) + 1
+            start = int(torch.randint(0, len(unique_list), (1,), generator=self._generator))
             if taken[start]:
                 continue
             span = []
@@ -169,16 +194,18 @@ class MaskingCollator:
         selected = chosen_groups.ge(0)
         labels = torch.where(selected, input_ids, torch.full_like(input_ids, -100))
         # One uniform draw per group (per token in token mode): < 0.8 mask, < 0.9 random, else keep.
-        draws = torch.rand(input_ids.shape)
+        draws = torch.rand(input_ids.shape, generator=self._generator)
         if self.granularity != "token":
             for row in range(input_ids.shape[0]):
                 _, inverse = torch.unique(chosen_groups[row], return_inverse=True)
-                draws[row] = torch.rand(int(inverse.max()) + 1)[inverse]
+                draws[row] = torch.rand(int(inverse.max()) + 1, generator=self._generator)[inverse]
         to_mask = selected & draws.lt(self.mask_fraction)
         to_random = (
             selected & draws.ge(self.mask_fraction) & draws.lt(self.mask_fraction + self.random_fraction)
         )
-        random_ids = self._random_pool[torch.randint(len(self._random_pool), input_ids.shape)]
+        random_ids = self._random_pool[
+            torch.randint(len(self._random_pool), input_ids.shape, generator=self._generator)
+        ]
         input_ids = torch.where(to_mask, torch.full_like(input_ids, self.mask_token_id), input_ids)
         input_ids = torch.where(to_random, random_ids, input_ids)
         return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}

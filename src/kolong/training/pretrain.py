@@ -1,0 +1,297 @@
+"""MLM pre-training of kolong's encoder over the HF `Trainer`: what `kolong pretrain mlm` runs.
+
+Everything that can be wrong is checked before the first step: the preset, the corpus (built by
+`kolong data corpus`), the tokenizer against the corpus and the model config, the output directory.
+The run then writes checkpoints to `output_dir/checkpoint-N` and resumes from the last one when
+started again (exactly: the Trainer restores the optimiser, the scheduler, the data position and the
+RNG states, and kolong's masking draws from torch's generator). Logs carry the training loss, eval
+loss and perplexity on the held-out split, and training throughput in tokens/s. Under `torchrun` or
+`accelerate launch` the Trainer runs data-parallel (gloo on CPU, NCCL on GPU).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from kolong.data.squad import DataError
+from kolong.io import atomic_write_json
+from kolong.training.presets import preset
+
+
+@dataclass
+class PretrainArguments:
+    """Arguments of `kolong pretrain mlm` (each is also a CLI option)."""
+
+    corpus: str
+    """A directory written by `kolong data corpus`."""
+    output_dir: str
+    """Checkpoints, the final model + tokenizer, logs and the loss plot."""
+    preset: str = "tiny"
+    """tiny | small (the paper: 3 layers, hidden 768, 12 heads, sequence 128) | base (12 layers)."""
+    position: str = "learned"
+    """Position scheme: learned, sinusoidal, memn2n, shaw, t5, alibi, rope, none."""
+    position_kwargs: dict = field(default_factory=dict)
+    """Options of the scheme, e.g. {"max_distance": 16}."""
+    model: str | None = None
+    """Continue pre-training this kolong checkpoint (e.g. from `kolong convert --head masked-lm`) instead of
+    building a fresh model from the preset."""
+    tokenizer: str | None = None
+    """Tokenizer directory; default: the one the corpus was built with."""
+    masking: str = "token"
+    """token | eojeol | morpheme | span (SpanBERT)."""
+    mlm_probability: float = 0.15
+    overrides: dict = field(default_factory=dict)
+    """Preset fields to override, model (hidden_size, ...) or training (batch_size, max_steps, ...)."""
+    max_steps: int | None = None
+    batch_size: int | None = None
+    """Per device; the preset's if unset."""
+    gradient_accumulation_steps: int = 1
+    learning_rate: float | None = None
+    warmup: float | None = None
+    """Warm-up as a share of max_steps."""
+    weight_decay: float = 0.01
+    eval_steps: int = 200
+    save_steps: int = 200
+    logging_steps: int = 20
+    eval_blocks: int = 2000
+    """Held-out blocks to evaluate on (the first N of the validation split)."""
+    seed: int = 42
+    bf16: str = "auto"
+    overwrite: bool = False
+    """Start afresh in a non-empty output directory instead of resuming."""
+    save_total_limit: int = 3
+    extra: dict = field(default_factory=dict)
+    """Further TrainingArguments."""
+
+
+def _split_overrides(overrides: dict, model_fields: dict, training_fields: dict) -> None:
+    from kolong.models import KolongConfig
+
+    config_fields = set(KolongConfig.__dataclass_fields__)
+    for key, value in overrides.items():
+        if key in training_fields:
+            training_fields[key] = value
+        elif key in config_fields:
+            model_fields[key] = value
+        else:
+            raise ValueError(f"override {key!r} is neither a KolongConfig field nor a training field "
+                             f"({', '.join(sorted(training_fields))})")  # fmt: skip
+
+
+def prepare(args: PretrainArguments):
+    """Everything before training: (model, tokenizer, datasets, collator, training settings); raises on bad input."""
+    from kolong.checkpoints import load_tokenizer
+    from kolong.data.corpus import load_corpus
+    from kolong.models import KolongConfig, KolongForMaskedLM
+    from kolong.training.masking import MaskingCollator
+
+    settings = preset(args.preset)
+    model_fields, training = settings["model"], settings["training"]
+    _split_overrides(args.overrides, model_fields, training)
+    for name in ("max_steps", "batch_size", "learning_rate", "warmup"):
+        if getattr(args, name) is not None:
+            training[name] = getattr(args, name)
+
+    datasets, metadata = load_corpus(args.corpus)
+    tokenizer_path = args.tokenizer or metadata["tokenizer"]
+    tokenizer = load_tokenizer(tokenizer_path)
+    if len(tokenizer) != metadata["vocab_size"]:
+        raise DataError(
+            f"tokenizer {tokenizer_path} has {len(tokenizer)} tokens but the corpus {args.corpus} was built with "
+            f"{metadata['vocab_size']} ({metadata['tokenizer']}); rebuild the corpus with this tokenizer"
+        )
+    if len(datasets["train"]) == 0:
+        raise DataError(f"the corpus {args.corpus} has no training blocks")
+
+    from transformers import set_seed
+
+    set_seed(args.seed)  # the fresh model's initial weights follow the run's seed
+    if args.model:
+        model = KolongForMaskedLM.from_pretrained(args.model)
+        if model.config.vocab_size != len(tokenizer):
+            raise DataError(
+                f"model {args.model} has vocab_size {model.config.vocab_size} but tokenizer {tokenizer_path} has "
+                f"{len(tokenizer)} tokens"
+            )
+    else:
+        config = KolongConfig(
+            vocab_size=len(tokenizer),
+            pad_token_id=tokenizer.pad_token_id,
+            max_position_embeddings=max(metadata["max_length"], 512),
+            position_encoding=args.position,
+            position_kwargs=args.position_kwargs,
+            **model_fields,
+        )
+        model = KolongForMaskedLM(config)
+    rank = int(os.environ.get("RANK", "0"))  # each data-parallel process masks its own batches differently
+    collator = MaskingCollator.for_tokenizer(
+        tokenizer,
+        granularity=args.masking,
+        mlm_probability=args.mlm_probability,
+        seed=args.seed + 7919 * rank,
+    )
+    evaluation = datasets["validation"] if len(datasets["validation"]) else None
+    if evaluation is not None and len(evaluation) > args.eval_blocks:
+        evaluation = evaluation.select(range(args.eval_blocks))
+    return model, tokenizer, datasets["train"], evaluation, collator, training, metadata
+
+
+def make_trainer_class():
+    from transformers import Trainer
+
+    class MLMTrainer(Trainer):
+        """Adds perplexity to evaluations and training throughput (tokens/s) to the logs."""
+
+        def __init__(self, *args, tokens_per_step: int = 0, **kwargs):
+            super().__init__(*args, **kwargs)
+            self._tokens_per_step = tokens_per_step
+            self._last_log = (time.perf_counter(), 0)
+
+        def evaluate(self, *args, **kwargs):
+            import torch
+
+            # The same masks at every evaluation (comparable numbers), drawn from a forked generator so
+            # that evaluating does not shift the training run's random stream.
+            collator = self.data_collator
+            collator.use_stream("eval", restart=True)
+            try:
+                with torch.random.fork_rng(devices=[]):
+                    metrics = super().evaluate(*args, **kwargs)
+            finally:
+                collator.use_stream("train")
+            if "eval_loss" in metrics:
+                metrics["eval_perplexity"] = math.exp(min(metrics["eval_loss"], 50.0))
+                self.state.log_history[-1]["eval_perplexity"] = metrics["eval_perplexity"]
+            return metrics
+
+        def log(self, logs, *args, **kwargs):
+            if "loss" in logs:
+                now, step = time.perf_counter(), self.state.global_step
+                then, last_step = self._last_log
+                if step > last_step:
+                    logs["tokens_per_second"] = (step - last_step) * self._tokens_per_step / (now - then)
+                self._last_log = (now, step)
+            super().log(logs, *args, **kwargs)
+
+    return MLMTrainer
+
+
+def _resume_masking_callback(collator):
+    from transformers import TrainerCallback
+
+    class ResumeMasking(TrainerCallback):
+        """On resume, the Trainer skips the batches already trained on without collating them: move the
+        collator's batch count past them so batch k is masked as in an uninterrupted run."""
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            collator.calls = state.global_step * args.gradient_accumulation_steps
+
+    return ResumeMasking()
+
+
+def pretrain_mlm(args: PretrainArguments, callbacks: list | None = None) -> dict:
+    """Pre-train, evaluate, save model + tokenizer + logs to `args.output_dir`; returns the final metrics."""
+    import torch
+    from transformers import TrainingArguments
+
+    from kolong.training.qa import _resume_point, _use_bf16
+
+    output_dir = Path(args.output_dir)
+    resume_from = _resume_point(output_dir, args.overwrite)
+    model, tokenizer, train, evaluation, collator, training, metadata = prepare(args)
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    tokens_per_step = (
+        training["batch_size"] * args.gradient_accumulation_steps * world * metadata["max_length"]
+    )
+
+    training_args = TrainingArguments(
+        output_dir=str(output_dir),
+        max_steps=training["max_steps"],
+        per_device_train_batch_size=training["batch_size"],
+        per_device_eval_batch_size=training["batch_size"],
+        gradient_accumulation_steps=args.gradient_accumulation_steps,
+        learning_rate=training["learning_rate"],
+        warmup_steps=training["warmup"],  # transformers 5: a float in [0, 1) is a share of max_steps
+        weight_decay=args.weight_decay,
+        lr_scheduler_type="linear",
+        eval_strategy="steps" if evaluation is not None else "no",
+        eval_on_start=evaluation is not None and resume_from is None,  # the curve starts at step 0
+        eval_steps=args.eval_steps,
+        save_strategy="steps",
+        save_steps=args.save_steps,
+        save_total_limit=args.save_total_limit,
+        logging_steps=args.logging_steps,
+        seed=args.seed,
+        data_seed=args.seed,
+        bf16=_use_bf16(args.bf16),
+        report_to="none",
+        remove_unused_columns=False,  # the collator reads eojeol_ids / morpheme_ids
+        dataloader_pin_memory=torch.cuda.is_available(),
+        ddp_backend=None if torch.cuda.is_available() else ("gloo" if world > 1 else None),
+        **args.extra,
+    )
+    trainer = make_trainer_class()(
+        model=model,
+        args=training_args,
+        train_dataset=train,
+        eval_dataset=evaluation,
+        data_collator=collator,
+        processing_class=tokenizer,
+        callbacks=[_resume_masking_callback(collator), *(callbacks or [])],
+        tokens_per_step=tokens_per_step,
+    )
+    output = trainer.train(resume_from_checkpoint=resume_from)
+    metrics = {"train_loss": output.training_loss, "steps": trainer.state.global_step}
+    if evaluation is not None:
+        metrics.update({k: v for k, v in trainer.evaluate().items() if k in ("eval_loss", "eval_perplexity")})
+    if trainer.is_world_process_zero():
+        trainer.save_model(str(output_dir))
+        tokenizer.save_pretrained(str(output_dir))
+        history = trainer.state.log_history
+        atomic_write_json(output_dir / "pretrain_log.json", {"arguments": asdict(args), "metrics": metrics,
+                                                              "log_history": history})  # fmt: skip
+        plot_losses(
+            history, output_dir / "loss.png", title=f"{args.preset} / {model.config.position_encoding}"
+        )
+    return metrics
+
+
+def plot_losses(history: list[dict], output: Path, title: str = "") -> Path | None:
+    """Training and held-out MLM loss against step."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from kolong.io import atomic_write_bytes
+
+    train = [(h["step"], h["loss"]) for h in history if "loss" in h]
+    held_out = [(h["step"], h["eval_loss"]) for h in history if "eval_loss" in h]
+    if not train and not held_out:
+        return None
+    figure, axis = plt.subplots(figsize=(6, 4))
+    for points, label in ((train, "training loss"), (held_out, "held-out loss")):
+        if points:
+            axis.plot(
+                *zip(*points, strict=True), label=label, marker="o" if label.startswith("held") else None
+            )
+    axis.set_xlabel("step")
+    axis.set_ylabel("MLM loss")
+    axis.set_title(title)
+    axis.legend()
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=100)
+    plt.close(figure)
+    return atomic_write_bytes(output, buffer.getvalue())
+
+
+def read_log(output_dir: str | Path) -> dict:
+    return json.loads((Path(output_dir) / "pretrain_log.json").read_text(encoding="utf-8"))

@@ -1,0 +1,98 @@
+"""`kolong pretrain mlm`: tiny pre-training learns, resumes exactly, refuses bad input up front."""
+
+from __future__ import annotations
+
+import gzip
+
+import pytest
+from transformers import TrainerCallback
+
+from kolong.data.corpus import build_corpus
+from kolong.data.samples import KOREAN_PARAGRAPHS, korean_document
+from kolong.data.squad import DataError
+from kolong.demo import build_tiny_bert_checkpoint
+from kolong.training.pretrain import PretrainArguments, prepare, pretrain_mlm, read_log
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    root = tmp_path_factory.mktemp("pretrain")
+    tokenizer = build_tiny_bert_checkpoint(root / "tokenizer", max_position_embeddings=64)
+    text = root / "korean.txt.gz"
+    sentences = [s for p in KOREAN_PARAGRAPHS for s in p.split(". ")] + korean_document(40000).split(". ")
+    with gzip.open(text, "wt", encoding="utf-8") as handle:
+        handle.write("\n".join(sentences) + "\n")
+    build_corpus([str(text)], str(tokenizer), root / "corpus", max_length=32, held_out=0.1)
+    return root / "corpus"
+
+
+def arguments(corpus, output, **kwargs) -> PretrainArguments:
+    settings = dict(corpus=str(corpus), output_dir=str(output), preset="tiny", max_steps=40, batch_size=8,
+                    eval_steps=20, save_steps=20, logging_steps=1, extra={"use_cpu": True, "disable_tqdm": True})  # fmt: skip
+    settings.update(kwargs)
+    return PretrainArguments(**settings)
+
+
+def losses(output_dir):
+    return [(h["step"], h["loss"]) for h in read_log(output_dir)["log_history"] if "loss" in h]
+
+
+@pytest.mark.parametrize(("position", "masking"), [("learned", "token"), ("shaw", "eojeol")])
+def test_tiny_pretraining_lowers_held_out_loss(corpus, tmp_path, position, masking):
+    args = arguments(corpus, tmp_path / "run", position=position, masking=masking, max_steps=400, eval_steps=200,
+                     save_steps=400, logging_steps=20, learning_rate=5e-3, batch_size=16)  # fmt: skip
+    metrics = pretrain_mlm(args)
+    log = read_log(tmp_path / "run")
+    held_out = [h["eval_loss"] for h in log["log_history"] if "eval_loss" in h]
+    assert held_out[0] > 6  # step 0: about ln(vocabulary)
+    assert metrics["eval_loss"] < 0.8 * held_out[0]
+    assert metrics["eval_perplexity"] > 1
+    assert any("tokens_per_second" in h for h in log["log_history"])
+    assert (tmp_path / "run" / "loss.png").is_file() and (tmp_path / "run" / "config.json").is_file()
+
+
+class StopAt(TrainerCallback):
+    def __init__(self, step):
+        self.step = step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step >= self.step:
+            control.should_training_stop = True
+            control.should_save = True
+
+
+def test_interrupt_and_resume_gives_the_same_loss_curve(corpus, tmp_path):
+    pretrain_mlm(arguments(corpus, tmp_path / "straight", masking="span"))
+    pretrain_mlm(arguments(corpus, tmp_path / "interrupted", masking="span"), callbacks=[StopAt(20)])
+    assert losses(tmp_path / "interrupted")[-1][0] == 20
+    pretrain_mlm(arguments(corpus, tmp_path / "interrupted", masking="span"))  # resumes from checkpoint-20
+    straight, resumed = losses(tmp_path / "straight"), losses(tmp_path / "interrupted")
+    assert [s for s, _ in resumed] == list(range(1, 41))
+    for (step, a), (_, b) in zip(straight, resumed, strict=True):
+        assert a == pytest.approx(b, rel=1e-4, abs=1e-4), f"step {step}"
+
+
+def test_bad_input_is_refused_before_training(corpus, tmp_path):
+    with pytest.raises(ValueError, match="preset 'huge' does not exist"):
+        prepare(arguments(corpus, tmp_path / "x", preset="huge"))
+    with pytest.raises(ValueError, match="override 'hidden'"):
+        prepare(arguments(corpus, tmp_path / "x", overrides={"hidden": 64}))
+    with pytest.raises(ValueError, match="position_encoding='relative'"):
+        prepare(arguments(corpus, tmp_path / "x", position="relative"))
+    with pytest.raises(DataError, match="not a kolong corpus"):
+        prepare(arguments(tmp_path, tmp_path / "x"))
+    other = build_tiny_bert_checkpoint(tmp_path / "other-tokenizer", max_position_embeddings=16)
+    from transformers import AutoTokenizer
+
+    small = AutoTokenizer.from_pretrained(other)
+    small.add_tokens(["새토큰"])
+    small.save_pretrained(other)
+    with pytest.raises(DataError, match="was built with"):
+        prepare(arguments(corpus, tmp_path / "x", tokenizer=str(other)))
+
+
+def test_overrides_reach_the_model(corpus, tmp_path):
+    model, *_ = prepare(arguments(corpus, tmp_path / "x", position="rope", overrides={"hidden_size": 48,
+                        "num_attention_heads": 4, "hidden_act": "swiglu", "batch_size": 4}))  # fmt: skip
+    assert model.config.hidden_size == 48 and model.config.position_encoding == "rope"
+    assert model.config.hidden_act == "swiglu"
