@@ -96,3 +96,55 @@ def test_overrides_reach_the_model(corpus, tmp_path):
                         "num_attention_heads": 4, "hidden_act": "swiglu", "batch_size": 4}))  # fmt: skip
     assert model.config.hidden_size == 48 and model.config.position_encoding == "rope"
     assert model.config.hidden_act == "swiglu"
+
+
+DDP_SCRIPT = """
+import os, sys
+from transformers import TrainerCallback
+from kolong.training.pretrain import PretrainArguments, pretrain_mlm
+
+class Checksum(TrainerCallback):
+    def on_train_end(self, args, state, control, model=None, **kwargs):
+        total = float(sum(p.detach().double().sum() for p in model.parameters()))
+        print(f"rank {os.environ['RANK']} of {args.world_size}: checksum {total:.10f}", flush=True)
+
+pretrain_mlm(PretrainArguments(corpus=sys.argv[1], output_dir=sys.argv[2], max_steps=4, batch_size=4,
+                               eval_steps=2, save_steps=2, logging_steps=1, extra={"disable_tqdm": True}),
+             callbacks=[Checksum()])
+"""
+
+
+def test_two_cpu_processes_train_data_parallel_with_gloo(corpus, tmp_path):
+    import re
+    import subprocess
+    import sys
+
+    script = tmp_path / "ddp.py"
+    script.write_text(DDP_SCRIPT, encoding="utf-8")
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--standalone",
+               str(script), str(corpus), str(tmp_path / "out")]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    checksums = dict(re.findall(r"rank (\d) of 2: checksum (\S+)", result.stdout))
+    assert set(checksums) == {"0", "1"}, result.stdout[-2000:]
+    assert checksums["0"] == checksums["1"]  # gradients were averaged across the two processes
+    assert (tmp_path / "out" / "model.safetensors").is_file() and (tmp_path / "out" / "checkpoint-4").is_dir()
+
+
+def test_cli_pretrain_mlm(corpus, tmp_path):
+    from typer.testing import CliRunner
+
+    from kolong.cli import app
+
+    runner = CliRunner()
+    out = tmp_path / "cli"
+    result = runner.invoke(app, ["pretrain", "mlm", "--corpus", str(corpus), "-o", str(out), "--position", "alibi",
+                                 "--max-steps", "6", "--batch-size", "4", "--eval-steps", "3", "--save-steps", "3",
+                                 "--set", "hidden_size=48", "--set", "num_attention_heads=4"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "pre-trained" in result.output and "eval_perplexity" in result.output
+    bad = runner.invoke(app, ["pretrain", "mlm", "--corpus", str(corpus), "-o", str(tmp_path / "b"),
+                              "--preset", "huge"])  # fmt: skip
+    assert bad.exit_code == 2 and "preset 'huge' does not exist" in bad.output
+    again = runner.invoke(app, ["pretrain", "mlm", "--corpus", str(tmp_path), "-o", str(tmp_path / "c")])
+    assert again.exit_code == 2 and "not a kolong" in again.output

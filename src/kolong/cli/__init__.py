@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from kolong.cli import bench, convert, data, demo, experiment, extend, plot, qa, tokenizer
+from kolong.cli import bench, convert, data, demo, experiment, extend, plot, pretrain, qa, tokenizer
 
 app = typer.Typer(
     name="kolong",
@@ -23,6 +23,7 @@ app.add_typer(qa.finetune_app, name="finetune")
 app.add_typer(qa.predict_app, name="predict")
 app.add_typer(qa.evaluate_app, name="evaluate")
 app.add_typer(experiment.app, name="experiment")
+app.add_typer(pretrain.app, name="pretrain")
 app.add_typer(tokenizer.app, name="tokenizer")
 
 

@@ -209,7 +209,7 @@ def pretrain_mlm(args: PretrainArguments, callbacks: list | None = None) -> dict
         training["batch_size"] * args.gradient_accumulation_steps * world * metadata["max_length"]
     )
 
-    training_args = TrainingArguments(
+    settings = dict(
         output_dir=str(output_dir),
         max_steps=training["max_steps"],
         per_device_train_batch_size=training["batch_size"],
@@ -232,9 +232,10 @@ def pretrain_mlm(args: PretrainArguments, callbacks: list | None = None) -> dict
         report_to="none",
         remove_unused_columns=False,  # the collator reads eojeol_ids / morpheme_ids
         dataloader_pin_memory=torch.cuda.is_available(),
-        ddp_backend=None if torch.cuda.is_available() else ("gloo" if world > 1 else None),
-        **args.extra,
+        # On CPU, accelerate only forms the torchrun process group (gloo) when told the run is CPU-only.
+        use_cpu=not torch.cuda.is_available(),
     )
+    training_args = TrainingArguments(**{**settings, **args.extra})
     trainer = make_trainer_class()(
         model=model,
         args=training_args,

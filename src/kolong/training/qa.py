@@ -212,7 +212,8 @@ def finetune_qa(args: QAFinetuneArguments) -> dict:
         logging_steps=args.logging_steps,
         report_to="none",
         dataloader_pin_memory=_has_gpu(),
-        **args.extra,
+        # On CPU, accelerate only forms the torchrun process group (gloo) when told the run is CPU-only.
+        **{"use_cpu": not _has_gpu(), **args.extra},
     )
     callbacks = []
     if args.early_stopping_patience:
