@@ -272,3 +272,10 @@ def test_explicit_attention_path_matches_sdpa_without_dropout():
         fused = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask4)
     torch.testing.assert_close(explicit, fused)
     assert model(ids, attention_mask=mask).last_hidden_state.shape == (2, 12, 32)
+
+
+def test_qa_length_check_knows_relative_schemes_have_no_limit():
+    from kolong.training.qa import model_max_length
+
+    assert model_max_length(KolongForQuestionAnswering(tiny_kolong_config())) == TINY_LENGTH
+    assert model_max_length(KolongForQuestionAnswering(tiny_kolong_config(position_encoding="rope"))) >= 10**9

@@ -69,6 +69,8 @@ def model_max_length(model) -> int:
     try:
         return find_position_table(model).max_length
     except ExtensionError:
+        if getattr(model.config, "position_encoding", "learned") != "learned":
+            return 10**9  # kolong's relative and function-based schemes take any length
         return int(getattr(model.config, "max_position_embeddings", 10**9))
 
 
