@@ -1,5 +1,6 @@
 """kolong's own models (registered with the transformers Auto classes on `import kolong`)."""
 
+from kolong.models.byte import register_auto_classes as register_byte_auto_classes
 from kolong.models.encoder import (
     KolongConfig,
     KolongForMaskedLM,
@@ -12,6 +13,7 @@ from kolong.models.encoder import (
 )
 
 register_auto_classes()
+register_byte_auto_classes()
 
 __all__ = [
     "KolongConfig",

@@ -1,0 +1,271 @@
+"""kolong's byte encoder-decoder: configuration, T5 / ByT5 weight loading with identical logits, GBST
+uptraining that keeps every weight, Auto classes, save / reload, caching, greedy and beam generation."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import AutoConfig, AutoModelForSeq2SeqLM, T5Config, T5ForConditionalGeneration
+
+from kolong.models.byte import (
+    KolongByteConfig,
+    KolongByteForConditionalGeneration,
+    T5ConversionError,
+    add_gbst,
+    from_t5,
+)
+
+TINY = dict(hidden_size=32, head_dim=8, num_attention_heads=4, intermediate_size=64, dropout_rate=0.0)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models run faster on one thread, and a shared CPU makes multi-threaded small ops stall."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def tiny_t5(
+    feed_forward_proj: str = "gated-gelu", tie: bool = False, seed: int = 0, untie_head: bool = False
+):
+    """A tiny HF T5 with ByT5's byte vocabulary (384 ids) and a 3:1 encoder:decoder depth."""
+    torch.manual_seed(seed)
+    config = T5Config(
+        vocab_size=384,
+        d_model=32,
+        d_kv=8,
+        d_ff=64,
+        num_layers=3,
+        num_decoder_layers=1,
+        num_heads=4,
+        feed_forward_proj=feed_forward_proj,
+        tie_word_embeddings=tie,
+        dropout_rate=0.0,
+        relative_attention_max_distance=20,  # short distances reach the log-spaced buckets
+    )
+    model = T5ForConditionalGeneration(config).eval()
+    model.generation_config.decoder_start_token_id = 0
+    model.config.decoder_start_token_id = 0  # HF T5's label shifting reads it from the config
+    if untie_head:  # a google/byt5-style checkpoint: its LM head differs from the embeddings
+        model.lm_head.weight = torch.nn.Parameter(torch.randn(384, 32) * 0.2)
+    return model
+
+
+def byte_batch(seed: int = 0):
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, 259, (2, 41), generator=generator)
+    mask = torch.ones_like(ids)
+    ids[1, 29:], mask[1, 29:] = 0, 0
+    decoder = torch.randint(3, 259, (2, 9), generator=generator)
+    decoder[:, 0] = 0
+    return ids, mask, decoder
+
+
+def logits(model, ids, mask, decoder):
+    with torch.no_grad():
+        return model(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder).logits
+
+
+def test_config_defaults_are_byt5_small_with_a_3_to_1_depth():
+    config = KolongByteConfig()
+    assert (config.hidden_size, config.encoder_layers, config.decoder_layers, config.vocab_size) == (
+        1472,
+        12,
+        4,
+        384,
+    )
+    assert config.num_hidden_layers == 12 and config.dense_act_fn == "gelu_new" and config.is_gated_act
+    assert KolongByteConfig(encoder_layers=18).decoder_layers == 6
+    assert KolongByteConfig(encoder_layers=2).decoder_layers == 1
+    assert KolongByteConfig(encoder_layers=6, decoder_layers=6).decoder_layers == 6
+    assert config.gbst_blocks == [1, 2, 3, 6, 9] and config.gbst_conv_kernel_size == 9
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        ({"hidden_size": 0}, "hidden_size"),
+        ({"decoder_layers": -1}, "decoder_layers"),
+        ({"feed_forward_proj": "swish"}, "feed_forward_proj"),
+        ({"relative_attention_num_buckets": 31}, "relative_attention_num_buckets"),
+        ({"gbst_blocks": [1, 0]}, "gbst_blocks"),
+        ({"gbst_blocks": [[3, 3]]}, "gbst_blocks"),
+        ({"gbst_downsample_rate": 0}, "gbst_downsample_rate"),
+        ({"dropout_rate": 1.5}, "dropout_rate"),
+    ],
+)
+def test_config_rejects_bad_values_naming_the_field(overrides, field):
+    with pytest.raises(ValueError, match=field):
+        KolongByteConfig(**overrides)
+
+
+@pytest.mark.parametrize(
+    ("proj", "tie", "untie_head"),
+    [
+        ("gated-gelu", False, False),
+        ("relu", True, False),
+        ("gated-gelu", False, True),
+        ("gelu", False, False),
+    ],
+)
+def test_t5_converts_with_identical_logits(proj, tie, untie_head):
+    t5 = tiny_t5(proj, tie, untie_head=untie_head)
+    model = from_t5(t5)
+    ids, mask, decoder = byte_batch()
+    torch.testing.assert_close(
+        logits(model, ids, mask, decoder), logits(t5, ids, mask, decoder), rtol=0, atol=1e-6
+    )
+    assert model.config.tie_word_embeddings == (
+        not untie_head
+    )  # transformers 5 ties T5 heads unless they differ
+    assert model.config.scale_decoder_outputs == tie
+    assert (model.config.encoder_layers, model.config.decoder_layers) == (3, 1)
+
+
+def test_t5_loss_and_labels_match():
+    t5 = tiny_t5()
+    model = from_t5(t5)
+    ids, mask, decoder = byte_batch()
+    labels = decoder.clone()
+    labels[1, 6:] = -100
+    with torch.no_grad():
+        ours = model(input_ids=ids, attention_mask=mask, labels=labels)
+        theirs = t5(input_ids=ids, attention_mask=mask, labels=labels)
+    torch.testing.assert_close(ours.loss, theirs.loss, rtol=0, atol=1e-6)
+
+
+def test_conversion_from_a_checkpoint_directory(tmp_path):
+    t5 = tiny_t5(untie_head=True)
+    t5.save_pretrained(tmp_path / "t5")
+    model = from_t5(tmp_path / "t5")
+    ids, mask, decoder = byte_batch(1)
+    torch.testing.assert_close(
+        logits(model, ids, mask, decoder), logits(t5, ids, mask, decoder), rtol=0, atol=1e-6
+    )
+
+
+def test_conversion_refuses_other_architectures(tmp_path):
+    AutoConfig.for_model("bert", vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                         intermediate_size=32).save_pretrained(tmp_path)  # fmt: skip
+    with pytest.raises(T5ConversionError, match="not a T5"):
+        from_t5(tmp_path)
+
+
+def test_adding_gbst_keeps_every_pretrained_weight():
+    model = from_t5(tiny_t5())
+    before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    add_gbst(model)
+    after = model.state_dict()
+    assert all(torch.equal(before[name], after[name]) for name in before)
+    assert sorted(set(after) - set(before)) == [
+        "encoder.gbst.conv.bias",
+        "encoder.gbst.conv.weight",
+        "encoder.gbst.proj.bias",
+        "encoder.gbst.proj.weight",
+        "encoder.gbst.score.bias",
+        "encoder.gbst.score.weight",
+    ]
+    ids, mask, decoder = byte_batch()
+    with torch.no_grad():
+        output = model(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder)
+    assert output.encoder_last_hidden_state.shape == (2, 14, 32)  # ceil(41 / 3)
+    with pytest.raises(T5ConversionError, match="already"):
+        add_gbst(model)
+
+
+def test_add_gbst_validates_before_changing_the_model():
+    model = from_t5(tiny_t5())
+    with pytest.raises(T5ConversionError, match="gbst_blocks"):
+        add_gbst(model, blocks=[0])
+    assert model.config.use_gbst is False and model.encoder.gbst is None
+
+
+def test_auto_classes_save_and_reload_with_gbst(tmp_path):
+    model = add_gbst(from_t5(tiny_t5()), blocks=[1, 2, [3, 1], 6], downsample_rate=2)
+    model.save_pretrained(tmp_path)
+    assert AutoConfig.from_pretrained(tmp_path).model_type == "kolong-byte"
+    reloaded = AutoModelForSeq2SeqLM.from_pretrained(tmp_path).eval()
+    assert isinstance(reloaded, KolongByteForConditionalGeneration)
+    assert reloaded.encoder.gbst.blocks == [(1, 0), (2, 0), (3, 1), (6, 0)]
+    ids, mask, decoder = byte_batch()
+    torch.testing.assert_close(logits(reloaded, ids, mask, decoder), logits(model.eval(), ids, mask, decoder))
+
+
+def test_gbst_model_ignores_padding_bytes():
+    model = add_gbst(from_t5(tiny_t5())).eval()
+    ids, mask, decoder = byte_batch()
+    other = ids.clone()
+    other[1, 29:] = 77  # different padding bytes, same mask
+    torch.testing.assert_close(logits(model, ids, mask, decoder), logits(model, other, mask, decoder))
+
+
+def test_generate_greedy_and_beam_equal_hf_t5():
+    t5 = tiny_t5(seed=3)
+    model = from_t5(t5)
+    ids, mask, _ = byte_batch(2)
+    for options in ({"num_beams": 1}, {"num_beams": 3}):
+        ours = model.generate(
+            input_ids=ids, attention_mask=mask, max_new_tokens=12, do_sample=False, **options
+        )
+        theirs = t5.generate(
+            input_ids=ids, attention_mask=mask, max_new_tokens=12, do_sample=False, **options
+        )
+        assert ours.tolist() == theirs.tolist()
+
+
+def test_cached_decoding_equals_a_full_forward():
+    model = add_gbst(from_t5(tiny_t5())).eval()
+    ids, mask, decoder = byte_batch()
+    full = logits(model, ids, mask, decoder)
+    with torch.no_grad():
+        encoder = model.get_encoder()(input_ids=ids, attention_mask=mask)
+        cache, steps = None, []
+        for t in range(decoder.shape[1]):
+            out = model(encoder_outputs=encoder, attention_mask=mask, decoder_input_ids=decoder[:, t : t + 1],
+                        past_key_values=cache, use_cache=True)  # fmt: skip
+            cache = out.past_key_values
+            steps.append(out.logits)
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-5, atol=1e-5)
+
+
+def test_generate_with_gbst_and_a_decoder_deeper_than_the_encoder():
+    torch.manual_seed(0)
+    config = KolongByteConfig(**TINY, encoder_layers=1, decoder_layers=3, use_gbst=True)
+    model = KolongByteForConditionalGeneration(config).eval()
+    ids, mask, _ = byte_batch()
+    greedy = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=6, do_sample=False)
+    beam = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=6, num_beams=2, do_sample=False)
+    assert greedy.shape[0] == beam.shape[0] == 2 and greedy[:, 0].eq(0).all()
+
+
+def test_fresh_model_follows_t5_initialisation():
+    torch.manual_seed(0)
+    model = KolongByteForConditionalGeneration(KolongByteConfig(**TINY, encoder_layers=3, use_gbst=True))
+    attention = model.encoder.layers[0].self_attention
+    assert abs(model.encoder.embed_tokens.weight.std().item() - 1.0) < 0.05
+    assert abs(attention.q.weight.std().item() - (32 * 8) ** -0.5) < 0.01
+    assert abs(attention.k.weight.std().item() - 32**-0.5) < 0.03
+    assert abs(model.lm_head.weight.std().item() - 32**-0.5) < 0.03
+    assert torch.equal(model.encoder.gbst.proj.weight, torch.eye(32))
+    assert model.encoder.final_norm.weight.eq(1).all()
+
+
+def test_training_steps_reduce_the_loss():
+    torch.manual_seed(0)
+    model = KolongByteForConditionalGeneration(
+        KolongByteConfig(**TINY, encoder_layers=2, use_gbst=True)
+    ).train()
+    ids, mask, decoder = byte_batch()
+    scorer = model.encoder.gbst.score.weight.detach().clone()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(30):
+        loss = model(input_ids=ids, attention_mask=mask, labels=decoder).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0] * 0.5
+    assert not torch.equal(model.encoder.gbst.score.weight, scorer)  # the block scorer learns

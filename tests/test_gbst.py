@@ -1,0 +1,181 @@
+"""GBST (Charformer): shapes, masks, padding invariance, a naive per-position reference, golden values, gradients."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from kolong.models.byte import GBST
+
+HIDDEN = 8
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models run faster on one thread, and a shared CPU makes multi-threaded small ops stall."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def seeded_gbst(seed: int = 0, **options) -> GBST:
+    gbst = GBST(HIDDEN, **options)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for parameter in gbst.parameters():
+            parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.5)
+    return gbst.eval()
+
+
+def naive_gbst(gbst: GBST, x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Charformer's equations for one sequence, position by position (x: (n, d), mask: (n,) bool)."""
+    n, d = x.shape
+    x = x * mask[:, None]
+    k, left = gbst.kernel_size, gbst.kernel_size // 2
+    h = torch.zeros(n, d)
+    for i in range(n):  # depthwise convolution, zero beyond the ends, then the pointwise projection
+        acc = gbst.conv.bias.clone()
+        for t in range(k):
+            j = i - left + t
+            if 0 <= j < n:
+                acc = acc + gbst.conv.weight[:, 0, t] * x[j]
+        h[i] = gbst.proj(acc) * mask[i]
+    blocks = gbst.blocks
+    candidates = torch.zeros(n, len(blocks), d)
+    scores = torch.zeros(n, len(blocks))
+    for m, (size, offset) in enumerate(blocks):
+        for i in range(n):
+            index = (i - offset) // size  # blocks start at offset + j * size (the first may be shorter)
+            lo, hi = max(0, offset + index * size), min(n, offset + (index + 1) * size)
+            members = [j for j in range(lo, hi) if mask[j]]
+            mean = torch.stack([h[j] for j in members]).mean(0) if members else torch.zeros(d)
+            candidates[i, m] = mean  # eq. 1
+            scores[i, m] = gbst.score(mean)[0]  # eq. 2
+    p = scores.softmax(-1)  # eq. 3
+    if gbst.score_consensus:  # eq. 4 over real positions
+        similarity = p @ p.T
+        similarity[:, ~mask] = float("-inf")
+        p = similarity.softmax(-1) @ p
+    mixed = (p[:, :, None] * candidates).sum(1)  # eq. 5
+    rate = gbst.downsample_rate
+    out, out_mask = [], []
+    for g in range(math.ceil(n / rate)):  # eq. 6
+        members = [j for j in range(g * rate, min(n, (g + 1) * rate)) if mask[j]]
+        out.append(torch.stack([mixed[j] for j in members]).mean(0) if members else torch.zeros(d))
+        out_mask.append(bool(members))
+    return torch.stack(out), torch.tensor(out_mask)
+
+
+@pytest.mark.parametrize("length", [1, 2, 3, 5, 17, 18, 19, 40])
+@pytest.mark.parametrize("rate", [1, 2, 3, 4])
+def test_output_length_is_ceil_of_length_over_rate(length, rate):
+    gbst = seeded_gbst(downsample_rate=rate)
+    out, mask = gbst(torch.randn(2, length, HIDDEN))
+    assert out.shape == (2, math.ceil(length / rate), HIDDEN)
+    assert mask.shape == (2, math.ceil(length / rate)) and bool(mask.all())
+    assert gbst.output_length(length) == math.ceil(length / rate)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"score_consensus": False},
+        {"blocks": [(1, 0), (2, 1), (3, 0), (3, 2), (4, 0)], "downsample_rate": 2},
+        {"blocks": [(1, 0), (2, 0), (4, 0)], "downsample_rate": 4, "conv_kernel_size": 2},
+    ],
+)
+def test_batched_module_equals_the_naive_equations(options):
+    gbst = seeded_gbst(1, **options)
+    generator = torch.Generator().manual_seed(3)
+    x = torch.randn(3, 23, HIDDEN, generator=generator)
+    mask = torch.ones(3, 23, dtype=torch.bool)
+    mask[1, 15:] = False
+    mask[2, 5:] = False
+    with torch.no_grad():
+        out, out_mask = gbst(x, mask)
+        for row in range(3):
+            expected, expected_mask = naive_gbst(gbst, x[row], mask[row])
+            torch.testing.assert_close(out[row], expected, rtol=1e-5, atol=1e-5)
+            assert out_mask[row].tolist() == expected_mask.tolist()
+
+
+def test_fully_padded_groups_are_masked_and_the_mask_matches_downsample_mask():
+    gbst = seeded_gbst()
+    mask = torch.tensor([[1] * 10 + [0] * 10, [1] * 20, [1] * 3 + [0] * 17])
+    _, out_mask = gbst(torch.randn(3, 20, HIDDEN), mask)
+    # groups of 3: a group is real when one of its bytes is (byte 9 opens group 3)
+    assert out_mask.tolist() == [
+        [True] * 4 + [False] * 3,
+        [True] * 7,
+        [True] + [False] * 6,
+    ]
+    assert torch.equal(out_mask, gbst.downsample_mask(mask))
+
+
+@pytest.mark.parametrize("consensus", [True, False])
+def test_padding_bytes_and_padding_amount_do_not_change_real_positions(consensus):
+    gbst = seeded_gbst(2, score_consensus=consensus, blocks=[(1, 0), (2, 0), (3, 1), (6, 0), (9, 0)])
+    generator = torch.Generator().manual_seed(4)
+    real = torch.randn(1, 13, HIDDEN, generator=generator)
+    with torch.no_grad():
+        alone, _ = gbst(real)
+        for extra in (1, 5, 20):
+            for fill in (0.0, 7.0, float("nan")):  # even NaN padding must not reach real positions
+                padded = torch.cat([real, torch.full((1, extra, HIDDEN), fill)], dim=1)
+                mask = torch.cat([torch.ones(1, 13), torch.zeros(1, extra)], dim=1)
+                out, out_mask = gbst(padded, mask)
+                kept = math.ceil(13 / 3)
+                torch.testing.assert_close(out[:, :kept], alone, rtol=1e-6, atol=1e-6)
+                assert out_mask[0, :kept].all() and not out_mask[0, kept:].any()
+
+
+def test_no_mask_equals_an_all_real_mask():
+    gbst = seeded_gbst()
+    x = torch.randn(2, 11, HIDDEN)
+    with torch.no_grad():
+        torch.testing.assert_close(gbst(x)[0], gbst(x, torch.ones(2, 11))[0])
+
+
+def test_a_sequence_without_any_real_byte_stays_finite():
+    gbst = seeded_gbst()
+    out, mask = gbst(torch.randn(2, 6, HIDDEN), torch.tensor([[1] * 6, [0] * 6]))
+    assert torch.isfinite(out).all() and mask.tolist() == [[True, True], [False, False]]
+
+
+def test_golden_values_for_a_fixed_seed():
+    gbst = seeded_gbst(0)
+    x = torch.randn(1, 7, HIDDEN, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        out, _ = gbst(x)
+    assert out.shape == (1, 3, HIDDEN)
+    golden = torch.tensor(GOLDEN)
+    torch.testing.assert_close(out[0, :, :4], golden, rtol=0, atol=1e-4)
+
+
+GOLDEN = [
+    [-1.9063, 0.7384, -0.3949, -1.0447],
+    [-1.9577, 1.0025, -0.4631, -1.1569],
+    [0.9585, 0.9559, 1.395, -1.059],
+]
+
+
+def test_gradients_reach_the_block_scorer_and_the_convolution():
+    gbst = seeded_gbst().train()
+    x = torch.randn(2, 20, HIDDEN, requires_grad=True)
+    out, _ = gbst(x, torch.tensor([[1] * 20, [1] * 12 + [0] * 8]))
+    out.pow(2).sum().backward()
+    for parameter in (gbst.score.weight, gbst.score.bias, gbst.conv.weight, gbst.proj.weight):
+        assert parameter.grad is not None and parameter.grad.abs().sum() > 0
+    assert x.grad[1, 12:].abs().sum() == 0  # nothing flows into padding
+
+
+def test_fresh_initialisation_starts_from_block_means():
+    gbst = GBST(HIDDEN, blocks=[(1, 0)], downsample_rate=1, score_consensus=False)
+    gbst.init_weights()
+    x = torch.randn(1, 9, HIDDEN)
+    with torch.no_grad():
+        torch.testing.assert_close(gbst(x)[0], x)  # identity convolution, one block size, no pooling
