@@ -4,7 +4,19 @@ from __future__ import annotations
 
 import typer
 
-from kolong.cli import bench, convert, data, demo, experiment, extend, plot, pretrain, qa, tokenizer
+from kolong.cli import (
+    bench,
+    classification,
+    convert,
+    data,
+    demo,
+    experiment,
+    extend,
+    plot,
+    pretrain,
+    qa,
+    tokenizer,
+)
 
 app = typer.Typer(
     name="kolong",
@@ -19,6 +31,7 @@ app.command("demo")(demo.demo)
 app.add_typer(plot.app, name="plot")
 app.add_typer(bench.app, name="bench")
 app.add_typer(data.app, name="data")
+qa.finetune_app.command("cls")(classification.finetune_cls)
 app.add_typer(qa.finetune_app, name="finetune")
 app.add_typer(qa.predict_app, name="predict")
 app.add_typer(qa.evaluate_app, name="evaluate")

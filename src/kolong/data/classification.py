@@ -1,0 +1,227 @@
+"""Sentence and sentence-pair classification / regression data for `kolong finetune cls`.
+
+Named datasets read from the shared data folder (`../shared/data`):
+
+| name | task | train / eval |
+|---|---|---|
+| `nsmc` | sentiment of Naver movie reviews, NSMC's rule (1-4 negative, 9-10 positive) | balanced, split by movie (`kolong.data.nsmc`) |
+| `klue-nli` | premise / hypothesis: entailment, neutral, contradiction | KLUE-NLI dev only is available: 80 / 20 split, seeded |
+| `klue-sts` | sentence-pair similarity, regression on `real-label` in [0, 5] | KLUE-STS dev: 80 / 20 split, seeded |
+| `kornli` | KorNLI's Korean XNLI | dev / test |
+| `korsts` | KorSTS similarity, regression on [0, 5] | train / dev |
+
+Any other value is a file: `.tsv`, `.csv` or `.jsonl` with a `text` (or `sentence1`) column, an
+optional `text_pair` (or `sentence2`) column and a `label` column (strings or integers: classes;
+floats: regression). Errors name the file and line.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kolong.data.squad import DataError
+
+NAMED = ("nsmc", "klue-nli", "klue-sts", "kornli", "korsts")
+
+
+@dataclass
+class Example:
+    text: str
+    label: int | float
+    pair: str | None = None
+    id: str = ""
+
+
+@dataclass
+class ClassificationData:
+    name: str
+    labels: list[str] | None  # None: regression
+    train: list[Example] = field(default_factory=list)
+    eval: list[Example] = field(default_factory=list)
+
+    @property
+    def is_regression(self) -> bool:
+        return self.labels is None
+
+
+def _split(examples: list[Example], eval_share: float, seed: int) -> tuple[list[Example], list[Example]]:
+    shuffled = examples[:]
+    random.Random(seed).shuffle(shuffled)
+    cut = round(len(shuffled) * (1 - eval_share))
+    return shuffled[:cut], shuffled[cut:]
+
+
+def _require(path: Path) -> Path:
+    if not path.is_file():
+        raise DataError(f"{path} not found (pass --shared-data DIR pointing at the shared data folder)")
+    return path
+
+
+def _klue_nli(root: Path, seed: int) -> ClassificationData:
+    labels = ["entailment", "neutral", "contradiction"]
+    path = _require(root / "klue" / "klue-nli-v1.1_dev.json")
+    rows = json.loads(path.read_text(encoding="utf-8"))
+    examples = []
+    for index, row in enumerate(rows):
+        if row.get("gold_label") not in labels:
+            raise DataError(
+                f"{path}: example {row.get('guid', index)} has gold_label {row.get('gold_label')!r}"
+            )
+        examples.append(
+            Example(row["premise"], labels.index(row["gold_label"]), row["hypothesis"], row["guid"])
+        )
+    train, evaluation = _split(examples, 0.2, seed)
+    return ClassificationData("klue-nli", labels, train, evaluation)
+
+
+def _klue_sts(root: Path, seed: int) -> ClassificationData:
+    path = _require(root / "klue" / "klue-sts-v1.1_dev.json")
+    rows = json.loads(path.read_text(encoding="utf-8"))
+    examples = [
+        Example(r["sentence1"], float(r["labels"]["real-label"]), r["sentence2"], r["guid"]) for r in rows
+    ]
+    train, evaluation = _split(examples, 0.2, seed)
+    return ClassificationData("klue-sts", None, train, evaluation)
+
+
+def _tsv(path: Path) -> list[dict]:
+    with _require(path).open(encoding="utf-8", newline="") as handle:
+        return list(csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))
+
+
+def _kornli(root: Path) -> ClassificationData:
+    labels = ["entailment", "neutral", "contradiction"]
+
+    def read(name):
+        path = root / "kornli" / name
+        out = []
+        for number, row in enumerate(_tsv(path), 2):
+            if row.get("gold_label") not in labels:
+                raise DataError(
+                    f"{path}:{number}: gold_label {row.get('gold_label')!r} is not one of {labels}"
+                )
+            out.append(
+                Example(
+                    row["sentence1"], labels.index(row["gold_label"]), row["sentence2"], f"{name}:{number}"
+                )
+            )
+        return out
+
+    return ClassificationData("kornli", labels, read("xnli.dev.ko.tsv"), read("xnli.test.ko.tsv"))
+
+
+def _korsts(root: Path) -> ClassificationData:
+    def read(name):
+        path = root / "korsts" / name
+        out = []
+        for number, row in enumerate(_tsv(path), 2):
+            try:
+                score = float(row["score"])
+            except (TypeError, ValueError, KeyError):
+                raise DataError(f"{path}:{number}: score {row.get('score')!r} is not a number") from None
+            out.append(Example(row["sentence1"], score, row["sentence2"], f"{name}:{number}"))
+        return out
+
+    return ClassificationData("korsts", None, read("sts-train.tsv"), read("sts-dev.tsv"))
+
+
+def _nsmc(root: Path, seed: int, limit: int | None) -> ClassificationData:
+    from kolong.data.nsmc import read_nsmc
+
+    split = read_nsmc(_require(root / "nsmc" / "reviews.shared.tsv.gz"), seed=seed, limit=limit)
+    train = [Example(r.text, r.label, None, str(r.review_id)) for r in split.train]
+    evaluation = [Example(r.text, r.label, None, str(r.review_id)) for r in split.test]
+    return ClassificationData("nsmc", ["negative", "positive"], train, evaluation)
+
+
+def read_file(path: str | Path) -> tuple[list[Example], list[str] | None]:
+    """Examples of a .tsv / .csv / .jsonl file, and the class names (None for a regression file)."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path} does not exist or is not a file")
+    if path.suffix == ".jsonl":
+        rows = []
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if line.strip():
+                try:
+                    rows.append((number, json.loads(line)))
+                except json.JSONDecodeError as error:
+                    raise DataError(f"{path}:{number}: not valid JSON ({error.msg})") from None
+    elif path.suffix in (".tsv", ".csv"):
+        with path.open(encoding="utf-8", newline="") as handle:
+            reader = csv.DictReader(handle, delimiter="\t" if path.suffix == ".tsv" else ",")
+            rows = [(number, row) for number, row in enumerate(reader, 2)]
+    else:
+        raise DataError(f"{path}: expected a .tsv, .csv or .jsonl file")
+    raw = []
+    for number, row in rows:
+        text = row.get("text", row.get("sentence1"))
+        if not isinstance(text, str) or "label" not in row or row["label"] in (None, ""):
+            raise DataError(f"{path}:{number}: needs a text (or sentence1) and a label column")
+        raw.append((number, text, row.get("text_pair", row.get("sentence2")), row["label"]))
+    if not raw:
+        raise DataError(f"{path} has no examples")
+    values = [label for *_, label in raw]
+    regression = all(_is_float(v) and not _is_int(v) for v in values)
+    if regression:
+        return [Example(t, float(v), p or None, f"{path.name}:{n}") for n, t, p, v in raw], None
+    names = sorted({str(v) for v in values}, key=lambda v: (not _is_int(v), int(v) if _is_int(v) else 0, v))
+    return [Example(t, names.index(str(v)), p or None, f"{path.name}:{n}") for n, t, p, v in raw], names
+
+
+def _is_int(value) -> bool:
+    try:
+        return float(value) == int(str(value))
+    except (TypeError, ValueError):
+        return False
+
+
+def _is_float(value) -> bool:
+    try:
+        float(value)
+        return not isinstance(value, bool)
+    except (TypeError, ValueError):
+        return False
+
+
+def load_classification_data(
+    data: str, eval_data: str | None = None, shared_data: str | Path = "../shared/data", seed: int = 0,
+    limit: int | None = None,
+) -> ClassificationData:  # fmt: skip
+    root = Path(shared_data)
+    if data == "nsmc":
+        result = _nsmc(root, seed, limit)
+    elif data == "klue-nli":
+        result = _klue_nli(root, seed)
+    elif data == "klue-sts":
+        result = _klue_sts(root, seed)
+    elif data == "kornli":
+        result = _kornli(root)
+    elif data == "korsts":
+        result = _korsts(root)
+    else:
+        train, labels = read_file(data)
+        if eval_data:
+            evaluation, eval_labels = read_file(eval_data)
+            if (labels is None) != (eval_labels is None) or (labels and set(eval_labels) - set(labels)):
+                raise DataError(
+                    f"{eval_data} has labels {eval_labels} that the training file {data} does not"
+                )
+            if labels:  # re-index the eval file's labels by the training file's names
+                evaluation = [
+                    Example(e.text, labels.index(eval_labels[e.label]), e.pair, e.id) for e in evaluation
+                ]
+        else:
+            train, evaluation = _split(train, 0.2, seed)
+        result = ClassificationData(Path(data).stem, labels, train, evaluation)
+    if limit is not None and data != "nsmc":
+        result.train, result.eval = result.train[:limit], result.eval[: max(1, limit // 4)]
+    if not result.train or not result.eval:
+        raise DataError(
+            f"{data}: needs training and evaluation examples ({len(result.train)} / {len(result.eval)})"
+        )
+    return result

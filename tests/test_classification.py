@@ -1,0 +1,140 @@
+"""`kolong finetune cls`: readers, metrics, and fine-tuning that beats the majority class."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kolong.data.classification import load_classification_data, read_file
+from kolong.data.squad import DataError
+from kolong.demo import build_tiny_bert_checkpoint
+from kolong.training.classification import ClassificationArguments, classification_metrics, finetune_cls
+
+POSITIVE = [
+    "정말 최고의 영화",
+    "너무 재미있고 감동적이다",
+    "배우 연기가 훌륭하다",
+    "다시 보고 싶은 명작",
+    "최고 추천합니다",
+]
+NEGATIVE = [
+    "정말 지루한 영화",
+    "시간이 아까운 최악",
+    "연기가 어색하고 별로",
+    "돈 아깝다 비추",
+    "스토리가 엉망이다",
+]
+
+
+def write_sentiment(path, count=240, seed=0):
+    rng = random.Random(seed)
+    with path.open("w", encoding="utf-8") as handle:
+        handle.write("text\tlabel\n")
+        for _ in range(count):
+            label = rng.random() < 0.6  # 60% positive: the majority baseline is 0.6
+            words = rng.choice(POSITIVE if label else NEGATIVE).split() + rng.sample(
+                ["그냥", "오늘", "이번", "역시"], 2
+            )
+            rng.shuffle(words)
+            handle.write(f"{' '.join(words)}\t{'positive' if label else 'negative'}\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    return build_tiny_bert_checkpoint(tmp_path_factory.mktemp("cls") / "bert", max_position_embeddings=64)
+
+
+@pytest.mark.parametrize("kolong_model", [False, True])
+def test_finetuning_beats_the_majority_class(checkpoint, tmp_path, kolong_model):
+    model = str(checkpoint)
+    if kolong_model:
+        from kolong.models.encoder.convert import convert_checkpoint
+
+        convert_checkpoint(model, tmp_path / "kolong")
+        model = str(tmp_path / "kolong")
+    data = write_sentiment(tmp_path / "train.tsv")
+    evaluation = write_sentiment(tmp_path / "eval.tsv", count=100, seed=1)
+    metrics = finetune_cls(ClassificationArguments(
+        model=model, data=str(data), eval_data=str(evaluation), output_dir=str(tmp_path / "out"), epochs=4,
+        batch_size=16, learning_rate=3e-3, max_length=32, extra={"disable_tqdm": True},
+    ))  # fmt: skip
+    labels = [line.split("\t")[1].strip() for line in evaluation.read_text(encoding="utf-8").splitlines()[1:]]
+    majority = max(labels.count("positive"), labels.count("negative")) / len(labels)
+    assert metrics["accuracy"] > majority + 0.1
+    results = json.loads((tmp_path / "out" / "cls_results.json").read_text())
+    assert results["metrics"]["macro_f1"] == pytest.approx(metrics["macro_f1"])
+    from transformers import AutoConfig
+
+    assert AutoConfig.from_pretrained(tmp_path / "out").id2label == {0: "negative", 1: "positive"}
+
+
+def test_regression_file_reports_correlations(checkpoint, tmp_path):
+    path = tmp_path / "sts.jsonl"
+    rng = random.Random(0)
+    with path.open("w", encoding="utf-8") as handle:
+        for _ in range(120):
+            same = rng.random()
+            pair = POSITIVE[0] if same > 0.5 else NEGATIVE[0]
+            handle.write(json.dumps({"sentence1": POSITIVE[0], "sentence2": pair, "label": round(same * 5, 2)},
+                                    ensure_ascii=False) + "\n")  # fmt: skip
+    metrics = finetune_cls(ClassificationArguments(model=str(checkpoint), data=str(path), output_dir=str(tmp_path / "o"),
+                                                   epochs=1, batch_size=16, max_length=32, extra={"disable_tqdm": True}))  # fmt: skip
+    assert "pearson" in metrics and "spearman" in metrics and "accuracy" not in metrics
+
+
+def test_file_reader_errors_name_the_line(tmp_path):
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("text\tlabel\n좋다\tpositive\n싫다\t\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"bad.tsv:3"):
+        read_file(bad)
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text('{"text": "a", "label": 1}\n{oops\n', encoding="utf-8")
+    with pytest.raises(DataError, match=r"broken.jsonl:2: not valid JSON"):
+        read_file(broken)
+    with pytest.raises(DataError, match=r"expected a \.tsv"):
+        (tmp_path / "x.txt").write_text("a", encoding="utf-8")
+        read_file(tmp_path / "x.txt")
+    examples, labels = read_file(write_sentiment(tmp_path / "ok.tsv", count=10))
+    assert labels == ["negative", "positive"] and len(examples) == 10
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 2)), min_size=1, max_size=60))
+def test_classification_metrics_match_their_definitions(pairs):
+    labels = np.array([label for label, _ in pairs])
+    predicted = np.array([p for _, p in pairs])
+    logits = np.eye(3)[predicted]
+    metrics = classification_metrics(logits, labels, regression=False)
+    assert metrics["accuracy"] == pytest.approx((labels == predicted).mean())
+    f1s = []
+    for cls in sorted(set(labels) | set(predicted)):
+        tp = ((predicted == cls) & (labels == cls)).sum()
+        fp = ((predicted == cls) & (labels != cls)).sum()
+        fn = ((predicted != cls) & (labels == cls)).sum()
+        f1s.append(0.0 if tp == 0 else 2 * tp / (2 * tp + fp + fn))
+    assert metrics["macro_f1"] == pytest.approx(np.mean(f1s))
+
+
+def test_regression_metrics_golden_values():
+    metrics = classification_metrics(
+        np.array([[1.0], [2.0], [3.0], [5.0]]), np.array([1.0, 2.0, 3.0, 4.0]), True
+    )
+    assert metrics["spearman"] == pytest.approx(1.0)
+    assert metrics["pearson"] == pytest.approx(0.9827076298239908)
+
+
+@pytest.mark.shared_data
+@pytest.mark.parametrize("name", ["klue-nli", "klue-sts", "kornli", "korsts"])
+def test_named_datasets(shared_data, name):
+    data = load_classification_data(name, shared_data=shared_data, limit=40)
+    assert len(data.train) == 40 and data.eval
+    assert data.is_regression == name.endswith("sts")
+    if not data.is_regression:
+        assert set(e.label for e in data.train) <= set(range(len(data.labels)))
+    assert all(e.pair for e in data.train)
