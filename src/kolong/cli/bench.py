@@ -128,3 +128,27 @@ def tokenizer(
         json_path, markdown_path = write_results(result, output_dir)
     console.print(markdown_path.read_text(encoding="utf-8"))
     console.print(f"[green]wrote[/] {json_path} and {markdown_path}")
+
+
+@app.command("pretrain")
+def pretrain(
+    steps: int = typer.Option(40, help="Training steps per run."),
+    rounds: int = typer.Option(2, help="Alternating kolong / plain-loop rounds (the median is reported)."),
+    max_length: int = typer.Option(128, help="Tokens per block."),
+    batch_size: int = typer.Option(32, help="Blocks per step."),
+    hidden_size: int = typer.Option(256, help="Hidden size (heads = hidden / 64)."),
+    layers: int = typer.Option(4, help="Encoder layers."),
+    position: str = typer.Option("learned", help="Position scheme of the model."),
+    output_dir: Path = typer.Option(
+        Path("benchmarks/results"), "--output-dir", help="Where to write the results."
+    ),
+) -> None:
+    """Training tokens/s of `kolong pretrain mlm` against a plain PyTorch loop on the same model and data."""
+    from kolong.bench.pretrain import run_pretrain_benchmark, write_results
+
+    with user_errors(), console.status("benchmarking") as status:
+        result = run_pretrain_benchmark(steps, rounds, max_length, batch_size, hidden_size, layers, position,
+                                        on_step=status.update)  # fmt: skip
+        json_path, markdown_path = write_results(result, output_dir)
+    console.print(markdown_path.read_text(encoding="utf-8"))
+    console.print(f"[green]wrote[/] {json_path} and {markdown_path}")
