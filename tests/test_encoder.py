@@ -279,3 +279,19 @@ def test_qa_length_check_knows_relative_schemes_have_no_limit():
 
     assert model_max_length(KolongForQuestionAnswering(tiny_kolong_config())) == TINY_LENGTH
     assert model_max_length(KolongForQuestionAnswering(tiny_kolong_config(position_encoding="rope"))) >= 10**9
+
+
+def test_sparse_prediction_gives_the_same_loss_and_only_labelled_logits():
+    torch.manual_seed(0)
+    dense = KolongForMaskedLM(tiny_kolong_config()).eval()
+    sparse = KolongForMaskedLM(tiny_kolong_config(sparse_prediction=True)).eval()
+    sparse.load_state_dict(dense.state_dict())
+    ids = random_ids(2, 12)
+    labels = torch.full_like(ids, -100)
+    labels[0, 3], labels[1, 5], labels[1, 6] = 7, 8, 9
+    with torch.no_grad():
+        a, b = dense(ids, labels=labels), sparse(ids, labels=labels)
+    torch.testing.assert_close(a.loss, b.loss)
+    assert b.logits.shape == (3, 100)
+    torch.testing.assert_close(b.logits[0], a.logits[0, 3])
+    assert sparse(ids).logits.shape == (2, 12, 100)  # without labels: every position, as usual

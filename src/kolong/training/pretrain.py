@@ -125,7 +125,8 @@ def prepare(args: PretrainArguments):
             max_position_embeddings=max(metadata["max_length"], 512),
             position_encoding=args.position,
             position_kwargs=args.position_kwargs,
-            **model_fields,
+            # only the ~15% labelled positions go through the vocabulary projection
+            **{"sparse_prediction": True, **model_fields},
         )
         model = KolongForMaskedLM(config)
     rank = int(os.environ.get("RANK", "0"))  # each data-parallel process masks its own batches differently
@@ -231,6 +232,7 @@ def pretrain_mlm(args: PretrainArguments, callbacks: list | None = None) -> dict
         bf16=_use_bf16(args.bf16),
         report_to="none",
         remove_unused_columns=False,  # the collator reads eojeol_ids / morpheme_ids
+        prediction_loss_only=True,
         dataloader_pin_memory=torch.cuda.is_available(),
         # On CPU, accelerate only forms the torchrun process group (gloo) when told the run is CPU-only.
         use_cpu=not torch.cuda.is_available(),

@@ -41,6 +41,10 @@ class KolongConfig(PreTrainedConfig):
             BERT's pooler (dense + tanh on the first token), used by the sequence classification head.
         attention_bias (`bool`, defaults to `True`):
             Biases on the query/key/value and output projections.
+        sparse_prediction (`bool`, defaults to `False`):
+            When the masked-LM head gets `labels`, project only the positions that have a label (about
+            15%) to the vocabulary, as ModernBERT does; `logits` are then (labelled positions, vocab).
+            Pre-training turns it on: the vocabulary projection is most of a small model's cost.
     """
 
     model_type = "kolong"
@@ -66,6 +70,7 @@ class KolongConfig(PreTrainedConfig):
     use_pooler: bool = True
     attention_bias: bool = True
     classifier_dropout: float | None = None
+    sparse_prediction: bool = False
     tie_word_embeddings: bool = True
 
     def __post_init__(self, **kwargs):

@@ -317,7 +317,14 @@ class KolongForMaskedLM(KolongPreTrainedModel):
                 return_dict=None) -> MaskedLMOutput | tuple:  # fmt: skip
         outputs = self.kolong(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
                               output_attentions, output_hidden_states)  # fmt: skip
-        logits = self.lm_head(outputs.last_hidden_state)  # (b, n, V)
+        hidden = outputs.last_hidden_state  # (b, n, d)
+        if labels is not None and self.config.sparse_prediction:
+            labelled = labels.view(-1).ne(-100)
+            logits = self.lm_head(hidden.reshape(-1, hidden.shape[-1])[labelled])  # (labelled, V)
+            loss = F.cross_entropy(logits.float(), labels.view(-1)[labelled])
+            output = MaskedLMOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states)
+            return _wrap(output, return_dict)
+        logits = self.lm_head(hidden)  # (b, n, V)
         loss = None
         if labels is not None:
             loss = F.cross_entropy(
