@@ -15,6 +15,7 @@ from kolong.cli import (
     plot,
     pretrain,
     qa,
+    seq2seq,
     tokenizer,
 )
 
@@ -32,6 +33,7 @@ app.add_typer(plot.app, name="plot")
 app.add_typer(bench.app, name="bench")
 app.add_typer(data.app, name="data")
 qa.finetune_app.command("cls")(classification.finetune_cls)
+qa.finetune_app.command("seq2seq")(seq2seq.finetune_seq2seq)
 app.add_typer(qa.finetune_app, name="finetune")
 app.add_typer(qa.predict_app, name="predict")
 app.add_typer(qa.evaluate_app, name="evaluate")

@@ -80,3 +80,76 @@ def mlm(
     summary = ", ".join(f"{key} {value:.4g}" if isinstance(value, float) else f"{key} {value}"
                         for key, value in metrics.items())  # fmt: skip
     console.print(f"[green]pre-trained[/] -> {output}: {summary}")
+
+
+@app.command("span")
+def span(
+    train: list[Path] = typer.Option(
+        ..., "--train", help="Corpus file(s): one document per line, plain or gzip (repeat the option)."
+    ),
+    output: Path = typer.Option(
+        ..., "--output", "-o", help="Checkpoints, final model and tokenizer, results."
+    ),
+    model: str = typer.Option(
+        None, help="Continue from a kolong byte or T5 / ByT5 checkpoint (e.g. google/byt5-small)."
+    ),
+    init: str = typer.Option(
+        None, help="Or start a fresh model: tiny | small (ByT5-small) | base (ByT5-base)."
+    ),
+    add_gbst: bool = typer.Option(
+        False,
+        "--add-gbst",
+        help="Add a fresh GBST layer to the encoder, keeping every other weight (uptraining).",
+    ),
+    gbst_blocks: str = typer.Option("1,2,3,6,9", help="GBST block sizes in bytes; size@offset for offsets."),
+    gbst_rate: int = typer.Option(3, help="GBST downsampling rate."),
+    gbst_consensus: bool = typer.Option(True, help="GBST position-wise score consensus."),
+    column: int = typer.Option(
+        None, help="Take this tab-separated field (1-based) of each line, e.g. 4 for NSMC."
+    ),
+    on_bad_line: str = typer.Option("error", help="error | skip lines that are not UTF-8."),
+    max_documents: int = typer.Option(None, help="Read at most N documents."),
+    max_length: int = typer.Option(
+        1024, help="Bytes of text per example; the corpus is cut into such chunks."
+    ),
+    curriculum: str = typer.Option(
+        None, help='Input-length curriculum, e.g. "512,1024,2048" (equal step shares).'
+    ),
+    noise_density: float = typer.Option(
+        0.15, help="Share of bytes corrupted (ByT5 0.15, the Korean paper 0.2-0.4)."
+    ),
+    mean_span: float = typer.Option(
+        20.0, help="Mean corrupted span in bytes (ByT5 20, the Korean paper 27)."
+    ),
+    sentinels: str = typer.Option("byt5", help="Sentinel ids of a new tokenizer: byt5 (258 - k) | top | hf."),
+    eval_fraction: float = typer.Option(0.0, help="Share of chunks held out for an eval loss."),
+    epochs: float = typer.Option(1.0, help="Passes over the chunks (fresh corruption each time)."),
+    max_steps: int = typer.Option(-1, help="Optimiser steps (-1: run all epochs)."),
+    learning_rate: float = typer.Option(1e-4, "--learning-rate", "--lr", help="AdamW peak learning rate."),
+    batch_size: int = typer.Option(8, help="Per-device batch size."),
+    gradient_accumulation_steps: int = typer.Option(1, help="Micro-batches per optimiser step."),
+    warmup_ratio: float = typer.Option(0.05, help="Warm-up share of the steps."),
+    save_steps: int = typer.Option(500, help="Steps between checkpoints."),
+    logging_steps: int = typer.Option(10, help="Steps between log lines."),
+    seed: int = typer.Option(42, help="Seed of a fresh model, the data order and the corruption."),
+    bf16: str = typer.Option("auto", help="auto | yes | no."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Start afresh instead of resuming in OUTPUT."),
+) -> None:
+    """Pre-train a byte-level encoder-decoder with T5 span corruption aligned to UTF-8 characters.
+
+    Uptraining as the Korean token-free paper: --model google/byt5-small --add-gbst. Resumes in OUTPUT.
+    """
+    from kolong.training.seq2seq import SpanPretrainArguments, pretrain_span
+
+    args = SpanPretrainArguments(
+        train=[str(p) for p in train], output_dir=str(output), model=model, init=init, add_gbst=add_gbst,
+        gbst_blocks=gbst_blocks, gbst_downsample_rate=gbst_rate, gbst_score_consensus=gbst_consensus,
+        column=column, on_bad_line=on_bad_line, max_documents=max_documents, max_length=max_length,
+        curriculum=curriculum, noise_density=noise_density, mean_span_length=mean_span, sentinels=sentinels,
+        eval_fraction=eval_fraction, epochs=epochs, max_steps=max_steps, learning_rate=learning_rate,
+        batch_size=batch_size, gradient_accumulation_steps=gradient_accumulation_steps, warmup_ratio=warmup_ratio,
+        save_steps=save_steps, logging_steps=logging_steps, seed=seed, bf16=bf16, overwrite=overwrite,
+    )  # fmt: skip
+    with user_errors():
+        metrics = pretrain_span(args)
+    console.print_json(json.dumps(metrics, ensure_ascii=False))

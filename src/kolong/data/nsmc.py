@@ -1,0 +1,138 @@
+"""NSMC-style sentiment data from the raw Naver movie reviews (`review_id movie_id rating document`).
+
+NSMC's rule: ratings 1-4 are negative (label 0), 9-10 positive (label 1), 5-8 are dropped. The official
+NSMC split cannot be rebuilt from the raw reviews, so `read_nsmc` makes an "NSMC-style" one: movies
+(not reviews) are shuffled with the seed and assigned to the test side until it holds `test_fraction`
+of the labelled reviews, so no movie is on both sides; then each side is balanced by sampling its larger
+class down to the size of the smaller one. Empty documents are dropped; malformed lines stop the read
+with a `DataError` naming the file and line.
+"""
+
+from __future__ import annotations
+
+import gzip
+import random
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from kolong.data.squad import DataError
+
+LABEL_NAMES = ("negative", "positive")
+HEADER = ("review_id", "movie_id", "rating", "document")
+
+
+def default_nsmc_path() -> Path:
+    """../shared/data/nsmc/reviews.shared.tsv.gz, relative to the working directory."""
+    return Path("../shared/data/nsmc/reviews.shared.tsv.gz")
+
+
+def label_of(rating: int) -> int | None:
+    """NSMC's rule: 1-4 -> 0 (negative), 9-10 -> 1 (positive), 5-8 -> None (dropped)."""
+    if 1 <= rating <= 4:
+        return 0
+    if 9 <= rating <= 10:
+        return 1
+    return None
+
+
+@dataclass(frozen=True)
+class NSMCReview:
+    review_id: str
+    movie_id: str
+    rating: int
+    text: str
+    label: int  # 0 negative, 1 positive
+
+
+@dataclass
+class NSMCSplit:
+    train: list[NSMCReview]
+    test: list[NSMCReview]
+
+    @staticmethod
+    def columns(reviews: list[NSMCReview]) -> tuple[list[str], list[int], list[str]]:
+        """(texts, labels, movie ids) of a side."""
+        return [r.text for r in reviews], [r.label for r in reviews], [r.movie_id for r in reviews]
+
+
+def read_reviews(path: str | Path) -> Iterator[NSMCReview]:
+    """The labelled reviews of a raw NSMC TSV (plain or gzip), ratings 5-8 and empty documents skipped."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path} does not exist or is not a file")
+    with path.open("rb") as raw:
+        compressed = raw.read(2) == b"\x1f\x8b"
+    opener = gzip.open if compressed else open
+    with opener(path, "rt", encoding="utf-8", newline="") as handle:
+        for number, line in enumerate(handle, 1):
+            fields = line.rstrip("\r\n").split("\t", 3)
+            if number == 1 and tuple(fields) == HEADER:
+                continue
+            if len(fields) != 4:
+                raise DataError(
+                    f"{path}:{number}: expected 4 tab-separated fields {HEADER}, got {len(fields)}"
+                )
+            review_id, movie_id, rating_text, document = fields
+            try:
+                rating = int(rating_text)
+            except ValueError:
+                raise DataError(
+                    f"{path}:{number}: review {review_id}: rating {rating_text!r} is not an integer"
+                ) from None
+            if not 1 <= rating <= 10:
+                raise DataError(f"{path}:{number}: review {review_id}: rating {rating} is outside 1-10")
+            label = label_of(rating)
+            text = document.strip()
+            if label is None or not text:
+                continue
+            yield NSMCReview(review_id, movie_id, rating, text, label)
+
+
+def _balanced(reviews: list[NSMCReview], rng: random.Random, per_class: int | None) -> list[NSMCReview]:
+    by_label = [[r for r in reviews if r.label == label] for label in (0, 1)]
+    size = min(len(group) for group in by_label)
+    if per_class is not None:
+        size = min(size, per_class)
+    chosen = [review for group in by_label for review in rng.sample(group, size)]
+    rng.shuffle(chosen)
+    return chosen
+
+
+def read_nsmc(
+    path: str | Path | None = None, seed: int = 0, test_fraction: float = 0.25, limit: int | None = None
+) -> NSMCSplit:
+    """A balanced, movie-disjoint NSMC-style split (seeded).
+
+    `limit` caps the training side at `limit` reviews and the test side at `limit // 4` (at least one review
+    of each class on each side), both still balanced.
+    """
+    if not 0.0 < test_fraction < 1.0:
+        raise DataError(f"test_fraction must be between 0 and 1, got {test_fraction}")
+    path = Path(path) if path is not None else default_nsmc_path()
+    by_movie: dict[str, list[NSMCReview]] = defaultdict(list)
+    for review in read_reviews(path):
+        by_movie[review.movie_id].append(review)
+    total = sum(len(reviews) for reviews in by_movie.values())
+    rng = random.Random(seed)
+    movies = sorted(by_movie)
+    rng.shuffle(movies)
+    test_movies: set[str] = set()
+    held = 0
+    for movie in movies:
+        if held >= test_fraction * total:
+            break
+        test_movies.add(movie)
+        held += len(by_movie[movie])
+    train = [r for m in sorted(by_movie) if m not in test_movies for r in by_movie[m]]
+    test = [r for m in sorted(by_movie) if m in test_movies for r in by_movie[m]]
+    train_cap = None if limit is None else max(1, limit // 2)
+    test_cap = None if limit is None else max(1, limit // 8)
+    split = NSMCSplit(_balanced(train, rng, train_cap), _balanced(test, rng, test_cap))
+    if not split.train or not split.test:
+        raise DataError(
+            f"{path}: the split has {len(split.train)} training and {len(split.test)} test reviews; both sides "
+            "need negative (ratings 1-4) and positive (9-10) reviews from different movies"
+        )
+    return split
