@@ -72,3 +72,40 @@ def length(
     console.print(
         f"[green]wrote[/] {output / 'results.json'}, {output / 'results.md'}, {output / 'f1_by_length.png'}"
     )
+
+
+@app.command("positions")
+def positions(
+    scale: str = typer.Option(
+        "cpu-quick", help="cpu-quick (~1 h on 2 cores) | cpu (a few hours) | gpu (the paper)."
+    ),
+    schemes: str = typer.Option("learned,shaw,rope,alibi", help="Position schemes to compare."),
+    work_dir: Path = typer.Option(
+        Path("runs/position-study"), help="Tokenizers, corpora, checkpoints (resumable)."
+    ),
+    results: Path = typer.Option(Path("docs/experiments/positions-cpu.json"), help="Results JSON."),
+    figures: Path = typer.Option(Path("docs/images"), help="Where the plot goes."),
+    shared_data: Path = typer.Option(Path("../shared/data"), help="NSMC reviews and KorQuAD."),
+    learning_rate: float = typer.Option(1e-3, help="Pre-training peak learning rate."),
+    overrides: list[str] = typer.Option(None, "--set", help="Override a scale setting: --set steps=2000."),
+    seed: int = typer.Option(42, help="Seed of everything."),
+) -> None:
+    """Relative vs absolute positions (and MeCab vs plain WordPiece) for a small Korean encoder: pre-train,
+    then fine-tune on NSMC-style sentiment and article-level KorQuAD; resumable."""
+    from kolong.cli.pretrain import parse_overrides
+    from kolong.experiments.positions import PositionStudyArguments, run_position_study, to_markdown
+
+    args = PositionStudyArguments(
+        work_dir=str(work_dir), results=str(results), figures=str(figures), scale=scale,
+        schemes=tuple(s.strip() for s in schemes.split(",")), shared_data=str(shared_data),
+        learning_rate=learning_rate, seed=seed, overrides=parse_overrides(overrides),
+    )  # fmt: skip
+    with user_errors(), console.status("position study") as status:
+        try:
+            outcome = run_position_study(args, on_step=status.update)
+        except ValueError as error:
+            if type(error) is not ValueError:
+                raise
+            raise typer.BadParameter(str(error)) from None
+    console.print(to_markdown(outcome))
+    console.print(f"[green]wrote[/] {results}")
