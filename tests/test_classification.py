@@ -138,3 +138,12 @@ def test_named_datasets(shared_data, name):
     if not data.is_regression:
         assert set(e.label for e in data.train) <= set(range(len(data.labels)))
     assert all(e.pair for e in data.train)
+
+
+@pytest.mark.shared_data
+def test_nsmc_style_data_is_balanced_and_movie_disjoint(shared_data):
+    data = load_classification_data("nsmc", shared_data=shared_data, limit=200, seed=3)
+    assert data.labels == ["negative", "positive"]
+    for side in (data.train, data.eval):
+        labels = [e.label for e in side]
+        assert labels.count(0) == labels.count(1)
