@@ -179,3 +179,24 @@ def test_fresh_initialisation_starts_from_block_means():
     x = torch.randn(1, 9, HIDDEN)
     with torch.no_grad():
         torch.testing.assert_close(gbst(x)[0], x)  # identity convolution, one block size, no pooling
+
+
+def test_bench_gbst_measures_both_models_and_writes_results(tmp_path):
+    import json
+
+    from kolong.bench.gbst import GBSTBenchArguments, run_gbst_benchmark, write_results
+
+    args = GBSTBenchArguments(
+        max_length=96, min_bytes=0, target_length=8, batch_size=2, train_steps=1, inference_batches=1,
+        max_new_tokens=4, rounds=2, hidden_size=32, num_attention_heads=2, head_dim=16, intermediate_size=64,
+        encoder_layers=2, decoder_layers=1, threads=[1], data=str(tmp_path / "absent.json"),
+    )  # fmt: skip
+    result = run_gbst_benchmark(args, on_step=lambda message: None)
+    json_path, markdown_path = write_results(result, tmp_path)
+    assert result["encoder_positions"] == {"byte": 96, "gbst": 32}
+    assert result["parameters"]["gbst"] > result["parameters"]["byte"]
+    (run,) = result["results"]
+    assert run["threads"] == 1 and len(run["per_round"]["gbst"]["train"]) == 2
+    assert all(value > 0 for value in run["speedup"].values())
+    assert json.loads(json_path.read_text())["benchmark"] == "gbst"
+    assert "speed-up" in markdown_path.read_text() and "built-in Korean text" in markdown_path.read_text()

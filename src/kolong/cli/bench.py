@@ -152,3 +152,43 @@ def pretrain(
         json_path, markdown_path = write_results(result, output_dir)
     console.print(markdown_path.read_text(encoding="utf-8"))
     console.print(f"[green]wrote[/] {json_path} and {markdown_path}")
+
+
+@app.command("gbst")
+def gbst(
+    max_length: int = typer.Option(2048, help="Input bytes per example."),
+    min_bytes: int = typer.Option(2000, help="Use KorQuAD paragraphs with at least this many bytes."),
+    batch_size: int = typer.Option(2, help="Examples per step."),
+    train_steps: int = typer.Option(3, help="Timed training steps per round."),
+    inference_batches: int = typer.Option(2, help="Timed generation batches per round."),
+    max_new_tokens: int = typer.Option(32, help="Bytes generated per example (greedy)."),
+    rounds: int = typer.Option(3, help="Rounds alternating the two models (the median is reported)."),
+    hidden_size: int = typer.Option(384, help="d_model of both models."),
+    heads: int = typer.Option(6, help="Attention heads (64 wide)."),
+    intermediate_size: int = typer.Option(1024, help="FFN width."),
+    encoder_layers: int = typer.Option(6, help="Encoder layers."),
+    decoder_layers: int = typer.Option(2, help="Decoder layers."),
+    threads: str = typer.Option(None, help='torch thread counts to measure, e.g. "1,2" (default: torch\'s).'),
+    data: Path = typer.Option(None, "--data", help="KorQuAD JSON (default: ../shared/data/korquad/...)."),
+    output_dir: Path = typer.Option(
+        Path("benchmarks/results"), "--output-dir", help="Where to write the results."
+    ),
+) -> None:
+    """Training and inference samples/s of the byte model with and without GBST on long Korean inputs."""
+    from kolong.bench.gbst import GBSTBenchArguments, run_gbst_benchmark, write_results
+
+    try:
+        thread_counts = [int(n) for n in threads.split(",")] if threads else None
+    except ValueError:
+        raise typer.BadParameter(f"--threads must be integers separated by commas, got {threads!r}") from None
+    args = GBSTBenchArguments(
+        max_length=max_length, min_bytes=min_bytes, batch_size=batch_size, train_steps=train_steps,
+        inference_batches=inference_batches, max_new_tokens=max_new_tokens, rounds=rounds, hidden_size=hidden_size,
+        num_attention_heads=heads, intermediate_size=intermediate_size, encoder_layers=encoder_layers,
+        decoder_layers=decoder_layers, threads=thread_counts, data=str(data) if data else None,
+    )  # fmt: skip
+    with user_errors(), console.status("benchmarking") as status:
+        result = run_gbst_benchmark(args, on_step=status.update)
+        json_path, markdown_path = write_results(result, output_dir)
+    console.print(markdown_path.read_text(encoding="utf-8"))
+    console.print(f"[green]wrote[/] {json_path} and {markdown_path}")

@@ -431,7 +431,7 @@ def pretrain_span(args: SpanPretrainArguments, on_progress: Callable[[str], None
     if args.model is None or not Path(args.model, "tokenizer_config.json").is_file():
         tokenizer = load_byte_tokenizer(None, args.sentinels)
     if args.add_gbst and model.encoder.gbst is None:
-        blocks = _parse_blocks(args.gbst_blocks)
+        blocks = parse_blocks_option(args.gbst_blocks)
         add_gbst(model, blocks, args.gbst_downsample_rate, args.gbst_score_consensus)
     collator = SpanCorruptionCollator(tokenizer, settings, args.max_length, args.seed, lengths)
 
@@ -481,7 +481,7 @@ def pretrain_span(args: SpanPretrainArguments, on_progress: Callable[[str], None
     return metrics
 
 
-def _parse_blocks(text: str) -> list:
+def parse_blocks_option(text: str) -> list:
     """ "1,2,3,6,9" or "1,2,3@1,6" (size@offset) -> [1, 2, [3, 1], 6]."""
     blocks = []
     for part in text.split(","):

@@ -29,6 +29,7 @@ from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput
 
 from kolong.models.byte.configuration import KolongByteConfig
 from kolong.models.byte.gbst import GBST
+from kolong.models.encoder.modeling import attention_dropout_mask
 from kolong.positions.t5 import relative_position_bucket
 
 
@@ -124,9 +125,23 @@ class KolongByteAttention(nn.Module):
                 cache = past_key_values.self_attention_cache
                 k, v = cache.update(k, v, self.layer_idx)  # (b, h, s + t, d_h)
         dropout_p = self.dropout_p if self.training else 0.0
-        # T5 does not scale q.k by 1/sqrt(d_h) (the scale is folded into the initialisation).
-        context = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p, scale=1.0)
+        if dropout_p > 0 and q.device.type == "cpu":
+            # SDPA's CPU kernels take an unfused path with dropout anyway; 16-bit dropout masks are cheaper.
+            context = _attend_with_dropout(q, k, v, bias, dropout_p)
+        else:
+            # T5 does not scale q.k by 1/sqrt(d_h) (the scale is folded into the initialisation).
+            context = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p, scale=1.0)
         return self.o(context.transpose(1, 2).reshape(batch, length, self.heads * self.head_dim))  # (b, t, d)
+
+
+def _attend_with_dropout(q, k, v, bias, p: float) -> torch.Tensor:
+    scores = torch.matmul(q, k.transpose(-1, -2))  # (b, h, t, s), unscaled as in T5
+    if bias is not None:
+        scores = scores + bias
+    probs = scores.softmax(dim=-1)
+    dropped, keep = attention_dropout_mask(probs.shape, p, probs.device)
+    # the 1 / keep rescaling goes on v (s x d_h) rather than on the probabilities (t x s)
+    return torch.matmul(probs.masked_fill(dropped, 0.0), v * (1.0 / keep))  # (b, h, t, d_h)
 
 
 def additive_mask(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
@@ -155,7 +170,7 @@ def relative_bias(
         max_distance=config.relative_attention_max_distance,
         bidirectional=not causal,
     )
-    return table(buckets).permute(2, 0, 1)[None]  # (1, h, q, k)
+    return table(buckets).permute(2, 0, 1).contiguous()[None]  # (1, h, q, k), read by every layer
 
 
 class KolongByteBlock(GradientCheckpointingLayer):
