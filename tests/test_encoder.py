@@ -268,7 +268,7 @@ def test_explicit_attention_path_matches_sdpa_without_dropout():
         qkv = attention.qkv(x).view(2, 12, 3, 2, 16).permute(2, 0, 3, 1, 4)
         q, k, v = qkv.unbind(0)
         mask4 = model.positions.score_bias(0, q, state) + bias
-        explicit = attention._attend_explicitly(q, k, v, mask4, model.positions, 0, state, 0.0)
+        explicit = attention._attend_explicitly(q, k, v, bias, model.positions, 0, state, 0.0)
         fused = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask4)
     torch.testing.assert_close(explicit, fused)
     assert model(ids, attention_mask=mask).last_hidden_state.shape == (2, 12, 32)
@@ -295,3 +295,16 @@ def test_sparse_prediction_gives_the_same_loss_and_only_labelled_logits():
     assert b.logits.shape == (3, 100)
     torch.testing.assert_close(b.logits[0], a.logits[0, 3])
     assert sparse(ids).logits.shape == (2, 12, 100)  # without labels: every position, as usual
+
+
+def test_shaw_trains_through_the_explicit_cpu_dropout_path():
+    for kwargs in ({}, {"value": True}):
+        config = tiny_kolong_config(
+            position_encoding="shaw", position_kwargs=kwargs, attention_probs_dropout_prob=0.1
+        )
+        model = KolongForMaskedLM(config).train()
+        ids = random_ids(2, 10)
+        mask = torch.ones_like(ids)
+        mask[1, 7:] = 0
+        model(ids, attention_mask=mask, labels=ids).loss.backward()
+        assert model.kolong.positions.key_tables.grad.abs().sum() > 0

@@ -78,27 +78,32 @@ class KolongAttention(nn.Module):
         qkv = self.qkv(x).view(batch, length, 3, self.heads, self.head_dim)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (b, h, n, d_h)
         q, k = positions.rotate(layer, q, k, state)
-        bias = positions.score_bias(layer, q, state)  # (b|1, h, n, n) or None
-        if bias is None:
-            mask = padding_bias
-        elif padding_bias is None:
-            mask = bias
-        else:
-            mask = bias + padding_bias
         dropout_p = self.dropout_p if self.training else 0.0
         # SDPA's CPU kernels fall back to an unfused path with dropout anyway; the explicit path
         # below draws its dropout mask 2-3x cheaper. Shaw's value term needs the probabilities.
         if positions.needs_probabilities or (dropout_p > 0 and q.device.type == "cpu"):
-            context = self._attend_explicitly(q, k, v, mask, positions, layer, state, dropout_p)
+            context = self._attend_explicitly(q, k, v, padding_bias, positions, layer, state, dropout_p)
         else:
+            bias = positions.score_bias(layer, q, state)  # (b|1, h, n, n) or None
+            if bias is None:
+                mask = padding_bias
+            elif padding_bias is None:
+                mask = bias
+            else:
+                mask = bias + padding_bias
             context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
         context = context.transpose(1, 2).reshape(batch, length, hidden)  # (b, n, d)
         return self.out(context)
 
-    def _attend_explicitly(self, q, k, v, mask, positions, layer, state, dropout_p) -> torch.Tensor:
+    def _attend_explicitly(self, q, k, v, padding_bias, positions, layer, state, dropout_p) -> torch.Tensor:
         scores = torch.matmul(q * (1.0 / math.sqrt(self.head_dim)), k.transpose(-1, -2))  # (b, h, n, n)
-        if mask is not None:
-            scores = scores + mask
+        # Biases are added in place and dropped at once: no extra (b, h, n, n) tensor stays alive.
+        bias = positions.score_bias(layer, q, state)
+        if bias is not None:
+            scores = scores.add_(bias) if bias.shape == scores.shape else scores + bias
+            del bias
+        if padding_bias is not None:
+            scores = scores.add_(padding_bias)
         probs = scores.softmax(dim=-1)
         keep = 1.0
         if dropout_p > 0:
