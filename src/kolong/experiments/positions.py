@@ -35,8 +35,8 @@ from kolong.io import atomic_write_json, atomic_write_text
 SCALES = {
     # model size, steps and data per scale; "cpu-quick" fits within an hour on 2 quiet cores.
     "cpu-quick": dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=2, intermediate_size=512,
-                      steps=400, batch_size=16, vocab_size=8000, reviews=30000, nsmc_limit=2000,
-                      qa_train_questions=200, qa_eval_questions=80, qa_max_context_chars=2500),
+                      steps=300, batch_size=16, vocab_size=8000, reviews=30000, nsmc_limit=2000,
+                      qa_train_questions=120, qa_eval_questions=60, qa_max_context_chars=2500),
     "cpu": dict(hidden_size=256, num_hidden_layers=3, num_attention_heads=4, intermediate_size=1024,
                 steps=4000, batch_size=32, vocab_size=32000, reviews=200000, nsmc_limit=20000,
                 qa_train_questions=1500, qa_eval_questions=400, qa_max_context_chars=6000),
@@ -167,7 +167,7 @@ def _nsmc(work, name, model, args, settings) -> dict:
 
     metrics = finetune_cls(ClassificationArguments(
         model=model, data="nsmc", output_dir=str(work / f"nsmc-{name}"), shared_data=args.shared_data,
-        max_length=64, epochs=1, learning_rate=1e-4, batch_size=32, limit=settings["nsmc_limit"], seed=args.seed,
+        max_length=64, epochs=2, learning_rate=3e-4, batch_size=32, limit=settings["nsmc_limit"], seed=args.seed,
         overwrite=True, extra={"disable_tqdm": True},
     ))  # fmt: skip
     return {k: metrics[k] for k in ("accuracy", "macro_f1", "train_examples", "eval_examples")}
