@@ -125,3 +125,14 @@ def test_encoder_benchmark_measures_kolong_and_the_references(tmp_path):
 def test_encoder_benchmark_rejects_unknown_implementations():
     with pytest.raises(ValueError, match="unknown implementation 'bert'"):
         run_encoder_benchmark(EncoderBenchArguments(implementations=["bert"]))
+
+
+def test_paired_speed_measures_both_in_one_process():
+    from kolong.bench.encoder import paired_markdown, run_paired_speed
+
+    args = EncoderBenchArguments(lengths=[32], hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                 intermediate_size=64, vocab_size=100, tokens_per_step=64)  # fmt: skip
+    result = run_paired_speed(args, repeats=2, on_step=lambda message: None)
+    assert [row["mode"] for row in result["results"]] == ["training", "inference"]
+    assert all(row["speedup"] > 0 for row in result["results"])
+    assert "| 32 | training |" in paired_markdown(result)

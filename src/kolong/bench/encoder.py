@@ -256,6 +256,64 @@ def write_results(result: dict, output_dir: str | Path) -> tuple[Path, Path]:
     )
 
 
+def run_paired_speed(
+    args: EncoderBenchArguments, repeats: int = 7, on_step: Callable[[str], None] = print
+) -> dict:
+    """HF BertModel and kolong `learned` in one process, steps alternating, for a speed ratio that machine
+    load cannot bias (both see the same load); the median over `repeats` alternations is reported."""
+    import torch
+
+    from kolong.bench.machine import describe_machine
+    from kolong.runtime import tune_allocator
+
+    tune_allocator()
+    rows = []
+    for length in args.lengths:
+        models = {name: _model(name, args) for name in ("hf-bert", "learned")}
+        batch = max(1, args.tokens_per_step // length)
+        ids = torch.randint(5, args.vocab_size, (batch, length), generator=torch.Generator().manual_seed(0))
+        mask = torch.ones_like(ids)
+        for mode in ("training", "inference"):
+            on_step(f"paired {mode} at {length} tokens")
+            times = {name: [] for name in models}
+            for _ in range(repeats + 1):  # the first alternation warms up
+                for name, model in models.items():
+                    model.train(mode == "training")
+                    start = time.perf_counter()
+                    if mode == "training":
+                        model(
+                            input_ids=ids, attention_mask=mask
+                        ).last_hidden_state.float().square().mean().backward()
+                        model.zero_grad(set_to_none=True)
+                    else:
+                        with torch.inference_mode():
+                            model(input_ids=ids, attention_mask=mask)
+                    times[name].append(time.perf_counter() - start)
+            hf, kolong = (statistics.median(times[name][1:]) for name in ("hf-bert", "learned"))
+            rows.append({"length": length, "mode": mode, "hf_tokens_per_s": batch * length / hf,
+                         "kolong_tokens_per_s": batch * length / kolong, "speedup": hf / kolong})  # fmt: skip
+    return {"arguments": asdict(args), "repeats": repeats, "machine": describe_machine(), "results": rows,
+            "load_average": os.getloadavg()}  # fmt: skip
+
+
+def paired_markdown(result: dict) -> str:
+    args = result["arguments"]
+    lines = [
+        "# Encoder speed, paired: kolong `learned` vs HF BertModel (SDPA) in one process, steps alternating",
+        "",
+        f"Model: hidden {args['hidden_size']}, {args['num_hidden_layers']} layers, {args['num_attention_heads']} heads; "
+        f"{args['tokens_per_step']} tokens per step; median of {result['repeats']} alternations; load average "
+        f"{', '.join(f'{x:.1f}' for x in result['load_average'])} on {result['machine']['cores_available']} cores.",
+        "",
+        "| length | mode | HF tokens/s | kolong tokens/s | kolong / HF |",
+        "|---:|---|---:|---:|---:|",
+    ]
+    for row in result["results"]:
+        lines.append(f"| {row['length']} | {row['mode']} | {row['hf_tokens_per_s']:,.0f} | "
+                     f"{row['kolong_tokens_per_s']:,.0f} | {row['speedup']:.2f}x |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
 if __name__ == "__main__":  # the worker: one (implementation, length) measurement, JSON on stdout
     request = json.loads(sys.argv[1])
     arguments = EncoderBenchArguments(**request["args"])

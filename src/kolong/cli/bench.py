@@ -67,6 +67,12 @@ def encoder(
     tokens_per_step: int = typer.Option(4096, help="Tokens per step; batch = tokens / length."),
     min_seconds: float = typer.Option(2.0, help="Minimum timed seconds per measurement."),
     device: str = typer.Option("cpu", help="cpu or cuda."),
+    paired: bool = typer.Option(
+        False,
+        "--paired",
+        help="Instead: kolong learned vs HF BertModel in one process, steps alternating "
+        "(a speed ratio robust to machine load); writes encoder-paired.{json,md}.",
+    ),
     output_dir: Path = typer.Option(
         Path("benchmarks/results"), "--output-dir", help="Where to write the results."
     ),
@@ -97,6 +103,16 @@ def encoder(
         min_seconds=min_seconds,
         device=device,
     )
+    if paired:
+        from kolong.bench.encoder import paired_markdown, run_paired_speed
+        from kolong.io import atomic_write_json, atomic_write_text
+
+        with console.status("benchmarking") as status:
+            result = run_paired_speed(args, on_step=status.update)
+        atomic_write_json(output_dir / "encoder-paired.json", result)
+        markdown = atomic_write_text(output_dir / "encoder-paired.md", paired_markdown(result))
+        console.print(markdown.read_text(encoding="utf-8"))
+        return
     with user_errors(), console.status("benchmarking") as status:
         try:
             result = run_encoder_benchmark(args, on_step=status.update)
