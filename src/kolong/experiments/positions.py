@@ -126,12 +126,12 @@ def _qa_data(work: Path, args, settings) -> tuple[Path, Path]:
     return train_path, eval_path
 
 
-def _run(work: Path, name: str, stage: Callable[[], dict]) -> dict:
-    """Run a stage once: its result is stored in work/NAME.json and read back on later runs."""
+def _run(work: Path, name: str, stage: Callable[..., dict], *stage_args) -> dict:
+    """Run `stage(*stage_args)` once: its result is stored in work/NAME.json and read back on later runs."""
     path = work / f"{name}.json"
     if path.is_file():
         return json.loads(path.read_text(encoding="utf-8"))
-    result = stage()
+    result = stage(*stage_args)
     atomic_write_json(path, result)
     return result
 
@@ -215,6 +215,10 @@ def _vocab_speed(args, settings) -> list[dict]:
     return rows
 
 
+def _vocab_rows(args, settings) -> dict:
+    return {"rows": _vocab_speed(args, settings)}
+
+
 def run_position_study(args: PositionStudyArguments, on_step: Callable[[str], None] = print) -> dict:
     settings = _settings(args)
     work = Path(args.work_dir)
@@ -235,24 +239,19 @@ def run_position_study(args: PositionStudyArguments, on_step: Callable[[str], No
     for name, analyser, scheme in runs:
         on_step(f"{name}: pre-training")
         pretrained = _run(
-            work,
-            f"result-mlm-{name}",
-            lambda: _pretrain(work, name, corpora[analyser], scheme, args, settings),
-        )  # noqa: B023
+            work, f"result-mlm-{name}", _pretrain, work, name, corpora[analyser], scheme, args, settings
+        )
         on_step(f"{name}: NSMC")
-        nsmc = _run(
-            work, f"result-nsmc-{name}", lambda: _nsmc(work, name, pretrained["model"], args, settings)
-        )  # noqa: B023
+        nsmc = _run(work, f"result-nsmc-{name}", _nsmc, work, name, pretrained["model"], args, settings)
         on_step(f"{name}: KorQuAD")
-        korquad = _run(work, f"result-korquad-{name}",
-                       lambda: _korquad(work, name, pretrained["model"], args, train_qa, eval_qa))  # noqa: B023  # fmt: skip
+        korquad = _run(
+            work, f"result-korquad-{name}", _korquad, work, name, pretrained["model"], args, train_qa, eval_qa
+        )
         results["runs"][name] = {"scheme": scheme, "vocabulary": analyser, "mlm": pretrained, "nsmc": nsmc,
                                  "korquad": korquad}  # fmt: skip
         atomic_write_json(args.results, results)
     on_step("vocabulary size vs speed")
-    results["vocab_speed"] = _run(work, "result-vocab-speed", lambda: {"rows": _vocab_speed(args, settings)})[
-        "rows"
-    ]
+    results["vocab_speed"] = _run(work, "result-vocab-speed", _vocab_rows, args, settings)["rows"]
     for analyser in tokenizers:
         metadata = json.loads((Path(corpora[analyser]) / "corpus.json").read_text(encoding="utf-8"))
         results.setdefault("vocabulary_sizes", {})[analyser] = metadata["vocab_size"]
