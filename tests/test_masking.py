@@ -160,3 +160,41 @@ def test_seeded_streams_reproduce_the_kth_batch_and_keep_eval_apart():
     assert torch.equal(first(data)["labels"], evaluation)  # each evaluation sees the same masks
     first.use_stream("train")
     assert first.calls == 3
+
+
+def test_sentence_order_pairs_swap_half_and_keep_every_token():
+    sop = collator("eojeol", seed=1, sentence_order=True, sep_token_id=SEP, mlm_probability=0.01)
+    data = features(count=64)
+    batch = sop(data)
+    labels = batch["sentence_order_label"]
+    assert labels.float().mean().item() == pytest.approx(0.5, abs=0.15)
+    for row, feature in enumerate(data):
+        original = feature["input_ids"][1:-1]
+        width = len(original) + 3  # [CLS] A [SEP] B [SEP]
+        tokens = torch.where(batch["labels"][row].ne(-100), batch["labels"][row], batch["input_ids"][row])[
+            :width
+        ]
+        assert tokens[0] == CLS and tokens[-1] == SEP and batch["attention_mask"][row, :width].all()
+        seps = (tokens == SEP).nonzero().squeeze(1).tolist()
+        middle = seps[0]
+        first, second = tokens[1:middle].tolist(), tokens[middle + 1 : width - 1].tolist()
+        restored = second + first if labels[row] else first + second
+        assert restored == original
+        types = batch["token_type_ids"][row, :width]
+        assert types[: middle + 1].eq(0).all() and types[middle + 1 :].eq(1).all()
+
+
+def test_pretraining_model_adds_the_sentence_order_loss():
+    from transformers import AutoModelForPreTraining
+
+    from conftest import tiny_kolong_config
+    from kolong.models import KolongForPreTraining
+
+    model = AutoModelForPreTraining.from_config(tiny_kolong_config())
+    assert isinstance(model, KolongForPreTraining)
+    ids = torch.randint(5, 100, (4, 12))
+    labels = torch.full_like(ids, -100)
+    labels[:, 3] = ids[:, 3]
+    both = model(ids, labels=labels, sentence_order_label=torch.tensor([0, 1, 0, 1]))
+    mlm_only = model(ids, labels=labels)
+    assert both.sop_logits.shape == (4, 2) and both.loss > mlm_only.loss

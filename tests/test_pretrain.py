@@ -148,3 +148,14 @@ def test_cli_pretrain_mlm(corpus, tmp_path):
     assert bad.exit_code == 2 and "preset 'huge' does not exist" in bad.output
     again = runner.invoke(app, ["pretrain", "mlm", "--corpus", str(tmp_path), "-o", str(tmp_path / "c")])
     assert again.exit_code == 2 and "not a kolong" in again.output
+
+
+def test_mlm_plus_sentence_order_prediction(corpus, tmp_path):
+    metrics = pretrain_mlm(arguments(corpus, tmp_path / "sop", objective="mlm+sop", masking="eojeol", max_steps=10,
+                                     eval_steps=10, save_steps=10))  # fmt: skip
+    assert metrics["eval_loss"] > 0
+    from transformers import AutoConfig
+
+    assert AutoConfig.from_pretrained(tmp_path / "sop").architectures == ["KolongForPreTraining"]
+    with pytest.raises(ValueError, match="objective 'nsp'"):
+        prepare(arguments(corpus, tmp_path / "x", objective="nsp"))

@@ -37,6 +37,7 @@ def mlm(
     model: str = typer.Option(None, help="Continue pre-training this kolong MLM checkpoint."),
     masking: str = typer.Option("token", help="token | eojeol | morpheme | span (SpanBERT)."),
     mlm_probability: float = typer.Option(0.15, help="Share of tokens to predict."),
+    objective: str = typer.Option("mlm", help="mlm | mlm+sop (adds ALBERT's sentence-order prediction)."),
     overrides: list[str] = typer.Option(
         None, "--set", help="Override a preset field: --set hidden_size=256."
     ),
@@ -64,7 +65,7 @@ def mlm(
         raise typer.BadParameter(f"not valid JSON: {error}", param_hint="--position-kwargs") from None
     args = PretrainArguments(
         corpus=str(corpus), output_dir=str(output), preset=preset, position=position, position_kwargs=kwargs,
-        model=model, tokenizer=tokenizer, masking=masking, mlm_probability=mlm_probability,
+        model=model, tokenizer=tokenizer, masking=masking, mlm_probability=mlm_probability, objective=objective,
         overrides=parse_overrides(overrides), max_steps=max_steps, batch_size=batch_size,
         gradient_accumulation_steps=gradient_accumulation_steps, learning_rate=learning_rate, warmup=warmup,
         eval_steps=eval_steps, save_steps=save_steps, logging_steps=logging_steps, seed=seed, bf16=bf16,

@@ -4,6 +4,7 @@ from kolong.models.byte import register_auto_classes as register_byte_auto_class
 from kolong.models.encoder import (
     KolongConfig,
     KolongForMaskedLM,
+    KolongForPreTraining,
     KolongForQuestionAnswering,
     KolongForSequenceClassification,
     KolongForTokenClassification,
@@ -18,6 +19,7 @@ register_byte_auto_classes()
 __all__ = [
     "KolongConfig",
     "KolongForMaskedLM",
+    "KolongForPreTraining",
     "KolongForQuestionAnswering",
     "KolongForSequenceClassification",
     "KolongForTokenClassification",

@@ -64,6 +64,11 @@ class MaskingCollator:
     calls: int = 0
     """Batches collated so far in the current stream (with a seed)."""
     stream: str = "train"
+    sentence_order: bool = False
+    """ALBERT's sentence-order prediction: split each block in two at an eojeol boundary, swap the halves
+    for half of the blocks, frame them as [CLS] A [SEP] B [SEP] with token types, and add
+    `sentence_order_label` (1 = swapped). Needs `sep_token_id`."""
+    sep_token_id: int | None = None
 
     def __post_init__(self) -> None:
         self._calls = {"train": self.calls}
@@ -108,6 +113,9 @@ class MaskingCollator:
 
     def __call__(self, features: list[dict]) -> dict[str, torch.Tensor]:
         self._generator = self._next_generator()
+        order_labels = None
+        if self.sentence_order:
+            features, order_labels = self._sentence_order_pairs(features)
         width = max(len(f["input_ids"]) for f in features)
         if self.pad_to_multiple_of:
             width = -(-width // self.pad_to_multiple_of) * self.pad_to_multiple_of
@@ -120,7 +128,53 @@ class MaskingCollator:
             input_ids[row, : len(ids)] = ids
             attention_mask[row, : len(ids)] = 1
             chosen_groups[row, : len(ids)] = self._choose(ids, feature)
-        return self._replace(input_ids, attention_mask, chosen_groups)
+        batch_out = self._replace(input_ids, attention_mask, chosen_groups)
+        if order_labels is not None:
+            token_types = torch.zeros_like(input_ids)
+            for row, feature in enumerate(features):
+                token_types[row, : len(feature["token_type_ids"])] = torch.as_tensor(
+                    feature["token_type_ids"]
+                )
+            batch_out["token_type_ids"] = token_types
+            batch_out["sentence_order_label"] = torch.tensor(order_labels)
+        return batch_out
+
+    def _sentence_order_pairs(self, features: list[dict]) -> tuple[list[dict], list[int]]:
+        """[CLS] body [SEP] -> [CLS] A [SEP] B [SEP] (label 0) or [CLS] B [SEP] A [SEP] (label 1)."""
+        if self.sep_token_id is None:
+            raise ValueError("sentence-order prediction needs sep_token_id")
+        pairs, labels = [], []
+        for feature in features:
+            ids = list(feature["input_ids"])
+            body = slice(1, len(ids) - 1)
+            groups = list(feature.get("eojeol_ids", range(len(ids))))[body]
+            # split where a new eojeol starts, in the middle half of the body
+            starts = [i for i in range(1, len(groups)) if groups[i] != groups[i - 1] and groups[i] >= 0]
+            middle = (
+                [i for i in starts if len(groups) // 4 <= i <= 3 * len(groups) // 4]
+                or starts
+                or [len(groups) // 2]
+            )
+            cut = middle[int(torch.randint(len(middle), (1,), generator=self._generator))]
+            swap = int(torch.rand(1, generator=self._generator) < 0.5)
+            labels.append(swap)
+            columns = {
+                key: list(feature[key])[body]
+                for key in ("input_ids", "eojeol_ids", "morpheme_ids")
+                if key in feature
+            }
+            pair = {}
+            for key, values in columns.items():
+                first, second = values[:cut], values[cut:]
+                if swap:
+                    first, second = second, first
+                special = self.sep_token_id if key == "input_ids" else -1
+                head = ids[0] if key == "input_ids" else -1
+                pair[key] = [head, *first, special, *second, special]
+                if key == "input_ids":  # segment A: [CLS] first [SEP]; segment B: second [SEP]
+                    pair["token_type_ids"] = [0] * (len(first) + 2) + [1] * (len(second) + 1)
+            pairs.append(pair)
+        return pairs, labels
 
     # -- selection -------------------------------------------------------------------------------
 

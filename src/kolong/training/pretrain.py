@@ -44,6 +44,8 @@ class PretrainArguments:
     """Tokenizer directory; default: the one the corpus was built with."""
     masking: str = "token"
     """token | eojeol | morpheme | span (SpanBERT)."""
+    objective: str = "mlm"
+    """mlm | mlm+sop (ALBERT's sentence-order prediction on two halves of each block, swapped half the time)."""
     mlm_probability: float = 0.15
     overrides: dict = field(default_factory=dict)
     """Preset fields to override, model (hidden_size, ...) or training (batch_size, max_steps, ...)."""
@@ -87,7 +89,7 @@ def prepare(args: PretrainArguments):
     """Everything before training: (model, tokenizer, datasets, collator, training settings); raises on bad input."""
     from kolong.checkpoints import load_tokenizer
     from kolong.data.corpus import load_corpus
-    from kolong.models import KolongConfig, KolongForMaskedLM
+    from kolong.models import KolongConfig, KolongForMaskedLM, KolongForPreTraining
     from kolong.training.masking import MaskingCollator
 
     settings = preset(args.preset)
@@ -110,9 +112,13 @@ def prepare(args: PretrainArguments):
 
     from transformers import set_seed
 
+    if args.objective not in ("mlm", "mlm+sop"):
+        raise ValueError(f"objective {args.objective!r} is not one of mlm, mlm+sop")
+    model_class = KolongForPreTraining if args.objective == "mlm+sop" else KolongForMaskedLM
+
     set_seed(args.seed)  # the fresh model's initial weights follow the run's seed
     if args.model:
-        model = KolongForMaskedLM.from_pretrained(args.model)
+        model = model_class.from_pretrained(args.model)
         if model.config.vocab_size != len(tokenizer):
             raise DataError(
                 f"model {args.model} has vocab_size {model.config.vocab_size} but tokenizer {tokenizer_path} has "
@@ -128,13 +134,15 @@ def prepare(args: PretrainArguments):
             # only the ~15% labelled positions go through the vocabulary projection
             **{"sparse_prediction": True, **model_fields},
         )
-        model = KolongForMaskedLM(config)
+        model = model_class(config)
     rank = int(os.environ.get("RANK", "0"))  # each data-parallel process masks its own batches differently
     collator = MaskingCollator.for_tokenizer(
         tokenizer,
         granularity=args.masking,
         mlm_probability=args.mlm_probability,
         seed=args.seed + 7919 * rank,
+        sentence_order=args.objective == "mlm+sop",
+        sep_token_id=tokenizer.sep_token_id,
     )
     evaluation = datasets["validation"] if len(datasets["validation"]) else None
     if evaluation is not None and len(evaluation) > args.eval_blocks:

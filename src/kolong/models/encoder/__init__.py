@@ -6,6 +6,7 @@ from kolong.models.encoder.configuration import KolongConfig
 from kolong.models.encoder.convert import ConversionError, from_hf, kolong_config_from_hf
 from kolong.models.encoder.modeling import (
     KolongForMaskedLM,
+    KolongForPreTraining,
     KolongForQuestionAnswering,
     KolongForSequenceClassification,
     KolongForTokenClassification,
@@ -20,6 +21,7 @@ def register_auto_classes() -> None:
         AutoConfig,
         AutoModel,
         AutoModelForMaskedLM,
+        AutoModelForPreTraining,
         AutoModelForQuestionAnswering,
         AutoModelForSequenceClassification,
         AutoModelForTokenClassification,
@@ -28,6 +30,7 @@ def register_auto_classes() -> None:
     pairs = (
         (AutoModel, KolongModel),
         (AutoModelForMaskedLM, KolongForMaskedLM),
+        (AutoModelForPreTraining, KolongForPreTraining),
         (AutoModelForQuestionAnswering, KolongForQuestionAnswering),
         (AutoModelForSequenceClassification, KolongForSequenceClassification),
         (AutoModelForTokenClassification, KolongForTokenClassification),
@@ -41,6 +44,7 @@ __all__ = [
     "ConversionError",
     "KolongConfig",
     "KolongForMaskedLM",
+    "KolongForPreTraining",
     "KolongForQuestionAnswering",
     "KolongForSequenceClassification",
     "KolongForTokenClassification",

@@ -8,6 +8,7 @@ returns the standard transformers output dataclass with `loss`, so the `Trainer`
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
@@ -18,6 +19,7 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     BaseModelOutputWithPooling,
     MaskedLMOutput,
+    ModelOutput,
     QuestionAnsweringModelOutput,
     SequenceClassifierOutput,
     TokenClassifierOutput,
@@ -336,6 +338,63 @@ class KolongForMaskedLM(KolongPreTrainedModel):
                 logits.view(-1, logits.shape[-1]).float(), labels.view(-1), ignore_index=-100
             )
         output = MaskedLMOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states)
+        return _wrap(output, return_dict)
+
+
+@dataclass
+class KolongForPreTrainingOutput(ModelOutput):
+    """MLM + sentence-order prediction (ALBERT): `loss` is the sum of both losses."""
+
+    loss: torch.Tensor | None = None
+    prediction_logits: torch.Tensor | None = None
+    sop_logits: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+
+
+class KolongForPreTraining(KolongPreTrainedModel):
+    """Masked LM plus ALBERT's sentence-order prediction on the pooled first token."""
+
+    _tied_weights_keys: ClassVar[dict[str, str]] = {
+        "lm_head.decoder.weight": "kolong.embeddings.word_embeddings.weight"
+    }
+
+    def __init__(self, config: KolongConfig):
+        super().__init__(config)
+        self.kolong = KolongModel(config, add_pooling_layer=True)
+        self.lm_head = KolongLMHead(config)
+        self.sop_classifier = nn.Linear(config.hidden_size, 2)
+        self.post_init()
+
+    def get_output_embeddings(self):
+        return self.lm_head.decoder
+
+    def set_output_embeddings(self, new_embeddings):
+        self.lm_head.decoder = new_embeddings
+
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
+                inputs_embeds=None, labels=None, sentence_order_label=None, output_attentions=None,
+                output_hidden_states=None, return_dict=None) -> KolongForPreTrainingOutput | tuple:  # fmt: skip
+        outputs = self.kolong(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
+                              output_attentions, output_hidden_states)  # fmt: skip
+        hidden = outputs.last_hidden_state  # (b, n, d)
+        pooled = outputs.pooler_output if outputs.pooler_output is not None else hidden[:, 0]
+        sop_logits = self.sop_classifier(pooled)  # (b, 2)
+        if labels is not None and self.config.sparse_prediction:
+            labelled = labels.view(-1).ne(-100)
+            logits = self.lm_head(hidden.reshape(-1, hidden.shape[-1])[labelled])  # (labelled, V)
+            loss = F.cross_entropy(logits.float(), labels.view(-1)[labelled])
+        else:
+            logits = self.lm_head(hidden)  # (b, n, V)
+            loss = None
+            if labels is not None:
+                loss = F.cross_entropy(
+                    logits.view(-1, logits.shape[-1]).float(), labels.view(-1), ignore_index=-100
+                )
+        if sentence_order_label is not None:
+            sop_loss = F.cross_entropy(sop_logits.float(), sentence_order_label.view(-1))
+            loss = sop_loss if loss is None else loss + sop_loss
+        output = KolongForPreTrainingOutput(loss=loss, prediction_logits=logits, sop_logits=sop_logits,
+                                            hidden_states=outputs.hidden_states)  # fmt: skip
         return _wrap(output, return_dict)
 
 
