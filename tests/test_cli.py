@@ -27,7 +27,22 @@ def run(*args: str):
 
 @pytest.mark.parametrize(
     "command",
-    [[], ["extend"], ["demo"], ["plot"], ["plot", "positions"], ["bench"], ["bench", "extend"]],
+    [
+        [],
+        ["extend"],
+        ["demo"],
+        ["plot"],
+        ["plot", "positions"],
+        ["bench"],
+        ["bench", "extend"],
+        ["convert"],
+        ["data", "corpus"],
+        ["pretrain", "mlm"],
+        ["finetune", "cls"],
+        ["experiment", "positions"],
+        ["bench", "pretrain"],
+        ["bench", "encoder"],
+    ],
 )
 def test_every_command_has_help(command):
     result = run(*command, "--help")
