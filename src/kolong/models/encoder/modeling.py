@@ -297,6 +297,19 @@ class KolongLMHead(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.decoder(self.norm(self.act(self.dense(x))))  # (b, n, V)
 
+    def logits_and_loss(self, hidden, labels, sparse: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Logits and MLM loss; `sparse`: only the labelled positions go through the vocabulary projection."""
+        if labels is not None and sparse:
+            labelled = labels.view(-1).ne(-100)
+            logits = self(hidden.reshape(-1, hidden.shape[-1])[labelled])  # (labelled, V)
+            return logits, F.cross_entropy(logits.float(), labels.view(-1)[labelled])
+        logits = self(hidden)  # (b, n, V)
+        if labels is None:
+            return logits, None
+        return logits, F.cross_entropy(
+            logits.view(-1, logits.shape[-1]).float(), labels.view(-1), ignore_index=-100
+        )
+
 
 def _wrap(output, return_dict):
     return output if return_dict is not False else output.to_tuple()
@@ -324,19 +337,9 @@ class KolongForMaskedLM(KolongPreTrainedModel):
                 return_dict=None) -> MaskedLMOutput | tuple:  # fmt: skip
         outputs = self.kolong(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
                               output_attentions, output_hidden_states)  # fmt: skip
-        hidden = outputs.last_hidden_state  # (b, n, d)
-        if labels is not None and self.config.sparse_prediction:
-            labelled = labels.view(-1).ne(-100)
-            logits = self.lm_head(hidden.reshape(-1, hidden.shape[-1])[labelled])  # (labelled, V)
-            loss = F.cross_entropy(logits.float(), labels.view(-1)[labelled])
-            output = MaskedLMOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states)
-            return _wrap(output, return_dict)
-        logits = self.lm_head(hidden)  # (b, n, V)
-        loss = None
-        if labels is not None:
-            loss = F.cross_entropy(
-                logits.view(-1, logits.shape[-1]).float(), labels.view(-1), ignore_index=-100
-            )
+        logits, loss = self.lm_head.logits_and_loss(
+            outputs.last_hidden_state, labels, self.config.sparse_prediction
+        )
         output = MaskedLMOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states)
         return _wrap(output, return_dict)
 
@@ -379,17 +382,7 @@ class KolongForPreTraining(KolongPreTrainedModel):
         hidden = outputs.last_hidden_state  # (b, n, d)
         pooled = outputs.pooler_output if outputs.pooler_output is not None else hidden[:, 0]
         sop_logits = self.sop_classifier(pooled)  # (b, 2)
-        if labels is not None and self.config.sparse_prediction:
-            labelled = labels.view(-1).ne(-100)
-            logits = self.lm_head(hidden.reshape(-1, hidden.shape[-1])[labelled])  # (labelled, V)
-            loss = F.cross_entropy(logits.float(), labels.view(-1)[labelled])
-        else:
-            logits = self.lm_head(hidden)  # (b, n, V)
-            loss = None
-            if labels is not None:
-                loss = F.cross_entropy(
-                    logits.view(-1, logits.shape[-1]).float(), labels.view(-1), ignore_index=-100
-                )
+        logits, loss = self.lm_head.logits_and_loss(hidden, labels, self.config.sparse_prediction)
         if sentence_order_label is not None:
             sop_loss = F.cross_entropy(sop_logits.float(), sentence_order_label.view(-1))
             loss = sop_loss if loss is None else loss + sop_loss
