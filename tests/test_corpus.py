@@ -106,8 +106,8 @@ def test_cli(text_file, tokenizer_dir, tmp_path):
     assert result.exit_code == 0, result.output
     assert "train:" in result.output and (out / "corpus.json").is_file()
     again = runner.invoke(app, ["data", "corpus", str(text_file), "-t", str(tokenizer_dir), "-o", str(out)])
-    assert again.exit_code == 2 and "--overwrite" in again.output
+    assert again.exit_code == 2 and "--overwrite" in " ".join(again.output.split())
     missing = runner.invoke(
         app, ["data", "corpus", "nope.txt", "-t", str(tokenizer_dir), "-o", str(tmp_path / "x")]
     )
-    assert missing.exit_code == 2 and "nope.txt" in missing.output
+    assert missing.exit_code == 2 and "nope.txt" in " ".join(missing.output.split())
