@@ -83,7 +83,6 @@ def _encode(tokenizer, data: ClassificationData, max_length: int):
 
 
 def finetune_cls(args: ClassificationArguments) -> dict:
-    import torch
     from transformers import (
         AutoModelForSequenceClassification,
         DataCollatorWithPadding,
@@ -93,10 +92,11 @@ def finetune_cls(args: ClassificationArguments) -> dict:
     )
 
     from kolong.checkpoints import load_config, load_tokenizer
-    from kolong.training.qa import _has_gpu, _resume_point, _use_bf16, check_length
+    from kolong.training.common import device_settings, resume_point
+    from kolong.training.qa import check_length
 
     output_dir = Path(args.output_dir)
-    resume_from = _resume_point(output_dir, args.overwrite)
+    resume_from = resume_point(output_dir, args.overwrite)
     data = load_classification_data(args.data, args.eval_data, args.shared_data, args.seed, args.limit)
     tokenizer = load_tokenizer(args.model)
     load_config(args.model)  # names a bad path before transformers does
@@ -128,7 +128,6 @@ def finetune_cls(args: ClassificationArguments) -> dict:
         weight_decay=args.weight_decay,
         seed=args.seed,
         data_seed=args.seed,
-        bf16=_use_bf16(args.bf16),
         eval_strategy=strategy,
         save_strategy=strategy,
         eval_steps=int(args.eval_every) if by_steps else None,
@@ -139,8 +138,7 @@ def finetune_cls(args: ClassificationArguments) -> dict:
         greater_is_better=True,
         logging_steps=args.logging_steps,
         report_to="none",
-        dataloader_pin_memory=_has_gpu(),
-        use_cpu=not torch.cuda.is_available(),
+        **device_settings(args.bf16),
     )
     callbacks = [EarlyStoppingCallback(args.early_stopping_patience)] if args.early_stopping_patience else []
     trainer = Trainer(

@@ -205,13 +205,12 @@ def _resume_masking_callback(collator):
 
 def pretrain_mlm(args: PretrainArguments, callbacks: list | None = None) -> dict:
     """Pre-train, evaluate, save model + tokenizer + logs to `args.output_dir`; returns the final metrics."""
-    import torch
     from transformers import TrainingArguments
 
-    from kolong.training.qa import _resume_point, _use_bf16
+    from kolong.training.common import device_settings, resume_point
 
     output_dir = Path(args.output_dir)
-    resume_from = _resume_point(output_dir, args.overwrite)
+    resume_from = resume_point(output_dir, args.overwrite)
     model, tokenizer, train, evaluation, collator, training, metadata = prepare(args)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     tokens_per_step = (
@@ -237,13 +236,10 @@ def pretrain_mlm(args: PretrainArguments, callbacks: list | None = None) -> dict
         logging_steps=args.logging_steps,
         seed=args.seed,
         data_seed=args.seed,
-        bf16=_use_bf16(args.bf16),
         report_to="none",
         remove_unused_columns=False,  # the collator reads eojeol_ids / morpheme_ids
         prediction_loss_only=True,
-        dataloader_pin_memory=torch.cuda.is_available(),
-        # On CPU, accelerate only forms the torchrun process group (gloo) when told the run is CPU-only.
-        use_cpu=not torch.cuda.is_available(),
+        **device_settings(args.bf16),
     )
     training_args = TrainingArguments(**{**settings, **args.extra})
     trainer = make_trainer_class()(

@@ -16,7 +16,8 @@ from kolong.data.qa_features import STRATEGIES, QAFeatures, build_features
 from kolong.data.squad import DataError, gold_answers, read_squad
 from kolong.evaluation.korquad import score_questions
 from kolong.evaluation.qa_postprocess import decode_answers
-from kolong.io import OutputExistsError, atomic_write_json
+from kolong.io import atomic_write_json
+from kolong.training.common import device_settings, has_gpu, resume_point
 
 
 @dataclass
@@ -83,22 +84,6 @@ def check_length(model, max_length: int, model_name: str) -> None:
         )
 
 
-def _has_gpu() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
-
-
-def _use_bf16(option: str) -> bool:
-    import torch
-
-    if option == "yes":
-        return True
-    if option == "no":
-        return False
-    return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
-
-
 def _dataset(features: QAFeatures, with_labels: bool):
     from datasets import Dataset
 
@@ -138,22 +123,6 @@ def make_qa_trainer_class():
     return QATrainer
 
 
-def _resume_point(output_dir: Path, overwrite: bool) -> str | None:
-    from transformers.trainer_utils import get_last_checkpoint
-
-    if not output_dir.is_dir() or not any(output_dir.iterdir()):
-        return None
-    last = get_last_checkpoint(str(output_dir))
-    if overwrite:
-        return None
-    if last is None:
-        raise OutputExistsError(
-            f"output directory {output_dir} is not empty and holds no checkpoint to resume; "
-            "pass --overwrite to train afresh there"
-        )
-    return last
-
-
 def finetune_qa(args: QAFinetuneArguments) -> dict:
     """Fine-tune, evaluate, save model + tokenizer to `args.output_dir`; returns the final metrics."""
     from transformers import (
@@ -169,7 +138,7 @@ def finetune_qa(args: QAFinetuneArguments) -> dict:
     if args.early_stopping_patience and not args.eval:
         raise DataError("--early-stopping-patience needs --eval data")
     output_dir = Path(args.output_dir)
-    resume_from = _resume_point(output_dir, args.overwrite)
+    resume_from = resume_point(output_dir, args.overwrite)
 
     import kolong  # noqa: F401  (keep-short checkpoints need kolong's hook)
 
@@ -202,7 +171,6 @@ def finetune_qa(args: QAFinetuneArguments) -> dict:
         weight_decay=args.weight_decay,
         seed=args.seed,
         data_seed=args.seed,
-        bf16=_use_bf16(args.bf16),
         eval_strategy=strategy if args.eval else "no",
         save_strategy=strategy,
         eval_steps=int(args.eval_every) if by_steps else None,
@@ -213,9 +181,7 @@ def finetune_qa(args: QAFinetuneArguments) -> dict:
         greater_is_better=True,
         logging_steps=args.logging_steps,
         report_to="none",
-        dataloader_pin_memory=_has_gpu(),
-        # On CPU, accelerate only forms the torchrun process group (gloo) when told the run is CPU-only.
-        **{"use_cpu": not _has_gpu(), **args.extra},
+        **{**device_settings(args.bf16), **args.extra},
     )
     callbacks = []
     if args.early_stopping_patience:
@@ -279,7 +245,7 @@ def predict_logits(model, features: QAFeatures, batch_size: int) -> tuple[np.nda
             output_dir=scratch,
             per_device_eval_batch_size=batch_size,
             report_to="none",
-            dataloader_pin_memory=_has_gpu(),
+            dataloader_pin_memory=has_gpu(),
         )
         trainer = Trainer(model=model, args=args, data_collator=default_data_collator)
         output = trainer.predict(_dataset(features, with_labels=False))

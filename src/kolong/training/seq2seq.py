@@ -25,7 +25,7 @@ from pathlib import Path
 
 from kolong.data.squad import DataError
 from kolong.io import atomic_write_json, atomic_write_text
-from kolong.training.qa import _has_gpu, _resume_point, _use_bf16
+from kolong.training.common import device_settings, resume_point
 
 SIZES = {
     # d_model, heads x head_dim, d_ff, encoder:decoder depth
@@ -313,7 +313,6 @@ def _training_arguments(
         weight_decay=args.weight_decay,
         seed=args.seed,
         data_seed=args.seed,
-        bf16=_use_bf16(args.bf16),
         eval_strategy=strategy if evaluating else "no",
         save_strategy="steps" if save_steps else strategy,
         eval_steps=int(args.eval_every) if by_steps else None,
@@ -324,9 +323,7 @@ def _training_arguments(
         greater_is_better=True if metric else None,
         logging_steps=args.logging_steps,
         report_to="none",
-        dataloader_pin_memory=_has_gpu(),
-        # On CPU, accelerate only forms the torchrun process group (gloo) when told the run is CPU-only.
-        use_cpu=not _has_gpu(),
+        **device_settings(args.bf16),
         **more,
     )
     return cls(**{**settings, **args.extra})
@@ -424,7 +421,7 @@ def pretrain_span(args: SpanPretrainArguments, on_progress: Callable[[str], None
     settings.check()
     lengths = parse_curriculum(args.curriculum, args.max_length)
     output_dir = Path(args.output_dir)
-    resume_from = _resume_point(output_dir, args.overwrite)
+    resume_from = resume_point(output_dir, args.overwrite)
 
     step("loading the model")
     model, tokenizer = load_byte_model(args.model, args.init, args.seed)
@@ -598,7 +595,7 @@ def finetune_seq2seq(args: Seq2SeqFinetuneArguments) -> dict:
     if args.num_beams < 1:
         raise DataError(f"--num-beams must be at least 1, got {args.num_beams}")
     output_dir = Path(args.output_dir)
-    resume_from = _resume_point(output_dir, args.overwrite)
+    resume_from = resume_point(output_dir, args.overwrite)
     task = load_task(args.task, args.train, args.eval, args.seed, args.eval_fraction, args.limit)
     model, tokenizer = load_byte_model(args.model, args.init, args.seed)
     max_new_tokens = args.max_new_tokens or (16 if task.kind == "classification" else args.max_target_length)
