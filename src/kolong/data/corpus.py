@@ -71,6 +71,7 @@ def read_documents(
 ) -> Iterator[str]:
     """Documents of every source in order: one per line, or paragraphs between blank lines."""
     from kolong.tokenizers.corpus import Corpus
+    from kolong.tokenizers.errors import CorpusError
 
     if not sources:
         raise DataError("no corpus source given")
@@ -80,18 +81,17 @@ def read_documents(
         path, column = resolve_source(source, shared_data)
         if path.suffix == ".json":
             documents = _korquad_contexts(path)
-        elif blank_line_documents:
-            documents = _paragraphs(path, on_bad_line, report)
         else:
-            skip_header = column is not None
-            corpus = Corpus([path], on_bad_line=on_bad_line, column=column)
-            documents = _skip_first(corpus, skip_header)
-            documents = _with_report(documents, corpus, report)
-        for document in documents:
-            yield document
-            count += 1
-            if limit is not None and count >= limit:
-                return
+            corpus = Corpus([path], on_bad_line=on_bad_line, column=column, paragraphs=blank_line_documents)
+            documents = _with_report(_skip_first(corpus, skip=column is not None), corpus, report)
+        try:
+            for document in documents:
+                yield document
+                count += 1
+                if limit is not None and count >= limit:
+                    return
+        except CorpusError as error:  # the reader names file and line; one error type for kolong's data
+            raise DataError(str(error)) from None
 
 
 def _skip_first(documents: Iterable[str], skip: bool) -> Iterator[str]:
@@ -115,33 +115,6 @@ def _korquad_contexts(path: Path) -> Iterator[str]:
         if example.context not in seen:
             seen.add(example.context)
             yield example.context
-
-
-def _paragraphs(path: Path, on_bad_line: str, report: list[str] | None) -> Iterator[str]:
-    """Blank-line separated documents; lines are decoded one by one, as the line reader does."""
-    import gzip
-
-    with path.open("rb") as raw:
-        handle = gzip.GzipFile(fileobj=raw) if raw.read(2) == b"\x1f\x8b" else raw
-        raw.seek(0)
-        lines: list[str] = []
-        for number, line in enumerate(handle, 1):
-            try:
-                text = line.decode("utf-8").rstrip("\r\n")
-            except UnicodeDecodeError as error:
-                message = f"{path}:{number}: not valid UTF-8 (byte {error.start}: {error.reason})"
-                if on_bad_line == "error":
-                    raise DataError(message + " (pass --on-bad-line skip to skip such lines)") from None
-                if report is not None:
-                    report.append(message)
-                continue
-            if text.strip():
-                lines.append(text)
-            elif lines:
-                yield "\n".join(lines)
-                lines = []
-        if lines:
-            yield "\n".join(lines)
 
 
 def eojeol_index(text: str) -> np.ndarray:

@@ -4,7 +4,8 @@ Lines are read as bytes and decoded one by one, so a large corpus is never held 
 not valid UTF-8 stops the read with a `CorpusError` naming the file and line (`on_bad_line="error"`), or is
 skipped and listed in `Corpus.report.bad_lines` (`"skip"`). Empty lines are skipped and counted. A corpus
 with no document at all is an error. `column` (1-based) takes one tab-separated field of each line
-(for TSV files such as NSMC's reviews); lines without that field are bad lines.
+(for TSV files such as NSMC's reviews); lines without that field are bad lines. With
+`paragraphs=True` a document is a run of non-empty lines (joined with newlines) ended by a blank line.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ class Corpus:
         column: int | None = None,
         on_progress: Callable[[int], None] | None = None,
         limit: int | None = None,
+        paragraphs: bool = False,
     ) -> None:
         if on_bad_line not in ON_BAD_LINE:
             raise CorpusError(f"on_bad_line must be one of {', '.join(ON_BAD_LINE)}, got {on_bad_line!r}")
@@ -57,6 +59,7 @@ class Corpus:
         self.column = column
         self.on_progress = on_progress
         self.limit = limit
+        self.paragraphs = paragraphs
         self.report = CorpusReport()
 
     @property
@@ -84,6 +87,11 @@ class Corpus:
             raise CorpusError(f"{path}:{number}: {reason} (pass --on-bad-line skip to skip such lines)")
         self.report.bad_lines.append((str(path), number, reason))
 
+    def _counted(self, document: str) -> str:
+        self.report.documents += 1
+        self.report.characters += len(document)
+        return document
+
     def _read(self, path: Path, done_bytes: int) -> Iterator[str]:
         report = self.report
         with path.open("rb") as raw:
@@ -91,6 +99,7 @@ class Corpus:
             raw.seek(0)
             handle = gzip.GzipFile(fileobj=raw, mode="rb") if compressed else raw
             number = 0
+            pending: list[str] = []  # lines of the paragraph being read (paragraphs=True)
             try:
                 for number, line in enumerate(handle, 1):
                     if number % _PROGRESS_EVERY == 0 and self.on_progress is not None:
@@ -113,11 +122,17 @@ class Corpus:
                         text = fields[self.column - 1]
                     if not text.strip():
                         report.empty_lines += 1
+                        if pending:
+                            yield self._counted("\n".join(pending))
+                            pending = []
                         continue
-                    report.documents += 1
-                    report.characters += len(text)
-                    yield text
+                    if self.paragraphs:
+                        pending.append(text)
+                        continue
+                    yield self._counted(text)
             except (OSError, EOFError, zlib.error) as error:
                 raise CorpusError(f"{path}: cannot read past line {number}: {error}") from None
+            if pending:
+                yield self._counted("\n".join(pending))
         if self.on_progress is not None:
             self.on_progress(done_bytes + path.stat().st_size)
