@@ -32,7 +32,7 @@ def _corpus(root: Path, max_length: int) -> Path:
     return root / "corpus"
 
 
-def _kolong(args, steps: int, warmup: int) -> float:
+def _kolong(args, warmup: int) -> float:
     from kolong.training.pretrain import pretrain_mlm, read_log
 
     pretrain_mlm(args)
@@ -97,7 +97,7 @@ def run_pretrain_benchmark(
                 logging_steps=1, extra={"disable_tqdm": True, "eval_strategy": "no", "eval_on_start": False},
             )  # fmt: skip
             on_step(f"round {round_index + 1}: kolong pretrain mlm")
-            results["kolong pretrain mlm"].append(_kolong(args, steps, warmup))
+            results["kolong pretrain mlm"].append(_kolong(args, warmup))
             on_step(f"round {round_index + 1}: plain PyTorch loop")
             results["plain PyTorch loop"].append(_plain_loop(args, steps, warmup))
     kolong_rate = statistics.median(results["kolong pretrain mlm"])
