@@ -139,3 +139,49 @@ def test_decoding_pools_windows_and_finds_the_planted_answer(tokenizer):
     end_logits[window, features.end_positions[window]] = 10
     predictions, _ = decode_answers([example], features, start_logits, end_logits)
     assert predictions[example.id] == example.answers[0].text
+
+
+class PrefixOnlyTokenizer:
+    """What tokenizers 0.23.1 / 0.23.2 do: a truncating call tokenizes only a prefix of each context, so the
+    overflow windows cover that prefix; the untruncated call still sees the whole context."""
+
+    def __init__(self, inner, kept_characters: int):
+        self.inner, self.kept_characters = inner, kept_characters
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def __call__(self, questions, contexts=None, **kwargs):
+        if kwargs.get("return_overflowing_tokens") and contexts is not None:
+            contexts = [context[: self.kept_characters] for context in contexts]
+        return self.inner(questions, contexts, **kwargs)
+
+
+def test_windows_that_leave_context_tokens_out_raise_a_named_error(tokenizer):
+    from kolong.data.qa_features import WindowCoverageError
+
+    example = example_with_answer(tokenizer, 3)
+    build_features(tokenizer, [example], 24, "sliding-window", doc_stride=6)  # the real tokenizer covers all
+    with pytest.raises(WindowCoverageError, match=r"'q3'.*tokenizers 0\.23\.1 and 0\.23\.2.*tokenizers>=0\.23\.3"):
+        build_features(PrefixOnlyTokenizer(tokenizer, 40), [example], 24, "sliding-window", doc_stride=6)
+    # Truncation drops the tail on purpose: no coverage check there.
+    build_features(PrefixOnlyTokenizer(tokenizer, 40), [example], 24, "truncate")
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    words=st.integers(1, 120),
+    max_length=st.sampled_from([24, 32, 48, 64]),
+    stride_fraction=st.floats(0, 0.45),
+    question_words=st.integers(1, 3),
+)
+def test_sliding_windows_cover_every_context_token(tokenizer, words, max_length, stride_fraction, question_words):
+    from kolong.data.samples import korean_document
+
+    context = " ".join(korean_document(8 * words).split()[:words])
+    example = QAExample("q", " ".join(["질문"] * question_words), context, [Answer(context.split()[0], 0)])
+    stride = int(stride_fraction * max_length) // 2
+    features = build_features(tokenizer, [example], max_length, "sliding-window", doc_stride=stride)
+    covered = {span for offsets in features.offsets for span in offsets if span is not None}
+    alone = tokenizer(context, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+    assert covered == {tuple(span) for span in alone}

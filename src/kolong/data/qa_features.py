@@ -14,9 +14,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from kolong.data.squad import DataError, QAExample
 
 STRATEGIES = ("truncate", "sliding-window")
+
+
+class WindowCoverageError(DataError):
+    """Sliding windows that leave context tokens out: a tokenizer bug, never a property of the data."""
 
 
 @dataclass
@@ -90,6 +96,8 @@ def build_features(
         ) from None
 
     sample_map = encoded["overflow_to_sample_mapping"] if sliding else list(range(len(examples)))
+    if sliding:
+        check_window_coverage(tokenizer, encoded, examples, sample_map, doc_stride)
     features = QAFeatures(
         input_ids=encoded["input_ids"],
         attention_mask=encoded["attention_mask"],
@@ -110,6 +118,43 @@ def build_features(
         features.start_positions.append(start)
         features.end_positions.append(end)
     return features
+
+
+def check_window_coverage(tokenizer, encoded, examples: list[QAExample], sample_map, doc_stride: int) -> None:
+    """Every context token must lie in at least one window, or raise `WindowCoverageError`.
+
+    Consecutive windows of one example overlap by exactly `doc_stride` context tokens, so windows with
+    n_1..n_W context tokens cover n_1 + ... + n_W - (W - 1) * doc_stride distinct tokens; that must equal the
+    length of the context tokenized alone (no truncation, once per distinct context). tokenizers 0.23.1 and
+    0.23.2 stop tokenizing at max_length when truncating and return windows over that prefix only
+    (huggingface/tokenizers#2091): without this check their answers would be lost without a word.
+    """
+    contexts = {example.context: None for example in examples}
+    full = tokenizer(
+        list(contexts), add_special_tokens=False, return_attention_mask=False, verbose=False
+    )["input_ids"]
+    context_lengths = dict(zip(contexts, map(len, full)))
+    expected = np.array([context_lengths[example.context] for example in examples])  # (examples,)
+
+    windows_of = np.asarray(sample_map)  # (windows,)
+    tokens_in_window = np.array(  # (windows,) context tokens of each window
+        [encoded.sequence_ids(window).count(1) for window in range(len(windows_of))]
+    )
+    window_count = np.bincount(windows_of, minlength=len(examples))
+    covered = np.bincount(windows_of, weights=tokens_in_window, minlength=len(examples))
+    covered -= doc_stride * np.maximum(window_count - 1, 0)
+    short = np.flatnonzero(covered < expected)
+    if short.size:
+        first = short[0]
+        import tokenizers
+
+        raise WindowCoverageError(
+            f"the sliding windows of {short.size} example(s) leave context tokens out (example "
+            f"{examples[first].id!r}: {int(window_count[first])} window(s) cover {int(covered[first])} of its "
+            f"{int(expected[first])} context tokens) with tokenizers {tokenizers.__version__}; tokenizers 0.23.1 "
+            "and 0.23.2 drop overflowing tokens (huggingface/tokenizers#2091): install a fixed release with "
+            "pip install 'tokenizers>=0.23.3' (or 'tokenizers<0.23.1')"
+        )
 
 
 def label_window(example: QAExample, offsets, input_ids, tokenizer) -> tuple[int, int]:
