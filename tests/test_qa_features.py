@@ -162,7 +162,9 @@ def test_windows_that_leave_context_tokens_out_raise_a_named_error(tokenizer):
 
     example = example_with_answer(tokenizer, 3)
     build_features(tokenizer, [example], 24, "sliding-window", doc_stride=6)  # the real tokenizer covers all
-    with pytest.raises(WindowCoverageError, match=r"'q3'.*tokenizers 0\.23\.1 and 0\.23\.2.*tokenizers>=0\.23\.3"):
+    with pytest.raises(
+        WindowCoverageError, match=r"'q3'.*tokenizers 0\.23\.1 and 0\.23\.2.*tokenizers>=0\.23\.3"
+    ):
         build_features(PrefixOnlyTokenizer(tokenizer, 40), [example], 24, "sliding-window", doc_stride=6)
     # Truncation drops the tail on purpose: no coverage check there.
     build_features(PrefixOnlyTokenizer(tokenizer, 40), [example], 24, "truncate")
@@ -175,7 +177,9 @@ def test_windows_that_leave_context_tokens_out_raise_a_named_error(tokenizer):
     stride_fraction=st.floats(0, 0.45),
     question_words=st.integers(1, 3),
 )
-def test_sliding_windows_cover_every_context_token(tokenizer, words, max_length, stride_fraction, question_words):
+def test_sliding_windows_cover_every_context_token(
+    tokenizer, words, max_length, stride_fraction, question_words
+):
     from kolong.data.samples import korean_document
 
     context = " ".join(korean_document(8 * words).split()[:words])

@@ -130,10 +130,10 @@ def check_window_coverage(tokenizer, encoded, examples: list[QAExample], sample_
     (huggingface/tokenizers#2091): without this check their answers would be lost without a word.
     """
     contexts = {example.context: None for example in examples}
-    full = tokenizer(
-        list(contexts), add_special_tokens=False, return_attention_mask=False, verbose=False
-    )["input_ids"]
-    context_lengths = dict(zip(contexts, map(len, full)))
+    full = tokenizer(list(contexts), add_special_tokens=False, return_attention_mask=False, verbose=False)[
+        "input_ids"
+    ]
+    context_lengths = dict(zip(contexts, map(len, full), strict=True))
     expected = np.array([context_lengths[example.context] for example in examples])  # (examples,)
 
     windows_of = np.asarray(sample_map)  # (windows,)
