@@ -1,21 +1,39 @@
-"""kolong: Transformer language models for long Korean text."""
+"""kolong: Transformer language models for long Korean text.
+
+`import kolong` imports neither torch nor transformers: the public functions below load on first use, and
+kolong's Auto classes, tokenizers and keep-short hook are added to transformers when transformers loads the
+module concerned (see kolong/integration.py). `import kolong` then `AutoModel.from_pretrained(...)` works
+as with an eager import.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from kolong import integration as _integration
+from kolong.lazy import lazy_exports
 
 __version__ = "0.1.0"
 
-import kolong.tokenizers  # registers kolong's tokenizers with AutoTokenizer
-from kolong.extension import (
-    ExtensionError,
-    extend_position_embeddings,
-    find_position_table,
-    set_tokenizer_max_length,
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "ExtensionError": "kolong.extension",
+        "extend_position_embeddings": "kolong.extension",
+        "find_position_table": "kolong.extension",
+        "set_tokenizer_max_length": "kolong.extension",
+    },
 )
-from kolong.extension.scaling import enable_auto_install as _enable_auto_install
 
-# Checkpoints saved with keep-short behaviour rebuild their position-id hook on from_pretrained.
-_enable_auto_install()
+if TYPE_CHECKING:
+    from kolong.extension import (
+        ExtensionError,
+        extend_position_embeddings,
+        find_position_table,
+        set_tokenizer_max_length,
+    )
 
-# model_type "kolong" resolves through AutoConfig / AutoModel* once kolong is imported.
-import kolong.models  # noqa: E402,F401
+_integration.install()
 
 __all__ = [
     "ExtensionError",

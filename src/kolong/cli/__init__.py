@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import typer
 
 from kolong.cli import (
@@ -42,13 +44,18 @@ app.add_typer(pretrain.app, name="pretrain")
 app.add_typer(tokenizer.app, name="tokenizer")
 
 
-def main() -> None:
-    from transformers.utils import logging
+def _quiet_transformers() -> None:
+    # HF's per-file progress bars and length warnings drown kolong's own output on the terminal.
+    logging = sys.modules["transformers.utils.logging"]
+    logging.set_verbosity_error()
+    logging.disable_progress_bar()
 
+
+def main() -> None:
+    from kolong.integration import after_import
     from kolong.runtime import tune_allocator
 
     tune_allocator()
-    # HF's per-file progress bars and length warnings drown kolong's own output on the terminal.
-    logging.set_verbosity_error()
-    logging.disable_progress_bar()
+    # Only commands that need transformers import it; they find it quiet.
+    after_import("transformers.utils.logging", _quiet_transformers)
     app()

@@ -31,6 +31,36 @@ def extend(
     console.print(f"[green]wrote[/] {json_path} and {markdown_path}")
 
 
+@app.command("startup")
+def startup(
+    data: Path = typer.Option(
+        Path("../shared/data/korquad/KorQuAD_v1.0_dev.shared.json"),
+        "--data",
+        help="SQuAD/KorQuAD JSON; its first --questions questions are scored.",
+    ),
+    questions: int = typer.Option(800, "--questions", min=1, help="Questions scored by `evaluate qa`."),
+    rounds: int = typer.Option(7, "--rounds", min=1, help="Interleaved rounds (the median is reported)."),
+    official_script: Path = typer.Option(
+        None, "--official-script", help="The official KorQuAD 1.0 evaluate script, timed as the reference."
+    ),
+    output_dir: Path = typer.Option(
+        Path("benchmarks/results"), "--output-dir", help="Where to write the results."
+    ),
+) -> None:
+    """Time `kolong --help`, subcommand help pages and `kolong evaluate qa` as fresh processes."""
+    from kolong.bench.startup import run_startup_benchmark, write_results
+
+    if not data.is_file():
+        raise typer.BadParameter(f"{data} is not a file", param_hint="--data")
+    if official_script is not None and not official_script.is_file():
+        raise typer.BadParameter(f"{official_script} is not a file", param_hint="--official-script")
+    with user_errors(), console.status("benchmarking") as status:
+        result = run_startup_benchmark(data, questions, rounds, official_script, on_step=status.update)
+        json_path, markdown_path = write_results(result, output_dir)
+    console.print(markdown_path.read_text(encoding="utf-8"))
+    console.print(f"[green]wrote[/] {json_path} and {markdown_path}")
+
+
 @app.command("qa")
 def qa(
     max_length: int = typer.Option(512, "--max-length", help="Window length in tokens."),

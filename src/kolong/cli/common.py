@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Iterator
 
 import typer
@@ -13,14 +14,20 @@ console = Console()
 errors = Console(stderr=True)
 
 
-def _user_error_types() -> tuple[type[BaseException], ...]:
-    from kolong.checkpoints import CheckpointError
-    from kolong.data.squad import DataError
-    from kolong.extension import ExtensionError
-    from kolong.io import OutputExistsError
-    from kolong.tokenizers.errors import TokenizerError
+# kolong's refusals: (module, class). Only classes of modules already imported can have been raised, so
+# this never imports torch or transformers for a command that did not need them.
+_USER_ERRORS = (
+    ("kolong.checkpoints", "CheckpointError"),
+    ("kolong.data.squad", "DataError"),
+    ("kolong.extension.architectures", "ExtensionError"),
+    ("kolong.io", "OutputExistsError"),
+    ("kolong.tokenizers.errors", "TokenizerError"),
+)
 
-    return (CheckpointError, DataError, ExtensionError, OutputExistsError, TokenizerError, FileNotFoundError)
+
+def _user_error_types() -> tuple[type[BaseException], ...]:
+    loaded = (getattr(sys.modules[module], name) for module, name in _USER_ERRORS if module in sys.modules)
+    return (*loaded, FileNotFoundError)
 
 
 @contextlib.contextmanager

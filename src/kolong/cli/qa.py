@@ -131,7 +131,7 @@ def evaluate_qa(
     on_bad_example: str = typer.Option("error", "--on-bad-example", help="error | skip."),
 ) -> None:
     """Score predictions; prints JSON (percentages, as the official script)."""
-    from kolong.training.qa import evaluate_qa as run
+    from kolong.evaluation.korquad import evaluate_files as run
 
     if metric not in ("korquad", "klue-mrc"):
         raise typer.BadParameter("choose korquad or klue-mrc", param_hint="--metric")

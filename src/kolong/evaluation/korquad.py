@@ -107,3 +107,23 @@ def score_questions(
         "total": total,
         "missing": missing,
     }
+
+
+def read_predictions(path) -> dict[str, str]:
+    """A predictions file as the official script reads it: JSON {question id: answer text}."""
+    from kolong.data.squad import DataError, load_json
+
+    payload = load_json(path)
+    if not isinstance(payload, dict) or not all(isinstance(v, str) for v in payload.values()):
+        raise DataError(f"{path}: predictions must be a JSON object {{question id: answer text}}")
+    return payload
+
+
+def evaluate_files(data, predictions_path, metric: str = "korquad", on_bad_example: str = "error") -> dict:
+    """`kolong evaluate qa`: score a predictions file against a SQuAD/KorQuAD file (no torch needed)."""
+    from kolong.data.squad import read_squad
+
+    dataset = read_squad(data, on_bad_example)
+    scores = score_questions(dataset.gold(), read_predictions(predictions_path), metric)
+    scores["skipped_examples"] = len(dataset.skipped)
+    return scores

@@ -15,22 +15,22 @@ tokens are spread over the table as evenly as integers allow.
 The setting lives in `config.kolong_position_scaling = {"factor": k, "original_max_length": n}`.
 Stock transformers classes know nothing about it, so kolong installs a forward pre-hook on the
 embeddings module that computes these ids whenever the caller passes no `position_ids`. `import
-kolong` wraps `PreTrainedModel.post_init` so that every model built from such a config (including
-`AutoModel*.from_pretrained`) gets the hook: **loading a keep-short checkpoint needs `import
+kolong` wraps `PreTrainedModel.post_init` (kolong/integration.py) so that every model built from such a config
+(including `AutoModel*.from_pretrained`) gets the hook: **loading a keep-short checkpoint needs `import
 kolong`**; without it the model silently uses plain ids 0..L-1.
 """
 
 from __future__ import annotations
 
-import functools
 import inspect
 
 import torch
 from torch import nn
 
 from kolong.extension.architectures import PositionTable, find_position_table
+from kolong.integration import POSITION_SCALING_KEY
 
-CONFIG_KEY = "kolong_position_scaling"
+CONFIG_KEY = POSITION_SCALING_KEY
 _HOOK_ATTRIBUTE = "_kolong_position_scaling_hook"
 
 
@@ -103,26 +103,3 @@ def remove_position_scaling(model: nn.Module) -> None:
     if handle is not None:
         handle.remove()
         setattr(table.embeddings, _HOOK_ATTRIBUTE, None)
-
-
-_patched = False
-
-
-def enable_auto_install() -> None:
-    """Wrap `PreTrainedModel.post_init` once so models built from a keep-short config get the hook."""
-    global _patched
-    if _patched:
-        return
-    from transformers import PreTrainedModel
-
-    original = PreTrainedModel.post_init
-
-    @functools.wraps(original)
-    def post_init(self, *args, **kwargs):
-        result = original(self, *args, **kwargs)
-        if getattr(getattr(self, "config", None), CONFIG_KEY, None):
-            install_position_scaling(self)
-        return result
-
-    PreTrainedModel.post_init = post_init
-    _patched = True

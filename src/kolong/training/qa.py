@@ -284,22 +284,3 @@ def predict_qa(args: QAPredictArguments) -> dict:
         "max_length": max_length,
         "skipped_examples": len(dataset.skipped),
     }
-
-
-def read_predictions(path: str | Path) -> dict[str, str]:
-    from kolong.data.squad import load_json
-
-    payload = load_json(path)
-    if not isinstance(payload, dict) or not all(isinstance(v, str) for v in payload.values()):
-        raise DataError(f"{path}: predictions must be a JSON object {{question id: answer text}}")
-    return payload
-
-
-def evaluate_qa(
-    data: str, predictions_path: str, metric: str = "korquad", on_bad_example: str = "error"
-) -> dict:
-    dataset = read_squad(data, on_bad_example)
-    predictions = read_predictions(predictions_path)
-    scores = score_questions(dataset.gold(), predictions, metric)
-    scores["skipped_examples"] = len(dataset.skipped)
-    return scores

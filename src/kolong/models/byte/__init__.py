@@ -2,19 +2,30 @@
 
 from __future__ import annotations
 
-from kolong.models.byte.configuration import KolongByteConfig
-from kolong.models.byte.convert import T5ConversionError, add_gbst, config_from_t5, from_t5
-from kolong.models.byte.gbst import GBST
-from kolong.models.byte.modeling import (
-    KolongByteEncoderOutput,
-    KolongByteForConditionalGeneration,
-    KolongBytePreTrainedModel,
+from kolong.lazy import lazy_exports
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "KolongByteConfig": "kolong.models.byte.configuration",
+        "T5ConversionError": "kolong.models.byte.convert",
+        "add_gbst": "kolong.models.byte.convert",
+        "config_from_t5": "kolong.models.byte.convert",
+        "from_t5": "kolong.models.byte.convert",
+        "GBST": "kolong.models.byte.gbst",
+        "KolongByteEncoderOutput": "kolong.models.byte.modeling",
+        "KolongByteForConditionalGeneration": "kolong.models.byte.modeling",
+        "KolongBytePreTrainedModel": "kolong.models.byte.modeling",
+    },
 )
 
 
 def register_auto_classes() -> None:
     """Make `AutoConfig` / `AutoModelForSeq2SeqLM` resolve model_type "kolong-byte" (idempotent)."""
     from transformers import AutoConfig, AutoModelForSeq2SeqLM
+
+    from kolong.models.byte.configuration import KolongByteConfig
+    from kolong.models.byte.modeling import KolongByteForConditionalGeneration
 
     AutoConfig.register(KolongByteConfig.model_type, KolongByteConfig, exist_ok=True)
     AutoModelForSeq2SeqLM.register(KolongByteConfig, KolongByteForConditionalGeneration, exist_ok=True)

@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
-from kolong.models.encoder.configuration import KolongConfig
-from kolong.models.encoder.convert import ConversionError, from_hf, kolong_config_from_hf
-from kolong.models.encoder.modeling import (
-    KolongForMaskedLM,
-    KolongForPreTraining,
-    KolongForQuestionAnswering,
-    KolongForSequenceClassification,
-    KolongForTokenClassification,
-    KolongModel,
-    KolongPreTrainedModel,
+from kolong.lazy import lazy_exports
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "KolongConfig": "kolong.models.encoder.configuration",
+        "ConversionError": "kolong.models.encoder.convert",
+        "from_hf": "kolong.models.encoder.convert",
+        "kolong_config_from_hf": "kolong.models.encoder.convert",
+        "KolongForMaskedLM": "kolong.models.encoder.modeling",
+        "KolongForPreTraining": "kolong.models.encoder.modeling",
+        "KolongForQuestionAnswering": "kolong.models.encoder.modeling",
+        "KolongForSequenceClassification": "kolong.models.encoder.modeling",
+        "KolongForTokenClassification": "kolong.models.encoder.modeling",
+        "KolongModel": "kolong.models.encoder.modeling",
+        "KolongPreTrainedModel": "kolong.models.encoder.modeling",
+    },
 )
 
 
@@ -25,6 +32,16 @@ def register_auto_classes() -> None:
         AutoModelForQuestionAnswering,
         AutoModelForSequenceClassification,
         AutoModelForTokenClassification,
+    )
+
+    from kolong.models.encoder.configuration import KolongConfig
+    from kolong.models.encoder.modeling import (
+        KolongForMaskedLM,
+        KolongForPreTraining,
+        KolongForQuestionAnswering,
+        KolongForSequenceClassification,
+        KolongForTokenClassification,
+        KolongModel,
     )
 
     pairs = (

@@ -1,0 +1,213 @@
+"""How `import kolong` hooks into transformers without importing it (or torch).
+
+`import kolong` costs milliseconds: it imports neither torch nor transformers. kolong's additions to
+transformers are attached when transformers itself loads the module concerned, by a post-import hook (a
+finder on `sys.meta_path` that runs a callback right after the module has executed). The callbacks only
+wrap methods; kolong's classes are imported and registered on the first *call*, when no import is in
+progress, so transformers' own circular imports (modeling_utils -> auto modules -> ...) never see a
+half-loaded kolong:
+
+| transformers module | wrapped                                      | on the first call, kolong                      |
+|---------------------|----------------------------------------------|------------------------------------------------|
+| `configuration_auto`| `AutoConfig.from_pretrained`, `for_model`    | registers configs "kolong", "kolong-byte"      |
+| `modeling_auto`     | `from_pretrained`, `from_config` of every `AutoModel*` | registers the encoder and byte models |
+| `tokenization_auto` | `AutoTokenizer.from_pretrained`              | registers `MorphemeTokenizer`, `ByteTokenizer` |
+| `modeling_utils`    | `PreTrainedModel.post_init`                  | installs the keep-short position-id hook when the config asks (kolong/extension/scaling.py) |
+
+So `import kolong` then `AutoModel.from_pretrained(kolong_checkpoint)` works as with an eager import, in
+either order: a module transformers has already loaded is wrapped at once. Code that reads transformers'
+mapping tables directly (`CONFIG_MAPPING["kolong"]`) sees kolong's entries after `kolong.integration.register()`
+or any of the calls above.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.abc
+import sys
+import threading
+from collections.abc import Callable
+
+_pending: dict[str, list[Callable[[], None]]] = {}
+_executed: set[str] = set()  # watched modules whose code has run (their spec still says "initializing")
+_lock = threading.RLock()
+
+
+class _RunAfterExec(importlib.abc.Loader):
+    """Wraps a module's loader: executes the module, then the callbacks waiting for it."""
+
+    def __init__(self, loader: importlib.abc.Loader, name: str):
+        self._loader, self._name = loader, name
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module) -> None:
+        self._loader.exec_module(module)
+        _executed.add(self._name)
+        _run_pending(self._name)
+
+    def __getattr__(self, attribute):  # get_source, is_package, ... for tools that ask the loader
+        return getattr(self._loader, attribute)
+
+
+class _PostImportFinder(importlib.abc.MetaPathFinder):
+    def find_spec(self, fullname, path, target=None):
+        if fullname not in _pending:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        if spec.loader is None:
+            return None
+        spec.loader = _RunAfterExec(spec.loader, fullname)
+        return spec
+
+
+_finder = _PostImportFinder()
+
+
+def _run_pending(name: str) -> None:
+    with _lock:
+        callbacks = _pending.pop(name, [])
+    for callback in callbacks:
+        callback()
+
+
+def _initializing(name: str) -> bool:
+    """Imported but its code has not finished running (we are inside its import)."""
+    module = sys.modules.get(name)
+    spec = getattr(module, "__spec__", None)
+    return module is not None and name not in _executed and bool(getattr(spec, "_initializing", False))
+
+
+def after_import(name: str, callback: Callable[[], None]) -> None:
+    """Run `callback` once `name` has been imported: now if it already is, else right after its import."""
+    with _lock:
+        if name not in sys.modules or _initializing(name):
+            _pending.setdefault(name, []).append(callback)
+            if _finder not in sys.meta_path:
+                sys.meta_path.insert(0, _finder)
+            return
+    callback()
+
+
+def _once(register: Callable[[], None]) -> Callable[[], None]:
+    done = False
+
+    def run() -> None:
+        nonlocal done
+        if not done:
+            register()
+            done = True
+
+    return run
+
+
+def _register_configs() -> None:
+    from transformers import AutoConfig
+
+    from kolong.models.byte.configuration import KolongByteConfig
+    from kolong.models.encoder.configuration import KolongConfig
+
+    for config in (KolongConfig, KolongByteConfig):
+        AutoConfig.register(config.model_type, config, exist_ok=True)
+
+
+def _register_models() -> None:
+    from kolong.models.byte import register_auto_classes as register_byte_models
+    from kolong.models.encoder import register_auto_classes as register_encoder_models
+
+    register_encoder_models()
+    register_byte_models()
+
+
+def _register_tokenizers() -> None:
+    from kolong.tokenizers.registration import register_tokenizers
+
+    register_tokenizers()
+
+
+register_configs = _once(_register_configs)
+register_models = _once(_register_models)
+register_tokenizers = _once(_register_tokenizers)
+
+
+def register() -> None:
+    """Register everything now (imports torch and transformers)."""
+    register_configs()
+    register_models()
+    register_tokenizers()
+
+
+def _register_first(owner: type, names: tuple[str, ...], register_now: Callable[[], None]) -> None:
+    """Wrap the classmethods `names` of `owner` so that `register_now()` runs before each call."""
+    for name in names:
+        method = owner.__dict__.get(name)
+        if not isinstance(method, classmethod) or getattr(method.__func__, "__kolong_wrapped__", False):
+            continue
+        setattr(owner, name, classmethod(_calling_first(register_now, method.__func__)))
+
+
+def _calling_first(register_now: Callable[[], None], function: Callable) -> Callable:
+    @functools.wraps(function)
+    def wrapper(cls, *args, **kwargs):
+        register_now()
+        return function(cls, *args, **kwargs)
+
+    wrapper.__kolong_wrapped__ = True
+    return wrapper
+
+
+def _wrap_config_auto() -> None:
+    module = sys.modules["transformers.models.auto.configuration_auto"]
+    _register_first(module.AutoConfig, ("from_pretrained", "for_model"), register_configs)
+
+
+def _wrap_model_autos() -> None:
+    module = sys.modules["transformers.models.auto.modeling_auto"]
+    base = sys.modules["transformers.models.auto.auto_factory"]._BaseAutoModelClass
+    for value in list(vars(module).values()):
+        if isinstance(value, type) and issubclass(value, base) and value is not base:
+            _register_first(value, ("from_pretrained", "from_config"), register_models)
+
+
+def _wrap_tokenizer_auto() -> None:
+    module = sys.modules["transformers.models.auto.tokenization_auto"]
+    _register_first(module.AutoTokenizer, ("from_pretrained",), register_tokenizers)
+
+
+POSITION_SCALING_KEY = "kolong_position_scaling"  # config.json entry of keep-short checkpoints
+
+
+def _wrap_post_init() -> None:
+    model_class = sys.modules["transformers.modeling_utils"].PreTrainedModel
+    original = model_class.post_init
+    if getattr(original, "__kolong_wrapped__", False):
+        return
+
+    @functools.wraps(original)
+    def post_init(self, *args, **kwargs):
+        result = original(self, *args, **kwargs)
+        if getattr(getattr(self, "config", None), POSITION_SCALING_KEY, None):
+            from kolong.extension.scaling import install_position_scaling
+
+            install_position_scaling(self)
+        return result
+
+    post_init.__kolong_wrapped__ = True
+    model_class.post_init = post_init
+
+
+def install() -> None:
+    """Called once by `import kolong`."""
+    auto = "transformers.models.auto."
+    after_import(auto + "configuration_auto", _wrap_config_auto)
+    after_import(auto + "modeling_auto", _wrap_model_autos)
+    after_import(auto + "tokenization_auto", _wrap_tokenizer_auto)
+    after_import("transformers.modeling_utils", _wrap_post_init)
