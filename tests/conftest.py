@@ -118,3 +118,13 @@ def tiny_kolong_config(**overrides):
 def kolong_config():
     """Factory fixture: `kolong_config(position_encoding="shaw", ...)` -> a tiny KolongConfig."""
     return tiny_kolong_config
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `gpu` run where CUDA is present and skip, with the reason, everywhere else."""
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

@@ -9,6 +9,7 @@ import pytest
 from kolong.experiments.positions import PositionStudyArguments, run_position_study, to_markdown
 
 pytestmark = pytest.mark.shared_data
+pytest.importorskip("mecab_ko", reason="the study compares MeCab vocabularies: needs the korean extra")
 
 TOY = dict(steps=4, reviews=300, nsmc_limit=60, qa_train_questions=6, qa_eval_questions=3, qa_max_context_chars=1200,
            hidden_size=32, num_attention_heads=2, intermediate_size=64, num_hidden_layers=1, vocab_size=1500,
