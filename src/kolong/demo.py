@@ -77,6 +77,18 @@ def build_tiny_bert_checkpoint(output: str | Path, max_position_embeddings: int 
     return output
 
 
+def long_text(characters: int) -> tuple[str, str]:
+    """(source, text): the Constitution of the Republic of Korea from KoNLPy's corpus, else built-in paragraphs."""
+    from kolong.data.konlpy_corpus import read_constitution
+    from kolong.data.squad import DataError
+
+    try:
+        text = read_constitution()
+    except DataError:
+        return "built-in Korean paragraphs", korean_document(characters)
+    return "the Constitution of the Republic of Korea", text
+
+
 def _mean_pool(model, input_ids: torch.Tensor) -> torch.Tensor:
     hidden = model(input_ids=input_ids).last_hidden_state  # (1, seq, d)
     return hidden.mean(dim=1).squeeze(0)
@@ -112,7 +124,7 @@ def run_demo(
         chunks = max_length // old_length
 
         # Long document: exactly max_length tokens ([CLS] ... [SEP] kept at the ends).
-        ids = tokenizer(korean_document(4 * max_length), add_special_tokens=False)["input_ids"]
+        ids = tokenizer(long_text(4 * max_length)[1], add_special_tokens=False, verbose=False)["input_ids"]
         cls_id, sep_id = tokenizer.cls_token_id, tokenizer.sep_token_id
         long_ids = torch.tensor([[cls_id, *ids[: max_length - 2], sep_id]])
         short_ids = long_ids[:, : min(256, old_length)]
@@ -161,77 +173,150 @@ def run_demo(
 
 
 @dataclass
-class QADemoResult:
-    model: str
-    max_length: int
-    articles: int
-    questions: int
-    train_windows: int
+class QAVariant:
+    reader: str  # how the long chapters are read
+    positions: int
+    windows: int
     exact_match: float
     f1: float
     seconds: float
 
 
+@dataclass
+class QADemoResult:
+    model: str
+    chapters: int
+    train_questions: int
+    train_windows: int
+    held_out: int
+    answer_tokens: list[int]  # token index of each held-out answer in its chapter
+    chapter_tokens: list[int]
+    variants: list[QAVariant]
+    train_seconds: float
+
+
+def answer_token_positions(tokenizer, examples) -> tuple[list[int], list[int]]:
+    """(index of each answer's first token in its context, length of the context) in tokens."""
+    answers, lengths = [], []
+    for example in examples:
+        offsets = tokenizer(
+            example.context, add_special_tokens=False, return_offsets_mapping=True, verbose=False
+        )["offset_mapping"]
+        start = example.answers[0].start
+        answers.append(next(i for i, (begin, end) in enumerate(offsets) if end > start))
+        lengths.append(len(offsets))
+    return answers, lengths
+
+
+QA_READERS = (
+    # (reader, window tokens, strategy, stride)
+    ("512 truncate", 512, "truncate", 0),
+    ("512 sliding", 512, "sliding-window", 128),
+    ("extended 2048", 2048, "sliding-window", 256),
+)
+
+
 def run_qa_demo(
     model_path: str | Path | None = None,
-    max_length: int = 1024,
-    epochs: float = 8.0,
-    learning_rate: float = 2e-4,
+    max_length: int = 2048,
+    epochs: float = 10.0,
+    learning_rate: float = 1e-4,
+    train_window: int = 256,
+    method: str = "copy",
+    on_stage: Callable[[str], None] | None = None,
 ) -> QADemoResult:
-    """The long-document workflow on the built-in Korean sample: extend -> long-docs -> finetune -> predict -> evaluate.
+    """Long-document QA on the Constitution of the Republic of Korea (KoNLPy's corpus).
 
-    The 14 questions are both trained and scored (a smoke test of the pipeline, not a benchmark); the
-    length experiment (`kolong experiment length`) is the real measurement.
+    The model is extended to `max_length` with `copy` (rows 0..511 stay the original ones, so the
+    512-token readers below see the original model), fine-tuned on short windows (`train_window` tokens)
+    around the answers of the training questions, then reads whole chapters for the held-out questions,
+    whose answers all lie past token 512: truncated at 512, in 512-token sliding windows, and in windows
+    of `max_length` tokens. Scores are the official KorQuAD 1.0 metric on the held-out questions only.
     """
-    from kolong.data.squad import build_long_documents, gold_answers, parse_squad, write_squad
+    from transformers import AutoTokenizer
+
+    from kolong.data.konlpy_corpus import constitution_questions, read_constitution
+    from kolong.data.squad import gold_answers, write_squad
     from kolong.evaluation.korquad import score_questions
     from kolong.extension import extend_checkpoint
     from kolong.training.qa import QAFinetuneArguments, QAPredictArguments, finetune_qa, predict_qa
 
-    started = time.perf_counter()
+    stage = on_stage or (lambda message: None)
+    text = read_constitution()
+    train_examples = constitution_questions(text, held_out=False, context_characters=600)
+    eval_examples = constitution_questions(text, held_out=True)
     with tempfile.TemporaryDirectory(prefix="kolong-qa-demo-") as scratch:
         root = Path(scratch)
         source = model_path or bundled_checkpoint()
         if source is None:
             source = build_tiny_bert_checkpoint(root / "tiny-bert")
+        stage(f"extending the model to {max_length} positions ({method})")
         extended = root / "extended"
-        extend_checkpoint(str(source), extended, max_length, "copy")
-        examples = build_long_documents(parse_squad(korean_qa_dataset()))
-        data = write_squad(examples, root / "articles.json")
-        stride = max_length // 4
+        method_name, _, option = method.partition("+")
+        extend_checkpoint(
+            str(source), extended, max_length, method_name, keep_short_behaviour=option == "keep-short"
+        )
+        tokenizer = AutoTokenizer.from_pretrained(extended)
+        answer_tokens, chapter_tokens = answer_token_positions(tokenizer, eval_examples)
+
+        stage(
+            f"fine-tuning on {len(train_examples)} questions, {train_window}-token windows, {epochs:g} epochs"
+        )
+        started = time.perf_counter()
         metrics = finetune_qa(
             QAFinetuneArguments(
                 model=str(extended),
-                train=str(data),
+                train=str(write_squad(train_examples, root / "train.json")),
                 output_dir=str(root / "qa"),
-                max_length=max_length,
-                doc_stride=stride,
+                max_length=train_window,
+                doc_stride=train_window // 4,
                 epochs=epochs,
                 learning_rate=learning_rate,
-                batch_size=4,
+                batch_size=8,
                 save_total_limit=1,
-                logging_steps=1000,
-                extra={"disable_tqdm": True},
+                logging_steps=10_000,
+                quiet=True,
+                extra={"save_strategy": "no"},  # the model is saved once, at the end
             )
         )
-        predictions = root / "predictions.json"
-        predict_qa(
-            QAPredictArguments(
-                model=str(root / "qa"), data=str(data), output=str(predictions), doc_stride=stride
+        train_seconds = time.perf_counter() - started
+        data = write_squad(eval_examples, root / "held-out.json")
+        gold = gold_answers(eval_examples)
+        variants = []
+        for reader, window, strategy, stride in QA_READERS:
+            stage(f"reading the chapters: {reader}")
+            started = time.perf_counter()
+            predictions = root / f"predictions-{window}-{strategy}.json"
+            summary = predict_qa(
+                QAPredictArguments(
+                    model=str(root / "qa"),
+                    data=str(data),
+                    output=str(predictions),
+                    max_length=window,
+                    strategy=strategy,
+                    doc_stride=stride,
+                    batch_size=max(1, 4096 // window),  # attention memory grows with the window squared
+                )
             )
-        )
-        answers = json.loads(predictions.read_text(encoding="utf-8"))
-    gold = gold_answers(examples)
-    scores = score_questions(gold, answers)
+            scores = score_questions(gold, json.loads(predictions.read_text(encoding="utf-8")))
+            variants.append(
+                QAVariant(
+                    reader=reader,
+                    positions=window,
+                    windows=summary["windows"],
+                    exact_match=scores["exact_match"],
+                    f1=scores["f1"],
+                    seconds=time.perf_counter() - started,
+                )
+            )
     return QADemoResult(
-        model="all-MiniLM-L6-v2"
-        if model_path is None and source == bundled_checkpoint()
-        else Path(str(source)).name,
-        max_length=max_length,
-        articles=len({e.article for e in examples}),
-        questions=len(examples),
+        model="all-MiniLM-L6-v2" if model_path is None and bundled_checkpoint() else Path(str(source)).name,
+        chapters=len({e.title for e in eval_examples}),
+        train_questions=len(train_examples),
         train_windows=metrics["train_windows"],
-        exact_match=scores["exact_match"],
-        f1=scores["f1"],
-        seconds=time.perf_counter() - started,
+        held_out=len(eval_examples),
+        answer_tokens=answer_tokens,
+        chapter_tokens=chapter_tokens,
+        variants=variants,
+        train_seconds=train_seconds,
     )

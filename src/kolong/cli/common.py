@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 
 import typer
 from rich.console import Console
@@ -50,3 +51,20 @@ def step_progress(total: int) -> Progress:
         console=console,
         transient=False,
     )
+
+
+@contextlib.contextmanager
+def stages(title: str) -> Iterator[Callable[[str], None]]:
+    """Progress of a long command: a spinner on a terminal; elsewhere (a log file, CI) one line per stage
+    with the seconds since the start, so a redirected run still shows where it is."""
+    started = time.perf_counter()
+    if console.is_terminal:
+        with console.status(title) as status:
+            yield status.update
+        return
+
+    def line(message: str) -> None:
+        console.print(f"[{time.perf_counter() - started:5.0f}s] {message}", highlight=False, markup=False)
+
+    line(title)
+    yield line

@@ -61,6 +61,8 @@ class QAFinetuneArguments:
     """Start afresh in a non-empty output directory instead of resuming."""
     logging_steps: int = 10
     save_total_limit: int = 2
+    quiet: bool = False
+    """No Trainer progress bar or log lines (a caller that reports progress itself, as `kolong demo`)."""
     extra: dict = field(default_factory=dict)
 
 
@@ -159,7 +161,7 @@ def finetune_qa(args: QAFinetuneArguments) -> dict:
 
     by_steps = args.eval_every != "epoch"
     strategy = "steps" if by_steps else "epoch"
-    training_args = TrainingArguments(
+    settings = dict(
         output_dir=str(output_dir),
         num_train_epochs=args.epochs,
         max_steps=args.max_steps,
@@ -181,8 +183,9 @@ def finetune_qa(args: QAFinetuneArguments) -> dict:
         greater_is_better=True,
         logging_steps=args.logging_steps,
         report_to="none",
-        **{**device_settings(args.bf16), **args.extra},
+        **device_settings(args.bf16),
     )
+    training_args = TrainingArguments(**{**settings, **args.extra})  # `extra` overrides any setting above
     callbacks = []
     if args.early_stopping_patience:
         callbacks.append(EarlyStoppingCallback(early_stopping_patience=args.early_stopping_patience))
@@ -198,6 +201,11 @@ def finetune_qa(args: QAFinetuneArguments) -> dict:
         eval_features=eval_features,
         decode_options={"n_best": args.n_best, "max_answer_length": args.max_answer_length},
     )
+    if args.quiet:
+        from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+        trainer.remove_callback(PrinterCallback)
+        trainer.remove_callback(ProgressCallback)
     train_output = trainer.train(resume_from_checkpoint=resume_from)
     metrics = {
         "train_loss": train_output.training_loss,
