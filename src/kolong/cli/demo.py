@@ -97,8 +97,8 @@ def _qa_demo(model: Path | None, max_length: int) -> None:
         f"{result.train_seconds:.0f} s on {result.train_questions} other questions ({result.train_windows} "
         f"short windows), then reading whole chapters: truncated at {result.original_positions} tokens, in "
         f"sliding windows of {result.original_positions}, and in windows of {max_length}. Official KorQuAD "
-        f"1.0 EM / F1 on the held-out questions, {past} of {result.held_out} answered past token "
-        f"{result.original_positions}. Eight questions and an English vocabulary: see docs/qa.md#the-demo "
+        f"1.0 EM / F1 on the held-out questions ({past} of {result.held_out} with their answer past token "
+        f"{result.original_positions}). Eight questions and an English vocabulary: see docs/qa.md#the-demo "
         "for what these numbers show and what they do not.",
         highlight=False,
     )
