@@ -54,10 +54,11 @@ def step_progress(total: int) -> Progress:
 
 
 @contextlib.contextmanager
-def stages(title: str) -> Iterator[Callable[[str], None]]:
+def stages(title: str, started: float | None = None) -> Iterator[Callable[[str], None]]:
     """Progress of a long command: a spinner on a terminal; elsewhere (a log file, CI) one line per stage
-    with the seconds since the start, so a redirected run still shows where it is."""
-    started = time.perf_counter()
+    with the seconds since `started` (a `time.perf_counter()` value; default: now), so a redirected run
+    still shows where it is."""
+    started = time.perf_counter() if started is None else started
     if console.is_terminal:
         with console.status(title) as status:
             yield status.update

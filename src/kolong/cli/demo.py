@@ -26,7 +26,7 @@ def demo(
     started = time.perf_counter()
     methods = ("interpolate", "interpolate+keep-short", "copy", "last", "random")
     source, _ = long_text(0)
-    with user_errors(), stages("kolong demo: loading the model") as stage:
+    with user_errors(), stages("kolong demo: loading the model", started) as stage:
         description, rows = run_demo(
             model, max_length, methods, on_method=lambda name: stage(f"extending with {name}")
         )
@@ -57,11 +57,11 @@ def demo(
     if not all(row.reload_ok for row in rows):
         raise typer.Exit(1)
     if qa:
-        _qa_demo(model, max_length)
+        _qa_demo(model, max_length, started)
     console.print(f"kolong demo finished in {time.perf_counter() - started:.0f} s.", highlight=False)
 
 
-def _qa_demo(model: Path | None, max_length: int) -> None:
+def _qa_demo(model: Path | None, max_length: int, started: float) -> None:
     from kolong.data.konlpy_corpus import INSTALL_HINT, corpus_dir
     from kolong.data.squad import DataError
     from kolong.demo import run_qa_demo
@@ -71,7 +71,10 @@ def _qa_demo(model: Path | None, max_length: int) -> None:
     except DataError:
         console.print(f"Long-document QA skipped: it reads KoNLPy's corpus; {INSTALL_HINT}.", highlight=False)
         return
-    with user_errors(), stages("long-document QA on the Constitution of the Republic of Korea") as stage:
+    with (
+        user_errors(),
+        stages("long-document QA on the Constitution of the Republic of Korea", started) as stage,
+    ):
         result = run_qa_demo(model, max_length, on_stage=stage)
     table = Table(
         title=f"{result.held_out} held-out questions on {result.chapters} chapters of the Constitution\n"

@@ -36,7 +36,7 @@ class LearnedPositions(PositionEncoding):
     @classmethod
     def validate(cls, options, config):
         std = options["init_std"]
-        if std is not None and (isinstance(std, bool) or not isinstance(std, (int, float)) or std <= 0):
+        if std is not None and (isinstance(std, bool) or not isinstance(std, int | float) or std <= 0):
             raise kwarg_error(cls.name, "init_std", f"must be a positive number or None, got {std!r}")
         if options["reserve_padding_rows"]:
             if config.pad_token_id is None:

@@ -41,7 +41,7 @@ class SinusoidalPositions(PositionEncoding):
     def validate(cls, options, config):
         for key in ("base", "scale"):
             value = options[key]
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
                 raise kwarg_error(cls.name, key, f"must be a positive number, got {value!r}")
 
     def encodings(self, positions: torch.Tensor) -> torch.Tensor:

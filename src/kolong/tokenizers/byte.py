@@ -242,7 +242,7 @@ def _find_surrogate(args, kwargs) -> str | None:
                 if "\ud800" <= char <= "\udfff":
                     return f"U+{ord(char):04X} at character {i}"
             return None
-        if isinstance(value, (list, tuple)):
+        if isinstance(value, list | tuple):
             for v in value:
                 found = walk(v)
                 if found is not None:
@@ -256,7 +256,7 @@ def _mentions_sentinel(args, kwargs) -> bool:
     def walk(value) -> bool:
         if isinstance(value, str):
             return "<extra_id_" in value
-        if isinstance(value, (list, tuple)):
+        if isinstance(value, list | tuple):
             return any(walk(v) for v in value)
         return False
 

@@ -267,9 +267,9 @@ class MorphemeTokenizer(PreTrainedTokenizerFast):
         **kwargs,
     ) -> BatchEncoding:
         if is_split_into_words:
-            batched = isinstance(text, (list, tuple)) and bool(text) and isinstance(text[0], (list, tuple))
+            batched = isinstance(text, list | tuple) and bool(text) and isinstance(text[0], list | tuple)
         else:
-            batched = isinstance(text, (list, tuple))
+            batched = isinstance(text, list | tuple)
         if batched:
             if isinstance(text_pair, str):
                 raise TypeError("when tokenizing batches of text, `text_pair` must be a list or tuple")

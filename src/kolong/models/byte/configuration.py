@@ -12,12 +12,12 @@ DEFAULT_GBST_BLOCKS = (1, 2, 3, 6, 9)  # bytes; the Korean paper's choice (a syl
 
 def parse_gbst_blocks(blocks) -> list[tuple[int, int]]:
     """[1, 2, [3, 1], ...] -> [(1, 0), (2, 0), (3, 1), ...]: (block size, offset) pairs, validated."""
-    if not isinstance(blocks, (list, tuple)) or not blocks:
+    if not isinstance(blocks, list | tuple) or not blocks:
         raise ValueError(f"gbst_blocks must be a non-empty list of block sizes, got {blocks!r}")
     parsed = []
     for entry in blocks:
         size, offset = (entry, 0) if isinstance(entry, int) and not isinstance(entry, bool) else (None, None)
-        if isinstance(entry, (list, tuple)) and len(entry) == 2:
+        if isinstance(entry, list | tuple) and len(entry) == 2:
             size, offset = entry
         if not isinstance(size, int) or isinstance(size, bool) or size < 1:
             raise ValueError(f"gbst_blocks: {entry!r} is not a block size >= 1 or a [size, offset] pair")

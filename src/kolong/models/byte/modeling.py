@@ -226,7 +226,7 @@ class KolongBytePreTrainedModel(PreTrainedModel):
             else:
                 init.eye_(module.weight)
             init.zeros_(module.bias)
-        elif isinstance(module, (nn.Linear, nn.Embedding)) and getattr(module, "init_std", None) is not None:
+        elif isinstance(module, nn.Linear | nn.Embedding) and getattr(module, "init_std", None) is not None:
             init.normal_(module.weight, mean=0.0, std=module.init_std)
             if getattr(module, "bias", None) is not None:
                 init.zeros_(module.bias)
