@@ -278,7 +278,7 @@ def run_qa_demo(
                 doc_stride=train_window // 4,
                 epochs=epochs,
                 learning_rate=learning_rate,
-                batch_size=8,
+                batch_size=4,  # the demo stays under 2 GB of memory on CPU
                 save_total_limit=1,
                 logging_steps=10_000,
                 quiet=True,
