@@ -89,3 +89,18 @@ print(type(qa).__name__, type(base).__name__, type(tokenizer).__name__,
 """
     )
     assert output.split() == ["KolongForQuestionAnswering", "KolongModel", "ByteTokenizer", "True"]
+
+
+def test_startup_benchmark_times_help_and_evaluate(tmp_path):
+    from kolong.bench.startup import run_startup_benchmark, to_markdown
+    from kolong.data.samples import korean_qa_dataset
+
+    data = tmp_path / "data.json"
+    data.write_text(json.dumps(korean_qa_dataset(), ensure_ascii=False), encoding="utf-8")
+    result = run_startup_benchmark(data, questions=5, rounds=1)
+    rows = {row["command"]: row for row in result["rows"]}
+    assert "kolong --help" in rows and "kolong evaluate qa" in rows
+    assert all(row["median_s"] > 0 and row["peak_rss_mb"] > 0 for row in rows.values())
+    # A help page must not carry torch: a process that imported it holds well over 150 MB.
+    assert rows["kolong --help"]["peak_rss_mb"] < 150
+    assert "| `kolong evaluate qa` |" in to_markdown(result)
