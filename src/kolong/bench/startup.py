@@ -16,7 +16,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
@@ -32,19 +31,37 @@ HELP_COMMANDS = (
 )
 
 
+# A small launcher process forks and execs the command and reports its wall time and peak RSS. Linux
+# counts the RSS a process had before exec in its maxrss, so forking straight from this (possibly large)
+# process would charge the command with our memory.
+_LAUNCHER = """
+import os, sys, time
+started = time.perf_counter()
+pid = os.fork()
+if pid == 0:
+    os.execv(sys.argv[2], sys.argv[2:])
+_, status, usage = os.wait4(pid, 0)
+with open(sys.argv[1], "w") as report:
+    report.write(f"{time.perf_counter() - started} {usage.ru_maxrss}")
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
 def run_once(command: list[str]) -> tuple[float, float]:
     """(wall seconds, peak RSS in MB) of one process; raises if it fails."""
-    started = time.perf_counter()
-    # close_fds=False lets Python spawn with vfork, so the child does not inherit this process's peak RSS.
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, close_fds=False)
-    _, status, usage = os.wait4(process.pid, 0)
-    seconds = time.perf_counter() - started
-    process.returncode = os.waitstatus_to_exitcode(status)
-    if process.returncode != 0:
-        raise RuntimeError(
-            f"{' '.join(command)} exited {process.returncode}: {process.stderr.read().decode()[-500:]}"
+    with tempfile.NamedTemporaryFile(suffix=".txt") as report:
+        completed = subprocess.run(
+            [sys.executable, "-c", _LAUNCHER, report.name, *command],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            check=False,
         )
-    return seconds, usage.ru_maxrss / 1024
+        if completed.returncode != 0:
+            raise RuntimeError(
+                f"{' '.join(command)} exited {completed.returncode}: {completed.stderr.decode()[-500:]}"
+            )
+        seconds, maxrss_kb = Path(report.name).read_text().split()
+    return float(seconds), float(maxrss_kb) / 1024
 
 
 def question_subset(data: Path, questions: int, directory: Path) -> tuple[Path, Path]:
