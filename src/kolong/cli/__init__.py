@@ -27,6 +27,9 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Plain help and usage errors: rich's help formatter costs about 0.1 s of every start (issue 12's
+    # budget is 0.5 s); kolong's own output still goes through rich.
+    rich_markup_mode=None,
 )
 app.command("extend")(extend.extend)
 app.command("convert")(convert.convert)

@@ -9,7 +9,9 @@ import typer
 from kolong.cli.common import console, user_errors
 
 app = typer.Typer(
-    help="Benchmarks; results go to benchmarks/results/ as JSON and markdown.", no_args_is_help=True
+    help="Benchmarks; results go to benchmarks/results/ as JSON and markdown.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
 )
 
 

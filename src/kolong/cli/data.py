@@ -8,7 +8,7 @@ import typer
 
 from kolong.cli.common import console, user_errors
 
-app = typer.Typer(help="Prepare datasets.", no_args_is_help=True)
+app = typer.Typer(help="Prepare datasets.", no_args_is_help=True, rich_markup_mode=None)
 
 
 @app.command("long-docs")

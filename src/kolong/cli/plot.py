@@ -9,7 +9,7 @@ import typer
 
 from kolong.cli.common import console, user_errors
 
-app = typer.Typer(help="Draw figures (position tables, ...).", no_args_is_help=True)
+app = typer.Typer(help="Draw figures (position tables, ...).", no_args_is_help=True, rich_markup_mode=None)
 
 
 @app.command("positions")

@@ -9,7 +9,7 @@ import typer
 
 from kolong.cli.common import console, user_errors
 
-app = typer.Typer(help="Pre-training recipes.", no_args_is_help=True)
+app = typer.Typer(help="Pre-training recipes.", no_args_is_help=True, rich_markup_mode=None)
 
 
 def parse_overrides(values: list[str] | None) -> dict:

@@ -9,9 +9,9 @@ import typer
 
 from kolong.cli.common import console, user_errors
 
-finetune_app = typer.Typer(help="Fine-tune models on tasks.", no_args_is_help=True)
-predict_app = typer.Typer(help="Run fine-tuned models on data.", no_args_is_help=True)
-evaluate_app = typer.Typer(help="Score predictions with official metrics.", no_args_is_help=True)
+finetune_app = typer.Typer(help="Fine-tune models on tasks.", no_args_is_help=True, rich_markup_mode=None)
+predict_app = typer.Typer(help="Run fine-tuned models on data.", no_args_is_help=True, rich_markup_mode=None)
+evaluate_app = typer.Typer(help="Score predictions with official metrics.", no_args_is_help=True, rich_markup_mode=None)
 
 
 @finetune_app.command("qa")
