@@ -8,7 +8,11 @@ import typer
 
 from kolong.cli.common import console, user_errors
 
-app = typer.Typer(help="Run the experiments documented in docs/reproductions.md.", no_args_is_help=True, rich_markup_mode=None)
+app = typer.Typer(
+    help="Run the experiments documented in docs/reproductions.md.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)
 
 
 @app.command("length")

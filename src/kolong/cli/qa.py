@@ -11,7 +11,9 @@ from kolong.cli.common import console, user_errors
 
 finetune_app = typer.Typer(help="Fine-tune models on tasks.", no_args_is_help=True, rich_markup_mode=None)
 predict_app = typer.Typer(help="Run fine-tuned models on data.", no_args_is_help=True, rich_markup_mode=None)
-evaluate_app = typer.Typer(help="Score predictions with official metrics.", no_args_is_help=True, rich_markup_mode=None)
+evaluate_app = typer.Typer(
+    help="Score predictions with official metrics.", no_args_is_help=True, rich_markup_mode=None
+)
 
 
 @finetune_app.command("qa")

@@ -11,7 +11,9 @@ from rich.table import Table
 
 from kolong.cli.common import console, user_errors
 
-app = typer.Typer(help="Korean tokenizers: train, and measure on a corpus.", no_args_is_help=True, rich_markup_mode=None)
+app = typer.Typer(
+    help="Korean tokenizers: train, and measure on a corpus.", no_args_is_help=True, rich_markup_mode=None
+)
 
 
 def _byte_progress() -> Progress:
