@@ -153,7 +153,7 @@ def check_window_coverage(tokenizer, encoded, examples: list[QAExample], sample_
             f"{examples[first].id!r}: {int(window_count[first])} window(s) cover {int(covered[first])} of its "
             f"{int(expected[first])} context tokens) with tokenizers {tokenizers.__version__}; tokenizers 0.23.1 "
             "and 0.23.2 drop overflowing tokens (huggingface/tokenizers#2091): install a fixed release with "
-            "pip install 'tokenizers>=0.23.3' (or 'tokenizers<0.23.1')"
+            "pip install 'tokenizers>=0.23.3'"
         )
 
 
