@@ -96,8 +96,6 @@ def build_features(
         ) from None
 
     sample_map = encoded["overflow_to_sample_mapping"] if sliding else list(range(len(examples)))
-    if sliding:
-        check_window_coverage(tokenizer, encoded, examples, sample_map, doc_stride)
     features = QAFeatures(
         input_ids=encoded["input_ids"],
         attention_mask=encoded["attention_mask"],
@@ -117,10 +115,14 @@ def build_features(
         start, end = label_window(examples[example_index], offsets, encoded["input_ids"][window], tokenizer)
         features.start_positions.append(start)
         features.end_positions.append(end)
+    if sliding:
+        check_window_coverage(tokenizer, examples, features, doc_stride)
     return features
 
 
-def check_window_coverage(tokenizer, encoded, examples: list[QAExample], sample_map, doc_stride: int) -> None:
+def check_window_coverage(
+    tokenizer, examples: list[QAExample], features: QAFeatures, doc_stride: int
+) -> None:
     """Every context token must lie in at least one window, or raise `WindowCoverageError`.
 
     Consecutive windows of one example overlap by exactly `doc_stride` context tokens, so windows with
@@ -136,9 +138,9 @@ def check_window_coverage(tokenizer, encoded, examples: list[QAExample], sample_
     context_lengths = dict(zip(contexts, map(len, full), strict=True))
     expected = np.array([context_lengths[example.context] for example in examples])  # (examples,)
 
-    windows_of = np.asarray(sample_map)  # (windows,)
+    windows_of = np.asarray(features.example_index)  # (windows,)
     tokens_in_window = np.array(  # (windows,) context tokens of each window
-        [encoded.sequence_ids(window).count(1) for window in range(len(windows_of))]
+        [sum(span is not None for span in offsets) for offsets in features.offsets]
     )
     window_count = np.bincount(windows_of, minlength=len(examples))
     covered = np.bincount(windows_of, weights=tokens_in_window, minlength=len(examples))

@@ -20,12 +20,6 @@ __getattr__, __dir__ = lazy_exports(
 )
 
 
-def register_byte_auto_classes() -> None:
-    from kolong.models.byte import register_auto_classes
-
-    register_auto_classes()
-
-
 __all__ = [
     "KolongConfig",
     "KolongForMaskedLM",
