@@ -9,7 +9,7 @@ import pytest
 
 from kolong.data.klue_ner import entities, parse, parse_prediction, read_klue_ner, render
 from kolong.data.nsmc import label_of, read_nsmc, read_reviews
-from kolong.data.squad import DataError
+from kolong.errors import DataError
 from kolong.evaluation.ner import character_f1, entity_scores, ner_scores
 
 POSITIVE = ["최고의 영화", "정말 재밌다", "감동적이고 추천", "배우 연기 훌륭", "다시 보고 싶다", "명작이다"]

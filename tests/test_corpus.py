@@ -8,8 +8,8 @@ import pytest
 
 from kolong.data.corpus import BlockPacker, build_corpus, eojeol_index, load_corpus, read_documents
 from kolong.data.samples import KOREAN_PARAGRAPHS
-from kolong.data.squad import DataError
 from kolong.demo import build_tiny_bert_checkpoint
+from kolong.errors import DataError
 
 
 @pytest.fixture(scope="module")

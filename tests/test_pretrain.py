@@ -9,8 +9,8 @@ from transformers import TrainerCallback
 
 from kolong.data.corpus import build_corpus
 from kolong.data.samples import KOREAN_PARAGRAPHS, korean_document
-from kolong.data.squad import DataError
 from kolong.demo import build_tiny_bert_checkpoint
+from kolong.errors import DataError
 from kolong.training.pretrain import PretrainArguments, prepare, pretrain_mlm, read_log
 
 

@@ -11,7 +11,7 @@ from transformers import AutoModelForSeq2SeqLM, T5Config, T5ForConditionalGenera
 from typer.testing import CliRunner
 
 from kolong.cli import app
-from kolong.data.squad import DataError
+from kolong.errors import DataError
 from kolong.io import OutputExistsError
 from kolong.training.seq2seq import (
     Seq2SeqFinetuneArguments,

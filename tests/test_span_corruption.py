@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from kolong.data.squad import DataError
+from kolong.errors import DataError
 from kolong.tokenizers import ByteTokenizer
 from kolong.training.span_corruption import (
     SpanCorruptionCollator,

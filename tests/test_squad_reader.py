@@ -10,7 +10,8 @@ from typer.testing import CliRunner
 
 from kolong.cli import app
 from kolong.data.samples import korean_qa_dataset
-from kolong.data.squad import DataError, build_long_documents, parse_squad, read_squad, to_squad_json
+from kolong.data.squad import build_long_documents, parse_squad, read_squad, to_squad_json
+from kolong.errors import DataError
 
 
 def write(tmp_path, payload, name="data.json"):

@@ -7,9 +7,7 @@ from pathlib import Path
 import transformers
 from transformers import AutoConfig, AutoModel, AutoTokenizer, PretrainedConfig
 
-
-class CheckpointError(ValueError):
-    """A path or name that does not lead to a loadable model."""
+from kolong.errors import CheckpointError
 
 
 def load_config(model_or_path: str) -> PretrainedConfig:

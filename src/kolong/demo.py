@@ -80,7 +80,7 @@ def build_tiny_bert_checkpoint(output: str | Path, max_position_embeddings: int 
 def long_text(characters: int) -> tuple[str, str]:
     """(source, text): the Constitution of the Republic of Korea from KoNLPy's corpus, else built-in paragraphs."""
     from kolong.data.konlpy_corpus import read_constitution
-    from kolong.data.squad import DataError
+    from kolong.errors import DataError
 
     try:
         text = read_constitution()

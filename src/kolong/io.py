@@ -10,9 +10,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-
-class OutputExistsError(FileExistsError):
-    """The output path holds something and the user did not allow overwriting it."""
+from kolong.errors import OutputExistsError
 
 
 def check_output_dir(path: str | Path, overwrite: bool = False) -> Path:

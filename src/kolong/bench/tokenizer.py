@@ -26,8 +26,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from kolong.bench.machine import describe_machine
+from kolong.errors import TokenizerError
 from kolong.io import atomic_write_json, atomic_write_text
-from kolong.tokenizers.errors import TokenizerError
 
 DEFAULT_DATA = Path("../shared/data/nsmc/reviews.shared.tsv.gz")
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import sys
 import time
 from collections.abc import Callable, Iterator
 
@@ -11,32 +10,18 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+from kolong.errors import KolongError
+
 console = Console()
 errors = Console(stderr=True)
 
 
-# kolong's refusals: (module, class). Only classes of modules already imported can have been raised, so
-# this never imports torch or transformers for a command that did not need them.
-_USER_ERRORS = (
-    ("kolong.checkpoints", "CheckpointError"),
-    ("kolong.data.squad", "DataError"),
-    ("kolong.extension.architectures", "ExtensionError"),
-    ("kolong.io", "OutputExistsError"),
-    ("kolong.tokenizers.errors", "TokenizerError"),
-)
-
-
-def _user_error_types() -> tuple[type[BaseException], ...]:
-    loaded = (getattr(sys.modules[module], name) for module, name in _USER_ERRORS if module in sys.modules)
-    return (*loaded, FileNotFoundError)
-
-
 @contextlib.contextmanager
 def user_errors() -> Iterator[None]:
-    """Turn kolong's refusals into one red line and exit status 2, never a traceback."""
+    """Turn kolong's refusals (`KolongError`) into one red line and exit status 2, never a traceback."""
     try:
         yield
-    except _user_error_types() as error:
+    except (KolongError, FileNotFoundError) as error:
         errors.print(f"[bold red]error:[/] {error}", highlight=False)
         raise typer.Exit(2) from None
 

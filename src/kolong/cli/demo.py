@@ -63,8 +63,8 @@ def demo(
 
 def _qa_demo(model: Path | None, max_length: int, started: float) -> None:
     from kolong.data.konlpy_corpus import INSTALL_HINT, corpus_dir
-    from kolong.data.squad import DataError
     from kolong.demo import run_qa_demo
+    from kolong.errors import DataError
 
     try:
         corpus_dir()

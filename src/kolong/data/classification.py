@@ -23,7 +23,7 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kolong.data.squad import DataError
+from kolong.errors import DataError
 
 NAMED = ("nsmc", "klue-nli", "klue-sts", "kornli", "korsts")
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kolong.data.squad import DataError
+from kolong.errors import DataError
 
 SHARED_SOURCES = {
     "nsmc": ("nsmc/reviews.shared.tsv.gz", 4),  # (file under the shared data folder, TSV column)
@@ -70,8 +70,8 @@ def read_documents(
     limit: int | None = None,
 ) -> Iterator[str]:
     """Documents of every source in order: one per line, or paragraphs between blank lines."""
+    from kolong.errors import CorpusError
     from kolong.tokenizers.corpus import Corpus
-    from kolong.tokenizers.errors import CorpusError
 
     if not sources:
         raise DataError("no corpus source given")

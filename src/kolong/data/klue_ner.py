@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from kolong.data.squad import DataError
+from kolong.errors import DataError
 
 TAGS = ("PS", "LC", "OG", "DT", "TI", "QT")
 ENTITY = re.compile(r"<([^>]+?):(" + "|".join(TAGS) + r")>")

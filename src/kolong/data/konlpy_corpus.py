@@ -18,7 +18,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from kolong.data.squad import Answer, DataError, QAExample
+from kolong.data.squad import Answer, QAExample
+from kolong.errors import DataError
 
 INSTALL_HINT = 'pip install "kolong[demo]" (or: pip install konlpy)'
 

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from kolong.data.squad import DataError
+from kolong.errors import DataError
 
 LABEL_NAMES = ("negative", "positive")
 HEADER = ("review_id", "movie_id", "rating", "document")

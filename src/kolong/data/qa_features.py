@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kolong.data.squad import DataError, QAExample
+from kolong.data.squad import QAExample
+from kolong.errors import DataError
 
 STRATEGIES = ("truncate", "sliding-window")
 

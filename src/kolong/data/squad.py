@@ -15,13 +15,10 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kolong.errors import DataError
 from kolong.io import atomic_write_json
 
 ON_BAD_EXAMPLE = ("error", "skip")
-
-
-class DataError(ValueError):
-    """Input data that kolong cannot use, with the file and place in the message."""
 
 
 @dataclass(frozen=True)

@@ -111,7 +111,8 @@ def score_questions(
 
 def read_predictions(path) -> dict[str, str]:
     """A predictions file as the official script reads it: JSON {question id: answer text}."""
-    from kolong.data.squad import DataError, load_json
+    from kolong.data.squad import load_json
+    from kolong.errors import DataError
 
     payload = load_json(path)
     if not isinstance(payload, dict) or not all(isinstance(v, str) for v in payload.values()):

@@ -16,9 +16,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-
-class ExtensionError(ValueError):
-    """A model or request that kolong refuses to extend, with the reason in the message."""
+from kolong.errors import ExtensionError
 
 
 @dataclass

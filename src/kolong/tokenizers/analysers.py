@@ -20,7 +20,7 @@ import functools
 import re
 import warnings
 
-from kolong.tokenizers.errors import INSTALL_HINT, AnalyserMissingError, TokenizerError
+from kolong.errors import INSTALL_HINT, AnalyserMissingError, TokenizerError
 
 ANALYSERS = ("mecab", "kiwi", "none")
 FORMS = ("surface", "lemma")

@@ -24,7 +24,7 @@ from __future__ import annotations
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
 from transformers import PreTrainedTokenizerFast
 
-from kolong.tokenizers.errors import TokenizerError
+from kolong.errors import TokenizerError
 
 SENTINEL_SCHEMES = ("byt5", "hf", "top")
 OFFSET = 3  # pad, eos, unk

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kolong.tokenizers.errors import CorpusError
+from kolong.errors import CorpusError
 
 ON_BAD_LINE = ("error", "skip")
 _PROGRESS_EVERY = 2048

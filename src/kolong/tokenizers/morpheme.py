@@ -20,8 +20,8 @@ from transformers import BatchEncoding, PreTrainedTokenizerFast
 from transformers.tokenization_utils_base import TruncationStrategy
 from transformers.utils import PaddingStrategy
 
+from kolong.errors import TokenizerError
 from kolong.tokenizers.analysers import ANALYSERS, FORMS
-from kolong.tokenizers.errors import TokenizerError
 from kolong.tokenizers.parallel import rewrite_many, start_background
 from kolong.tokenizers.segment import Alignment
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from kolong.tokenizers.errors import TokenizerError
+from kolong.errors import TokenizerError
 
 _WORDS = re.compile(r"\S+")
 BATCH = 1000

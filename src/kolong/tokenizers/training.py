@@ -18,8 +18,8 @@ from pathlib import Path
 
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
+from kolong.errors import TokenizerError
 from kolong.tokenizers.analysers import ANALYSERS, FORMS, get_analyser
-from kolong.tokenizers.errors import TokenizerError
 from kolong.tokenizers.morpheme import (
     NORMALIZATIONS,
     SPECIAL_TOKENS,

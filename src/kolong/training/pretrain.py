@@ -18,7 +18,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from kolong.data.squad import DataError
+from kolong.errors import DataError
 from kolong.io import atomic_write_json
 from kolong.training.presets import preset
 

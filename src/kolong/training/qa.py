@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 
 from kolong.data.qa_features import STRATEGIES, QAFeatures, build_features
-from kolong.data.squad import DataError, gold_answers, read_squad
+from kolong.data.squad import gold_answers, read_squad
+from kolong.errors import DataError
 from kolong.evaluation.korquad import score_questions
 from kolong.evaluation.qa_postprocess import decode_answers
 from kolong.io import atomic_write_json

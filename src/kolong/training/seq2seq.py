@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from kolong.data.squad import DataError
+from kolong.errors import DataError
 from kolong.io import atomic_write_json, atomic_write_text
 from kolong.training.common import device_settings, resume_point
 

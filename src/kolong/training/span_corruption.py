@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kolong.data.squad import DataError
+from kolong.errors import DataError
 from kolong.tokenizers.byte import OFFSET
 
 PAD_ID, EOS_ID = 0, 1

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from kolong.data.squad import DataError
+from kolong.errors import DataError
 from kolong.models.byte.configuration import DEFAULT_GBST_BLOCKS, KolongByteConfig
 from kolong.models.byte.modeling import KolongByteForConditionalGeneration, build_gbst
 

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from kolong.errors import ConversionError
 from kolong.models.encoder.configuration import KolongConfig
 from kolong.models.encoder.modeling import (
     KolongForMaskedLM,
@@ -30,10 +31,6 @@ HEADS = {
     "token-classification": KolongForTokenClassification,
 }
 _KEPT_CONFIG_KEYS = ("kolong_position_scaling", "kolong_extension", "id2label", "label2id")
-
-
-class ConversionError(ValueError):
-    """A model kolong cannot convert, with the reason."""
 
 
 def kolong_config_from_hf(

@@ -1,0 +1,50 @@
+"""kolong's refusals: one base class, so the CLI turns every one into one red line and exit status 2.
+
+Each error keeps a builtin base too (`ValueError`, `FileExistsError`, `ImportError`) so that code
+written against the builtin keeps catching it. The message names what is at fault: the option, file,
+line or example, and the fix when there is one.
+"""
+
+from __future__ import annotations
+
+INSTALL_HINT = 'pip install "kolong[korean]"'
+
+
+class KolongError(Exception):
+    """Base of every error kolong raises on purpose for bad input; never a bug."""
+
+
+class DataError(KolongError, ValueError):
+    """Input data that kolong cannot use, with the file and place in the message."""
+
+
+class ConfigError(KolongError, ValueError):
+    """An option, a configuration file or a combination of settings that cannot work."""
+
+
+class CheckpointError(KolongError, ValueError):
+    """A path or name that does not lead to a loadable model, or a model kolong cannot use as asked."""
+
+
+class ExtensionError(CheckpointError):
+    """A model or request that kolong refuses to extend, with the reason in the message."""
+
+
+class ConversionError(CheckpointError):
+    """A model kolong cannot convert, with the reason."""
+
+
+class OutputExistsError(KolongError, FileExistsError):
+    """The output path holds something and the user did not allow overwriting it."""
+
+
+class TokenizerError(KolongError, ValueError):
+    """A tokenizer cannot be built, trained, loaded or applied as asked."""
+
+
+class CorpusError(TokenizerError, DataError):
+    """A training or statistics corpus that kolong cannot read: the file and line are in the message."""
+
+
+class AnalyserMissingError(TokenizerError, ImportError):
+    """The morphological analyser's Python package is not installed."""
