@@ -49,7 +49,7 @@ def test_convert_can_swap_the_scheme_for_continued_pretraining(tmp_path):
     source = build_tiny("bert", "masked-lm")
     source.save_pretrained(tmp_path / "bert")
     out = tmp_path / "shaw"
-    result = run("convert", tmp_path / "bert", "-o", out, "--head", "masked-lm", "--position", "shaw",
+    result = run("convert", tmp_path / "bert", "-o", out, "--head", "masked-lm", "--position-encoding", "shaw",
                  "--position-kwargs", '{"max_distance": 4, "value": true}', "--no-tokenizer")  # fmt: skip
     assert result.exit_code == 0, result.output
     model = AutoModelForMaskedLM.from_pretrained(out)
@@ -62,7 +62,7 @@ def test_convert_refusals_are_one_line(checkpoint, tmp_path):
     distilbert.save_pretrained(tmp_path / "distil")
     result = run("convert", tmp_path / "distil", "-o", tmp_path / "x", "--no-tokenizer")
     assert result.exit_code == 2 and "model_type='distilbert'" in " ".join(result.output.split())
-    result = run("convert", checkpoint, "-o", tmp_path / "y", "--position", "relative_key")
+    result = run("convert", checkpoint, "-o", tmp_path / "y", "--position-encoding", "relative_key")
     assert result.exit_code == 2 and "relative_key" in " ".join(result.output.split())
     result = run("convert", checkpoint, "-o", checkpoint)
     assert result.exit_code == 2 and "--overwrite" in " ".join(result.output.split())

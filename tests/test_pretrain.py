@@ -28,7 +28,7 @@ def corpus(tmp_path_factory):
 
 def arguments(corpus, output, **kwargs) -> PretrainArguments:
     settings = dict(corpus=str(corpus), output_dir=str(output), preset="tiny", max_steps=40, batch_size=8,
-                    eval_steps=20, save_steps=20, logging_steps=1, extra={"use_cpu": True, "disable_tqdm": True})  # fmt: skip
+                    eval_every=20, save_steps=20, logging_steps=1, extra={"use_cpu": True, "disable_tqdm": True})  # fmt: skip
     settings.update(kwargs)
     return PretrainArguments(**settings)
 
@@ -39,7 +39,7 @@ def losses(output_dir):
 
 @pytest.mark.parametrize(("position", "masking"), [("learned", "token"), ("shaw", "eojeol")])
 def test_tiny_pretraining_lowers_held_out_loss(corpus, tmp_path, position, masking):
-    args = arguments(corpus, tmp_path / "run", position=position, masking=masking, max_steps=400, eval_steps=200,
+    args = arguments(corpus, tmp_path / "run", position_encoding=position, masking=masking, max_steps=400, eval_every=200,
                      save_steps=400, logging_steps=20, learning_rate=5e-3, batch_size=16)  # fmt: skip
     metrics = pretrain_mlm(args)
     log = read_log(tmp_path / "run")
@@ -78,7 +78,7 @@ def test_bad_input_is_refused_before_training(corpus, tmp_path):
     with pytest.raises(ValueError, match="override 'hidden'"):
         prepare(arguments(corpus, tmp_path / "x", overrides={"hidden": 64}))
     with pytest.raises(ValueError, match="position_encoding='relative'"):
-        prepare(arguments(corpus, tmp_path / "x", position="relative"))
+        prepare(arguments(corpus, tmp_path / "x", position_encoding="relative"))
     with pytest.raises(DataError, match="not a kolong corpus"):
         prepare(arguments(tmp_path, tmp_path / "x"))
     other = build_tiny_bert_checkpoint(tmp_path / "other-tokenizer", max_position_embeddings=16)
@@ -92,7 +92,7 @@ def test_bad_input_is_refused_before_training(corpus, tmp_path):
 
 
 def test_overrides_reach_the_model(corpus, tmp_path):
-    model, *_ = prepare(arguments(corpus, tmp_path / "x", position="rope", overrides={"hidden_size": 48,
+    model, *_ = prepare(arguments(corpus, tmp_path / "x", position_encoding="rope", overrides={"hidden_size": 48,
                         "num_attention_heads": 4, "hidden_act": "swiglu", "batch_size": 4}))  # fmt: skip
     assert model.config.hidden_size == 48 and model.config.position_encoding == "rope"
     assert model.config.hidden_act == "swiglu"
@@ -110,7 +110,7 @@ class Checksum(TrainerCallback):
             report.write(f"{args.world_size} {total:.10f}")
 
 pretrain_mlm(PretrainArguments(corpus=sys.argv[1], output_dir=sys.argv[2], max_steps=4, batch_size=4,
-                               eval_steps=2, save_steps=2, logging_steps=1, extra={"disable_tqdm": True}),
+                               eval_every=2, save_steps=2, logging_steps=1, extra={"disable_tqdm": True}),
              callbacks=[Checksum()])
 """
 
@@ -148,7 +148,7 @@ def test_cli_pretrain_mlm(corpus, tmp_path):
 
     runner = CliRunner()
     out = tmp_path / "cli"
-    result = runner.invoke(app, ["pretrain", "mlm", "--corpus", str(corpus), "-o", str(out), "--position", "alibi",
+    result = runner.invoke(app, ["pretrain", "mlm", "--corpus", str(corpus), "-o", str(out), "--position-encoding", "alibi",
                                  "--max-steps", "6", "--batch-size", "4", "--eval-steps", "3", "--save-steps", "3",
                                  "--set", "hidden_size=48", "--set", "num_attention_heads=4"])  # fmt: skip
     assert result.exit_code == 0, result.output
@@ -162,7 +162,7 @@ def test_cli_pretrain_mlm(corpus, tmp_path):
 
 def test_mlm_plus_sentence_order_prediction(corpus, tmp_path):
     metrics = pretrain_mlm(arguments(corpus, tmp_path / "sop", objective="mlm+sop", masking="eojeol", max_steps=10,
-                                     eval_steps=10, save_steps=10))  # fmt: skip
+                                     eval_every=10, save_steps=10))  # fmt: skip
     assert metrics["eval_loss"] > 0
     from transformers import AutoConfig
 

@@ -211,3 +211,10 @@ def install() -> None:
     after_import(auto + "modeling_auto", _wrap_model_autos)
     after_import(auto + "tokenization_auto", _wrap_tokenizer_auto)
     after_import("transformers.modeling_utils", _wrap_post_init)
+    after_import("transformers.pipelines", _register_pipeline)
+
+
+def _register_pipeline() -> None:
+    from kolong.pipelines import register_pipeline
+
+    register_pipeline()

@@ -90,10 +90,10 @@ def run_pretrain_benchmark(
         results = {"kolong pretrain mlm": [], "plain PyTorch loop": []}
         for round_index in range(rounds):
             args = PretrainArguments(
-                corpus=str(corpus), output_dir=str(root / f"run-{round_index}"), preset="tiny", position=position,
+                corpus=str(corpus), output_dir=str(root / f"run-{round_index}"), preset="tiny", position_encoding=position,
                 overrides={"hidden_size": hidden_size, "num_hidden_layers": layers, "num_attention_heads": hidden_size // 64,
                            "intermediate_size": 4 * hidden_size},
-                max_steps=steps, batch_size=batch_size, learning_rate=1e-3, eval_steps=10**9, save_steps=10**9,
+                max_steps=steps, batch_size=batch_size, learning_rate=1e-3, eval_every=10**9, save_steps=10**9,
                 logging_steps=1, extra={"disable_tqdm": True, "eval_strategy": "no", "eval_on_start": False},
             )  # fmt: skip
             on_step(f"round {round_index + 1}: kolong pretrain mlm")

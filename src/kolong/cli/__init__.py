@@ -8,16 +8,15 @@ import typer
 
 from kolong.cli import (
     bench,
-    classification,
     convert,
     data,
     demo,
     experiment,
     extend,
+    finetune,
     plot,
     pretrain,
     qa,
-    seq2seq,
     tokenizer,
 )
 
@@ -31,16 +30,38 @@ app = typer.Typer(
     # budget is 0.5 s); kolong's own output still goes through rich.
     rich_markup_mode=None,
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"kolong {version('kolong')}")
+        except PackageNotFoundError:  # running from a source tree that was never installed
+            from kolong import __version__
+
+            typer.echo(f"kolong {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print kolong's version and exit."
+    ),
+) -> None:
+    """Transformer language models for long Korean text."""
+
+
 app.command("extend")(extend.extend)
 app.command("convert")(convert.convert)
 app.command("demo")(demo.demo)
 app.add_typer(plot.app, name="plot")
 app.add_typer(bench.app, name="bench")
 app.add_typer(data.app, name="data")
-qa.finetune_app.command("cls")(classification.finetune_cls)
-qa.finetune_app.command("seq2seq")(seq2seq.finetune_seq2seq)
-app.add_typer(qa.finetune_app, name="finetune")
-app.add_typer(qa.predict_app, name="predict")
+app.add_typer(finetune.app, name="finetune")
+app.add_typer(finetune.predict_app, name="predict")
 app.add_typer(qa.evaluate_app, name="evaluate")
 app.add_typer(experiment.app, name="experiment")
 app.add_typer(pretrain.app, name="pretrain")

@@ -17,7 +17,10 @@ def convert(
         "base", help="base | masked-lm | qa | token-classification (the source's head)."
     ),
     position: str = typer.Option(
-        None, "--position", help="Swap the position scheme (e.g. shaw); its parameters start fresh."
+        None,
+        "--position-encoding",
+        "--position_encoding",
+        help="Swap the position scheme (e.g. shaw); its parameters start fresh.",
     ),
     position_kwargs: str = typer.Option(
         None, "--position-kwargs", help="Options of the new scheme as JSON, e.g. '{\"max_distance\": 32}'."
@@ -41,7 +44,9 @@ def convert(
         except ConversionError as error:
             raise typer.BadParameter(str(error), param_hint="MODEL") from None
         except ValueError as error:  # a bad scheme or scheme option, named by KolongConfig
-            raise typer.BadParameter(str(error), param_hint="--position / --position-kwargs") from None
+            raise typer.BadParameter(
+                str(error), param_hint="--position-encoding / --position-kwargs"
+            ) from None
     config = converted.config
     console.print(
         f"[green]converted[/] {model} -> {type(converted).__name__} ({config.num_hidden_layers} layers, "

@@ -23,6 +23,7 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kolong.data.sources import dataset_rows
 from kolong.errors import DataError
 
 NAMED = ("nsmc", "klue-nli", "klue-sts", "kornli", "korsts")
@@ -138,12 +139,13 @@ def _nsmc(root: Path, seed: int, limit: int | None) -> ClassificationData:
     return ClassificationData("nsmc", ["negative", "positive"], train, evaluation)
 
 
-def read_file(path: str | Path) -> tuple[list[Example], list[str] | None]:
-    """Examples of a .tsv / .csv / .jsonl file, and the class names (None for a regression file)."""
+def read_file(path: str | Path, split: str = "train") -> tuple[list[Example], list[str] | None]:
+    """Examples of a .tsv / .csv / .jsonl file (or `split` of a saved or named `datasets` dataset with the
+    same columns), and the class names (None for a regression file)."""
     path = Path(path)
     if not path.is_file():
-        raise DataError(f"{path} does not exist or is not a file")
-    if path.suffix == ".jsonl":
+        rows = dataset_rows(path, split)
+    elif path.suffix == ".jsonl":
         rows = []
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             if line.strip():
@@ -206,7 +208,7 @@ def load_classification_data(
     else:
         train, labels = read_file(data)
         if eval_data:
-            evaluation, eval_labels = read_file(eval_data)
+            evaluation, eval_labels = read_file(eval_data, split="validation")
             if (labels is None) != (eval_labels is None) or (labels and set(eval_labels) - set(labels)):
                 raise DataError(
                     f"{eval_data} has labels {eval_labels} that the training file {data} does not"

@@ -15,6 +15,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kolong.data.sources import dataset_rows
 from kolong.errors import DataError
 from kolong.io import atomic_write_json
 
@@ -147,9 +148,29 @@ def _read_answers(qa: dict, context: str, where: str) -> tuple[str | None, list[
     return None, answers, False
 
 
-def read_squad(path: str | Path, on_bad_example: str = "error") -> SquadDataset:
-    """Read and validate a SQuAD/KorQuAD JSON file."""
-    return parse_squad(load_json(path), str(path), on_bad_example)
+def read_squad(path: str | Path, on_bad_example: str = "error", split: str = "train") -> SquadDataset:
+    """Read and validate a SQuAD/KorQuAD JSON file, or `split` of a saved or named `datasets` dataset in
+    HF's squad layout (id, title, context, question, answers {text: [...], answer_start: [...]})."""
+    if Path(path).is_file():
+        return parse_squad(load_json(path), str(path), on_bad_example)
+    return parse_squad(_squad_payload(dataset_rows(path, split), str(path)), str(path), on_bad_example)
+
+
+def _squad_payload(rows: list[tuple[int, dict]], source: str) -> dict:
+    """Dataset rows in SQuAD JSON form (one paragraph per row), so parse_squad validates them as a file."""
+    articles = []
+    for number, row in rows:
+        answers = row.get("answers") or {}
+        if not isinstance(answers, dict) or not {"text", "answer_start"} <= set(answers):
+            raise DataError(f"{source} row {number}: needs answers {{text: [...], answer_start: [...]}}")
+        qa = {"id": str(row.get("id", number)), "question": row.get("question"),
+              "answers": [{"text": t, "answer_start": s} for t, s in zip(answers["text"], answers["answer_start"], strict=False)]}  # fmt: skip
+        if not qa["answers"]:
+            qa["is_impossible"] = True
+        articles.append(
+            {"title": row.get("title", ""), "paragraphs": [{"context": row.get("context"), "qas": [qa]}]}
+        )
+    return {"version": source, "data": articles}
 
 
 def to_squad_json(examples: list[QAExample], version: str = "kolong") -> dict:

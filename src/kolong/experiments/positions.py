@@ -146,9 +146,9 @@ def _pretrain(work, name, corpus, scheme, args, settings) -> dict:
     }
     started = time.perf_counter()
     metrics = pretrain_mlm(PretrainArguments(
-        corpus=str(corpus), output_dir=str(out), preset="tiny", position=scheme, overrides=model,
+        corpus=str(corpus), output_dir=str(out), preset="tiny", position_encoding=scheme, overrides=model,
         max_steps=settings["steps"], batch_size=settings["batch_size"], learning_rate=args.learning_rate,
-        warmup=0.05, eval_steps=max(50, settings["steps"] // 10), save_steps=max(50, settings["steps"] // 4),
+        warmup_ratio=0.05, eval_every=max(50, settings["steps"] // 10), save_steps=max(50, settings["steps"] // 4),
         logging_steps=max(10, settings["steps"] // 40), seed=args.seed, extra={"disable_tqdm": True},
     ))  # fmt: skip
     history = read_log(out)["log_history"]

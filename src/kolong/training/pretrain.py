@@ -11,64 +11,23 @@ loss and perplexity on the held-out split, and training throughput in tokens/s. 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
 import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from kolong.errors import DataError
 from kolong.io import atomic_write_json
+from kolong.training.arguments import (
+    PretrainArguments,
+    quiet_trainer,
+    recorded,
+    resume_checkpoint,
+    training_arguments,
+)
 from kolong.training.presets import preset
-
-
-@dataclass
-class PretrainArguments:
-    """Arguments of `kolong pretrain mlm` (each is also a CLI option)."""
-
-    corpus: str
-    """A directory written by `kolong data corpus`."""
-    output_dir: str
-    """Checkpoints, the final model + tokenizer, logs and the loss plot."""
-    preset: str = "tiny"
-    """tiny | small (the paper: 3 layers, hidden 768, 12 heads, sequence 128) | base (12 layers)."""
-    position: str = "learned"
-    """Position scheme: learned, sinusoidal, memn2n, shaw, t5, alibi, rope, none."""
-    position_kwargs: dict = field(default_factory=dict)
-    """Options of the scheme, e.g. {"max_distance": 16}."""
-    model: str | None = None
-    """Continue pre-training this kolong checkpoint (e.g. from `kolong convert --head masked-lm`) instead of
-    building a fresh model from the preset."""
-    tokenizer: str | None = None
-    """Tokenizer directory; default: the one the corpus was built with."""
-    masking: str = "token"
-    """token | eojeol | morpheme | span (SpanBERT)."""
-    objective: str = "mlm"
-    """mlm | mlm+sop (ALBERT's sentence-order prediction on two halves of each block, swapped half the time)."""
-    mlm_probability: float = 0.15
-    overrides: dict = field(default_factory=dict)
-    """Preset fields to override, model (hidden_size, ...) or training (batch_size, max_steps, ...)."""
-    max_steps: int | None = None
-    batch_size: int | None = None
-    """Per device; the preset's if unset."""
-    gradient_accumulation_steps: int = 1
-    learning_rate: float | None = None
-    warmup: float | None = None
-    """Warm-up as a share of max_steps."""
-    weight_decay: float = 0.01
-    eval_steps: int = 200
-    save_steps: int = 200
-    logging_steps: int = 20
-    eval_blocks: int = 2000
-    """Held-out blocks to evaluate on (the first N of the validation split)."""
-    seed: int = 42
-    bf16: str = "auto"
-    overwrite: bool = False
-    """Start afresh in a non-empty output directory instead of resuming."""
-    save_total_limit: int = 3
-    extra: dict = field(default_factory=dict)
-    """Further TrainingArguments."""
 
 
 def _split_overrides(overrides: dict, model_fields: dict, training_fields: dict) -> None:
@@ -95,9 +54,14 @@ def prepare(args: PretrainArguments):
     settings = preset(args.preset)
     model_fields, training = settings["model"], settings["training"]
     _split_overrides(args.overrides, model_fields, training)
-    for name in ("max_steps", "batch_size", "learning_rate", "warmup"):
+    for name, preset_name in (
+        ("max_steps", "max_steps"),
+        ("batch_size", "batch_size"),
+        ("learning_rate", "learning_rate"),
+        ("warmup_ratio", "warmup"),
+    ):
         if getattr(args, name) is not None:
-            training[name] = getattr(args, name)
+            training[preset_name] = getattr(args, name)  # fmt: skip
 
     datasets, metadata = load_corpus(args.corpus)
     tokenizer_path = args.tokenizer or metadata["tokenizer"]
@@ -129,7 +93,7 @@ def prepare(args: PretrainArguments):
             vocab_size=len(tokenizer),
             pad_token_id=tokenizer.pad_token_id,
             max_position_embeddings=max(metadata["max_length"], 512),
-            position_encoding=args.position,
+            position_encoding=args.position_encoding,
             position_kwargs=args.position_kwargs,
             # only the ~15% labelled positions go through the vocabulary projection
             **{"sparse_prediction": True, **model_fields},
@@ -205,43 +169,27 @@ def _resume_masking_callback(collator):
 
 def pretrain_mlm(args: PretrainArguments, callbacks: list | None = None) -> dict:
     """Pre-train, evaluate, save model + tokenizer + logs to `args.output_dir`; returns the final metrics."""
-    from transformers import TrainingArguments
-
-    from kolong.training.common import device_settings, resume_point
-
     output_dir = Path(args.output_dir)
-    resume_from = resume_point(output_dir, args.overwrite)
+    resume_from = resume_checkpoint(args)
     model, tokenizer, train, evaluation, collator, training, metadata = prepare(args)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     tokens_per_step = (
         training["batch_size"] * args.gradient_accumulation_steps * world * metadata["max_length"]
     )
 
-    settings = dict(
-        output_dir=str(output_dir),
-        max_steps=training["max_steps"],
-        per_device_train_batch_size=training["batch_size"],
-        per_device_eval_batch_size=training["batch_size"],
-        gradient_accumulation_steps=args.gradient_accumulation_steps,
-        learning_rate=training["learning_rate"],
-        warmup_steps=training["warmup"],  # transformers 5: a float in [0, 1) is a share of max_steps
-        weight_decay=args.weight_decay,
+    resolved = dataclasses.replace(
+        args, max_steps=training["max_steps"], batch_size=training["batch_size"],
+        eval_batch_size=training["batch_size"], learning_rate=training["learning_rate"],
+        warmup_ratio=training["warmup"],
+    )  # fmt: skip
+    training_args = training_arguments(
+        resolved,
+        evaluating=evaluation is not None,
         lr_scheduler_type="linear",
-        eval_strategy="steps" if evaluation is not None else "no",
         eval_on_start=evaluation is not None and resume_from is None,  # the curve starts at step 0
-        eval_steps=args.eval_steps,
-        save_strategy="steps",
-        save_steps=args.save_steps,
-        save_total_limit=args.save_total_limit,
-        logging_steps=args.logging_steps,
-        seed=args.seed,
-        data_seed=args.seed,
-        report_to="none",
         remove_unused_columns=False,  # the collator reads eojeol_ids / morpheme_ids
         prediction_loss_only=True,
-        **device_settings(args.bf16),
     )
-    training_args = TrainingArguments(**{**settings, **args.extra})
     trainer = make_trainer_class()(
         model=model,
         args=training_args,
@@ -252,6 +200,7 @@ def pretrain_mlm(args: PretrainArguments, callbacks: list | None = None) -> dict
         callbacks=[_resume_masking_callback(collator), *(callbacks or [])],
         tokens_per_step=tokens_per_step,
     )
+    quiet_trainer(trainer, args.quiet)
     output = trainer.train(resume_from_checkpoint=resume_from)
     metrics = {"train_loss": output.training_loss, "steps": trainer.state.global_step}
     if evaluation is not None:
@@ -260,7 +209,7 @@ def pretrain_mlm(args: PretrainArguments, callbacks: list | None = None) -> dict
         trainer.save_model(str(output_dir))
         tokenizer.save_pretrained(str(output_dir))
         history = trainer.state.log_history
-        atomic_write_json(output_dir / "pretrain_log.json", {"arguments": asdict(args), "metrics": metrics,
+        atomic_write_json(output_dir / "pretrain_log.json", {"arguments": recorded(args), "metrics": metrics,
                                                               "log_history": history})  # fmt: skip
         plot_losses(
             history, output_dir / "loss.png", title=f"{args.preset} / {model.config.position_encoding}"

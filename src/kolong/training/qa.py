@@ -7,7 +7,6 @@ stopping and "best model" use eval F1, not a token-level proxy.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -18,53 +17,15 @@ from kolong.errors import DataError
 from kolong.evaluation.korquad import score_questions
 from kolong.evaluation.qa_postprocess import decode_answers
 from kolong.io import atomic_write_json
-from kolong.training.common import device_settings, has_gpu, resume_point
-
-
-@dataclass
-class QAFinetuneArguments:
-    """Arguments of `kolong finetune qa` (each is also a CLI option)."""
-
-    model: str
-    """Hub name or directory of the checkpoint to fine-tune (its QA head is created if missing)."""
-    train: str
-    """SQuAD/KorQuAD JSON to train on."""
-    output_dir: str
-    """Where checkpoints, the final model and tokenizer, and eval results go."""
-    eval: str | None = None
-    """SQuAD/KorQuAD JSON to evaluate on (EM/F1 with the official metric) after each epoch."""
-    max_length: int = 384
-    """Tokens per window (question + context + specials); up to the model's positions."""
-    strategy: str = "sliding-window"
-    """truncate | sliding-window."""
-    doc_stride: int = 128
-    """Overlap between consecutive windows, in tokens (HF `stride`)."""
-    epochs: float = 2.0
-    learning_rate: float = 3e-5
-    batch_size: int = 8
-    eval_batch_size: int = 16
-    gradient_accumulation_steps: int = 1
-    warmup_ratio: float = 0.1
-    weight_decay: float = 0.01
-    max_steps: int = -1
-    """Stop after this many optimiser steps (-1: run all epochs)."""
-    seed: int = 42
-    bf16: str = "auto"
-    """auto (on where the GPU supports it) | yes | no."""
-    early_stopping_patience: int | None = None
-    """Stop after this many evaluations without a better eval F1 (needs --eval)."""
-    eval_every: str = "epoch"
-    """epoch | N (steps) between evaluations and checkpoints."""
-    n_best: int = 20
-    max_answer_length: int = 30
-    on_bad_example: str = "error"
-    overwrite: bool = False
-    """Start afresh in a non-empty output directory instead of resuming."""
-    logging_steps: int = 10
-    save_total_limit: int = 2
-    quiet: bool = False
-    """No Trainer progress bar or log lines (a caller that reports progress itself, as `kolong demo`)."""
-    extra: dict = field(default_factory=dict)
+from kolong.training.arguments import (
+    QAFinetuneArguments,
+    QAPredictArguments,
+    quiet_trainer,
+    recorded,
+    resume_checkpoint,
+    training_arguments,
+)
+from kolong.training.common import has_gpu
 
 
 def model_max_length(model) -> int:
@@ -132,7 +93,6 @@ def finetune_qa(args: QAFinetuneArguments) -> dict:
         AutoModelForQuestionAnswering,
         AutoTokenizer,
         EarlyStoppingCallback,
-        TrainingArguments,
         default_data_collator,
     )
 
@@ -141,7 +101,7 @@ def finetune_qa(args: QAFinetuneArguments) -> dict:
     if args.early_stopping_patience and not args.eval:
         raise DataError("--early-stopping-patience needs --eval data")
     output_dir = Path(args.output_dir)
-    resume_from = resume_point(output_dir, args.overwrite)
+    resume_from = resume_checkpoint(args)
 
     import kolong  # noqa: F401  (keep-short checkpoints need kolong's hook)
 
@@ -155,38 +115,12 @@ def finetune_qa(args: QAFinetuneArguments) -> dict:
     )
     eval_examples = eval_features = None
     if args.eval:
-        eval_examples = read_squad(args.eval, args.on_bad_example).examples
+        eval_examples = read_squad(args.eval, args.on_bad_example, split="validation").examples
         eval_features = build_features(
             tokenizer, eval_examples, args.max_length, args.strategy, args.doc_stride
         )
 
-    by_steps = args.eval_every != "epoch"
-    strategy = "steps" if by_steps else "epoch"
-    settings = dict(
-        output_dir=str(output_dir),
-        num_train_epochs=args.epochs,
-        max_steps=args.max_steps,
-        learning_rate=args.learning_rate,
-        per_device_train_batch_size=args.batch_size,
-        per_device_eval_batch_size=args.eval_batch_size,
-        gradient_accumulation_steps=args.gradient_accumulation_steps,
-        warmup_steps=args.warmup_ratio,  # transformers 5: a float in [0, 1) is a ratio of total steps
-        weight_decay=args.weight_decay,
-        seed=args.seed,
-        data_seed=args.seed,
-        eval_strategy=strategy if args.eval else "no",
-        save_strategy=strategy,
-        eval_steps=int(args.eval_every) if by_steps else None,
-        save_steps=int(args.eval_every) if by_steps else 500,
-        save_total_limit=args.save_total_limit,
-        load_best_model_at_end=bool(args.eval),
-        metric_for_best_model="f1" if args.eval else None,
-        greater_is_better=True,
-        logging_steps=args.logging_steps,
-        report_to="none",
-        **device_settings(args.bf16),
-    )
-    training_args = TrainingArguments(**{**settings, **args.extra})  # `extra` overrides any setting above
+    training_args = training_arguments(args, evaluating=bool(args.eval), metric="f1" if args.eval else None)
     callbacks = []
     if args.early_stopping_patience:
         callbacks.append(EarlyStoppingCallback(early_stopping_patience=args.early_stopping_patience))
@@ -202,11 +136,7 @@ def finetune_qa(args: QAFinetuneArguments) -> dict:
         eval_features=eval_features,
         decode_options={"n_best": args.n_best, "max_answer_length": args.max_answer_length},
     )
-    if args.quiet:
-        from transformers.trainer_callback import PrinterCallback, ProgressCallback
-
-        trainer.remove_callback(PrinterCallback)
-        trainer.remove_callback(ProgressCallback)
+    quiet_trainer(trainer, args.quiet)
     train_output = trainer.train(resume_from_checkpoint=resume_from)
     metrics = {
         "train_loss": train_output.training_loss,
@@ -220,27 +150,10 @@ def finetune_qa(args: QAFinetuneArguments) -> dict:
     trainer.save_model(str(output_dir))  # the Trainer writes from the main process only
     if trainer.is_world_process_zero():  # under torchrun / accelerate, one writer
         tokenizer.save_pretrained(str(output_dir))
-        settings = {k: v for k, v in asdict(args).items() if k != "extra"}
-        atomic_write_json(output_dir / "kolong_qa_results.json", {"arguments": settings, "metrics": metrics})
+        atomic_write_json(
+            output_dir / "kolong_qa_results.json", {"arguments": recorded(args), "metrics": metrics}
+        )
     return metrics
-
-
-@dataclass
-class QAPredictArguments:
-    model: str
-    data: str
-    output: str
-    nbest_output: str | None = None
-    max_length: int | None = None
-    """Window length; default: the model's positions (capped at its tokenizer's model_max_length)."""
-    strategy: str = "sliding-window"
-    doc_stride: int = 128
-    batch_size: int = 16
-    n_best: int = 20
-    max_answer_length: int = 30
-    allow_no_answer: bool = False
-    null_threshold: float = 0.0
-    on_bad_example: str = "error"
 
 
 def predict_logits(model, features: QAFeatures, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
@@ -267,7 +180,7 @@ def predict_qa(args: QAPredictArguments) -> dict:
 
     import kolong  # noqa: F401
 
-    dataset = read_squad(args.data, args.on_bad_example)
+    dataset = read_squad(args.data, args.on_bad_example, split="validation")
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     model = AutoModelForQuestionAnswering.from_pretrained(args.model).eval()
     max_length = args.max_length or min(model_max_length(model), tokenizer.model_max_length)

@@ -20,12 +20,21 @@ import random
 import shutil
 import tempfile
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
+from kolong.data.sources import dataset_rows
 from kolong.errors import DataError
 from kolong.io import atomic_write_json, atomic_write_text
-from kolong.training.common import device_settings, resume_point
+from kolong.training.arguments import (
+    Seq2SeqFinetuneArguments,
+    SpanPretrainArguments,
+    check_eval_every,
+    quiet_trainer,
+    recorded,
+    resume_checkpoint,
+    training_arguments,
+)
 
 SIZES = {
     # d_model, heads x head_dim, d_ff, encoder:decoder depth
@@ -85,32 +94,6 @@ def load_byte_tokenizer(model: str | None, sentinels: str = "byt5"):
         if settings.get("tokenizer_class") == "ByteTokenizer":
             return ByteTokenizer.from_pretrained(model)
     return ByteTokenizer(sentinels=sentinels)
-
-
-def generate_texts(
-    model, tokenizer, sources: list[str], max_source_length: int = 1024, max_new_tokens: int = 64,
-    num_beams: int = 1, batch_size: int = 16,
-) -> list[str]:  # fmt: skip
-    """Generated text for each source (greedy when `num_beams` is 1, else beam search)."""
-    import torch
-
-    model.eval()
-    outputs: list[str] = []
-    device = next(model.parameters()).device
-    for start in range(0, len(sources), batch_size):
-        batch = tokenizer(
-            sources[start : start + batch_size],
-            truncation=True,
-            max_length=max_source_length,
-            padding=True,
-            return_tensors="pt",
-        ).to(device)
-        with torch.no_grad():
-            generated = model.generate(
-                **batch, max_new_tokens=max_new_tokens, num_beams=num_beams, do_sample=False
-            )
-        outputs.extend(tokenizer.batch_decode(generated, skip_special_tokens=True))
-    return outputs
 
 
 # -- tasks ----------------------------------------------------------------------------------------------
@@ -174,15 +157,16 @@ def _klue_nli_pairs(path: str | None) -> list[TextPair]:
     return pairs
 
 
-def read_text_pairs(path: str | Path) -> list[TextPair]:
-    """A .jsonl file of {"input": ..., "target": ...} (or source / target), or a .tsv with input and target columns."""
+def read_text_pairs(path: str | Path, split: str = "train") -> list[TextPair]:
+    """A .jsonl file of {"input": ..., "target": ...} (or source / target), a .tsv with input and target
+    columns, or `split` of a saved or named `datasets` dataset with those columns."""
     import csv
 
     path = Path(path)
-    if not path.is_file():
-        raise DataError(f"{path} does not exist or is not a file")
     rows: list[tuple[int, dict]] = []
-    if path.suffix == ".jsonl":
+    if not path.is_file():
+        rows = dataset_rows(path, split)
+    elif path.suffix == ".jsonl":
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             if line.strip():
                 try:
@@ -291,44 +275,6 @@ def save_final(trainer, tokenizer, output_dir: Path) -> None:
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def _training_arguments(
-    args, output_dir: Path, evaluating: bool, metric: str | None, seq2seq: bool, save_steps: int | None = None,
-    **more,
-):  # fmt: skip
-    """TrainingArguments shared by both commands; `save_steps` decouples checkpoints from evaluations."""
-    from transformers import Seq2SeqTrainingArguments, TrainingArguments
-
-    by_steps = args.eval_every != "epoch"
-    strategy = "steps" if by_steps else "epoch"
-    cls = Seq2SeqTrainingArguments if seq2seq else TrainingArguments
-    settings = dict(
-        output_dir=str(output_dir),
-        num_train_epochs=args.epochs,
-        max_steps=args.max_steps,
-        learning_rate=args.learning_rate,
-        per_device_train_batch_size=args.batch_size,
-        per_device_eval_batch_size=args.eval_batch_size,
-        gradient_accumulation_steps=args.gradient_accumulation_steps,
-        warmup_steps=args.warmup_ratio,  # transformers 5: a float in [0, 1) is a ratio of total steps
-        weight_decay=args.weight_decay,
-        seed=args.seed,
-        data_seed=args.seed,
-        eval_strategy=strategy if evaluating else "no",
-        save_strategy="steps" if save_steps else strategy,
-        eval_steps=int(args.eval_every) if by_steps else None,
-        save_steps=save_steps or (int(args.eval_every) if by_steps else 500),
-        save_total_limit=args.save_total_limit,
-        load_best_model_at_end=evaluating and metric is not None,
-        metric_for_best_model=metric if evaluating else None,
-        greater_is_better=True if metric else None,
-        logging_steps=args.logging_steps,
-        report_to="none",
-        **device_settings(args.bf16),
-        **more,
-    )
-    return cls(**{**settings, **args.extra})
-
-
 class _ListDataset:
     """A list as a map-style dataset (the Trainer only needs len and indexing)."""
 
@@ -342,60 +288,7 @@ class _ListDataset:
         return self.items[index]
 
 
-def _eval_every(value: str) -> str:
-    if value != "epoch" and not (value.isdigit() and int(value) > 0):
-        raise DataError(f"--eval-every must be 'epoch' or a positive number of steps, got {value!r}")
-    return value
-
-
 # -- pre-training --------------------------------------------------------------------------------------------
-
-
-@dataclass
-class SpanPretrainArguments:
-    """Arguments of `kolong pretrain span` (each is also a CLI option)."""
-
-    train: list[str]
-    """Corpus files: one document per line, plain or gzip (use `column` for a TSV field)."""
-    output_dir: str
-    model: str | None = None
-    """A kolong byte or T5 / ByT5 checkpoint (directory or hub name) to continue from."""
-    init: str | None = None
-    """Or a fresh model of this size: tiny | small (ByT5-small) | base (ByT5-base)."""
-    add_gbst: bool = False
-    """Add a freshly initialised GBST layer to the encoder (uptraining); every other weight is kept."""
-    gbst_blocks: str = "1,2,3,6,9"
-    gbst_downsample_rate: int = 3
-    gbst_score_consensus: bool = True
-    column: int | None = None
-    on_bad_line: str = "error"
-    max_documents: int | None = None
-    max_length: int = 1024
-    """Bytes of text per training example (before corruption); the corpus is cut into chunks this long."""
-    curriculum: str | None = None
-    """Increasing example lengths, e.g. "512,1024,2048": equal shares of the steps, the last <= max_length."""
-    noise_density: float = 0.15
-    mean_span_length: float = 20.0
-    sentinels: str = "byt5"
-    """Sentinel numbering of a new tokenizer: byt5 (258 - k, google/byt5) | top (383 - k) | hf (259 + k)."""
-    eval_fraction: float = 0.0
-    """Share of the chunks held out for an eval loss (0: none)."""
-    epochs: float = 1.0
-    max_steps: int = -1
-    learning_rate: float = 1e-4
-    batch_size: int = 8
-    eval_batch_size: int = 8
-    gradient_accumulation_steps: int = 1
-    warmup_ratio: float = 0.05
-    weight_decay: float = 0.0
-    seed: int = 42
-    bf16: str = "auto"
-    eval_every: str = "epoch"
-    save_steps: int = 500
-    save_total_limit: int = 2
-    logging_steps: int = 10
-    overwrite: bool = False
-    extra: dict = field(default_factory=dict)
 
 
 def pretrain_span(args: SpanPretrainArguments, on_progress: Callable[[str], None] | None = None) -> dict:
@@ -416,12 +309,12 @@ def pretrain_span(args: SpanPretrainArguments, on_progress: Callable[[str], None
     step = on_progress or (lambda message: None)
     if args.sentinels not in SENTINEL_SCHEMES:
         raise DataError(f"--sentinels must be one of {', '.join(SENTINEL_SCHEMES)}, got {args.sentinels!r}")
-    _eval_every(args.eval_every)
+    check_eval_every(args.eval_every)
     settings = SpanCorruptionSettings(args.noise_density, args.mean_span_length)
     settings.check()
     lengths = parse_curriculum(args.curriculum, args.max_length)
     output_dir = Path(args.output_dir)
-    resume_from = resume_point(output_dir, args.overwrite)
+    resume_from = resume_checkpoint(args)
 
     step("loading the model")
     model, tokenizer = load_byte_model(args.model, args.init, args.seed)
@@ -441,10 +334,7 @@ def pretrain_span(args: SpanPretrainArguments, on_progress: Callable[[str], None
         raise DataError(f"--eval-fraction {args.eval_fraction} leaves no training chunk of {len(chunks)}")
     eval_chunks, train_chunks = chunks[:held], chunks[held:]
 
-    training_args = _training_arguments(
-        args, output_dir, bool(eval_chunks), None, seq2seq=False, save_steps=args.save_steps,
-        remove_unused_columns=False,
-    )  # fmt: skip
+    training_args = training_arguments(args, evaluating=bool(eval_chunks), remove_unused_columns=False)
     trainer = Trainer(
         model=model,
         args=training_args,
@@ -454,6 +344,7 @@ def pretrain_span(args: SpanPretrainArguments, on_progress: Callable[[str], None
         callbacks=[make_curriculum_callback(collator)],
     )
     step("training")
+    quiet_trainer(trainer, args.quiet)
     output = trainer.train(resume_from_checkpoint=resume_from)
     metrics = {
         "train_loss": output.training_loss,
@@ -471,9 +362,8 @@ def pretrain_span(args: SpanPretrainArguments, on_progress: Callable[[str], None
         metrics.update(trainer.evaluate())
     save_final(trainer, tokenizer, output_dir)
     if trainer.is_world_process_zero():
-        settings_out = {k: v for k, v in asdict(args).items() if k != "extra"}
         atomic_write_json(
-            output_dir / "kolong_pretrain_results.json", {"arguments": settings_out, "metrics": metrics}
+            output_dir / "kolong_pretrain_results.json", {"arguments": recorded(args), "metrics": metrics}
         )
     return metrics
 
@@ -493,46 +383,6 @@ def parse_blocks_option(text: str) -> list:
 
 
 # -- fine-tuning --------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Seq2SeqFinetuneArguments:
-    """Arguments of `kolong finetune seq2seq` (each is also a CLI option)."""
-
-    task: str
-    """nsmc | klue-ner | klue-nli | a FILE (.jsonl / .tsv) of input / target pairs."""
-    output_dir: str
-    model: str | None = None
-    init: str | None = None
-    train: str | None = None
-    """Training data (default: the task's file under ../shared/data)."""
-    eval: str | None = None
-    """Evaluation data (default: a held-out share of the training data; nsmc: its movie-disjoint test side)."""
-    eval_fraction: float = 0.1
-    limit: int | None = None
-    """At most this many training examples (and limit // 4 evaluation examples)."""
-    max_source_length: int = 1024
-    max_target_length: int = 512
-    max_new_tokens: int | None = None
-    """Longest generation in bytes (default: classification 16, otherwise max_target_length)."""
-    num_beams: int = 1
-    """1: greedy decoding; more: beam search."""
-    epochs: float = 3.0
-    max_steps: int = -1
-    learning_rate: float = 1e-4
-    batch_size: int = 16
-    eval_batch_size: int = 32
-    gradient_accumulation_steps: int = 1
-    warmup_ratio: float = 0.0
-    weight_decay: float = 0.0
-    seed: int = 42
-    bf16: str = "auto"
-    eval_every: str = "epoch"
-    early_stopping_patience: int | None = None
-    logging_steps: int = 10
-    save_total_limit: int = 2
-    overwrite: bool = False
-    extra: dict = field(default_factory=dict)
 
 
 def _encode(tokenizer, pairs: list[TextPair], max_source_length: int, max_target_length: int):
@@ -591,19 +441,19 @@ def finetune_seq2seq(args: Seq2SeqFinetuneArguments) -> dict:
     """Fine-tune a byte model on a text-to-text task, evaluate by generation, save model and predictions."""
     from transformers import DataCollatorForSeq2Seq, EarlyStoppingCallback
 
-    _eval_every(args.eval_every)
+    check_eval_every(args.eval_every)
     if args.num_beams < 1:
         raise DataError(f"--num-beams must be at least 1, got {args.num_beams}")
     output_dir = Path(args.output_dir)
-    resume_from = resume_point(output_dir, args.overwrite)
+    resume_from = resume_checkpoint(args)
     task = load_task(args.task, args.train, args.eval, args.seed, args.eval_fraction, args.limit)
     model, tokenizer = load_byte_model(args.model, args.init, args.seed)
     max_new_tokens = args.max_new_tokens or (16 if task.kind == "classification" else args.max_target_length)
     generation = {"max_new_tokens": max_new_tokens, "num_beams": args.num_beams, "do_sample": False}
 
-    training_args = _training_arguments(
-        args, output_dir, True, task.main_metric, seq2seq=True, predict_with_generate=True,
-    )  # fmt: skip
+    training_args = training_arguments(
+        args, evaluating=True, metric=task.main_metric, seq2seq=True, predict_with_generate=True
+    )
     callbacks = []
     if args.early_stopping_patience:
         callbacks.append(EarlyStoppingCallback(early_stopping_patience=args.early_stopping_patience))
@@ -619,6 +469,7 @@ def finetune_seq2seq(args: Seq2SeqFinetuneArguments) -> dict:
         eval_pairs=task.eval,
         generation=generation,
     )
+    quiet_trainer(trainer, args.quiet)
     output = trainer.train(resume_from_checkpoint=resume_from)
     metrics = {
         "task": task.name,
@@ -643,8 +494,7 @@ def finetune_seq2seq(args: Seq2SeqFinetuneArguments) -> dict:
             for p, g in zip(task.eval, trainer.last_generations, strict=True)
         ]
         atomic_write_text(output_dir / "predictions.jsonl", "\n".join(lines) + "\n")
-        settings = {k: v for k, v in asdict(args).items() if k != "extra"}
         atomic_write_json(
-            output_dir / "kolong_seq2seq_results.json", {"arguments": settings, "metrics": metrics}
+            output_dir / "kolong_seq2seq_results.json", {"arguments": recorded(args), "metrics": metrics}
         )
     return metrics

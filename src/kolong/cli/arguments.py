@@ -1,0 +1,259 @@
+"""Typer commands generated from argument dataclasses, so a recipe's options are written once.
+
+`command_from(Arguments)` turns a function `run(args: Arguments)` into a typer command with one option per
+dataclass field (`--name_with_underscores`, `--name-with-dashes` and the field's aliases), one per HF
+`TrainingArguments` field that no kolong field covers (from the static table `kolong.training.hf_fields`,
+so `--help` never imports transformers), and `--config FILE.{json,yaml}` holding any of them. Values
+given on the command line win over the file; HF fields land in `args.extra` under their HF names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import json
+import types
+import typing
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from kolong.cli.common import user_errors
+from kolong.errors import ConfigError
+
+HF_PREFIX = "hf__"  # python names of the generated HF options, never clashing with kolong's fields
+_PYTHON_TYPES = {"bool": bool, "int": int, "float": float, "str": str, "list": str, "json": str}
+
+
+def _flags(name: str, extra: tuple[str, ...] = ()) -> list[str]:
+    flags = [f"--{name}"]
+    if "_" in name:
+        flags.append(f"--{name.replace('_', '-')}")
+    return flags + [flag for flag in extra if flag not in flags]
+
+
+def _metadata(cls: type, name: str) -> dict:
+    """A field's metadata; what a subclass left out (it only changed the default) comes from its bases."""
+    merged: dict = {}
+    for klass in reversed(cls.__mro__):
+        spec = getattr(klass, "__dataclass_fields__", {}).get(name)
+        if spec is not None:
+            merged.update({key: value for key, value in spec.metadata.items() if value})
+    return merged
+
+
+def _own_first(cls: type, specs: list) -> list:
+    """Required fields, then the recipe's own, then those it shares with every recipe (the base class)."""
+    base = set(getattr(cls.__mro__[1], "__dataclass_fields__", {}))
+    required = [s for s in specs if s.default is s.default_factory is dataclasses.MISSING]
+    return (
+        required
+        + [s for s in specs if s.name not in base and s not in required]
+        + [s for s in specs if s.name in base and s not in required]
+    )
+
+
+def _kind(annotation) -> str:
+    union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
+    args = [a for a in typing.get_args(annotation) if a is not type(None)] if union else [annotation]
+    origin = typing.get_origin(args[0]) or args[0]
+    if origin is dict:
+        return "json"
+    if origin is list:
+        return "many"
+    return {bool: "bool", int: "int", float: "float"}.get(args[0], "str")
+
+
+@dataclasses.dataclass
+class _Option:
+    """One generated option: where its value goes and how to read it."""
+
+    python_name: str
+    field: str  # the dataclass field, or the HF field for HF options
+    kind: str
+    required: bool
+    hf: bool
+    flags: list[str]
+
+    def parameter(self, default: Any, help: str) -> inspect.Parameter:
+        if default is dataclasses.MISSING or isinstance(default, (dict, list)):
+            default = None
+        if self.kind == "bool":
+            declarations = [f"{self.flags[0]}/--no-{self.flags[0][2:]}", *self.flags[1:]]
+            annotation = bool | None
+        elif self.kind in ("many", "pairs"):
+            declarations, annotation = self.flags, list[str] | None
+        else:
+            declarations, annotation = self.flags, _PYTHON_TYPES.get(self.kind, str) | None
+        info = typer.Option(
+            None if self.required or self.kind == "many" else default, *declarations, help=help
+        )
+        return inspect.Parameter(
+            self.python_name, inspect.Parameter.KEYWORD_ONLY, default=info, annotation=annotation
+        )
+
+
+def _options(cls: type, hf_fields: bool) -> list[_Option]:
+    from kolong.training.hf_fields import FIELDS
+
+    hints = typing.get_type_hints(cls)
+    options, covered, taken = [], set(), set()
+    for spec in _own_first(cls, list(dataclasses.fields(cls))):
+        metadata = _metadata(cls, spec.name)
+        if not spec.init or metadata.get("cli") is False:
+            continue
+        kind = metadata.get("kind") or _kind(hints[spec.name])
+        hf_spelling = (f"--{metadata['hf']}",) if metadata.get("hf") not in (None, spec.name) else ()
+        flags = _flags(spec.name, (*metadata.get("flags", ()), *hf_spelling))
+        required = spec.default is dataclasses.MISSING and spec.default_factory is dataclasses.MISSING
+        options.append(_Option(spec.name, spec.name, kind, required, False, flags))
+        covered |= {spec.name, metadata.get("hf") or spec.name, *(f.lstrip("-") for f in flags)}
+        taken |= set(flags)
+    if hf_fields:
+        for name, kind, _default, _help in FIELDS:
+            if name in covered or kind == "object":
+                continue
+            flags = [flag for flag in _flags(name) if flag not in taken]
+            options.append(_Option(HF_PREFIX + name, name, kind, False, True, flags))
+    return options
+
+
+def _parse(option: _Option, value: Any, source: str) -> Any:
+    """A command-line or config-file value as the dataclass (or TrainingArguments) wants it."""
+    if value is None or not isinstance(value, (str, list, tuple)):
+        return value
+    if option.kind in ("many", "pairs") and isinstance(value, str):
+        value = [value]
+    if option.kind == "pairs":  # --set key=value, the value read as JSON when it can be
+        pairs = {}
+        for item in value:
+            if "=" not in item:
+                raise ConfigError(f"{option.flags[0]}: expected key=value, got {item!r} ({source})")
+            key, text = item.split("=", 1)
+            try:
+                pairs[key.strip()] = json.loads(text)
+            except json.JSONDecodeError:
+                pairs[key.strip()] = text
+        return pairs
+    if option.kind == "json" and isinstance(value, str):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError as error:
+            if not option.hf:  # HF's dict-or-str fields also take a path (deepspeed, fsdp_config)
+                raise ConfigError(f"{option.flags[0]}: not valid JSON ({error}) ({source})") from None
+            return value
+    if option.kind == "list" and isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    if option.kind == "many":
+        return [str(item) for item in value]
+    return value
+
+
+def read_config_file(path: str) -> dict:
+    """--config FILE: a JSON or YAML mapping of option names to values."""
+    file = Path(path)
+    if not file.is_file():
+        raise ConfigError(f"--config {file}: no such file")
+    text = file.read_text(encoding="utf-8")
+    try:
+        if file.suffix in (".yaml", ".yml"):
+            import yaml
+
+            payload = yaml.safe_load(text)
+        elif file.suffix == ".json":
+            payload = json.loads(text)
+        else:
+            raise ConfigError(f"--config {file}: expected a .json, .yaml or .yml file")
+    except (json.JSONDecodeError, ValueError) as error:  # yaml.YAMLError subclasses neither; caught below
+        raise ConfigError(f"--config {file}: not valid {file.suffix[1:].upper()} ({error})") from None
+    except Exception as error:
+        if type(error).__module__.startswith("yaml"):
+            raise ConfigError(f"--config {file}: not valid YAML ({error})") from None
+        raise
+    if not isinstance(payload, dict):
+        raise ConfigError(f"--config {file}: expected a mapping of option names to values")
+    return payload
+
+
+def build_arguments(
+    cls: type, options: list[_Option], values: dict, given: set[str], config: dict, source: str
+):
+    """The dataclass instance: command-line values, then the config file's for options not given."""
+    by_flag = {flag.lstrip("-").replace("-", "_"): option for option in options for flag in option.flags}
+    for key, value in config.items():
+        option = by_flag.get(str(key).lstrip("-").replace("-", "_"))
+        if option is None:
+            raise ConfigError(f"--config {source}: {key!r} is not an option of this command")
+        if option.python_name not in given:
+            values[option.python_name] = value
+    fields, extra = {}, {}
+    for option in options:
+        value = _parse(option, values.get(option.python_name), source)
+        if option.hf:
+            if value is not None:
+                extra[option.field] = value
+        elif value is not None:
+            fields[option.field] = value
+        elif option.required:
+            raise ConfigError(f"{option.flags[0]} is required (on the command line or in --config)")
+    if extra:
+        fields["extra"] = {**fields.get("extra", {}), **extra}
+    try:
+        return cls(**fields)
+    except TypeError as error:
+        raise ConfigError(str(error)) from None
+
+
+def command_from(cls: type, hf_fields: bool = True) -> Callable[[Callable], Callable]:
+    """Decorate `run(args: cls)` into a typer command whose options are `cls`'s fields (and HF's)."""
+
+    def decorate(run: Callable) -> Callable:
+        options = _options(cls, hf_fields)
+        defaults = {spec.name: spec.default for spec in dataclasses.fields(cls)}
+
+        @functools.wraps(run)
+        def command(ctx: typer.Context, config: str | None = None, **values):
+            # typer may vendor its own click: compare the source by name, not by enum identity
+            given = {
+                name
+                for name in values
+                if getattr(ctx.get_parameter_source(name), "name", "") == "COMMANDLINE"
+            }
+            with user_errors():
+                settings = read_config_file(config) if config else {}
+                args = build_arguments(cls, options, values, given, settings, config or "")
+                return run(args)
+
+        parameters = [
+            inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context),
+            inspect.Parameter(
+                "config",
+                inspect.Parameter.KEYWORD_ONLY,
+                default=typer.Option(None, "--config", help="JSON or YAML file of any options below."),
+                annotation=str | None,
+            ),
+        ]
+        for option in options:
+            if option.hf:
+                row = next(r for r in _hf_rows() if r[0] == option.field)
+                text = f"[HF] {row[3]} (HF default: {row[2]!r})"
+                parameters.append(option.parameter(None, text))
+            else:
+                default = defaults.get(option.field)
+                parameters.append(option.parameter(default, _metadata(cls, option.field).get("help", "")))
+        command.__signature__ = inspect.Signature(parameters)
+        command.__annotations__ = {p.name: p.annotation for p in parameters}
+        del command.__wrapped__  # typer must read the generated signature, not `run`'s
+        return command
+
+    return decorate
+
+
+@functools.cache
+def _hf_rows() -> tuple:
+    from kolong.training.hf_fields import FIELDS
+
+    return FIELDS

@@ -1,0 +1,79 @@
+"""`kolong finetune qa | cls | seq2seq` and `kolong predict qa`: options generated from the argument dataclasses."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+
+from kolong.cli.arguments import command_from
+from kolong.cli.common import console
+from kolong.training.arguments import (
+    ClassificationArguments,
+    QAFinetuneArguments,
+    QAPredictArguments,
+    Seq2SeqFinetuneArguments,
+)
+
+app = typer.Typer(help="Fine-tune models on tasks.", no_args_is_help=True, rich_markup_mode=None)
+predict_app = typer.Typer(help="Run fine-tuned models on data.", no_args_is_help=True, rich_markup_mode=None)
+
+
+@app.command("qa")
+@command_from(QAFinetuneArguments)
+def finetune_qa(args: QAFinetuneArguments) -> None:
+    """Fine-tune an extractive QA model (resumes from the last checkpoint in -o).
+
+    Python: kolong.training.qa.finetune_qa(QAFinetuneArguments(...)).
+    """
+    from kolong.training.qa import finetune_qa as run
+
+    console.print_json(json.dumps(run(args), ensure_ascii=False))
+
+
+@app.command("cls")
+@command_from(ClassificationArguments)
+def finetune_cls(args: ClassificationArguments) -> None:
+    """Fine-tune MODEL for sentence / pair classification (accuracy, macro F1) or regression (Pearson).
+
+    Python: kolong.training.classification.finetune_cls(ClassificationArguments(...)).
+    """
+    from kolong.training.classification import finetune_cls as run
+
+    metrics = run(args)
+    shown = {k: v for k, v in metrics.items() if k in ("accuracy", "macro_f1", "pearson", "spearman", "loss")}
+    console.print(f"[green]fine-tuned[/] {metrics['data']} ({metrics['train_examples']} train / "
+                  f"{metrics['eval_examples']} eval) -> {args.output_dir}: "
+                  + ", ".join(f"{k} {v:.4f}" for k, v in shown.items()))  # fmt: skip
+
+
+@app.command("seq2seq")
+@command_from(Seq2SeqFinetuneArguments)
+def finetune_seq2seq(args: Seq2SeqFinetuneArguments) -> None:
+    """Fine-tune a byte model text-to-text (labels as words, KLUE-NER as <entity:TAG> markup); resumes in -o.
+
+    Evaluation generates (greedy or beam search) and scores the text: accuracy for labels, entity F1
+    (seqeval, strict IOB2) and character F1 for KLUE-NER, exact match / character F1 for files.
+    Malformed generations are counted, never fatal. Predictions go to -o/predictions.jsonl.
+    Python: kolong.training.seq2seq.finetune_seq2seq(Seq2SeqFinetuneArguments(...)).
+    """
+    from kolong.training.seq2seq import finetune_seq2seq as run
+
+    console.print_json(json.dumps(run(args), ensure_ascii=False))
+
+
+@predict_app.command("qa")
+@command_from(QAPredictArguments, hf_fields=False)
+def predict_qa(args: QAPredictArguments) -> None:
+    """Answer every question, pooling n-best spans over all windows of each document.
+
+    Python: kolong.training.qa.predict_qa(QAPredictArguments(...)), or for one document
+    transformers.pipeline("long-document-qa", model=...) after `import kolong`.
+    """
+    from kolong.training.qa import predict_qa as run
+
+    summary = run(args)
+    console.print(
+        f"[green]wrote[/] {args.output}: {summary['questions']} questions, {summary['windows']} windows "
+        f"of {summary['max_length']} tokens"
+    )

@@ -1,0 +1,48 @@
+"""Data arguments that are not files: a directory saved with `datasets`' `save_to_disk`, or a dataset name
+for `datasets.load_dataset` (a hub name, or a local folder of data files), optionally `NAME:SPLIT`.
+
+Each reader (SQuAD, classification files, text pairs) takes the rows as it would take a JSON-lines
+file's, so validation and error messages are the same whatever the source.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kolong.errors import DataError
+
+_SAVED_MARKERS = ("dataset_info.json", "state.json", "dataset_dict.json")
+
+
+def _split_name(source: str, split: str) -> tuple[str, str]:
+    name, _, chosen = source.rpartition(":")
+    if name and chosen and "/" not in chosen and not Path(source).exists():
+        return name, chosen
+    return source, split
+
+
+def dataset_rows(source: str | Path, split: str) -> list[tuple[int, dict]]:
+    """(row number, row) of `split` of a saved or named dataset; DataError naming the source otherwise."""
+    import datasets
+
+    name, split = _split_name(str(source), split)
+    path = Path(name)
+    try:
+        if path.is_dir() and any((path / marker).is_file() for marker in _SAVED_MARKERS):
+            loaded = datasets.load_from_disk(str(path))
+            if isinstance(loaded, datasets.DatasetDict):
+                if split not in loaded:
+                    raise DataError(
+                        f"{path} has splits {', '.join(loaded)}, not {split!r}; pass {path}:SPLIT"
+                    )
+                loaded = loaded[split]
+        else:
+            loaded = datasets.load_dataset(name, split=split)
+    except DataError:
+        raise
+    except (FileNotFoundError, ValueError, ConnectionError, OSError) as error:
+        raise DataError(
+            f"{source} is neither a file, a saved `datasets` directory nor a loadable dataset "
+            f"(split {split!r}): {error}"
+        ) from None
+    return list(enumerate(loaded.to_list(), 1))

@@ -1,0 +1,368 @@
+"""One argument model for every training recipe, and the one place it becomes HF `TrainingArguments`.
+
+`RecipeArguments` holds what every recipe shares (model, output, the training fields); each recipe's
+dataclass adds its own data and task fields and may change a default by declaring the field again.
+Any other `TrainingArguments` field goes into `extra` under its HF name (`report_to`, `lr_scheduler_type`,
+`gradient_checkpointing`, `push_to_hub`, ...) and wins over what kolong derives. The CLI builds its options
+from these dataclasses (`kolong.cli.arguments`): each field is `--name_with_underscores` (as in HF's
+example scripts) and `--name-with-dashes`, plus the aliases in its metadata.
+
+This module imports nothing heavy: `--help` reads it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kolong.errors import ConfigError
+
+REQUIRED = dataclasses.MISSING
+
+
+def option(default: Any = REQUIRED, help: str = "", *flags: str, hf: str | None = None, **metadata):
+    """A dataclass field with its CLI help, extra flags (aliases) and the HF `TrainingArguments` field it sets."""
+    metadata = {"help": help, "flags": flags, "hf": hf, **metadata}
+    if isinstance(default, (dict, list)):
+        return field(default_factory=lambda: type(default)(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+@dataclass(kw_only=True)
+class RecipeArguments:
+    """What every training recipe shares. Field names are kolong's; `hf` names the HF field each one sets."""
+
+    output_dir: str = option(
+        REQUIRED, "Checkpoints, the final model and tokenizer, results.", "-o", "--output"
+    )
+    model: str | None = option(
+        None, "Checkpoint to start from (hub name or directory).", "--model_name_or_path"
+    )
+    overwrite: bool = option(
+        False, "Start afresh in a non-empty output directory instead of resuming.", "--overwrite_output_dir"
+    )
+    resume_from_checkpoint: str | None = option(
+        None, "Resume from this checkpoint directory (default: the last one in the output directory)."
+    )
+    epochs: float = option(3.0, "Training epochs.", hf="num_train_epochs")
+    max_steps: int = option(-1, "Stop after this many optimiser steps (-1: run all epochs).", hf="max_steps")
+    learning_rate: float = option(5e-5, "Peak learning rate.", "--lr", hf="learning_rate")
+    batch_size: int = option(8, "Per-device training batch size.", hf="per_device_train_batch_size")
+    eval_batch_size: int = option(16, "Per-device evaluation batch size.", hf="per_device_eval_batch_size")
+    gradient_accumulation_steps: int = option(
+        1, "Micro-batches per optimiser step.", hf="gradient_accumulation_steps"
+    )
+    warmup_ratio: float = option(0.0, "Warm-up as a share of the optimiser steps.", "--warmup")
+    weight_decay: float = option(0.0, "AdamW weight decay.", hf="weight_decay")
+    seed: int = option(42, "Seed of initialisation, data order and sampling.", hf="seed")
+    bf16: str = option("auto", "auto (on where the GPU supports it) | yes | no.")
+    eval_every: str = option("epoch", "epoch, or N steps between evaluations (and checkpoints).")
+    save_steps: int | None = option(
+        None, "Steps between checkpoints (default: at each evaluation).", hf="save_steps"
+    )
+    early_stopping_patience: int | None = option(
+        None, "Stop after N evaluations without a better main metric."
+    )
+    logging_steps: int = option(10, "Steps between log lines.", hf="logging_steps")
+    save_total_limit: int = option(2, "Checkpoints kept (the best one too).", hf="save_total_limit")
+    quiet: bool = option(False, "No Trainer progress bar or log lines.")
+    extra: dict = option(
+        {}, "Further TrainingArguments fields by their HF names; they win over kolong's.", cli=False
+    )
+
+
+def hf_names(arguments_class: type) -> dict[str, str]:
+    """{HF field name: kolong field name} for the fields of `arguments_class` that set an HF field."""
+    return {
+        spec.metadata.get("hf") or spec.name: spec.name
+        for spec in dataclasses.fields(arguments_class)
+        if spec.metadata.get("hf")
+    }
+
+
+def check_eval_every(value: str | int) -> str:
+    text = str(value)
+    if text != "epoch" and not (text.isdigit() and int(text) > 0):
+        raise ConfigError(f"--eval_every must be 'epoch' or a positive number of steps, got {value!r}")
+    return text
+
+
+def training_arguments(
+    args: RecipeArguments, *, evaluating: bool, metric: str | None = None, seq2seq: bool = False, **recipe
+):
+    """The HF `TrainingArguments` (or `Seq2SeqTrainingArguments`) of a recipe run.
+
+    Precedence, lowest first: kolong's mapping of `args`, the recipe's own settings (`recipe`), then
+    `args.extra` (any HF field the user set by name)."""
+    from transformers import Seq2SeqTrainingArguments, TrainingArguments
+
+    from kolong.training.common import device_settings
+
+    every = check_eval_every(args.eval_every)
+    by_steps = every != "epoch"
+    strategy = "steps" if by_steps else "epoch"
+    settings = dict(
+        output_dir=str(args.output_dir),
+        num_train_epochs=args.epochs,
+        max_steps=args.max_steps,
+        learning_rate=args.learning_rate,
+        per_device_train_batch_size=args.batch_size,
+        per_device_eval_batch_size=args.eval_batch_size,
+        gradient_accumulation_steps=args.gradient_accumulation_steps,
+        warmup_steps=args.warmup_ratio,  # transformers 5: a float in [0, 1) is a ratio of total steps
+        weight_decay=args.weight_decay,
+        seed=args.seed,
+        data_seed=args.seed,
+        eval_strategy=strategy if evaluating else "no",
+        eval_steps=int(every) if by_steps else None,
+        save_strategy="steps" if args.save_steps else strategy,
+        save_steps=args.save_steps or (int(every) if by_steps else 500),
+        save_total_limit=args.save_total_limit,
+        load_best_model_at_end=bool(evaluating and metric),
+        metric_for_best_model=metric if evaluating else None,
+        greater_is_better=True if evaluating and metric else None,
+        logging_steps=args.logging_steps,
+        report_to="none",
+        disable_tqdm=args.quiet or None,
+        **device_settings(args.bf16),
+    )
+    settings.update(recipe)
+    settings.update(args.extra)
+    cls = Seq2SeqTrainingArguments if seq2seq else TrainingArguments
+    known = {spec.name for spec in dataclasses.fields(cls)}
+    unknown = sorted(set(args.extra) - known)
+    if unknown:
+        import transformers
+
+        raise ConfigError(
+            f"{unknown[0]!r} is not a TrainingArguments field in transformers {transformers.__version__}"
+        )
+    try:
+        return cls(**settings)
+    except (ValueError, TypeError) as error:
+        raise ConfigError(f"training arguments rejected by transformers: {error}") from None
+
+
+def resume_checkpoint(args: RecipeArguments) -> str | None:
+    """The checkpoint to resume from: `--resume_from_checkpoint` if given, else the output directory's last
+    (unless `--overwrite`); refuses a non-empty output directory that holds no checkpoint."""
+    from kolong.training.common import resume_point
+
+    if args.resume_from_checkpoint:
+        if args.overwrite:
+            raise ConfigError("--resume_from_checkpoint and --overwrite contradict each other; drop one")
+        chosen = Path(args.resume_from_checkpoint)
+        if not (chosen / "trainer_state.json").is_file():
+            raise ConfigError(
+                f"--resume_from_checkpoint {chosen}: not a Trainer checkpoint (no trainer_state.json there)"
+            )
+        Path(args.output_dir).mkdir(parents=True, exist_ok=True)
+        return str(chosen)
+    return resume_point(Path(args.output_dir), args.overwrite)
+
+
+def quiet_trainer(trainer, quiet: bool) -> None:
+    """Drop the Trainer's progress bar and log lines (a caller that reports progress itself)."""
+    if quiet:
+        from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+        trainer.remove_callback(PrinterCallback)
+        trainer.remove_callback(ProgressCallback)
+
+
+def recorded(args: RecipeArguments) -> dict:
+    """The arguments as written into a results file (JSON-safe)."""
+    return {key: value for key, value in dataclasses.asdict(args).items() if key != "extra"} | {
+        "training_arguments": dict(args.extra)
+    }
+
+
+# -- the recipes -------------------------------------------------------------------------------------------
+
+
+@dataclass(kw_only=True)
+class QAFinetuneArguments(RecipeArguments):
+    """`kolong finetune qa` (flag names of HF's run_qa.py accepted too)."""
+
+    model: str = option(
+        REQUIRED, "Checkpoint to fine-tune (its QA head is created if missing).", "--model_name_or_path"
+    )
+    train: str = option(
+        REQUIRED, "SQuAD/KorQuAD JSON, a saved `datasets` directory or a hub dataset name.", "--train_file"
+    )
+    eval: str | None = option(
+        None, "Evaluation data (as --train), scored with the official KorQuAD metric.", "--validation_file"
+    )
+    max_length: int = option(
+        384,
+        "Tokens per window (question + context + specials); up to the model's positions.",
+        "--max_seq_length",
+    )
+    strategy: str = option("sliding-window", "truncate | sliding-window.")
+    doc_stride: int = option(128, "Overlap between consecutive windows, in tokens (HF `stride`).")
+    n_best: int = option(20, "Candidate spans per window kept when decoding answers.", "--n_best_size")
+    max_answer_length: int = option(30, "Longest answer, in tokens.")
+    on_bad_example: str = option("error", "error | skip an example whose answer is not in its context.")
+    epochs: float = option(2.0)
+    learning_rate: float = option(3e-5)
+    warmup_ratio: float = option(0.1)
+    weight_decay: float = option(0.01)
+
+
+@dataclass(kw_only=True)
+class QAPredictArguments:
+    """`kolong predict qa`."""
+
+    model: str = option(REQUIRED, "Fine-tuned QA checkpoint.", "--model_name_or_path")
+    data: str = option(
+        REQUIRED, "Questions: SQuAD/KorQuAD JSON, a saved `datasets` directory or a hub name.", "--test_file"
+    )
+    output: str = option(REQUIRED, "predictions.json to write: {id: answer}.", "-o")
+    nbest_output: str | None = option(None, "Also write the n-best lists here.", "--nbest")
+    max_length: int | None = option(
+        None, "Window length (default: the model's positions).", "--max_seq_length"
+    )
+    strategy: str = option("sliding-window", "truncate | sliding-window.")
+    doc_stride: int = option(128, "Overlap between consecutive windows, in tokens.")
+    batch_size: int = option(16, "Windows per forward pass.", "--per_device_eval_batch_size")
+    n_best: int = option(20, "Candidate spans per window.", "--n_best_size")
+    max_answer_length: int = option(30, "Longest answer, in tokens.")
+    allow_no_answer: bool = option(
+        False, "SQuAD v2: predict '' when [CLS] wins.", "--version_2_with_negative"
+    )
+    null_threshold: float = option(
+        0.0, "SQuAD v2: how much [CLS] must beat the best span by.", "--null_score_diff_threshold"
+    )
+    on_bad_example: str = option("error", "error | skip.")
+
+
+@dataclass(kw_only=True)
+class ClassificationArguments(RecipeArguments):
+    """`kolong finetune cls`."""
+
+    model: str = option(
+        REQUIRED,
+        "Checkpoint to fine-tune (a classification head is created if missing).",
+        "-m",
+        "--model_name_or_path",
+    )
+    data: str = option(
+        REQUIRED,
+        "nsmc | klue-nli | klue-sts | kornli | korsts | FILE (.tsv/.csv/.jsonl) | saved or hub dataset.",
+        "-d",
+        "--train_file",
+    )
+    eval_data: str | None = option(
+        None,
+        "Evaluation data for a FILE dataset (default: 20% of it, seeded).",
+        "--eval",
+        "--validation_file",
+    )
+    shared_data: str = option("../shared/data", "Where the named datasets are found.")
+    max_length: int = option(128, "Tokens per example (pairs: both sentences).", "--max_seq_length")
+    limit: int | None = option(None, "At most this many training examples (NSMC: per class and split).")
+    epochs: float = option(3.0)
+    batch_size: int = option(32)
+    eval_batch_size: int = option(64)
+    warmup_ratio: float = option(0.1)
+    weight_decay: float = option(0.01)
+    logging_steps: int = option(20)
+
+
+@dataclass(kw_only=True)
+class Seq2SeqFinetuneArguments(RecipeArguments):
+    """`kolong finetune seq2seq`."""
+
+    task: str = option(
+        REQUIRED,
+        "nsmc | klue-ner | klue-nli | FILE (.jsonl / .tsv with input and target) | saved or hub dataset.",
+    )
+    init: str | None = option(None, "Or a fresh model of this size: tiny | small | base.")
+    train: str | None = option(None, "Training data (default: the task's shared file).", "--train_file")
+    eval: str | None = option(
+        None,
+        "Evaluation data (default: a held-out share; nsmc: its movie-disjoint test side).",
+        "--validation_file",
+    )
+    eval_fraction: float = option(0.1, "Share held out when --eval is absent.")
+    limit: int | None = option(None, "At most N training (and N/4 evaluation) examples.")
+    max_source_length: int = option(1024, "Input bytes kept.")
+    max_target_length: int = option(512, "Target bytes kept.")
+    max_new_tokens: int | None = option(
+        None, "Longest generation in bytes (default: 16 for labels, else target length)."
+    )
+    num_beams: int = option(1, "1: greedy decoding; more: beam search.")
+    learning_rate: float = option(1e-4)
+    batch_size: int = option(16)
+    eval_batch_size: int = option(32)
+
+
+@dataclass(kw_only=True)
+class SpanPretrainArguments(RecipeArguments):
+    """`kolong pretrain span`."""
+
+    train: list[str] = option(
+        REQUIRED, "Corpus file(s): one document per line, plain or gzip (repeat the option).", "--train_file"
+    )
+    init: str | None = option(None, "Or a fresh model: tiny | small (ByT5-small) | base (ByT5-base).")
+    add_gbst: bool = option(
+        False, "Add a fresh GBST layer to the encoder, keeping every other weight (uptraining)."
+    )
+    gbst_blocks: str = option("1,2,3,6,9", "GBST block sizes in bytes; size@offset for offsets.")
+    gbst_downsample_rate: int = option(3, "GBST downsampling rate.", "--gbst-rate")
+    gbst_score_consensus: bool = option(True, "GBST position-wise score consensus.")
+    column: int | None = option(
+        None, "Take this tab-separated field (1-based) of each line, e.g. 4 for NSMC."
+    )
+    on_bad_line: str = option("error", "error | skip lines that are not UTF-8.")
+    max_documents: int | None = option(None, "Read at most N documents.")
+    max_length: int = option(1024, "Bytes of text per example; the corpus is cut into such chunks.")
+    curriculum: str | None = option(
+        None, 'Input-length curriculum, e.g. "512,1024,2048" (equal step shares).'
+    )
+    noise_density: float = option(0.15, "Share of bytes corrupted (ByT5 0.15, the Korean paper 0.2-0.4).")
+    mean_span_length: float = option(
+        20.0, "Mean corrupted span in bytes (ByT5 20, the Korean paper 27).", "--mean-span"
+    )
+    sentinels: str = option(
+        "byt5", "Sentinel ids of a new tokenizer: byt5 (258 - k) | top (383 - k) | hf (259 + k)."
+    )
+    eval_fraction: float = option(0.0, "Share of chunks held out for an eval loss (0: none).")
+    epochs: float = option(1.0)
+    learning_rate: float = option(1e-4)
+    eval_batch_size: int = option(8)
+    warmup_ratio: float = option(0.05)
+    save_steps: int | None = option(500)
+
+
+@dataclass(kw_only=True)
+class PretrainArguments(RecipeArguments):
+    """`kolong pretrain mlm`: unset training fields come from the preset."""
+
+    corpus: str = option(REQUIRED, "A corpus directory from `kolong data corpus`.", "-c")
+    preset: str = option("tiny", "tiny | small (the paper: 3 layers, 768, 12 heads) | base.")
+    position_encoding: str = option(
+        "learned", "Position scheme (see `kolong plot positions --help`).", kind="scheme"
+    )
+    position_kwargs: dict = option({}, "Scheme options as JSON, e.g. '{\"max_distance\": 16}'.")
+    tokenizer: str | None = option(None, "Tokenizer directory (default: the corpus's).")
+    masking: str = option("token", "token | eojeol | morpheme | span (SpanBERT).")
+    objective: str = option("mlm", "mlm | mlm+sop (adds ALBERT's sentence-order prediction).")
+    mlm_probability: float = option(0.15, "Share of tokens to predict.")
+    overrides: dict = option(
+        {}, "Override a preset field: --set hidden_size=256 (repeat).", "--set", kind="pairs"
+    )
+    eval_blocks: int = option(2000, "Held-out blocks to evaluate on (the first N of the validation split).")
+    max_steps: int | None = option(None, "Optimiser steps (default: the preset's).")
+    batch_size: int | None = option(None, "Per-device batch size (default: the preset's).")
+    learning_rate: float | None = option(None, "Peak learning rate (default: the preset's).")
+    warmup_ratio: float | None = option(
+        None, "Warm-up share of max_steps (default: the preset's).", "--warmup"
+    )
+    weight_decay: float = option(0.01)
+    eval_every: str = option("200")
+    save_steps: int | None = option(200)
+    logging_steps: int = option(20)
+    save_total_limit: int = option(3)

@@ -1,0 +1,162 @@
+"""The one recipe-arguments layer: HF field table, generated options, --config, TensorBoard, resume, --version."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from kolong.cli import app
+from kolong.data.samples import korean_qa_dataset
+from kolong.demo import build_tiny_bert_checkpoint
+from kolong.errors import ConfigError
+from kolong.training.arguments import (
+    ClassificationArguments,
+    PretrainArguments,
+    QAFinetuneArguments,
+    Seq2SeqFinetuneArguments,
+    SpanPretrainArguments,
+    training_arguments,
+)
+from kolong.training.hf_fields import FIELDS
+from kolong.training.hf_fields_generate import installed_fields
+
+runner = CliRunner()
+RECIPES = {
+    ("finetune", "qa"): QAFinetuneArguments,
+    ("finetune", "cls"): ClassificationArguments,
+    ("finetune", "seq2seq"): Seq2SeqFinetuneArguments,
+    ("pretrain", "mlm"): PretrainArguments,
+    ("pretrain", "span"): SpanPretrainArguments,
+}
+
+
+def test_the_static_table_covers_the_installed_training_arguments():
+    table = {name: kind for name, kind, *_ in FIELDS}
+    installed = {name: kind for name, kind, *_ in installed_fields()}
+    missing = sorted(set(installed) - set(table))
+    assert not missing, f"regenerate: python -m kolong.training.hf_fields_generate (missing {missing})"
+    assert {name: table[name] for name in installed} == installed
+
+
+@pytest.mark.parametrize("command", list(RECIPES))
+def test_every_hf_field_is_an_option_of_every_training_command(command):
+    text = runner.invoke(app, [*command, "--help"], terminal_width=200).output
+    for name, kind, *_ in FIELDS:
+        if kind != "object":
+            assert f"--{name}" in text or f"--{name.replace('_', '-')}" in text, name
+    assert "--config" in text and "--resume_from_checkpoint" in text
+
+
+def captured(monkeypatch, module: str, function: str, *arguments: str):
+    """The arguments dataclass a command builds (the recipe itself replaced by a recorder)."""
+    seen = []
+    monkeypatch.setattr(f"{module}.{function}", lambda args: seen.append(args) or {"data": "x"})
+    result = runner.invoke(app, list(arguments))
+    assert result.exit_code == 0, result.output
+    return seen[0]
+
+
+def test_hf_flag_names_and_fields_reach_training_arguments(monkeypatch, tmp_path):
+    args = captured(
+        monkeypatch, "kolong.training.qa", "finetune_qa",
+        "finetune", "qa", "--model_name_or_path", "m", "--train_file", "t.json", "--output_dir", str(tmp_path),
+        "--max_seq_length", "256", "--n_best_size", "5", "--num_train_epochs", "1.5", "--lr", "1e-4",
+        "--gradient_checkpointing", "--lr_scheduler_type", "cosine", "--save_total_limit", "1", "--push_to_hub",
+        "--report_to", "tensorboard", "--optim_target_modules", "a,b",
+    )  # fmt: skip
+    assert (args.model, args.train, args.max_length, args.n_best, args.epochs) == ("m", "t.json", 256, 5, 1.5)
+    assert args.learning_rate == 1e-4 and args.save_total_limit == 1
+    assert args.extra == {"gradient_checkpointing": True, "lr_scheduler_type": "cosine", "push_to_hub": True,
+                          "report_to": ["tensorboard"], "optim_target_modules": ["a", "b"]}  # fmt: skip
+    hf = training_arguments(args, evaluating=False)
+    assert hf.gradient_checkpointing and hf.lr_scheduler_type == "cosine" and hf.push_to_hub
+    assert hf.num_train_epochs == 1.5 and hf.report_to == ["tensorboard"] and hf.save_total_limit == 1
+
+
+@pytest.mark.parametrize("suffix", [".yaml", ".json"])
+def test_config_file_loads_the_same_fields_and_the_command_line_wins(monkeypatch, tmp_path, suffix):
+    settings = {"model": "from-file", "train": "t.json", "output_dir": str(tmp_path / "o"),
+                "max-seq-length": 128, "learning_rate": 2e-5, "lr_scheduler_type": "constant", "seed": 7}  # fmt: skip
+    config = tmp_path / f"args{suffix}"
+    if suffix == ".yaml":
+        import yaml
+
+        config.write_text(yaml.safe_dump(settings))
+    else:
+        config.write_text(json.dumps(settings))
+    args = captured(
+        monkeypatch, "kolong.training.qa", "finetune_qa",
+        "finetune", "qa", "--config", str(config), "--seed", "3",
+    )  # fmt: skip
+    assert (args.model, args.max_length, args.learning_rate, args.seed) == ("from-file", 128, 2e-5, 3)
+    assert args.extra == {"lr_scheduler_type": "constant"}
+
+
+def test_config_file_errors_name_the_file_and_key(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model: m\nnot_an_option: 1\n")
+    result = runner.invoke(app, ["finetune", "cls", "--config", str(bad)])
+    assert result.exit_code == 2 and "not_an_option" in flat(result.output) and "bad.yaml" in result.output
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("model: [unclosed\n")
+    result = runner.invoke(app, ["finetune", "cls", "--config", str(broken)])
+    assert result.exit_code == 2 and "not valid YAML" in flat(result.output)
+    result = runner.invoke(app, ["finetune", "cls", "-o", str(tmp_path)])
+    assert result.exit_code == 2 and "--model is required" in flat(result.output)
+
+
+def test_unknown_hf_field_in_python_is_refused_with_its_name(tmp_path):
+    args = QAFinetuneArguments(model="m", train="t", output_dir=str(tmp_path), extra={"learning_rat": 1})
+    with pytest.raises(ConfigError, match="'learning_rat' is not a TrainingArguments field"):
+        training_arguments(args, evaluating=False)
+
+
+def test_version():
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0 and result.output.startswith("kolong ")
+
+
+@pytest.fixture(scope="module")
+def qa_workspace(tmp_path_factory):
+    root = tmp_path_factory.mktemp("args")
+    data = root / "qa.json"
+    data.write_text(json.dumps(korean_qa_dataset(), ensure_ascii=False), encoding="utf-8")
+    return root, data, build_tiny_bert_checkpoint(root / "tiny", max_position_embeddings=64)
+
+
+def flat(text: str) -> str:
+    """The output with the console's line wrapping undone."""
+    return " ".join(text.split())
+
+
+def finetune(model, data, out, *options):
+    result = runner.invoke(app, ["finetune", "qa", "--model", str(model), "--train", str(data), "-o", str(out),
+                                 "--max_seq_length", "64", "--doc_stride", "16", *map(str, options)])  # fmt: skip
+    return result
+
+
+def test_report_to_tensorboard_writes_event_files(qa_workspace):
+    pytest.importorskip("tensorboard")
+    root, data, model = qa_workspace
+    out = root / "tb"
+    result = finetune(model, data, out, "--max_steps", 2, "--report_to", "tensorboard", "--logging_steps", 1)
+    assert result.exit_code == 0, result.output
+    assert list((out / "runs").rglob("events.out.tfevents.*")), "no TensorBoard event file"
+
+
+def test_resume_from_a_chosen_checkpoint(qa_workspace):
+    root, data, model = qa_workspace
+    out = root / "resume"
+    first = finetune(model, data, out, "--max_steps", 4, "--eval_every", 2, "--save_total_limit", 3)
+    assert first.exit_code == 0, first.output
+    chosen = out / "checkpoint-2"
+    result = finetune(model, data, out, "--max_steps", 6, "--resume_from_checkpoint", chosen)
+    assert result.exit_code == 0, result.output
+    results = json.loads((out / "kolong_qa_results.json").read_text())
+    assert results["metrics"]["resumed_from"] == str(chosen)
+    refused = finetune(model, data, out, "--resume_from_checkpoint", root, "--max_steps", 1)
+    assert refused.exit_code == 2 and "not a Trainer checkpoint" in flat(refused.output)
+    both = finetune(model, data, out, "--resume_from_checkpoint", chosen, "--overwrite")
+    assert both.exit_code == 2 and "contradict" in flat(both.output)
