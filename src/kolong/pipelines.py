@@ -24,7 +24,7 @@ from kolong.data.qa_features import build_features
 from kolong.data.squad import QAExample
 from kolong.errors import DataError
 from kolong.evaluation.qa_postprocess import decode_answers
-from kolong.training.qa import model_max_length
+from kolong.positions.reach import model_max_length
 
 TASK = "long-document-qa"
 

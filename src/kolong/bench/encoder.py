@@ -25,21 +25,26 @@ from pathlib import Path
 
 from kolong.io import atomic_write_json, atomic_write_text
 
-IMPLEMENTATIONS: dict[str, tuple[str, dict]] = {
-    # name: (position_encoding, position_kwargs); "hf-bert" and "shaw-naive" are the references.
+# References beside the schemes: HF's BertModel, and Shaw's materialised (n, n, d_h) formulation.
+REFERENCES: dict[str, tuple[str, dict]] = {
     "hf-bert": ("learned", {}),
-    "learned": ("learned", {}),
-    "sinusoidal": ("sinusoidal", {}),
-    "memn2n": ("memn2n", {}),
-    "shaw": ("shaw", {"max_distance": 16}),
     "shaw-value": ("shaw", {"max_distance": 16, "value": True}),
     "shaw-naive": ("shaw", {"max_distance": 16}),
     "shaw-value-naive": ("shaw", {"max_distance": 16, "value": True}),
-    "t5": ("t5", {}),
-    "alibi": ("alibi", {}),
-    "rope": ("rope", {}),
-    "none": ("none", {}),
 }
+
+
+def implementations() -> dict[str, tuple[str, dict]]:
+    """name -> (position_encoding, position_kwargs): every registered scheme with its `bench_kwargs`, and
+    the references (read at each call, so a scheme registered later is measured too)."""
+    from kolong.positions import SCHEME_CLASSES as SCHEMES
+
+    schemes = {name: (name, dict(SCHEMES[name].bench_kwargs)) for name in SCHEMES}
+    return {
+        "hf-bert": REFERENCES["hf-bert"],
+        **schemes,
+        **{k: v for k, v in REFERENCES.items() if k != "hf-bert"},
+    }
 
 
 @dataclass
@@ -48,8 +53,8 @@ class EncoderBenchArguments:
 
     lengths: list[int] = field(default_factory=lambda: [128, 256, 512, 1024, 2048, 4096])
     """Sequence lengths."""
-    implementations: list[str] = field(default_factory=lambda: list(IMPLEMENTATIONS))
-    """Which of IMPLEMENTATIONS to run."""
+    implementations: list[str] = field(default_factory=lambda: list(implementations()))
+    """Which of `implementations()` to run."""
     hidden_size: int = 256
     num_hidden_layers: int = 4
     num_attention_heads: int = 4
@@ -82,7 +87,7 @@ def _model(name: str, args: EncoderBenchArguments):
     torch.manual_seed(0)
     if name == "hf-bert":
         return BertModel(BertConfig(**sizes, attn_implementation="sdpa")).to(args.device)
-    scheme, kwargs = IMPLEMENTATIONS[name]
+    scheme, kwargs = implementations()[name]
     model = KolongModel(KolongConfig(**sizes, position_encoding=scheme, position_kwargs=kwargs))
     if name.endswith("-naive"):
         naive = MaterialisedShawPositions(model.config, **kwargs)
@@ -154,10 +159,15 @@ def measure(name: str, length: int, args: EncoderBenchArguments) -> dict:
 
 
 def _run_worker(name: str, length: int, args: EncoderBenchArguments) -> dict:
-    payload = json.dumps({"name": name, "length": length, "args": asdict(args)})
+    from kolong.positions.registry import SCHEMES
+
+    # The worker gets this process's scheme registry (schemes registered at run time included) and path.
+    payload = json.dumps({"name": name, "length": length, "args": asdict(args), "schemes": SCHEMES})
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     process = subprocess.run(
-        [sys.executable, "-m", "kolong.bench.encoder", payload], capture_output=True, text=True, check=False
-    )
+        [sys.executable, "-m", "kolong.bench.encoder", payload], capture_output=True, text=True, check=False,
+        env=environment,
+    )  # fmt: skip
     if process.returncode != 0:
         reason = (process.stderr.strip().splitlines() or ["killed (out of memory?)"])[-1]
         return {"implementation": name, "length": length, "error": reason[-300:]}
@@ -167,9 +177,10 @@ def _run_worker(name: str, length: int, args: EncoderBenchArguments) -> dict:
 def run_encoder_benchmark(args: EncoderBenchArguments, on_step: Callable[[str], None] = print) -> dict:
     from kolong.bench.machine import describe_machine
 
-    unknown = sorted(set(args.implementations) - set(IMPLEMENTATIONS))
+    known = implementations()
+    unknown = sorted(set(args.implementations) - set(known))
     if unknown:
-        raise ValueError(f"unknown implementation {unknown[0]!r}; choose from {', '.join(IMPLEMENTATIONS)}")
+        raise ValueError(f"unknown implementation {unknown[0]!r}; choose from {', '.join(known)}")
     rows = []
     for length in args.lengths:
         for name in args.implementations:
@@ -316,5 +327,8 @@ def paired_markdown(result: dict) -> str:
 
 if __name__ == "__main__":  # the worker: one (implementation, length) measurement, JSON on stdout
     request = json.loads(sys.argv[1])
+    from kolong.positions.registry import SCHEMES as _registry
+
+    _registry.update(request.get("schemes", {}))
     arguments = EncoderBenchArguments(**request["args"])
     print(json.dumps(measure(request["name"], request["length"], arguments)))

@@ -207,26 +207,29 @@ def build_arguments(
         raise ConfigError(str(error)) from None
 
 
-def command_from(cls: type, hf_fields: bool = True) -> Callable[[Callable], Callable]:
-    """Decorate `run(args: cls)` into a typer command whose options are `cls`'s fields (and HF's)."""
+class GeneratedCommand:
+    """A typer command function whose signature is built from `cls` when typer reads it (each CLI start),
+    so choices read from registries (position schemes) include late registrations."""
 
-    def decorate(run: Callable) -> Callable:
-        options = _options(cls, hf_fields)
-        defaults = {spec.name: spec.default for spec in dataclasses.fields(cls)}
+    def __init__(self, run: Callable, cls: type, hf_fields: bool):
+        functools.update_wrapper(self, run, assigned=("__module__", "__name__", "__qualname__", "__doc__"))
+        del self.__wrapped__  # typer must read the generated signature, not `run`'s
+        self.run, self.cls, self.hf_fields = run, cls, hf_fields
 
-        @functools.wraps(run)
-        def command(ctx: typer.Context, config: str | None = None, **values):
-            # typer may vendor its own click: compare the source by name, not by enum identity
-            given = {
-                name
-                for name in values
-                if getattr(ctx.get_parameter_source(name), "name", "") == "COMMANDLINE"
-            }
-            with user_errors():
-                settings = read_config_file(config) if config else {}
-                args = build_arguments(cls, options, values, given, settings, config or "")
-                return run(args)
+    def __call__(self, ctx: typer.Context, config: str | None = None, **values):
+        # typer may vendor its own click: compare the source by name, not by enum identity
+        given = {
+            name for name in values if getattr(ctx.get_parameter_source(name), "name", "") == "COMMANDLINE"
+        }
+        with user_errors():
+            settings = read_config_file(config) if config else {}
+            args = build_arguments(
+                self.cls, _options(self.cls, self.hf_fields), values, given, settings, config or ""
+            )
+            return self.run(args)
 
+    @property
+    def __signature__(self) -> inspect.Signature:
         parameters = [
             inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context),
             inspect.Parameter(
@@ -236,20 +239,29 @@ def command_from(cls: type, hf_fields: bool = True) -> Callable[[Callable], Call
                 annotation=str | None,
             ),
         ]
-        for option in options:
+        defaults = {spec.name: spec.default for spec in dataclasses.fields(self.cls)}
+        rows = {row[0]: row for row in _hf_rows()}
+        for option in _options(self.cls, self.hf_fields):
             if option.hf:
-                row = next(r for r in _hf_rows() if r[0] == option.field)
-                text = f"[HF] {row[3]} (HF default: {row[2]!r})"
-                parameters.append(option.parameter(None, text))
+                row = rows[option.field]
+                parameters.append(option.parameter(None, f"[HF] {row[3]} (HF default: {row[2]!r})"))
             else:
-                default = defaults.get(option.field)
-                parameters.append(option.parameter(default, _metadata(cls, option.field).get("help", "")))
-        command.__signature__ = inspect.Signature(parameters)
-        command.__annotations__ = {p.name: p.annotation for p in parameters}
-        del command.__wrapped__  # typer must read the generated signature, not `run`'s
-        return command
+                help = _metadata(self.cls, option.field).get("help", "")
+                if option.kind == "scheme":
+                    from kolong.positions.registry import scheme_names
 
-    return decorate
+                    help = f"{help} One of: {', '.join(scheme_names())}."
+                parameters.append(option.parameter(defaults.get(option.field), help))
+        return inspect.Signature(parameters)
+
+    @property
+    def __annotations__(self) -> dict:
+        return {p.name: p.annotation for p in self.__signature__.parameters.values()}
+
+
+def command_from(cls: type, hf_fields: bool = True) -> Callable[[Callable], GeneratedCommand]:
+    """Decorate `run(args: cls)` into a typer command whose options are `cls`'s fields (and HF's)."""
+    return lambda run: GeneratedCommand(run, cls, hf_fields)
 
 
 @functools.cache

@@ -89,8 +89,8 @@ def encoder(
     lengths: str = typer.Option("128,256,512,1024,2048,4096", help="Comma-separated sequence lengths."),
     implementations: str = typer.Option(
         "all",
-        help="Comma-separated subset of: hf-bert, learned, sinusoidal, memn2n, shaw, shaw-value, "
-        "shaw-naive, shaw-value-naive, t5, alibi, rope, none.",
+        help="Comma-separated subset of: hf-bert (HF BertModel), every registered position scheme, "
+        "shaw-value, shaw-naive, shaw-value-naive (references).",
     ),
     hidden_size: int = typer.Option(256, help="Hidden size of every model."),
     layers: int = typer.Option(4, help="Encoder layers."),
@@ -111,14 +111,18 @@ def encoder(
 ) -> None:
     """Training/inference tokens/s and peak memory of every position scheme, next to HF BertModel (SDPA)."""
     from kolong.bench.encoder import (
-        IMPLEMENTATIONS,
         EncoderBenchArguments,
         run_encoder_benchmark,
         write_results,
     )
+    from kolong.bench.encoder import (
+        implementations as known_implementations,
+    )
 
     names = (
-        list(IMPLEMENTATIONS) if implementations == "all" else [n.strip() for n in implementations.split(",")]
+        list(known_implementations())
+        if implementations == "all"
+        else [n.strip() for n in implementations.split(",")]
     )
     try:
         length_list = [int(n) for n in lengths.split(",")]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from kolong.extension.architectures import ExtensionError, find_position_table
+from kolong.extension.position_table import ExtensionError, find_position_table
 from kolong.extension.scaling import CONFIG_KEY, install_position_scaling
 from kolong.extension.tables import METHODS, extend_rows
 

@@ -27,7 +27,7 @@ import inspect
 import torch
 from torch import nn
 
-from kolong.extension.architectures import PositionTable, find_position_table
+from kolong.extension.position_table import PositionTable, find_position_table
 from kolong.integration import POSITION_SCALING_KEY
 
 CONFIG_KEY = POSITION_SCALING_KEY

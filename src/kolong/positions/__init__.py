@@ -12,61 +12,32 @@ none        no positions
 
 from __future__ import annotations
 
-from kolong.positions.alibi import ALiBiPositions, alibi_slopes
-from kolong.positions.base import PositionEncoding
-from kolong.positions.learned import LearnedPositions
-from kolong.positions.memn2n import MemN2NPositions, memn2n_weights
-from kolong.positions.none import NoPositions
-from kolong.positions.rope import RotaryPositions
-from kolong.positions.shaw import ShawPositions, clipped_distances
-from kolong.positions.sinusoidal import SinusoidalPositions, sinusoid_table
-from kolong.positions.t5 import T5Positions, relative_position_bucket
+from kolong.lazy import lazy_exports
 
-SCHEMES: dict[str, type[PositionEncoding]] = {
-    scheme.name: scheme
-    for scheme in (
-        LearnedPositions,
-        SinusoidalPositions,
-        MemN2NPositions,
-        ShawPositions,
-        T5Positions,
-        ALiBiPositions,
-        RotaryPositions,
-        NoPositions,
-    )
-}
-
-
-def scheme_class(name: str) -> type[PositionEncoding]:
-    try:
-        return SCHEMES[name]
-    except (KeyError, TypeError):
-        raise ValueError(
-            f"position_encoding={name!r} is not a known scheme; choose one of: {', '.join(SCHEMES)}"
-        ) from None
-
-
-def build_position_encoding(config) -> PositionEncoding:
-    """The scheme module named by `config.position_encoding`, with `config.position_kwargs`."""
-    return scheme_class(config.position_encoding)(config, **(config.position_kwargs or {}))
-
-
-__all__ = [
-    "SCHEMES",
-    "ALiBiPositions",
-    "LearnedPositions",
-    "MemN2NPositions",
-    "NoPositions",
-    "PositionEncoding",
-    "RotaryPositions",
-    "ShawPositions",
-    "SinusoidalPositions",
-    "T5Positions",
-    "alibi_slopes",
-    "build_position_encoding",
-    "clipped_distances",
-    "memn2n_weights",
-    "relative_position_bucket",
-    "scheme_class",
-    "sinusoid_table",
-]
+# `SCHEME_CLASSES[name]` is the class; `registry.SCHEMES` the torch-free names.
+# Lazy: the scheme names (kolong.positions.registry) are read by CLI help, which must not import torch.
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "ALiBiPositions": "kolong.positions.alibi",
+        "alibi_slopes": "kolong.positions.alibi",
+        "PositionEncoding": "kolong.positions.base",
+        "LearnedPositions": "kolong.positions.learned",
+        "MemN2NPositions": "kolong.positions.memn2n",
+        "memn2n_weights": "kolong.positions.memn2n",
+        "NoPositions": "kolong.positions.none",
+        "RotaryPositions": "kolong.positions.rope",
+        "ShawPositions": "kolong.positions.shaw",
+        "clipped_distances": "kolong.positions.shaw",
+        "SinusoidalPositions": "kolong.positions.sinusoidal",
+        "sinusoid_table": "kolong.positions.sinusoidal",
+        "T5Positions": "kolong.positions.t5",
+        "relative_position_bucket": "kolong.positions.t5",
+        "SCHEME_CLASSES": "kolong.positions.registry",
+        "build_position_encoding": "kolong.positions.registry",
+        "register_scheme": "kolong.positions.registry",
+        "scheme_class": "kolong.positions.registry",
+        "scheme_names": "kolong.positions.registry",
+        "model_max_length": "kolong.positions.reach",
+    },
+)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 from kolong.positions.base import PositionEncoding
@@ -31,6 +32,16 @@ def alibi_slopes(heads: int) -> torch.Tensor:
 class ALiBiPositions(PositionEncoding):
     name = "alibi"
     relative = True
+
+    @classmethod
+    def panels(cls, length, dim, heads, options, config):
+        slopes = alibi_slopes(heads).numpy()
+        distance = np.abs(np.arange(length)[None, :] - np.arange(length)[:, None])
+        return [
+            (f"ALiBi bias, head 1 (m = {slopes[0]:.3g})", -slopes[0] * distance, "key position j", "query position i"),
+            (f"ALiBi bias, head {heads} (m = {slopes[-1]:.3g})", -slopes[-1] * distance, "key position j",
+             "query position i"),
+        ]  # fmt: skip
 
     def prepare(self, length, device, dtype):
         position = torch.arange(length, device=device, dtype=torch.float64)

@@ -23,8 +23,19 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 from torch import nn
+
+Panel = tuple[str, "np.ndarray", str, str]
+
+
+def absolute_panels(title: str, table: np.ndarray) -> list[Panel]:
+    """An absolute scheme's (length x dim) matrix and the dot products of its position vectors."""
+    return [
+        (title, table, "dimension", "position"),
+        ("dot product of position vectors", table @ table.T, "position j", "position i"),
+    ]
 
 
 def kwarg_error(scheme: str, key: str, message: str) -> ValueError:
@@ -39,6 +50,9 @@ class PositionEncoding(nn.Module):
     # True for schemes that act on the embeddings (learned, sinusoidal, memn2n).
     absolute: ClassVar[bool] = False
     needs_probabilities: bool = False
+    # Facts the rest of kolong reads from the scheme (plots, benchmarks), so adding one needs no other edit.
+    per_head: ClassVar[bool] = False  # plots: `dim` is the head size (hidden = dim x heads)
+    bench_kwargs: ClassVar[dict[str, Any]] = {}  # `kolong bench encoder`: the options it measures
 
     def __init__(self, config, **kwargs: Any):
         super().__init__()
@@ -62,6 +76,11 @@ class PositionEncoding(nn.Module):
     @classmethod
     def validate(cls, options: dict[str, Any], config) -> None:
         """Raise ValueError naming the field when an option is out of range."""
+
+    @classmethod
+    def panels(cls, length: int, dim: int, heads: int, options: dict[str, Any], config) -> list[Panel]:
+        """What `kolong plot positions --scheme NAME` draws: (title, matrix, x label, y label) per panel."""
+        return []
 
     def max_length(self) -> int | None:
         """The longest input the scheme can encode, or None when any length works."""

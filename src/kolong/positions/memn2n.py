@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from kolong.positions.base import PositionEncoding
+from kolong.positions.base import PositionEncoding, absolute_panels
 
 
 def memn2n_weights(real: torch.Tensor, dim: int) -> torch.Tensor:
@@ -29,6 +29,11 @@ def memn2n_weights(real: torch.Tensor, dim: int) -> torch.Tensor:
 class MemN2NPositions(PositionEncoding):
     name = "memn2n"
     absolute = True
+
+    @classmethod
+    def panels(cls, length, dim, heads, options, config):
+        table = memn2n_weights(torch.ones(1, length), dim)[0].numpy()
+        return absolute_panels(f"MemN2N l_kj (J = {length}, d = {dim})", table)
 
     def __init__(self, config, **kwargs):
         super().__init__(config, **kwargs)

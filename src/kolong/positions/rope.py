@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 
 from kolong.positions.base import PositionEncoding, kwarg_error
@@ -27,6 +28,17 @@ class RotaryPositions(PositionEncoding):
     name = "rope"
     relative = True
     defaults: ClassVar[dict[str, Any]] = {"base": 10000.0, "scaling": None, "factor": 1.0}
+    per_head = True
+
+    @classmethod
+    def panels(cls, length, dim, heads, options, config):
+        cos, sin = (part.numpy() for part in cls(config, **options).prepare(length, "cpu", torch.float64))
+        x = np.ones(dim) / np.sqrt(dim)
+        rotated = x * cos + np.concatenate([-x[dim // 2 :], x[: dim // 2]]) * sin  # R_p x: (n, d)
+        return [
+            (f"RoPE cos(p * theta_i) (d_head = {dim})", cos, "dimension", "position"),
+            ("RoPE <R_i x, R_j x> for a constant x", rotated @ rotated.T, "position j", "position i"),
+        ]
 
     @classmethod
     def validate(cls, options, config):

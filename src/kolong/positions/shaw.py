@@ -35,6 +35,15 @@ class ShawPositions(PositionEncoding):
     name = "shaw"
     relative = True
     defaults: ClassVar[dict[str, Any]] = {"max_distance": 16, "value": False, "shared": False}
+    per_head = True
+    bench_kwargs: ClassVar[dict[str, Any]] = {"max_distance": 16}
+
+    @classmethod
+    def panels(cls, length, dim, heads, options, config):
+        index = clipped_distances(length, options["max_distance"]).numpy() - options["max_distance"]
+        return [
+            (f"Shaw clip(j - i, k = {options['max_distance']})", index, "key position j", "query position i")
+        ]
 
     def __init__(self, config, **kwargs):
         super().__init__(config, **kwargs)

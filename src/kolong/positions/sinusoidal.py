@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from kolong.positions.base import PositionEncoding, kwarg_error
+from kolong.positions.base import PositionEncoding, absolute_panels, kwarg_error
 
 
 def sinusoid_table(positions: torch.Tensor, dim: int, base: float = 10000.0) -> torch.Tensor:
@@ -32,6 +32,11 @@ class SinusoidalPositions(PositionEncoding):
     name = "sinusoidal"
     absolute = True
     defaults: ClassVar[dict[str, Any]] = {"base": 10000.0, "scale": 1.0}
+
+    @classmethod
+    def panels(cls, length, dim, heads, options, config):
+        table = (sinusoid_table(torch.arange(length), dim, options["base"]) * options["scale"]).numpy()
+        return absolute_panels(f"sinusoidal PE (length {length}, d = {dim})", table)
 
     def __init__(self, config, **kwargs):
         super().__init__(config, **kwargs)

@@ -46,6 +46,16 @@ class T5Positions(PositionEncoding):
     relative = True
     defaults: ClassVar[dict[str, Any]] = {"num_buckets": 32, "max_distance": 128, "shared": True}
 
+    @classmethod
+    def panels(cls, length, dim, heads, options, config):
+        positions = torch.arange(length)
+        relative = positions[None, :] - positions[:, None]
+        buckets = relative_position_bucket(relative, options["num_buckets"], options["max_distance"]).numpy()
+        return [
+            (f"T5 bucket of j - i ({options['num_buckets']} buckets, max distance {options['max_distance']})",
+             buckets, "key position j", "query position i"),
+        ]  # fmt: skip
+
     def __init__(self, config, **kwargs):
         super().__init__(config, **kwargs)
         tables = table_count(self.options, self.num_layers)

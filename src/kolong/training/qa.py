@@ -17,6 +17,7 @@ from kolong.errors import DataError
 from kolong.evaluation.korquad import score_questions
 from kolong.evaluation.qa_postprocess import decode_answers
 from kolong.io import atomic_write_json
+from kolong.positions.reach import model_max_length
 from kolong.training.arguments import (
     QAFinetuneArguments,
     QAPredictArguments,
@@ -26,17 +27,6 @@ from kolong.training.arguments import (
     training_arguments,
 )
 from kolong.training.common import has_gpu
-
-
-def model_max_length(model) -> int:
-    from kolong.extension import ExtensionError, find_position_table
-
-    try:
-        return find_position_table(model).max_length
-    except ExtensionError:
-        if getattr(model.config, "position_encoding", "learned") != "learned":
-            return 10**9  # kolong's relative and function-based schemes take any length
-        return int(getattr(model.config, "max_position_embeddings", 10**9))
 
 
 def check_length(model, max_length: int, model_name: str) -> None:

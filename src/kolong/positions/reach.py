@@ -1,0 +1,26 @@
+"""How long can this model read: the one answer, for kolong's encoder and for any HF model.
+
+kolong's encoder asks its scheme (`PositionEncoding.max_length()`: the learned table's rows, None for
+schemes that take any length); an HF model with a learned absolute table answers with that table's real
+rows (RoBERTa's reserved rows excluded); anything else with `config.max_position_embeddings`.
+"""
+
+from __future__ import annotations
+
+from kolong.errors import ExtensionError
+from kolong.extension.position_table import find_position_table
+from kolong.positions.base import PositionEncoding
+
+ANY_LENGTH = 10**9  # what "no limit" compares as
+
+
+def model_max_length(model) -> int:
+    """The longest input `model` can encode, in tokens (ANY_LENGTH when its scheme has no limit)."""
+    positions = getattr(getattr(model, "base_model", model), "positions", None)
+    if isinstance(positions, PositionEncoding):
+        limit = positions.max_length()
+        return ANY_LENGTH if limit is None else int(limit)
+    try:
+        return find_position_table(model).max_length
+    except ExtensionError:
+        return int(getattr(model.config, "max_position_embeddings", None) or ANY_LENGTH)
