@@ -28,6 +28,8 @@ import sys
 import threading
 from collections.abc import Callable
 
+from kolong.constants import POSITION_SCALING_KEY
+
 _pending: dict[str, list[Callable[[], None]]] = {}
 _executed: set[str] = set()  # watched modules whose code has run (their spec still says "initializing")
 _lock = threading.RLock()
@@ -180,9 +182,6 @@ def _wrap_model_autos() -> None:
 def _wrap_tokenizer_auto() -> None:
     module = sys.modules["transformers.models.auto.tokenization_auto"]
     _register_first(module.AutoTokenizer, ("from_pretrained",), register_tokenizers)
-
-
-POSITION_SCALING_KEY = "kolong_position_scaling"  # config.json entry of keep-short checkpoints
 
 
 def _wrap_post_init() -> None:

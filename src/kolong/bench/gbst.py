@@ -123,7 +123,7 @@ def run_gbst_benchmark(args: GBSTBenchArguments, on_step: Callable[[str], None] 
     from kolong.bench.machine import describe_machine
     from kolong.models.byte import KolongByteConfig, KolongByteForConditionalGeneration, add_gbst
     from kolong.tokenizers import ByteTokenizer
-    from kolong.training.seq2seq import parse_blocks_option
+    from kolong.training.span import parse_blocks_option
 
     on_step("reading inputs")
     description, pairs = bench_inputs(args)

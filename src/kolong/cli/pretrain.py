@@ -42,9 +42,9 @@ def span(args: SpanPretrainArguments) -> None:
     """Pre-train a byte-level encoder-decoder with T5 span corruption aligned to UTF-8 characters.
 
     Uptraining as the Korean token-free paper: --model google/byt5-small --add-gbst. Resumes in OUTPUT.
-    Python: kolong.training.seq2seq.pretrain_span(SpanPretrainArguments(...)).
+    Python: kolong.training.span.pretrain_span(SpanPretrainArguments(...)).
     """
-    from kolong.training.seq2seq import pretrain_span
+    from kolong.training.span import pretrain_span
 
     with user_errors():
         metrics = pretrain_span(args)

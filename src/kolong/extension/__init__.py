@@ -1,8 +1,8 @@
 """Length extension of pretrained encoders with learned absolute position tables."""
 
-from kolong.extension.position_table import ExtensionError, PositionTable, find_position_table
 from kolong.extension.checkpoint import extend_checkpoint
 from kolong.extension.extend import extend_position_embeddings, set_tokenizer_max_length
+from kolong.extension.position_table import ExtensionError, PositionTable, find_position_table
 from kolong.extension.scaling import install_position_scaling, scaled_position_ids
 from kolong.extension.tables import METHODS, extend_rows, interpolate_rows
 

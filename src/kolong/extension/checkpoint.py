@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kolong.checkpoints import load_model, load_tokenizer
-from kolong.extension.position_table import find_position_table
 from kolong.extension.extend import extend_position_embeddings, set_tokenizer_max_length
+from kolong.extension.position_table import find_position_table
 from kolong.io import atomic_output_dir, check_output_dir
 
 

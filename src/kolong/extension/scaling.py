@@ -27,8 +27,8 @@ import inspect
 import torch
 from torch import nn
 
+from kolong.constants import POSITION_SCALING_KEY
 from kolong.extension.position_table import PositionTable, find_position_table
-from kolong.integration import POSITION_SCALING_KEY
 
 CONFIG_KEY = POSITION_SCALING_KEY
 _HOOK_ATTRIBUTE = "_kolong_position_scaling_hook"

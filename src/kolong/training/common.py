@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 from kolong.io import OutputExistsError
@@ -49,3 +52,30 @@ def resume_point(output_dir: Path, overwrite: bool) -> str | None:
             "pass --overwrite to train afresh there"
         )
     return last
+
+
+def save_final(trainer, tokenizer, output_dir: Path) -> None:
+    """Model and tokenizer files written beside `output_dir`'s checkpoints, each moved in whole (one writer)."""
+    if not trainer.is_world_process_zero():
+        return
+    staging = Path(tempfile.mkdtemp(prefix=".final-", dir=output_dir))
+    try:
+        trainer.save_model(str(staging))
+        tokenizer.save_pretrained(str(staging))
+        for item in staging.iterdir():
+            os.replace(item, output_dir / item.name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+class ListDataset:
+    """A list as a map-style dataset (the Trainer only needs len and indexing)."""
+
+    def __init__(self, items: list):
+        self.items = items
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, index):
+        return self.items[index]

@@ -93,8 +93,6 @@ def finetune_qa(args: QAFinetuneArguments) -> dict:
     output_dir = Path(args.output_dir)
     resume_from = resume_checkpoint(args)
 
-    import kolong  # noqa: F401  (keep-short checkpoints need kolong's hook)
-
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     model = AutoModelForQuestionAnswering.from_pretrained(args.model)
     check_length(model, args.max_length, args.model)
@@ -167,8 +165,6 @@ def predict_logits(model, features: QAFeatures, batch_size: int) -> tuple[np.nda
 def predict_qa(args: QAPredictArguments) -> dict:
     """Write {id: answer} (and optionally the n-best lists) for every question of `args.data`."""
     from transformers import AutoModelForQuestionAnswering, AutoTokenizer
-
-    import kolong  # noqa: F401
 
     dataset = read_squad(args.data, args.on_bad_example, split="validation")
     tokenizer = AutoTokenizer.from_pretrained(args.model)

@@ -1,0 +1,177 @@
+"""Tasks cast to text for byte models: NSMC and KLUE-NLI labels as words, KLUE-NER as the sentence with
+``<entity:TAG>`` markup, and FILEs (or datasets) of input / target pairs; and scoring of generated text
+(a generation that is not a valid answer is counted as malformed, never an error).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+from kolong.data.sources import dataset_rows
+from kolong.errors import DataError
+
+TASKS = ("nsmc", "klue-ner", "klue-nli")
+NSMC_LABELS = ("부정", "긍정")  # label 0 negative, 1 positive
+NLI_LABELS = {"entailment": "함의", "neutral": "중립", "contradiction": "모순"}
+
+
+@dataclass
+class TextPair:
+    id: str
+    source: str
+    target: str
+    gold_tags: list[str] | None = None  # KLUE-NER: IOB2 tags of the source's characters
+
+
+@dataclass
+class Seq2SeqTask:
+    name: str
+    kind: str  # classification | ner | text
+    train: list[TextPair]
+    eval: list[TextPair]
+    labels: list[str] | None = None  # classification: the label words
+
+    @property
+    def main_metric(self) -> str:
+        return {"classification": "accuracy", "ner": "entity_f1", "text": "exact_match"}[self.kind]
+
+
+def _split(pairs: list[TextPair], fraction: float, seed: int) -> tuple[list[TextPair], list[TextPair]]:
+    if not 0.0 < fraction < 1.0:
+        raise DataError(f"--eval-fraction must be between 0 and 1, got {fraction}")
+    shuffled = pairs[:]
+    random.Random(seed).shuffle(shuffled)
+    held = max(1, round(len(shuffled) * fraction))
+    return shuffled[held:], shuffled[:held]
+
+
+def _klue_ner_pairs(path: str | None) -> list[TextPair]:
+    from kolong.data.klue_ner import read_klue_ner
+
+    return [TextPair(s.id, s.text, s.markup, s.tags) for s in read_klue_ner(path)]
+
+
+def _klue_nli_pairs(path: str | None) -> list[TextPair]:
+    from kolong.data.squad import load_json
+
+    path = path or "../shared/data/klue/klue-nli-v1.1_dev.json"
+    rows = load_json(path)
+    if not isinstance(rows, list):
+        raise DataError(f"{path}: expected a JSON list of premise / hypothesis pairs")
+    pairs = []
+    for index, row in enumerate(rows):
+        where = f"{path}: item {index} ({row.get('guid', '?') if isinstance(row, dict) else '?'})"
+        if not isinstance(row, dict) or not all(
+            isinstance(row.get(k), str) for k in ("premise", "hypothesis")
+        ):
+            raise DataError(f"{where}: needs string fields premise and hypothesis")
+        label = row.get("gold_label")
+        if label not in NLI_LABELS:
+            raise DataError(f"{where}: gold_label {label!r} is not one of {', '.join(NLI_LABELS)}")
+        source = f"전제: {row['premise']}\n가설: {row['hypothesis']}"
+        pairs.append(TextPair(str(row.get("guid", index)), source, NLI_LABELS[label]))
+    return pairs
+
+
+def read_text_pairs(path: str | Path, split: str = "train") -> list[TextPair]:
+    """A .jsonl file of {"input": ..., "target": ...} (or source / target), a .tsv with input and target
+    columns, or `split` of a saved or named `datasets` dataset with those columns."""
+    import csv
+
+    path = Path(path)
+    rows: list[tuple[int, dict]] = []
+    if not path.is_file():
+        rows = dataset_rows(path, split)
+    elif path.suffix == ".jsonl":
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if line.strip():
+                try:
+                    rows.append((number, json.loads(line)))
+                except json.JSONDecodeError as error:
+                    raise DataError(f"{path}:{number}: not valid JSON ({error.msg})") from None
+    elif path.suffix == ".tsv":
+        with path.open(encoding="utf-8", newline="") as handle:
+            rows = list(enumerate(csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE), 2))
+    else:
+        raise DataError(f"{path}: expected a .jsonl or .tsv file of input / target pairs")
+    pairs = []
+    for number, row in rows:
+        source = row.get("input", row.get("source")) if isinstance(row, dict) else None
+        target = row.get("target") if isinstance(row, dict) else None
+        if not isinstance(source, str) or not isinstance(target, str):
+            raise DataError(f"{path}:{number}: needs text fields input (or source) and target")
+        pairs.append(TextPair(str(row.get("id", f"{path.name}:{number}")), source, target))
+    if not pairs:
+        raise DataError(f"{path} holds no input / target pairs")
+    return pairs
+
+
+def load_task(
+    task: str, train: str | None = None, eval: str | None = None, seed: int = 42, eval_fraction: float = 0.1,
+    limit: int | None = None,
+) -> Seq2SeqTask:  # fmt: skip
+    """Training and evaluation pairs of a named task or a FILE of input / target pairs."""
+    if task == "nsmc":
+        from kolong.data.nsmc import read_nsmc
+
+        split = read_nsmc(train, seed=seed, limit=limit)
+
+        def pairs(reviews):
+            return [TextPair(r.review_id, r.text, NSMC_LABELS[r.label]) for r in reviews]
+
+        if eval:
+            raise DataError("--task nsmc makes its own movie-disjoint evaluation side; drop --eval")
+        result = Seq2SeqTask(
+            "nsmc", "classification", pairs(split.train), pairs(split.test), list(NSMC_LABELS)
+        )
+        return result
+    if task == "klue-ner":
+        reader, kind, labels = _klue_ner_pairs, "ner", None
+    elif task == "klue-nli":
+        reader, kind, labels = _klue_nli_pairs, "classification", list(NLI_LABELS.values())
+    else:
+        reader, kind, labels = read_text_pairs, "text", None
+        train = train or task
+    training = reader(train)
+    evaluation = reader(eval) if eval else None
+    if evaluation is None:
+        training, evaluation = _split(training, eval_fraction, seed)
+    if limit is not None:
+        training, evaluation = training[:limit], evaluation[: max(1, limit // 4)]
+    name = task if task in TASKS else Path(task).stem
+    return Seq2SeqTask(name, kind, training, evaluation, labels)
+
+
+def score_generations(task: Seq2SeqTask, pairs: list[TextPair], generations: list[str]) -> dict:
+    """Task metrics (percentages) and the number of malformed generations; never raises on a generation."""
+    from kolong.evaluation.korquad import character_f1, exact_match
+
+    if len(pairs) != len(generations):
+        raise ValueError(f"{len(pairs)} examples but {len(generations)} generations")
+    if task.kind == "ner":
+        from kolong.data.klue_ner import parse_prediction
+        from kolong.evaluation.ner import ner_scores
+
+        parsed = [parse_prediction(text, pair.source) for pair, text in zip(pairs, generations, strict=True)]
+        scores = ner_scores([p.gold_tags for p in pairs], [p.tags for p in parsed])
+        scores["malformed"] = sum(not p.well_formed for p in parsed)
+        return scores
+    predictions = [text.strip() for text in generations]
+    if task.kind == "classification":
+        correct = sum(p == pair.target for p, pair in zip(predictions, pairs, strict=True))
+        return {
+            "accuracy": 100.0 * correct / max(1, len(pairs)),
+            "malformed": sum(p not in task.labels for p in predictions),
+        }
+    return {
+        "exact_match": 100.0
+        * sum(exact_match(p, x.target) for p, x in zip(predictions, pairs, strict=True))
+        / max(1, len(pairs)),
+        "char_f1": 100.0
+        * sum(character_f1(p, x.target) for p, x in zip(predictions, pairs, strict=True))
+        / max(1, len(pairs)),
+        "malformed": 0,
+    }

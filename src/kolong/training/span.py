@@ -1,0 +1,117 @@
+"""Span-corruption pre-training of byte models over the HF `Trainer`: what `kolong pretrain span` runs.
+
+Starts from a kolong byte checkpoint, a T5 / ByT5 checkpoint (converted, `kolong.models.byte.from_t5`) or
+a fresh model of a named size, optionally adds a fresh GBST layer ("uptraining"), and trains on T5 span
+corruption of a text corpus cut into byte chunks, with an optional input-length curriculum. Resumes from
+the last checkpoint in the output directory (unless `overwrite`); final files appear whole or not at all.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from pathlib import Path
+
+from kolong.checkpoints import load_byte_model, load_byte_tokenizer
+from kolong.errors import DataError
+from kolong.io import atomic_write_json
+from kolong.training.arguments import (
+    SpanPretrainArguments,
+    check_eval_every,
+    quiet_trainer,
+    recorded,
+    resume_checkpoint,
+    training_arguments,
+)
+from kolong.training.common import ListDataset, save_final
+
+
+def pretrain_span(args: SpanPretrainArguments, on_progress: Callable[[str], None] | None = None) -> dict:
+    """Span-corruption training of a byte model; saves model, tokenizer and results into `args.output_dir`."""
+    from transformers import Trainer
+
+    from kolong.models.byte import add_gbst
+    from kolong.tokenizers import Corpus
+    from kolong.tokenizers.byte import SENTINEL_SCHEMES
+    from kolong.training.span_corruption import (
+        SpanCorruptionCollator,
+        SpanCorruptionSettings,
+        chunk_documents,
+        make_curriculum_callback,
+        parse_curriculum,
+    )
+
+    step = on_progress or (lambda message: None)
+    if args.sentinels not in SENTINEL_SCHEMES:
+        raise DataError(f"--sentinels must be one of {', '.join(SENTINEL_SCHEMES)}, got {args.sentinels!r}")
+    check_eval_every(args.eval_every)
+    settings = SpanCorruptionSettings(args.noise_density, args.mean_span_length)
+    settings.check()
+    lengths = parse_curriculum(args.curriculum, args.max_length)
+    output_dir = Path(args.output_dir)
+    resume_from = resume_checkpoint(args)
+
+    step("loading the model")
+    model, tokenizer = load_byte_model(args.model, args.init, args.seed)
+    if args.model is None or not Path(args.model, "tokenizer_config.json").is_file():
+        tokenizer = load_byte_tokenizer(None, args.sentinels)
+    if args.add_gbst and model.encoder.gbst is None:
+        blocks = parse_blocks_option(args.gbst_blocks)
+        add_gbst(model, blocks, args.gbst_downsample_rate, args.gbst_score_consensus)
+    collator = SpanCorruptionCollator(tokenizer, settings, args.max_length, args.seed, lengths)
+
+    step("reading the corpus")
+    corpus = Corpus(args.train, on_bad_line=args.on_bad_line, column=args.column, limit=args.max_documents)
+    chunks = list(chunk_documents(corpus, args.max_length))
+    random.Random(args.seed).shuffle(chunks)
+    held = round(len(chunks) * args.eval_fraction) if args.eval_fraction > 0 else 0
+    if held and held >= len(chunks):
+        raise DataError(f"--eval-fraction {args.eval_fraction} leaves no training chunk of {len(chunks)}")
+    eval_chunks, train_chunks = chunks[:held], chunks[held:]
+
+    training_args = training_arguments(args, evaluating=bool(eval_chunks), remove_unused_columns=False)
+    trainer = Trainer(
+        model=model,
+        args=training_args,
+        train_dataset=ListDataset(train_chunks),
+        eval_dataset=ListDataset(eval_chunks) if eval_chunks else None,
+        data_collator=collator,
+        callbacks=[make_curriculum_callback(collator)],
+    )
+    step("training")
+    quiet_trainer(trainer, args.quiet)
+    output = trainer.train(resume_from_checkpoint=resume_from)
+    metrics = {
+        "train_loss": output.training_loss,
+        "steps": trainer.state.global_step,
+        "train_chunks": len(train_chunks),
+        "eval_chunks": len(eval_chunks),
+        "corpus_documents": corpus.report.documents,
+        "bad_lines": len(corpus.report.bad_lines),
+        "curriculum": lengths,
+        "gbst": model.config.use_gbst,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "resumed_from": resume_from,
+    }
+    if eval_chunks:
+        metrics.update(trainer.evaluate())
+    save_final(trainer, tokenizer, output_dir)
+    if trainer.is_world_process_zero():
+        atomic_write_json(
+            output_dir / "kolong_pretrain_results.json", {"arguments": recorded(args), "metrics": metrics}
+        )
+    return metrics
+
+
+def parse_blocks_option(text: str) -> list:
+    """ "1,2,3,6,9" or "1,2,3@1,6" (size@offset) -> [1, 2, [3, 1], 6]."""
+    blocks = []
+    for part in text.split(","):
+        size, _, offset = part.strip().partition("@")
+        try:
+            blocks.append(int(size) if not offset else [int(size), int(offset)])
+        except ValueError:
+            raise DataError(
+                f"GBST blocks must look like 1,2,3,6,9 or 3@1 (size@offset), got {text!r}"
+            ) from None
+    return blocks

@@ -1,0 +1,135 @@
+"""The shape of src/: no import cycles (function-local imports included), small files, little repeated code."""
+
+from __future__ import annotations
+
+import ast
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+MODELING_FILES = {"modeling.py"}  # HF's single-model-file policy: one model's modeling file may be long
+MAX_LINES = 400
+MAX_DUPLICATE_PAIRS = 10
+
+
+def module_name(path: Path, root: Path) -> str:
+    parts = path.relative_to(root).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _runtime_imports(tree: ast.AST):
+    """Import nodes that can run: everything but `if TYPE_CHECKING:` blocks."""
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.If)
+            and getattr(node.test, "id", getattr(node.test, "attr", "")) == "TYPE_CHECKING"
+        ):
+            node.body = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+
+
+def import_graph(root: Path, package: str) -> dict[str, set[str]]:
+    """module -> the package modules it imports, at the top or inside functions (parents implied by
+    Python's import system are not edges)."""
+    modules = {module_name(p, root): p for p in (root / package).rglob("*.py")}
+
+    def resolve(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph = {}
+    for name, path in modules.items():
+        here = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        edges = set()
+        for node in _runtime_imports(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            else:
+                base = node.module or ""
+                if node.level:
+                    parts = (
+                        here.split(".")[: len(parts) - node.level + 1] if (parts := here.split(".")) else []
+                    )
+                    base = ".".join([*parts, base] if base else parts)
+                targets = [f"{base}.{alias.name}" for alias in node.names]
+            edges |= {resolve(t) for t in targets if t.split(".")[0] == package}
+        graph[name] = {edge for edge in edges if edge and edge != name}
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for target in sorted(graph.get(node, ())):
+            if state.get(target) == 1:
+                return [*stack[stack.index(target) :], target]
+            if target not in state and (cycle := visit(target)):
+                return cycle
+        stack.pop()
+        state[node] = 2
+        return None
+
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def test_no_import_cycles_in_src():
+    cycle = find_cycle(import_graph(SRC, "kolong"))
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_the_cycle_check_fails_on_a_planted_cycle(tmp_path):
+    package = tmp_path / "planted"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("from planted.b import g\n\ndef f():\n    return g()\n")
+    (package / "b.py").write_text(
+        "def g():\n    from planted import a  # function-local, still an edge\n    return a\n"
+    )
+    assert find_cycle(import_graph(tmp_path, "planted")) in (
+        ["planted.a", "planted.b", "planted.a"],
+        ["planted.b", "planted.a", "planted.b"],
+    )
+
+
+def test_files_are_small_enough_to_read_in_one_go():
+    long = {
+        str(path.relative_to(SRC)): n
+        for path in (SRC / "kolong").rglob("*.py")
+        if path.name not in MODELING_FILES
+        and (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
+    }
+    assert not long, f"files over {MAX_LINES} lines: {long}"
+
+
+def test_little_repeated_code():
+    """pylint's duplicate-code check, blocks of 6 or more lines (comments, docstrings, imports ignored)."""
+    if shutil.which("pylint") is None and not _has_module("pylint"):
+        pytest.skip("pylint is not installed (it is in the test extras)")
+    result = subprocess.run(
+        [sys.executable, "-m", "pylint", "--disable=all", "--enable=duplicate-code", "--min-similarity-lines=6",
+         "--score=n", str(SRC / "kolong")],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    pairs = result.stdout.count("Similar lines in")
+    assert pairs <= MAX_DUPLICATE_PAIRS, result.stdout
+
+
+def _has_module(name: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(name) is not None
