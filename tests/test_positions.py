@@ -10,7 +10,9 @@ import torch
 from conftest import TINY_LENGTH, random_ids, tiny_kolong_config
 from kolong.models import KolongModel
 from kolong.positions import (
-    SCHEMES,
+    SCHEME_CLASSES as SCHEMES,
+)
+from kolong.positions import (
     alibi_slopes,
     clipped_distances,
     memn2n_weights,
