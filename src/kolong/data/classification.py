@@ -23,7 +23,7 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kolong.data.sources import dataset_rows
+from kolong.data.sources import table_rows
 from kolong.errors import DataError
 
 NAMED = ("nsmc", "klue-nli", "klue-sts", "kornli", "korsts")
@@ -143,22 +143,7 @@ def read_file(path: str | Path, split: str = "train") -> tuple[list[Example], li
     """Examples of a .tsv / .csv / .jsonl file (or `split` of a saved or named `datasets` dataset with the
     same columns), and the class names (None for a regression file)."""
     path = Path(path)
-    if not path.is_file():
-        rows = dataset_rows(path, split)
-    elif path.suffix == ".jsonl":
-        rows = []
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            if line.strip():
-                try:
-                    rows.append((number, json.loads(line)))
-                except json.JSONDecodeError as error:
-                    raise DataError(f"{path}:{number}: not valid JSON ({error.msg})") from None
-    elif path.suffix in (".tsv", ".csv"):
-        with path.open(encoding="utf-8", newline="") as handle:
-            reader = csv.DictReader(handle, delimiter="\t" if path.suffix == ".tsv" else ",")
-            rows = [(number, row) for number, row in enumerate(reader, 2)]
-    else:
-        raise DataError(f"{path}: expected a .tsv, .csv or .jsonl file")
+    rows = table_rows(path, split, (".tsv", ".csv", ".jsonl"), "examples")
     raw = []
     for number, row in rows:
         text = row.get("text", row.get("sentence1"))

@@ -46,3 +46,31 @@ def dataset_rows(source: str | Path, split: str) -> list[tuple[int, dict]]:
             f"(split {split!r}): {error}"
         ) from None
     return list(enumerate(loaded.to_list(), 1))
+
+
+def table_rows(
+    path: str | Path, split: str, suffixes: tuple[str, ...], what: str, quote_tsv: bool = True
+) -> list[tuple[int, dict]]:
+    """(line number, row) of a .jsonl / .tsv / .csv file (the `suffixes` a reader accepts), or of `split`
+    of a saved or named dataset when `path` is not a file. `what` names the expected content in errors."""
+    import csv
+    import json
+
+    path = Path(path)
+    if not path.is_file():
+        return dataset_rows(path, split)
+    if path.suffix not in suffixes:
+        raise DataError(f"{path}: expected a {', '.join(suffixes)} file of {what}")
+    if path.suffix == ".jsonl":
+        rows = []
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if line.strip():
+                try:
+                    rows.append((number, json.loads(line)))
+                except json.JSONDecodeError as error:
+                    raise DataError(f"{path}:{number}: not valid JSON ({error.msg})") from None
+        return rows
+    quoting = csv.QUOTE_MINIMAL if quote_tsv or path.suffix == ".csv" else csv.QUOTE_NONE
+    with path.open(encoding="utf-8", newline="") as handle:
+        reader = csv.DictReader(handle, delimiter="\t" if path.suffix == ".tsv" else ",", quoting=quoting)
+        return list(enumerate(reader, 2))

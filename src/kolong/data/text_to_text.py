@@ -5,12 +5,11 @@
 
 from __future__ import annotations
 
-import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from kolong.data.sources import dataset_rows
+from kolong.data.sources import table_rows
 from kolong.errors import DataError
 
 TASKS = ("nsmc", "klue-ner", "klue-nli")
@@ -79,24 +78,8 @@ def _klue_nli_pairs(path: str | None) -> list[TextPair]:
 def read_text_pairs(path: str | Path, split: str = "train") -> list[TextPair]:
     """A .jsonl file of {"input": ..., "target": ...} (or source / target), a .tsv with input and target
     columns, or `split` of a saved or named `datasets` dataset with those columns."""
-    import csv
-
     path = Path(path)
-    rows: list[tuple[int, dict]] = []
-    if not path.is_file():
-        rows = dataset_rows(path, split)
-    elif path.suffix == ".jsonl":
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            if line.strip():
-                try:
-                    rows.append((number, json.loads(line)))
-                except json.JSONDecodeError as error:
-                    raise DataError(f"{path}:{number}: not valid JSON ({error.msg})") from None
-    elif path.suffix == ".tsv":
-        with path.open(encoding="utf-8", newline="") as handle:
-            rows = list(enumerate(csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE), 2))
-    else:
-        raise DataError(f"{path}: expected a .jsonl or .tsv file of input / target pairs")
+    rows = table_rows(path, split, (".jsonl", ".tsv"), "input / target pairs", quote_tsv=False)
     pairs = []
     for number, row in rows:
         source = row.get("input", row.get("source")) if isinstance(row, dict) else None
