@@ -22,7 +22,6 @@ random character-aligned window of the current length of each chunk, advanced by
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -284,8 +283,3 @@ def make_curriculum_callback(collator: SpanCorruptionCollator):
             collator.set_stage(curriculum_stage(state.global_step, state.max_steps, len(collator.lengths)))
 
     return CurriculumCallback()
-
-
-def expected_target_length(max_length: int, settings: SpanCorruptionSettings) -> int:
-    """Roughly how long targets are for `max_length`-byte inputs (noise bytes + one sentinel per span + EOS)."""
-    return math.ceil(max_length * settings.noise_density) + settings.spans_for(max_length) + 1
