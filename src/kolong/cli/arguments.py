@@ -23,6 +23,7 @@ import typer
 
 from kolong.cli.common import user_errors
 from kolong.errors import ConfigError
+from kolong.training.hf_fields import FIELDS
 
 HF_PREFIX = "hf__"  # python names of the generated HF options, never clashing with kolong's fields
 _PYTHON_TYPES = {"bool": bool, "int": int, "float": float, "str": str, "list": str, "json": str}
@@ -97,8 +98,6 @@ class _Option:
 
 
 def _options(cls: type, hf_fields: bool) -> list[_Option]:
-    from kolong.training.hf_fields import FIELDS
-
     hints = typing.get_type_hints(cls)
     options, covered, taken = [], set(), set()
     for spec in _own_first(cls, list(dataclasses.fields(cls))):
@@ -158,21 +157,20 @@ def read_config_file(path: str) -> dict:
     if not file.is_file():
         raise ConfigError(f"--config {file}: no such file")
     text = file.read_text(encoding="utf-8")
-    try:
-        if file.suffix in (".yaml", ".yml"):
-            import yaml
+    if file.suffix in (".yaml", ".yml"):
+        import yaml
 
+        try:
             payload = yaml.safe_load(text)
-        elif file.suffix == ".json":
-            payload = json.loads(text)
-        else:
-            raise ConfigError(f"--config {file}: expected a .json, .yaml or .yml file")
-    except (json.JSONDecodeError, ValueError) as error:  # yaml.YAMLError subclasses neither; caught below
-        raise ConfigError(f"--config {file}: not valid {file.suffix[1:].upper()} ({error})") from None
-    except Exception as error:
-        if type(error).__module__.startswith("yaml"):
+        except yaml.YAMLError as error:
             raise ConfigError(f"--config {file}: not valid YAML ({error})") from None
-        raise
+    elif file.suffix == ".json":
+        try:
+            payload = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise ConfigError(f"--config {file}: not valid JSON ({error})") from None
+    else:
+        raise ConfigError(f"--config {file}: expected a .json, .yaml or .yml file")
     if not isinstance(payload, dict):
         raise ConfigError(f"--config {file}: expected a mapping of option names to values")
     return payload
@@ -230,6 +228,14 @@ class GeneratedCommand:
 
     @property
     def __signature__(self) -> inspect.Signature:
+        from kolong.positions.registry import scheme_names
+
+        key = tuple(scheme_names())  # the only input that can change between reads
+        if getattr(self, "_signature_key", None) != key:
+            self._signature, self._signature_key = self._build_signature(), key
+        return self._signature
+
+    def _build_signature(self) -> inspect.Signature:
         parameters = [
             inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context),
             inspect.Parameter(
@@ -240,7 +246,7 @@ class GeneratedCommand:
             ),
         ]
         defaults = {spec.name: spec.default for spec in dataclasses.fields(self.cls)}
-        rows = {row[0]: row for row in _hf_rows()}
+        rows = {row[0]: row for row in FIELDS}
         for option in _options(self.cls, self.hf_fields):
             if option.hf:
                 row = rows[option.field]
@@ -262,10 +268,3 @@ class GeneratedCommand:
 def command_from(cls: type, hf_fields: bool = True) -> Callable[[Callable], GeneratedCommand]:
     """Decorate `run(args: cls)` into a typer command whose options are `cls`'s fields (and HF's)."""
     return lambda run: GeneratedCommand(run, cls, hf_fields)
-
-
-@functools.cache
-def _hf_rows() -> tuple:
-    from kolong.training.hf_fields import FIELDS
-
-    return FIELDS

@@ -73,15 +73,6 @@ class RecipeArguments:
     )
 
 
-def hf_names(arguments_class: type) -> dict[str, str]:
-    """{HF field name: kolong field name} for the fields of `arguments_class` that set an HF field."""
-    return {
-        spec.metadata.get("hf") or spec.name: spec.name
-        for spec in dataclasses.fields(arguments_class)
-        if spec.metadata.get("hf")
-    }
-
-
 def check_eval_every(value: str | int) -> str:
     text = str(value)
     if text != "epoch" and not (text.isdigit() and int(text) > 0):
