@@ -57,13 +57,12 @@ def load_model(model_or_path: str, model_class=None):
         raise CheckpointError(f"cannot load model weights from {model_or_path!r}: {error}") from error
 
 
-def load_tokenizer(model_or_path: str):
+def load_tokenizer(model_or_path: str, hint: str = ""):
+    """`AutoTokenizer.from_pretrained`, a failure named (with `hint`, e.g. the option that avoids loading it)."""
     try:
         return AutoTokenizer.from_pretrained(model_or_path)
     except (OSError, ValueError, TypeError) as error:
-        raise CheckpointError(
-            f"cannot load a tokenizer from {model_or_path!r} (use --no-tokenizer to save the model alone): {error}"
-        ) from error
+        raise CheckpointError(f"cannot load a tokenizer from {model_or_path!r}{hint}: {error}") from error
 
 
 # -- byte models (kolong's own, or T5 / ByT5 converted) ------------------------------------------------

@@ -50,7 +50,7 @@ def extend_checkpoint(
     loaded_tokenizer = None
     if tokenizer:
         step("loading tokenizer")
-        loaded_tokenizer = load_tokenizer(model_or_path)
+        loaded_tokenizer = load_tokenizer(model_or_path, " (use --no-tokenizer to save the model alone)")
 
     step(f"extending {old_length} -> {max_length} positions ({method})")
     started = time.perf_counter()

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from kolong.checkpoints import load_model, load_tokenizer
 from kolong.data.qa_features import STRATEGIES, QAFeatures, build_features
 from kolong.data.squad import gold_answers, read_squad
 from kolong.errors import DataError
@@ -81,7 +82,6 @@ def finetune_qa(args: QAFinetuneArguments) -> dict:
     """Fine-tune, evaluate, save model + tokenizer to `args.output_dir`; returns the final metrics."""
     from transformers import (
         AutoModelForQuestionAnswering,
-        AutoTokenizer,
         EarlyStoppingCallback,
         default_data_collator,
     )
@@ -93,8 +93,8 @@ def finetune_qa(args: QAFinetuneArguments) -> dict:
     output_dir = Path(args.output_dir)
     resume_from = resume_checkpoint(args)
 
-    tokenizer = AutoTokenizer.from_pretrained(args.model)
-    model = AutoModelForQuestionAnswering.from_pretrained(args.model)
+    tokenizer = load_tokenizer(args.model)  # a bad path or tokenizer is named, never a traceback
+    model = load_model(args.model, AutoModelForQuestionAnswering)
     check_length(model, args.max_length, args.model)
 
     train_set = read_squad(args.train, args.on_bad_example)
@@ -164,11 +164,11 @@ def predict_logits(model, features: QAFeatures, batch_size: int) -> tuple[np.nda
 
 def predict_qa(args: QAPredictArguments) -> dict:
     """Write {id: answer} (and optionally the n-best lists) for every question of `args.data`."""
-    from transformers import AutoModelForQuestionAnswering, AutoTokenizer
+    from transformers import AutoModelForQuestionAnswering
 
     dataset = read_squad(args.data, args.on_bad_example, split="validation")
-    tokenizer = AutoTokenizer.from_pretrained(args.model)
-    model = AutoModelForQuestionAnswering.from_pretrained(args.model).eval()
+    tokenizer = load_tokenizer(args.model)
+    model = load_model(args.model, AutoModelForQuestionAnswering).eval()
     max_length = args.max_length or min(model_max_length(model), tokenizer.model_max_length)
     check_length(model, max_length, args.model)
     features = build_features(tokenizer, dataset.examples, max_length, args.strategy, args.doc_stride)

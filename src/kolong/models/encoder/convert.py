@@ -238,7 +238,11 @@ def convert_checkpoint(
 
     check_output_dir(output_dir, overwrite)  # refuse before the slow load
     model = from_hf(model_or_path, head, position_encoding, position_kwargs)
-    loaded_tokenizer = load_tokenizer(str(model_or_path)) if tokenizer else None
+    loaded_tokenizer = (
+        load_tokenizer(str(model_or_path), " (use --no-tokenizer to save the model alone)")
+        if tokenizer
+        else None
+    )
     with atomic_output_dir(output_dir, overwrite=overwrite) as staging:
         model.save_pretrained(staging)
         if loaded_tokenizer is not None:
