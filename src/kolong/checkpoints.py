@@ -57,12 +57,26 @@ def load_model(model_or_path: str, model_class=None):
         raise CheckpointError(f"cannot load model weights from {model_or_path!r}: {error}") from error
 
 
-def load_tokenizer(model_or_path: str, hint: str = ""):
-    """`AutoTokenizer.from_pretrained`, a failure named (with `hint`, e.g. the option that avoids loading it)."""
+def load_tokenizer(model_or_path: str | Path, hint: str = ""):
+    """`byte` -> kolong's ByteTokenizer; otherwise `AutoTokenizer.from_pretrained` of a directory or hub name,
+    a failure named (with `hint`, e.g. the option that avoids loading it)."""
+    if str(model_or_path) == "byte":
+        from kolong.tokenizers.byte import ByteTokenizer
+
+        return ByteTokenizer()
+    path = Path(model_or_path)
+    if path.is_dir() and not any(
+        (path / name).is_file() for name in ("tokenizer_config.json", "tokenizer.json")
+    ):
+        raise CheckpointError(
+            f"{path} is not a tokenizer directory (no tokenizer_config.json or tokenizer.json){hint}"
+        )
     try:
-        return AutoTokenizer.from_pretrained(model_or_path)
+        return AutoTokenizer.from_pretrained(str(model_or_path))
     except (OSError, ValueError, TypeError) as error:
-        raise CheckpointError(f"cannot load a tokenizer from {model_or_path!r}{hint}: {error}") from error
+        raise CheckpointError(
+            f"cannot load a tokenizer from {str(model_or_path)!r}{hint}: {error}"
+        ) from error
 
 
 # -- byte models (kolong's own, or T5 / ByT5 converted) ------------------------------------------------

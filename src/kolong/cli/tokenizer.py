@@ -114,9 +114,10 @@ def stats(
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --output file."),
 ) -> None:
     """Tokens per character, share of [UNK], share of words split, throughput: one row per tokenizer."""
+    from kolong.checkpoints import load_tokenizer
     from kolong.io import OutputExistsError, atomic_write_json
     from kolong.tokenizers import Corpus
-    from kolong.tokenizers.stats import answer_alignment, load_tokenizer, measure
+    from kolong.tokenizers.stats import answer_alignment, measure
 
     with user_errors():
         if output is not None and output.exists() and not overwrite:

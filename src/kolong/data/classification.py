@@ -17,24 +17,17 @@ floats: regression). Errors name the file and line.
 
 from __future__ import annotations
 
-import csv
-import json
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kolong.data import klue
+from kolong.data.examples import NLI_LABELS, Example
+from kolong.data.klue import read_klue_nli, read_klue_sts
+from kolong.data.kornlu import read_kornli, read_korsts
+from kolong.data.nsmc import read_nsmc
 from kolong.data.sources import table_rows
 from kolong.errors import DataError
-
-NAMED = ("nsmc", "klue-nli", "klue-sts", "kornli", "korsts")
-
-
-@dataclass
-class Example:
-    text: str
-    label: int | float
-    pair: str | None = None
-    id: str = ""
 
 
 @dataclass
@@ -63,80 +56,40 @@ def _require(path: Path) -> Path:
 
 
 def _klue_nli(root: Path, seed: int) -> ClassificationData:
-    labels = ["entailment", "neutral", "contradiction"]
-    path = _require(root / "klue" / "klue-nli-v1.1_dev.json")
-    rows = json.loads(path.read_text(encoding="utf-8"))
-    examples = []
-    for index, row in enumerate(rows):
-        if row.get("gold_label") not in labels:
-            raise DataError(
-                f"{path}: example {row.get('guid', index)} has gold_label {row.get('gold_label')!r}"
-            )
-        examples.append(
-            Example(row["premise"], labels.index(row["gold_label"]), row["hypothesis"], row["guid"])
-        )
-    train, evaluation = _split(examples, 0.2, seed)
-    return ClassificationData("klue-nli", labels, train, evaluation)
+    train, evaluation = _split(read_klue_nli(_require(root / klue.NLI_DEV)), 0.2, seed)
+    return ClassificationData("klue-nli", list(NLI_LABELS), train, evaluation)
 
 
 def _klue_sts(root: Path, seed: int) -> ClassificationData:
-    path = _require(root / "klue" / "klue-sts-v1.1_dev.json")
-    rows = json.loads(path.read_text(encoding="utf-8"))
-    examples = [
-        Example(r["sentence1"], float(r["labels"]["real-label"]), r["sentence2"], r["guid"]) for r in rows
-    ]
-    train, evaluation = _split(examples, 0.2, seed)
+    train, evaluation = _split(read_klue_sts(_require(root / klue.STS_DEV)), 0.2, seed)
     return ClassificationData("klue-sts", None, train, evaluation)
 
 
-def _tsv(path: Path) -> list[dict]:
-    with _require(path).open(encoding="utf-8", newline="") as handle:
-        return list(csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))
+def _kornli(root: Path, seed: int) -> ClassificationData:
+    folder = root / "kornli"
+    return ClassificationData(
+        "kornli",
+        list(NLI_LABELS),
+        read_kornli(folder / "xnli.dev.ko.tsv"),
+        read_kornli(folder / "xnli.test.ko.tsv"),
+    )
 
 
-def _kornli(root: Path) -> ClassificationData:
-    labels = ["entailment", "neutral", "contradiction"]
-
-    def read(name):
-        path = root / "kornli" / name
-        out = []
-        for number, row in enumerate(_tsv(path), 2):
-            if row.get("gold_label") not in labels:
-                raise DataError(
-                    f"{path}:{number}: gold_label {row.get('gold_label')!r} is not one of {labels}"
-                )
-            out.append(
-                Example(
-                    row["sentence1"], labels.index(row["gold_label"]), row["sentence2"], f"{name}:{number}"
-                )
-            )
-        return out
-
-    return ClassificationData("kornli", labels, read("xnli.dev.ko.tsv"), read("xnli.test.ko.tsv"))
-
-
-def _korsts(root: Path) -> ClassificationData:
-    def read(name):
-        path = root / "korsts" / name
-        out = []
-        for number, row in enumerate(_tsv(path), 2):
-            try:
-                score = float(row["score"])
-            except (TypeError, ValueError, KeyError):
-                raise DataError(f"{path}:{number}: score {row.get('score')!r} is not a number") from None
-            out.append(Example(row["sentence1"], score, row["sentence2"], f"{name}:{number}"))
-        return out
-
-    return ClassificationData("korsts", None, read("sts-train.tsv"), read("sts-dev.tsv"))
+def _korsts(root: Path, seed: int) -> ClassificationData:
+    folder = root / "korsts"
+    return ClassificationData(
+        "korsts", None, read_korsts(folder / "sts-train.tsv"), read_korsts(folder / "sts-dev.tsv")
+    )
 
 
 def _nsmc(root: Path, seed: int, limit: int | None) -> ClassificationData:
-    from kolong.data.nsmc import read_nsmc
-
     split = read_nsmc(_require(root / "nsmc" / "reviews.shared.tsv.gz"), seed=seed, limit=limit)
     train = [Example(r.text, r.label, None, str(r.review_id)) for r in split.train]
     evaluation = [Example(r.text, r.label, None, str(r.review_id)) for r in split.test]
     return ClassificationData("nsmc", ["negative", "positive"], train, evaluation)
+
+
+NAMED = {"klue-nli": _klue_nli, "klue-sts": _klue_sts, "kornli": _kornli, "korsts": _korsts}  # and nsmc
 
 
 def read_file(path: str | Path, split: str = "train") -> tuple[list[Example], list[str] | None]:
@@ -182,14 +135,8 @@ def load_classification_data(
     root = Path(shared_data)
     if data == "nsmc":
         result = _nsmc(root, seed, limit)
-    elif data == "klue-nli":
-        result = _klue_nli(root, seed)
-    elif data == "klue-sts":
-        result = _klue_sts(root, seed)
-    elif data == "kornli":
-        result = _kornli(root)
-    elif data == "korsts":
-        result = _korsts(root)
+    elif data in NAMED:
+        result = NAMED[data](root, seed)
     else:
         train, labels = read_file(data)
         if eval_data:

@@ -24,7 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from kolong.errors import DataError
+from kolong.data.documents import Corpus
+from kolong.errors import CorpusError, DataError
 
 SHARED_SOURCES = {
     "nsmc": ("nsmc/reviews.shared.tsv.gz", 4),  # (file under the shared data folder, TSV column)
@@ -70,9 +71,6 @@ def read_documents(
     limit: int | None = None,
 ) -> Iterator[str]:
     """Documents of every source in order: one per line, or paragraphs between blank lines."""
-    from kolong.errors import CorpusError
-    from kolong.tokenizers.corpus import Corpus
-
     if not sources:
         raise DataError("no corpus source given")
     shared_data = Path(shared_data)

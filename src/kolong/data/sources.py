@@ -7,6 +7,7 @@ file's, so validation and error messages are the same whatever the source.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from kolong.errors import DataError
@@ -74,3 +75,18 @@ def table_rows(
     with path.open(encoding="utf-8", newline="") as handle:
         reader = csv.DictReader(handle, delimiter="\t" if path.suffix == ".tsv" else ",", quoting=quoting)
         return list(enumerate(reader, 2))
+
+
+def load_json(path: str | Path):
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: no such file")
+    try:
+        with path.open(encoding="utf-8") as file:
+            return json.load(file)
+    except json.JSONDecodeError as error:
+        raise DataError(
+            f"{path}: malformed JSON at line {error.lineno}, column {error.colno}: {error.msg}"
+        ) from None
+    except UnicodeDecodeError as error:
+        raise DataError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None

@@ -11,11 +11,10 @@ count and ids.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kolong.data.sources import dataset_rows
+from kolong.data.sources import dataset_rows, load_json
 from kolong.errors import DataError
 from kolong.io import atomic_write_json
 
@@ -71,21 +70,6 @@ def _require(mapping, key: str, kind, where: str):
         names = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
         raise DataError(f"{where}.{key}: expected {names}, got {type(value).__name__}")
     return value
-
-
-def load_json(path: str | Path):
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"{path}: no such file")
-    try:
-        with path.open(encoding="utf-8") as file:
-            return json.load(file)
-    except json.JSONDecodeError as error:
-        raise DataError(
-            f"{path}: malformed JSON at line {error.lineno}, column {error.colno}: {error.msg}"
-        ) from None
-    except UnicodeDecodeError as error:
-        raise DataError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
 
 
 def parse_squad(payload, source: str = "<data>", on_bad_example: str = "error") -> SquadDataset:

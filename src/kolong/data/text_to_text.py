@@ -9,6 +9,9 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from kolong.data import klue
+from kolong.data.examples import NLI_LABELS as NLI_CLASSES
+from kolong.data.klue import read_klue_nli
 from kolong.data.sources import table_rows
 from kolong.errors import DataError
 
@@ -54,25 +57,10 @@ def _klue_ner_pairs(path: str | None) -> list[TextPair]:
 
 
 def _klue_nli_pairs(path: str | None) -> list[TextPair]:
-    from kolong.data.squad import load_json
-
-    path = path or "../shared/data/klue/klue-nli-v1.1_dev.json"
-    rows = load_json(path)
-    if not isinstance(rows, list):
-        raise DataError(f"{path}: expected a JSON list of premise / hypothesis pairs")
-    pairs = []
-    for index, row in enumerate(rows):
-        where = f"{path}: item {index} ({row.get('guid', '?') if isinstance(row, dict) else '?'})"
-        if not isinstance(row, dict) or not all(
-            isinstance(row.get(k), str) for k in ("premise", "hypothesis")
-        ):
-            raise DataError(f"{where}: needs string fields premise and hypothesis")
-        label = row.get("gold_label")
-        if label not in NLI_LABELS:
-            raise DataError(f"{where}: gold_label {label!r} is not one of {', '.join(NLI_LABELS)}")
-        source = f"전제: {row['premise']}\n가설: {row['hypothesis']}"
-        pairs.append(TextPair(str(row.get("guid", index)), source, NLI_LABELS[label]))
-    return pairs
+    examples = read_klue_nli(path or Path("../shared/data") / klue.NLI_DEV)
+    return [
+        TextPair(e.id, f"전제: {e.text}\n가설: {e.pair}", NLI_LABELS[NLI_CLASSES[e.label]]) for e in examples
+    ]
 
 
 def read_text_pairs(path: str | Path, split: str = "train") -> list[TextPair]:

@@ -111,7 +111,7 @@ def score_questions(
 
 def read_predictions(path) -> dict[str, str]:
     """A predictions file as the official script reads it: JSON {question id: answer text}."""
-    from kolong.data.squad import load_json
+    from kolong.data.sources import load_json
     from kolong.errors import DataError
 
     payload = load_json(path)

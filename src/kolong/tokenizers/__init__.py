@@ -7,9 +7,9 @@ first used; without them, `analyser="none"` and the byte tokenizer still work.
 
 from __future__ import annotations
 
+from kolong.data.documents import Corpus, CorpusReport
 from kolong.errors import AnalyserMissingError, CorpusError, TokenizerError
 from kolong.tokenizers.byte import ByteTokenizer
-from kolong.tokenizers.corpus import Corpus, CorpusReport
 from kolong.tokenizers.morpheme import MorphemeTokenizer, MorphemeTokenizerFast
 from kolong.tokenizers.training import train_tokenizer
 

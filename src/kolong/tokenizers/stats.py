@@ -16,7 +16,6 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 from kolong.errors import TokenizerError
 
@@ -41,31 +40,6 @@ class TokenizerStats:
 
     def as_dict(self) -> dict:
         return asdict(self)
-
-
-def load_tokenizer(name: str | Path):
-    """`byte` -> kolong's ByteTokenizer; otherwise a directory (or hub name) for `AutoTokenizer`."""
-    from transformers import AutoTokenizer
-
-    from kolong.tokenizers.byte import ByteTokenizer
-
-    if str(name) == "byte":
-        return ByteTokenizer()
-    path = Path(name)
-    if (
-        path.exists()
-        and not (path / "tokenizer_config.json").is_file()
-        and not (path / "tokenizer.json").is_file()
-    ):
-        raise TokenizerError(
-            f"{path} is not a tokenizer directory (no tokenizer_config.json or tokenizer.json)"
-        )
-    try:
-        return AutoTokenizer.from_pretrained(str(name))
-    except (OSError, ValueError) as error:
-        if isinstance(error, TokenizerError):
-            raise
-        raise TokenizerError(f"cannot load a tokenizer from {name}: {error}") from None
 
 
 def _batches(items: list, size: int = BATCH):
