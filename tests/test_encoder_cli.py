@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 
 from conftest import build_tiny
 from kolong.bench.encoder import EncoderBenchArguments, run_encoder_benchmark, to_markdown
+from kolong.checkpoints import build_tiny_bert_checkpoint
 from kolong.cli import app
-from kolong.demo import build_tiny_bert_checkpoint
 
 runner = CliRunner()
 

@@ -6,9 +6,9 @@ import json
 
 from typer.testing import CliRunner
 
+from kolong.checkpoints import build_tiny_bert_checkpoint
 from kolong.cli import app
 from kolong.data.samples import korean_qa_dataset
-from kolong.demo import build_tiny_bert_checkpoint
 from kolong.experiments.length import bucket_of, parse_variant, split_by_article
 
 

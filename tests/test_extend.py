@@ -112,6 +112,31 @@ def test_keep_short_behaviour_reproduces_the_original_and_survives_save(family, 
     torch.testing.assert_close(model_outputs(reloaded, long_ids), long_out)
 
 
+def test_keep_short_hook_comes_from_auto_classes_and_load_model_not_a_global_patch(tmp_path):
+    from transformers import BertForQuestionAnswering, PreTrainedModel
+
+    from kolong.checkpoints import load_model
+    from kolong.extension import install_position_scaling
+
+    assert not getattr(PreTrainedModel.post_init, "__kolong_wrapped__", False)  # transformers left alone
+    model = build_tiny("bert", "qa")
+    ids = random_ids(1, TINY_LENGTH)
+    before = model_outputs(model, ids)
+    kolong.extend_position_embeddings(model, NEW_LENGTH, keep_short_behaviour=True)
+    model.save_pretrained(tmp_path)
+    for loaded in (
+        HEADS["qa"].from_pretrained(tmp_path),
+        load_model(tmp_path),
+        HEADS["qa"].from_config(model.config),
+    ):
+        assert hasattr(find_position_table(loaded).embeddings, "_kolong_position_scaling_hook")
+    assert torch.equal(model_outputs(load_model(tmp_path).eval(), ids), before)
+    direct = BertForQuestionAnswering.from_pretrained(tmp_path).eval()  # a stock class, loaded directly
+    assert not torch.equal(model_outputs(direct, ids), before)  # plain ids: documented in docs/extension.md
+    install_position_scaling(direct)
+    assert torch.equal(model_outputs(direct, ids), before)
+
+
 def test_keep_short_strides():
     lengths = torch.tensor([1, 2, 16, 17, 21, 22, 32, 33, 64])
     # N = 64, k = 4: stride = clamp(63 // (L - 1), 1, 4)

@@ -10,8 +10,9 @@ from transformers import AutoModelForQuestionAnswering, AutoTokenizer, pipeline
 from typer.testing import CliRunner
 
 import kolong  # noqa: F401  (registers the pipeline)
+from kolong.checkpoints import build_tiny_bert_checkpoint
 from kolong.cli import app
-from kolong.demo import build_tiny_bert_checkpoint, long_text
+from kolong.demo import long_text
 from kolong.errors import DataError
 
 QUESTIONS = ["대한민국의 주권은 누구에게 있는가?", "국회의원의 임기는 몇 년인가?"]

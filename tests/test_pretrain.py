@@ -7,9 +7,9 @@ import gzip
 import pytest
 from transformers import TrainerCallback
 
+from kolong.checkpoints import build_tiny_bert_checkpoint
 from kolong.data.corpus import build_corpus
 from kolong.data.samples import KOREAN_PARAGRAPHS, korean_document
-from kolong.demo import build_tiny_bert_checkpoint
 from kolong.errors import DataError
 from kolong.training.pretrain import PretrainArguments, prepare, pretrain_mlm, read_log
 

@@ -7,9 +7,9 @@ import json
 import pytest
 from typer.testing import CliRunner
 
+from kolong.checkpoints import build_tiny_bert_checkpoint
 from kolong.cli import app
 from kolong.data.samples import korean_qa_dataset
-from kolong.demo import build_tiny_bert_checkpoint
 
 runner = CliRunner()
 

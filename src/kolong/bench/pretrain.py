@@ -20,9 +20,9 @@ from kolong.io import atomic_write_json, atomic_write_text
 
 
 def _corpus(root: Path, max_length: int) -> Path:
+    from kolong.checkpoints import build_tiny_bert_checkpoint
     from kolong.data.corpus import build_corpus
     from kolong.data.samples import korean_document
-    from kolong.demo import build_tiny_bert_checkpoint
 
     tokenizer = build_tiny_bert_checkpoint(root / "tokenizer", max_position_embeddings=max_length)
     text = root / "corpus.txt.gz"

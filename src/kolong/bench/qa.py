@@ -153,9 +153,8 @@ def run_qa_benchmark(
     on_step: Callable[[str], None] | None = None,
 ) -> dict:
     from datasets import disable_progress_bars
-    from transformers import AutoTokenizer
 
-    from kolong.demo import build_tiny_bert_checkpoint, bundled_checkpoint
+    from kolong.checkpoints import build_tiny_bert_checkpoint, bundled_checkpoint, load_tokenizer
 
     disable_progress_bars()
     step = on_step or (lambda message: None)
@@ -164,7 +163,7 @@ def run_qa_benchmark(
         import tempfile
 
         checkpoint = build_tiny_bert_checkpoint(Path(tempfile.mkdtemp(prefix="kolong-bench-")) / "tiny")
-    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+    tokenizer = load_tokenizer(checkpoint)
     description, examples = bench_examples(data, limit)
 
     step("feature preparation: kolong")

@@ -117,9 +117,7 @@ def bucket_of(tokens: int) -> str:
 def run_length_experiment(
     args: LengthExperimentArguments, on_step: Callable[[str], None] | None = None
 ) -> dict:
-    from transformers import AutoTokenizer
-
-    from kolong.demo import bundled_checkpoint
+    from kolong.checkpoints import bundled_checkpoint, load_tokenizer
     from kolong.extension import extend_checkpoint
     from kolong.training.qa import QAFinetuneArguments, finetune_qa
 
@@ -135,7 +133,7 @@ def run_length_experiment(
     out.mkdir(parents=True, exist_ok=True)
 
     step("building article-level documents")
-    tokenizer = AutoTokenizer.from_pretrained(model)
+    tokenizer = load_tokenizer(model)
     long_examples = build_long_documents(read_squad(data))
     article_tokens = {}
     for example in long_examples:
@@ -203,15 +201,16 @@ def run_length_experiment(
 
 
 def _evaluate_variant(name, length, kind, finetune_args, evaluation, context_tokens) -> dict:
-    from transformers import AutoModelForQuestionAnswering, AutoTokenizer
+    from transformers import AutoModelForQuestionAnswering
 
+    from kolong.checkpoints import load_model, load_tokenizer
     from kolong.data.qa_features import build_features
     from kolong.evaluation.qa_postprocess import decode_answers
     from kolong.training.qa import predict_logits
 
     model_dir = finetune_args.output_dir
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForQuestionAnswering.from_pretrained(model_dir).eval()
+    tokenizer = load_tokenizer(model_dir)
+    model = load_model(model_dir, AutoModelForQuestionAnswering).eval()
     features = build_features(tokenizer, evaluation, length, finetune_args.strategy, finetune_args.doc_stride)
     start_logits, end_logits = predict_logits(model, features, finetune_args.eval_batch_size)
     predictions, _ = decode_answers(evaluation, features, start_logits, end_logits)

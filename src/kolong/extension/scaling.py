@@ -14,10 +14,12 @@ tokens are spread over the table as evenly as integers allow.
 
 The setting lives in `config.kolong_position_scaling = {"factor": k, "original_max_length": n}`.
 Stock transformers classes know nothing about it, so kolong installs a forward pre-hook on the
-embeddings module that computes these ids whenever the caller passes no `position_ids`. `import
-kolong` wraps `PreTrainedModel.post_init` (kolong/integration.py) so that every model built from such a config
-(including `AutoModel*.from_pretrained`) gets the hook: **loading a keep-short checkpoint needs `import
-kolong`**; without it the model silently uses plain ids 0..L-1.
+embeddings module that computes these ids whenever the caller passes no `position_ids`. The hook is
+installed by kolong's own model classes (their `post_init`), by every `AutoModel*.from_pretrained` /
+`from_config` after `import kolong` (kolong/integration.py) and by `kolong.checkpoints.load_model`, which all
+of kolong's commands load through. kolong does not patch transformers' `PreTrainedModel`, so a stock class
+loaded directly (`BertModel.from_pretrained(dir)`) has no hook: call `install_position_scaling(model)` on
+it, or it reads plain ids 0..L-1 (the plain interpolated table, not the original model on short inputs).
 """
 
 from __future__ import annotations

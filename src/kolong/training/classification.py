@@ -63,21 +63,20 @@ def finetune_cls(args: ClassificationArguments) -> dict:
         Trainer,
     )
 
-    from kolong.checkpoints import load_config, load_tokenizer
+    from kolong.checkpoints import load_model, load_tokenizer
     from kolong.training.qa import check_length
 
     output_dir = Path(args.output_dir)
     resume_from = resume_checkpoint(args)
     data = load_classification_data(args.data, args.eval_data, args.shared_data, args.seed, args.limit)
     tokenizer = load_tokenizer(args.model)
-    load_config(args.model)  # names a bad path before transformers does
     label_settings = (
         dict(num_labels=1, problem_type="regression")
         if data.is_regression
         else dict(num_labels=len(data.labels), id2label=dict(enumerate(data.labels)),
                   label2id={name: i for i, name in enumerate(data.labels)}, problem_type="single_label_classification")
     )  # fmt: skip
-    model = AutoModelForSequenceClassification.from_pretrained(args.model, **label_settings)
+    model = load_model(args.model, AutoModelForSequenceClassification, **label_settings)
     check_length(model, args.max_length, args.model)
     train, evaluation = _encode(tokenizer, data, args.max_length)
     if data.is_regression:

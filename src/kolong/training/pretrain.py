@@ -46,7 +46,7 @@ def _split_overrides(overrides: dict, model_fields: dict, training_fields: dict)
 
 def prepare(args: PretrainArguments):
     """Everything before training: (model, tokenizer, datasets, collator, training settings); raises on bad input."""
-    from kolong.checkpoints import load_tokenizer
+    from kolong.checkpoints import load_model, load_tokenizer
     from kolong.data.corpus import load_corpus
     from kolong.models import KolongConfig, KolongForMaskedLM, KolongForPreTraining
     from kolong.training.masking import MaskingCollator
@@ -82,7 +82,7 @@ def prepare(args: PretrainArguments):
 
     set_seed(args.seed)  # the fresh model's initial weights follow the run's seed
     if args.model:
-        model = model_class.from_pretrained(args.model)
+        model = load_model(args.model, model_class)
         if model.config.vocab_size != len(tokenizer):
             raise DataError(
                 f"model {args.model} has vocab_size {model.config.vocab_size} but tokenizer {tokenizer_path} has "

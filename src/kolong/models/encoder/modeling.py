@@ -25,6 +25,7 @@ from transformers.modeling_outputs import (
     TokenClassifierOutput,
 )
 
+from kolong.constants import POSITION_SCALING_KEY
 from kolong.models.encoder.configuration import KolongConfig
 from kolong.positions import PositionEncoding, build_position_encoding
 
@@ -188,6 +189,13 @@ class KolongPreTrainedModel(PreTrainedModel):
     base_model_prefix = "kolong"
     supports_gradient_checkpointing = True
     _no_split_modules: ClassVar[list[str]] = ["KolongLayer"]
+
+    def post_init(self):
+        super().post_init()
+        if getattr(self.config, POSITION_SCALING_KEY, None):  # a keep-short extended checkpoint
+            from kolong.extension.scaling import install_position_scaling
+
+            install_position_scaling(self)
 
     @torch.no_grad()
     def _init_weights(self, module):
