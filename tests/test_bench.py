@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from kolong.bench.extension import reference_row_loop_doubling
-from kolong.bench.qa import run_qa_benchmark, to_markdown, write_results
+from kolong.bench.harness import write_results
+from kolong.bench.qa import QABenchmark, run_qa_benchmark, to_markdown
 from kolong.extension.tables import interpolate_rows
 
 
@@ -20,19 +21,84 @@ def test_qa_benchmark_agrees_with_the_reference(tmp_path):
     result = run_qa_benchmark(max_length=192, stride=32, limit=14, repeats=1, data=Path("/nonexistent.json"))
     assert result["labels_agree"] and result["predictions_agree"]
     assert result["questions"] == 14 and result["windows"] > 14
-    json_path, markdown_path = write_results(result, tmp_path)
+    json_path, markdown_path = write_results(QABenchmark(), result, tmp_path)
     assert json_path.is_file() and "| feature preparation |" in markdown_path.read_text()
     assert to_markdown(result).startswith("# kolong bench qa")
 
 
 def test_pretrain_benchmark_measures_both_pipelines(tmp_path):
-    from kolong.bench.pretrain import run_pretrain_benchmark
+    from kolong.bench.pretrain import PretrainBenchmark, run_pretrain_benchmark
     from kolong.bench.pretrain import to_markdown as pretrain_markdown
-    from kolong.bench.pretrain import write_results as write_pretrain
 
     result = run_pretrain_benchmark(steps=6, rounds=1, max_length=32, batch_size=4, hidden_size=64, layers=1,
                                     on_step=lambda message: None)  # fmt: skip
     assert result["tokens_per_second"]["kolong"] > 0 and result["tokens_per_second"]["plain"] > 0
     assert "Overhead of the pipeline" in pretrain_markdown(result)
-    json_path, _ = write_pretrain(result, tmp_path)
+    json_path, _ = write_results(PretrainBenchmark(), result, tmp_path)
     assert json_path.name == "pretrain.json"
+
+
+def test_the_timer_interleaves_warms_up_and_takes_self_reported_times():
+    from kolong.bench.harness import Measured, time_interleaved
+
+    calls = []
+    steps = {
+        "kolong": lambda: calls.append("k"),
+        "reference": lambda: (calls.append("r"), Measured(2.0, {"peak_mb": 7.0}))[1],
+    }
+    timings = time_interleaved(steps, repeats=3, warmup=1)
+    assert calls == ["k", "r", "k", "r", "r", "k", "k", "r"]  # warm-up, then the order flips every round
+    assert timings["reference"].seconds == [2.0, 2.0, 2.0] and timings["reference"].extra("peak_mb") == 7.0
+    assert timings["kolong"].as_dict()["rounds"] == 3 and timings["kolong"].median >= 0
+    more = time_interleaved({"fixed": lambda: Measured(0.25)}, repeats=1, warmup=0, min_seconds=1.0)
+    assert more["fixed"].seconds == [0.25] * 4  # rounds added until a second was measured
+
+
+def test_a_new_benchmark_is_one_class_and_the_harness_writes_it(tmp_path):
+    import json
+
+    from kolong.bench.harness import Benchmark, Case, run, write_results
+
+    class Squares(Benchmark):
+        name = "squares"
+
+        def sizes(self, args):
+            return [{"n": n} for n in args["sizes"]]
+
+        def setup(self, args, size):
+            numbers = list(range(size["n"]))
+            return Case({"comprehension": lambda: [x * x for x in numbers]},
+                        {"loop": lambda: list(map(lambda x: x * x, numbers))}, repeats=2, facts={"checked": True})  # fmt: skip
+
+        def summarise(self, args, rows):
+            return {"ratio": {row["n"]: row["timings"]["loop"].median / row["timings"]["comprehension"].median
+                              for row in rows}}  # fmt: skip
+
+        def to_markdown(self, result):
+            return "# squares\n"
+
+    result = run(Squares(), {"sizes": [10, 1000]})
+    assert result["benchmark"] == "squares" and set(result["ratio"]) == {10, 1000}
+    assert result["machine"]["torch"] and result["arguments"] == {"sizes": [10, 1000]}
+    assert {(row["n"], row["step"], row["reference"]) for row in result["timings"]} == {
+        (10, "comprehension", False), (10, "loop", True), (1000, "comprehension", False), (1000, "loop", True)}  # fmt: skip
+    json_path, markdown_path = write_results(Squares(), result, tmp_path)
+    assert json.loads(json_path.read_text())["timings"][0]["rounds"] == 2
+    text = markdown_path.read_text()
+    assert text.startswith("# squares") and "Machine: " in text and "| n 1000 | loop (reference) |" in text
+
+
+def test_every_benchmark_is_a_generated_command_with_its_options():
+    from typer.testing import CliRunner
+
+    from kolong.bench.arguments import BENCHMARKS
+    from kolong.cli import app
+
+    runner = CliRunner()
+    for name in BENCHMARKS:
+        result = runner.invoke(app, ["bench", name, "--help"])
+        assert result.exit_code == 0 and "--output-dir" in result.output and "--config" in result.output, name
+    refused = runner.invoke(app, ["bench", "extend", "-n", "1000", "--output-dir", "/nonexistent"])
+    assert refused.exit_code == 2 and "512 * 2^m" in " ".join(refused.output.split())
+    refused = runner.invoke(app, ["bench", "encoder", "--lengths", "1x"])
+    assert refused.exit_code == 2 and "--lengths" in refused.output

@@ -184,7 +184,8 @@ def test_fresh_initialisation_starts_from_block_means():
 def test_bench_gbst_measures_both_models_and_writes_results(tmp_path):
     import json
 
-    from kolong.bench.gbst import GBSTBenchArguments, run_gbst_benchmark, write_results
+    from kolong.bench.gbst import GBSTBenchArguments, GBSTBenchmark, run_gbst_benchmark
+    from kolong.bench.harness import write_results
 
     args = GBSTBenchArguments(
         max_length=96, min_bytes=0, target_length=8, batch_size=2, train_steps=1, inference_batches=1,
@@ -192,7 +193,7 @@ def test_bench_gbst_measures_both_models_and_writes_results(tmp_path):
         encoder_layers=2, decoder_layers=1, threads=[1], data=str(tmp_path / "absent.json"),
     )  # fmt: skip
     result = run_gbst_benchmark(args, on_step=lambda message: None)
-    json_path, markdown_path = write_results(result, tmp_path)
+    json_path, markdown_path = write_results(GBSTBenchmark(), result, tmp_path)
     assert result["encoder_positions"] == {"byte": 96, "gbst": 32}
     assert result["parameters"]["gbst"] > result["parameters"]["byte"]
     (run,) = result["results"]

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 import kolong  # noqa: F401
-from kolong.bench.tokenizer import nsmc_reviews, run_tokenizer_benchmark, to_markdown, write_results
+from kolong.bench.harness import write_results
+from kolong.bench.tokenizer import TokenizerBenchmark, nsmc_reviews, run_tokenizer_benchmark, to_markdown
 from kolong.data.qa_features import build_features
 from kolong.data.squad import read_squad
 from kolong.tokenizers import ByteTokenizer, train_tokenizer
@@ -74,6 +75,6 @@ def test_nsmc_stats_and_a_small_benchmark(tmp_path):
     assert 0.2 < stats.tokens_per_character < 1.5 and stats.characters_per_second > 0
     result = run_tokenizer_benchmark(path, train_documents=300, documents=200, vocab_size=600, repeats=1)
     assert set(result["cost_vs_mecab"]) >= {"kolong", "bert", "kolong_offsets", "kolong_one_process"}
-    json_path, markdown_path = write_results(result, tmp_path)
+    json_path, markdown_path = write_results(TokenizerBenchmark(), result, tmp_path)
     assert "cost vs raw MeCab" in markdown_path.read_text() and json_path.is_file()
     assert "Goal" in to_markdown(result)

@@ -12,18 +12,19 @@ relation tensors (`MaterialisedShawPositions`) as the memory reference.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import resource
-import statistics
 import subprocess
 import sys
-import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import asdict
 
-from kolong.io import atomic_write_json, atomic_write_text
+from kolong.bench.arguments import EncoderBenchArguments
+from kolong.bench.harness import Benchmark, Case, cuda_sync, run, time_interleaved
+
+__all__ = ["EncoderBenchArguments", "EncoderBenchmark", "EncoderPairedBenchmark", "run_encoder_benchmark"]
 
 # References beside the schemes: HF's BertModel, and Shaw's materialised (n, n, d_h) formulation.
 REFERENCES: dict[str, tuple[str, dict]] = {
@@ -45,28 +46,6 @@ def implementations() -> dict[str, tuple[str, dict]]:
         **schemes,
         **{k: v for k, v in REFERENCES.items() if k != "hf-bert"},
     }
-
-
-@dataclass
-class EncoderBenchArguments:
-    """What `kolong bench encoder` measures."""
-
-    lengths: list[int] = field(default_factory=lambda: [128, 256, 512, 1024, 2048, 4096])
-    """Sequence lengths."""
-    implementations: list[str] = field(default_factory=lambda: list(implementations()))
-    """Which of `implementations()` to run."""
-    hidden_size: int = 256
-    num_hidden_layers: int = 4
-    num_attention_heads: int = 4
-    intermediate_size: int = 1024
-    vocab_size: int = 8000
-    tokens_per_step: int = 4096
-    """batch = max(1, tokens_per_step // length)."""
-    min_seconds: float = 2.0
-    """Repeat each timed step until this much time has passed (at least 2 repetitions)."""
-    naive_max_length: int = 2048
-    """The materialised Shaw reference needs (n, n, d_h) per layer; longer lengths are skipped."""
-    device: str = "cpu"
 
 
 def _model(name: str, args: EncoderBenchArguments):
@@ -112,27 +91,12 @@ def measure(name: str, length: int, args: EncoderBenchArguments) -> dict:
     from kolong.runtime import tune_allocator
 
     tune_allocator()
-    cuda = args.device.startswith("cuda")
+    cuda, sync = args.device.startswith("cuda"), cuda_sync(args.device)
     model = _model(name, args)
     batch = max(1, args.tokens_per_step // length)
     generator = torch.Generator().manual_seed(0)
     ids = torch.randint(5, args.vocab_size, (batch, length), generator=generator).to(args.device)
     mask = torch.ones_like(ids)
-
-    def sync():
-        if cuda:
-            torch.cuda.synchronize()
-
-    def timed(step: Callable[[], None]) -> float:
-        step()  # warm-up
-        sync()
-        times, started = [], time.perf_counter()
-        while len(times) < 2 or time.perf_counter() - started < args.min_seconds:
-            begin = time.perf_counter()
-            step()
-            sync()
-            times.append(time.perf_counter() - begin)
-        return statistics.median(times)
 
     def infer():
         with torch.inference_mode():
@@ -151,10 +115,13 @@ def measure(name: str, length: int, args: EncoderBenchArguments) -> dict:
             base = torch.cuda.memory_allocated()
         else:
             base = _resident_mb()
-        seconds = timed(step)
+        timing = time_interleaved({mode: step}, repeats=2, warmup=1, sync=sync, min_seconds=args.min_seconds)[
+            mode
+        ]
         peak = (torch.cuda.max_memory_allocated() - base) / 2**20 if cuda else _peak_mb() - base
-        result[f"{mode}_tokens_per_s"] = batch * length / seconds
+        result[f"{mode}_tokens_per_s"] = batch * length / timing.median
         result[f"{mode}_peak_mb"] = peak
+        result[f"{mode}_seconds"] = timing.as_dict()
     return result
 
 
@@ -174,25 +141,44 @@ def _run_worker(name: str, length: int, args: EncoderBenchArguments) -> dict:
     return json.loads(process.stdout.strip().splitlines()[-1])
 
 
-def run_encoder_benchmark(args: EncoderBenchArguments, on_step: Callable[[str], None] = print) -> dict:
-    from kolong.bench.machine import describe_machine
-
+def _resolved(args: EncoderBenchArguments) -> list[str]:
     known = implementations()
-    unknown = sorted(set(args.implementations) - set(known))
+    names = list(known) if args.implementations in (["all"], []) else list(args.implementations)
+    unknown = sorted(set(names) - set(known))
     if unknown:
         raise ValueError(f"unknown implementation {unknown[0]!r}; choose from {', '.join(known)}")
-    rows = []
-    for length in args.lengths:
-        for name in args.implementations:
-            if name.endswith("-naive") and length > args.naive_max_length:
-                rows.append(
-                    {"implementation": name, "length": length, "error": "skipped: (n, n, d_h) too large"}
-                )
-                continue
-            on_step(f"{name} at {length} tokens")
-            rows.append(_run_worker(name, length, args))
-    _add_ratios(rows)
-    return {"arguments": asdict(args), "machine": describe_machine(), "results": rows}
+    return names
+
+
+class EncoderBenchmark(Benchmark):
+    """Each (implementation, length) in its own worker process, which times itself with the harness's timer."""
+
+    name = "encoder"
+    arguments = EncoderBenchArguments
+
+    def sizes(self, args: EncoderBenchArguments) -> list[dict]:
+        names = _resolved(args)
+        return [{"implementation": name, "length": length} for length in args.lengths for name in names]
+
+    def setup(self, args: EncoderBenchArguments, size: dict) -> Case:
+        name, length = size["implementation"], size["length"]
+        if name.endswith("-naive") and length > args.naive_max_length:
+            row = {"implementation": name, "length": length, "error": "skipped: (n, n, d_h) too large"}
+        else:
+            row = _run_worker(name, length, args)
+        return Case(steps={}, facts={"measured": row})
+
+    def summarise(self, args: EncoderBenchArguments, rows: list[dict]) -> dict:
+        results = [row["measured"] for row in rows]
+        _add_ratios(results)
+        return {"arguments": {**asdict(args), "implementations": _resolved(args)}, "results": results}
+
+    def to_markdown(self, result: dict) -> str:
+        return to_markdown(result)
+
+
+def run_encoder_benchmark(args: EncoderBenchArguments, on_step: Callable[[str], None] | None = None) -> dict:
+    return run(EncoderBenchmark(), args, on_step)
 
 
 def _add_ratios(rows: list[dict]) -> None:
@@ -210,7 +196,7 @@ def _add_ratios(rows: list[dict]) -> None:
 
 
 def to_markdown(result: dict) -> str:
-    args, machine, rows = result["arguments"], result["machine"], result["results"]
+    args, rows = result["arguments"], result["results"]
     lengths = args["lengths"]
     names = args["implementations"]
     cell = {(row["implementation"], row["length"]): row for row in rows}
@@ -219,8 +205,7 @@ def to_markdown(result: dict) -> str:
         "",
         f"Model: hidden {args['hidden_size']}, {args['num_hidden_layers']} layers, {args['num_attention_heads']} "
         f"heads, FFN {args['intermediate_size']}; {args['tokens_per_step']} tokens per step (batch = tokens / "
-        f"length); device {args['device']}. Machine: {machine['cpu']}, {machine['cores_available']} cores, "
-        f"torch {machine['torch']}, transformers {machine['transformers']}.",
+        f"length); device {args['device']}.",
         "",
     ]
     tables = (
@@ -259,52 +244,69 @@ def to_markdown(result: dict) -> str:
     return "\n".join(lines)
 
 
-def write_results(result: dict, output_dir: str | Path) -> tuple[Path, Path]:
-    output_dir = Path(output_dir)
-    return (
-        atomic_write_json(output_dir / "encoder.json", result),
-        atomic_write_text(output_dir / "encoder.md", to_markdown(result)),
-    )
+class EncoderPairedBenchmark(Benchmark):
+    """HF BertModel and kolong `learned` in one process, steps alternating, for a speed ratio that machine
+    load cannot bias (both see the same load); the median over `repeats` alternations is reported."""
+
+    name = "encoder-paired"
+    arguments = EncoderBenchArguments
+
+    def sizes(self, args: EncoderBenchArguments) -> list[dict]:
+        from kolong.runtime import tune_allocator
+
+        tune_allocator()
+        self.models, self.models_length = {}, None
+        return [
+            {"length": length, "mode": mode} for length in args.lengths for mode in ("training", "inference")
+        ]
+
+    def setup(self, args: EncoderBenchArguments, size: dict) -> Case:
+        import torch
+
+        length = size["length"]
+        if self.models_length != length:
+            self.models = {name: _model(name, args) for name in ("hf-bert", "learned")}
+            self.models_length = length
+        batch = max(1, args.tokens_per_step // length)
+        ids = torch.randint(5, args.vocab_size, (batch, length), generator=torch.Generator().manual_seed(0))
+        ids = ids.to(args.device)
+        mask = torch.ones_like(ids)
+        training = size["mode"] == "training"
+
+        def step(model):
+            def call():
+                model.train(training)
+                if training:
+                    model(
+                        input_ids=ids, attention_mask=mask
+                    ).last_hidden_state.float().square().mean().backward()
+                    model.zero_grad(set_to_none=True)
+                else:
+                    with torch.inference_mode():
+                        model(input_ids=ids, attention_mask=mask)
+
+            return call
+
+        return Case({"learned": step(self.models["learned"])}, {"hf-bert": step(self.models["hf-bert"])},
+                    repeats=args.repeats, warmup=1, sync=cuda_sync(args.device), facts={"batch": batch})  # fmt: skip
+
+    def summarise(self, args: EncoderBenchArguments, rows: list[dict]) -> dict:
+        results = []
+        for row in rows:
+            tokens = row["batch"] * row["length"]
+            hf, kolong = row["timings"]["hf-bert"].median, row["timings"]["learned"].median
+            results.append({"length": row["length"], "mode": row["mode"], "hf_tokens_per_s": tokens / hf,
+                            "kolong_tokens_per_s": tokens / kolong, "speedup": hf / kolong})  # fmt: skip
+        return {"repeats": args.repeats, "results": results, "load_average": os.getloadavg()}
+
+    def to_markdown(self, result: dict) -> str:
+        return paired_markdown(result)
 
 
 def run_paired_speed(
-    args: EncoderBenchArguments, repeats: int = 7, on_step: Callable[[str], None] = print
+    args: EncoderBenchArguments, repeats: int = 7, on_step: Callable[[str], None] | None = None
 ) -> dict:
-    """HF BertModel and kolong `learned` in one process, steps alternating, for a speed ratio that machine
-    load cannot bias (both see the same load); the median over `repeats` alternations is reported."""
-    import torch
-
-    from kolong.bench.machine import describe_machine
-    from kolong.runtime import tune_allocator
-
-    tune_allocator()
-    rows = []
-    for length in args.lengths:
-        models = {name: _model(name, args) for name in ("hf-bert", "learned")}
-        batch = max(1, args.tokens_per_step // length)
-        ids = torch.randint(5, args.vocab_size, (batch, length), generator=torch.Generator().manual_seed(0))
-        mask = torch.ones_like(ids)
-        for mode in ("training", "inference"):
-            on_step(f"paired {mode} at {length} tokens")
-            times = {name: [] for name in models}
-            for _ in range(repeats + 1):  # the first alternation warms up
-                for name, model in models.items():
-                    model.train(mode == "training")
-                    start = time.perf_counter()
-                    if mode == "training":
-                        model(
-                            input_ids=ids, attention_mask=mask
-                        ).last_hidden_state.float().square().mean().backward()
-                        model.zero_grad(set_to_none=True)
-                    else:
-                        with torch.inference_mode():
-                            model(input_ids=ids, attention_mask=mask)
-                    times[name].append(time.perf_counter() - start)
-            hf, kolong = (statistics.median(times[name][1:]) for name in ("hf-bert", "learned"))
-            rows.append({"length": length, "mode": mode, "hf_tokens_per_s": batch * length / hf,
-                         "kolong_tokens_per_s": batch * length / kolong, "speedup": hf / kolong})  # fmt: skip
-    return {"arguments": asdict(args), "repeats": repeats, "machine": describe_machine(), "results": rows,
-            "load_average": os.getloadavg()}  # fmt: skip
+    return run(EncoderPairedBenchmark(), dataclasses.replace(args, repeats=repeats), on_step)
 
 
 def paired_markdown(result: dict) -> str:

@@ -11,16 +11,13 @@ Side by side in one run:
 from __future__ import annotations
 
 import copy
-import statistics
-import time
 from collections.abc import Callable
-from datetime import datetime, timezone
-from pathlib import Path
 
 import torch
 
-from kolong.bench.machine import describe_machine
-from kolong.io import atomic_write_json, atomic_write_text
+from kolong.bench.arguments import ExtendBenchArguments
+from kolong.bench.harness import Benchmark, Case, run
+from kolong.errors import ConfigError
 
 
 def reference_row_loop_doubling(table: torch.Tensor, factor: int) -> torch.Tensor:
@@ -38,90 +35,94 @@ def reference_row_loop_doubling(table: torch.Tensor, factor: int) -> torch.Tenso
     return current
 
 
-def _median_seconds(function: Callable[[], object], repeats: int, warmup: bool = False) -> float:
-    if warmup:
-        function()
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        function()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
+METHODS = ("interpolate", "copy", "last", "random")
+
+
+class ExtendBenchmark(Benchmark):
+    name = "extend"
+    arguments = ExtendBenchArguments
+
+    def sizes(self, args: ExtendBenchArguments) -> list[dict]:
+        from transformers import BertConfig, BertModel
+
+        if args.max_length % 512 or (args.max_length // 512) & (args.max_length // 512 - 1):
+            raise ConfigError("the benchmark compares with repeated doubling: --max-length must be 512 * 2^m")
+        torch.manual_seed(0)
+        self.base = BertModel(
+            BertConfig()
+        ).eval()  # bert-base-uncased shape: 12 layers, hidden 768, 512 positions
+        return [{"stage": f"extend {method}"} for method in METHODS] + [
+            {"stage": "table"},
+            {"stage": "forward"},
+        ]
+
+    def setup(self, args: ExtendBenchArguments, size: dict) -> Case:
+        from kolong.extension import extend_position_embeddings, find_position_table, interpolate_rows
+
+        stage, n = size["stage"], args.max_length
+        if stage.startswith("extend "):
+            method = stage.split()[1]
+            copies = [copy.deepcopy(self.base) for _ in range(args.repeats)]  # each call extends a fresh copy
+            return Case({method: lambda: extend_position_embeddings(copies.pop(), n, method)}, repeats=args.repeats,
+                        warmup=0)  # fmt: skip
+        rows = find_position_table(self.base).real_rows()
+        if stage == "table":
+            return Case(
+                {"kolong interpolate_rows": lambda: interpolate_rows(rows, n)},
+                {"row loop": lambda: reference_row_loop_doubling(rows, n // 512)},
+                repeats=args.repeats, warmup=0,
+            )  # fmt: skip
+        extended = extend_position_embeddings(copy.deepcopy(self.base), n, "interpolate")
+        same = torch.allclose(find_position_table(extended).real_rows(),
+                              reference_row_loop_doubling(rows, n // 512), atol=1e-6)  # fmt: skip
+        generator = torch.Generator().manual_seed(0)
+        ids_512 = torch.randint(1000, 20000, (1, 512), generator=generator)
+        ids_long = torch.randint(1000, 20000, (1, 1024), generator=generator)
+
+        def forward(model, ids):
+            def step():
+                with torch.inference_mode():
+                    model(input_ids=ids)
+
+            return step
+
+        return Case(
+            {"kolong_extended_512": forward(extended, ids_512), "kolong_extended_1024": forward(extended, ids_long)},
+            {"hf_bert_original_512": forward(self.base, ids_512)},
+            repeats=args.repeats, facts={"reference_table_matches": bool(same)},
+        )  # fmt: skip
+
+    def summarise(self, args: ExtendBenchArguments, rows: list[dict]) -> dict:
+        seconds = {name: timing.median for row in rows for name, timing in row["timings"].items()}
+        forward = ("hf_bert_original_512", "kolong_extended_512", "kolong_extended_1024")
+        return {
+            "model": {"shape": "bert-base (BertConfig defaults)",
+                      "parameters": sum(p.numel() for p in self.base.parameters())},
+            "max_length": args.max_length,
+            "repeats": args.repeats,
+            "extend_seconds": {method: seconds[method] for method in METHODS},
+            "table_interpolate_seconds": seconds["kolong interpolate_rows"],
+            "reference_row_loop_seconds": seconds["row loop"],
+            "speedup_vs_reference": seconds["row loop"] / seconds["kolong interpolate_rows"],
+            "reference_table_matches": rows[-1]["reference_table_matches"],
+            "forward_tokens_per_second": {name: int(name.rsplit("_", 1)[1]) / seconds[name] for name in forward},
+            "forward_ratio_extended_vs_original_at_512": seconds["hf_bert_original_512"] / seconds["kolong_extended_512"],
+        }  # fmt: skip
+
+    def to_markdown(self, result: dict) -> str:
+        return to_markdown(result)
 
 
 def run_extension_benchmark(
     max_length: int = 4096, repeats: int = 5, on_step: Callable[[str], None] | None = None
 ) -> dict:
-    from transformers import BertConfig, BertModel
-
-    from kolong.extension import extend_position_embeddings, find_position_table, interpolate_rows
-
-    step = on_step or (lambda message: None)
-    if max_length % 512 or (max_length // 512) & (max_length // 512 - 1):
-        raise ValueError("the benchmark compares with repeated doubling: --max-length must be 512 * 2^m")
-    step("building a BERT-base-sized model (110M parameters)")
-    torch.manual_seed(0)
-    base = BertModel(BertConfig()).eval()  # bert-base-uncased shape: 12 layers, hidden 768, 512 positions
-    parameters = sum(p.numel() for p in base.parameters())
-
-    methods = {}
-    for method in ("interpolate", "copy", "last", "random"):
-        step(f"kolong extend ({method})")
-        copies = [copy.deepcopy(base) for _ in range(repeats)]
-        seconds = _median_seconds(
-            lambda copies=copies, method=method: extend_position_embeddings(copies.pop(), max_length, method),
-            repeats,
-        )
-        methods[method] = seconds
-
-    step("table building: kolong vs row-by-row reference")
-    rows = find_position_table(base).real_rows()
-    table_seconds = _median_seconds(lambda: interpolate_rows(rows, max_length), repeats)
-    reference_seconds = _median_seconds(lambda: reference_row_loop_doubling(rows, max_length // 512), repeats)
-    extended = extend_position_embeddings(copy.deepcopy(base), max_length, "interpolate")
-    same_table = torch.allclose(
-        find_position_table(extended).real_rows(),
-        reference_row_loop_doubling(rows, max_length // 512),
-        atol=1e-6,
-    )
-
-    step("forward passes")
-    generator = torch.Generator().manual_seed(0)
-    ids_512 = torch.randint(1000, 20000, (1, 512), generator=generator)
-    ids_long = torch.randint(1000, 20000, (1, 1024), generator=generator)
-    with torch.inference_mode():
-        original_512 = _median_seconds(lambda: base(input_ids=ids_512), repeats, warmup=True)
-        extended_512 = _median_seconds(lambda: extended(input_ids=ids_512), repeats, warmup=True)
-        extended_1024 = _median_seconds(lambda: extended(input_ids=ids_long), repeats, warmup=True)
-
-    return {
-        "benchmark": "extend",
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "machine": describe_machine(),
-        "model": {"shape": "bert-base (BertConfig defaults)", "parameters": parameters},
-        "max_length": max_length,
-        "repeats": repeats,
-        "extend_seconds": methods,
-        "table_interpolate_seconds": table_seconds,
-        "reference_row_loop_seconds": reference_seconds,
-        "speedup_vs_reference": reference_seconds / table_seconds,
-        "reference_table_matches": bool(same_table),
-        "forward_tokens_per_second": {
-            "hf_bert_original_512": 512 / original_512,
-            "kolong_extended_512": 512 / extended_512,
-            "kolong_extended_1024": 1024 / extended_1024,
-        },
-        "forward_ratio_extended_vs_original_at_512": original_512 / extended_512,
-    }
+    return run(ExtendBenchmark(), ExtendBenchArguments(max_length=max_length, repeats=repeats), on_step)
 
 
 def to_markdown(result: dict) -> str:
-    machine = result["machine"]
     lines = [
         f"# kolong bench extend ({result['date']})",
         "",
-        f"Machine: {machine['cpu']}, {machine['cores_available']} cores, torch {machine['torch']}, "
-        f"transformers {machine['transformers']}, GPU: {machine['gpu'] or 'none'}.",
         f"Model: {result['model']['shape']}, {result['model']['parameters'] / 1e6:.1f}M parameters; "
         f"512 -> {result['max_length']} positions; median of {result['repeats']} runs.",
         "",
@@ -147,10 +148,3 @@ def to_markdown(result: dict) -> str:
         "",
     ]
     return "\n".join(lines)
-
-
-def write_results(result: dict, output_dir: str | Path) -> tuple[Path, Path]:
-    output_dir = Path(output_dir)
-    json_path = atomic_write_json(output_dir / "extend.json", result)
-    markdown_path = atomic_write_text(output_dir / "extend.md", to_markdown(result))
-    return json_path, markdown_path

@@ -16,45 +16,13 @@ import os
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
+from dataclasses import asdict
 from pathlib import Path
 
-from kolong.io import atomic_write_json, atomic_write_text
+from kolong.bench.arguments import GBSTBenchArguments
+from kolong.bench.harness import Benchmark, Case, Measured, run
 
-
-@dataclass
-class GBSTBenchArguments:
-    """What `kolong bench gbst` measures."""
-
-    max_length: int = 2048
-    """Input bytes per example."""
-    min_bytes: int = 2000
-    """Only KorQuAD paragraphs with at least this many bytes of context."""
-    target_length: int = 64
-    """Target bytes (answers are short)."""
-    batch_size: int = 2
-    train_steps: int = 3
-    """Timed training steps per round (after one untimed warm-up step)."""
-    inference_batches: int = 2
-    """Timed generation batches per round (after one untimed warm-up batch)."""
-    max_new_tokens: int = 32
-    rounds: int = 3
-    hidden_size: int = 384
-    num_attention_heads: int = 6
-    head_dim: int = 64
-    intermediate_size: int = 1024
-    encoder_layers: int = 6
-    decoder_layers: int = 2
-    gbst_blocks: str = "1,2,3,6,9"
-    gbst_downsample_rate: int = 3
-    gbst_score_consensus: bool = True
-    seed: int = 0
-    threads: list[int] | None = None
-    """torch thread counts to measure, each a full set of rounds (default: torch's choice). On a shared CPU,
-    one thread avoids the stalls of threads that wait for each other while another process holds a core."""
-    data: str | None = None
-    """KorQuAD-style JSON (default: ../shared/data/korquad/KorQuAD_v1.0_dev.shared.json)."""
+__all__ = ["GBSTBenchArguments", "GBSTBenchmark", "run_gbst_benchmark"]
 
 
 def bench_inputs(args: GBSTBenchArguments) -> tuple[str, list[tuple[str, str]]]:
@@ -117,80 +85,98 @@ def _inference_rate(model, batches, max_new_tokens: int) -> float:
     return sum(len(labels) for _, labels in batches[1:]) / seconds
 
 
-def run_gbst_benchmark(args: GBSTBenchArguments, on_step: Callable[[str], None] = print) -> dict:
-    import torch
+class GBSTBenchmark(Benchmark):
+    name = "gbst"
+    arguments = GBSTBenchArguments
 
-    from kolong.bench.machine import describe_machine
-    from kolong.models.byte import KolongByteConfig, KolongByteForConditionalGeneration, add_gbst
-    from kolong.tokenizers import ByteTokenizer
-    from kolong.training.span import parse_blocks_option
+    def sizes(self, args: GBSTBenchArguments) -> list[dict]:
+        import torch
 
-    on_step("reading inputs")
-    description, pairs = bench_inputs(args)
-    tokenizer = ByteTokenizer()
-    torch.manual_seed(args.seed)
-    config = KolongByteConfig(
-        hidden_size=args.hidden_size, num_attention_heads=args.num_attention_heads, head_dim=args.head_dim,
-        intermediate_size=args.intermediate_size, encoder_layers=args.encoder_layers,
-        decoder_layers=args.decoder_layers,
-    )  # fmt: skip
-    models = {"byte": KolongByteForConditionalGeneration(config)}
-    models["gbst"] = add_gbst(
-        copy.deepcopy(models["byte"]), parse_blocks_option(args.gbst_blocks), args.gbst_downsample_rate,
-        args.gbst_score_consensus,
-    )  # fmt: skip
-    optimizers = {name: torch.optim.AdamW(model.parameters(), lr=1e-4) for name, model in models.items()}
-    train_batches = _batches(tokenizer, pairs, args, args.train_steps + 1, 0)
-    inference_batches = _batches(tokenizer, pairs, args, args.inference_batches + 1, 1000)
-    lengths = [int(inputs["attention_mask"].sum(1).max()) for inputs, _ in train_batches]
-    default_threads = torch.get_num_threads()
-    settings = []
-    try:
-        for threads in args.threads or [default_threads]:
-            torch.set_num_threads(threads)
-            rates = {name: {"train": [], "inference": []} for name in models}
-            load_before = os.getloadavg()
-            for round_index in range(args.rounds):
-                order = list(models) if round_index % 2 == 0 else list(reversed(models))
-                for name in order:
-                    where = f"{threads} thread(s), round {round_index + 1}/{args.rounds}: {name}"
-                    on_step(f"{where} training")
-                    rates[name]["train"].append(_train_rate(models[name], optimizers[name], train_batches))
-                    on_step(f"{where} inference")
-                    rates[name]["inference"].append(
-                        _inference_rate(models[name], inference_batches, args.max_new_tokens)
-                    )
-            medians = {n: {kind: statistics.median(v) for kind, v in r.items()} for n, r in rates.items()}
-            settings.append(
-                {
-                    "threads": threads,
-                    "load_average": {"before": list(load_before), "after": list(os.getloadavg())},
-                    "samples_per_second": medians,
-                    "speedup": {k: medians["gbst"][k] / medians["byte"][k] for k in ("train", "inference")},
-                    "per_round": rates,
-                }
-            )
-    finally:
-        torch.set_num_threads(default_threads)
-    return {
-        "benchmark": "gbst",
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "machine": describe_machine(),
-        "data": description,
-        "settings": asdict(args),
-        "input_bytes": {"max": max(lengths), "mean": statistics.mean(lengths)},
-        "encoder_positions": {
-            "byte": max(lengths),
-            "gbst": models["gbst"].encoder.gbst.output_length(max(lengths)),
-        },
-        "parameters": {name: sum(p.numel() for p in model.parameters()) for name, model in models.items()},
-        "results": settings,
-        "goal": {"train": 2.5, "inference": 1.4},
-    }
+        from kolong.models.byte import KolongByteConfig, KolongByteForConditionalGeneration, add_gbst
+        from kolong.tokenizers import ByteTokenizer
+        from kolong.training.span import parse_blocks_option
+
+        self.description, pairs = bench_inputs(args)
+        tokenizer = ByteTokenizer()
+        torch.manual_seed(args.seed)
+        config = KolongByteConfig(
+            hidden_size=args.hidden_size, num_attention_heads=args.num_attention_heads, head_dim=args.head_dim,
+            intermediate_size=args.intermediate_size, encoder_layers=args.encoder_layers,
+            decoder_layers=args.decoder_layers,
+        )  # fmt: skip
+        self.models = {"byte": KolongByteForConditionalGeneration(config)}
+        self.models["gbst"] = add_gbst(
+            copy.deepcopy(self.models["byte"]), parse_blocks_option(args.gbst_blocks), args.gbst_downsample_rate,
+            args.gbst_score_consensus,
+        )  # fmt: skip
+        self.optimizers = {
+            name: torch.optim.AdamW(m.parameters(), lr=1e-4) for name, m in self.models.items()
+        }
+        self.train_batches = _batches(tokenizer, pairs, args, args.train_steps + 1, 0)
+        self.inference_batches = _batches(tokenizer, pairs, args, args.inference_batches + 1, 1000)
+        self.lengths = [int(inputs["attention_mask"].sum(1).max()) for inputs, _ in self.train_batches]
+        self.default_threads = torch.get_num_threads()
+        return [{"threads": threads} for threads in args.threads or [self.default_threads]]
+
+    def setup(self, args: GBSTBenchArguments, size: dict) -> Case:
+        import torch
+
+        torch.set_num_threads(size["threads"])
+
+        def steps(name: str) -> dict:  # each call times itself after its own warm-up: seconds per sample
+            model, optimizer = self.models[name], self.optimizers[name]
+            return {
+                f"{name}/train": lambda: Measured(1 / _train_rate(model, optimizer, self.train_batches)),
+                f"{name}/inference": lambda: Measured(
+                    1 / _inference_rate(model, self.inference_batches, args.max_new_tokens)
+                ),
+            }
+
+        return Case(steps("gbst"), steps("byte"), repeats=args.rounds, warmup=0,
+                    facts={"load_before": list(os.getloadavg())})  # fmt: skip
+
+    def teardown(self) -> None:
+        import torch
+
+        if hasattr(self, "default_threads"):
+            torch.set_num_threads(self.default_threads)
+
+    def summarise(self, args: GBSTBenchArguments, rows: list[dict]) -> dict:
+        settings = []
+        for index, row in enumerate(rows):
+            after = rows[index + 1]["load_before"] if index + 1 < len(rows) else list(os.getloadavg())
+            timings = row["timings"]
+            rates = {name: {kind: [1 / s for s in timings[f"{name}/{kind}"].seconds] for kind in ("train", "inference")}
+                     for name in self.models}  # fmt: skip
+            medians = {name: {kind: 1 / timings[f"{name}/{kind}"].median for kind in ("train", "inference")}
+                       for name in self.models}  # fmt: skip
+            settings.append({
+                "threads": row["threads"], "load_average": {"before": row["load_before"], "after": after},
+                "samples_per_second": medians,
+                "speedup": {k: medians["gbst"][k] / medians["byte"][k] for k in ("train", "inference")},
+                "per_round": rates,
+            })  # fmt: skip
+        longest = max(self.lengths)
+        return {
+            "data": self.description,
+            "settings": asdict(args),
+            "input_bytes": {"max": longest, "mean": statistics.mean(self.lengths)},
+            "encoder_positions": {"byte": longest, "gbst": self.models["gbst"].encoder.gbst.output_length(longest)},
+            "parameters": {name: sum(p.numel() for p in model.parameters()) for name, model in self.models.items()},
+            "results": settings,
+            "goal": {"train": 2.5, "inference": 1.4},
+        }  # fmt: skip
+
+    def to_markdown(self, result: dict) -> str:
+        return to_markdown(result)
+
+
+def run_gbst_benchmark(args: GBSTBenchArguments, on_step: Callable[[str], None] | None = None) -> dict:
+    return run(GBSTBenchmark(), args, on_step)
 
 
 def to_markdown(result: dict) -> str:
-    s, m, goal = result["settings"], result["machine"], result["goal"]
+    s, goal = result["settings"], result["goal"]
     lines = [
         f"# kolong bench gbst ({result['date']})",
         "",
@@ -205,28 +191,27 @@ def to_markdown(result: dict) -> str:
         f"forward + backward + AdamW step, dropout 0.1; inference: greedy generation of {s['max_new_tokens']} bytes "
         f"(cached). Median of {s['rounds']} rounds alternating the two models ({s['train_steps']} training steps "
         f"and {s['inference_batches']} generation batches each, after a warm-up).",
-        f"Machine: {m['cpu']}, {m['cores_available']} cores, torch {m['torch']}, transformers {m['transformers']}; "
-        "the machine is shared with other processes (load averages below).",
+        "The machine is shared with other processes (load averages below).",
         "",
         "| torch threads | load avg before / after | model | training samples/s | inference samples/s |",
         "|---:|---|---|---:|---:|",
     ]
-    for run in result["results"]:
-        r, up, load = run["samples_per_second"], run["speedup"], run["load_average"]
+    for setting in result["results"]:
+        r, up, load = setting["samples_per_second"], setting["speedup"], setting["load_average"]
         loads = f"{load['before'][0]:.2f} / {load['after'][0]:.2f}"
         lines += [
-            f"| {run['threads']} | {loads} | byte (no GBST) | {r['byte']['train']:.3f} | {r['byte']['inference']:.3f} |",
-            f"| {run['threads']} | | byte + GBST | {r['gbst']['train']:.3f} | {r['gbst']['inference']:.3f} |",
-            f"| {run['threads']} | | **speed-up** | **{up['train']:.2f}x** | **{up['inference']:.2f}x** |",
+            f"| {setting['threads']} | {loads} | byte (no GBST) | {r['byte']['train']:.3f} | {r['byte']['inference']:.3f} |",
+            f"| {setting['threads']} | | byte + GBST | {r['gbst']['train']:.3f} | {r['gbst']['inference']:.3f} |",
+            f"| {setting['threads']} | | **speed-up** | **{up['train']:.2f}x** | **{up['inference']:.2f}x** |",
         ]
     lines.append("")
-    for run in result["results"]:
-        up = run["speedup"]
+    for setting in result["results"]:
+        up = setting["speedup"]
         met = [
             f"{kind} {'met' if up[kind] >= goal[kind] else 'not met'} ({up[kind]:.2f}x vs {goal[kind]}x)"
             for kind in ("train", "inference")
         ]
-        lines.append(f"- {run['threads']} thread(s): goals on CPU {', '.join(met)}.")
+        lines.append(f"- {setting['threads']} thread(s): goals on CPU {', '.join(met)}.")
     lines += [
         "",
         "The Korean token-free paper reports 2.7x (training) and 1.46x (inference) on KLUE-MRC (A100, bfloat16).",
@@ -236,11 +221,3 @@ def to_markdown(result: dict) -> str:
         "",
     ]
     return "\n".join(lines)
-
-
-def write_results(result: dict, output_dir: str | Path) -> tuple[Path, Path]:
-    output_dir = Path(output_dir)
-    return (
-        atomic_write_json(output_dir / "gbst.json", result),
-        atomic_write_text(output_dir / "gbst.md", to_markdown(result)),
-    )

@@ -16,7 +16,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from kolong.io import atomic_write_json, atomic_write_text
+from kolong.bench.arguments import PretrainBenchArguments
+from kolong.bench.harness import Benchmark, Case, Measured, run
 
 
 def _corpus(root: Path, max_length: int) -> Path:
@@ -33,13 +34,20 @@ def _corpus(root: Path, max_length: int) -> Path:
 
 
 def _kolong(args, warmup: int) -> float:
+    """Seconds per steady-state step, from the throughput kolong's Trainer logs."""
     from kolong.training.pretrain import pretrain_mlm, read_log
 
     pretrain_mlm(args)
     logged = [
         h["tokens_per_second"] for h in read_log(args.output_dir)["log_history"] if "tokens_per_second" in h
     ]
-    return statistics.median(logged[warmup:])
+    return args.batch_size * _block_length(args) / statistics.median(logged[warmup:])
+
+
+def _block_length(args) -> int:
+    import json
+
+    return json.loads((Path(args.corpus) / "corpus.json").read_text(encoding="utf-8"))["max_length"]
 
 
 def _plain_loop(args, steps: int, warmup: int) -> float:
@@ -49,7 +57,7 @@ def _plain_loop(args, steps: int, warmup: int) -> float:
 
     from kolong.training.pretrain import prepare
 
-    model, _, train, _, collator, training, metadata = prepare(args)
+    model, _, train, _, collator, training, _ = prepare(args)
     model.train()
     loader = DataLoader(train, batch_size=training["batch_size"], shuffle=True, collate_fn=collator,
                         generator=torch.Generator().manual_seed(args.seed))  # fmt: skip
@@ -72,55 +80,82 @@ def _plain_loop(args, steps: int, warmup: int) -> float:
         schedule.step()
         optimizer.zero_grad(set_to_none=True)
         times.append(time.perf_counter() - start)
-    return training["batch_size"] * metadata["max_length"] / statistics.median(times[warmup:])
+    return statistics.median(times[warmup:])  # seconds per steady-state step
+
+
+class PretrainBenchmark(Benchmark):
+    name = "pretrain"
+    arguments = PretrainBenchArguments
+
+    def setup(self, args: PretrainBenchArguments, size: dict) -> Case:
+        from kolong.training.pretrain import PretrainArguments
+
+        self._scratch = tempfile.TemporaryDirectory()
+        root = Path(self._scratch.name)
+        corpus = _corpus(root, args.max_length)
+        warmup = max(2, args.steps // 5)
+        runs = {"kolong": 0, "plain": 0}
+
+        def arguments(side: str) -> PretrainArguments:
+            runs[side] += 1
+            return PretrainArguments(
+                corpus=str(corpus), output_dir=str(root / f"{side}-{runs[side]}"), preset="tiny",
+                position_encoding=args.position_encoding,
+                overrides={"hidden_size": args.hidden_size, "num_hidden_layers": args.layers,
+                           "num_attention_heads": args.hidden_size // 64, "intermediate_size": 4 * args.hidden_size},
+                max_steps=args.steps, batch_size=args.batch_size, learning_rate=1e-3, eval_every=10**9,
+                save_steps=10**9, logging_steps=1,
+                extra={"disable_tqdm": True, "eval_strategy": "no", "eval_on_start": False},
+            )  # fmt: skip
+
+        # Each step is a whole run that times its own steady-state steps (the first `warmup` excluded).
+        return Case(
+            {"kolong pretrain mlm": lambda: Measured(_kolong(arguments("kolong"), warmup))},
+            {"plain PyTorch loop": lambda: Measured(_plain_loop(arguments("plain"), args.steps, warmup))},
+            repeats=args.rounds, warmup=0, facts={"warmup_steps_excluded": warmup},
+        )  # fmt: skip
+
+    def teardown(self) -> None:
+        if getattr(self, "_scratch", None) is not None:
+            self._scratch.cleanup()
+
+    def summarise(self, args: PretrainBenchArguments, rows: list[dict]) -> dict:
+        tokens = args.batch_size * args.max_length
+        timings = rows[0]["timings"]
+        per_round = {name: [tokens / s for s in timing.seconds] for name, timing in timings.items()}
+        kolong_rate, plain_rate = (
+            tokens / timings[name].median for name in ("kolong pretrain mlm", "plain PyTorch loop")
+        )
+        return {
+            "settings": dict(steps=args.steps, warmup_steps_excluded=rows[0]["warmup_steps_excluded"], rounds=args.rounds,
+                             max_length=args.max_length, batch_size=args.batch_size, hidden_size=args.hidden_size,
+                             layers=args.layers, position=args.position_encoding),
+            "tokens_per_second": {"kolong": kolong_rate, "plain": plain_rate},
+            "per_round": per_round,
+            "overhead": 1 - kolong_rate / plain_rate,
+        }  # fmt: skip
+
+    def to_markdown(self, result: dict) -> str:
+        return to_markdown(result)
 
 
 def run_pretrain_benchmark(
     steps: int = 40, rounds: int = 2, max_length: int = 128, batch_size: int = 32, hidden_size: int = 256,
-    layers: int = 4, position: str = "learned", on_step: Callable[[str], None] = print,
+    layers: int = 4, position: str = "learned", on_step: Callable[[str], None] | None = None,
 ) -> dict:  # fmt: skip
-    from kolong.bench.machine import describe_machine
-    from kolong.training.pretrain import PretrainArguments
-
-    warmup = max(2, steps // 5)
-    with tempfile.TemporaryDirectory() as directory:
-        root = Path(directory)
-        on_step("building the corpus")
-        corpus = _corpus(root, max_length)
-        results = {"kolong pretrain mlm": [], "plain PyTorch loop": []}
-        for round_index in range(rounds):
-            args = PretrainArguments(
-                corpus=str(corpus), output_dir=str(root / f"run-{round_index}"), preset="tiny", position_encoding=position,
-                overrides={"hidden_size": hidden_size, "num_hidden_layers": layers, "num_attention_heads": hidden_size // 64,
-                           "intermediate_size": 4 * hidden_size},
-                max_steps=steps, batch_size=batch_size, learning_rate=1e-3, eval_every=10**9, save_steps=10**9,
-                logging_steps=1, extra={"disable_tqdm": True, "eval_strategy": "no", "eval_on_start": False},
-            )  # fmt: skip
-            on_step(f"round {round_index + 1}: kolong pretrain mlm")
-            results["kolong pretrain mlm"].append(_kolong(args, warmup))
-            on_step(f"round {round_index + 1}: plain PyTorch loop")
-            results["plain PyTorch loop"].append(_plain_loop(args, steps, warmup))
-    kolong_rate = statistics.median(results["kolong pretrain mlm"])
-    plain_rate = statistics.median(results["plain PyTorch loop"])
-    return {
-        "settings": dict(steps=steps, warmup_steps_excluded=warmup, rounds=rounds, max_length=max_length,
-                         batch_size=batch_size, hidden_size=hidden_size, layers=layers, position=position),
-        "machine": describe_machine(),
-        "tokens_per_second": {"kolong": kolong_rate, "plain": plain_rate},
-        "per_round": results,
-        "overhead": 1 - kolong_rate / plain_rate,
-    }  # fmt: skip
+    args = PretrainBenchArguments(steps=steps, rounds=rounds, max_length=max_length, batch_size=batch_size,
+                                  hidden_size=hidden_size, layers=layers, position_encoding=position)  # fmt: skip
+    return run(PretrainBenchmark(), args, on_step)
 
 
 def to_markdown(result: dict) -> str:
-    s, m, rates = result["settings"], result["machine"], result["tokens_per_second"]
+    s, rates = result["settings"], result["tokens_per_second"]
     return "\n".join([
         "# kolong bench pretrain: pipeline overhead",
         "",
         f"Model: kolong encoder ({s['position']}), hidden {s['hidden_size']}, {s['layers']} layers; batch "
         f"{s['batch_size']} x {s['max_length']} tokens; {s['steps']} steps per run, the first {s['warmup_steps_excluded']} "
-        f"excluded, median of {s['rounds']} alternating rounds. Machine: {m['cpu']}, {m['cores_available']} cores, "
-        f"torch {m['torch']}.",
+        f"excluded, median of {s['rounds']} alternating rounds.",
         "",
         "| pipeline | training tokens/s |",
         "|---|---:|",
@@ -130,11 +165,3 @@ def to_markdown(result: dict) -> str:
         f"Overhead of the pipeline: **{result['overhead']:.1%}** (goal: below 10%).",
         "",
     ])  # fmt: skip
-
-
-def write_results(result: dict, output_dir: str | Path) -> tuple[Path, Path]:
-    output_dir = Path(output_dir)
-    return (
-        atomic_write_json(output_dir / "pretrain.json", result),
-        atomic_write_text(output_dir / "pretrain.md", to_markdown(result)),
-    )

@@ -10,19 +10,16 @@ max length and stride, and their outputs are checked to agree (same labels, same
 from __future__ import annotations
 
 import collections
-import statistics
-import time
 from collections.abc import Callable
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 
-from kolong.bench.machine import describe_machine
+from kolong.bench.arguments import QABenchArguments
+from kolong.bench.harness import Benchmark, Case, run
 from kolong.data.qa_features import build_features
 from kolong.data.squad import QAExample
 from kolong.evaluation.qa_postprocess import decode_answers
-from kolong.io import atomic_write_json, atomic_write_text
 
 
 def reference_prepare_features(tokenizer, examples: list[QAExample], max_length: int, stride: int):
@@ -121,16 +118,6 @@ def _label_spans(offsets, starts, ends) -> list[tuple[int, int] | None]:
     return spans
 
 
-def _median(function: Callable[[], object], repeats: int) -> tuple[float, object]:
-    result = function()  # warm-up, and the value to compare
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        function()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times), result
-
-
 def bench_examples(data: Path | None, limit: int) -> tuple[str, list[QAExample]]:
     from kolong.data.samples import korean_qa_dataset
     from kolong.data.squad import build_long_documents, parse_squad, read_squad
@@ -144,80 +131,89 @@ def bench_examples(data: Path | None, limit: int) -> tuple[str, list[QAExample]]
     return f"built-in Korean sample ({len(examples)} questions; ../shared/data absent)", examples
 
 
+class QABenchmark(Benchmark):
+    name = "qa"
+    arguments = QABenchArguments
+
+    def sizes(self, args: QABenchArguments) -> list[dict]:
+        from datasets import disable_progress_bars
+
+        from kolong.checkpoints import build_tiny_bert_checkpoint, bundled_checkpoint, load_tokenizer
+
+        disable_progress_bars()
+        self.checkpoint = bundled_checkpoint()
+        if self.checkpoint is None:
+            import tempfile
+
+            self.checkpoint = build_tiny_bert_checkpoint(
+                Path(tempfile.mkdtemp(prefix="kolong-bench-")) / "tiny"
+            )
+        self.tokenizer = load_tokenizer(self.checkpoint)
+        self.description, self.examples = bench_examples(
+            Path(args.data) if args.data else None, args.questions
+        )
+        return [{"stage": "features"}, {"stage": "postprocess"}]
+
+    def setup(self, args: QABenchArguments, size: dict) -> Case:
+        tokenizer, examples, n = self.tokenizer, self.examples, args.max_length
+        if size["stage"] == "features":
+            kolong = lambda: build_features(tokenizer, examples, n, "sliding-window", args.doc_stride)  # noqa: E731
+            reference = lambda: reference_prepare_features(tokenizer, examples, n, args.doc_stride)  # noqa: E731
+            self.features, self.reference = kolong(), reference()  # the outputs compared (and a warm-up)
+            agree = _label_spans(self.features.offsets, self.features.start_positions, self.features.end_positions) == (
+                _label_spans(self.reference["offset_mapping"], self.reference["start_positions"],
+                             self.reference["end_positions"]))  # fmt: skip
+            return Case({"kolong": kolong}, {"HF run_qa approach": reference}, args.repeats, warmup=0,
+                        facts={"labels_agree": bool(agree), "windows": len(self.features)})  # fmt: skip
+        generator = np.random.default_rng(0)
+        starts = generator.normal(size=(len(self.features), n)).astype(np.float32)
+        ends = generator.normal(size=(len(self.features), n)).astype(np.float32)
+        kolong = lambda: decode_answers(examples, self.features, starts, ends)[0]  # noqa: E731
+        reference = lambda: reference_postprocess(examples, self.reference, starts, ends)  # noqa: E731
+        agree = kolong() == reference()
+        return Case({"kolong": kolong}, {"HF run_qa approach": reference}, args.repeats, warmup=0,
+                    facts={"predictions_agree": agree})  # fmt: skip
+
+    def summarise(self, args: QABenchArguments, rows: list[dict]) -> dict:
+        features, post = ({name: t.median for name, t in row["timings"].items()} for row in rows)
+        kolong_features, reference_features = features["kolong"], features["HF run_qa approach"]
+        kolong_post, reference_post = post["kolong"], post["HF run_qa approach"]
+        return {
+            "tokenizer": str(self.checkpoint),
+            "data": self.description,
+            "questions": len(self.examples),
+            "windows": rows[0]["windows"],
+            "max_length": args.max_length,
+            "stride": args.doc_stride,
+            "repeats": args.repeats,
+            "features_seconds": {"kolong": kolong_features, "reference": reference_features},
+            "features_speedup": reference_features / kolong_features,
+            "postprocess_seconds": {"kolong": kolong_post, "reference": reference_post},
+            "postprocess_speedup": reference_post / kolong_post,
+            "labels_agree": rows[0]["labels_agree"],
+            "predictions_agree": rows[1]["predictions_agree"],
+        }
+
+    def to_markdown(self, result: dict) -> str:
+        return to_markdown(result)
+
+
 def run_qa_benchmark(
-    max_length: int = 512,
-    stride: int = 128,
-    limit: int = 400,
-    repeats: int = 3,
-    data: Path | None = None,
+    max_length: int = 512, stride: int = 128, limit: int = 400, repeats: int = 3, data: Path | None = None,
     on_step: Callable[[str], None] | None = None,
-) -> dict:
-    from datasets import disable_progress_bars
-
-    from kolong.checkpoints import build_tiny_bert_checkpoint, bundled_checkpoint, load_tokenizer
-
-    disable_progress_bars()
-    step = on_step or (lambda message: None)
-    checkpoint = bundled_checkpoint()
-    if checkpoint is None:
-        import tempfile
-
-        checkpoint = build_tiny_bert_checkpoint(Path(tempfile.mkdtemp(prefix="kolong-bench-")) / "tiny")
-    tokenizer = load_tokenizer(checkpoint)
-    description, examples = bench_examples(data, limit)
-
-    step("feature preparation: kolong")
-    kolong_seconds, features = _median(
-        lambda: build_features(tokenizer, examples, max_length, "sliding-window", stride), repeats
-    )
-    step("feature preparation: HF run_qa approach")
-    reference_seconds, reference = _median(
-        lambda: reference_prepare_features(tokenizer, examples, max_length, stride), repeats
-    )
-    labels_agree = _label_spans(
-        features.offsets, features.start_positions, features.end_positions
-    ) == _label_spans(reference["offset_mapping"], reference["start_positions"], reference["end_positions"])
-
-    generator = np.random.default_rng(0)
-    start_logits = generator.normal(size=(len(features), max_length)).astype(np.float32)
-    end_logits = generator.normal(size=(len(features), max_length)).astype(np.float32)
-    step("post-processing: kolong")
-    kolong_post, (predictions, _) = _median(
-        lambda: decode_answers(examples, features, start_logits, end_logits), repeats
-    )
-    step("post-processing: HF run_qa approach")
-    reference_post, reference_predictions = _median(
-        lambda: reference_postprocess(examples, reference, start_logits, end_logits), repeats
-    )
-    return {
-        "benchmark": "qa",
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "machine": describe_machine(),
-        "tokenizer": str(checkpoint),
-        "data": description,
-        "questions": len(examples),
-        "windows": len(features),
-        "max_length": max_length,
-        "stride": stride,
-        "repeats": repeats,
-        "features_seconds": {"kolong": kolong_seconds, "reference": reference_seconds},
-        "features_speedup": reference_seconds / kolong_seconds,
-        "postprocess_seconds": {"kolong": kolong_post, "reference": reference_post},
-        "postprocess_speedup": reference_post / kolong_post,
-        "labels_agree": bool(labels_agree),
-        "predictions_agree": predictions == reference_predictions,
-    }
+) -> dict:  # fmt: skip
+    args = QABenchArguments(max_length=max_length, doc_stride=stride, questions=limit, repeats=repeats,
+                            data=str(data) if data else None)  # fmt: skip
+    return run(QABenchmark(), args, on_step)
 
 
 def to_markdown(result: dict) -> str:
-    machine = result["machine"]
     q = result["questions"]
     return "\n".join(
         [
             f"# kolong bench qa ({result['date']})",
             "",
-            f"Machine: {machine['cpu']}, {machine['cores_available']} cores, torch {machine['torch']}, "
-            f"transformers {machine['transformers']}. Data: {result['data']}; {result['windows']} windows of "
+            f"Data: {result['data']}; {result['windows']} windows of "
             f"{result['max_length']} tokens (stride {result['stride']}); median of {result['repeats']} runs.",
             "",
             "| stage | kolong (questions/s) | HF run_qa approach (questions/s) | ratio (kolong speed / reference) |",
@@ -231,12 +227,4 @@ def to_markdown(result: dict) -> str:
             f"same predictions: {result['predictions_agree']}.",
             "",
         ]
-    )
-
-
-def write_results(result: dict, output_dir: str | Path) -> tuple[Path, Path]:
-    output_dir = Path(output_dir)
-    return (
-        atomic_write_json(output_dir / "qa.json", result),
-        atomic_write_text(output_dir / "qa.md", to_markdown(result)),
     )

@@ -10,17 +10,15 @@ with kolong), run the same way on the same files. Standard library only: nothing
 from __future__ import annotations
 
 import json
-import os
-import platform
-import statistics
 import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
-from datetime import datetime, timezone
 from pathlib import Path
 
-from kolong.io import atomic_write_json, atomic_write_text
+from kolong.bench.arguments import StartupBenchArguments
+from kolong.bench.harness import Benchmark, Case, Measured, run
+from kolong.errors import DataError
 
 HELP_COMMANDS = (
     ("--help",),
@@ -85,72 +83,68 @@ def question_subset(data: Path, questions: int, directory: Path) -> tuple[Path, 
     return subset, answers
 
 
+class StartupBenchmark(Benchmark):
+    name = "startup"
+    arguments = StartupBenchArguments
+    light_machine = True  # nothing here imports torch
+
+    def setup(self, args: StartupBenchArguments, size: dict) -> Case:
+        data = Path(args.data)
+        if not data.is_file():
+            raise DataError(f"--data {data} is not a file")
+        if args.official_script is not None and not Path(args.official_script).is_file():
+            raise DataError(f"--official-script {args.official_script} is not a file")
+        self._scratch = tempfile.TemporaryDirectory(prefix="kolong-startup-")
+        subset, predictions = question_subset(data, args.questions, Path(self._scratch.name))
+        kolong = [sys.executable, "-m", "kolong.cli"]
+        commands = {"kolong " + " ".join(words): [*kolong, *words] for words in HELP_COMMANDS}
+        commands["kolong evaluate qa"] = [*kolong, "evaluate", "qa", "--data", str(subset), "--predictions",
+                                          str(predictions)]  # fmt: skip
+        references = {}
+        if args.official_script is not None:
+            references["official KorQuAD script"] = [sys.executable, str(args.official_script), str(subset),
+                                                     str(predictions)]  # fmt: skip
+        references["python -c pass (interpreter start)"] = [sys.executable, "-c", "pass"]
+
+        def launch(command: list[str]):
+            def step() -> Measured:
+                seconds, peak = run_once(command)
+                return Measured(seconds, {"peak_rss_mb": peak})
+
+            return step
+
+        return Case({name: launch(c) for name, c in commands.items()},
+                    {name: launch(c) for name, c in references.items()}, repeats=args.rounds)  # fmt: skip
+
+    def teardown(self) -> None:
+        if getattr(self, "_scratch", None) is not None:
+            self._scratch.cleanup()
+
+    def summarise(self, args: StartupBenchArguments, rows: list[dict]) -> dict:
+        rows_out = [
+            {"command": name, "median_s": timing.median, "min_s": min(timing.seconds), "max_s": max(timing.seconds),
+             "peak_rss_mb": timing.extra("peak_rss_mb")}
+            for name, timing in rows[0]["timings"].items()
+        ]  # fmt: skip
+        return {"questions": args.questions, "rounds": args.rounds, "rows": rows_out}
+
+    def to_markdown(self, result: dict) -> str:
+        return to_markdown(result)
+
+
 def run_startup_benchmark(
-    data: Path,
-    questions: int = 800,
-    rounds: int = 7,
-    official_script: Path | None = None,
+    data: Path, questions: int = 800, rounds: int = 7, official_script: Path | None = None,
     on_step: Callable[[str], None] | None = None,
-) -> dict:
-    step = on_step or (lambda message: None)
-    kolong = [sys.executable, "-m", "kolong.cli"]
-    with tempfile.TemporaryDirectory(prefix="kolong-startup-") as scratch:
-        subset, predictions = question_subset(Path(data), questions, Path(scratch))
-        commands = {"kolong " + " ".join(args): [*kolong, *args] for args in HELP_COMMANDS}
-        commands["kolong evaluate qa"] = [
-            *kolong,
-            "evaluate",
-            "qa",
-            "--data",
-            str(subset),
-            "--predictions",
-            str(predictions),
-        ]
-        if official_script is not None:
-            commands["official KorQuAD script"] = [
-                sys.executable,
-                str(official_script),
-                str(subset),
-                str(predictions),
-            ]
-        commands["python -c pass (interpreter start)"] = [sys.executable, "-c", "pass"]
-        samples: dict[str, list[tuple[float, float]]] = {name: [] for name in commands}
-        for command in commands.values():  # warm-up: file cache, .pyc files
-            run_once(command)
-        for round_index in range(rounds):
-            step(f"round {round_index + 1}/{rounds}")
-            for name, command in commands.items():
-                samples[name].append(run_once(command))
-    rows = [
-        {
-            "command": name,
-            "median_s": statistics.median(s for s, _ in runs),
-            "min_s": min(s for s, _ in runs),
-            "max_s": max(s for s, _ in runs),
-            "peak_rss_mb": statistics.median(m for _, m in runs),
-        }
-        for name, runs in samples.items()
-    ]
-    return {
-        "benchmark": "startup",
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "machine": {
-            "cpu_count": os.cpu_count(),
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-        },
-        "questions": questions,
-        "rounds": rounds,
-        "rows": rows,
-    }
+) -> dict:  # fmt: skip
+    args = StartupBenchArguments(data=str(data), questions=questions, rounds=rounds,
+                                 official_script=str(official_script) if official_script else None)  # fmt: skip
+    return run(StartupBenchmark(), args, on_step)
 
 
 def to_markdown(result: dict) -> str:
-    machine = result["machine"]
     lines = [
         "# CLI start-up",
         "",
-        f"{result['date']}, Python {machine['python']}, {machine['cpu_count']} cores, {machine['platform']}. "
         f"Each command is a fresh process; median (min-max) of {result['rounds']} interleaved rounds after a "
         f"warm-up. `kolong evaluate qa` and the official KorQuAD 1.0 script score the same "
         f"{result['questions']} questions of the shared KorQuAD 1.0 dev file. Produced by `kolong bench startup`.",
@@ -164,10 +158,3 @@ def to_markdown(result: dict) -> str:
             f"| {row['peak_rss_mb']:.0f} |"
         )
     return "\n".join(lines) + "\n"
-
-
-def write_results(result: dict, output_dir: str | Path) -> tuple[Path, Path]:
-    output_dir = Path(output_dir)
-    json_path = atomic_write_json(output_dir / "startup.json", result)
-    markdown_path = atomic_write_text(output_dir / "startup.md", to_markdown(result))
-    return json_path, markdown_path

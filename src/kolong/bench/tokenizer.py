@@ -3,7 +3,7 @@
 On NSMC reviews (`../shared/data/nsmc/reviews.shared.tsv.gz`), one run:
 
 1. trains a MeCab + WordPiece vocabulary on the first `train_documents` reviews;
-2. times, on the next `documents` reviews (median of `repeats` after a warm-up):
+2. times, on the next `documents` reviews (median of `repeats` interleaved rounds after a warm-up):
    - raw MeCab segmentation: `Tagger("-Owakati").parse(text).split()` per review (the fastest way to get
      the morphemes from mecab-ko; one core, MeCab holds the GIL);
    - kolong's `MorphemeTokenizer` batch call (`tokenizer(texts)`), with its worker processes, then with
@@ -19,15 +19,13 @@ from __future__ import annotations
 
 import gzip
 import os
-import statistics
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
 from pathlib import Path
 
-from kolong.bench.machine import describe_machine
+from kolong.bench.arguments import TokenizerBenchArguments
+from kolong.bench.harness import Benchmark, Case, run
 from kolong.errors import TokenizerError
-from kolong.io import atomic_write_json, atomic_write_text
 
 DEFAULT_DATA = Path("../shared/data/nsmc/reviews.shared.tsv.gz")
 
@@ -49,16 +47,6 @@ def nsmc_reviews(path: Path, limit: int) -> list[str]:
     return reviews
 
 
-def _median(function: Callable[[], object], repeats: int) -> float:
-    function()  # warm-up (and worker processes started)
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        function()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
-
-
 def _counts(tokenizer, texts: list[str]) -> dict:
     ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
     tokens = sum(len(row) for row in ids)
@@ -67,75 +55,78 @@ def _counts(tokenizer, texts: list[str]) -> dict:
     return {"tokens_per_character": tokens / characters, "unk_share": unk / tokens if tokens else 0.0}
 
 
+class TokenizerBenchmark(Benchmark):
+    name = "tokenizer"
+    arguments = TokenizerBenchArguments
+
+    def setup(self, args: TokenizerBenchArguments, size: dict) -> Case:
+        import mecab_ko
+        from transformers import BertTokenizerFast
+
+        from kolong.tokenizers import ByteTokenizer, train_tokenizer
+
+        self.path = Path(args.data) if args.data else DEFAULT_DATA
+        reviews = nsmc_reviews(self.path, args.train_documents + args.documents)
+        if len(reviews) <= args.train_documents:
+            raise TokenizerError(f"{self.path} has only {len(reviews)} reviews; lower --train-documents")
+        train, self.texts = reviews[: args.train_documents], reviews[args.train_documents :]
+        texts = self.texts
+        started = time.perf_counter()
+        self.tokenizer = tokenizer = train_tokenizer(train, "mecab", args.vocab_size, "wordpiece")
+        self.train_seconds = time.perf_counter() - started
+        self.bert = bert = BertTokenizerFast(
+            vocab=tokenizer.get_vocab(), do_lower_case=False, strip_accents=False
+        )
+        tagger, byte = mecab_ko.Tagger("-Owakati"), ByteTokenizer()
+
+        def one_process():
+            previous = os.environ.get("KOLONG_TOKENIZER_WORKERS")
+            os.environ["KOLONG_TOKENIZER_WORKERS"] = "1"
+            try:
+                tokenizer(texts)
+            finally:
+                if previous is None:
+                    os.environ.pop("KOLONG_TOKENIZER_WORKERS", None)
+                else:
+                    os.environ["KOLONG_TOKENIZER_WORKERS"] = previous
+
+        return Case(
+            {"kolong": lambda: tokenizer(texts), "kolong_offsets": lambda: tokenizer(texts, return_offsets_mapping=True),
+             "kolong_one_process": one_process, "byte": lambda: byte(texts)},
+            {"mecab": lambda: [tagger.parse(t).split() for t in texts], "bert": lambda: bert(texts)},
+            repeats=args.repeats,
+        )  # fmt: skip
+
+    def summarise(self, args: TokenizerBenchArguments, rows: list[dict]) -> dict:
+        seconds = {name: rows[0]["timings"][name].median for name in LABELS}
+        characters = sum(len(t) for t in self.texts)
+        return {
+            "data": f"{self.path.name}: reviews {args.train_documents + 1}-{args.train_documents + len(self.texts)} "
+            f"(vocabulary trained on the first {args.train_documents})",
+            "documents": len(self.texts),
+            "characters": characters,
+            "vocab_size": len(self.tokenizer),
+            "train_seconds": self.train_seconds,
+            "repeats": args.repeats,
+            "seconds": seconds,
+            "characters_per_second": {k: characters / v for k, v in seconds.items()},
+            "cost_vs_mecab": {k: v / seconds["mecab"] for k, v in seconds.items()},
+            "kolong_vs_bert": seconds["kolong"] / seconds["bert"],
+            "goal_met": seconds["kolong"] / seconds["mecab"] <= 1.5,
+            "tokens": {"kolong": _counts(self.tokenizer, self.texts), "bert": _counts(self.bert, self.texts)},
+        }
+
+    def to_markdown(self, result: dict) -> str:
+        return to_markdown(result)
+
+
 def run_tokenizer_benchmark(
-    data: Path | None = None,
-    train_documents: int = 50000,
-    documents: int = 20000,
-    vocab_size: int = 32000,
-    repeats: int = 3,
-    on_step: Callable[[str], None] | None = None,
-) -> dict:
-    import mecab_ko
-    from transformers import BertTokenizerFast
-
-    from kolong.tokenizers import ByteTokenizer, train_tokenizer
-
-    step = on_step or (lambda message: None)
-    path = data or DEFAULT_DATA
-    reviews = nsmc_reviews(path, train_documents + documents)
-    if len(reviews) <= train_documents:
-        raise TokenizerError(f"{path} has only {len(reviews)} reviews; lower --train-documents")
-    train, texts = reviews[:train_documents], reviews[train_documents:]
-
-    step(f"training MeCab + WordPiece ({vocab_size}) on {len(train)} reviews")
-    started = time.perf_counter()
-    tokenizer = train_tokenizer(train, "mecab", vocab_size, "wordpiece")
-    train_seconds = time.perf_counter() - started
-    bert = BertTokenizerFast(vocab=tokenizer.get_vocab(), do_lower_case=False, strip_accents=False)
-    tagger = mecab_ko.Tagger("-Owakati")
-    byte = ByteTokenizer()
-
-    seconds = {}
-    step("raw MeCab segmentation")
-    seconds["mecab"] = _median(lambda: [tagger.parse(t).split() for t in texts], repeats)
-    step("kolong MorphemeTokenizer")
-    seconds["kolong"] = _median(lambda: tokenizer(texts), repeats)
-    step("kolong MorphemeTokenizer with offsets")
-    seconds["kolong_offsets"] = _median(lambda: tokenizer(texts, return_offsets_mapping=True), repeats)
-    step("kolong MorphemeTokenizer, one process")
-    previous = os.environ.get("KOLONG_TOKENIZER_WORKERS")
-    os.environ["KOLONG_TOKENIZER_WORKERS"] = "1"
-    try:
-        seconds["kolong_one_process"] = _median(lambda: tokenizer(texts), repeats)
-    finally:
-        if previous is None:
-            os.environ.pop("KOLONG_TOKENIZER_WORKERS", None)
-        else:
-            os.environ["KOLONG_TOKENIZER_WORKERS"] = previous
-    step("HF BertTokenizerFast, same vocabulary")
-    seconds["bert"] = _median(lambda: bert(texts), repeats)
-    step("kolong ByteTokenizer")
-    seconds["byte"] = _median(lambda: byte(texts), repeats)
-
-    characters = sum(len(t) for t in texts)
-    return {
-        "benchmark": "tokenizer",
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "machine": describe_machine(),
-        "data": f"{path.name}: reviews {train_documents + 1}-{train_documents + len(texts)} "
-        f"(vocabulary trained on the first {train_documents})",
-        "documents": len(texts),
-        "characters": characters,
-        "vocab_size": len(tokenizer),
-        "train_seconds": train_seconds,
-        "repeats": repeats,
-        "seconds": seconds,
-        "characters_per_second": {k: characters / v for k, v in seconds.items()},
-        "cost_vs_mecab": {k: v / seconds["mecab"] for k, v in seconds.items()},
-        "kolong_vs_bert": seconds["kolong"] / seconds["bert"],
-        "goal_met": seconds["kolong"] / seconds["mecab"] <= 1.5,
-        "tokens": {"kolong": _counts(tokenizer, texts), "bert": _counts(bert, texts)},
-    }
+    data: Path | None = None, train_documents: int = 50000, documents: int = 20000, vocab_size: int = 32000,
+    repeats: int = 3, on_step: Callable[[str], None] | None = None,
+) -> dict:  # fmt: skip
+    args = TokenizerBenchArguments(data=str(data) if data else None, train_documents=train_documents,
+                                   documents=documents, vocab_size=vocab_size, repeats=repeats)  # fmt: skip
+    return run(TokenizerBenchmark(), args, on_step)
 
 
 LABELS = {
@@ -149,11 +140,9 @@ LABELS = {
 
 
 def to_markdown(result: dict) -> str:
-    machine = result["machine"]
     lines = [
         f"# kolong bench tokenizer ({result['date']})",
         "",
-        f"Machine: {machine['cpu']}, {machine['cores_available']} cores, transformers {machine['transformers']}. "
         f"Data: {result['data']}; {result['documents']} reviews, {result['characters']} characters; "
         f"vocabulary {result['vocab_size']} (trained in {result['train_seconds']:.1f} s); "
         f"median of {result['repeats']} runs.",
@@ -179,11 +168,3 @@ def to_markdown(result: dict) -> str:
         "",
     ]
     return "\n".join(lines)
-
-
-def write_results(result: dict, output_dir: str | Path) -> tuple[Path, Path]:
-    output_dir = Path(output_dir)
-    return (
-        atomic_write_json(output_dir / "tokenizer.json", result),
-        atomic_write_text(output_dir / "tokenizer.md", to_markdown(result)),
-    )

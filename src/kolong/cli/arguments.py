@@ -26,7 +26,7 @@ from kolong.errors import ConfigError
 from kolong.training.hf_fields import FIELDS
 
 HF_PREFIX = "hf__"  # python names of the generated HF options, never clashing with kolong's fields
-_PYTHON_TYPES = {"bool": bool, "int": int, "float": float, "str": str, "list": str, "json": str}
+_PYTHON_TYPES = {"bool": bool, "int": int, "float": float, "str": str, "list": str, "ints": str, "json": str}
 
 
 def _flags(name: str, extra: tuple[str, ...] = ()) -> list[str]:
@@ -80,6 +80,8 @@ class _Option:
     flags: list[str]
 
     def parameter(self, default: Any, help: str) -> inspect.Parameter:
+        if self.kind in ("list", "ints") and isinstance(default, list):  # shown as typed: comma-separated
+            help = f"{help}  [default: {','.join(str(item) for item in default)}]"
         if default is dataclasses.MISSING or isinstance(default, (dict, list)):
             default = None
         if self.kind == "bool":
@@ -144,8 +146,17 @@ def _parse(option: _Option, value: Any, source: str) -> Any:
             if not option.hf:  # HF's dict-or-str fields also take a path (deepspeed, fsdp_config)
                 raise ConfigError(f"{option.flags[0]}: not valid JSON ({error}) ({source})") from None
             return value
-    if option.kind == "list" and isinstance(value, str):
-        return [part.strip() for part in value.split(",") if part.strip()]
+    if option.kind in ("list", "ints") and isinstance(value, str):
+        value = [part.strip() for part in value.split(",") if part.strip()]
+    if option.kind == "ints":
+        try:
+            return [int(item) for item in value]
+        except ValueError:
+            raise ConfigError(
+                f"{option.flags[0]}: expected integers separated by commas, got {value!r}"
+            ) from None
+    if option.kind == "list":
+        return value
     if option.kind == "many":
         return [str(item) for item in value]
     return value
@@ -245,7 +256,12 @@ class GeneratedCommand:
                 annotation=str | None,
             ),
         ]
-        defaults = {spec.name: spec.default for spec in dataclasses.fields(self.cls)}
+        defaults = {
+            spec.name: spec.default_factory()
+            if spec.default_factory is not dataclasses.MISSING
+            else spec.default
+            for spec in dataclasses.fields(self.cls)
+        }
         rows = {row[0]: row for row in FIELDS}
         for option in _options(self.cls, self.hf_fields):
             if option.hf:

@@ -1,0 +1,151 @@
+"""The options of every `kolong bench ...`, one dataclass each; the CLI generates its options from them
+(`kolong.cli.arguments.command_from`), so this module imports nothing heavy."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kolong.training.arguments import option
+
+KORQUAD_DEV = "../shared/data/korquad/KorQuAD_v1.0_dev.shared.json"
+
+
+@dataclass(kw_only=True)
+class BenchArguments:
+    output_dir: str = option("benchmarks/results", "Where to write NAME.json and NAME.md.")
+
+
+@dataclass(kw_only=True)
+class ExtendBenchArguments(BenchArguments):
+    """Time kolong's vectorised extension of a BERT-base-sized model against a per-row reference loop."""
+
+    max_length: int = option(4096, "Target positions (512 * 2^m).", "-n")
+    repeats: int = option(5, "Timed rounds per measurement (the median is reported).")
+
+
+@dataclass(kw_only=True)
+class StartupBenchArguments(BenchArguments):
+    """Time `kolong --help`, subcommand help pages and `kolong evaluate qa` as fresh processes."""
+
+    data: str = option(KORQUAD_DEV, "SQuAD/KorQuAD JSON; its first --questions questions are scored.")
+    questions: int = option(800, "Questions scored by `evaluate qa`.")
+    rounds: int = option(7, "Interleaved rounds (the median is reported).")
+    official_script: str | None = option(
+        None, "The official KorQuAD 1.0 evaluate script, timed as the reference."
+    )
+
+
+@dataclass(kw_only=True)
+class QABenchArguments(BenchArguments):
+    """QA feature preparation and answer decoding: kolong vs HF's run_qa approach, same tokenizer and data."""
+
+    max_length: int = option(512, "Window length in tokens.")
+    doc_stride: int = option(128, "Window overlap in tokens.")
+    questions: int = option(400, "Article-level KorQuAD questions to use.")
+    repeats: int = option(3, "Timed rounds (the median is reported).")
+    data: str | None = option(None, f"KorQuAD JSON (default: {KORQUAD_DEV}; a built-in sample when absent).")
+
+
+@dataclass(kw_only=True)
+class EncoderBenchArguments(BenchArguments):
+    """Training/inference tokens/s and peak memory of every position scheme, next to HF BertModel (SDPA)."""
+
+    lengths: list[int] = option(
+        [128, 256, 512, 1024, 2048, 4096], "Comma-separated sequence lengths.", kind="ints"
+    )
+    implementations: list[str] = option(
+        ["all"], "Comma-separated subset of: hf-bert (HF BertModel), every registered position scheme, shaw-value, "
+        "shaw-naive, shaw-value-naive (references); all: every one.", kind="list",
+    )  # fmt: skip
+    hidden_size: int = option(256, "Hidden size of every model.")
+    num_hidden_layers: int = option(4, "Encoder layers.", "--layers")
+    num_attention_heads: int = option(4, "Attention heads.", "--heads")
+    intermediate_size: int = option(1024, "FFN width.")
+    vocab_size: int = option(8000, "Vocabulary of the random inputs.")
+    tokens_per_step: int = option(4096, "Tokens per step; batch = tokens / length.")
+    min_seconds: float = option(2.0, "Minimum timed seconds per measurement (at least 2 rounds).")
+    naive_max_length: int = option(
+        2048, "Longest length for the materialised Shaw reference ((n, n, d_h) per layer)."
+    )
+    device: str = option("cpu", "cpu or cuda.")
+    paired: bool = option(
+        False, "Instead: kolong learned vs HF BertModel in one process, steps alternating (a speed ratio robust "
+        "to machine load); writes encoder-paired.{json,md}.",
+    )  # fmt: skip
+    repeats: int = option(7, "Alternations of the --paired measurement (the median is reported).")
+
+
+@dataclass(kw_only=True)
+class TokenizerBenchArguments(BenchArguments):
+    """kolong's MeCab morpheme tokenizer vs raw MeCab segmentation and HF BertTokenizerFast (same vocabulary)."""
+
+    documents: int = option(20000, "NSMC reviews to time.")
+    train_documents: int = option(50000, "Reviews to train the vocabulary.")
+    vocab_size: int = option(32000, "WordPiece vocabulary size.")
+    repeats: int = option(3, "Timed rounds (the median is reported).")
+    data: str | None = option(None, "NSMC reviews TSV (default: ../shared/data/nsmc/reviews.shared.tsv.gz).")
+
+
+@dataclass(kw_only=True)
+class PretrainBenchArguments(BenchArguments):
+    """Training tokens/s of `kolong pretrain mlm` against a plain PyTorch loop on the same model and data."""
+
+    steps: int = option(40, "Training steps per run.")
+    rounds: int = option(2, "Alternating kolong / plain-loop rounds (the median is reported).")
+    max_length: int = option(128, "Tokens per block.")
+    batch_size: int = option(32, "Blocks per step.")
+    hidden_size: int = option(256, "Hidden size (heads = hidden / 64).")
+    layers: int = option(4, "Encoder layers.")
+    position_encoding: str = option("learned", "Position scheme of the model.", "--position", kind="scheme")
+
+
+@dataclass(kw_only=True)
+class GBSTBenchArguments(BenchArguments):
+    """Training and inference samples/s of the byte model with and without GBST on long Korean inputs."""
+
+    max_length: int = option(2048, "Input bytes per example.")
+    min_bytes: int = option(2000, "Use KorQuAD paragraphs with at least this many bytes.")
+    target_length: int = option(64, "Target bytes (answers are short).")
+    batch_size: int = option(2, "Examples per step.")
+    train_steps: int = option(3, "Timed training steps per round (after one untimed warm-up step).")
+    inference_batches: int = option(
+        2, "Timed generation batches per round (after one untimed warm-up batch)."
+    )
+    max_new_tokens: int = option(32, "Bytes generated per example (greedy).")
+    rounds: int = option(3, "Rounds alternating the two models (the median is reported).")
+    hidden_size: int = option(384, "d_model of both models.")
+    num_attention_heads: int = option(6, "Attention heads (64 wide).", "--heads")
+    head_dim: int = option(64, "Width of each head.")
+    intermediate_size: int = option(1024, "FFN width.")
+    encoder_layers: int = option(6, "Encoder layers.")
+    decoder_layers: int = option(2, "Decoder layers.")
+    gbst_blocks: str = option("1,2,3,6,9", "GBST block sizes.")
+    gbst_downsample_rate: int = option(3, "GBST downsampling rate.")
+    gbst_score_consensus: bool = option(True, "GBST score consensus.")
+    seed: int = option(0, "Seed of the models' initial weights.")
+    threads: list[int] | None = option(
+        None, 'torch thread counts to measure, e.g. "1,2" (default: torch\'s). On a shared CPU one thread avoids '
+        "the stalls of threads waiting for each other while another process holds a core.", kind="ints",
+    )  # fmt: skip
+    data: str | None = option(None, f"KorQuAD-style JSON (default: {KORQUAD_DEV}).")
+
+
+# `kolong bench NAME` -> (the Benchmark class, imported when the command runs; its arguments)
+BENCHMARKS: dict[str, tuple[str, type]] = {
+    "extend": ("kolong.bench.extension:ExtendBenchmark", ExtendBenchArguments),
+    "startup": ("kolong.bench.startup:StartupBenchmark", StartupBenchArguments),
+    "qa": ("kolong.bench.qa:QABenchmark", QABenchArguments),
+    "encoder": ("kolong.bench.encoder:EncoderBenchmark", EncoderBenchArguments),
+    "tokenizer": ("kolong.bench.tokenizer:TokenizerBenchmark", TokenizerBenchArguments),
+    "pretrain": ("kolong.bench.pretrain:PretrainBenchmark", PretrainBenchArguments),
+    "gbst": ("kolong.bench.gbst:GBSTBenchmark", GBSTBenchArguments),
+}
+PAIRED = "kolong.bench.encoder:EncoderPairedBenchmark"  # `kolong bench encoder --paired`
+
+
+def load_benchmark(target: str):
+    """An instance of the Benchmark class named "module:Class"."""
+    import importlib
+
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)()

@@ -1,0 +1,217 @@
+"""One harness for every `kolong bench ...`: the protocol, the timer and the results writer.
+
+A benchmark is a class with a `name` (the command, and the stem of `benchmarks/results/NAME.{json,md}`),
+an `arguments` dataclass (its options; `kolong.bench.arguments`, read by `--help` without torch) and:
+
+- `sizes(args)`: the cases it measures (lengths, thread counts, stages, ...), one dict each;
+- `setup(args, size)`: builds what one case needs and returns a `Case`: kolong's `steps` and the
+  `references` they are compared with (HF's `BertModel`, the `run_qa` approach, a plain loop, ...);
+- `summarise(args, rows)`: the results dict (each benchmark's own fields), and `to_markdown(result)`.
+
+`run(benchmark, args)` times every case with `time_interleaved`: after `warmup` untimed calls of each
+step, each round calls every step once, kolong's and the references' in turn, the order reversed every
+other round, so machine load drifts over both sides alike; CUDA work is synchronised before each clock
+read. A step may time itself (a Trainer run reports its logged throughput, a subprocess its wall time)
+by returning a `Measured` (its seconds and other per-round figures, such as peak memory); other steps
+are timed from outside, whatever they return. Each timing keeps every round: median, min and max are reported.
+`write_results` adds the machine, the versions, the date and a table of every timing to what the
+benchmark wrote, atomically, as JSON and markdown.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field, is_dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from kolong.io import atomic_write_json, atomic_write_text
+
+Step = Callable[[], object]
+
+
+@dataclass
+class Timing:
+    """Seconds of one step, one value per round, and any figures the step reported beside them."""
+
+    seconds: list[float] = field(default_factory=list)
+    extras: dict[str, list[float]] = field(default_factory=dict)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.seconds)
+
+    def extra(self, name: str) -> float:
+        return statistics.median(self.extras[name])
+
+    def as_dict(self) -> dict:
+        return {
+            "median_s": self.median, "min_s": min(self.seconds), "max_s": max(self.seconds),
+            "rounds": len(self.seconds), **{f"median_{k}": statistics.median(v) for k, v in self.extras.items()},
+        }  # fmt: skip
+
+
+@dataclass
+class Measured:
+    """What a step that times itself returns: its seconds, and other figures of the call (peak memory)."""
+
+    seconds: float
+    extras: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class Case:
+    """One size of a benchmark: kolong's steps and their references, timed side by side."""
+
+    steps: dict[str, Step]
+    references: dict[str, Step] = field(default_factory=dict)
+    repeats: int = 5
+    warmup: int = 1
+    min_seconds: float = 0.0  # keep adding rounds until this much time was measured
+    sync: Callable[[], None] | None = None  # torch.cuda.synchronize on a GPU
+    facts: dict = field(default_factory=dict)  # what setup found (agreement checks, counts), kept in the row
+
+
+def cuda_sync(device: str) -> Callable[[], None] | None:
+    if not str(device).startswith("cuda"):
+        return None
+    import torch
+
+    return torch.cuda.synchronize
+
+
+def _call(step: Step, sync: Callable[[], None] | None) -> tuple[float, dict]:
+    started = time.perf_counter()
+    reported = step()
+    if sync is not None:
+        sync()
+    elapsed = time.perf_counter() - started
+    if isinstance(reported, Measured):
+        return float(reported.seconds), {key: float(value) for key, value in reported.extras.items()}
+    return elapsed, {}
+
+
+def time_interleaved(
+    steps: dict[str, Step], repeats: int = 5, warmup: int = 1, sync: Callable[[], None] | None = None,
+    min_seconds: float = 0.0,
+) -> dict[str, Timing]:  # fmt: skip
+    """Median-ready timings of `steps`, called in turn round after round (order reversed every other round)."""
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {repeats}")
+    for _ in range(warmup):
+        for step in steps.values():
+            _call(step, sync)
+    timings = {name: Timing() for name in steps}
+    order, rounds, measured = list(steps), 0, 0.0
+    while rounds < repeats or measured < min_seconds:
+        for name in order if rounds % 2 == 0 else reversed(order):
+            seconds, extras = _call(steps[name], sync)
+            timings[name].seconds.append(seconds)
+            for key, value in extras.items():
+                timings[name].extras.setdefault(key, []).append(value)
+            measured += seconds
+        rounds += 1
+    return timings
+
+
+class Benchmark:
+    """Subclass and fill in; `run` and `write_results` do the rest."""
+
+    name: str = ""
+    arguments: type = object
+    light_machine: bool = False  # describe the machine without importing torch (the start-up benchmark)
+
+    def sizes(self, args) -> Iterable[dict]:
+        return [{}]
+
+    def setup(self, args, size: dict) -> Case:
+        raise NotImplementedError
+
+    def teardown(self) -> None:
+        """Undo process-wide settings (thread counts, environment) after the last case, even on failure."""
+
+    def summarise(self, args, rows: list[dict]) -> dict:
+        raise NotImplementedError
+
+    def to_markdown(self, result: dict) -> str:
+        raise NotImplementedError
+
+
+def run(benchmark: Benchmark, args, on_step: Callable[[str], None] | None = None) -> dict:
+    """Every case of `benchmark`, timed; its summary plus the machine, the date and every timing."""
+    from kolong.bench.machine import describe_machine
+
+    step = on_step or (lambda message: None)
+    rows = []
+    try:
+        for size in benchmark.sizes(args):
+            label = ", ".join(f"{k} {v}" for k, v in size.items())
+            step(f"{benchmark.name}: setting up {label}".rstrip(", "))
+            case = benchmark.setup(args, size)
+            both = {**case.steps, **case.references}
+            step(f"{benchmark.name}: timing {', '.join(both) or 'in its own process'} {label}".rstrip())
+            timings = (
+                time_interleaved(both, case.repeats, case.warmup, case.sync, case.min_seconds) if both else {}
+            )
+            rows.append(
+                {**size, **case.facts, "size": size, "timings": timings, "references": list(case.references)}
+            )
+    finally:
+        benchmark.teardown()
+    result = benchmark.summarise(args, rows)
+    arguments = asdict(args) if is_dataclass(args) else args
+    return {
+        "benchmark": benchmark.name,
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "machine": describe_machine(with_torch=not benchmark.light_machine),
+        **result,
+        "arguments": result.get("arguments", arguments),
+        "timings": [
+            {**row["size"], "step": name,
+             "reference": name in row["references"], **timing.as_dict()}
+            for row in rows for name, timing in row["timings"].items()
+        ],
+    }  # fmt: skip
+
+
+def machine_line(result: dict) -> str:
+    m = result["machine"]
+    parts = [f"Machine: {m['cpu']}, {m['cores_available']} cores"]
+    if m.get("gpu"):
+        parts.append(f"GPU {m['gpu']}")
+    parts += [f"{name} {m[name]}" for name in ("python", "torch", "transformers") if m.get(name)]
+    return ", ".join(parts) + f"; {result['date']}."
+
+
+def timings_markdown(result: dict) -> str:
+    """Every timed step: median and min-max over its rounds (what the tables above are medians of)."""
+    rows = result.get("timings", [])
+    if not rows:
+        return ""
+    size_keys = [k for k in rows[0] if k not in ("step", "reference", "median_s", "min_s", "max_s", "rounds")
+                 and not k.startswith("median_")]  # fmt: skip
+    lines = ["## Every timing (seconds per call; median, min-max over interleaved rounds)", "",
+             "| case | step | median s | min-max s | rounds |", "|---|---|---:|---:|---:|"]  # fmt: skip
+    for row in rows:
+        case = ", ".join(
+            f"{k} {row[k]}" for k in size_keys if k in row and not isinstance(row[k], dict | list)
+        )
+        name = f"{row['step']} (reference)" if row["reference"] else row["step"]
+        lines.append(f"| {case or '—'} | {name} | {row['median_s']:.4g} | {row['min_s']:.4g}-{row['max_s']:.4g} "
+                     f"| {row['rounds']} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def write_results(
+    benchmark: Benchmark, result: dict, output_dir: str | Path, stem: str | None = None
+) -> tuple[Path, Path]:
+    """`output_dir/NAME.json` and `NAME.md` (the benchmark's tables, the machine, every timing), atomically."""
+    output_dir, stem = Path(output_dir), stem or benchmark.name
+    markdown = "\n".join([benchmark.to_markdown(result).rstrip("\n"), "", machine_line(result), "",
+                          timings_markdown(result)])  # fmt: skip
+    return (
+        atomic_write_json(output_dir / f"{stem}.json", result),
+        atomic_write_text(output_dir / f"{stem}.md", markdown.rstrip("\n") + "\n"),
+    )
