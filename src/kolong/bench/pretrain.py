@@ -33,7 +33,7 @@ def _corpus(root: Path, max_length: int) -> Path:
     return root / "corpus"
 
 
-def _kolong(args, warmup: int) -> float:
+def _kolong(args, warmup: int, tokens_per_step: int) -> float:
     """Seconds per steady-state step, from the throughput kolong's Trainer logs."""
     from kolong.training.pretrain import pretrain_mlm, read_log
 
@@ -41,13 +41,7 @@ def _kolong(args, warmup: int) -> float:
     logged = [
         h["tokens_per_second"] for h in read_log(args.output_dir)["log_history"] if "tokens_per_second" in h
     ]
-    return args.batch_size * _block_length(args) / statistics.median(logged[warmup:])
-
-
-def _block_length(args) -> int:
-    import json
-
-    return json.loads((Path(args.corpus) / "corpus.json").read_text(encoding="utf-8"))["max_length"]
+    return tokens_per_step / statistics.median(logged[warmup:])
 
 
 def _plain_loop(args, steps: int, warmup: int) -> float:
@@ -93,7 +87,7 @@ class PretrainBenchmark(Benchmark):
         self._scratch = tempfile.TemporaryDirectory()
         root = Path(self._scratch.name)
         corpus = _corpus(root, args.max_length)
-        warmup = max(2, args.steps // 5)
+        warmup, tokens = max(2, args.steps // 5), args.batch_size * args.max_length
         runs = {"kolong": 0, "plain": 0}
 
         def arguments(side: str) -> PretrainArguments:
@@ -110,7 +104,7 @@ class PretrainBenchmark(Benchmark):
 
         # Each step is a whole run that times its own steady-state steps (the first `warmup` excluded).
         return Case(
-            {"kolong pretrain mlm": lambda: Measured(_kolong(arguments("kolong"), warmup))},
+            {"kolong pretrain mlm": lambda: Measured(_kolong(arguments("kolong"), warmup, tokens))},
             {"plain PyTorch loop": lambda: Measured(_plain_loop(arguments("plain"), args.steps, warmup))},
             repeats=args.rounds, warmup=0, facts={"warmup_steps_excluded": warmup},
         )  # fmt: skip
