@@ -97,6 +97,8 @@ def test_refusals(workspace):
             str(root / "x"),
             "--max-length",
             "128",
+            "--doc-stride",
+            "32",
         ],
     )
     assert result.exit_code == 2
@@ -109,7 +111,7 @@ def test_refusals(workspace):
         app,
         ["finetune", "qa", "--model", str(model), "--train", str(data), "-o", str(busy), *map(str, WINDOW)],
     )
-    assert result.exit_code == 2 and "holds no checkpoint" in " ".join(result.output.split())
+    assert result.exit_code == 2 and "holds no complete checkpoint" in " ".join(result.output.split())
     assert (busy / "notes.txt").read_text() == "mine"
 
 

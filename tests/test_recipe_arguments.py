@@ -78,7 +78,7 @@ def test_hf_flag_names_and_fields_reach_training_arguments(monkeypatch, tmp_path
 @pytest.mark.parametrize("suffix", [".yaml", ".json"])
 def test_config_file_loads_the_same_fields_and_the_command_line_wins(monkeypatch, tmp_path, suffix):
     settings = {"model": "from-file", "train": "t.json", "output_dir": str(tmp_path / "o"),
-                "max-seq-length": 128, "learning_rate": 2e-5, "lr_scheduler_type": "constant", "seed": 7}  # fmt: skip
+                "max-seq-length": 128, "doc_stride": 32, "learning_rate": 2e-5, "lr_scheduler_type": "constant", "seed": 7}  # fmt: skip
     config = tmp_path / f"args{suffix}"
     if suffix == ".yaml":
         import yaml

@@ -49,18 +49,35 @@ def model_class_for(config: PretrainedConfig):
     return AutoModel
 
 
-def load_model(model_or_path: str | Path, model_class=None, **config_overrides):
+def load_model(
+    model_or_path: str | Path, model_class=None, *, all_weights: str | None = None, **config_overrides
+):
     """Load a model with its head (or as `model_class`) and its own dtype; `config_overrides` (e.g. a new head's
-    `num_labels`, `id2label`) are set on its config first."""
+    `num_labels`, `id2label`) are set on its config first.
+
+    `all_weights` (advice, e.g. "train it first with `kolong finetune qa`"): the caller needs every weight
+    from the checkpoint, so weights it lacks (a head that would start random) are refused, naming them."""
     model_or_path = str(model_or_path)
     config = load_config(model_or_path)
     for name, value in config_overrides.items():
         setattr(config, name, value)
     cls = model_class or model_class_for(config)
     try:
-        model = cls.from_pretrained(model_or_path, config=config, dtype="auto")
-    except (OSError, ValueError) as error:
-        raise CheckpointError(f"cannot load model weights from {model_or_path!r}: {error}") from error
+        model, info = cls.from_pretrained(
+            model_or_path, config=config, dtype="auto", output_loading_info=True
+        )
+    except Exception as error:  # OSError, ValueError, safetensors' own error on a cut-short file, ...
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise CheckpointError(
+            f"cannot load model weights from {model_or_path!r} (a missing, cut-short or mismatched weights "
+            f"file?): {reason}"
+        ) from error
+    missing = sorted(info.get("missing_keys") or [])
+    if all_weights and missing:
+        shown = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
+        raise CheckpointError(
+            f"{model_or_path} has no trained weights for {shown} (they would start random); {all_weights}"
+        )
     if getattr(config, POSITION_SCALING_KEY, None):  # keep-short extended: stock classes need the hook
         from kolong.extension.scaling import install_position_scaling
 

@@ -7,6 +7,8 @@ line or example, and the fix when there is one.
 
 from __future__ import annotations
 
+import warnings
+
 INSTALL_HINT = 'pip install "kolong[korean]"'
 
 
@@ -38,6 +40,10 @@ class OutputExistsError(KolongError, FileExistsError):
     """The output path holds something and the user did not allow overwriting it."""
 
 
+class OutputBusyError(KolongError):
+    """Another kolong run holds the lock of the output path; the message names it."""
+
+
 class TokenizerError(KolongError, ValueError):
     """A tokenizer cannot be built, trained, loaded or applied as asked."""
 
@@ -48,3 +54,12 @@ class CorpusError(TokenizerError, DataError):
 
 class AnalyserMissingError(TokenizerError, ImportError):
     """The morphological analyser's Python package is not installed."""
+
+
+class KolongWarning(UserWarning):
+    """Something kolong did on the user's behalf that they should know of (skipped, ignored, replaced)."""
+
+
+def warn(message: str) -> None:
+    """Tell the user; the CLI prints it as one yellow `warning:` line."""
+    warnings.warn(message, KolongWarning, stacklevel=3)

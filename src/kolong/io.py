@@ -1,4 +1,16 @@
-"""Writing outputs without losing anything: atomic directories and files."""
+"""Writing outputs without losing anything: checked paths, one writer at a time, atomic renames.
+
+Every command that writes an artefact goes through here, so they share one behaviour:
+
+- the output path is checked before any slow work: an existing output is refused unless `overwrite`, a
+  directory where a file is expected (or the reverse) and a parent that is a file are named;
+- a lock (`.NAME.lock` beside the output, removed on release) lets one kolong run write an output at a
+  time; a second fails at once, naming the first (its pid, command and start time);
+- the output is staged beside its destination (`.NAME.tmp-*`) and renamed into place in one step, so a
+  killed run leaves the previous output intact; staging left by a killed run is removed by the next run
+  that takes the lock;
+- new files and directories get the modes the user's umask gives, as `open`/`mkdir` would.
+"""
 
 from __future__ import annotations
 
@@ -6,18 +18,38 @@ import contextlib
 import json
 import os
 import shutil
+import socket
+import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from kolong.errors import OutputExistsError
+from kolong.errors import ConfigError, OutputBusyError, OutputExistsError
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def check_output_parent(path: str | Path) -> None:
+    """Refuse an output whose parent path runs through a file."""
+    path = Path(path)
+    for ancestor in path.absolute().parents:
+        if ancestor.exists():
+            if not ancestor.is_dir():
+                raise ConfigError(f"cannot write {path}: {ancestor} is a file, not a directory")
+            return
 
 
 def check_output_dir(path: str | Path, overwrite: bool = False) -> Path:
-    """Refuse an output directory that exists and is not empty, unless `overwrite`."""
+    """Refuse an output directory that exists and is not empty, unless `overwrite`; refuse a file there."""
     path = Path(path)
+    check_output_parent(path)
     if path.exists() and not path.is_dir():
-        raise OutputExistsError(f"output path {path} exists and is not a directory")
+        raise OutputExistsError(f"output path {path} exists and is not a directory; choose a directory path")
     if path.is_dir() and any(path.iterdir()) and not overwrite:
         raise OutputExistsError(
             f"output directory {path} exists and is not empty; pass --overwrite to replace it"
@@ -25,37 +57,202 @@ def check_output_dir(path: str | Path, overwrite: bool = False) -> Path:
     return path
 
 
+def check_output_file(path: str | Path, overwrite: bool = False) -> Path:
+    """Refuse an output file that exists, unless `overwrite`; refuse a directory there."""
+    path = Path(path)
+    check_output_parent(path)
+    if path.is_dir():
+        raise OutputExistsError(f"output path {path} is a directory; give a file name")
+    if path.exists() and not overwrite:
+        raise OutputExistsError(f"output file {path} exists; pass --overwrite to replace it")
+    return path
+
+
+class OutputLock:
+    """An exclusive lock on an output path, held by one process: `.NAME.lock` beside it.
+
+    `fcntl.flock` on a file that records its holder (filelock's API gives no way to name the holder to a
+    contender). The file is unlinked while still locked on release; a contender that locked an unlinked
+    file sees the inode changed and tries again, so two holders are impossible.
+    """
+
+    def __init__(self, target: str | Path):
+        self.target = Path(target)
+        self.path = self.target.absolute().parent / f".{self.target.name}.lock"
+        self._fd: int | None = None
+        self._depth = 0
+
+    def acquire(self) -> OutputLock:
+        if self._fd is not None:
+            self._depth += 1
+            return self
+        try:
+            import fcntl
+        except ImportError:  # no flock (Windows): one writer is then the user's responsibility
+            return self
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.read(fd, 4096).decode("utf-8", "replace").strip() or "another process"
+                os.close(fd)
+                raise OutputBusyError(
+                    f"{self.target} is being written by another kolong run ({holder}); wait for it to "
+                    f"finish or choose another output"
+                ) from None
+            try:
+                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)  # locked a file its holder had just removed: take the new one
+        command = " ".join(["kolong", *sys.argv[1:]])[:300]
+        started = time.strftime("%Y-%m-%d %H:%M:%S")
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}, `{command}`, since {started}".encode())
+        self._fd, self._depth = fd, 1
+        return self
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        self._depth -= 1
+        if self._depth:
+            return
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+        os.close(self._fd)  # closing drops the flock
+        self._fd = None
+
+    def __enter__(self) -> OutputLock:
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+_HELD: dict[Path, OutputLock] = {}
+
+
+@contextlib.contextmanager
+def output_lock(target: str | Path) -> Iterator[OutputLock]:
+    """Hold the lock of `target` for the block; re-entrant within one process."""
+    key = Path(target).absolute()
+    lock = _HELD.get(key) or OutputLock(target)
+    _HELD[key] = lock
+    lock.acquire()
+    try:
+        yield lock
+    finally:
+        lock.release()
+        if lock._fd is None:
+            _HELD.pop(key, None)
+
+
+def writes_output(parameter: str = "output_dir"):
+    """Decorator: the call holds the lock of the path given as `parameter`, so a second writer of the same
+    output fails at once instead of after its own slow work."""
+    import functools
+    import inspect
+
+    def decorate(function):
+        signature = inspect.signature(function)
+
+        @functools.wraps(function)
+        def locked(*args, **kwargs):
+            target = signature.bind(*args, **kwargs).arguments[parameter]
+            check_output_parent(target)
+            with output_lock(target):
+                return function(*args, **kwargs)
+
+        return locked
+
+    return decorate
+
+
+def remove_stale_staging(target: str | Path) -> list[Path]:
+    """Staging left beside `target` by killed runs (call with `target`'s lock held); returns what went."""
+    target = Path(target).absolute()
+    if not target.parent.is_dir():
+        return []
+    stale = [*target.parent.glob(f".{target.name}.tmp-*"), *target.parent.glob(f".{target.name}.old-*")]
+    for item in stale:
+        if item.is_dir() and not item.is_symlink():
+            shutil.rmtree(item, ignore_errors=True)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                item.unlink()
+    return stale
+
+
 @contextlib.contextmanager
 def atomic_output_dir(path: str | Path, overwrite: bool = False) -> Iterator[Path]:
-    """Yield a temporary sibling directory; on success it replaces `path` in one rename.
+    """Yield a staging directory beside `path`; on success it replaces `path` in one rename.
 
-    If the block raises, the temporary directory is removed and `path` is left as it was.
+    Checks `path`, holds its lock and removes stale staging first. If the block raises, the staging
+    directory is removed and `path` is left as it was.
     """
     path = check_output_dir(path, overwrite).absolute()
     path.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
-    try:
-        yield staging
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    backup = None
-    if path.exists():
-        backup = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-", dir=path.parent))
-        backup.rmdir()
-        path.rename(backup)
-    staging.rename(path)
-    if backup is not None:
-        shutil.rmtree(backup, ignore_errors=True)
+    with output_lock(path):
+        check_output_dir(path, overwrite)  # again: what exists may have changed while we waited
+        remove_stale_staging(path)
+        staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+        os.chmod(staging, 0o777 & ~_umask())
+        try:
+            yield staging
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        backup = None
+        if path.exists():
+            backup = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-", dir=path.parent))
+            backup.rmdir()
+            path.rename(backup)
+        staging.rename(path)
+        if backup is not None:
+            shutil.rmtree(backup, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def atomic_output_file(path: str | Path, overwrite: bool = False) -> Iterator[Path]:
+    """Yield a staging file path beside `path` (same suffix); on success it replaces `path` in one rename.
+
+    The artefact-file counterpart of `atomic_output_dir`: checked, locked, stale staging removed."""
+    path = check_output_file(path, overwrite)
+    path.absolute().parent.mkdir(parents=True, exist_ok=True)
+    with output_lock(path):
+        check_output_file(path, overwrite)
+        remove_stale_staging(path)
+        staging = Path(_temporary_file(path))
+        try:
+            yield staging
+            if not staging.exists():
+                raise RuntimeError(f"nothing was written for {path}")
+            os.replace(staging, path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                staging.unlink()
+            raise
+
+
+def _temporary_file(path: Path) -> str:
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.tmp-", suffix=path.suffix, dir=path.parent)
+    os.close(handle)
+    os.chmod(temporary, 0o666 & ~_umask())
+    return temporary
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
     """Write `data` to a temporary file beside `path`, then rename it over `path`."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
+    temporary = _temporary_file(path)
     try:
-        with os.fdopen(handle, "wb") as file:
+        with open(temporary, "wb") as file:
             file.write(data)
         os.replace(temporary, path)
     except BaseException:

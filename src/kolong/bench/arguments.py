@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kolong.training.arguments import option
+from kolong.training.options import CheckedArguments, option
 
 KORQUAD_DEV = "../shared/data/korquad/KorQuAD_v1.0_dev.shared.json"
 
 
 @dataclass(kw_only=True)
-class BenchArguments:
+class BenchArguments(CheckedArguments):
     output_dir: str = option("benchmarks/results", "Where to write NAME.json and NAME.md.")
 
 
@@ -63,11 +63,11 @@ class EncoderBenchArguments(BenchArguments):
     intermediate_size: int = option(1024, "FFN width.")
     vocab_size: int = option(8000, "Vocabulary of the random inputs.")
     tokens_per_step: int = option(4096, "Tokens per step; batch = tokens / length.")
-    min_seconds: float = option(2.0, "Minimum timed seconds per measurement (at least 2 rounds).")
+    min_seconds: float = option(2.0, "Minimum timed seconds per measurement (at least 2 rounds).", min=0)
     naive_max_length: int = option(
         2048, "Longest length for the materialised Shaw reference ((n, n, d_h) per layer)."
     )
-    device: str = option("cpu", "cpu or cuda.")
+    device: str = option("cpu", "cpu or cuda.", choices=("cpu", "cuda"))
     paired: bool = option(
         False, "Instead: kolong learned vs HF BertModel in one process, steps alternating (a speed ratio robust "
         "to machine load); writes encoder-paired.{json,md}.",
@@ -104,7 +104,7 @@ class GBSTBenchArguments(BenchArguments):
     """Training and inference samples/s of the byte model with and without GBST on long Korean inputs."""
 
     max_length: int = option(2048, "Input bytes per example.")
-    min_bytes: int = option(2000, "Use KorQuAD paragraphs with at least this many bytes.")
+    min_bytes: int = option(2000, "Use KorQuAD paragraphs with at least this many bytes.", min=0)
     target_length: int = option(64, "Target bytes (answers are short).")
     batch_size: int = option(2, "Examples per step.")
     train_steps: int = option(3, "Timed training steps per round (after one untimed warm-up step).")
@@ -122,7 +122,7 @@ class GBSTBenchArguments(BenchArguments):
     gbst_blocks: str = option("1,2,3,6,9", "GBST block sizes.")
     gbst_downsample_rate: int = option(3, "GBST downsampling rate.")
     gbst_score_consensus: bool = option(True, "GBST score consensus.")
-    seed: int = option(0, "Seed of the models' initial weights.")
+    seed: int = option(0, "Seed of the models' initial weights.", min=0)
     threads: list[int] | None = option(
         None, 'torch thread counts to measure, e.g. "1,2" (default: torch\'s). On a shared CPU one thread avoids '
         "the stalls of threads waiting for each other while another process holds a core.", kind="ints",

@@ -52,6 +52,9 @@ def _root(
     ),
 ) -> None:
     """Transformer language models for long Korean text."""
+    from kolong.cli.common import show_kolong_warnings
+
+    show_kolong_warnings()
 
 
 app.command("extend")(extend.extend)

@@ -24,6 +24,7 @@ import typer
 from kolong.cli.common import user_errors
 from kolong.errors import ConfigError
 from kolong.training.hf_fields import FIELDS
+from kolong.training.options import field_metadata as _metadata
 
 HF_PREFIX = "hf__"  # python names of the generated HF options, never clashing with kolong's fields
 _PYTHON_TYPES = {"bool": bool, "int": int, "float": float, "str": str, "list": str, "ints": str, "json": str}
@@ -34,16 +35,6 @@ def _flags(name: str, extra: tuple[str, ...] = ()) -> list[str]:
     if "_" in name:
         flags.append(f"--{name.replace('_', '-')}")
     return flags + [flag for flag in extra if flag not in flags]
-
-
-def _metadata(cls: type, name: str) -> dict:
-    """A field's metadata; what a subclass left out (it only changed the default) comes from its bases."""
-    merged: dict = {}
-    for klass in reversed(cls.__mro__):
-        spec = getattr(klass, "__dataclass_fields__", {}).get(name)
-        if spec is not None:
-            merged.update({key: value for key, value in spec.metadata.items() if value})
-    return merged
 
 
 def _own_first(cls: type, specs: list) -> list:
@@ -128,17 +119,8 @@ def _parse(option: _Option, value: Any, source: str) -> Any:
         return value
     if option.kind in ("many", "pairs") and isinstance(value, str):
         value = [value]
-    if option.kind == "pairs":  # --set key=value, the value read as JSON when it can be
-        pairs = {}
-        for item in value:
-            if "=" not in item:
-                raise ConfigError(f"{option.flags[0]}: expected key=value, got {item!r} ({source})")
-            key, text = item.split("=", 1)
-            try:
-                pairs[key.strip()] = json.loads(text)
-            except json.JSONDecodeError:
-                pairs[key.strip()] = text
-        return pairs
+    if option.kind == "pairs":
+        return parse_pairs(option.flags[0], value, source)
     if option.kind == "json" and isinstance(value, str):
         try:
             return json.loads(value)
@@ -160,6 +142,21 @@ def _parse(option: _Option, value: Any, source: str) -> Any:
     if option.kind == "many":
         return [str(item) for item in value]
     return value
+
+
+def parse_pairs(flag: str, items: list[str] | None, source: str = "") -> dict:
+    """`--set key=value` (repeated) as a dict, each value read as JSON when it can be."""
+    pairs = {}
+    for item in items or []:
+        if "=" not in item or not item.split("=", 1)[0].strip():
+            where = f" ({source})" if source else ""
+            raise ConfigError(f"{flag}: expected key=value, got {item!r}{where}")
+        key, text = item.split("=", 1)
+        try:
+            pairs[key.strip()] = json.loads(text)
+        except json.JSONDecodeError:
+            pairs[key.strip()] = text
+    return pairs
 
 
 def read_config_file(path: str) -> dict:
@@ -213,6 +210,10 @@ def build_arguments(
     try:
         return cls(**fields)
     except TypeError as error:
+        raise ConfigError(str(error)) from None
+    except ValueError as error:  # a dataclass's own check that is not yet a ConfigError
+        if isinstance(error, ConfigError):
+            raise
         raise ConfigError(str(error)) from None
 
 

@@ -24,6 +24,54 @@ def user_errors() -> Iterator[None]:
     except (KolongError, FileNotFoundError) as error:
         errors.print(f"[bold red]error:[/] {error}", highlight=False)
         raise typer.Exit(2) from None
+    except OSError as error:  # a file the system refused (permissions, disk full): named, not a traceback
+        if error.filename is None:
+            raise
+        errors.print(f"[bold red]error:[/] {error.strerror}: {error.filename}", highlight=False)
+        raise typer.Exit(2) from None
+
+
+def one_of(*choices: str) -> Callable[[str | None], str | None]:
+    """Option callback: the value must be one of `choices` (a usage error naming the option otherwise)."""
+
+    def check(value: str | None) -> str | None:
+        if value is not None and value not in choices:
+            raise typer.BadParameter(f"{value!r} is not one of: {', '.join(choices)}")
+        return value
+
+    return check
+
+
+def positive(value: float | None) -> float | None:
+    """Option callback: a number above zero."""
+    if value is not None and value <= 0:
+        raise typer.BadParameter(f"must be positive, got {value}")
+    return value
+
+
+def share(value: float | None) -> float | None:
+    """Option callback: a share of a whole, 0 <= value < 1."""
+    if value is not None and not 0 <= value < 1:
+        raise typer.BadParameter(f"must be at least 0 and below 1, got {value}")
+    return value
+
+
+def show_kolong_warnings() -> None:
+    """Print kolong's warnings (`kolong.errors.warn`) as one yellow line each, not Python's two-line form."""
+    import warnings
+
+    from kolong.errors import KolongWarning
+
+    shown = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if isinstance(category, type) and issubclass(category, KolongWarning):
+            errors.print(f"[yellow]warning:[/] {message}", highlight=False)
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    if getattr(shown, "__name__", "") != "show":
+        warnings.showwarning = show
 
 
 def step_progress(total: int) -> Progress:

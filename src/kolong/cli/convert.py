@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import typer
 
-from kolong.cli.common import console, user_errors
+from kolong.cli.common import console, one_of, user_errors
+from kolong.cli.plot import json_object
 
 
 def convert(
     model: str = typer.Argument(..., help="Hub name or local directory of a BERT, RoBERTa or ELECTRA model."),
     output: Path = typer.Option(..., "--output", "-o", help="Directory to write the kolong checkpoint to."),
     head: str = typer.Option(
-        "base", help="base | masked-lm | qa | token-classification (the source's head)."
+        "base",
+        callback=one_of("base", "masked-lm", "qa", "token-classification"),
+        help="base | masked-lm | qa | token-classification (the source's head).",
     ),
     position: str = typer.Option(
         None,
@@ -30,23 +32,21 @@ def convert(
 ) -> None:
     """Convert MODEL into a kolong checkpoint (identical outputs with learned positions), optionally with a
     new position scheme for continued pre-training; load it with AutoModel* after `import kolong`."""
-    from kolong.models.encoder.convert import ConversionError, convert_checkpoint
+    from kolong.errors import KolongError
+    from kolong.models.encoder.convert import convert_checkpoint
 
-    try:
-        kwargs = json.loads(position_kwargs) if position_kwargs else None
-    except json.JSONDecodeError as error:
-        raise typer.BadParameter(f"not valid JSON: {error}", param_hint="--position-kwargs") from None
+    kwargs = json_object(position_kwargs, "--position-kwargs")
     with user_errors(), console.status(f"converting {model}"):
         try:
             converted = convert_checkpoint(
                 model, output, head, position, kwargs, overwrite=overwrite, tokenizer=tokenizer
             )
-        except ConversionError as error:
-            raise typer.BadParameter(str(error), param_hint="MODEL") from None
-        except ValueError as error:  # a bad scheme or scheme option, named by KolongConfig
-            raise typer.BadParameter(
-                str(error), param_hint="--position-encoding / --position-kwargs"
-            ) from None
+        except ValueError as error:
+            if isinstance(error, KolongError):  # model and path errors name the path
+                raise
+            # not kolong's: a bad scheme or scheme option, named by KolongConfig
+            hint = "--position-encoding / --position-kwargs" if position or kwargs else "MODEL"
+            raise typer.BadParameter(str(error), param_hint=hint) from None
     config = converted.config
     console.print(
         f"[green]converted[/] {model} -> {type(converted).__name__} ({config.num_hidden_layers} layers, "

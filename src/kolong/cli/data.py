@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from kolong.cli.common import console, user_errors
+from kolong.cli.common import console, one_of, share, user_errors
 
 app = typer.Typer(help="Prepare datasets.", no_args_is_help=True, rich_markup_mode=None)
 
@@ -18,20 +18,23 @@ def long_docs(
     separator: str = typer.Option(
         "\\n", help="Text put between joined paragraphs (escape sequences allowed)."
     ),
-    on_bad_example: str = typer.Option("error", help="error | skip: what to do with an invalid example."),
+    on_bad_example: str = typer.Option(
+        "error", callback=one_of("error", "skip"), help="error | skip: what to do with an invalid example."
+    ),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing output file."),
 ) -> None:
     """Join each article's paragraphs into one long context (answer offsets shifted, ids kept)."""
     from kolong.data.squad import build_long_documents, read_squad, write_squad
-    from kolong.io import OutputExistsError
+    from kolong.io import atomic_output_file
 
-    with user_errors():
-        if output.exists() and not overwrite:
-            raise OutputExistsError(f"{output} exists; pass --overwrite to replace it")
-        dataset = read_squad(source, on_bad_example)
+    try:
         joiner = separator.encode("utf-8").decode("unicode_escape")
+    except UnicodeDecodeError as error:
+        raise typer.BadParameter(f"bad escape sequence in {separator!r}: {error.reason}") from None
+    with user_errors(), atomic_output_file(output, overwrite) as staging:
+        dataset = read_squad(source, on_bad_example)
         examples = build_long_documents(dataset, joiner)
-        write_squad(examples, output, version=f"{dataset.version} (kolong long-docs)")
+        write_squad(examples, staging, version=f"{dataset.version} (kolong long-docs)")
     lengths = sorted({e.article: len(e.context) for e in examples}.values())
     median = lengths[len(lengths) // 2] if lengths else 0
     console.print(
@@ -58,15 +61,21 @@ def corpus(
     ),
     tokenizer: str = typer.Option(..., "--tokenizer", "-t", help="Tokenizer directory or hub name."),
     output: Path = typer.Option(..., "--output", "-o", help="Directory to write the packed dataset to."),
-    max_length: int = typer.Option(128, "--max-length", help="Tokens per block, [CLS] and [SEP] included."),
-    held_out: float = typer.Option(0.01, "--held-out", help="Share of documents for the validation split."),
+    max_length: int = typer.Option(
+        128, "--max-length", min=4, help="Tokens per block, [CLS] and [SEP] included."
+    ),
+    held_out: float = typer.Option(
+        0.01, "--held-out", callback=share, help="Share of documents for the validation split."
+    ),
     blank_line_documents: bool = typer.Option(
         False, "--blank-line-documents", help="Documents are paragraphs separated by blank lines."
     ),
-    on_bad_line: str = typer.Option("error", help="error | skip: a line that is not UTF-8."),
+    on_bad_line: str = typer.Option(
+        "error", callback=one_of("error", "skip"), help="error | skip: a line that is not UTF-8."
+    ),
     shared_data: Path = typer.Option(Path("../shared/data"), help="Where nsmc / korquad are found."),
-    limit: int = typer.Option(None, help="Stop after this many documents."),
-    seed: int = typer.Option(0, help="Seed of the held-out split."),
+    limit: int = typer.Option(None, min=1, help="Stop after this many documents."),
+    seed: int = typer.Option(0, min=0, max=2**32 - 1, help="Seed of the held-out split."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty output directory."),
 ) -> None:
     """Tokenise and pack a corpus into [CLS] ... [SEP] blocks with whole-word groups (HF datasets on disk)."""
@@ -74,8 +83,6 @@ def corpus(
 
     from kolong.data.corpus import build_corpus
 
-    if on_bad_line not in ("error", "skip"):
-        raise typer.BadParameter("must be error or skip", param_hint="--on-bad-line")
     with user_errors(), Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
                                  console=console) as progress:  # fmt: skip
         task = progress.add_task("tokenising and packing", total=None)

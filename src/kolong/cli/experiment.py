@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from kolong.cli.common import console, user_errors
+from kolong.cli.common import console, one_of, positive, user_errors
 
 app = typer.Typer(
     help="Run the experiments documented in docs/reproductions.md.",
@@ -31,23 +31,26 @@ def length(
         help="Comma-separated LENGTH-KIND list; KIND: truncate, sliding, interpolate, copy.",
     ),
     train_questions: int = typer.Option(
-        100, "--train-questions", help="Questions from training articles (0: all)."
+        100, "--train-questions", min=0, help="Questions from training articles (0: all)."
     ),
     eval_questions: int = typer.Option(
-        60, "--eval-questions", help="Questions from evaluation articles (0: all)."
+        60, "--eval-questions", min=0, help="Questions from evaluation articles (0: all)."
     ),
     max_document_tokens: int = typer.Option(
-        0, "--max-document-tokens", help="Drop articles longer than this (0: keep all); bounds CPU cost."
+        0,
+        "--max-document-tokens",
+        min=0,
+        help="Drop articles longer than this (0: keep all); bounds CPU cost.",
     ),
-    epochs: float = typer.Option(1.0, help="Fine-tuning epochs per variant."),
-    learning_rate: float = typer.Option(5e-5, "--learning-rate", "--lr"),
+    epochs: float = typer.Option(1.0, callback=positive, help="Fine-tuning epochs per variant."),
+    learning_rate: float = typer.Option(5e-5, "--learning-rate", "--lr", callback=positive),
     batch_size: int = typer.Option(
-        8, "--batch-size", help="Effective batch size (accumulated for long windows)."
+        8, "--batch-size", min=1, help="Effective batch size (accumulated for long windows)."
     ),
     windows_per_step: int = typer.Option(
-        8, "--windows-per-step", help="Windows of 512 tokens per forward pass."
+        8, "--windows-per-step", min=1, help="Windows of 512 tokens per forward pass."
     ),
-    seed: int = typer.Option(42),
+    seed: int = typer.Option(42, min=0, max=2**32 - 1),
     overwrite: bool = typer.Option(
         False, "--overwrite", help="Redo finished variants instead of skipping them."
     ),
@@ -81,7 +84,9 @@ def length(
 @app.command("positions")
 def positions(
     scale: str = typer.Option(
-        "cpu-quick", help="cpu-quick (~1 h on 2 cores) | cpu (a few hours) | gpu (the paper)."
+        "cpu-quick",
+        callback=one_of("cpu-quick", "cpu", "gpu"),
+        help="cpu-quick (~1 h on 2 cores) | cpu (a few hours) | gpu (the paper).",
     ),
     schemes: str = typer.Option("learned,shaw,rope,alibi", help="Position schemes to compare."),
     work_dir: Path = typer.Option(
@@ -90,21 +95,22 @@ def positions(
     results: Path = typer.Option(Path("docs/experiments/positions-cpu.json"), help="Results JSON."),
     figures: Path = typer.Option(Path("docs/images"), help="Where the plot goes."),
     shared_data: Path = typer.Option(Path("../shared/data"), help="NSMC reviews and KorQuAD."),
-    learning_rate: float = typer.Option(1e-3, help="Pre-training peak learning rate."),
+    learning_rate: float = typer.Option(1e-3, callback=positive, help="Pre-training peak learning rate."),
     overrides: list[str] = typer.Option(None, "--set", help="Override a scale setting: --set steps=2000."),
-    seed: int = typer.Option(42, help="Seed of everything."),
+    seed: int = typer.Option(42, min=0, max=2**32 - 1, help="Seed of everything."),
 ) -> None:
     """Relative vs absolute positions (and MeCab vs plain WordPiece) for a small Korean encoder: pre-train,
     then fine-tune on NSMC-style sentiment and article-level KorQuAD; resumable."""
-    from kolong.cli.pretrain import parse_overrides
+    from kolong.cli.arguments import parse_pairs
     from kolong.experiments.positions import PositionStudyArguments, run_position_study, to_markdown
 
     args = PositionStudyArguments(
         work_dir=str(work_dir), results=str(results), figures=str(figures), scale=scale,
         schemes=tuple(s.strip() for s in schemes.split(",")), shared_data=str(shared_data),
-        learning_rate=learning_rate, seed=seed, overrides=parse_overrides(overrides),
+        learning_rate=learning_rate, seed=seed, overrides={},
     )  # fmt: skip
     with user_errors(), console.status("position study") as status:
+        args.overrides = parse_pairs("--set", overrides)
         try:
             outcome = run_position_study(args, on_step=status.update)
         except ValueError as error:

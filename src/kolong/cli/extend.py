@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from kolong.cli.common import console, step_progress, user_errors
+from kolong.cli.common import console, one_of, step_progress, user_errors
 
 
 def extend(
@@ -14,13 +14,17 @@ def extend(
         ..., help="Hub name or local directory of a model with a learned absolute table."
     ),
     max_length: int = typer.Option(
-        ..., "--max-length", "-n", help="New number of token positions, e.g. 2048."
+        ..., "--max-length", "-n", min=1, help="New number of token positions, e.g. 2048."
     ),
     output: Path = typer.Option(
         ..., "--output", "-o", help="Directory to write the extended model and tokenizer."
     ),
     method: str = typer.Option(
-        "interpolate", "--method", "-m", help="interpolate | copy | last | random (see docs/extension.md)."
+        "interpolate",
+        "--method",
+        "-m",
+        callback=one_of("interpolate", "copy", "last", "random"),
+        help="interpolate | copy | last | random (see docs/extension.md).",
     ),
     keep_short_behaviour: bool = typer.Option(
         False,
@@ -30,7 +34,7 @@ def extend(
     ),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty output directory."),
     tokenizer: bool = typer.Option(True, "--tokenizer/--no-tokenizer", help="Also save the tokenizer."),
-    seed: int = typer.Option(0, help="Seed of the `random` method."),
+    seed: int = typer.Option(0, min=0, max=2**32 - 1, help="Seed of the `random` method."),
 ) -> None:
     """Extend the position table of MODEL to --max-length tokens and save model + tokenizer to -o."""
     from kolong.extension import extend_checkpoint

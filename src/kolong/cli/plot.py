@@ -8,6 +8,31 @@ from pathlib import Path
 import typer
 
 from kolong.cli.common import console, user_errors
+from kolong.errors import KolongError
+
+IMAGE_FORMATS = ("png", "pdf", "svg", "jpg", "jpeg", "eps", "ps", "tif", "tiff", "webp")
+
+
+def _image_path(path: Path) -> Path:
+    suffix = path.suffix.lstrip(".").lower()
+    if suffix and suffix not in IMAGE_FORMATS:
+        raise typer.BadParameter(f"{path}: .{suffix} is not an image format ({', '.join(IMAGE_FORMATS)})")
+    return path
+
+
+def json_object(text: str | None, flag: str) -> dict | None:
+    """A JSON object option (`--position-kwargs`), or a usage error naming it."""
+    if not text:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise typer.BadParameter(f"not valid JSON: {error}", param_hint=flag) from None
+    if not isinstance(value, dict):
+        raise typer.BadParameter(f"expected a JSON object such as '{{\"max_distance\": 8}}', got {text}",
+                                 param_hint=flag)  # fmt: skip
+    return value
+
 
 app = typer.Typer(help="Draw figures (position tables, ...).", no_args_is_help=True, rich_markup_mode=None)
 
@@ -17,16 +42,23 @@ def positions(
     models: list[str] = typer.Argument(
         None, help="One or two checkpoints with learned tables, e.g. the original and the extended."
     ),
-    output: Path = typer.Option(..., "--output", "-o", help="Image file to write (.png, .pdf, .svg)."),
+    output: Path = typer.Option(
+        ..., "--output", "-o", callback=_image_path, help="Image file to write (.png, .pdf, .svg)."
+    ),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing image."),
     labels: list[str] = typer.Option(
         None, "--label", help="Panel title per model (repeat; default: folder names)."
     ),
     scheme: str = typer.Option(
         None, "--scheme", help="Draw a scheme by name instead: sinusoidal, memn2n, rope, alibi, shaw, t5."
     ),
-    length: int = typer.Option(512, "--length", help="Positions to draw (with --scheme)."),
-    dim: int = typer.Option(128, "--dim", help="Encoding dimension (head size for rope) (with --scheme)."),
-    heads: int = typer.Option(12, "--heads", help="Attention heads (ALiBi slopes) (with --scheme)."),
+    length: int = typer.Option(512, "--length", min=2, max=4096, help="Positions to draw (with --scheme)."),
+    dim: int = typer.Option(
+        128, "--dim", min=2, max=4096, help="Encoding dimension (head size for rope) (with --scheme)."
+    ),
+    heads: int = typer.Option(
+        12, "--heads", min=1, max=128, help="Attention heads (ALiBi slopes) (with --scheme)."
+    ),
     position_kwargs: str = typer.Option(
         None,
         "--position-kwargs",
@@ -38,21 +70,22 @@ def positions(
     if scheme is not None:
         if models:
             raise typer.BadParameter("give either MODELS or --scheme, not both", param_hint="--scheme")
+        from kolong.io import atomic_output_file
         from kolong.plots.schemes import plot_scheme
 
-        try:
-            kwargs = json.loads(position_kwargs) if position_kwargs else None
-        except json.JSONDecodeError as error:
-            raise typer.BadParameter(f"not valid JSON: {error}", param_hint="--position-kwargs") from None
-        if length < 2 or dim < 2:
-            raise typer.BadParameter("--length and --dim must be at least 2")
-        try:
-            plot_scheme(scheme, length, dim, output, heads=heads, position_kwargs=kwargs)
-        except ValueError as error:
-            raise typer.BadParameter(str(error), param_hint="--scheme") from None
+        kwargs = json_object(position_kwargs, "--position-kwargs")
+        with user_errors(), atomic_output_file(output, overwrite) as staging:
+            try:
+                plot_scheme(scheme, length, dim, staging, heads=heads, position_kwargs=kwargs)
+            except ValueError as error:
+                if isinstance(error, KolongError):
+                    raise
+                hint = "--scheme / --position-kwargs" if kwargs else "--scheme"
+                raise typer.BadParameter(str(error), param_hint=hint) from None
         console.print(f"[green]wrote[/] {output}")
         return
 
+    from kolong.io import atomic_output_file
     from kolong.plots.positions import plot_position_tables, position_rows_of
 
     if not models:
@@ -61,9 +94,10 @@ def positions(
         raise typer.BadParameter("give one or two models", param_hint="MODELS")
     if labels and len(labels) != len(models):
         raise typer.BadParameter(f"give one --label per model ({len(models)})", param_hint="--label")
-    with user_errors(), console.status("loading position tables"):
-        tables = [position_rows_of(model) for model in models]
+    with user_errors(), atomic_output_file(output, overwrite) as staging:
+        with console.status("loading position tables"):
+            tables = [position_rows_of(model) for model in models]
         if labels:
             tables = [(label, rows) for label, (_, rows) in zip(labels, tables, strict=True)]
-        plot_position_tables(tables, output)
+        plot_position_tables(tables, staging)
     console.print(f"[green]wrote[/] {output}")

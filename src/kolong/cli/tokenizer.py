@@ -9,7 +9,7 @@ import typer
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from kolong.cli.common import console, user_errors
+from kolong.cli.common import console, one_of, user_errors
 
 app = typer.Typer(
     help="Korean tokenizers: train, and measure on a corpus.", no_args_is_help=True, rich_markup_mode=None
@@ -42,24 +42,42 @@ def train(
         ..., "--corpus", help="Text file, plain or gzip, one document per line (repeat for several files)."
     ),
     output: Path = typer.Option(..., "--output", "-o", help="Directory to write the tokenizer to."),
-    morph: str = typer.Option("mecab", "--morph", help="Morphological analyser: mecab | kiwi | none."),
-    vocab_size: int = typer.Option(32000, "--vocab-size", help="Vocabulary size, special tokens included."),
+    morph: str = typer.Option(
+        "mecab",
+        "--morph",
+        callback=one_of("mecab", "kiwi", "none"),
+        help="Morphological analyser: mecab | kiwi | none.",
+    ),
+    vocab_size: int = typer.Option(
+        32000, "--vocab-size", min=8, help="Vocabulary size, special tokens included."
+    ),
     model: str = typer.Option(
-        "wordpiece", "--model", help="wordpiece | bpe | morpheme-list (the N most frequent morphemes)."
+        "wordpiece",
+        "--model",
+        callback=one_of("wordpiece", "bpe", "morpheme-list"),
+        help="wordpiece | bpe | morpheme-list (the N most frequent morphemes).",
     ),
     forms: str = typer.Option(
         "surface",
         "--forms",
+        callback=one_of("surface", "lemma"),
         help="surface: morphemes as written | lemma: the analyser's forms (위한 -> 위하 ##ᆫ).",
     ),
-    normalization: str = typer.Option("nfc", "--normalization", help="nfc | none: Unicode normalisation."),
-    min_frequency: int = typer.Option(2, "--min-frequency", help="Minimum count of a vocabulary entry."),
-    column: int = typer.Option(
-        None, "--column", help="Take this tab-separated field (1-based) of each line."
+    normalization: str = typer.Option(
+        "nfc", "--normalization", callback=one_of("nfc", "none"), help="nfc | none: Unicode normalisation."
     ),
-    limit: int = typer.Option(None, "--limit", help="Read at most this many documents."),
+    min_frequency: int = typer.Option(
+        2, "--min-frequency", min=1, help="Minimum count of a vocabulary entry."
+    ),
+    column: int = typer.Option(
+        None, "--column", min=1, help="Take this tab-separated field (1-based) of each line."
+    ),
+    limit: int = typer.Option(None, "--limit", min=1, help="Read at most this many documents."),
     on_bad_line: str = typer.Option(
-        "error", "--on-bad-line", help="error | skip: what to do with a line that is not valid UTF-8."
+        "error",
+        "--on-bad-line",
+        callback=one_of("error", "skip"),
+        help="error | skip: what to do with a line that is not valid UTF-8.",
     ),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing output directory."),
 ) -> None:
@@ -68,7 +86,7 @@ def train(
     from kolong.tokenizers import Corpus, train_tokenizer
 
     with user_errors():
-        check_output_dir(output, overwrite)
+        check_output_dir(output, overwrite)  # before the slow training; checked again under the lock
         with _byte_progress() as progress:
             task = progress.add_task("reading and analysing", total=None, documents=0)
             documents = Corpus(corpus, on_bad_line, column, limit=limit)
@@ -101,11 +119,14 @@ def stats(
         ..., "--corpus", help="Text file, plain or gzip, one document per line."
     ),
     column: int = typer.Option(
-        None, "--column", help="Take this tab-separated field (1-based) of each line."
+        None, "--column", min=1, help="Take this tab-separated field (1-based) of each line."
     ),
-    limit: int = typer.Option(10000, "--limit", help="Documents to read."),
+    limit: int = typer.Option(10000, "--limit", min=1, help="Documents to read."),
     on_bad_line: str = typer.Option(
-        "error", "--on-bad-line", help="error | skip (lines that are not UTF-8)."
+        "error",
+        "--on-bad-line",
+        callback=one_of("error", "skip"),
+        help="error | skip (lines that are not UTF-8).",
     ),
     qa: Path = typer.Option(
         None, "--qa", help="SQuAD/KorQuAD JSON: also count answers that start and end on token boundaries."
@@ -115,13 +136,13 @@ def stats(
 ) -> None:
     """Tokens per character, share of [UNK], share of words split, throughput: one row per tokenizer."""
     from kolong.checkpoints import load_tokenizer
-    from kolong.io import OutputExistsError, atomic_write_json
+    from kolong.io import atomic_output_file, atomic_write_json, check_output_file
     from kolong.tokenizers import Corpus
     from kolong.tokenizers.stats import answer_alignment, measure
 
     with user_errors():
-        if output is not None and output.exists() and not overwrite:
-            raise OutputExistsError(f"{output} exists; pass --overwrite to replace it")
+        if output is not None:
+            check_output_file(output, overwrite)
         reader = Corpus(corpus, on_bad_line, column, limit=limit)
         documents = list(reader)
         examples = None
@@ -143,7 +164,8 @@ def stats(
                     row.answers = answer_alignment(tokenizer, examples)
                 rows.append(row)
         if output is not None:
-            atomic_write_json(output, [r.as_dict() for r in rows])
+            with atomic_output_file(output, overwrite) as staging:
+                atomic_write_json(staging, [r.as_dict() for r in rows])
     table = Table(title=f"{len(documents)} documents, {rows[0].characters} characters")
     for heading in ("tokenizer", "kind", "tokens/char", "[UNK]", "words split", "chars/s"):
         table.add_column(heading)

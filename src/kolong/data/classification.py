@@ -106,11 +106,27 @@ def read_file(path: str | Path, split: str = "train") -> tuple[list[Example], li
     if not raw:
         raise DataError(f"{path} has no examples")
     values = [label for *_, label in raw]
-    regression = all(_is_float(v) and not _is_int(v) for v in values)
-    if regression:
+    # Scores with any fraction are a regression target (STS: 0, 0.5, 3.2); whole numbers (1, "1", 1.0 alike)
+    # or names are classes. Numbers and names mixed are refused rather than guessed.
+    if all(_is_float(v) for v in values) and not all(_is_int(v) for v in values):
         return [Example(t, float(v), p or None, f"{path.name}:{n}") for n, t, p, v in raw], None
-    names = sorted({str(v) for v in values}, key=lambda v: (not _is_int(v), int(v) if _is_int(v) else 0, v))
-    return [Example(t, names.index(str(v)), p or None, f"{path.name}:{n}") for n, t, p, v in raw], names
+    numeric = [(n, v) for n, _, _, v in raw if _is_int(v)]
+    named = [(n, v) for n, _, _, v in raw if not _is_int(v)]
+    if numeric and named:
+        raise DataError(
+            f"{path}: labels mix numbers (line {numeric[0][0]}: {numeric[0][1]!r}) and names (line "
+            f"{named[0][0]}: {named[0][1]!r}); use one kind"
+        )
+    names = sorted({_class_name(v) for v in values}, key=lambda v: (int(v), v) if numeric else (0, v))
+    if len(names) < 2:
+        raise DataError(f"{path}: every example has the label {names[0]!r}; classification needs two or more")
+    return [
+        Example(t, names.index(_class_name(v)), p or None, f"{path.name}:{n}") for n, t, p, v in raw
+    ], names
+
+
+def _class_name(value) -> str:
+    return str(int(float(value))) if _is_int(value) else str(value)
 
 
 def _is_int(value) -> bool:

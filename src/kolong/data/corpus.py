@@ -26,6 +26,7 @@ import numpy as np
 
 from kolong.data.documents import Corpus
 from kolong.errors import CorpusError, DataError
+from kolong.io import writes_output
 
 SHARED_SOURCES = {
     "nsmc": ("nsmc/reviews.shared.tsv.gz", 4),  # (file under the shared data folder, TSV column)
@@ -185,6 +186,7 @@ def tokenize_documents(tokenizer, documents: list[str]) -> Iterator[tuple[list[i
         yield ids, eojeol, morpheme
 
 
+@writes_output()
 def build_corpus(
     sources: list[str],
     tokenizer_path: str,

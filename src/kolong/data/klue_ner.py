@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from kolong.data.sources import utf8_text
 from kolong.errors import DataError
 
 TAGS = ("PS", "LC", "OG", "DT", "TI", "QT")
@@ -135,7 +136,7 @@ def read_klue_ner(path: str | Path | None = None) -> list[NERSentence]:
     path = Path(path) if path is not None else default_klue_ner_path()
     if not path.is_file():
         raise DataError(f"{path} does not exist or is not a file")
-    lines = path.read_text(encoding="utf-8").splitlines()
+    lines = utf8_text(path).splitlines()
     sentences: list[NERSentence] = []
     block: list[tuple[int, str]] = []
     for number, line in [*enumerate(lines, 1), (len(lines) + 1, "")]:

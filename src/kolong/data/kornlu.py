@@ -8,9 +8,11 @@ file and line.
 from __future__ import annotations
 
 import csv
+import io
 from pathlib import Path
 
 from kolong.data.examples import NLI_LABELS, Example
+from kolong.data.sources import utf8_text
 from kolong.errors import DataError
 
 
@@ -18,9 +20,9 @@ def _rows(path: str | Path) -> list[tuple[int, dict]]:
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path} not found (pass --shared-data DIR pointing at the shared data folder)")
-    with path.open(encoding="utf-8", newline="") as handle:
-        rows = csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)
-        return [(number, row) for number, row in enumerate(rows, 2)]  # line 1 is the header
+    handle = io.StringIO(utf8_text(path), newline="")
+    rows = csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)
+    return [(number, row) for number, row in enumerate(rows, 2)]  # line 1 is the header
 
 
 def _pair(path: Path, number: int, row: dict) -> tuple[str, str]:

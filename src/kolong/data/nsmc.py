@@ -65,8 +65,12 @@ def read_reviews(path: str | Path) -> Iterator[NSMCReview]:
     with path.open("rb") as raw:
         compressed = raw.read(2) == b"\x1f\x8b"
     opener = gzip.open if compressed else open
-    with opener(path, "rt", encoding="utf-8", newline="") as handle:
-        for number, line in enumerate(handle, 1):
+    with opener(path, "rb") as handle:
+        for number, raw_line in enumerate(handle, 1):
+            try:
+                line = raw_line.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise DataError(f"{path}:{number}: not UTF-8 text ({error.reason})") from None
             fields = line.rstrip("\r\n").split("\t", 3)
             if number == 1 and tuple(fields) == HEADER:
                 continue

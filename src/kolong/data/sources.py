@@ -49,6 +49,16 @@ def dataset_rows(source: str | Path, split: str) -> list[tuple[int, dict]]:
     return list(enumerate(loaded.to_list(), 1))
 
 
+def utf8_text(path: str | Path) -> str:
+    """A file's text; a DataError naming the file and line where it is not UTF-8."""
+    data = Path(path).read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data[: error.start].count(b"\n") + 1
+        raise DataError(f"{path}:{line}: not UTF-8 text ({error.reason} at byte {error.start})") from None
+
+
 def table_rows(
     path: str | Path, split: str, suffixes: tuple[str, ...], what: str, quote_tsv: bool = True
 ) -> list[tuple[int, dict]]:
@@ -64,7 +74,7 @@ def table_rows(
         raise DataError(f"{path}: expected a {', '.join(suffixes)} file of {what}")
     if path.suffix == ".jsonl":
         rows = []
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        for number, line in enumerate(utf8_text(path).splitlines(), 1):
             if line.strip():
                 try:
                     rows.append((number, json.loads(line)))
@@ -72,9 +82,11 @@ def table_rows(
                     raise DataError(f"{path}:{number}: not valid JSON ({error.msg})") from None
         return rows
     quoting = csv.QUOTE_MINIMAL if quote_tsv or path.suffix == ".csv" else csv.QUOTE_NONE
-    with path.open(encoding="utf-8", newline="") as handle:
-        reader = csv.DictReader(handle, delimiter="\t" if path.suffix == ".tsv" else ",", quoting=quoting)
-        return list(enumerate(reader, 2))
+    import io
+
+    handle = io.StringIO(utf8_text(path), newline="")
+    reader = csv.DictReader(handle, delimiter="\t" if path.suffix == ".tsv" else ",", quoting=quoting)
+    return list(enumerate(reader, 2))
 
 
 def load_json(path: str | Path):

@@ -10,7 +10,7 @@ from pathlib import Path
 from kolong.checkpoints import load_model, load_tokenizer
 from kolong.extension.extend import extend_position_embeddings, set_tokenizer_max_length
 from kolong.extension.position_table import find_position_table
-from kolong.io import atomic_output_dir, check_output_dir
+from kolong.io import atomic_output_dir, check_output_dir, writes_output
 
 
 @dataclass
@@ -26,6 +26,7 @@ class ExtensionReport:
     tokenizer_saved: bool
 
 
+@writes_output()
 def extend_checkpoint(
     model_or_path: str,
     output_dir: str | Path,

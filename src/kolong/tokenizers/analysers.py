@@ -27,6 +27,7 @@ FORMS = ("surface", "lemma")
 
 Morpheme = tuple  # (form: str | None, start: int, end: int)
 
+MECAB_PIECE = 100_000  # characters per MeCab call
 _NON_SPACE = re.compile(r"\S+")
 _WORD_OR_SYMBOL = re.compile(r"\w+|[^\w\s]")
 
@@ -119,9 +120,25 @@ class MecabAnalyser(Analyser):
         # MeCab reads a C string: a NUL would end the text early. A space keeps the length.
         return text.replace("\x00", " ") if "\x00" in text else text
 
+    def _parse(self, tagger, text: str) -> str:
+        """MeCab's output for `text`, read in pieces of at most MECAB_PIECE characters cut at whitespace:
+        MeCab returns nothing at all for a text of some megabytes (one long line of a corpus)."""
+        text, out, start = self._clean(text), [], 0
+        while start < len(text):
+            end = min(start + MECAB_PIECE, len(text))
+            if end < len(text):
+                space = text.rfind(" ", start, end)
+                end = space + 1 if space > start else end
+            parsed = tagger.parse(text[start:end])
+            if parsed is None:
+                raise TokenizerError(f"MeCab-ko could not analyse a text of {end - start:,} characters")
+            out.append(parsed)
+            start = end
+        return "\n".join(out)
+
     def analyse(self, text: str, forms: str = "surface") -> list:
         if forms == "lemma":
-            lines = self._lemma.parse(self._clean(text)).split("\n")
+            lines = self._parse(self._lemma, text).split("\n")
             surfaces, expressions = [], []
             for line in lines:
                 if "\t" in line:
@@ -130,13 +147,13 @@ class MecabAnalyser(Analyser):
                         surfaces.append(part)
                         expressions.append(expression if part == surface else "")
             return _place(text, surfaces, expressions)
-        return _place(text, self._wakati.parse(self._clean(text)).split())
+        return _place(text, self._parse(self._wakati, text).split())
 
     def marked_surfaces(self, text: str) -> tuple[str, list[int], list[int]] | None:
         parts, starts, ends = [], [], []
         cursor, previous_end = 0, -1
         find = text.find
-        for surface in self._wakati.parse(self._clean(text)).split():
+        for surface in self._parse(self._wakati, text).split():
             at = find(surface, cursor)
             if at < 0 or (at != cursor and not text[cursor:at].isspace()):
                 return None  # MeCab skipped or changed something: the general path fills the gaps

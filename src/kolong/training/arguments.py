@@ -13,25 +13,25 @@ This module imports nothing heavy: `--help` reads it.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from kolong.errors import ConfigError
-
-REQUIRED = dataclasses.MISSING
-
-
-def option(default: Any = REQUIRED, help: str = "", *flags: str, hf: str | None = None, **metadata):
-    """A dataclass field with its CLI help, extra flags (aliases) and the HF `TrainingArguments` field it sets."""
-    metadata = {"help": help, "flags": flags, "hf": hf, **metadata}
-    if isinstance(default, (dict, list)):
-        return field(default_factory=lambda: type(default)(default), metadata=metadata)
-    return field(default=default, metadata=metadata)
+from kolong.training.options import (
+    ON_BAD,
+    REQUIRED,
+    STRATEGIES,
+    CheckedArguments,
+    check_eval_every,
+    check_windows,
+    must_be_json_object,
+    option,
+    steps_or_all,
+)
 
 
 @dataclass(kw_only=True)
-class RecipeArguments:
+class RecipeArguments(CheckedArguments):
     """What every training recipe shares. Field names are kolong's; `hf` names the HF field each one sets."""
 
     output_dir: str = option(
@@ -47,18 +47,36 @@ class RecipeArguments:
         None, "Resume from this checkpoint directory (default: the last one in the output directory)."
     )
     epochs: float = option(3.0, "Training epochs.", hf="num_train_epochs")
-    max_steps: int = option(-1, "Stop after this many optimiser steps (-1: run all epochs).", hf="max_steps")
-    learning_rate: float = option(5e-5, "Peak learning rate.", "--lr", hf="learning_rate")
+    max_steps: int = option(
+        -1,
+        "Stop after this many optimiser steps (-1: run all epochs).",
+        hf="max_steps",
+        min=None,
+        check=steps_or_all,
+    )
+    learning_rate: float = option(
+        5e-5, "Peak learning rate (0 keeps the weights).", "--lr", hf="learning_rate", min=0
+    )
     batch_size: int = option(8, "Per-device training batch size.", hf="per_device_train_batch_size")
     eval_batch_size: int = option(16, "Per-device evaluation batch size.", hf="per_device_eval_batch_size")
     gradient_accumulation_steps: int = option(
         1, "Micro-batches per optimiser step.", hf="gradient_accumulation_steps"
     )
-    warmup_ratio: float = option(0.0, "Warm-up as a share of the optimiser steps.", "--warmup")
-    weight_decay: float = option(0.0, "AdamW weight decay.", hf="weight_decay")
-    seed: int = option(42, "Seed of initialisation, data order and sampling.", hf="seed")
-    bf16: str = option("auto", "auto (on where the GPU supports it) | yes | no.")
-    eval_every: str = option("epoch", "epoch, or N steps between evaluations (and checkpoints).")
+    warmup_ratio: float = option(
+        0.0, "Warm-up as a share of the optimiser steps.", "--warmup", min=0, below=1
+    )
+    weight_decay: float = option(0.0, "AdamW weight decay.", hf="weight_decay", min=0)
+    seed: int = option(
+        42, "Seed of initialisation, data order and sampling.", hf="seed", min=0, max=2**32 - 1
+    )
+    bf16: str = option(
+        "auto", "auto (on where the GPU supports it) | yes | no.", choices=("auto", "yes", "no")
+    )
+    eval_every: str = option(
+        "epoch",
+        "epoch, or N steps between evaluations (and checkpoints).",
+        check=lambda flag, value: check_eval_every(value),
+    )
     save_steps: int | None = option(
         None, "Steps between checkpoints (default: at each evaluation).", hf="save_steps"
     )
@@ -71,13 +89,6 @@ class RecipeArguments:
     extra: dict = option(
         {}, "Further TrainingArguments fields by their HF names; they win over kolong's.", cli=False
     )
-
-
-def check_eval_every(value: str | int) -> str:
-    text = str(value)
-    if text != "epoch" and not (text.isdigit() and int(text) > 0):
-        raise ConfigError(f"--eval_every must be 'epoch' or a positive number of steps, got {value!r}")
-    return text
 
 
 def training_arguments(
@@ -154,15 +165,6 @@ def resume_checkpoint(args: RecipeArguments) -> str | None:
     return resume_point(Path(args.output_dir), args.overwrite)
 
 
-def quiet_trainer(trainer, quiet: bool) -> None:
-    """Drop the Trainer's progress bar and log lines (a caller that reports progress itself)."""
-    if quiet:
-        from transformers.trainer_callback import PrinterCallback, ProgressCallback
-
-        trainer.remove_callback(PrinterCallback)
-        trainer.remove_callback(ProgressCallback)
-
-
 def recorded(args: RecipeArguments) -> dict:
     """The arguments as written into a results file (JSON-safe)."""
     return {key: value for key, value in dataclasses.asdict(args).items() if key != "extra"} | {
@@ -191,19 +193,25 @@ class QAFinetuneArguments(RecipeArguments):
         "Tokens per window (question + context + specials); up to the model's positions.",
         "--max_seq_length",
     )
-    strategy: str = option("sliding-window", "truncate | sliding-window.")
-    doc_stride: int = option(128, "Overlap between consecutive windows, in tokens (HF `stride`).")
+    strategy: str = option("sliding-window", "truncate | sliding-window.", choices=STRATEGIES)
+    doc_stride: int = option(128, "Overlap between consecutive windows, in tokens (HF `stride`).", min=0)
     n_best: int = option(20, "Candidate spans per window kept when decoding answers.", "--n_best_size")
     max_answer_length: int = option(30, "Longest answer, in tokens.")
-    on_bad_example: str = option("error", "error | skip an example whose answer is not in its context.")
+    on_bad_example: str = option(
+        "error", "error | skip an example whose answer is not in its context.", choices=ON_BAD
+    )
     epochs: float = option(2.0)
     learning_rate: float = option(3e-5)
     warmup_ratio: float = option(0.1)
     weight_decay: float = option(0.01)
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_windows(self.max_length, self.doc_stride, self.strategy)
+
 
 @dataclass(kw_only=True)
-class QAPredictArguments:
+class QAPredictArguments(CheckedArguments):
     """`kolong predict qa`."""
 
     model: str = option(REQUIRED, "Fine-tuned QA checkpoint.", "--model_name_or_path")
@@ -212,11 +220,12 @@ class QAPredictArguments:
     )
     output: str = option(REQUIRED, "predictions.json to write: {id: answer}.", "-o")
     nbest_output: str | None = option(None, "Also write the n-best lists here.", "--nbest")
+    overwrite: bool = option(False, "Replace existing --output / --nbest files.")
     max_length: int | None = option(
         None, "Window length (default: the model's positions).", "--max_seq_length"
     )
-    strategy: str = option("sliding-window", "truncate | sliding-window.")
-    doc_stride: int = option(128, "Overlap between consecutive windows, in tokens.")
+    strategy: str = option("sliding-window", "truncate | sliding-window.", choices=STRATEGIES)
+    doc_stride: int = option(128, "Overlap between consecutive windows, in tokens.", min=0)
     batch_size: int = option(16, "Windows per forward pass.", "--per_device_eval_batch_size")
     n_best: int = option(20, "Candidate spans per window.", "--n_best_size")
     max_answer_length: int = option(30, "Longest answer, in tokens.")
@@ -224,9 +233,13 @@ class QAPredictArguments:
         False, "SQuAD v2: predict '' when [CLS] wins.", "--version_2_with_negative"
     )
     null_threshold: float = option(
-        0.0, "SQuAD v2: how much [CLS] must beat the best span by.", "--null_score_diff_threshold"
+        0.0, "SQuAD v2: how much [CLS] must beat the best span by.", "--null_score_diff_threshold", min=None
     )
-    on_bad_example: str = option("error", "error | skip.")
+    on_bad_example: str = option("error", "error | skip.", choices=ON_BAD)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_windows(self.max_length, self.doc_stride, self.strategy)
 
 
 @dataclass(kw_only=True)
@@ -270,14 +283,16 @@ class Seq2SeqFinetuneArguments(RecipeArguments):
         REQUIRED,
         "nsmc | klue-ner | klue-nli | FILE (.jsonl / .tsv with input and target) | saved or hub dataset.",
     )
-    init: str | None = option(None, "Or a fresh model of this size: tiny | small | base.")
+    init: str | None = option(
+        None, "Or a fresh model of this size: tiny | small | base.", choices=("tiny", "small", "base")
+    )
     train: str | None = option(None, "Training data (default: the task's shared file).", "--train_file")
     eval: str | None = option(
         None,
         "Evaluation data (default: a held-out share; nsmc: its movie-disjoint test side).",
         "--validation_file",
     )
-    eval_fraction: float = option(0.1, "Share held out when --eval is absent.")
+    eval_fraction: float = option(0.1, "Share held out when --eval is absent.", below=1)
     limit: int | None = option(None, "At most N training (and N/4 evaluation) examples.")
     max_source_length: int = option(1024, "Input bytes kept.")
     max_target_length: int = option(512, "Target bytes kept.")
@@ -297,7 +312,11 @@ class SpanPretrainArguments(RecipeArguments):
     train: list[str] = option(
         REQUIRED, "Corpus file(s): one document per line, plain or gzip (repeat the option).", "--train_file"
     )
-    init: str | None = option(None, "Or a fresh model: tiny | small (ByT5-small) | base (ByT5-base).")
+    init: str | None = option(
+        None,
+        "Or a fresh model: tiny | small (ByT5-small) | base (ByT5-base).",
+        choices=("tiny", "small", "base"),
+    )
     add_gbst: bool = option(
         False, "Add a fresh GBST layer to the encoder, keeping every other weight (uptraining)."
     )
@@ -307,20 +326,24 @@ class SpanPretrainArguments(RecipeArguments):
     column: int | None = option(
         None, "Take this tab-separated field (1-based) of each line, e.g. 4 for NSMC."
     )
-    on_bad_line: str = option("error", "error | skip lines that are not UTF-8.")
+    on_bad_line: str = option("error", "error | skip lines that are not UTF-8.", choices=ON_BAD)
     max_documents: int | None = option(None, "Read at most N documents.")
     max_length: int = option(1024, "Bytes of text per example; the corpus is cut into such chunks.")
     curriculum: str | None = option(
         None, 'Input-length curriculum, e.g. "512,1024,2048" (equal step shares).'
     )
-    noise_density: float = option(0.15, "Share of bytes corrupted (ByT5 0.15, the Korean paper 0.2-0.4).")
+    noise_density: float = option(
+        0.15, "Share of bytes corrupted (ByT5 0.15, the Korean paper 0.2-0.4).", below=1
+    )
     mean_span_length: float = option(
         20.0, "Mean corrupted span in bytes (ByT5 20, the Korean paper 27).", "--mean-span"
     )
     sentinels: str = option(
-        "byt5", "Sentinel ids of a new tokenizer: byt5 (258 - k) | top (383 - k) | hf (259 + k)."
+        "byt5",
+        "Sentinel ids of a new tokenizer: byt5 (258 - k) | top (383 - k) | hf (259 + k).",
+        choices=("byt5", "top", "hf"),
     )
-    eval_fraction: float = option(0.0, "Share of chunks held out for an eval loss (0: none).")
+    eval_fraction: float = option(0.0, "Share of chunks held out for an eval loss (0: none).", min=0, below=1)
     epochs: float = option(1.0)
     learning_rate: float = option(1e-4)
     eval_batch_size: int = option(8)
@@ -333,24 +356,38 @@ class PretrainArguments(RecipeArguments):
     """`kolong pretrain mlm`: unset training fields come from the preset."""
 
     corpus: str = option(REQUIRED, "A corpus directory from `kolong data corpus`.", "-c")
-    preset: str = option("tiny", "tiny | small (the paper: 3 layers, 768, 12 heads) | base.")
+    preset: str = option(
+        "tiny", "tiny | small (the paper: 3 layers, 768, 12 heads) | base.", choices=("tiny", "small", "base")
+    )
     position_encoding: str = option(
         "learned", "Position scheme (see `kolong plot positions --help`).", kind="scheme"
     )
-    position_kwargs: dict = option({}, "Scheme options as JSON, e.g. '{\"max_distance\": 16}'.")
+    position_kwargs: dict = option(
+        {}, "Scheme options as JSON, e.g. '{\"max_distance\": 16}'.", check=must_be_json_object
+    )
     tokenizer: str | None = option(None, "Tokenizer directory (default: the corpus's).")
-    masking: str = option("token", "token | eojeol | morpheme | span (SpanBERT).")
-    objective: str = option("mlm", "mlm | mlm+sop (adds ALBERT's sentence-order prediction).")
-    mlm_probability: float = option(0.15, "Share of tokens to predict.")
+    masking: str = option(
+        "token",
+        "token | eojeol | morpheme | span (SpanBERT).",
+        choices=("token", "eojeol", "morpheme", "span"),
+    )
+    objective: str = option(
+        "mlm", "mlm | mlm+sop (adds ALBERT's sentence-order prediction).", choices=("mlm", "mlm+sop")
+    )
+    mlm_probability: float = option(0.15, "Share of tokens to predict.", below=1)
     overrides: dict = option(
-        {}, "Override a preset field: --set hidden_size=256 (repeat).", "--set", kind="pairs"
+        {},
+        "Override a preset field: --set hidden_size=256 (repeat).",
+        "--set",
+        kind="pairs",
+        check=must_be_json_object,
     )
     eval_blocks: int = option(2000, "Held-out blocks to evaluate on (the first N of the validation split).")
-    max_steps: int | None = option(None, "Optimiser steps (default: the preset's).")
+    max_steps: int | None = option(None, "Optimiser steps (default: the preset's).", min=1, check=None)
     batch_size: int | None = option(None, "Per-device batch size (default: the preset's).")
     learning_rate: float | None = option(None, "Peak learning rate (default: the preset's).")
     warmup_ratio: float | None = option(
-        None, "Warm-up share of max_steps (default: the preset's).", "--warmup"
+        None, "Warm-up share of max_steps (default: the preset's).", "--warmup", min=0, below=1
     )
     weight_decay: float = option(0.01)
     eval_every: str = option("200")

@@ -15,11 +15,11 @@ from kolong.data.classification import ClassificationData, load_classification_d
 from kolong.io import atomic_write_json
 from kolong.training.arguments import (
     ClassificationArguments,
-    quiet_trainer,
     recorded,
     resume_checkpoint,
     training_arguments,
 )
+from kolong.training.common import one_writer, quiet_trainer, run_train_loss, save_final
 
 
 def classification_metrics(predictions: np.ndarray, labels: np.ndarray, regression: bool) -> dict[str, float]:
@@ -55,6 +55,7 @@ def _encode(tokenizer, data: ClassificationData, max_length: int):
     return encode(data.train), encode(data.eval)
 
 
+@one_writer
 def finetune_cls(args: ClassificationArguments) -> dict:
     from transformers import (
         AutoModelForSequenceClassification,
@@ -99,10 +100,9 @@ def finetune_cls(args: ClassificationArguments) -> dict:
     quiet_trainer(trainer, args.quiet)
     output = trainer.train(resume_from_checkpoint=resume_from)
     metrics = {key.removeprefix("eval_"): value for key, value in trainer.evaluate().items()}
-    metrics.update(train_loss=output.training_loss, train_examples=len(data.train), eval_examples=len(data.eval),
-                   data=data.name)  # fmt: skip
+    metrics.update(train_loss=run_train_loss(trainer, output), train_examples=len(data.train),
+                   eval_examples=len(data.eval), data=data.name)  # fmt: skip
+    save_final(trainer, tokenizer, output_dir)
     if trainer.is_world_process_zero():
-        trainer.save_model(str(output_dir))
-        tokenizer.save_pretrained(str(output_dir))
         atomic_write_json(output_dir / "cls_results.json", {"arguments": recorded(args), "metrics": metrics})
     return metrics

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
 
-from kolong.io import OutputExistsError
+from kolong.errors import OutputExistsError, warn
 
 
 def has_gpu() -> bool:
@@ -37,21 +39,66 @@ def device_settings(bf16: str) -> dict:
     }
 
 
-def resume_point(output_dir: Path, overwrite: bool) -> str | None:
-    """The last checkpoint in `output_dir` to resume from; refuses a non-empty directory without one."""
-    from transformers.trainer_utils import get_last_checkpoint
+def checkpoint_problem(checkpoint: Path) -> str | None:
+    """Why `checkpoint` cannot be resumed from (a run killed while saving it), or None if it is complete.
 
-    if not output_dir.is_dir() or not any(output_dir.iterdir()):
+    The Trainer writes trainer_state.json last, so a checkpoint is complete when that file parses and every
+    weights file is whole (a safetensors header that describes the file's full length)."""
+    state = checkpoint / "trainer_state.json"
+    if not state.is_file():
+        return "no trainer_state.json"
+    try:
+        json.loads(state.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return "trainer_state.json is cut short"
+    weights = [*checkpoint.glob("*.safetensors"), *checkpoint.glob("*.bin")]
+    if not weights:
+        return "no model weights"
+    for file in weights:
+        if file.suffix == ".safetensors" and not safetensors_complete(file):
+            return f"{file.name} is cut short"
+    return None
+
+
+def safetensors_complete(file: Path) -> bool:
+    """Whether a .safetensors file is as long as its header says (8-byte length, JSON header, data)."""
+    try:
+        with open(file, "rb") as handle:
+            size = int.from_bytes(handle.read(8), "little")
+            header = json.loads(handle.read(size))
+    except (OSError, ValueError):
+        return False
+    ends = [entry["data_offsets"][1] for key, entry in header.items() if key != "__metadata__"]
+    return file.stat().st_size == 8 + size + max(ends, default=0)
+
+
+def resume_point(output_dir: Path, overwrite: bool) -> str | None:
+    """The last complete checkpoint in `output_dir` to resume from; incomplete newer ones (a run killed
+    while saving) are removed with a warning. Refuses a non-empty directory without a complete one."""
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+    if overwrite or not output_dir.is_dir() or not any(output_dir.iterdir()):
         return None
-    last = get_last_checkpoint(str(output_dir))
-    if overwrite:
-        return None
-    if last is None:
-        raise OutputExistsError(
-            f"output directory {output_dir} is not empty and holds no checkpoint to resume; "
-            "pass --overwrite to train afresh there"
-        )
-    return last
+    pattern = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
+    found = sorted(
+        (int(match.group(1)), path)
+        for path in output_dir.iterdir()
+        if path.is_dir() and (match := pattern.match(path.name))
+    )
+    broken = []
+    for _, checkpoint in reversed(found):
+        problem = checkpoint_problem(checkpoint)
+        if problem is None:
+            for path, reason in broken:
+                warn(f"removing incomplete checkpoint {path} ({reason}); resuming from {checkpoint.name}")
+                shutil.rmtree(path, ignore_errors=True)
+            return str(checkpoint)
+        broken.append((checkpoint, problem))
+    detail = f" ({', '.join(f'{p.name}: {r}' for p, r in broken)})" if broken else ""
+    raise OutputExistsError(
+        f"output directory {output_dir} is not empty and holds no complete checkpoint to resume{detail}; "
+        "pass --overwrite to train afresh there"
+    )
 
 
 def save_final(trainer, tokenizer, output_dir: Path) -> None:
@@ -79,3 +126,42 @@ class ListDataset:
 
     def __getitem__(self, index):
         return self.items[index]
+
+
+def one_writer(recipe):
+    """Decorator of a recipe `run(args, ...)`: its output directory is locked for the run, so a second run
+    writing there fails at once naming the first (only the main process of a torchrun job locks)."""
+    import functools
+
+    @functools.wraps(recipe)
+    def locked(args, *rest, **kwargs):
+        if int(os.environ.get("RANK", "0")) != 0:
+            return recipe(args, *rest, **kwargs)
+        from kolong.io import check_output_parent, output_lock
+
+        check_output_parent(args.output_dir)
+        with output_lock(args.output_dir):
+            return recipe(args, *rest, **kwargs)
+
+    return locked
+
+
+def run_train_loss(trainer, output) -> float:
+    """Mean training loss of the whole run, across resumes: the logged losses (each the mean over the steps
+    since the previous log) weighted by the steps they cover; the session's own mean when nothing was
+    logged. (The Trainer's `training_loss` only covers the steps of the current session.)"""
+    covered, total, previous = 0, 0.0, 0
+    for entry in trainer.state.log_history:
+        if "loss" in entry and "step" in entry:
+            steps = entry["step"] - previous
+            covered, total, previous = covered + steps, total + steps * entry["loss"], entry["step"]
+    return total / covered if covered else output.training_loss
+
+
+def quiet_trainer(trainer, quiet: bool) -> None:
+    """Drop the Trainer's progress bar and log lines (a caller that reports progress itself)."""
+    if quiet:
+        from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+        trainer.remove_callback(PrinterCallback)
+        trainer.remove_callback(ProgressCallback)

@@ -22,11 +22,11 @@ from kolong.errors import DataError
 from kolong.io import atomic_write_json
 from kolong.training.arguments import (
     PretrainArguments,
-    quiet_trainer,
     recorded,
     resume_checkpoint,
     training_arguments,
 )
+from kolong.training.common import one_writer, quiet_trainer, run_train_loss, save_final
 from kolong.training.presets import preset
 
 
@@ -167,6 +167,7 @@ def _resume_masking_callback(collator):
     return ResumeMasking()
 
 
+@one_writer
 def pretrain_mlm(args: PretrainArguments, callbacks: list | None = None) -> dict:
     """Pre-train, evaluate, save model + tokenizer + logs to `args.output_dir`; returns the final metrics."""
     output_dir = Path(args.output_dir)
@@ -202,12 +203,11 @@ def pretrain_mlm(args: PretrainArguments, callbacks: list | None = None) -> dict
     )
     quiet_trainer(trainer, args.quiet)
     output = trainer.train(resume_from_checkpoint=resume_from)
-    metrics = {"train_loss": output.training_loss, "steps": trainer.state.global_step}
+    metrics = {"train_loss": run_train_loss(trainer, output), "steps": trainer.state.global_step}
     if evaluation is not None:
         metrics.update({k: v for k, v in trainer.evaluate().items() if k in ("eval_loss", "eval_perplexity")})
     if trainer.is_world_process_zero():
-        trainer.save_model(str(output_dir))
-        tokenizer.save_pretrained(str(output_dir))
+        save_final(trainer, tokenizer, output_dir)
         history = trainer.state.log_history
         atomic_write_json(output_dir / "pretrain_log.json", {"arguments": recorded(args), "metrics": metrics,
                                                               "log_history": history})  # fmt: skip

@@ -22,12 +22,11 @@ from kolong.positions.reach import model_max_length
 from kolong.training.arguments import (
     QAFinetuneArguments,
     QAPredictArguments,
-    quiet_trainer,
     recorded,
     resume_checkpoint,
     training_arguments,
 )
-from kolong.training.common import has_gpu
+from kolong.training.common import has_gpu, one_writer, quiet_trainer, run_train_loss
 
 
 def check_length(model, max_length: int, model_name: str) -> None:
@@ -78,6 +77,7 @@ def make_qa_trainer_class():
     return QATrainer
 
 
+@one_writer
 def finetune_qa(args: QAFinetuneArguments) -> dict:
     """Fine-tune, evaluate, save model + tokenizer to `args.output_dir`; returns the final metrics."""
     from transformers import (
@@ -127,7 +127,7 @@ def finetune_qa(args: QAFinetuneArguments) -> dict:
     quiet_trainer(trainer, args.quiet)
     train_output = trainer.train(resume_from_checkpoint=resume_from)
     metrics = {
-        "train_loss": train_output.training_loss,
+        "train_loss": run_train_loss(trainer, train_output),
         "train_examples": len(train_set),
         "train_windows": len(train_features),
         "skipped_examples": [qid for qid, _ in train_set.skipped],
@@ -168,7 +168,9 @@ def predict_qa(args: QAPredictArguments) -> dict:
 
     dataset = read_squad(args.data, args.on_bad_example, split="validation")
     tokenizer = load_tokenizer(args.model)
-    model = load_model(args.model, AutoModelForQuestionAnswering).eval()
+    model = load_model(
+        args.model, AutoModelForQuestionAnswering, all_weights="fine-tune it first with `kolong finetune qa`"
+    ).eval()
     max_length = args.max_length or min(model_max_length(model), tokenizer.model_max_length)
     check_length(model, max_length, args.model)
     features = build_features(tokenizer, dataset.examples, max_length, args.strategy, args.doc_stride)

@@ -20,12 +20,11 @@ from kolong.training.arguments import (
     Seq2SeqFinetuneArguments,
     SpanPretrainArguments,
     check_eval_every,
-    quiet_trainer,
     recorded,
     resume_checkpoint,
     training_arguments,
 )
-from kolong.training.common import save_final
+from kolong.training.common import one_writer, quiet_trainer, run_train_loss, save_final
 from kolong.training.span import pretrain_span
 
 # Kept importable from here: the recipe's task types, and its span pre-training sibling.
@@ -87,6 +86,7 @@ def make_text_to_text_trainer_class():
     return TextToTextTrainer
 
 
+@one_writer
 def finetune_seq2seq(args: Seq2SeqFinetuneArguments) -> dict:
     """Fine-tune a byte model on a text-to-text task, evaluate by generation, save model and predictions."""
     from transformers import DataCollatorForSeq2Seq, EarlyStoppingCallback
@@ -123,7 +123,7 @@ def finetune_seq2seq(args: Seq2SeqFinetuneArguments) -> dict:
     output = trainer.train(resume_from_checkpoint=resume_from)
     metrics = {
         "task": task.name,
-        "train_loss": output.training_loss,
+        "train_loss": run_train_loss(trainer, output),
         "steps": trainer.state.global_step,
         "train_examples": len(task.train),
         "eval_examples": len(task.eval),

@@ -18,14 +18,14 @@ from kolong.io import atomic_write_json
 from kolong.training.arguments import (
     SpanPretrainArguments,
     check_eval_every,
-    quiet_trainer,
     recorded,
     resume_checkpoint,
     training_arguments,
 )
-from kolong.training.common import ListDataset, save_final
+from kolong.training.common import ListDataset, one_writer, quiet_trainer, run_train_loss, save_final
 
 
+@one_writer
 def pretrain_span(args: SpanPretrainArguments, on_progress: Callable[[str], None] | None = None) -> dict:
     """Span-corruption training of a byte model; saves model, tokenizer and results into `args.output_dir`."""
     from transformers import Trainer
@@ -82,7 +82,7 @@ def pretrain_span(args: SpanPretrainArguments, on_progress: Callable[[str], None
     quiet_trainer(trainer, args.quiet)
     output = trainer.train(resume_from_checkpoint=resume_from)
     metrics = {
-        "train_loss": output.training_loss,
+        "train_loss": run_train_loss(trainer, output),
         "steps": trainer.state.global_step,
         "train_chunks": len(train_chunks),
         "eval_chunks": len(eval_chunks),

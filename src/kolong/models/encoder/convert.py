@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from kolong.errors import ConversionError
+from kolong.io import writes_output
 from kolong.models.encoder.configuration import KolongConfig
 from kolong.models.encoder.modeling import (
     KolongForMaskedLM,
@@ -171,7 +172,8 @@ def _load_source(model_or_path, head: str) -> nn.Module:
         "token-classification": AutoModelForTokenClassification,
     }[head]
     load_config(str(model_or_path))  # names the path at fault before transformers does
-    return load_model(str(model_or_path), model_class=auto)
+    advice = None if head == "base" else f"convert with --head base, or from a checkpoint with a {head} head"
+    return load_model(str(model_or_path), model_class=auto, all_weights=advice)
 
 
 def from_hf(
@@ -222,6 +224,7 @@ def from_hf(
     return target.train(source.training)
 
 
+@writes_output()
 def convert_checkpoint(
     model_or_path: str,
     output_dir: str | Path,
