@@ -68,6 +68,13 @@ def check_output_file(path: str | Path, overwrite: bool = False) -> Path:
     return path
 
 
+def _make_parents(path: Path) -> list[Path]:
+    """Create `path`'s missing parent folders; return them, deepest first."""
+    missing = [parent for parent in path.parents if not parent.exists()]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return missing
+
+
 class OutputLock:
     """An exclusive lock on an output path, held by one process: `.NAME.lock` beside it.
 
@@ -81,6 +88,7 @@ class OutputLock:
         self.path = self.target.absolute().parent / f".{self.target.name}.lock"
         self._fd: int | None = None
         self._depth = 0
+        self._created: list[Path] = []
 
     def acquire(self) -> OutputLock:
         if self._fd is not None:
@@ -90,7 +98,7 @@ class OutputLock:
             import fcntl
         except ImportError:  # no flock (Windows): one writer is then the user's responsibility
             return self
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._created = _make_parents(self.path)
         while True:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
             try:
@@ -126,6 +134,9 @@ class OutputLock:
             os.unlink(self.path)
         os.close(self._fd)  # closing drops the flock
         self._fd = None
+        for directory in self._created:  # folders made for an output that was never written
+            with contextlib.suppress(OSError):
+                directory.rmdir()
 
     def __enter__(self) -> OutputLock:
         return self.acquire()
@@ -196,7 +207,6 @@ def atomic_output_dir(path: str | Path, overwrite: bool = False) -> Iterator[Pat
     directory is removed and `path` is left as it was.
     """
     path = check_output_dir(path, overwrite).absolute()
-    path.parent.mkdir(parents=True, exist_ok=True)
     with output_lock(path):
         check_output_dir(path, overwrite)  # again: what exists may have changed while we waited
         remove_stale_staging(path)
@@ -223,7 +233,6 @@ def atomic_output_file(path: str | Path, overwrite: bool = False) -> Iterator[Pa
 
     The artefact-file counterpart of `atomic_output_dir`: checked, locked, stale staging removed."""
     path = check_output_file(path, overwrite)
-    path.absolute().parent.mkdir(parents=True, exist_ok=True)
     with output_lock(path):
         check_output_file(path, overwrite)
         remove_stale_staging(path)

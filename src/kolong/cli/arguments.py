@@ -120,7 +120,7 @@ def _parse(option: _Option, value: Any, source: str) -> Any:
     if option.kind in ("many", "pairs") and isinstance(value, str):
         value = [value]
     if option.kind == "pairs":
-        return parse_pairs(option.flags[0], value, source)
+        return parse_pairs(" / ".join(option.flags), value, source)
     if option.kind == "json" and isinstance(value, str):
         try:
             return json.loads(value)

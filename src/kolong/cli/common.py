@@ -22,12 +22,14 @@ def user_errors() -> Iterator[None]:
     try:
         yield
     except (KolongError, FileNotFoundError) as error:
-        errors.print(f"[bold red]error:[/] {error}", highlight=False)
+        errors.print(f"[bold red]error:[/] {error}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
     except OSError as error:  # a file the system refused (permissions, disk full): named, not a traceback
         if error.filename is None:
             raise
-        errors.print(f"[bold red]error:[/] {error.strerror}: {error.filename}", highlight=False)
+        errors.print(
+            f"[bold red]error:[/] {error.strerror}: {error.filename}", highlight=False, soft_wrap=True
+        )
         raise typer.Exit(2) from None
 
 
@@ -39,6 +41,7 @@ def one_of(*choices: str) -> Callable[[str | None], str | None]:
             raise typer.BadParameter(f"{value!r} is not one of: {', '.join(choices)}")
         return value
 
+    check.choices = choices  # read by the bad-input tests
     return check
 
 
@@ -49,11 +52,17 @@ def positive(value: float | None) -> float | None:
     return value
 
 
+positive.bad_values = (0, -1.5)
+
+
 def share(value: float | None) -> float | None:
     """Option callback: a share of a whole, 0 <= value < 1."""
     if value is not None and not 0 <= value < 1:
         raise typer.BadParameter(f"must be at least 0 and below 1, got {value}")
     return value
+
+
+share.bad_values = (-0.1, 1.0)
 
 
 def show_kolong_warnings() -> None:
@@ -66,7 +75,7 @@ def show_kolong_warnings() -> None:
 
     def show(message, category, filename, lineno, file=None, line=None):
         if isinstance(category, type) and issubclass(category, KolongWarning):
-            errors.print(f"[yellow]warning:[/] {message}", highlight=False)
+            errors.print(f"[yellow]warning:[/] {message}", highlight=False, soft_wrap=True)
         else:
             shown(message, category, filename, lineno, file, line)
 

@@ -30,7 +30,9 @@ def long_docs(
     try:
         joiner = separator.encode("utf-8").decode("unicode_escape")
     except UnicodeDecodeError as error:
-        raise typer.BadParameter(f"bad escape sequence in {separator!r}: {error.reason}") from None
+        raise typer.BadParameter(
+            f"bad escape sequence in {separator!r}: {error.reason}", param_hint="--separator"
+        ) from None
     with user_errors(), atomic_output_file(output, overwrite) as staging:
         dataset = read_squad(source, on_bad_example)
         examples = build_long_documents(dataset, joiner)

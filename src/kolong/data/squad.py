@@ -72,7 +72,10 @@ def _require(mapping, key: str, kind, where: str):
     return value
 
 
-def parse_squad(payload, source: str = "<data>", on_bad_example: str = "error") -> SquadDataset:
+def parse_squad(
+    payload, source: str = "<data>", on_bad_example: str = "error", questions_only: bool = False
+) -> SquadDataset:
+    """Validate SQuAD JSON; `questions_only` (prediction): answers are neither needed nor read."""
     if on_bad_example not in ON_BAD_EXAMPLE:
         raise ValueError(f"on_bad_example must be one of {ON_BAD_EXAMPLE}, got {on_bad_example!r}")
     articles = _require(payload, "data", list, source)
@@ -95,6 +98,9 @@ def parse_squad(payload, source: str = "<data>", on_bad_example: str = "error") 
                 if question_id in seen:
                     raise DataError(f"{where_qa}: duplicate question id {question_id!r}")
                 seen.add(question_id)
+                if questions_only:
+                    examples.append(QAExample(question_id, question, context, [], False, title, a))
+                    continue
                 problem, answers, impossible = _read_answers(qa, context, f"{where_qa} (id {question_id})")
                 if problem:
                     if on_bad_example == "error":
@@ -132,19 +138,25 @@ def _read_answers(qa: dict, context: str, where: str) -> tuple[str | None, list[
     return None, answers, False
 
 
-def read_squad(path: str | Path, on_bad_example: str = "error", split: str = "train") -> SquadDataset:
+def read_squad(
+    path: str | Path, on_bad_example: str = "error", split: str = "train", questions_only: bool = False
+) -> SquadDataset:
     """Read and validate a SQuAD/KorQuAD JSON file, or `split` of a saved or named `datasets` dataset in
-    HF's squad layout (id, title, context, question, answers {text: [...], answer_start: [...]})."""
+    HF's squad layout (id, title, context, question, answers {text: [...], answer_start: [...]}).
+    `questions_only`: the answers are not needed (prediction) and not read."""
     if Path(path).is_file():
-        return parse_squad(load_json(path), str(path), on_bad_example)
-    return parse_squad(_squad_payload(dataset_rows(path, split), str(path)), str(path), on_bad_example)
+        return parse_squad(load_json(path), str(path), on_bad_example, questions_only)
+    payload = _squad_payload(dataset_rows(path, split), str(path), questions_only)
+    return parse_squad(payload, str(path), on_bad_example, questions_only)
 
 
-def _squad_payload(rows: list[tuple[int, dict]], source: str) -> dict:
+def _squad_payload(rows: list[tuple[int, dict]], source: str, questions_only: bool = False) -> dict:
     """Dataset rows in SQuAD JSON form (one paragraph per row), so parse_squad validates them as a file."""
     articles = []
     for number, row in rows:
         answers = row.get("answers") or {}
+        if questions_only and not answers:
+            answers = {"text": [], "answer_start": []}
         if not isinstance(answers, dict) or not {"text", "answer_start"} <= set(answers):
             raise DataError(f"{source} row {number}: needs answers {{text: [...], answer_start: [...]}}")
         qa = {"id": str(row.get("id", number)), "question": row.get("question"),

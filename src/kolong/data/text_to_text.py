@@ -74,6 +74,8 @@ def read_text_pairs(path: str | Path, split: str = "train") -> list[TextPair]:
         target = row.get("target") if isinstance(row, dict) else None
         if not isinstance(source, str) or not isinstance(target, str):
             raise DataError(f"{path}:{number}: needs text fields input (or source) and target")
+        if not source.strip() or not target.strip():
+            raise DataError(f"{path}:{number}: empty {'input' if not source.strip() else 'target'}")
         pairs.append(TextPair(str(row.get("id", f"{path.name}:{number}")), source, target))
     if not pairs:
         raise DataError(f"{path} holds no input / target pairs")

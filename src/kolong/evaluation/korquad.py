@@ -123,8 +123,22 @@ def read_predictions(path) -> dict[str, str]:
 def evaluate_files(data, predictions_path, metric: str = "korquad", on_bad_example: str = "error") -> dict:
     """`kolong evaluate qa`: score a predictions file against a SQuAD/KorQuAD file (no torch needed)."""
     from kolong.data.squad import read_squad
+    from kolong.errors import DataError, warn
 
     dataset = read_squad(data, on_bad_example)
-    scores = score_questions(dataset.gold(), read_predictions(predictions_path), metric)
+    gold = dataset.gold()
+    if not gold:
+        raise DataError(
+            f"{data} holds no question to score" + (" (every one was skipped)" if dataset.skipped else "")
+        )
+    predictions = read_predictions(predictions_path)
+    unscored = sorted(set(predictions) - {question_id for question_id, *_ in gold})
+    if unscored:
+        warn(
+            f"{len(unscored)} of {len(predictions)} predictions answer no question of {data} and are not "
+            f"scored (e.g. {', '.join(map(repr, unscored[:3]))})"
+        )
+    scores = score_questions(gold, predictions, metric)
     scores["skipped_examples"] = len(dataset.skipped)
+    scores["unscored_predictions"] = len(unscored)
     return scores

@@ -162,7 +162,10 @@ def resume_checkpoint(args: RecipeArguments) -> str | None:
             )
         Path(args.output_dir).mkdir(parents=True, exist_ok=True)
         return str(chosen)
-    return resume_point(Path(args.output_dir), args.overwrite)
+    output = Path(args.output_dir)
+    if output.exists() and not output.is_dir():
+        raise ConfigError(f"--output_dir {output} is a file; give a directory")
+    return resume_point(output, args.overwrite)
 
 
 def recorded(args: RecipeArguments) -> dict:

@@ -18,7 +18,7 @@ import os
 import time
 from pathlib import Path
 
-from kolong.errors import DataError
+from kolong.errors import ConfigError, DataError
 from kolong.io import atomic_write_json
 from kolong.training.arguments import (
     PretrainArguments,
@@ -89,10 +89,19 @@ def prepare(args: PretrainArguments):
                 f"{len(tokenizer)} tokens"
             )
     else:
+        derived = {"vocab_size": len(tokenizer), "pad_token_id": tokenizer.pad_token_id}
+        taken = sorted(set(derived) & set(model_fields))
+        if taken:
+            raise ConfigError(f"--set {taken[0]}: set from the corpus's tokenizer; it cannot be overridden")
+        positions = model_fields.pop("max_position_embeddings", max(metadata["max_length"], 512))
+        if positions < metadata["max_length"]:
+            raise ConfigError(
+                f"--set max_position_embeddings={positions} is shorter than the corpus's blocks "
+                f"({metadata['max_length']} tokens)"
+            )
         config = KolongConfig(
-            vocab_size=len(tokenizer),
-            pad_token_id=tokenizer.pad_token_id,
-            max_position_embeddings=max(metadata["max_length"], 512),
+            **derived,
+            max_position_embeddings=positions,
             position_encoding=args.position_encoding,
             position_kwargs=args.position_kwargs,
             # only the ~15% labelled positions go through the vocabulary projection

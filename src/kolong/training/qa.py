@@ -14,7 +14,7 @@ import numpy as np
 from kolong.checkpoints import load_model, load_tokenizer
 from kolong.data.qa_features import STRATEGIES, QAFeatures, build_features
 from kolong.data.squad import gold_answers, read_squad
-from kolong.errors import DataError
+from kolong.errors import ConfigError, DataError
 from kolong.evaluation.korquad import score_questions
 from kolong.evaluation.qa_postprocess import decode_answers
 from kolong.io import atomic_write_json
@@ -163,10 +163,30 @@ def predict_logits(model, features: QAFeatures, batch_size: int) -> tuple[np.nda
 
 
 def predict_qa(args: QAPredictArguments) -> dict:
-    """Write {id: answer} (and optionally the n-best lists) for every question of `args.data`."""
+    """Write {id: answer} (and optionally the n-best lists) for every question of `args.data`; existing
+    output files are refused unless `args.overwrite`, and both are written whole or not at all."""
+    import contextlib
+
+    from kolong.io import atomic_output_file, check_output_file
+
+    outputs = [path for path in (args.output, args.nbest_output) if path]
+    for path in outputs:
+        check_output_file(path, args.overwrite)  # before the slow part
+    if len({Path(path).absolute() for path in outputs}) < len(outputs):
+        raise ConfigError("--output and --nbest_output name the same file")
+    with contextlib.ExitStack() as stack:
+        staged = [stack.enter_context(atomic_output_file(path, args.overwrite)) for path in outputs]
+        predictions, nbest, summary = _predict(args)
+        atomic_write_json(staged[0], predictions)
+        if args.nbest_output:
+            atomic_write_json(staged[1], nbest)
+    return summary
+
+
+def _predict(args: QAPredictArguments) -> tuple[dict, dict, dict]:
     from transformers import AutoModelForQuestionAnswering
 
-    dataset = read_squad(args.data, args.on_bad_example, split="validation")
+    dataset = read_squad(args.data, args.on_bad_example, split="validation", questions_only=True)
     tokenizer = load_tokenizer(args.model)
     model = load_model(
         args.model, AutoModelForQuestionAnswering, all_weights="fine-tune it first with `kolong finetune qa`"
@@ -185,12 +205,13 @@ def predict_qa(args: QAPredictArguments) -> dict:
         allow_no_answer=args.allow_no_answer,
         null_threshold=args.null_threshold,
     )
-    atomic_write_json(args.output, predictions)
-    if args.nbest_output:
-        atomic_write_json(args.nbest_output, nbest)
-    return {
-        "questions": len(dataset),
-        "windows": len(features),
-        "max_length": max_length,
-        "skipped_examples": len(dataset.skipped),
-    }
+    return (
+        predictions,
+        nbest,
+        {
+            "questions": len(dataset),
+            "windows": len(features),
+            "max_length": max_length,
+            "skipped_examples": len(dataset.skipped),
+        },
+    )
