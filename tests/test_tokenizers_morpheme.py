@@ -228,3 +228,16 @@ def test_missing_analyser_gives_the_install_hint(monkeypatch):
                 train_tokenizer(CORPUS, name, 100)
     finally:
         analysers_module.get_analyser.cache_clear()
+
+
+def test_mecab_reads_a_long_text_in_pieces_covering_every_character(monkeypatch):
+    """MeCab-ko returns None for a text of some megabytes; kolong cuts such text at whitespace."""
+    pytest.importorskip("mecab_ko")
+    analyser = analysers_module.get_analyser("mecab")
+    text = "국가의 발전을 위한 노력. 대한민국은 민주공화국이다. " * 40
+    monkeypatch.setattr(analysers_module, "MECAB_PIECE", 50)
+    parts = analyser.analyse(text)
+    assert all(form is None for form, _, _ in parts)
+    assert [s for _, s, _ in parts] == sorted(s for _, s, _ in parts)
+    assert "".join(text[s:e] for _, s, e in parts) == "".join(text.split())
+    assert analyser.analyse(text, "lemma")[-1][2] == len(text.rstrip())

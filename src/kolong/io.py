@@ -189,7 +189,10 @@ def remove_stale_staging(target: str | Path) -> list[Path]:
     target = Path(target).absolute()
     if not target.parent.is_dir():
         return []
-    stale = [*target.parent.glob(f".{target.name}.tmp-*"), *target.parent.glob(f".{target.name}.old-*")]
+    previous = sorted(target.parent.glob(f".{target.name}.old-*"))
+    if previous and not target.exists():  # killed between moving the old output aside and the new one in
+        previous.pop().rename(target)
+    stale = [*target.parent.glob(f".{target.name}.tmp-*"), *previous]
     for item in stale:
         if item.is_dir() and not item.is_symlink():
             shutil.rmtree(item, ignore_errors=True)

@@ -19,7 +19,7 @@ from kolong.training.arguments import (
     resume_checkpoint,
     training_arguments,
 )
-from kolong.training.common import one_writer, quiet_trainer, run_train_loss, save_final
+from kolong.training.common import one_writer, quiet_trainer, run_train_loss, save_final, train_or_finish
 
 
 def classification_metrics(predictions: np.ndarray, labels: np.ndarray, regression: bool) -> dict[str, float]:
@@ -98,7 +98,7 @@ def finetune_cls(args: ClassificationArguments) -> dict:
         callbacks=callbacks,
     )
     quiet_trainer(trainer, args.quiet)
-    output = trainer.train(resume_from_checkpoint=resume_from)
+    output = train_or_finish(trainer, resume_from)
     metrics = {key.removeprefix("eval_"): value for key, value in trainer.evaluate().items()}
     metrics.update(train_loss=run_train_loss(trainer, output), train_examples=len(data.train),
                    eval_examples=len(data.eval), data=data.name)  # fmt: skip

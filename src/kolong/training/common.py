@@ -77,7 +77,11 @@ def resume_point(output_dir: Path, overwrite: bool) -> str | None:
     while saving) are removed with a warning. Refuses a non-empty directory without a complete one."""
     from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-    if overwrite or not output_dir.is_dir() or not any(output_dir.iterdir()):
+    if not output_dir.is_dir():
+        return None
+    for stale in [*output_dir.glob(".final-*"), *output_dir.glob(".*.tmp-*")]:  # a run killed while saving
+        shutil.rmtree(stale, ignore_errors=True) if stale.is_dir() else stale.unlink(missing_ok=True)
+    if overwrite or not any(output_dir.iterdir()):
         return None
     pattern = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
     found = sorted(
@@ -165,3 +169,40 @@ def quiet_trainer(trainer, quiet: bool) -> None:
 
         trainer.remove_callback(PrinterCallback)
         trainer.remove_callback(ProgressCallback)
+
+
+def train_or_finish(trainer, resume_from: str | None):
+    """`trainer.train(resume_from_checkpoint=resume_from)`, except when that checkpoint already ends the run
+    (a run killed after its last checkpoint, before its final save): resuming there, the Trainer takes one
+    step past max_steps, so the checkpoint's weights and state are loaded and training is skipped."""
+    from transformers import TrainerState
+    from transformers.trainer_utils import TrainOutput
+
+    if resume_from:
+        state_file = Path(resume_from) / "trainer_state.json"
+        state = json.loads(state_file.read_text(encoding="utf-8"))
+        target = trainer.args.max_steps if trainer.args.max_steps > 0 else state.get("max_steps") or 0
+        if target and state.get("global_step", 0) >= target:
+            trainer.state = TrainerState.load_from_json(str(state_file))
+            best = trainer.state.best_model_checkpoint
+            chosen = best if trainer.args.load_best_model_at_end and best and Path(best).is_dir() else resume_from
+            _load_weights(trainer.model, Path(chosen))
+            return TrainOutput(trainer.state.global_step, float("nan"), {})
+    return trainer.train(resume_from_checkpoint=resume_from)
+
+
+def _load_weights(model, checkpoint: Path) -> None:
+    from safetensors.torch import load_file
+
+    shards = sorted(checkpoint.glob("*.safetensors"))
+    if not shards:
+        raise OutputExistsError(f"{checkpoint} holds no .safetensors weights to finish the run from")
+    weights = {}
+    for shard in shards:
+        weights.update(load_file(shard))
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    tied = {name for name, _ in model.named_parameters(remove_duplicate=False)} - {
+        name for name, _ in model.named_parameters()
+    }
+    if set(missing) - tied or unexpected:
+        raise OutputExistsError(f"{checkpoint} does not hold this model's weights; pass --overwrite")

@@ -26,7 +26,7 @@ from kolong.training.arguments import (
     resume_checkpoint,
     training_arguments,
 )
-from kolong.training.common import one_writer, quiet_trainer, run_train_loss, save_final
+from kolong.training.common import one_writer, quiet_trainer, run_train_loss, save_final, train_or_finish
 from kolong.training.presets import preset
 
 
@@ -211,7 +211,7 @@ def pretrain_mlm(args: PretrainArguments, callbacks: list | None = None) -> dict
         tokens_per_step=tokens_per_step,
     )
     quiet_trainer(trainer, args.quiet)
-    output = trainer.train(resume_from_checkpoint=resume_from)
+    output = train_or_finish(trainer, resume_from)
     metrics = {"train_loss": run_train_loss(trainer, output), "steps": trainer.state.global_step}
     if evaluation is not None:
         metrics.update({k: v for k, v in trainer.evaluate().items() if k in ("eval_loss", "eval_perplexity")})

@@ -26,7 +26,7 @@ from kolong.training.arguments import (
     resume_checkpoint,
     training_arguments,
 )
-from kolong.training.common import has_gpu, one_writer, quiet_trainer, run_train_loss
+from kolong.training.common import has_gpu, one_writer, quiet_trainer, run_train_loss, train_or_finish
 
 
 def check_length(model, max_length: int, model_name: str) -> None:
@@ -125,7 +125,7 @@ def finetune_qa(args: QAFinetuneArguments) -> dict:
         decode_options={"n_best": args.n_best, "max_answer_length": args.max_answer_length},
     )
     quiet_trainer(trainer, args.quiet)
-    train_output = trainer.train(resume_from_checkpoint=resume_from)
+    train_output = train_or_finish(trainer, resume_from)
     metrics = {
         "train_loss": run_train_loss(trainer, train_output),
         "train_examples": len(train_set),

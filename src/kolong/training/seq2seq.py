@@ -24,7 +24,7 @@ from kolong.training.arguments import (
     resume_checkpoint,
     training_arguments,
 )
-from kolong.training.common import one_writer, quiet_trainer, run_train_loss, save_final
+from kolong.training.common import one_writer, quiet_trainer, run_train_loss, save_final, train_or_finish
 from kolong.training.span import pretrain_span
 
 # Kept importable from here: the recipe's task types, and its span pre-training sibling.
@@ -120,7 +120,7 @@ def finetune_seq2seq(args: Seq2SeqFinetuneArguments) -> dict:
         generation=generation,
     )
     quiet_trainer(trainer, args.quiet)
-    output = trainer.train(resume_from_checkpoint=resume_from)
+    output = train_or_finish(trainer, resume_from)
     metrics = {
         "task": task.name,
         "train_loss": run_train_loss(trainer, output),

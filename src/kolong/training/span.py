@@ -22,7 +22,14 @@ from kolong.training.arguments import (
     resume_checkpoint,
     training_arguments,
 )
-from kolong.training.common import ListDataset, one_writer, quiet_trainer, run_train_loss, save_final
+from kolong.training.common import (
+    ListDataset,
+    one_writer,
+    quiet_trainer,
+    run_train_loss,
+    save_final,
+    train_or_finish,
+)
 
 
 @one_writer
@@ -80,7 +87,7 @@ def pretrain_span(args: SpanPretrainArguments, on_progress: Callable[[str], None
     )
     step("training")
     quiet_trainer(trainer, args.quiet)
-    output = trainer.train(resume_from_checkpoint=resume_from)
+    output = train_or_finish(trainer, resume_from)
     metrics = {
         "train_loss": run_train_loss(trainer, output),
         "steps": trainer.state.global_step,
