@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import types
 import json
+import types
 import typing
 
 import pytest

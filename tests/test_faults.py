@@ -182,7 +182,7 @@ def test_two_concurrent_writers_one_wins_the_other_exits_2(inputs, tmp_path):
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-        )  # fmt: skip
+        )
         for _ in range(2)
     ]
     codes = sorted(p.wait(timeout=300) for p in processes)

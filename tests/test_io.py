@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from kolong.io import OutputExistsError, atomic_output_dir, atomic_write_json
@@ -53,3 +55,37 @@ def test_allocator_tuning_can_be_switched_off(monkeypatch):
     assert tune_allocator() is False
     monkeypatch.setenv("KOLONG_MALLOC_TUNING", "1")
     assert tune_allocator() in (True, False)  # True on glibc Linux
+
+
+def test_outputs_follow_the_umask(tmp_path):
+    import os
+    import stat
+
+    from kolong.io import atomic_output_file
+
+    old = os.umask(0o027)
+    try:
+        with atomic_output_dir(tmp_path / "model") as staging:
+            (staging / "weights").write_text("w")
+        with atomic_output_file(tmp_path / "p.json") as staged:
+            staged.write_text("{}")
+        atomic_write_json(tmp_path / "r.json", {})
+    finally:
+        os.umask(old)
+    mode = lambda path: stat.S_IMODE(path.stat().st_mode)  # noqa: E731
+    assert mode(tmp_path / "model") == 0o750
+    assert mode(tmp_path / "p.json") == mode(tmp_path / "r.json") == 0o640
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "model",
+        "p.json",
+        "r.json",
+    ]  # no lock or staging left
+
+
+def test_a_lock_names_its_holder_and_is_reentrant_in_one_process(tmp_path):
+    from kolong.io import output_lock
+
+    with output_lock(tmp_path / "out"), output_lock(tmp_path / "out"):
+        holder = (tmp_path / ".out.lock").read_text()
+        assert f"pid {os.getpid()}" in holder
+    assert not (tmp_path / ".out.lock").exists()

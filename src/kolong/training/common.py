@@ -185,7 +185,9 @@ def train_or_finish(trainer, resume_from: str | None):
         if target and state.get("global_step", 0) >= target:
             trainer.state = TrainerState.load_from_json(str(state_file))
             best = trainer.state.best_model_checkpoint
-            chosen = best if trainer.args.load_best_model_at_end and best and Path(best).is_dir() else resume_from
+            chosen = (
+                best if trainer.args.load_best_model_at_end and best and Path(best).is_dir() else resume_from
+            )
             _load_weights(trainer.model, Path(chosen))
             return TrainOutput(trainer.state.global_step, float("nan"), {})
     return trainer.train(resume_from_checkpoint=resume_from)
