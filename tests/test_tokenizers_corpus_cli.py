@@ -96,8 +96,8 @@ def test_train_and_stats_commands(corpus, tmp_path):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--morph", "komoran"], "unknown analyser"),
-        (["--model", "unigram"], "unknown model"),
+        (["--morph", "komoran"], "'komoran' is not one of: mecab, kiwi, none"),
+        (["--model", "unigram"], "'unigram' is not one of: wordpiece, bpe, morpheme-list"),
         (["--vocab-size", "3"], "vocab-size"),
     ],
 )
