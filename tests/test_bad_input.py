@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import json
-import types
 import typing
 
 import pytest
@@ -22,7 +21,7 @@ from kolong.checkpoints import build_tiny_bert_checkpoint
 from kolong.cli import app
 from kolong.cli.arguments import GeneratedCommand
 from kolong.data.samples import korean_qa_dataset
-from kolong.training.options import field_metadata
+from kolong.training.options import field_metadata, number_kind
 
 runner = CliRunner()
 
@@ -192,13 +191,6 @@ def _out_of_range(kind: type, metadata: dict) -> list:
     return bad
 
 
-def _number_kind(annotation) -> type | None:
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(annotation) if a is not type(None)]
-        annotation = args[0] if len(args) == 1 else None
-    return annotation if annotation in (int, float) else None
-
-
 def _option_cases(path: tuple, callback, base: list) -> list:
     """Cases of a hand-written command, read from its typer.Option declarations (type, min/max, callback)."""
     cases = []
@@ -208,7 +200,7 @@ def _option_cases(path: tuple, callback, base: list) -> list:
         if not isinstance(info, typer.models.OptionInfo):
             continue
         flags = [d for d in (info.param_decls or ()) if d.startswith("-")] or [f"--{name.replace('_', '-')}"]
-        kind, values = _number_kind(hints[name]), []
+        kind, values = number_kind(hints[name]), []
         if kind:
             values.append("x1")
             step = 1 if kind is int else 0.5
@@ -235,7 +227,7 @@ def _field_cases(path: tuple, cls: type) -> list:
         metadata = field_metadata(cls, spec.name)
         if not spec.init or metadata.get("cli") is False:
             continue
-        flag, kind = f"--{spec.name}", _number_kind(hints[spec.name])
+        flag, kind = f"--{spec.name}", number_kind(hints[spec.name])
         values = ["x1", *_out_of_range(kind, metadata)] if kind else []
         if metadata.get("choices"):
             values.append("bogus")

@@ -163,9 +163,10 @@ def output_lock(target: str | Path) -> Iterator[OutputLock]:
             _HELD.pop(key, None)
 
 
-def writes_output(parameter: str = "output_dir"):
-    """Decorator: the call holds the lock of the path given as `parameter`, so a second writer of the same
-    output fails at once instead of after its own slow work."""
+def writes_output(parameter: str = "output_dir", attribute: str | None = None):
+    """Decorator: the call holds the lock of the path given as `parameter` (or that argument's `attribute`,
+    e.g. a recipe's `args.output_dir`), so a second writer of the same output fails at once instead of after
+    its own slow work. Under torchrun only the main process (RANK 0) locks."""
     import functools
     import inspect
 
@@ -174,7 +175,10 @@ def writes_output(parameter: str = "output_dir"):
 
         @functools.wraps(function)
         def locked(*args, **kwargs):
+            if int(os.environ.get("RANK", "0")) != 0:
+                return function(*args, **kwargs)
             target = signature.bind(*args, **kwargs).arguments[parameter]
+            target = getattr(target, attribute) if attribute else target
             check_output_parent(target)
             with output_lock(target):
                 return function(*args, **kwargs)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from collections.abc import Callable, Iterator
 
@@ -43,6 +44,20 @@ def one_of(*choices: str) -> Callable[[str | None], str | None]:
 
     check.choices = choices  # read by the bad-input tests
     return check
+
+
+def json_object(text: str | None, flag: str) -> dict | None:
+    """A JSON object option (`--position-kwargs`), or a usage error naming it."""
+    if not text:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise typer.BadParameter(f"not valid JSON: {error}", param_hint=flag) from None
+    if not isinstance(value, dict):
+        raise typer.BadParameter(f"expected a JSON object such as '{{\"max_distance\": 8}}', got {text}",
+                                 param_hint=flag)  # fmt: skip
+    return value
 
 
 def positive(value: float | None) -> float | None:

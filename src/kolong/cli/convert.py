@@ -6,8 +6,7 @@ from pathlib import Path
 
 import typer
 
-from kolong.cli.common import console, one_of, user_errors
-from kolong.cli.plot import json_object
+from kolong.cli.common import console, json_object, one_of, user_errors
 
 
 def convert(

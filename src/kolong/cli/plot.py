@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import typer
 
-from kolong.cli.common import console, user_errors
+from kolong.cli.common import console, json_object, user_errors
 from kolong.errors import KolongError
 
 IMAGE_FORMATS = ("png", "pdf", "svg", "jpg", "jpeg", "eps", "ps", "tif", "tiff", "webp")
@@ -18,20 +17,6 @@ def _image_path(path: Path) -> Path:
     if suffix and suffix not in IMAGE_FORMATS:
         raise typer.BadParameter(f"{path}: .{suffix} is not an image format ({', '.join(IMAGE_FORMATS)})")
     return path
-
-
-def json_object(text: str | None, flag: str) -> dict | None:
-    """A JSON object option (`--position-kwargs`), or a usage error naming it."""
-    if not text:
-        return None
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise typer.BadParameter(f"not valid JSON: {error}", param_hint=flag) from None
-    if not isinstance(value, dict):
-        raise typer.BadParameter(f"expected a JSON object such as '{{\"max_distance\": 8}}', got {text}",
-                                 param_hint=flag)  # fmt: skip
-    return value
 
 
 app = typer.Typer(help="Draw figures (position tables, ...).", no_args_is_help=True, rich_markup_mode=None)

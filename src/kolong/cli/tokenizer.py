@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -82,11 +83,10 @@ def train(
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing output directory."),
 ) -> None:
     """Segment a corpus into morphemes (MeCab-ko, Kiwi or none) and train WordPiece, BPE or a morpheme list."""
-    from kolong.io import atomic_output_dir, check_output_dir
+    from kolong.io import atomic_output_dir, check_output_dir, output_lock
     from kolong.tokenizers import Corpus, train_tokenizer
 
-    with user_errors():
-        check_output_dir(output, overwrite)  # before the slow training; checked again under the lock
+    with user_errors(), output_lock(check_output_dir(output, overwrite)):  # before the slow training
         with _byte_progress() as progress:
             task = progress.add_task("reading and analysing", total=None, documents=0)
             documents = Corpus(corpus, on_bad_line, column, limit=limit)
@@ -136,13 +136,13 @@ def stats(
 ) -> None:
     """Tokens per character, share of [UNK], share of words split, throughput: one row per tokenizer."""
     from kolong.checkpoints import load_tokenizer
-    from kolong.io import atomic_output_file, atomic_write_json, check_output_file
+    from kolong.io import atomic_output_file, atomic_write_json, check_output_file, output_lock
     from kolong.tokenizers import Corpus
     from kolong.tokenizers.stats import answer_alignment, measure
 
-    with user_errors():
-        if output is not None:
-            check_output_file(output, overwrite)
+    with user_errors(), contextlib.ExitStack() as held:
+        if output is not None:  # checked and locked before the slow measuring
+            held.enter_context(output_lock(check_output_file(output, overwrite)))
         reader = Corpus(corpus, on_bad_line, column, limit=limit)
         documents = list(reader)
         examples = None

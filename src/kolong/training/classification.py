@@ -12,14 +12,14 @@ from pathlib import Path
 import numpy as np
 
 from kolong.data.classification import ClassificationData, load_classification_data
-from kolong.io import atomic_write_json
+from kolong.io import atomic_write_json, writes_output
 from kolong.training.arguments import (
     ClassificationArguments,
     recorded,
     resume_checkpoint,
     training_arguments,
 )
-from kolong.training.common import one_writer, quiet_trainer, run_train_loss, save_final, train_or_finish
+from kolong.training.common import quiet_trainer, run_train_loss, save_final, train_or_finish
 
 
 def classification_metrics(predictions: np.ndarray, labels: np.ndarray, regression: bool) -> dict[str, float]:
@@ -55,7 +55,7 @@ def _encode(tokenizer, data: ClassificationData, max_length: int):
     return encode(data.train), encode(data.eval)
 
 
-@one_writer
+@writes_output("args", "output_dir")
 def finetune_cls(args: ClassificationArguments) -> dict:
     from transformers import (
         AutoModelForSequenceClassification,

@@ -132,24 +132,6 @@ class ListDataset:
         return self.items[index]
 
 
-def one_writer(recipe):
-    """Decorator of a recipe `run(args, ...)`: its output directory is locked for the run, so a second run
-    writing there fails at once naming the first (only the main process of a torchrun job locks)."""
-    import functools
-
-    @functools.wraps(recipe)
-    def locked(args, *rest, **kwargs):
-        if int(os.environ.get("RANK", "0")) != 0:
-            return recipe(args, *rest, **kwargs)
-        from kolong.io import check_output_parent, output_lock
-
-        check_output_parent(args.output_dir)
-        with output_lock(args.output_dir):
-            return recipe(args, *rest, **kwargs)
-
-    return locked
-
-
 def run_train_loss(trainer, output) -> float:
     """Mean training loss of the whole run, across resumes: the logged losses (each the mean over the steps
     since the previous log) weighted by the steps they cover; the session's own mean when nothing was

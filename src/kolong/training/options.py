@@ -63,7 +63,7 @@ def _check_value(flag: str, value: Any, kind: type | None, metadata: dict) -> No
         raise ConfigError(f"{flag} must be below {metadata['below']}, got {value!r}")
 
 
-def _number_kind(annotation: Any) -> type | None:
+def number_kind(annotation: Any) -> type | None:
     import types
     import typing
 
@@ -86,7 +86,7 @@ def check_fields(instance: Any) -> None:
             continue
         metadata = field_metadata(cls, spec.name)
         flag = f"--{spec.name}"
-        _check_value(flag, value, _number_kind(hints[spec.name]), metadata)
+        _check_value(flag, value, number_kind(hints[spec.name]), metadata)
         if metadata.get("check"):
             metadata["check"](flag, value)
 

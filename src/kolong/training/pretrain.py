@@ -19,14 +19,14 @@ import time
 from pathlib import Path
 
 from kolong.errors import ConfigError, DataError
-from kolong.io import atomic_write_json
+from kolong.io import atomic_write_json, writes_output
 from kolong.training.arguments import (
     PretrainArguments,
     recorded,
     resume_checkpoint,
     training_arguments,
 )
-from kolong.training.common import one_writer, quiet_trainer, run_train_loss, save_final, train_or_finish
+from kolong.training.common import quiet_trainer, run_train_loss, save_final, train_or_finish
 from kolong.training.presets import preset
 
 
@@ -176,7 +176,7 @@ def _resume_masking_callback(collator):
     return ResumeMasking()
 
 
-@one_writer
+@writes_output("args", "output_dir")
 def pretrain_mlm(args: PretrainArguments, callbacks: list | None = None) -> dict:
     """Pre-train, evaluate, save model + tokenizer + logs to `args.output_dir`; returns the final metrics."""
     output_dir = Path(args.output_dir)

@@ -17,7 +17,7 @@ from kolong.data.squad import gold_answers, read_squad
 from kolong.errors import ConfigError, DataError
 from kolong.evaluation.korquad import score_questions
 from kolong.evaluation.qa_postprocess import decode_answers
-from kolong.io import atomic_write_json
+from kolong.io import atomic_write_json, writes_output
 from kolong.positions.reach import model_max_length
 from kolong.training.arguments import (
     QAFinetuneArguments,
@@ -26,7 +26,7 @@ from kolong.training.arguments import (
     resume_checkpoint,
     training_arguments,
 )
-from kolong.training.common import has_gpu, one_writer, quiet_trainer, run_train_loss, train_or_finish
+from kolong.training.common import has_gpu, quiet_trainer, run_train_loss, train_or_finish
 
 
 def check_length(model, max_length: int, model_name: str) -> None:
@@ -77,7 +77,7 @@ def make_qa_trainer_class():
     return QATrainer
 
 
-@one_writer
+@writes_output("args", "output_dir")
 def finetune_qa(args: QAFinetuneArguments) -> dict:
     """Fine-tune, evaluate, save model + tokenizer to `args.output_dir`; returns the final metrics."""
     from transformers import (
@@ -167,14 +167,13 @@ def predict_qa(args: QAPredictArguments) -> dict:
     output files are refused unless `args.overwrite`, and both are written whole or not at all."""
     import contextlib
 
-    from kolong.io import atomic_output_file, check_output_file
+    from kolong.io import atomic_output_file
 
     outputs = [path for path in (args.output, args.nbest_output) if path]
-    for path in outputs:
-        check_output_file(path, args.overwrite)  # before the slow part
     if len({Path(path).absolute() for path in outputs}) < len(outputs):
         raise ConfigError("--output and --nbest_output name the same file")
     with contextlib.ExitStack() as stack:
+        # checked and locked before the slow part
         staged = [stack.enter_context(atomic_output_file(path, args.overwrite)) for path in outputs]
         predictions, nbest, summary = _predict(args)
         atomic_write_json(staged[0], predictions)

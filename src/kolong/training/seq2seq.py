@@ -15,7 +15,7 @@ from pathlib import Path
 from kolong.checkpoints import load_byte_model
 from kolong.data.text_to_text import Seq2SeqTask, TextPair, load_task, read_text_pairs, score_generations
 from kolong.errors import DataError
-from kolong.io import atomic_write_json, atomic_write_text
+from kolong.io import atomic_write_json, atomic_write_text, writes_output
 from kolong.training.arguments import (
     Seq2SeqFinetuneArguments,
     SpanPretrainArguments,
@@ -24,7 +24,7 @@ from kolong.training.arguments import (
     resume_checkpoint,
     training_arguments,
 )
-from kolong.training.common import one_writer, quiet_trainer, run_train_loss, save_final, train_or_finish
+from kolong.training.common import quiet_trainer, run_train_loss, save_final, train_or_finish
 from kolong.training.span import pretrain_span
 
 # Kept importable from here: the recipe's task types, and its span pre-training sibling.
@@ -86,7 +86,7 @@ def make_text_to_text_trainer_class():
     return TextToTextTrainer
 
 
-@one_writer
+@writes_output("args", "output_dir")
 def finetune_seq2seq(args: Seq2SeqFinetuneArguments) -> dict:
     """Fine-tune a byte model on a text-to-text task, evaluate by generation, save model and predictions."""
     from transformers import DataCollatorForSeq2Seq, EarlyStoppingCallback

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from kolong.checkpoints import load_byte_model, load_byte_tokenizer
 from kolong.errors import DataError
-from kolong.io import atomic_write_json
+from kolong.io import atomic_write_json, writes_output
 from kolong.training.arguments import (
     SpanPretrainArguments,
     check_eval_every,
@@ -24,7 +24,6 @@ from kolong.training.arguments import (
 )
 from kolong.training.common import (
     ListDataset,
-    one_writer,
     quiet_trainer,
     run_train_loss,
     save_final,
@@ -32,7 +31,7 @@ from kolong.training.common import (
 )
 
 
-@one_writer
+@writes_output("args", "output_dir")
 def pretrain_span(args: SpanPretrainArguments, on_progress: Callable[[str], None] | None = None) -> dict:
     """Span-corruption training of a byte model; saves model, tokenizer and results into `args.output_dir`."""
     from transformers import Trainer
