@@ -10,7 +10,8 @@ from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
 from typer.testing import CliRunner
 
 from conftest import build_tiny
-from kolong.bench.encoder import EncoderBenchArguments, run_encoder_benchmark, to_markdown
+from kolong.bench.encoder import EncoderBenchArguments, EncoderBenchmark, to_markdown
+from kolong.bench.harness import run as run_benchmark
 from kolong.checkpoints import build_tiny_bert_checkpoint
 from kolong.cli import app
 
@@ -101,38 +102,41 @@ def test_plot_of_a_kolong_checkpoint_table(tmp_path):
 def test_encoder_benchmark_measures_kolong_and_the_references(tmp_path):
     args = EncoderBenchArguments(
         lengths=[32, 64],
-        implementations=["hf-bert", "learned", "shaw", "shaw-naive"],
+        implementations=["hf-bert", "hf-modernbert", "learned", "shaw", "t5-eager", "shaw-naive"],
         hidden_size=32,
         num_hidden_layers=2,
         num_attention_heads=2,
         intermediate_size=64,
         vocab_size=100,
         tokens_per_step=64,
-        min_seconds=0.0,
+        repeats=2,
         naive_max_length=32,
+        peak_tflops=1.0,
+        memory=False,
     )
-    result = run_encoder_benchmark(args, on_step=lambda message: None)
+    result = run_benchmark(EncoderBenchmark(), args)
     rows = {(row["implementation"], row["length"]): row for row in result["results"]}
-    assert rows[("hf-bert", 32)]["training_speed_vs_hf"] == 1.0
+    assert rows[("learned", 32)]["training_tokens_per_s_vs_learned"] == 1.0
     assert rows[("shaw", 64)]["batch"] == 1 and rows[("shaw", 64)]["inference_tokens_per_s"] > 0
-    assert "skipped" in rows[("shaw-naive", 64)]["error"]
-    assert "training_memory_vs_learned" in rows[("shaw-naive", 32)]
+    assert rows[("hf-modernbert", 64)]["training_tokens_per_s"] > 0
+    assert 0 < rows[("t5-eager", 32)]["training_mfu"] < 1
+    assert "skipped" in rows[("shaw-naive", 64)]["training_error"]
+    steps = {(t["step"], t["length"], t["mode"]) for t in result["timings"]}
+    assert ("hf-bert", 64, "training") in steps and ("shaw", 64, "inference") in steps  # one interleaved run
     markdown = to_markdown(result)
-    assert "| shaw-naive |" in markdown and "Not measured" in markdown
+    assert "| shaw-naive |" in markdown and "Not measured" in markdown and "Training MFU" in markdown
     json.dumps(result)
 
 
+def test_encoder_benchmark_measures_memory_in_a_worker_process_per_cell():
+    args = EncoderBenchArguments(lengths=[32], implementations=["learned", "shaw-naive"], hidden_size=32,
+                                 num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, vocab_size=100,
+                                 tokens_per_step=64, repeats=1)  # fmt: skip
+    rows = {row["implementation"]: row for row in run_benchmark(EncoderBenchmark(), args)["results"]}
+    assert rows["learned"]["training_peak_mb_vs_learned"] == 1.0
+    assert rows["shaw-naive"]["inference_peak_mb"] >= 0 and "training_peak_mb_vs_learned" in rows["shaw-naive"]
+
+
 def test_encoder_benchmark_rejects_unknown_implementations():
-    with pytest.raises(ValueError, match="unknown implementation 'bert'"):
-        run_encoder_benchmark(EncoderBenchArguments(implementations=["bert"]))
-
-
-def test_paired_speed_measures_both_in_one_process():
-    from kolong.bench.encoder import paired_markdown, run_paired_speed
-
-    args = EncoderBenchArguments(lengths=[32], hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                                 intermediate_size=64, vocab_size=100, tokens_per_step=64)  # fmt: skip
-    result = run_paired_speed(args, repeats=2, on_step=lambda message: None)
-    assert [row["mode"] for row in result["results"]] == ["training", "inference"]
-    assert all(row["speedup"] > 0 for row in result["results"])
-    assert "| 32 | training |" in paired_markdown(result)
+    with pytest.raises(ValueError, match="--implementations: unknown 'bert'"):
+        run_benchmark(EncoderBenchmark(), EncoderBenchArguments(implementations=["bert"], memory=False))

@@ -48,14 +48,16 @@ class QABenchArguments(BenchArguments):
 
 @dataclass(kw_only=True)
 class EncoderBenchArguments(BenchArguments):
-    """Training/inference tokens/s and peak memory of every position scheme, next to HF BertModel (SDPA)."""
+    """Training/inference tokens/s, MFU and peak memory of every position scheme and attention path, next to HF
+    BertModel and ModernBertModel (SDPA), interleaved round by round in one process."""
 
     lengths: list[int] = option(
         [128, 256, 512, 1024, 2048, 4096], "Comma-separated sequence lengths.", kind="ints"
     )
     implementations: list[str] = option(
-        ["all"], "Comma-separated subset of: hf-bert (HF BertModel), every registered position scheme, shaw-value, "
-        "shaw-naive, shaw-value-naive (references); all: every one.", kind="list",
+        ["all"], "Comma-separated subset of: hf-bert, hf-modernbert (HF's encoders), every registered position "
+        "scheme (kolong's default attention path), shaw-value, shaw-eager, t5-eager (the reference path), "
+        "shaw-naive, shaw-value-naive ((n, n, d_h) relation tensors); all: every one.", kind="list",
     )  # fmt: skip
     hidden_size: int = option(256, "Hidden size of every model.")
     num_hidden_layers: int = option(4, "Encoder layers.", "--layers")
@@ -63,16 +65,27 @@ class EncoderBenchArguments(BenchArguments):
     intermediate_size: int = option(1024, "FFN width.")
     vocab_size: int = option(8000, "Vocabulary of the random inputs.")
     tokens_per_step: int = option(4096, "Tokens per step; batch = tokens / length.")
-    min_seconds: float = option(2.0, "Minimum timed seconds per measurement (at least 2 rounds).", min=0)
+    attention_dropout: float = option(
+        0.0,
+        "Attention dropout in training (FlexAttention has none; ModernBERT trains without).",
+        min=0,
+        below=1,
+    )
+    device: str = option("cpu", "cpu or cuda.", choices=("cpu", "cuda"))
+    dtype: str = option("fp32", "fp32, or bf16 under autocast.", choices=("fp32", "bf16"))
+    compile: bool = option(False, "torch.compile every model, kolong's and the references.")
+    repeats: int = option(3, "Interleaved timed rounds per length and mode (the median is reported).")
+    min_seconds: float = option(0.0, "Keep adding rounds until this many seconds were timed.", min=0)
+    memory: bool = option(
+        True, "Also measure peak memory, one fresh worker process per implementation and length."
+    )
     naive_max_length: int = option(
         2048, "Longest length for the materialised Shaw reference ((n, n, d_h) per layer)."
     )
-    device: str = option("cpu", "cpu or cuda.", choices=("cpu", "cuda"))
-    paired: bool = option(
-        False, "Instead: kolong learned vs HF BertModel in one process, steps alternating (a speed ratio robust "
-        "to machine load); writes encoder-paired.{json,md}.",
-    )  # fmt: skip
-    repeats: int = option(7, "Alternations of the --paired measurement (the median is reported).")
+    eager_max_length: int = option(4096, "Longest length for the eager references ((b, h, n, n) per layer).")
+    peak_tflops: float | None = option(
+        None, "Peak TFLOP/s of the device for MFU (default: known GPUs by name; none on CPU)."
+    )
 
 
 @dataclass(kw_only=True)
@@ -140,7 +153,6 @@ BENCHMARKS: dict[str, tuple[str, type]] = {
     "pretrain": ("kolong.bench.pretrain:PretrainBenchmark", PretrainBenchArguments),
     "gbst": ("kolong.bench.gbst:GBSTBenchmark", GBSTBenchArguments),
 }
-PAIRED = "kolong.bench.encoder:EncoderPairedBenchmark"  # `kolong bench encoder --paired`
 
 
 def load_benchmark(target: str):

@@ -1,78 +1,118 @@
-"""`kolong bench encoder`: speed and memory of every position scheme next to HF `BertModel`.
+"""`kolong bench encoder`: speed, MFU and memory of every position scheme next to HF's encoders.
 
-Each (implementation, length) pair runs in a fresh subprocess (`python -m kolong.bench.encoder`),
-so its peak memory is its own: on CPU the growth of the process's peak resident set over the model
-and inputs, on CUDA `torch.cuda.max_memory_allocated`. Every step processes the same number of
-tokens (batch = tokens_per_step // length), so tokens/s are comparable across lengths. Training is
-forward + backward of a scalar loss with dropout on (as in pre-training); inference is a forward
-under `torch.inference_mode()`. References in the same run: HF `BertModel` with
-`attn_implementation="sdpa"` and the same sizes, and Shaw's attention materialising (n, n, d_h)
-relation tensors (`MaterialisedShawPositions`) as the memory reference.
+Speed: per length, every implementation is built in this process and the harness runs their steps
+in turn, round after round (`time_interleaved`), so machine load hits every row alike; medians and
+the spread over rounds are reported. Every step processes the same number of tokens (batch =
+tokens_per_step // length). Training is forward + backward of a scalar loss (hidden dropout on,
+attention dropout `--attention-dropout`); inference a forward under `torch.inference_mode()`.
+`--dtype bf16` runs under autocast, `--compile` compiles every model (kolong and the references).
+
+Memory: each (implementation, length) in a fresh worker process (`python -m kolong.bench.encoder`),
+so its peak is its own: on CPU the growth of the peak resident set, on CUDA
+`torch.cuda.max_memory_allocated`.
+
+References: HF `BertModel` (`attn_implementation="sdpa"`) and HF `ModernBertModel` of the same
+sizes; the `eager` path of shaw and t5 (kolong's gathered (b, h, n, n) bias, the reference the
+fused paths are tested against); Shaw materialising (n, n, d_h) relation tensors (`-naive`).
 """
 
 from __future__ import annotations
 
-import dataclasses
+import contextlib
 import json
 import os
 import resource
 import subprocess
 import sys
-from collections.abc import Callable
 from dataclasses import asdict
 
 from kolong.bench.arguments import EncoderBenchArguments
-from kolong.bench.harness import Benchmark, Case, cuda_sync, run, time_interleaved
+from kolong.bench.harness import Benchmark, Case, cuda_sync
 
-__all__ = ["EncoderBenchArguments", "EncoderBenchmark", "EncoderPairedBenchmark", "run_encoder_benchmark"]
+__all__ = ["EncoderBenchArguments", "EncoderBenchmark", "implementations", "to_markdown"]
 
-# References beside the schemes: HF's BertModel, and Shaw's materialised (n, n, d_h) formulation.
-REFERENCES: dict[str, tuple[str, dict]] = {
-    "hf-bert": ("learned", {}),
-    "shaw-value": ("shaw", {"max_distance": 16, "value": True}),
-    "shaw-naive": ("shaw", {"max_distance": 16}),
-    "shaw-value-naive": ("shaw", {"max_distance": 16, "value": True}),
+HF_MODELS = ("hf-bert", "hf-modernbert")
+# name -> (position_encoding, position_kwargs, attn_implementation) beside every registered scheme.
+REFERENCES: dict[str, tuple[str, dict, str]] = {
+    "shaw-value": ("shaw", {"max_distance": 16, "value": True}, "sdpa"),
+    "shaw-eager": ("shaw", {"max_distance": 16}, "eager"),
+    "t5-eager": ("t5", {}, "eager"),
+    "shaw-naive": ("shaw", {"max_distance": 16}, "eager"),
+    "shaw-value-naive": ("shaw", {"max_distance": 16, "value": True}, "eager"),
 }
+# Dense bf16 / fp32 peak FLOP/s by GPU name, for MFU (`--peak-tflops` overrides).
+PEAK_TFLOPS = {"H100": {"bf16": 989.4, "fp32": 494.7}, "H200": {"bf16": 989.4, "fp32": 494.7},
+               "A100": {"bf16": 312.0, "fp32": 156.0}, "L4": {"bf16": 121.0, "fp32": 60.0}}  # fmt: skip
 
 
-def implementations() -> dict[str, tuple[str, dict]]:
-    """name -> (position_encoding, position_kwargs): every registered scheme with its `bench_kwargs`, and
-    the references (read at each call, so a scheme registered later is measured too)."""
+def implementations() -> dict[str, tuple[str, dict, str]]:
+    """Every name `--implementations` takes (read at each call, so a scheme registered later is measured too)."""
     from kolong.positions import SCHEME_CLASSES as SCHEMES
 
-    schemes = {name: (name, dict(SCHEMES[name].bench_kwargs)) for name in SCHEMES}
-    return {
-        "hf-bert": REFERENCES["hf-bert"],
-        **schemes,
-        **{k: v for k, v in REFERENCES.items() if k != "hf-bert"},
-    }
+    schemes = {name: (name, dict(SCHEMES[name].bench_kwargs), "sdpa") for name in SCHEMES}
+    return {**{name: ("learned", {}, "sdpa") for name in HF_MODELS}, **schemes, **REFERENCES}
 
 
-def _model(name: str, args: EncoderBenchArguments):
+def _sizes(args: EncoderBenchArguments, length: int) -> dict:
+    return dict(vocab_size=args.vocab_size, hidden_size=args.hidden_size, num_hidden_layers=args.num_hidden_layers,
+                num_attention_heads=args.num_attention_heads, intermediate_size=args.intermediate_size,
+                max_position_embeddings=max(length, 512), attention_probs_dropout_prob=args.attention_dropout)  # fmt: skip
+
+
+def build_model(name: str, args: EncoderBenchArguments, length: int):
     import torch
-    from transformers import BertConfig, BertModel
+    from transformers import BertConfig, BertModel, ModernBertConfig, ModernBertModel
 
     from kolong.models import KolongConfig, KolongModel
     from kolong.positions.shaw import MaterialisedShawPositions
 
-    sizes = dict(
-        vocab_size=args.vocab_size,
-        hidden_size=args.hidden_size,
-        num_hidden_layers=args.num_hidden_layers,
-        num_attention_heads=args.num_attention_heads,
-        intermediate_size=args.intermediate_size,
-        max_position_embeddings=max(args.lengths),
-    )
+    sizes = _sizes(args, length)
     torch.manual_seed(0)
     if name == "hf-bert":
-        return BertModel(BertConfig(**sizes, attn_implementation="sdpa")).to(args.device)
-    scheme, kwargs = implementations()[name]
-    model = KolongModel(KolongConfig(**sizes, position_encoding=scheme, position_kwargs=kwargs))
-    if name.endswith("-naive"):
-        naive = MaterialisedShawPositions(model.config, **kwargs)
-        naive.load_state_dict(model.positions.state_dict())
-        model.positions = naive
-    return model.to(args.device)
+        model = BertModel(BertConfig(**sizes, attn_implementation="sdpa"))
+    elif name == "hf-modernbert":
+        dropout = sizes.pop("attention_probs_dropout_prob")
+        special = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2)
+        config = ModernBertConfig(**sizes, **special, attention_dropout=dropout, attn_implementation="sdpa")
+        model = ModernBertModel(config)
+    else:
+        scheme, kwargs, attention = implementations()[name]
+        model = KolongModel(KolongConfig(**sizes, position_encoding=scheme, position_kwargs=kwargs,
+                                         attn_implementation=attention))  # fmt: skip
+        if name.endswith("-naive"):
+            naive = MaterialisedShawPositions(model.config, **kwargs)
+            naive.load_state_dict(model.positions.state_dict())
+            model.positions = naive
+    model = model.to(args.device)
+    return torch.compile(model) if args.compile else model
+
+
+def make_step(model, args: EncoderBenchArguments, length: int, training: bool):
+    """One training (forward + backward) or inference call on a fixed random batch."""
+    import torch
+
+    batch = max(1, args.tokens_per_step // length)
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, args.vocab_size, (batch, length), generator=generator).to(args.device)
+    mask = torch.ones_like(ids)
+    device_type = "cuda" if args.device.startswith("cuda") else "cpu"
+    autocast = (
+        torch.autocast(device_type, dtype=torch.bfloat16)
+        if args.dtype == "bf16"
+        else contextlib.nullcontext()
+    )
+
+    def step():
+        model.train(training)
+        with autocast:
+            if training:
+                model(input_ids=ids, attention_mask=mask).last_hidden_state.float().square().mean().backward()
+                model.zero_grad(set_to_none=True)
+            else:
+                with torch.inference_mode():
+                    model(input_ids=ids, attention_mask=mask)
+
+    return step
 
 
 def _resident_mb() -> float:
@@ -80,61 +120,41 @@ def _resident_mb() -> float:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def _peak_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
-
-
-def measure(name: str, length: int, args: EncoderBenchArguments) -> dict:
-    """Run in the worker process: tokens/s and peak memory growth for inference, then training."""
+def measure_memory(name: str, length: int, args: EncoderBenchArguments) -> dict:
+    """Run in the worker process: peak memory growth of one inference call, then of one training step."""
     import torch
 
     from kolong.runtime import tune_allocator
 
     tune_allocator()
-    cuda, sync = args.device.startswith("cuda"), cuda_sync(args.device)
-    model = _model(name, args)
-    batch = max(1, args.tokens_per_step // length)
-    generator = torch.Generator().manual_seed(0)
-    ids = torch.randint(5, args.vocab_size, (batch, length), generator=generator).to(args.device)
-    mask = torch.ones_like(ids)
-
-    def infer():
-        with torch.inference_mode():
-            model(input_ids=ids, attention_mask=mask)
-
-    def train():
-        out = model(input_ids=ids, attention_mask=mask).last_hidden_state
-        out.float().square().mean().backward()
-        model.zero_grad(set_to_none=True)
-
-    result = {"implementation": name, "length": length, "batch": batch}
-    for mode, step in (("inference", infer), ("training", train)):
-        model.train(mode == "training")
+    cuda = args.device.startswith("cuda")
+    model = build_model(name, args, length)
+    row = {"implementation": name, "length": length}
+    for mode in ("inference", "training"):
+        step = make_step(model, args, length, training=mode == "training")
         if cuda:
+            torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
             base = torch.cuda.memory_allocated()
         else:
             base = _resident_mb()
-        timing = time_interleaved({mode: step}, repeats=2, warmup=1, sync=sync, min_seconds=args.min_seconds)[
-            mode
-        ]
-        peak = (torch.cuda.max_memory_allocated() - base) / 2**20 if cuda else _peak_mb() - base
-        result[f"{mode}_tokens_per_s"] = batch * length / timing.median
-        result[f"{mode}_peak_mb"] = peak
-        result[f"{mode}_seconds"] = timing.as_dict()
-    return result
+        step()
+        if cuda:
+            torch.cuda.synchronize()
+        peak = (torch.cuda.max_memory_allocated() - base) / 2**20 if cuda else (
+            resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - base)  # fmt: skip
+        row[f"{mode}_peak_mb"] = peak
+    return row
 
 
-def _run_worker(name: str, length: int, args: EncoderBenchArguments) -> dict:
+def _memory_worker(name: str, length: int, args: EncoderBenchArguments) -> dict:
     from kolong.positions.registry import SCHEMES
 
     # The worker gets this process's scheme registry (schemes registered at run time included) and path.
     payload = json.dumps({"name": name, "length": length, "args": asdict(args), "schemes": SCHEMES})
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    process = subprocess.run(
-        [sys.executable, "-m", "kolong.bench.encoder", payload], capture_output=True, text=True, check=False,
-        env=environment,
-    )  # fmt: skip
+    process = subprocess.run([sys.executable, "-m", "kolong.bench.encoder", payload], capture_output=True,
+                             text=True, check=False, env=environment)  # fmt: skip
     if process.returncode != 0:
         reason = (process.stderr.strip().splitlines() or ["killed (out of memory?)"])[-1]
         return {"implementation": name, "length": length, "error": reason[-300:]}
@@ -146,109 +166,22 @@ def _resolved(args: EncoderBenchArguments) -> list[str]:
     names = list(known) if args.implementations in (["all"], []) else list(args.implementations)
     unknown = sorted(set(names) - set(known))
     if unknown:
-        raise ValueError(f"unknown implementation {unknown[0]!r}; choose from {', '.join(known)}")
+        raise ValueError(f"--implementations: unknown {unknown[0]!r}; choose from {', '.join(known)}")
     return names
 
 
+def _too_long(name: str, length: int, args: EncoderBenchArguments) -> str | None:
+    if name.endswith("-naive") and length > args.naive_max_length:
+        return "skipped: (n, n, d_h) above --naive-max-length"
+    if name.endswith("-eager") and length > args.eager_max_length:
+        return "skipped: (b, h, n, n) above --eager-max-length"
+    return None
+
+
 class EncoderBenchmark(Benchmark):
-    """Each (implementation, length) in its own worker process, which times itself with the harness's timer."""
+    """Per length: speed of every implementation interleaved in this process; then memory, one worker each."""
 
     name = "encoder"
-    arguments = EncoderBenchArguments
-
-    def sizes(self, args: EncoderBenchArguments) -> list[dict]:
-        names = _resolved(args)
-        return [{"implementation": name, "length": length} for length in args.lengths for name in names]
-
-    def setup(self, args: EncoderBenchArguments, size: dict) -> Case:
-        name, length = size["implementation"], size["length"]
-        if name.endswith("-naive") and length > args.naive_max_length:
-            row = {"implementation": name, "length": length, "error": "skipped: (n, n, d_h) too large"}
-        else:
-            row = _run_worker(name, length, args)
-        return Case(steps={}, facts={"measured": row})
-
-    def summarise(self, args: EncoderBenchArguments, rows: list[dict]) -> dict:
-        results = [row["measured"] for row in rows]
-        _add_ratios(results)
-        return {"arguments": {**asdict(args), "implementations": _resolved(args)}, "results": results}
-
-    def to_markdown(self, result: dict) -> str:
-        return to_markdown(result)
-
-
-def run_encoder_benchmark(args: EncoderBenchArguments, on_step: Callable[[str], None] | None = None) -> dict:
-    return run(EncoderBenchmark(), args, on_step)
-
-
-def _add_ratios(rows: list[dict]) -> None:
-    by_key = {(row["implementation"], row["length"]): row for row in rows if "error" not in row}
-    for row in rows:
-        if "error" in row:
-            continue
-        hf = by_key.get(("hf-bert", row["length"]))
-        learned = by_key.get(("learned", row["length"]))
-        if hf:
-            for mode in ("training", "inference"):
-                row[f"{mode}_speed_vs_hf"] = row[f"{mode}_tokens_per_s"] / hf[f"{mode}_tokens_per_s"]
-        if learned and learned["training_peak_mb"] > 0:
-            row["training_memory_vs_learned"] = row["training_peak_mb"] / learned["training_peak_mb"]
-
-
-def to_markdown(result: dict) -> str:
-    args, rows = result["arguments"], result["results"]
-    lengths = args["lengths"]
-    names = args["implementations"]
-    cell = {(row["implementation"], row["length"]): row for row in rows}
-    lines = [
-        "# Encoder benchmark: position schemes vs HF BertModel (SDPA)",
-        "",
-        f"Model: hidden {args['hidden_size']}, {args['num_hidden_layers']} layers, {args['num_attention_heads']} "
-        f"heads, FFN {args['intermediate_size']}; {args['tokens_per_step']} tokens per step (batch = tokens / "
-        f"length); device {args['device']}.",
-        "",
-    ]
-    tables = (
-        ("Training tokens/s (ratio to HF BertModel)", "training_tokens_per_s", "training_speed_vs_hf"),
-        ("Inference tokens/s (ratio to HF BertModel)", "inference_tokens_per_s", "inference_speed_vs_hf"),
-        (
-            "Training peak memory, MB (ratio to kolong learned)",
-            "training_peak_mb",
-            "training_memory_vs_learned",
-        ),
-        ("Inference peak memory, MB", "inference_peak_mb", None),
-    )
-    for title, key, ratio in tables:
-        lines += [f"## {title}", "", "| implementation | " + " | ".join(str(n) for n in lengths) + " |"]
-        lines.append("|---|" + "---:|" * len(lengths))
-        for name in names:
-            cells = []
-            for length in lengths:
-                row = cell.get((name, length), {})
-                if "error" in row or key not in row:
-                    cells.append("—")
-                    continue
-                text = f"{row[key]:,.0f}"
-                if ratio and ratio in row:
-                    text += f" ({row[ratio]:.2f}x)"
-                cells.append(text)
-            lines.append(f"| {name} | " + " | ".join(cells) + " |")
-        lines.append("")
-    errors = [row for row in rows if "error" in row]
-    if errors:
-        lines += [
-            "Not measured: "
-            + "; ".join(f"{r['implementation']} at {r['length']} ({r['error']})" for r in errors),
-            "",
-        ]
-    return "\n".join(lines)
-
-
-class EncoderPairedBenchmark(Benchmark):
-    """HF BertModel and kolong `learned` in one process, steps alternating, for a speed ratio that machine
-    load cannot bias (both see the same load); the median over `repeats` alternations is reported."""
-
-    name = "encoder-paired"
     arguments = EncoderBenchArguments
 
     def sizes(self, args: EncoderBenchArguments) -> list[dict]:
@@ -256,81 +189,181 @@ class EncoderPairedBenchmark(Benchmark):
 
         tune_allocator()
         self.models, self.models_length = {}, None
-        return [
-            {"length": length, "mode": mode} for length in args.lengths for mode in ("training", "inference")
-        ]
+        modes = ("training", "inference") + (("memory",) if args.memory else ())
+        return [{"length": length, "mode": mode} for length in args.lengths for mode in modes]
 
     def setup(self, args: EncoderBenchArguments, size: dict) -> Case:
-        import torch
-
-        length = size["length"]
+        length, mode = size["length"], size["mode"]
+        names = _resolved(args)
+        skipped = {name: reason for name in names if (reason := _too_long(name, length, args))}
+        if mode == "memory":
+            self.models = {}
+            rows = [{"implementation": n, "length": length, "error": skipped[n]} if n in skipped
+                    else _memory_worker(n, length, args) for n in names]  # fmt: skip
+            return Case(steps={}, facts={"memory": rows})
         if self.models_length != length:
-            self.models = {name: _model(name, args) for name in ("hf-bert", "learned")}
+            self.models = {}  # free the previous length's models first
+            self.models = {name: build_model(name, args, length) for name in names if name not in skipped}
             self.models_length = length
-        batch = max(1, args.tokens_per_step // length)
-        ids = torch.randint(5, args.vocab_size, (batch, length), generator=torch.Generator().manual_seed(0))
-        ids = ids.to(args.device)
-        mask = torch.ones_like(ids)
-        training = size["mode"] == "training"
+        steps, errors = {}, dict(skipped)
+        for name, model in self.models.items():
+            step = make_step(model, args, length, training=mode == "training")
+            try:
+                step()  # compiles, and finds what does not fit before the timed rounds
+            except (RuntimeError, ValueError) as error:  # out of memory, unsupported
+                errors[name] = f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
+                _free_cuda(args)
+                continue
+            steps[name] = step
+        references = {name: steps.pop(name) for name in HF_MODELS if name in steps}
+        return Case(steps, references, repeats=args.repeats, warmup=1, min_seconds=args.min_seconds,
+                    sync=cuda_sync(args.device),
+                    facts={"batch": max(1, args.tokens_per_step // length), "errors": errors})  # fmt: skip
 
-        def step(model):
-            def call():
-                model.train(training)
-                if training:
-                    model(
-                        input_ids=ids, attention_mask=mask
-                    ).last_hidden_state.float().square().mean().backward()
-                    model.zero_grad(set_to_none=True)
-                else:
-                    with torch.inference_mode():
-                        model(input_ids=ids, attention_mask=mask)
-
-            return call
-
-        return Case({"learned": step(self.models["learned"])}, {"hf-bert": step(self.models["hf-bert"])},
-                    repeats=args.repeats, warmup=1, sync=cuda_sync(args.device), facts={"batch": batch})  # fmt: skip
+    def teardown(self) -> None:
+        self.models = {}
 
     def summarise(self, args: EncoderBenchArguments, rows: list[dict]) -> dict:
-        results = []
-        for row in rows:
-            tokens = row["batch"] * row["length"]
-            hf, kolong = row["timings"]["hf-bert"].median, row["timings"]["learned"].median
-            results.append({"length": row["length"], "mode": row["mode"], "hf_tokens_per_s": tokens / hf,
-                            "kolong_tokens_per_s": tokens / kolong, "speedup": hf / kolong})  # fmt: skip
-        return {"repeats": args.repeats, "results": results, "load_average": os.getloadavg()}
+        return summarise(args, rows)
 
     def to_markdown(self, result: dict) -> str:
-        return paired_markdown(result)
+        return to_markdown(result)
 
 
-def run_paired_speed(
-    args: EncoderBenchArguments, repeats: int = 7, on_step: Callable[[str], None] | None = None
-) -> dict:
-    return run(EncoderPairedBenchmark(), dataclasses.replace(args, repeats=repeats), on_step)
+def _free_cuda(args) -> None:
+    if args.device.startswith("cuda"):
+        import torch
+
+        torch.cuda.empty_cache()
 
 
-def paired_markdown(result: dict) -> str:
-    args = result["arguments"]
+def model_flops_per_token(args: EncoderBenchArguments, length: int, training: bool) -> float:
+    """2 N + 4 L n d per token forward (N: the layers' weights), three times that for training (PaLM's count)."""
+    d, layers = args.hidden_size, args.num_hidden_layers
+    weights = layers * (4 * d * d + 2 * d * args.intermediate_size)
+    forward = 2 * weights + 4 * layers * length * d
+    return 3 * forward if training else forward
+
+
+def peak_flops(args: EncoderBenchArguments) -> float | None:
+    if args.peak_tflops:
+        return args.peak_tflops * 1e12
+    if not args.device.startswith("cuda"):
+        return None
+    import torch
+
+    gpu = torch.cuda.get_device_name(0)
+    for key, peaks in PEAK_TFLOPS.items():
+        if key in gpu:
+            return peaks[args.dtype] * 1e12
+    return None
+
+
+def summarise(args: EncoderBenchArguments, rows: list[dict]) -> dict:
+    peak = peak_flops(args)
+    results: dict[tuple[str, int], dict] = {}
+    for row in rows:
+        length, mode = row["length"], row["mode"]
+        if mode == "memory":
+            for measured in row["memory"]:
+                cell = results.setdefault((measured["implementation"], length), {})
+                cell.update({k: v for k, v in measured.items() if k != "error"})
+                if "error" in measured:
+                    cell["memory_error"] = measured["error"]
+            continue
+        tokens = row["batch"] * length
+        for name, timing in row["timings"].items():
+            cell = results.setdefault((name, length), {"implementation": name, "length": length})
+            speed = tokens / timing.median
+            cell.update({"batch": row["batch"], f"{mode}_tokens_per_s": speed,
+                         f"{mode}_spread": (max(timing.seconds) - min(timing.seconds)) / 2 / timing.median})  # fmt: skip
+            if peak:
+                cell[f"{mode}_mfu"] = speed * model_flops_per_token(args, length, mode == "training") / peak
+        for name, error in row["errors"].items():
+            results.setdefault((name, length), {"implementation": name, "length": length})[
+                f"{mode}_error"
+            ] = error
+    _add_ratios(results)
+    return {"arguments": {**asdict(args), "implementations": _resolved(args)}, "peak_flops": peak,
+            "results": list(results.values())}  # fmt: skip
+
+
+def _add_ratios(results: dict) -> None:
+    for (_, length), cell in results.items():
+        learned = results.get(("learned", length), {})
+        for key in (
+            "training_tokens_per_s",
+            "inference_tokens_per_s",
+            "training_peak_mb",
+            "inference_peak_mb",
+        ):
+            if key in cell and learned.get(key):
+                cell[f"{key}_vs_learned"] = cell[key] / learned[key]
+
+
+TABLES = (
+    (
+        "Training tokens/s (x learned, ± half the range over rounds)",
+        "training_tokens_per_s",
+        "training_spread",
+    ),
+    (
+        "Inference tokens/s (x learned, ± half the range over rounds)",
+        "inference_tokens_per_s",
+        "inference_spread",
+    ),
+    ("Training MFU", "training_mfu", None),
+    ("Training peak memory, MB (x learned)", "training_peak_mb", None),
+    ("Inference peak memory, MB (x learned)", "inference_peak_mb", None),
+)
+
+
+def to_markdown(result: dict) -> str:
+    args, rows = result["arguments"], result["results"]
+    lengths, names = args["lengths"], args["implementations"]
+    cell = {(row["implementation"], row["length"]): row for row in rows}
     lines = [
-        "# Encoder speed, paired: kolong `learned` vs HF BertModel (SDPA) in one process, steps alternating",
+        "# Encoder benchmark: position schemes and attention paths vs HF BertModel and ModernBertModel",
         "",
-        f"Model: hidden {args['hidden_size']}, {args['num_hidden_layers']} layers, {args['num_attention_heads']} heads; "
-        f"{args['tokens_per_step']} tokens per step; median of {result['repeats']} alternations; load average "
-        f"{', '.join(f'{x:.1f}' for x in result['load_average'])} on {result['machine']['cores_available']} cores.",
+        f"Model: hidden {args['hidden_size']}, {args['num_hidden_layers']} layers, {args['num_attention_heads']} "
+        f"heads, FFN {args['intermediate_size']}; {args['tokens_per_step']} tokens per step (batch = tokens / "
+        f"length); device {args['device']}, {args['dtype']}{', compiled' if args['compile'] else ''}; attention "
+        f"dropout {args['attention_dropout']}; speed: median of {args['repeats']}+ interleaved rounds.",
         "",
-        "| length | mode | HF tokens/s | kolong tokens/s | kolong / HF |",
-        "|---:|---|---:|---:|---:|",
     ]
-    for row in result["results"]:
-        lines.append(f"| {row['length']} | {row['mode']} | {row['hf_tokens_per_s']:,.0f} | "
-                     f"{row['kolong_tokens_per_s']:,.0f} | {row['speedup']:.2f}x |")  # fmt: skip
-    return "\n".join(lines) + "\n"
+    for title, key, spread in TABLES:
+        if not any(key in row for row in rows):
+            continue
+        lines += [f"## {title}", "", "| implementation | " + " | ".join(str(n) for n in lengths) + " |",
+                  "|---|" + "---:|" * len(lengths)]  # fmt: skip
+        for name in names:
+            cells = []
+            for length in lengths:
+                row = cell.get((name, length), {})
+                if key not in row:
+                    cells.append("—")
+                elif key.endswith("mfu"):
+                    cells.append(f"{row[key]:.1%}")
+                else:
+                    text = f"{row[key]:,.0f}"
+                    if f"{key}_vs_learned" in row:
+                        text += f" ({row[f'{key}_vs_learned']:.2f}x)"
+                    if spread and spread in row:
+                        text += f" ±{row[spread]:.0%}"
+                    cells.append(text)
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        lines.append("")
+    errors = sorted({f"{row['implementation']} at {row['length']} ({row[k]})" for row in rows for k in row
+                     if k.endswith("error")})  # fmt: skip
+    if errors:
+        lines += ["Not measured: " + "; ".join(errors), ""]
+    return "\n".join(lines)
 
 
-if __name__ == "__main__":  # the worker: one (implementation, length) measurement, JSON on stdout
+if __name__ == "__main__":  # the memory worker: one (implementation, length), JSON on stdout
     request = json.loads(sys.argv[1])
     from kolong.positions.registry import SCHEMES as _registry
 
     _registry.update(request.get("schemes", {}))
     arguments = EncoderBenchArguments(**request["args"])
-    print(json.dumps(measure(request["name"], request["length"], arguments)))
+    print(json.dumps(measure_memory(request["name"], request["length"], arguments)))

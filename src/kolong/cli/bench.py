@@ -10,7 +10,7 @@ from pathlib import Path
 
 import typer
 
-from kolong.bench.arguments import BENCHMARKS, PAIRED
+from kolong.bench.arguments import BENCHMARKS
 from kolong.cli.arguments import command_from
 from kolong.cli.common import console, user_errors
 
@@ -27,7 +27,7 @@ def _command(name: str, target: str, arguments: type):
         from kolong.bench.harness import run, write_results
 
         with user_errors(), console.status("benchmarking") as status:
-            benchmark = load_benchmark(PAIRED if getattr(args, "paired", False) else target)
+            benchmark = load_benchmark(target)
             result = run(benchmark, args, on_step=status.update)
             json_path, markdown_path = write_results(benchmark, result, Path(args.output_dir))
         console.print(markdown_path.read_text(encoding="utf-8"), highlight=False)

@@ -5,6 +5,8 @@
 with the paper's head slopes m_h: for h heads (a power of two) the geometric sequence
 2^(-8/h), 2^(-16/h), ..., 2^(-8); otherwise the slopes of the closest smaller power of two p,
 followed by every other slope of 2p heads until h are filled. No parameters, any length.
+The reference path materialises (1, h, n, n); FlexAttention computes the bias in its kernel
+(`alibi_flex`) and the chunked path one block of query rows at a time.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ import math
 
 import numpy as np
 import torch
+from torch.nn.attention.flex_attention import flex_attention
 
+from kolong.models.encoder.chunked import ChunkBias
 from kolong.positions.base import PositionEncoding
 
 
@@ -44,10 +48,36 @@ class ALiBiPositions(PositionEncoding):
         ]  # fmt: skip
 
     def prepare(self, length, device, dtype):
-        position = torch.arange(length, device=device, dtype=torch.float64)
-        distance = (position[None, :] - position[:, None]).abs()  # |i - j|: (n, n)
-        slopes = alibi_slopes(self.num_heads).to(device)
-        return (-slopes[:, None, None] * distance)[None].to(dtype)  # (1, h, n, n)
+        return {"slopes": alibi_slopes(self.num_heads).to(device=device, dtype=torch.float32), "bias": None}
 
     def score_bias(self, layer, query, state):
-        return state
+        if state["bias"] is None:  # one (1, h, n, n) bias for every layer
+            position = torch.arange(query.shape[2], device=query.device, dtype=torch.float32)
+            distance = (position[None, :] - position[:, None]).abs()  # |i - j|: (n, n)
+            state["bias"] = (-state["slopes"][:, None, None] * distance)[None].to(query.dtype)
+        return state["bias"]
+
+    def chunk_bias(self, layer, query, state):
+        return ALiBiChunkBias(state["slopes"])
+
+    def flex_score(self, layer, query, state):
+        return alibi_flex, (state["slopes"],)
+
+
+def alibi_flex(q, k, v, block_mask, scale, slopes):
+    def score_mod(score, b, h, q_idx, kv_idx):
+        return score - slopes[h] * (q_idx - kv_idx).abs()
+
+    return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
+
+
+class ALiBiChunkBias(ChunkBias):
+    def __init__(self, slopes):
+        self.slopes = slopes  # constants: no gradient
+
+    def scores(self, tensors, start, stop, length):
+        device = self.slopes.device
+        distance = (
+            torch.arange(length, device=device)[None, :] - torch.arange(start, stop, device=device)[:, None]
+        )
+        return (-self.slopes[:, None, None] * distance.abs())[None]  # (1, h, c, n)

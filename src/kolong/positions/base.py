@@ -8,8 +8,16 @@ A scheme acts at up to three places of the encoder, and each hook defaults to "d
   logits (Shaw's key term, T5 buckets, ALiBi), already in logit units, shape (batch|1, heads, n, n);
   the encoder passes it to `scaled_dot_product_attention` as `attn_mask`;
 - `rotate(layer, query, key, state)`: RoPE rotates queries and keys;
-- `value_term(layer, probs, state)`: Shaw's optional value term needs the attention probabilities,
-  so a scheme that sets `needs_probabilities` gets the explicit attention path.
+- `value_term(layer, probs, state)`: Shaw's optional value term needs the attention probabilities
+  (`needs_probabilities`).
+
+`score_bias` and `value_term` are the reference (the `eager` attention path). A scheme with a logit
+bias also gives the fused paths the same terms without any (n, n) tensor:
+
+- `chunk_bias(layer, query, state)`: a `ChunkBias` (kolong.models.encoder.chunked) that builds the
+  bias one block of query rows at a time and reduces the gradient back onto its inputs;
+- `flex_score(layer, query, state)`: `(function, tensors)`, a module-level function that defines a
+  FlexAttention `score_mod` over `tensors` and calls `flex_attention` (compiled once per function).
 
 `prepare(length, device, dtype)` runs once per forward and returns whatever the layers share (an
 index of clipped distances, cos/sin tables, a bias that every layer reuses).
@@ -107,6 +115,14 @@ class PositionEncoding(nn.Module):
         return query, key
 
     def value_term(self, layer: int, probs: torch.Tensor, state: Any) -> torch.Tensor | None:
+        return None
+
+    def chunk_bias(self, layer: int, query: torch.Tensor, state: Any):
+        """The logit bias for chunked exact attention (a `ChunkBias`), or None for schemes without one."""
+        return None
+
+    def flex_score(self, layer: int, query: torch.Tensor, state: Any) -> tuple[Any, tuple] | None:
+        """(flex function, tensors) for FlexAttention, or None for schemes without a logit bias."""
         return None
 
     def init_weights(self, std: float) -> None:

@@ -73,4 +73,6 @@ class RotaryPositions(PositionEncoding):
 
     def rotate(self, layer, query, key, state):
         cos, sin = state  # (n, d_h) each
+        # In the query's dtype: under autocast q is bf16 while the tables follow the fp32 embeddings.
+        cos, sin = cos.to(query.dtype), sin.to(query.dtype)
         return query * cos + rotate_half(query) * sin, key * cos + rotate_half(key) * sin

@@ -7,10 +7,13 @@
 Each table holds 2k + 1 vectors of the head size, shared by the heads (as in the paper); tables are
 per layer unless `shared=True`. The key term is on by default, the value term with `value=True`.
 
-Nothing of shape (n, n, d) is ever built: q_i . w_r is computed for the 2k + 1 distances r only,
-(b, h, n, 2k+1), and gathered into the (b, h, n, n) logit bias through an (n, n) index of clipped
-distances; the value term scatters the attention probabilities into the same 2k + 1 buckets,
-(b, h, n, 2k+1), and multiplies by the value table.
+Nothing of shape (n, n, d) is ever built: q_i . w_r is computed for the 2k + 1 distances r only, a
+(b, h, n, 2k+1) profile. The reference (`eager`) gathers it into a (b, h, n, n) logit bias and
+scatters the probabilities into the 2k + 1 buckets for the value term. The fused paths never build
+(n, n): FlexAttention reads the profile at clip(j - i) inside its kernel (`shaw_flex`), and the
+chunked path (`ShawChunkBias`) uses the band-plus-edges form of the bucket sums: inside the band
+|j - i| < k each bucket is one diagonal, and the two clipped edges j - i <= -k and j - i >= k are a
+masked row sum and the rest of the row.
 """
 
 from __future__ import annotations
@@ -20,7 +23,9 @@ from typing import Any, ClassVar
 
 import torch
 from torch import nn
+from torch.nn.attention.flex_attention import flex_attention
 
+from kolong.models.encoder.chunked import ChunkBias
 from kolong.positions.base import PositionEncoding, kwarg_error, positive_int, table_count
 
 
@@ -74,16 +79,29 @@ class ShawPositions(PositionEncoding):
     def _table(self, tables: torch.Tensor, layer: int) -> torch.Tensor:
         return tables[0 if tables.shape[0] == 1 else layer]  # (2k+1, d_h)
 
+    def profile(self, layer, query) -> torch.Tensor:
+        """q_i . w^K_r / sqrt(d_z) for the 2k + 1 distances r: (b, h, n, 2k+1)."""
+        table = self._table(self.key_tables, layer).to(query.dtype)
+        return torch.matmul(query, table.T) / math.sqrt(query.shape[-1])
+
     def prepare(self, length, device, dtype):
+        return None  # the (n, n) index is built by the reference path only, when it runs
+
+    def _index(self, length, device):
         return clipped_distances(length, self.max_distance, device)  # (n, n)
 
     def score_bias(self, layer, query, state):
-        batch, heads, length, head_dim = query.shape
-        table = self._table(self.key_tables, layer).to(query.dtype)
-        # q_i . w^K_r / sqrt(d_z) for the 2k + 1 distances r: (b, h, n, 2k+1)
-        per_distance = torch.matmul(query, table.T) / math.sqrt(head_dim)
+        batch, heads, length, _ = query.shape
         # bias_ij = q_i . w^K_clip(j-i) / sqrt(d_z): (b, h, n, n)
-        return per_distance.gather(-1, state.expand(batch, heads, length, length))
+        index = self._index(length, query.device).expand(batch, heads, length, length)
+        return self.profile(layer, query).gather(-1, index)
+
+    def chunk_bias(self, layer, query, state):
+        values = None if self.value_tables is None else self._table(self.value_tables, layer).to(query.dtype)
+        return ShawChunkBias(self.profile(layer, query), values, self.max_distance)
+
+    def flex_score(self, layer, query, state):
+        return shaw_flex, (self.profile(layer, query), self.max_distance)
 
     def value_term(self, layer, probs, state):
         if self.value_tables is None:
@@ -91,7 +109,8 @@ class ShawPositions(PositionEncoding):
         batch, heads, length, _ = probs.shape
         buckets = probs.new_zeros(batch, heads, length, 2 * self.max_distance + 1)
         # sum_j alpha_ij over the j sharing a clipped distance: (b, h, n, 2k+1)
-        buckets = buckets.scatter_add(-1, state.expand(batch, heads, length, length), probs)
+        index = self._index(length, probs.device).expand(batch, heads, length, length)
+        buckets = buckets.scatter_add(-1, index, probs)
         return torch.matmul(buckets, self._table(self.value_tables, layer).to(probs.dtype))  # (b, h, n, d_h)
 
 
@@ -103,11 +122,75 @@ class MaterialisedShawPositions(ShawPositions):
     """
 
     def score_bias(self, layer, query, state):
-        relative_keys = self._table(self.key_tables, layer).to(query.dtype)[state]  # a^K: (n, n, d_h)
+        index = self._index(query.shape[2], query.device)
+        relative_keys = self._table(self.key_tables, layer).to(query.dtype)[index]  # a^K: (n, n, d_h)
         return torch.einsum("bhid,ijd->bhij", query, relative_keys) / math.sqrt(query.shape[-1])
 
     def value_term(self, layer, probs, state):
         if self.value_tables is None:
             return None
-        relative_values = self._table(self.value_tables, layer).to(probs.dtype)[state]  # a^V: (n, n, d_h)
+        index = self._index(probs.shape[2], probs.device)
+        relative_values = self._table(self.value_tables, layer).to(probs.dtype)[index]  # a^V: (n, n, d_h)
         return torch.einsum("bhij,ijd->bhid", probs, relative_values)
+
+
+def shaw_flex(q, k, v, block_mask, scale, profile, max_distance):
+    """FlexAttention with Shaw's key term read from the (b, h, n, 2k+1) profile inside the kernel.
+
+    The index is clamped, so it stays in range on masked entries too (an unclamped one measured 20x slower).
+    """
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        bucket = (kv_idx - q_idx).clamp(-max_distance, max_distance) + max_distance
+        return score + profile[b, h, q_idx, bucket]
+
+    return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
+
+
+class ShawChunkBias(ChunkBias):
+    """Shaw's terms for chunked attention: expand a per-bucket tensor to a row block by gathering the
+    clipped distance (forward), and sum a row block back into buckets by band plus edges (no scatter)."""
+
+    def __init__(self, profile, value_table, max_distance: int):
+        self.tensors = (profile,) if value_table is None else (profile, value_table)
+        self.has_values = value_table is not None
+        self.k = max_distance
+
+    def _expand(self, per_bucket, start, stop, length):
+        """(b, h, c, 2k+1) -> (b, h, c, n): entry (i, j) is bucket clip(j - i, k) + k of row i."""
+        rows = torch.arange(start, stop, device=per_bucket.device)[:, None]
+        index = (torch.arange(length, device=per_bucket.device)[None, :] - rows).clamp(
+            -self.k, self.k
+        ) + self.k
+        return per_bucket.gather(-1, index.expand(*per_bucket.shape[:2], -1, -1))
+
+    def _reduce(self, x, start, stop):
+        """(b, h, c, n) -> (b, h, c, 2k+1): the sum of each row over the keys of each clipped distance."""
+        length, k, device = x.shape[-1], self.k, x.device
+        rows = torch.arange(start, stop, device=device)[:, None]  # (c, 1)
+        columns = rows + torch.arange(1 - k, k, device=device)[None, :]  # (c, 2k-1): j = i + r, |r| < k
+        inside = (columns >= 0) & (columns < length)
+        band = x.gather(-1, columns.clamp(0, length - 1).expand(*x.shape[:2], -1, -1)) * inside
+        right_keys = torch.arange(length, device=device)[None, :] >= rows + k  # (c, n): j - i >= k
+        right = x.masked_fill(~right_keys, 0.0).sum(-1, keepdim=True)
+        left = x.sum(-1, keepdim=True) - band.sum(-1, keepdim=True) - right  # j - i <= -k: the rest
+        return torch.cat((left, band, right), dim=-1)
+
+    def scores(self, tensors, start, stop, length):
+        return self._expand(tensors[0][:, :, start:stop], start, stop, length).float()
+
+    def score_grads(self, tensors, start, stop, d_scores, grads):
+        if grads[0] is not None:
+            grads[0][:, :, start:stop] += self._reduce(d_scores, start, stop).to(grads[0].dtype)
+
+    def values(self, tensors, start, stop, probs):
+        # sum_r (sum_{j: clip(j-i) = r} alpha_ij) w^V_r: (b, h, c, d_h)
+        return torch.matmul(self._reduce(probs, start, stop), tensors[1].float())
+
+    def value_grads(self, tensors, start, stop, probs, d_out, grads):
+        table = tensors[1].float()  # (2k+1, d_h)
+        if grads[1] is not None:
+            buckets = self._reduce(probs, start, stop)  # (b, h, c, 2k+1)
+            grads[1] += torch.einsum("bhcr,bhcd->rd", buckets, d_out).to(grads[1].dtype)
+        # d alpha_ij += dz_i . w^V_clip(j-i)
+        return self._expand(torch.matmul(d_out, table.T), start, stop, probs.shape[-1])

@@ -5,6 +5,12 @@ j - i > 0 and half j - i <= 0; in each half, the first num_buckets / 4 distances
 own and larger ones share logarithmically wider buckets up to `max_distance`, beyond which all
 distances share the last bucket. The function matches HF's `T5Attention._relative_position_bucket`
 (tested). T5 computes the bias once and every layer reuses it (`shared=True`, the default).
+
+The bias depends on j - i only, so every path starts from one vector per head over the 2n - 1
+distances. The reference (`eager`) indexes it into (1, h, n, n); the chunked path builds row blocks
+and sums the gradient along diagonals (a pad-and-reshape skew, no scatter); FlexAttention computes
+the bucket in its kernel from the bucket boundaries (`t5_flex`) and reads the small (buckets, h) table.
+Buckets are computed on the CPU once, so every device and path agrees with HF's function exactly.
 """
 
 from __future__ import annotations
@@ -14,7 +20,9 @@ from typing import Any, ClassVar
 
 import torch
 from torch import nn
+from torch.nn.attention.flex_attention import flex_attention
 
+from kolong.models.encoder.chunked import ChunkBias
 from kolong.positions.base import PositionEncoding, kwarg_error, positive_int, table_count
 
 
@@ -78,19 +86,91 @@ class T5Positions(PositionEncoding):
         init.normal_(self.bias_tables, mean=0.0, std=std)
 
     def prepare(self, length, device, dtype):
-        position = torch.arange(length, device=device)
-        relative = position[None, :] - position[:, None]  # j - i: (n, n)
+        relative = torch.arange(1 - length, length)  # j - i for every distance: (2n-1,)
         buckets = relative_position_bucket(
             relative, self.options["num_buckets"], self.options["max_distance"]
         )
-        if self.bias_tables.shape[0] == 1:  # one bias for every layer, computed once
-            return {"buckets": buckets, "bias": self._bias(0, buckets, dtype)}
-        return {"buckets": buckets, "bias": None}
+        return {"buckets": buckets.to(device), "length": length, "bias": {}}
 
-    def _bias(self, layer, buckets, dtype):
-        return self.bias_tables[layer][buckets].permute(2, 0, 1)[None].to(dtype)  # (1, h, n, n)
+    def per_distance(self, layer, state, dtype) -> torch.Tensor:
+        """The bias of every distance j - i = 1-n .. n-1 for every head: (h, 2n-1)."""
+        return self.bias_tables[self._layer(layer)][state["buckets"]].T.to(dtype)
+
+    def _layer(self, layer):
+        return 0 if self.bias_tables.shape[0] == 1 else layer
 
     def score_bias(self, layer, query, state):
-        if state["bias"] is not None:
-            return state["bias"]
-        return self._bias(layer, state["buckets"], query.dtype)
+        key = self._layer(layer)
+        if key not in state["bias"]:  # a shared table: one (1, h, n, n) bias for every layer
+            length = state["length"]
+            position = torch.arange(length, device=query.device)
+            index = position[None, :] - position[:, None] + length - 1  # (n, n)
+            state["bias"][key] = self.per_distance(layer, state, query.dtype)[:, index][None]
+        return state["bias"][key]
+
+    def chunk_bias(self, layer, query, state):
+        return T5ChunkBias(self.per_distance(layer, state, query.dtype))
+
+    def flex_score(self, layer, query, state):
+        table = self.bias_tables[self._layer(layer)].to(query.dtype)  # (buckets, h)
+        return t5_flex, (table, self.options["num_buckets"], bucket_boundaries(**self._bucket_options()))
+
+    def _bucket_options(self):
+        return {"num_buckets": self.options["num_buckets"], "max_distance": self.options["max_distance"]}
+
+
+def bucket_boundaries(num_buckets: int, max_distance: int) -> tuple[int, ...]:
+    """The smallest |j - i| of each log-spaced bucket after the first one, read off the reference function."""
+    half = num_buckets // 2
+    distances = torch.arange(0, max_distance + 2)
+    buckets = relative_position_bucket(-distances, num_buckets, max_distance).tolist()  # j - i <= 0 half
+    exact = half // 2
+    return tuple(
+        next(distance for distance, value in enumerate(buckets) if value >= bucket)
+        for bucket in range(exact + 1, half)
+    )
+
+
+def t5_flex(q, k, v, block_mask, scale, table, num_buckets, boundaries):
+    """FlexAttention with T5's bias: the bucket of j - i computed from the bucket boundaries in the kernel."""
+    half = num_buckets // 2
+    exact = half // 2
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        relative = kv_idx - q_idx
+        distance = relative.abs()
+        bucket = torch.where(distance < exact, distance, exact)
+        for boundary in boundaries:
+            bucket = bucket + (distance >= boundary).to(bucket.dtype)
+        bucket = bucket + (relative > 0).to(bucket.dtype) * half
+        return score + table[bucket, h]
+
+    return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
+
+
+class T5ChunkBias(ChunkBias):
+    """Row blocks of the (h, 2n-1) per-distance bias; the gradient summed along diagonals."""
+
+    def __init__(self, per_distance):
+        self.tensors = (per_distance,)
+
+    def scores(self, tensors, start, stop, length):
+        device = tensors[0].device
+        index = (
+            torch.arange(length, device=device)[None, :] - torch.arange(start, stop, device=device)[:, None]
+        )
+        return tensors[0][:, index + length - 1].float()[None]  # (1, h, c, n)
+
+    def score_grads(self, tensors, start, stop, d_scores, grads):
+        if grads[0] is None:
+            return
+        x = d_scores.sum(0)  # (h, c, n)
+        heads, rows, length = x.shape
+        # Skew: padding each row on the left by c and re-reading the rows with width n + c + 1 puts
+        # entry (i, j) in column j - i + c, so the column sums are the sums along diagonals.
+        skewed = torch.nn.functional.pad(x, (rows, 0)).reshape(heads, -1)
+        skewed = torch.nn.functional.pad(skewed, (0, rows)).reshape(heads, rows, length + rows + 1)
+        diagonals = skewed.sum(1)  # (h, n + c + 1): column col holds local distance col - c
+        offset = length - 1 - rows - start  # index into the 2n - 1 distances of column 0
+        low, high = max(0, -offset), min(length + rows + 1, 2 * length - 1 - offset)
+        grads[0][:, offset + low : offset + high] += diagonals[:, low:high].to(grads[0].dtype)

@@ -29,7 +29,7 @@ from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput
 
 from kolong.models.byte.configuration import KolongByteConfig
 from kolong.models.byte.gbst import GBST
-from kolong.models.encoder.modeling import attention_dropout_mask
+from kolong.models.encoder.attention import attention_dropout_mask
 from kolong.positions.t5 import relative_position_bucket
 
 

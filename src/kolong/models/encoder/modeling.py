@@ -7,7 +7,6 @@ returns the standard transformers output dataclass with `loss`, so the `Trainer`
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -26,7 +25,9 @@ from transformers.modeling_outputs import (
 )
 
 from kolong.constants import POSITION_SCALING_KEY
+from kolong.models.encoder.attention import KolongAttention
 from kolong.models.encoder.configuration import KolongConfig
+from kolong.models.encoder.masks import AttentionMask
 from kolong.positions import PositionEncoding, build_position_encoding
 
 _ACTIVATIONS = {"gelu": F.gelu, "relu": F.relu, "swiglu": F.silu, "geglu": F.gelu}
@@ -59,77 +60,6 @@ class KolongEmbeddings(nn.Module):
     def finish(self, x: torch.Tensor) -> torch.Tensor:
         x = self.dropout(self.norm(x))
         return self.projection(x) if self.projection is not None else x  # (b, n, d)
-
-
-class KolongAttention(nn.Module):
-    """Multi-head self-attention through `scaled_dot_product_attention`.
-
-    Relative schemes enter as an additive logit bias passed with the padding mask as `attn_mask`;
-    RoPE rotates q and k; Shaw's value term takes the explicit path (it needs the probabilities).
-    """
-
-    def __init__(self, config: KolongConfig):
-        super().__init__()
-        self.heads = config.num_attention_heads
-        self.head_dim = config.head_dim
-        self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size, bias=config.attention_bias)
-        self.out = nn.Linear(config.hidden_size, config.hidden_size, bias=config.attention_bias)
-        self.dropout_p = config.attention_probs_dropout_prob
-
-    def forward(self, x, padding_bias, positions: PositionEncoding, layer: int, state) -> torch.Tensor:
-        batch, length, hidden = x.shape
-        qkv = self.qkv(x).view(batch, length, 3, self.heads, self.head_dim)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (b, h, n, d_h)
-        q, k = positions.rotate(layer, q, k, state)
-        dropout_p = self.dropout_p if self.training else 0.0
-        # SDPA's CPU kernels fall back to an unfused path with dropout anyway; the explicit path
-        # below draws its dropout mask 2-3x cheaper. Shaw's value term needs the probabilities.
-        if positions.needs_probabilities or (dropout_p > 0 and q.device.type == "cpu"):
-            context = self._attend_explicitly(q, k, v, padding_bias, positions, layer, state, dropout_p)
-        else:
-            bias = positions.score_bias(layer, q, state)  # (b|1, h, n, n) or None
-            if bias is None:
-                mask = padding_bias
-            elif padding_bias is None:
-                mask = bias
-            else:
-                mask = bias + padding_bias
-            context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
-        context = context.transpose(1, 2).reshape(batch, length, hidden)  # (b, n, d)
-        return self.out(context)
-
-    def _attend_explicitly(self, q, k, v, padding_bias, positions, layer, state, dropout_p) -> torch.Tensor:
-        scores = torch.matmul(q * (1.0 / math.sqrt(self.head_dim)), k.transpose(-1, -2))  # (b, h, n, n)
-        # Biases are added in place and dropped at once: no extra (b, h, n, n) tensor stays alive.
-        bias = positions.score_bias(layer, q, state)
-        if bias is not None:
-            scores = scores.add_(bias) if bias.shape == scores.shape else scores + bias
-            del bias
-        if padding_bias is not None:
-            scores = scores.add_(padding_bias)
-        probs = scores.softmax(dim=-1)
-        keep = 1.0
-        if dropout_p > 0:
-            dropped, keep = attention_dropout_mask(probs.shape, dropout_p, probs.device)
-            probs = probs.masked_fill(dropped, 0.0)
-        # The 1 / keep rescaling of dropout goes on v (n x d_h) rather than the probabilities (n x n).
-        context = torch.matmul(probs, v * (1.0 / keep) if keep != 1.0 else v)  # (b, h, n, d_h)
-        value_term = positions.value_term(layer, probs, state)
-        if value_term is not None:
-            context = context + (value_term * (1.0 / keep) if keep != 1.0 else value_term)
-        return context
-
-
-def attention_dropout_mask(shape, p: float, device) -> tuple[torch.Tensor, float]:
-    """Which attention probabilities to drop, and the exact keep probability.
-
-    Drawn as 16-bit integers (2-3x cheaper on CPU than `bernoulli_` on floats): P(drop) is p rounded
-    to a multiple of 1/65536, and the returned keep probability is the rounded one, so the expected
-    output is unchanged.
-    """
-    threshold = round(p * 65536)
-    bits = torch.randint(-32768, 32768, shape, dtype=torch.int16, device=device)
-    return bits < threshold - 32768, 1.0 - threshold / 65536
 
 
 class KolongFeedForward(nn.Module):
@@ -168,19 +98,21 @@ class KolongLayer(GradientCheckpointingLayer):
             self.attention_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
             self.feed_forward_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
 
-    def forward(self, x, padding_bias, positions, layer, state) -> torch.Tensor:
+    def forward(self, x, mask, positions, layer, state, output_attentions=False):
+        """(b, n, d) -> (b, n, d), and the attention weights when asked for (eager path)."""
         if self.norm_position == "post":
-            x = self.attention_norm(
-                x + self.dropout(self.attention(x, padding_bias, positions, layer, state))
-            )
-            return self.feed_forward_norm(x + self.dropout(self.feed_forward(x)))
+            attended, weights = self.attention(x, mask, positions, layer, state, output_attentions)
+            x = self.attention_norm(x + self.dropout(attended))
+            return self.feed_forward_norm(x + self.dropout(self.feed_forward(x))), weights
         if self.norm_position == "pre":
-            x = x + self.dropout(
-                self.attention(self.attention_norm(x), padding_bias, positions, layer, state)
+            attended, weights = self.attention(
+                self.attention_norm(x), mask, positions, layer, state, output_attentions
             )
-            return x + self.dropout(self.feed_forward(self.feed_forward_norm(x)))
-        x = x + self.attention_alpha * self.dropout(self.attention(x, padding_bias, positions, layer, state))
-        return x + self.feed_forward_alpha * self.dropout(self.feed_forward(x))
+            x = x + self.dropout(attended)
+            return x + self.dropout(self.feed_forward(self.feed_forward_norm(x))), weights
+        attended, weights = self.attention(x, mask, positions, layer, state, output_attentions)
+        x = x + self.attention_alpha * self.dropout(attended)
+        return x + self.feed_forward_alpha * self.dropout(self.feed_forward(x)), weights
 
 
 class KolongPreTrainedModel(PreTrainedModel):
@@ -188,6 +120,9 @@ class KolongPreTrainedModel(PreTrainedModel):
     config: KolongConfig
     base_model_prefix = "kolong"
     supports_gradient_checkpointing = True
+    # HF's attn_implementation values: eager (reference, returns weights), sdpa (default), flex_attention.
+    _supports_sdpa = True
+    _supports_flex_attn = True
     _no_split_modules: ClassVar[list[str]] = ["KolongLayer"]
 
     def post_init(self):
@@ -214,14 +149,6 @@ class KolongPreTrainedModel(PreTrainedModel):
         elif isinstance(module, KolongLayer) and module.norm_position == "rezero":
             init.zeros_(module.attention_alpha)
             init.zeros_(module.feed_forward_alpha)
-
-
-def padding_bias(attention_mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
-    """(b, n) 1/0 mask -> (b, 1, 1, n) additive bias, or None when nothing is padded."""
-    if attention_mask is None or bool(attention_mask.all()):
-        return None
-    bias = (1.0 - attention_mask[:, None, None, :].to(dtype)) * torch.finfo(dtype).min
-    return bias
 
 
 class KolongModel(KolongPreTrainedModel):
@@ -260,23 +187,22 @@ class KolongModel(KolongPreTrainedModel):
     ) -> BaseModelOutputWithPooling | tuple:
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("pass exactly one of input_ids and inputs_embeds")
-        if output_attentions:
-            raise ValueError(
-                "kolong's encoder attends through scaled_dot_product_attention and returns no weights"
-            )
+        mask = AttentionMask.from_attention_mask(attention_mask)
+        real = attention_mask if mask.documents is None else attention_mask.ne(0).long()
         x = self.embeddings.lookup(input_ids, inputs_embeds, token_type_ids)  # (b, n, e)
-        x = self.positions(x, input_ids=input_ids, position_ids=position_ids, attention_mask=attention_mask)
+        x = self.positions(x, input_ids=input_ids, position_ids=position_ids, attention_mask=real)
         x = self.embeddings.finish(x)  # (b, n, d)
 
-        length = x.shape[1]
-        state = self.positions.prepare(length, x.device, x.dtype)
-        bias = padding_bias(attention_mask, x.dtype)  # (b, 1, 1, n) or None
+        state = self.positions.prepare(x.shape[1], x.device, x.dtype)
         hidden_states = [x] if output_hidden_states else None
+        attentions = [] if output_attentions else None
         for depth in range(self.config.num_hidden_layers):
             layer = self.layers[0 if self.config.share_layers else depth]
-            x = layer(x, bias, self.positions, depth, state)
+            x, weights = layer(x, mask, self.positions, depth, state, bool(output_attentions))
             if hidden_states is not None:
                 hidden_states.append(x)
+            if attentions is not None:
+                attentions.append(weights)  # (b, h, n, n)
         if self.final_norm is not None:
             x = self.final_norm(x)
             if hidden_states is not None:
@@ -287,6 +213,7 @@ class KolongModel(KolongPreTrainedModel):
             last_hidden_state=x,
             pooler_output=pooled,
             hidden_states=tuple(hidden_states) if hidden_states is not None else None,
+            attentions=tuple(attentions) if attentions is not None else None,
         )
         return output if return_dict is not False else output.to_tuple()
 
@@ -348,7 +275,9 @@ class KolongForMaskedLM(KolongPreTrainedModel):
         logits, loss = self.lm_head.logits_and_loss(
             outputs.last_hidden_state, labels, self.config.sparse_prediction
         )
-        output = MaskedLMOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states)
+        output = MaskedLMOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
         return _wrap(output, return_dict)
 
 
@@ -360,6 +289,7 @@ class KolongForPreTrainingOutput(ModelOutput):
     prediction_logits: torch.Tensor | None = None
     sop_logits: torch.Tensor | None = None
     hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
 
 
 class KolongForPreTraining(KolongPreTrainedModel):
@@ -395,7 +325,8 @@ class KolongForPreTraining(KolongPreTrainedModel):
             sop_loss = F.cross_entropy(sop_logits.float(), sentence_order_label.view(-1))
             loss = sop_loss if loss is None else loss + sop_loss
         output = KolongForPreTrainingOutput(loss=loss, prediction_logits=logits, sop_logits=sop_logits,
-                                            hidden_states=outputs.hidden_states)  # fmt: skip
+                                            hidden_states=outputs.hidden_states,
+                                            attentions=outputs.attentions)  # fmt: skip
         return _wrap(output, return_dict)
 
 
@@ -424,7 +355,11 @@ class KolongForQuestionAnswering(KolongPreTrainedModel):
                 + F.cross_entropy(end_logits.float(), end, ignore_index=ignored)
             ) / 2
         output = QuestionAnsweringModelOutput(
-            loss=loss, start_logits=start_logits, end_logits=end_logits, hidden_states=outputs.hidden_states
+            loss=loss,
+            start_logits=start_logits,
+            end_logits=end_logits,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
         )
         return _wrap(output, return_dict)
 
@@ -466,7 +401,9 @@ class KolongForSequenceClassification(KolongPreTrainedModel):
         )
         logits = self.classifier(self.dropout(pooled))  # (b, labels)
         loss = classification_loss(self.config, logits, labels) if labels is not None else None
-        output = SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states)
+        output = SequenceClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
         return _wrap(output, return_dict)
 
 
@@ -492,5 +429,7 @@ class KolongForTokenClassification(KolongPreTrainedModel):
             loss = F.cross_entropy(
                 logits.view(-1, self.config.num_labels).float(), labels.view(-1), ignore_index=-100
             )
-        output = TokenClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states)
+        output = TokenClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
         return _wrap(output, return_dict)

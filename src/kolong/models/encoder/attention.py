@@ -1,0 +1,115 @@
+"""Multi-head self-attention of kolong's encoder, on three paths chosen by HF's `attn_implementation`.
+
+- `eager`: the reference. Scores, the scheme's (b|1, h, n, n) bias and probabilities are materialised;
+  the only path that returns attention weights (`output_attentions=True`).
+- `sdpa` (HF's default, and kolong's): the fastest exact path for the device. Schemes without a
+  logit bias (learned, sinusoidal, memn2n, rope, none) call `scaled_dot_product_attention`. Schemes
+  with one (shaw, t5, alibi) run through FlexAttention on CUDA when there is no attention dropout to
+  apply, and otherwise through the chunked exact path (`chunked.py`: linear memory, no scatter).
+- `flex_attention`: FlexAttention always (forward-only on CPU; no attention dropout), except Shaw's
+  value term, which has no flex form and takes the chunked path.
+
+Every path reads the same `AttentionMask` (padding, packed documents, local + global windows).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from kolong.models.encoder.chunked import attention_dropout_mask, chunked_attention
+from kolong.models.encoder.masks import AttentionMask
+from kolong.positions import PositionEncoding
+
+IMPLEMENTATIONS = ("eager", "sdpa", "flex_attention")
+__all__ = ["IMPLEMENTATIONS", "KolongAttention", "attention_dropout_mask"]
+
+
+class KolongAttention(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.config = config  # read at each call: `model.set_attn_implementation(...)` switches paths
+        self.heads = config.num_attention_heads
+        self.head_dim = config.head_dim
+        self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size, bias=config.attention_bias)
+        self.out = nn.Linear(config.hidden_size, config.hidden_size, bias=config.attention_bias)
+        self.dropout_p = config.attention_probs_dropout_prob
+
+    def forward(self, x, mask: AttentionMask, positions: PositionEncoding, layer: int, state,
+                output_attentions: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:  # fmt: skip
+        batch, length, hidden = x.shape
+        qkv = self.qkv(x).view(batch, length, 3, self.heads, self.head_dim)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (b, h, n, d_h)
+        q, k = positions.rotate(layer, q, k, state)
+        dropout_p = self.dropout_p if self.training else 0.0
+        implementation = self.config._attn_implementation or "sdpa"
+        weights = None
+        if implementation == "eager" or output_attentions:
+            if implementation != "eager":
+                raise ValueError(
+                    f"attention weights come from the eager path, and this model attends with {implementation!r}: "
+                    "load it with attn_implementation='eager' or call model.set_attn_implementation('eager')"
+                )
+            context, weights = self._attend_explicitly(q, k, v, mask, positions, layer, state, dropout_p)
+        elif implementation == "flex_attention":
+            context = self._attend_flex(q, k, v, mask, positions, layer, state, dropout_p, explicit=True)
+        else:
+            context = self._attend_fused(q, k, v, mask, positions, layer, state, dropout_p)
+        context = context.transpose(1, 2).reshape(batch, length, hidden)  # (b, n, d)
+        return self.out(context), weights
+
+    def _attend_fused(self, q, k, v, mask, positions, layer, state, dropout_p):
+        bias = positions.chunk_bias(layer, q, state)
+        if bias is None and mask.keys_only:
+            if dropout_p > 0 and q.device.type == "cpu":
+                # SDPA's CPU kernels fall back to an unfused path with dropout anyway; the explicit path
+                # draws its dropout mask 2-3x cheaper.
+                return self._attend_explicitly(q, k, v, mask, positions, layer, state, dropout_p)[0]
+            padding = mask.additive(k.shape[2], q.dtype, q.device)  # (b, 1, 1, n) or None
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=padding, dropout_p=dropout_p)
+        if q.device.type == "cuda" and dropout_p == 0 and not positions.needs_probabilities:
+            return self._attend_flex(q, k, v, mask, positions, layer, state, dropout_p, explicit=False)
+        return chunked_attention(q, k, v, None if mask.empty else mask, bias, dropout_p)
+
+    def _attend_flex(self, q, k, v, mask, positions, layer, state, dropout_p, explicit: bool):
+        from kolong.models.encoder import flex
+
+        if positions.needs_probabilities:  # Shaw's value term: the chunked exact path
+            bias = positions.chunk_bias(layer, q, state)
+            return chunked_attention(q, k, v, None if mask.empty else mask, bias, dropout_p)
+        if explicit:
+            flex.check_flex(q, dropout_p)
+        block_mask = mask.block_mask(q.shape[0], k.shape[2], q.device)  # built once, shared by the layers
+        scale = 1.0 / math.sqrt(self.head_dim)
+        score = positions.flex_score(layer, q, state)
+        if score is None:
+            return flex.flex_call(flex.plain_flex, q, k, v, block_mask, scale)
+        function, tensors = score
+        return flex.flex_call(function, q, k, v, block_mask, scale, *tensors)
+
+    def _attend_explicitly(self, q, k, v, mask, positions, layer, state, dropout_p):
+        """The reference: everything materialised. Returns the context and the attention probabilities."""
+        scores = torch.matmul(q * (1.0 / math.sqrt(self.head_dim)), k.transpose(-1, -2))  # (b, h, n, n)
+        # Biases are added in place and dropped at once: no extra (b, h, n, n) tensor stays alive.
+        bias = positions.score_bias(layer, q, state)
+        if bias is not None:
+            scores = scores.add_(bias) if bias.shape == scores.shape else scores + bias
+            del bias
+        additive = mask.additive(k.shape[2], scores.dtype, scores.device)
+        if additive is not None:
+            scores = scores.add_(additive) if additive.shape == scores.shape else scores + additive
+        probs = scores.softmax(dim=-1)
+        weights = probs
+        keep = 1.0
+        if dropout_p > 0:
+            dropped, keep = attention_dropout_mask(probs.shape, dropout_p, probs.device)
+            probs = probs.masked_fill(dropped, 0.0)
+        # The 1 / keep rescaling of dropout goes on v (n x d_h) rather than the probabilities (n x n).
+        context = torch.matmul(probs, v * (1.0 / keep) if keep != 1.0 else v)  # (b, h, n, d_h)
+        value_term = positions.value_term(layer, probs, state)
+        if value_term is not None:
+            context = context + (value_term * (1.0 / keep) if keep != 1.0 else value_term)
+        return context, weights

@@ -1,0 +1,152 @@
+"""Exact attention with relative-position terms, chunked over queries: memory linear in n, no scatter.
+
+    S = q k^T / sqrt(d) + B + mask,   P = softmax(S),   O = P' v + reduce(P') W^V    (P' = dropout(P))
+
+processed `chunk` query rows at a time. The forward keeps only q, k, v, O and the log-sum-exp of each
+row; the backward recomputes S and P per row block (as FlashAttention does) and writes the gradients
+of the bias inputs itself, so no (n, n) tensor outlives one block and no scatter kernel runs:
+
+    dP = dO v^T (+ expand(dO W^V^T)),   dS = P * (dP - rowsum(P * dP)),
+    dq = dS k / sqrt(d),   dk = dS^T q / sqrt(d),   dv = P'^T dO,   d(bias inputs) = the scheme's reduction of dS.
+
+A scheme describes its bias by a `ChunkBias`: the tensors autograd tracks (Shaw's q.w^K profile,
+T5's per-distance vector) and how to build a row block of the bias from them and reduce a row block
+of dS back onto them. Dropout masks are drawn from a per-call seed and redrawn in the backward.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+# Row blocks hold about this many scores (b x h x c x n) at a time: 2^24 floats = 64 MiB in fp32.
+BLOCK_SCORES = 2**24
+
+
+class ChunkBias:
+    """A relative-position term of the attention logits, built and differentiated one row block at a time.
+
+    `tensors` are the inputs autograd tracks; `grads` passed to the `*_grads` methods are zero tensors of
+    the same shapes (None for tensors that need no gradient), which the methods add into.
+    """
+
+    tensors: tuple[torch.Tensor, ...] = ()
+    has_values: bool = False  # Shaw's value term: O += reduce(P') W^V
+
+    def scores(self, tensors, start: int, stop: int, length: int) -> torch.Tensor:
+        """Additive logits of query rows start..stop-1: (b|1, h, c, n)."""
+        raise NotImplementedError
+
+    def score_grads(self, tensors, start: int, stop: int, d_scores: torch.Tensor, grads: list) -> None:
+        """Add the gradient of the bias inputs, given dL/dS of the row block (b, h, c, n)."""
+
+    def values(self, tensors, start: int, stop: int, probs: torch.Tensor) -> torch.Tensor:
+        """The value term of the row block: (b, h, c, d_h)."""
+        raise NotImplementedError
+
+    def value_grads(self, tensors, start, stop, probs, d_out, grads: list) -> torch.Tensor:
+        """Add the value inputs' gradients; return the value term's part of dL/dP' (b, h, c, n)."""
+        raise NotImplementedError
+
+
+def block_rows(batch: int, heads: int, length: int) -> int:
+    """Query rows per block: the scores of one block stay near BLOCK_SCORES entries."""
+    return max(16, min(length, BLOCK_SCORES // max(1, batch * heads * length)))
+
+
+def attention_dropout_mask(shape, p: float, device, generator=None) -> tuple[torch.Tensor, float]:
+    """Which attention probabilities to drop, and the exact keep probability.
+
+    Drawn as 16-bit integers (2-3x cheaper on CPU than `bernoulli_` on floats): P(drop) is p rounded
+    to a multiple of 1/65536, and the returned keep probability is the rounded one, so the expected
+    output is unchanged.
+    """
+    threshold = round(p * 65536)
+    bits = torch.randint(-32768, 32768, shape, dtype=torch.int16, device=device, generator=generator)
+    return bits < threshold - 32768, 1.0 - threshold / 65536
+
+
+def _dropped(shape, p: float, seed: int, device) -> tuple[torch.Tensor, float]:
+    generator = torch.Generator(device=device).manual_seed(seed)
+    return attention_dropout_mask(shape, p, device, generator)
+
+
+class _ChunkedAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, mask, bias, dropout_p, *tensors):
+        batch, heads, length, head_dim = q.shape
+        scale = 1.0 / math.sqrt(head_dim)
+        rows = block_rows(batch, heads, length)
+        seed = int(torch.randint(0, 2**62, (), device="cpu")) if dropout_p > 0 else 0
+        out = torch.empty_like(q)
+        lse = q.new_empty(batch, heads, length, dtype=torch.float32)
+        for index, start in enumerate(range(0, length, rows)):
+            stop = min(start + rows, length)
+            probs, lse[:, :, start:stop] = _probabilities(q, k, mask, bias, tensors, start, stop, scale)
+            if dropout_p > 0:
+                dropped, keep = _dropped(probs.shape, dropout_p, seed + index, q.device)
+                probs = probs.masked_fill_(dropped, 0.0).mul_(1.0 / keep)
+            block = torch.matmul(probs.to(v.dtype), v)  # (b, h, c, d_h)
+            if bias is not None and bias.has_values:
+                block = block + bias.values(tensors, start, stop, probs).to(block.dtype)
+            out[:, :, start:stop] = block
+        ctx.save_for_backward(q, k, v, lse, *tensors)
+        ctx.mask, ctx.bias, ctx.dropout_p, ctx.seed, ctx.rows = mask, bias, dropout_p, seed, rows
+        return out
+
+    @staticmethod
+    def backward(ctx, d_out):
+        q, k, v, lse, *tensors = ctx.saved_tensors
+        mask, bias, dropout_p, rows = ctx.mask, ctx.bias, ctx.dropout_p, ctx.rows
+        length, scale = q.shape[2], 1.0 / math.sqrt(q.shape[-1])
+        d_q, d_k, d_v = (
+            torch.zeros_like(q),
+            torch.zeros_like(k, dtype=torch.float32),
+            torch.zeros_like(v, dtype=torch.float32),
+        )
+        grads = [torch.zeros_like(t) if t.requires_grad else None for t in tensors]
+        for index, start in enumerate(range(0, length, rows)):
+            stop = min(start + rows, length)
+            probs = _probabilities(q, k, mask, bias, tensors, start, stop, scale, lse[:, :, start:stop])[0]
+            kept, keep = probs, 1.0
+            if dropout_p > 0:
+                dropped, keep = _dropped(probs.shape, dropout_p, ctx.seed + index, q.device)
+                kept = probs.masked_fill(dropped, 0.0).mul_(1.0 / keep)
+            d_block = d_out[:, :, start:stop].float()  # (b, h, c, d_h)
+            d_kept = torch.matmul(d_block, v.float().transpose(-1, -2))  # (b, h, c, n)
+            if bias is not None and bias.has_values:
+                d_kept += bias.value_grads(tensors, start, stop, kept, d_block, grads)
+            d_v += torch.matmul(kept.transpose(-1, -2), d_block)
+            d_probs = d_kept.masked_fill_(dropped, 0.0).mul_(1.0 / keep) if dropout_p > 0 else d_kept
+            # dS = P * (dP - sum_j P dP): the softmax backward, in place on dP.
+            d_scores = d_probs.sub_((probs * d_probs).sum(-1, keepdim=True)).mul_(probs)
+            q_block = q[:, :, start:stop].float()
+            d_q[:, :, start:stop] = (torch.matmul(d_scores, k.float()) * scale).to(q.dtype)
+            d_k += torch.matmul(d_scores.transpose(-1, -2), q_block) * scale
+            if bias is not None:
+                bias.score_grads(tensors, start, stop, d_scores, grads)
+        return (d_q, d_k.to(k.dtype), d_v.to(v.dtype), None, None, None, *grads)
+
+
+def _probabilities(q, k, mask, bias, tensors, start, stop, scale, lse=None):
+    """Softmax probabilities of rows start..stop-1 in float32 (b, h, c, n) and their log-sum-exp (b, h, c).
+
+    Rows with no allowed key get probabilities 0 (and log-sum-exp 0) rather than NaN.
+    """
+    scores = torch.matmul(q[:, :, start:stop] * scale, k.transpose(-1, -2)).float()  # (b, h, c, n)
+    if bias is not None:
+        scores += bias.scores(tensors, start, stop, k.shape[2])
+    allowed = mask.rows(start, stop, k.shape[2], q.device) if mask is not None else None
+    if allowed is not None:
+        scores.masked_fill_(~allowed, float("-inf"))
+    if lse is None:
+        lse = torch.logsumexp(scores, dim=-1)
+        lse = lse.masked_fill(lse == float("-inf"), 0.0)
+    return scores.sub_(lse[..., None]).exp_(), lse
+
+
+def chunked_attention(q, k, v, mask=None, bias: ChunkBias | None = None, dropout_p: float = 0.0):
+    """softmax(q k^T / sqrt(d) + bias + mask) v (+ the bias's value term): (b, h, n, d_h), exact."""
+    tensors = bias.tensors if bias is not None else ()
+    return _ChunkedAttention.apply(q, k, v, mask, bias, dropout_p, *tensors)

@@ -1,0 +1,124 @@
+"""The one mask interface of kolong's encoder: which key each query may attend to.
+
+    allowed(b, i, j) = real[b, j]                                    (padding)
+                     and document[b, i] == document[b, j]            (packed documents)
+                     and (|i - j| <= window or global[b, i] or global[b, j])   (local + global)
+
+Every attention path reads the same `AttentionMask`: the eager reference as an additive (b, 1, n, n)
+bias, the chunked exact path row block by row block (`rows`), FlexAttention as a `mask_mod` and a
+block mask whose empty blocks are skipped. `attention_mask` keeps HF's meaning (1 = token, 0 =
+padding) and extends it for packing: a row holding document numbers 1, 2, 3, ... packs several
+documents, and attention never crosses from one to another.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class AttentionMask:
+    real: torch.Tensor | None = None  # (b, n) bool: keys that are tokens, not padding
+    documents: torch.Tensor | None = None  # (b, n) long: packed document numbers, 0 = padding
+    window: int | None = None  # local attention: |i - j| <= window
+    global_tokens: torch.Tensor | None = None  # (b, n) bool: see and are seen by every token
+    _block_mask: object = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def from_attention_mask(
+        cls,
+        attention_mask: torch.Tensor | None,
+        *,
+        window: int | None = None,
+        global_tokens: torch.Tensor | None = None,
+    ) -> AttentionMask:
+        """HF's (b, n) mask, 0 for padding and 1 (or document numbers 1, 2, ...) for tokens."""
+        if attention_mask is None:
+            return cls(window=window, global_tokens=global_tokens)
+        if attention_mask.dim() != 2:
+            raise ValueError(
+                f"attention_mask must be (batch, length) with 0 for padding and 1 (or document numbers) "
+                f"for tokens, got shape {tuple(attention_mask.shape)}"
+            )
+        real = attention_mask != 0
+        packed = not attention_mask.dtype.is_floating_point and bool((attention_mask > 1).any())
+        return cls(
+            real=None if bool(real.all()) else real,
+            documents=attention_mask.long() if packed else None,
+            window=window,
+            global_tokens=global_tokens,
+        )
+
+    @property
+    def keys_only(self) -> bool:
+        """True when the mask depends on the key alone (padding), so a (b, 1, 1, n) bias expresses it."""
+        return self.documents is None and self.window is None
+
+    @property
+    def empty(self) -> bool:
+        return self.real is None and self.keys_only
+
+    def rows(self, start: int, stop: int, length: int, device) -> torch.Tensor | None:
+        """Allowed keys of queries start..stop-1: bool (b|1, 1, c|1, n), or None when all are allowed."""
+        allowed = None if self.real is None else self.real[:, None, None, :]  # (b, 1, 1, n)
+        if self.documents is not None:
+            same = (
+                self.documents[:, None, start:stop, None] == self.documents[:, None, None, :]
+            )  # (b, 1, c, n)
+            allowed = same if allowed is None else allowed & same
+        if self.window is not None:
+            query = torch.arange(start, stop, device=device)[:, None]
+            near = (torch.arange(length, device=device)[None, :] - query).abs() <= self.window  # (c, n)
+            near = near[None, None]
+            if self.global_tokens is not None:
+                near = (
+                    near
+                    | self.global_tokens[:, None, start:stop, None]
+                    | self.global_tokens[:, None, None, :]
+                )
+            allowed = near if allowed is None else allowed & near
+        return allowed
+
+    def additive(self, length: int, dtype: torch.dtype, device) -> torch.Tensor | None:
+        """The eager path's additive form: 0 where allowed, the dtype's minimum elsewhere."""
+        allowed = self.rows(0, length, length, device)
+        if allowed is None:
+            return None
+        return torch.zeros((), dtype=dtype, device=device).masked_fill(~allowed, torch.finfo(dtype).min)
+
+    def mask_mod(self):
+        """FlexAttention's mask_mod(b, h, q, kv) -> bool, reading this mask's tensors; None if all allowed."""
+        if self.empty:
+            return None
+        real, documents, window, global_tokens = self.real, self.documents, self.window, self.global_tokens
+
+        def mask_mod(b, h, q_idx, kv_idx):
+            allowed = q_idx >= 0  # all True, in the index's shape
+            if real is not None:
+                allowed = allowed & real[b, kv_idx]
+            if documents is not None:
+                allowed = allowed & (documents[b, q_idx] == documents[b, kv_idx])
+            if window is not None:
+                near = (q_idx - kv_idx).abs() <= window
+                if global_tokens is not None:
+                    near = near | global_tokens[b, q_idx] | global_tokens[b, kv_idx]
+                allowed = allowed & near
+            return allowed
+
+        return mask_mod
+
+    def block_mask(self, batch: int, length: int, device):
+        """FlexAttention's BlockMask (blocks with no allowed entry are skipped), or None if all allowed.
+
+        Built on first use and kept: every layer of one forward shares it.
+        """
+        mask_mod = self.mask_mod()
+        if mask_mod is None:
+            return None
+        if self._block_mask is None:
+            from torch.nn.attention.flex_attention import create_block_mask
+
+            self._block_mask = create_block_mask(mask_mod, batch, None, length, length, device=device)
+        return self._block_mask
