@@ -134,7 +134,9 @@ def test_encoder_benchmark_measures_memory_in_a_worker_process_per_cell():
                                  tokens_per_step=64, repeats=1)  # fmt: skip
     rows = {row["implementation"]: row for row in run_benchmark(EncoderBenchmark(), args)["results"]}
     assert rows["learned"]["training_peak_mb_vs_learned"] == 1.0
-    assert rows["shaw-naive"]["inference_peak_mb"] >= 0 and "training_peak_mb_vs_learned" in rows["shaw-naive"]
+    assert (
+        rows["shaw-naive"]["inference_peak_mb"] >= 0 and "training_peak_mb_vs_learned" in rows["shaw-naive"]
+    )
 
 
 def test_encoder_benchmark_rejects_unknown_implementations():

@@ -72,6 +72,20 @@ def test_interrupt_and_resume_gives_the_same_loss_curve(corpus, tmp_path):
         assert a == pytest.approx(b, rel=1e-4, abs=1e-4), f"step {step}"
 
 
+def test_fused_attention_gives_the_reference_loss_curve(corpus, tmp_path):
+    """`pretrain mlm --position shaw`: the default (chunked exact) path and the eager reference train alike."""
+    curves = {}
+    for implementation in ("eager", "sdpa"):
+        args = arguments(corpus, tmp_path / implementation, position_encoding="shaw", max_steps=20, eval_every="20",
+                         save_steps=None, attn_implementation=implementation,
+                         overrides={"attention_probs_dropout_prob": 0.0})  # fmt: skip
+        pretrain_mlm(args)
+        curves[implementation] = losses(tmp_path / implementation)
+    assert len(curves["sdpa"]) == 20
+    for (step, a), (_, b) in zip(curves["eager"], curves["sdpa"], strict=True):
+        assert a == pytest.approx(b, rel=1e-3), f"step {step}"
+
+
 def test_bad_input_is_refused_before_training(corpus, tmp_path):
     with pytest.raises(ValueError, match="--preset: 'huge' is not one of"):
         prepare(arguments(corpus, tmp_path / "x", preset="huge"))

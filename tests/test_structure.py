@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import PYLINT_KEY, pylint_duplicates_command
+
 SRC = Path(__file__).resolve().parents[1] / "src"
 MODELING_FILES = {"modeling.py"}  # HF's single-model-file policy: one model's modeling file may be long
 MAX_LINES = 400
@@ -116,17 +118,19 @@ def test_files_are_small_enough_to_read_in_one_go():
     assert not long, f"files over {MAX_LINES} lines: {long}"
 
 
-def test_little_repeated_code():
-    """pylint's duplicate-code check, blocks of 6 or more lines (comments, docstrings, imports ignored)."""
+def test_little_repeated_code(request):
+    """pylint's duplicate-code check (started beside the other tests by conftest.py when pylint is installed)."""
     if shutil.which("pylint") is None and not _has_module("pylint"):
         pytest.skip("pylint is not installed (it is in the test extras)")
-    result = subprocess.run(
-        [sys.executable, "-m", "pylint", "--disable=all", "--enable=duplicate-code", "--min-similarity-lines=6",
-         "--score=n", str(SRC / "kolong")],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    pairs = result.stdout.count("Similar lines in")
-    assert pairs <= MAX_DUPLICATE_PAIRS, result.stdout
+    process = request.config.stash.get(PYLINT_KEY, None)
+    if process is not None:
+        stdout, _ = process.communicate()
+    else:
+        stdout = subprocess.run(
+            pylint_duplicates_command(), capture_output=True, text=True, check=False
+        ).stdout
+    pairs = stdout.count("Similar lines in")
+    assert pairs <= MAX_DUPLICATE_PAIRS, stdout
 
 
 def _has_module(name: str) -> bool:

@@ -177,7 +177,7 @@ class ShawChunkBias(ChunkBias):
         return torch.cat((left, band, right), dim=-1)
 
     def scores(self, tensors, start, stop, length):
-        return self._expand(tensors[0][:, :, start:stop], start, stop, length).float()
+        return self._expand(tensors[0][:, :, start:stop], start, stop, length)
 
     def score_grads(self, tensors, start, stop, d_scores, grads):
         if grads[0] is not None:
@@ -185,10 +185,10 @@ class ShawChunkBias(ChunkBias):
 
     def values(self, tensors, start, stop, probs):
         # sum_r (sum_{j: clip(j-i) = r} alpha_ij) w^V_r: (b, h, c, d_h)
-        return torch.matmul(self._reduce(probs, start, stop), tensors[1].float())
+        return torch.matmul(self._reduce(probs, start, stop), tensors[1].to(probs.dtype))
 
     def value_grads(self, tensors, start, stop, probs, d_out, grads):
-        table = tensors[1].float()  # (2k+1, d_h)
+        table = tensors[1].to(probs.dtype)  # (2k+1, d_h)
         if grads[1] is not None:
             buckets = self._reduce(probs, start, stop)  # (b, h, c, 2k+1)
             grads[1] += torch.einsum("bhcr,bhcd->rd", buckets, d_out).to(grads[1].dtype)

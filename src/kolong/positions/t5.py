@@ -159,7 +159,7 @@ class T5ChunkBias(ChunkBias):
         index = (
             torch.arange(length, device=device)[None, :] - torch.arange(start, stop, device=device)[:, None]
         )
-        return tensors[0][:, index + length - 1].float()[None]  # (1, h, c, n)
+        return tensors[0][:, index + length - 1][None]  # (1, h, c, n)
 
     def score_grads(self, tensors, start, stop, d_scores, grads):
         if grads[0] is None:

@@ -365,9 +365,10 @@ class PretrainArguments(RecipeArguments):
     position_encoding: str = option(
         "learned", "Position scheme (see `kolong plot positions --help`).", kind="scheme"
     )
-    position_kwargs: dict = option(
-        {}, "Scheme options as JSON, e.g. '{\"max_distance\": 16}'.", check=must_be_json_object
-    )
+    position_kwargs: dict = option({}, "Scheme options as JSON, e.g. '{\"max_distance\": 16}'.",
+                                   check=must_be_json_object)  # fmt: skip
+    attn_implementation: str = option("sdpa", "sdpa (fused), flex_attention or eager (reference).",
+                                      choices=("sdpa", "flex_attention", "eager"))  # fmt: skip
     tokenizer: str | None = option(None, "Tokenizer directory (default: the corpus's).")
     masking: str = option(
         "token",

@@ -108,6 +108,7 @@ def prepare(args: PretrainArguments):
             **{"sparse_prediction": True, **model_fields},
         )
         model = model_class(config)
+    model.set_attn_implementation(args.attn_implementation)
     rank = int(os.environ.get("RANK", "0"))  # each data-parallel process masks its own batches differently
     collator = MaskingCollator.for_tokenizer(
         tokenizer,

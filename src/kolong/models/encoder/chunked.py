@@ -80,7 +80,7 @@ class _ChunkedAttention(torch.autograd.Function):
         rows = block_rows(batch, heads, length)
         seed = int(torch.randint(0, 2**62, (), device="cpu")) if dropout_p > 0 else 0
         out = torch.empty_like(q)
-        lse = q.new_empty(batch, heads, length, dtype=torch.float32)
+        lse = q.new_empty(batch, heads, length, dtype=_exact(q))
         for index, start in enumerate(range(0, length, rows)):
             stop = min(start + rows, length)
             probs, lse[:, :, start:stop] = _probabilities(q, k, mask, bias, tensors, start, stop, scale)
@@ -100,11 +100,8 @@ class _ChunkedAttention(torch.autograd.Function):
         q, k, v, lse, *tensors = ctx.saved_tensors
         mask, bias, dropout_p, rows = ctx.mask, ctx.bias, ctx.dropout_p, ctx.rows
         length, scale = q.shape[2], 1.0 / math.sqrt(q.shape[-1])
-        d_q, d_k, d_v = (
-            torch.zeros_like(q),
-            torch.zeros_like(k, dtype=torch.float32),
-            torch.zeros_like(v, dtype=torch.float32),
-        )
+        exact = _exact(q)
+        d_q, d_k, d_v = torch.zeros_like(q), torch.zeros_like(k, dtype=exact), torch.zeros_like(v, dtype=exact)
         grads = [torch.zeros_like(t) if t.requires_grad else None for t in tensors]
         for index, start in enumerate(range(0, length, rows)):
             stop = min(start + rows, length)
@@ -113,16 +110,16 @@ class _ChunkedAttention(torch.autograd.Function):
             if dropout_p > 0:
                 dropped, keep = _dropped(probs.shape, dropout_p, ctx.seed + index, q.device)
                 kept = probs.masked_fill(dropped, 0.0).mul_(1.0 / keep)
-            d_block = d_out[:, :, start:stop].float()  # (b, h, c, d_h)
-            d_kept = torch.matmul(d_block, v.float().transpose(-1, -2))  # (b, h, c, n)
+            d_block = d_out[:, :, start:stop].to(exact)  # (b, h, c, d_h)
+            d_kept = torch.matmul(d_block, v.to(exact).transpose(-1, -2))  # (b, h, c, n)
             if bias is not None and bias.has_values:
                 d_kept += bias.value_grads(tensors, start, stop, kept, d_block, grads)
             d_v += torch.matmul(kept.transpose(-1, -2), d_block)
             d_probs = d_kept.masked_fill_(dropped, 0.0).mul_(1.0 / keep) if dropout_p > 0 else d_kept
             # dS = P * (dP - sum_j P dP): the softmax backward, in place on dP.
             d_scores = d_probs.sub_((probs * d_probs).sum(-1, keepdim=True)).mul_(probs)
-            q_block = q[:, :, start:stop].float()
-            d_q[:, :, start:stop] = (torch.matmul(d_scores, k.float()) * scale).to(q.dtype)
+            q_block = q[:, :, start:stop].to(exact)
+            d_q[:, :, start:stop] = (torch.matmul(d_scores, k.to(exact)) * scale).to(q.dtype)
             d_k += torch.matmul(d_scores.transpose(-1, -2), q_block) * scale
             if bias is not None:
                 bias.score_grads(tensors, start, stop, d_scores, grads)
@@ -130,11 +127,11 @@ class _ChunkedAttention(torch.autograd.Function):
 
 
 def _probabilities(q, k, mask, bias, tensors, start, stop, scale, lse=None):
-    """Softmax probabilities of rows start..stop-1 in float32 (b, h, c, n) and their log-sum-exp (b, h, c).
+    """Softmax probabilities of rows start..stop-1 in float32 or wider (b, h, c, n), and their log-sum-exp.
 
     Rows with no allowed key get probabilities 0 (and log-sum-exp 0) rather than NaN.
     """
-    scores = torch.matmul(q[:, :, start:stop] * scale, k.transpose(-1, -2)).float()  # (b, h, c, n)
+    scores = torch.matmul(q[:, :, start:stop] * scale, k.transpose(-1, -2)).to(_exact(q))  # (b, h, c, n)
     if bias is not None:
         scores += bias.scores(tensors, start, stop, k.shape[2])
     allowed = mask.rows(start, stop, k.shape[2], q.device) if mask is not None else None
@@ -144,6 +141,11 @@ def _probabilities(q, k, mask, bias, tensors, start, stop, scale, lse=None):
         lse = torch.logsumexp(scores, dim=-1)
         lse = lse.masked_fill(lse == float("-inf"), 0.0)
     return scores.sub_(lse[..., None]).exp_(), lse
+
+
+def _exact(tensor: torch.Tensor) -> torch.dtype:
+    """Scores, probabilities and gradients are kept in float32, or float64 for float64 inputs."""
+    return torch.promote_types(tensor.dtype, torch.float32)
 
 
 def chunked_attention(q, k, v, mask=None, bias: ChunkBias | None = None, dropout_p: float = 0.0):

@@ -1,0 +1,255 @@
+"""The fused attention paths against the reference: outputs and every gradient, every scheme, every mask.
+
+`eager` (scores, bias and probabilities materialised, the gathered Shaw bias) is the reference; `sdpa`
+(kolong's default: SDPA or the chunked exact path on CPU) and `flex_attention` (forward only on CPU,
+run uncompiled here; compiled with gradients in test_gpu.py) must match it.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import random_ids, tiny_kolong_config
+from kolong.models import KolongConfig, KolongForMaskedLM, KolongModel
+from kolong.models.encoder import chunked, flex
+from kolong.models.encoder.masks import AttentionMask
+from kolong.positions.t5 import bucket_boundaries, relative_position_bucket
+
+SCHEMES = {
+    "learned": {},
+    "sinusoidal": {},
+    "memn2n": {},
+    "shaw": {"max_distance": 3},
+    "shaw-value": {"max_distance": 3, "value": True},
+    "shaw-shared": {"max_distance": 20, "shared": True},
+    "t5": {"num_buckets": 8, "max_distance": 20},
+    "t5-per-layer": {"shared": False},
+    "alibi": {},
+    "rope": {},
+    "none": {},
+}
+pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+
+
+@pytest.fixture(autouse=True)
+def small_blocks(monkeypatch):
+    """Row blocks of 16 queries, so every test crosses block boundaries; flex_attention uncompiled."""
+    monkeypatch.setattr(chunked, "BLOCK_SCORES", 1)
+    monkeypatch.setattr(flex, "COMPILE", False)
+
+
+def model_for(name: str, length: int = 40, **overrides) -> KolongForMaskedLM:
+    torch.manual_seed(0)
+    scheme = name.split("-")[0]
+    config = tiny_kolong_config(position_encoding=scheme, position_kwargs=SCHEMES[name],
+                                max_position_embeddings=length, initializer_range=0.2, **overrides)  # fmt: skip
+    return KolongForMaskedLM(config)
+
+
+def run_path(model, implementation: str, ids, mask, position_ids=None):
+    """Loss-weighted outputs on real tokens and every parameter's gradient, through one attention path."""
+    model.set_attn_implementation(implementation)
+    model.zero_grad(set_to_none=True)
+    hidden = model.kolong(ids, attention_mask=mask, position_ids=position_ids).last_hidden_state
+    real = (mask != 0)[..., None]
+    (hidden * real).square().mean().backward()
+    grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+    return (hidden * real).detach(), grads
+
+
+def padded_batch(length: int = 37):
+    ids = random_ids(3, length)
+    mask = torch.ones_like(ids)
+    mask[1, length // 2 :] = 0
+    mask[2, length - 3 :] = 0
+    return ids, mask
+
+
+@pytest.mark.parametrize("name", list(SCHEMES))
+def test_default_path_matches_the_reference_in_outputs_and_gradients(name):
+    model = model_for(name)
+    ids, mask = padded_batch(37)  # odd length, padding, three row blocks
+    expected, expected_grads = run_path(model, "eager", ids, mask)
+    actual, actual_grads = run_path(model, "sdpa", ids, mask)
+    torch.testing.assert_close(actual, expected)
+    assert expected_grads.keys() == actual_grads.keys()
+    for key, grad in expected_grads.items():
+        torch.testing.assert_close(actual_grads[key], grad, rtol=1e-4, atol=1e-5, msg=key)
+
+
+@pytest.mark.parametrize("name", ["shaw", "t5", "alibi", "rope"])
+def test_relative_schemes_match_beyond_the_training_length(name):
+    model = model_for(name, length=16)
+    ids, mask = padded_batch(53)
+    torch.testing.assert_close(run_path(model, "sdpa", ids, mask)[0], run_path(model, "eager", ids, mask)[0])
+
+
+@pytest.mark.parametrize("name", ["shaw-value", "t5", "alibi"])
+def test_bf16_autocast_paths_agree_within_bf16_tolerance(name):
+    model = model_for(name)
+    ids, mask = padded_batch(33)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        expected, _ = run_path(model, "eager", ids, mask)
+        actual, _ = run_path(model, "sdpa", ids, mask)
+    torch.testing.assert_close(actual.float(), expected.float(), rtol=0.05, atol=0.05)
+
+
+@pytest.mark.parametrize("name", list(SCHEMES))
+def test_flex_attention_forward_matches_the_reference(name):
+    model = model_for(name).eval()
+    ids, mask = padded_batch(37)
+    with torch.no_grad():
+        expected = run_forward(model, "eager", ids, mask)
+        actual = run_forward(model, "flex_attention", ids, mask)
+    torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-5)
+
+
+def run_forward(model, implementation, ids, mask, position_ids=None):
+    model.set_attn_implementation(implementation)
+    hidden = model.kolong(ids, attention_mask=mask, position_ids=position_ids).last_hidden_state
+    return hidden * (mask != 0)[..., None]
+
+
+@pytest.mark.parametrize("name", ["shaw", "shaw-value", "t5", "alibi", "rope"])
+def test_packed_documents_attend_only_within_themselves(name):
+    """Two documents packed in one row (attention_mask 1, 1, ..., 2, 2, ..., 0) give what each gives alone."""
+    model = model_for(name).eval()
+    first, second = random_ids(1, 13, seed=1), random_ids(1, 20, seed=2)
+    ids = torch.cat([first, second, torch.zeros(1, 4, dtype=torch.long)], dim=1)
+    mask = torch.tensor([[1] * 13 + [2] * 20 + [0] * 4])
+    with torch.no_grad():
+        alone = [model.kolong(part).last_hidden_state for part in (first, second)]
+        for implementation in ("eager", "sdpa", "flex_attention"):
+            packed = run_forward(model, implementation, ids, mask)
+            torch.testing.assert_close(packed[:, :13], alone[0], rtol=1e-4, atol=1e-5)
+            torch.testing.assert_close(packed[:, 13:33], alone[1], rtol=1e-4, atol=1e-5)
+    # ...and the gradients of the packed row match the reference too.
+    expected_grads = run_path(model.train(), "eager", ids, mask)[1]
+    for key, grad in run_path(model, "sdpa", ids, mask)[1].items():
+        torch.testing.assert_close(grad, expected_grads[key], rtol=1e-4, atol=1e-5, msg=key)
+
+
+def test_local_and_global_patterns_agree_on_every_path():
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 45, 8, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    real = torch.ones(2, 45, dtype=torch.bool)
+    real[1, 40:] = False
+    global_tokens = torch.zeros(2, 45, dtype=torch.bool)
+    global_tokens[:, :3] = True
+    mask = AttentionMask(real=real, window=5, global_tokens=global_tokens)
+    allowed = mask.rows(0, 45, 45, "cpu")
+    assert (
+        allowed[0, 0, 20, 0]
+        and not allowed[0, 0, 20, 30]
+        and allowed[0, 0, 0, 44]
+        and not allowed[1, 0, 0, 42]
+    )
+    reference = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+    torch.testing.assert_close(chunked.chunked_attention(q, k, v, mask), reference)
+    with torch.no_grad():
+        block_mask = mask.block_mask(2, 45, "cpu")
+        flexed = flex.plain_flex(q.detach(), k.detach(), v.detach(), block_mask, 8**-0.5)
+        torch.testing.assert_close(flexed, reference)
+    # A window as wide as the input is full attention.
+    wide = AttentionMask(real=real, window=45)
+    full = AttentionMask(real=real)
+    torch.testing.assert_close(
+        chunked.chunked_attention(q, k, v, wide), chunked.chunked_attention(q, k, v, full)
+    )
+
+
+def test_chunked_gradients_are_exact_with_dropout_and_shaw_value_term():
+    """gradcheck in float64 through the hand-written backward: bias, value term, padding and dropout."""
+    from kolong.positions.shaw import ShawChunkBias
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 21, 4, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    profile = torch.randn(1, 2, 21, 7, dtype=torch.float64, requires_grad=True)
+    table = torch.randn(7, 4, dtype=torch.float64, requires_grad=True)
+    real = torch.ones(1, 21, dtype=torch.bool)
+    real[0, 17:] = False
+
+    def attend(q, k, v, profile, table):
+        torch.manual_seed(1)  # the same dropout mask at every call of gradcheck
+        bias = ShawChunkBias(profile, table, 3)
+        return chunked.chunked_attention(q, k, v, AttentionMask(real=real), bias, dropout_p=0.3)
+
+    assert torch.autograd.gradcheck(attend, (q, k, v, profile, table))
+
+
+def quadratic_saved_tensors(output: torch.Tensor, length: int) -> list[str]:
+    """Tensors the autograd graph of `output` keeps for the backward that have two axes of size `length`."""
+    found, seen, stack = [], set(), [output.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        for name in dir(node):
+            if name.startswith("_saved_") or name == "saved_tensors":
+                saved = getattr(node, name)
+                for tensor in saved if isinstance(saved, tuple) else [saved]:
+                    if isinstance(tensor, torch.Tensor) and list(tensor.shape).count(length) >= 2:
+                        found.append(f"{node.name()}.{name} {tuple(tensor.shape)}")
+        stack.extend(next_node for next_node, _ in node.next_functions)
+    return found
+
+
+@pytest.mark.parametrize("name", ["shaw-value", "t5", "alibi"])
+def test_chunked_attention_saves_nothing_quadratic_for_the_backward(name):
+    model = model_for(name, length=16)
+    ids, mask = padded_batch(72)
+    for implementation, quadratic in (("eager", True), ("sdpa", False)):
+        model.set_attn_implementation(implementation)
+        hidden = model.kolong(ids, attention_mask=mask).last_hidden_state
+        assert bool(quadratic_saved_tensors(hidden, 72)) == quadratic, implementation
+
+
+def test_eager_returns_attention_weights_and_the_other_paths_say_how_to_get_them(tmp_path):
+    model = model_for("shaw")
+    ids, mask = padded_batch(20)
+    with pytest.raises(ValueError, match="set_attn_implementation\\('eager'\\)"):
+        model(ids, attention_mask=mask, output_attentions=True)
+    model.save_pretrained(tmp_path)
+    for implementation in ("eager", "sdpa", "flex_attention"):  # checkpoints load on every path
+        loaded = KolongForMaskedLM.from_pretrained(tmp_path, attn_implementation=implementation)
+        assert loaded.config._attn_implementation == implementation
+    eager = KolongForMaskedLM.from_pretrained(tmp_path, attn_implementation="eager").eval()
+    output = eager(ids, attention_mask=mask, output_attentions=True)
+    assert len(output.attentions) == 2 and output.attentions[0].shape == (3, 2, 20, 20)
+    torch.testing.assert_close(output.attentions[0].sum(-1), torch.ones(3, 2, 20))
+    assert output.attentions[0][1, :, :, 10:].abs().max() < 1e-6  # padded keys get no weight
+
+
+def test_flex_attention_refuses_what_it_cannot_do():
+    model = KolongModel(tiny_kolong_config(position_encoding="alibi", attn_implementation="flex_attention",
+                                           attention_probs_dropout_prob=0.1))  # fmt: skip
+    ids = random_ids(2, 8)
+    with pytest.raises(ValueError, match="no attention dropout"):
+        model.train()(ids)
+    model.layers[0].attention.dropout_p = 0.0
+    for layer in model.layers:
+        layer.attention.dropout_p = 0.0
+    with pytest.raises(ValueError, match="no backward on CPU"):
+        model.train()(ids)
+    with torch.no_grad():
+        assert model.eval()(ids).last_hidden_state.shape == (2, 8, 32)
+
+
+@pytest.mark.parametrize(("num_buckets", "max_distance"), [(32, 128), (8, 20), (4, 2), (64, 1000), (16, 9)])
+def test_t5_bucket_boundaries_reproduce_the_bucket_function(num_buckets, max_distance):
+    boundaries = bucket_boundaries(num_buckets, max_distance)
+    relative = torch.arange(-3 * max_distance, 3 * max_distance + 1)
+    distance, half = relative.abs(), num_buckets // 2
+    bucket = torch.where(distance < half // 2, distance, half // 2)
+    for boundary in boundaries:
+        bucket = bucket + (distance >= boundary).long()
+    bucket = bucket + (relative > 0).long() * half
+    torch.testing.assert_close(bucket, relative_position_bucket(relative, num_buckets, max_distance))
+
+
+def test_an_unknown_attention_implementation_is_refused_by_name():
+    with pytest.raises(ValueError, match="attn_implementation"):
+        KolongForMaskedLM(KolongConfig(vocab_size=10, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+                                       intermediate_size=8)).set_attn_implementation("flash_attention_9")  # fmt: skip
