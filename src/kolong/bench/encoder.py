@@ -8,8 +8,8 @@ attention dropout `--attention-dropout`); inference a forward under `torch.infer
 `--dtype bf16` runs under autocast, `--compile` compiles every model (kolong and the references).
 
 Memory: each (implementation, length) in a fresh worker process (`python -m kolong.bench.encoder`),
-so its peak is its own: on CPU the growth of the peak resident set, on CUDA
-`torch.cuda.max_memory_allocated`.
+so its peak is its own: on CPU the growth of the peak resident set (VmHWM, reset before each call),
+on CUDA `torch.cuda.max_memory_allocated`.
 
 References: HF `BertModel` (`attn_implementation="sdpa"`) and HF `ModernBertModel` of the same
 sizes; the `eager` path of shaw and t5 (kolong's gathered (b, h, n, n) bias, the reference the
@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import resource
 import subprocess
 import sys
 from dataclasses import asdict
@@ -115,9 +114,20 @@ def make_step(model, args: EncoderBenchArguments, length: int, training: bool):
     return step
 
 
-def _resident_mb() -> float:
-    with open("/proc/self/statm") as statm:
-        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+def _status_mb(field: str) -> float:
+    """A memory figure of this process from /proc/self/status (VmRSS now, VmHWM its peak), in MB."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _reset_peak() -> None:
+    # Linux resets VmHWM to the current RSS on "5" (getrusage's ru_maxrss cannot be reset, and it carries the
+    # parent's peak across fork + exec: a worker started by a parent holding every model would report that).
+    with open("/proc/self/clear_refs", "w") as clear:
+        clear.write("5")
 
 
 def measure_memory(name: str, length: int, args: EncoderBenchArguments) -> dict:
@@ -137,12 +147,12 @@ def measure_memory(name: str, length: int, args: EncoderBenchArguments) -> dict:
             torch.cuda.reset_peak_memory_stats()
             base = torch.cuda.memory_allocated()
         else:
-            base = _resident_mb()
+            _reset_peak()
+            base = _status_mb("VmRSS")
         step()
         if cuda:
             torch.cuda.synchronize()
-        peak = (torch.cuda.max_memory_allocated() - base) / 2**20 if cuda else (
-            resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - base)  # fmt: skip
+        peak = (torch.cuda.max_memory_allocated() - base) / 2**20 if cuda else _status_mb("VmHWM") - base
         row[f"{mode}_peak_mb"] = peak
     return row
 
