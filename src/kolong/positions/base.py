@@ -117,6 +117,11 @@ class PositionEncoding(nn.Module):
     def value_term(self, layer: int, probs: torch.Tensor, state: Any) -> torch.Tensor | None:
         return None
 
+    @property
+    def has_logit_bias(self) -> bool:
+        """True for schemes that add a term to the attention logits (they override `chunk_bias`)."""
+        return type(self).chunk_bias is not PositionEncoding.chunk_bias
+
     def chunk_bias(self, layer: int, query: torch.Tensor, state: Any):
         """The logit bias for chunked exact attention (a `ChunkBias`), or None for schemes without one."""
         return None

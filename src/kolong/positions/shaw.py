@@ -85,15 +85,17 @@ class ShawPositions(PositionEncoding):
         return torch.matmul(query, table.T) / math.sqrt(query.shape[-1])
 
     def prepare(self, length, device, dtype):
-        return None  # the (n, n) index is built by the reference path only, when it runs
+        return {}  # the (n, n) index: built by the reference path only, once per forward
 
-    def _index(self, length, device):
-        return clipped_distances(length, self.max_distance, device)  # (n, n)
+    def _index(self, state, length, device):
+        if "index" not in state:
+            state["index"] = clipped_distances(length, self.max_distance, device)  # (n, n)
+        return state["index"]
 
     def score_bias(self, layer, query, state):
         batch, heads, length, _ = query.shape
         # bias_ij = q_i . w^K_clip(j-i) / sqrt(d_z): (b, h, n, n)
-        index = self._index(length, query.device).expand(batch, heads, length, length)
+        index = self._index(state, length, query.device).expand(batch, heads, length, length)
         return self.profile(layer, query).gather(-1, index)
 
     def chunk_bias(self, layer, query, state):
@@ -109,7 +111,7 @@ class ShawPositions(PositionEncoding):
         batch, heads, length, _ = probs.shape
         buckets = probs.new_zeros(batch, heads, length, 2 * self.max_distance + 1)
         # sum_j alpha_ij over the j sharing a clipped distance: (b, h, n, 2k+1)
-        index = self._index(length, probs.device).expand(batch, heads, length, length)
+        index = self._index(state, length, probs.device).expand(batch, heads, length, length)
         buckets = buckets.scatter_add(-1, index, probs)
         return torch.matmul(buckets, self._table(self.value_tables, layer).to(probs.dtype))  # (b, h, n, d_h)
 
@@ -122,14 +124,14 @@ class MaterialisedShawPositions(ShawPositions):
     """
 
     def score_bias(self, layer, query, state):
-        index = self._index(query.shape[2], query.device)
+        index = self._index(state, query.shape[2], query.device)
         relative_keys = self._table(self.key_tables, layer).to(query.dtype)[index]  # a^K: (n, n, d_h)
         return torch.einsum("bhid,ijd->bhij", query, relative_keys) / math.sqrt(query.shape[-1])
 
     def value_term(self, layer, probs, state):
         if self.value_tables is None:
             return None
-        index = self._index(probs.shape[2], probs.device)
+        index = self._index(state, probs.shape[2], probs.device)
         relative_values = self._table(self.value_tables, layer).to(probs.dtype)[index]  # a^V: (n, n, d_h)
         return torch.einsum("bhij,ijd->bhid", probs, relative_values)
 

@@ -62,8 +62,7 @@ class KolongAttention(nn.Module):
         return self.out(context), weights
 
     def _attend_fused(self, q, k, v, mask, positions, layer, state, dropout_p):
-        bias = positions.chunk_bias(layer, q, state)
-        if bias is None and mask.keys_only:
+        if not positions.has_logit_bias and mask.keys_only:
             if dropout_p > 0 and q.device.type == "cpu":
                 # SDPA's CPU kernels fall back to an unfused path with dropout anyway; the explicit path
                 # draws its dropout mask 2-3x cheaper.
@@ -72,6 +71,8 @@ class KolongAttention(nn.Module):
             return F.scaled_dot_product_attention(q, k, v, attn_mask=padding, dropout_p=dropout_p)
         if q.device.type == "cuda" and dropout_p == 0 and not positions.needs_probabilities:
             return self._attend_flex(q, k, v, mask, positions, layer, state, dropout_p, explicit=False)
+        # The bias is built only here, once the path is known (flex builds its own from the same tables).
+        bias = positions.chunk_bias(layer, q, state)
         return chunked_attention(q, k, v, None if mask.empty else mask, bias, dropout_p)
 
     def _attend_flex(self, q, k, v, mask, positions, layer, state, dropout_p, explicit: bool):

@@ -101,7 +101,11 @@ class _ChunkedAttention(torch.autograd.Function):
         mask, bias, dropout_p, rows = ctx.mask, ctx.bias, ctx.dropout_p, ctx.rows
         length, scale = q.shape[2], 1.0 / math.sqrt(q.shape[-1])
         exact = _exact(q)
-        d_q, d_k, d_v = torch.zeros_like(q), torch.zeros_like(k, dtype=exact), torch.zeros_like(v, dtype=exact)
+        d_q, d_k, d_v = (
+            torch.zeros_like(q),
+            torch.zeros_like(k, dtype=exact),
+            torch.zeros_like(v, dtype=exact),
+        )
         grads = [torch.zeros_like(t) if t.requires_grad else None for t in tensors]
         for index, start in enumerate(range(0, length, rows)):
             stop = min(start + rows, length)
