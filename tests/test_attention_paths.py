@@ -111,9 +111,10 @@ def run_forward(model, implementation, ids, mask, position_ids=None):
     return hidden * (mask != 0)[..., None]
 
 
-@pytest.mark.parametrize("name", ["shaw", "shaw-value", "t5", "alibi", "rope"])
+@pytest.mark.parametrize("name", ["learned", "sinusoidal", "shaw", "shaw-value", "t5", "alibi", "rope"])
 def test_packed_documents_attend_only_within_themselves(name):
-    """Two documents packed in one row (attention_mask 1, 1, ..., 2, 2, ..., 0) give what each gives alone."""
+    """Two documents packed in one row (attention_mask 1, 1, ..., 2, 2, ..., 0) give what each gives alone:
+    attention stays in each document and absolute positions restart at its first token."""
     model = model_for(name).eval()
     first, second = random_ids(1, 13, seed=1), random_ids(1, 20, seed=2)
     ids = torch.cat([first, second, torch.zeros(1, 4, dtype=torch.long)], dim=1)

@@ -1,11 +1,14 @@
-"""MLM collators: seeded statistics of selection, replacement, whole groups and span lengths."""
+"""MLM masking: seeded statistics of selection, replacement, whole groups and span lengths, equal in
+distribution to the per-example reference (tests/reference_masking.py); packing, curriculum pieces and
+DataLoader workers in the collator."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from kolong.training.masking import MaskingCollator, mean_span_length, span_length_distribution
+from kolong.training.masking import mean_span_length, select, span_length_distribution
+from kolong.training.mlm_collator import MaskingCollator
 
 CLS, SEP, PAD, MASK, UNK = 2, 3, 0, 4, 1
 VOCAB = 200
@@ -113,14 +116,17 @@ def test_span_lengths_follow_the_geometric_law():
     # that is already chosen and the last one stops at the budget.
     lengths = []
     for feature in features(count=8, length=2000):
-        ids = torch.tensor(feature["input_ids"])
-        chosen = spans._choose(ids, feature)
-        eojeol = torch.tensor(feature["eojeol_ids"])
-        for span_id in chosen[chosen.ge(0)].unique():
-            lengths.append(len(eojeol[chosen.eq(span_id)].unique()))
+        lengths += realised_span_lengths(select, feature, spans._span_lengths)
     realised = sum(lengths) / len(lengths)
     assert realised == pytest.approx(expected, rel=0.15)
     assert max(lengths) <= 10
+
+
+def realised_span_lengths(choose, feature, distribution) -> list[int]:
+    """Lengths in eojeol of the spans `choose` (select or the reference's) picks in one feature."""
+    eojeol = torch.tensor(feature["eojeol_ids"])
+    chosen = choose(eojeol[None], "span", 0.15, distribution)[0]
+    return [len(eojeol[chosen.eq(span)].unique()) for span in chosen[chosen.ge(0)].unique()]
 
 
 def test_masking_is_dynamic_and_seeded():

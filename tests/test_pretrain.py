@@ -14,9 +14,7 @@ from kolong.errors import DataError
 from kolong.training.pretrain import PretrainArguments, prepare, pretrain_mlm, read_log
 
 
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    root = tmp_path_factory.mktemp("pretrain")
+def build_mlm_corpus(root):
     tokenizer = build_tiny_bert_checkpoint(root / "tokenizer", max_position_embeddings=64)
     text = root / "korean.txt.gz"
     sentences = [s for p in KOREAN_PARAGRAPHS for s in p.split(". ")] + korean_document(40000).split(". ")
@@ -24,6 +22,11 @@ def corpus(tmp_path_factory):
         handle.write("\n".join(sentences) + "\n")
     build_corpus([str(text)], str(tokenizer), root / "corpus", max_length=32, held_out=0.1)
     return root / "corpus"
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    return build_mlm_corpus(tmp_path_factory.mktemp("pretrain"))
 
 
 def arguments(corpus, output, **kwargs) -> PretrainArguments:
@@ -124,7 +127,8 @@ class Checksum(TrainerCallback):
             report.write(f"{args.world_size} {total:.10f}")
 
 pretrain_mlm(PretrainArguments(corpus=sys.argv[1], output_dir=sys.argv[2], max_steps=4, batch_size=4,
-                               eval_every=2, save_steps=2, logging_steps=1, extra={"disable_tqdm": True}),
+                               eval_every=2, save_steps=2, logging_steps=1, extra={"disable_tqdm": True},
+                               packing="documents", curriculum="16,32"),
              callbacks=[Checksum()])
 """
 

@@ -103,6 +103,10 @@ class PositionEncoding(nn.Module):
     ) -> torch.Tensor:
         return inputs_embeds
 
+    def packed_position_ids(self, positions: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+        """Position ids for packed documents, from each token's `positions` within its document (b, n)."""
+        return positions
+
     def prepare(self, length: int, device: torch.device, dtype: torch.dtype) -> Any:
         return None
 

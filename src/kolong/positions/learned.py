@@ -66,6 +66,10 @@ class LearnedPositions(PositionEncoding):
         positions = torch.arange(self.offset, self.offset + length, device=inputs_embeds.device)
         return positions.expand(batch, -1)
 
+    def packed_position_ids(self, positions: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+        padding = self.padding_idx if self.padding_idx is not None else 0
+        return torch.where(real.bool(), positions + self.offset, padding)
+
     def forward(self, inputs_embeds, input_ids=None, position_ids=None, attention_mask=None):
         if position_ids is None:
             position_ids = self.position_ids(input_ids, inputs_embeds)  # (b, n)

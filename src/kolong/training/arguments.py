@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from pathlib import Path
 
 from kolong.errors import ConfigError
 from kolong.training.options import (
@@ -145,27 +144,6 @@ def training_arguments(
         return cls(**settings)
     except (ValueError, TypeError) as error:
         raise ConfigError(f"training arguments rejected by transformers: {error}") from None
-
-
-def resume_checkpoint(args: RecipeArguments) -> str | None:
-    """The checkpoint to resume from: `--resume_from_checkpoint` if given, else the output directory's last
-    (unless `--overwrite`); refuses a non-empty output directory that holds no checkpoint."""
-    from kolong.training.common import resume_point
-
-    if args.resume_from_checkpoint:
-        if args.overwrite:
-            raise ConfigError("--resume_from_checkpoint and --overwrite contradict each other; drop one")
-        chosen = Path(args.resume_from_checkpoint)
-        if not (chosen / "trainer_state.json").is_file():
-            raise ConfigError(
-                f"--resume_from_checkpoint {chosen}: not a Trainer checkpoint (no trainer_state.json there)"
-            )
-        Path(args.output_dir).mkdir(parents=True, exist_ok=True)
-        return str(chosen)
-    output = Path(args.output_dir)
-    if output.exists() and not output.is_dir():
-        raise ConfigError(f"--output_dir {output} is a file; give a directory")
-    return resume_point(output, args.overwrite)
 
 
 def recorded(args: RecipeArguments) -> dict:
@@ -379,6 +357,20 @@ class PretrainArguments(RecipeArguments):
         "mlm", "mlm | mlm+sop (adds ALBERT's sentence-order prediction).", choices=("mlm", "mlm+sop")
     )
     mlm_probability: float = option(0.15, "Share of tokens to predict.", below=1)
+    packing: str = option(
+        "auto",
+        "documents (attention stays in each document) | concatenate (RoBERTa) | auto "
+        "(documents; concatenate for mlm+sop).",
+        choices=("auto", "documents", "concatenate"),
+    )
+    curriculum: str | None = option(
+        None,
+        'Row lengths with step shares, e.g. "128:0.9,512" (BERT\'s recipe); '
+        "the corpus's blocks are cut into such rows.",
+    )
+    compile: str = option(
+        "auto", "torch.compile the model: auto (on CUDA) | yes | no.", choices=("auto", "yes", "no")
+    )
     overrides: dict = option(
         {},
         "Override a preset field: --set hidden_size=256 (repeat).",

@@ -16,10 +16,15 @@ from kolong.io import atomic_write_json, writes_output
 from kolong.training.arguments import (
     ClassificationArguments,
     recorded,
-    resume_checkpoint,
     training_arguments,
 )
-from kolong.training.common import quiet_trainer, run_train_loss, save_final, train_or_finish
+from kolong.training.common import (
+    quiet_trainer,
+    resume_checkpoint,
+    run_train_loss,
+    save_final,
+    train_or_finish,
+)
 
 
 def classification_metrics(predictions: np.ndarray, labels: np.ndarray, regression: bool) -> dict[str, float]:

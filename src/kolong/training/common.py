@@ -9,7 +9,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from kolong.errors import OutputExistsError, warn
+from kolong.errors import ConfigError, OutputExistsError, warn
 
 
 def has_gpu() -> bool:
@@ -190,3 +190,22 @@ def _load_weights(model, checkpoint: Path) -> None:
     }
     if set(missing) - tied or unexpected:
         raise OutputExistsError(f"{checkpoint} does not hold this model's weights; pass --overwrite")
+
+
+def resume_checkpoint(args) -> str | None:
+    """The checkpoint to resume from: `--resume_from_checkpoint` if given, else the output directory's last
+    (unless `--overwrite`); refuses a non-empty output directory that holds no checkpoint."""
+    if args.resume_from_checkpoint:
+        if args.overwrite:
+            raise ConfigError("--resume_from_checkpoint and --overwrite contradict each other; drop one")
+        chosen = Path(args.resume_from_checkpoint)
+        if not (chosen / "trainer_state.json").is_file():
+            raise ConfigError(
+                f"--resume_from_checkpoint {chosen}: not a Trainer checkpoint (no trainer_state.json there)"
+            )
+        Path(args.output_dir).mkdir(parents=True, exist_ok=True)
+        return str(chosen)
+    output = Path(args.output_dir)
+    if output.exists() and not output.is_dir():
+        raise ConfigError(f"--output_dir {output} is a file; give a directory")
+    return resume_point(output, args.overwrite)

@@ -1,33 +1,25 @@
-"""Masked-language-model collators: token, whole-eojeol, whole-morpheme and SpanBERT span masking.
+"""MLM masking on batch tensors: token, whole-eojeol, whole-morpheme and SpanBERT span selection.
 
-Every batch is masked afresh (dynamic masking, RoBERTa). With a `seed`, the masks of the k-th batch of a
-stream come from a generator seeded by (seed, stream, k): a run is reproducible, and a resumed run
-masks batch k exactly as the uninterrupted run did once `calls` is set to the number of batches
-already trained on (`kolong pretrain mlm` does this; the Trainer skips those batches without
-collating them). Evaluation uses its own stream, restarted at every evaluation, so held-out losses
-are comparable across evaluations. Without a seed, torch's global generator is used.
+Every function here works on a whole (b, n) batch at once, on any device, with no Python loop over
+rows or tokens; the statistics are those of the per-example procedures they replace (pinned by
+tests/test_masking.py against tests/reference_masking.py on fixed seeds):
 
-Selection: about `mlm_probability` (15%) of each sequence's maskable tokens are chosen, as whole
-groups: single tokens (`token`), eojeol (`eojeol`: whitespace-separated words of the original
-text), morphemes (`morpheme`: the tokenizer's pre-tokens, i.e. `word_ids()`), or SpanBERT spans
-(`span`: runs of whole eojeol whose length in eojeol follows Geo(0.2) limited to 10 and
-renormalised, as SpanBERT samples it: mean 3.8).
-Groups are taken in random order until the budget is reached, never overshooting it by more than the
-last group (as HF's whole-word collator). Replacement (BERT): of the chosen tokens 80% become
-[MASK], 10% a random non-special token, 10% stay; for groups the choice is made once per group, so a
-span or word is replaced as a unit (SpanBERT). Special tokens and padding are never chosen; labels are
--100 everywhere else.
+Selection: about `mlm_probability` (15%) of each row's maskable tokens are chosen, as whole groups:
+single tokens (`token`), eojeol (`eojeol`: whitespace-separated words of the original text),
+morphemes (`morpheme`: the tokenizer's pre-tokens), or SpanBERT spans (`span`: runs of whole eojeol
+whose length in eojeol follows Geo(0.2) limited to 10 and renormalised: mean 3.8). The budget is
+round(maskable x rate), at least 1. Groups are taken in random order until the budget is reached,
+a group that would overshoot it skipped unless nothing is chosen yet (as HF's whole-word collator).
+Replacement (BERT): of the chosen tokens 80% become [MASK], 10% a random non-special token, 10%
+stay; for groups the draw is made once per group, so a span or word is replaced as a unit.
 
-Features are dicts with `input_ids` and, for the group modes, `eojeol_ids` / `morpheme_ids`: one group
-id per token (equal ids = same group; -1 for special tokens), as written by `kolong data corpus`.
+Groups are given per token as ids (equal ids in a run of tokens = one group; -1 = never masked).
 """
 
 from __future__ import annotations
 
-import zlib
-from dataclasses import dataclass
-
 import torch
+import torch.nn.functional as F
 
 GRANULARITIES = ("token", "eojeol", "morpheme", "span")
 
@@ -45,221 +37,149 @@ def mean_span_length(p: float = 0.2, max_span: int = 10) -> float:
     return float((torch.arange(1, max_span + 1, dtype=torch.float64) * distribution).sum())
 
 
-@dataclass
-class MaskingCollator:
-    """Pads a list of features and masks them for MLM; returns input_ids, attention_mask, labels."""
+def budgets(maskable: torch.Tensor, rate: float) -> torch.Tensor:
+    """(b,) tokens to choose per row: round(count x rate), at least 1 when anything is maskable."""
+    count = maskable.sum(1)
+    return torch.where(count > 0, torch.round(count * rate).long().clamp_min(1), 0)
 
-    mask_token_id: int
-    pad_token_id: int
-    vocab_size: int
-    special_ids: tuple[int, ...]
-    granularity: str = "token"
-    mlm_probability: float = 0.15
-    mask_fraction: float = 0.8
-    random_fraction: float = 0.1
-    span_p: float = 0.2
-    max_span: int = 10
-    pad_to_multiple_of: int | None = None
-    seed: int | None = None
-    calls: int = 0
-    """Batches collated so far in the current stream (with a seed)."""
-    stream: str = "train"
-    sentence_order: bool = False
-    """ALBERT's sentence-order prediction: split each block in two at an eojeol boundary, swap the halves
-    for half of the blocks, frame them as [CLS] A [SEP] B [SEP] with token types, and add
-    `sentence_order_label` (1 = swapped). Needs `sep_token_id`."""
-    sep_token_id: int | None = None
 
-    def __post_init__(self) -> None:
-        self._calls = {"train": self.calls}
-        self._generator: torch.Generator | None = None
-        if self.granularity not in GRANULARITIES:
-            raise ValueError(
-                f"masking granularity {self.granularity!r} is not one of {', '.join(GRANULARITIES)}"
-            )
-        if not 0 < self.mlm_probability < 1:
-            raise ValueError(f"mlm_probability must be in (0, 1), got {self.mlm_probability}")
-        if self.mask_fraction + self.random_fraction > 1:
-            raise ValueError("mask_fraction + random_fraction must be at most 1")
-        special = torch.zeros(self.vocab_size, dtype=torch.bool)
-        special[[i for i in self.special_ids if 0 <= i < self.vocab_size]] = True
-        self._random_pool = torch.nonzero(~special).squeeze(1)  # ids a random replacement may use
-        self._span_lengths = span_length_distribution(self.span_p, self.max_span).float()
+def group_runs(groups: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Group ids (b, n), -1 for tokens never masked -> (index of each token's run in its row, -1 outside
+    any; run sizes (b, G)). A run is a maximal stretch of equal ids."""
+    maskable = groups.ge(0)
+    previous = F.pad(groups[:, :-1], (1, 0), value=-1)
+    starts = maskable & groups.ne(previous)
+    index = torch.where(maskable, starts.long().cumsum(1) - 1, -1)  # (b, n)
+    count = int(starts.sum(1).max()) if groups.numel() else 0
+    sizes = torch.zeros(groups.shape[0], count + 1, dtype=torch.long, device=groups.device)
+    sizes.scatter_add_(1, index + 1, maskable.long())  # slot 0 collects the unmaskable tokens
+    return index, sizes[:, 1:]
 
-    @classmethod
-    def for_tokenizer(cls, tokenizer, **kwargs) -> MaskingCollator:
-        if tokenizer.mask_token_id is None or tokenizer.pad_token_id is None:
-            raise ValueError(f"{type(tokenizer).__name__} has no [MASK] or [PAD] token; MLM needs both")
-        return cls(
-            mask_token_id=tokenizer.mask_token_id,
-            pad_token_id=tokenizer.pad_token_id,
-            vocab_size=len(tokenizer),
-            special_ids=tuple(tokenizer.all_special_ids),
-            **kwargs,
+
+def choose_tokens(maskable: torch.Tensor, budget: torch.Tensor, generator=None) -> torch.Tensor:
+    """A uniformly random set of exactly `budget` maskable tokens per row: bool (b, n)."""
+    scores = torch.rand(maskable.shape, generator=generator, device=maskable.device)
+    scores = scores.masked_fill(~maskable, 2.0)  # never ranked before a maskable token
+    threshold = scores.sort(1).values.gather(1, (budget - 1).clamp_min(0)[:, None])  # the budget-th lowest
+    return maskable & (scores <= threshold) & budget.gt(0)[:, None]
+
+
+def choose_groups(sizes: torch.Tensor, budget: torch.Tensor, generator=None) -> torch.Tensor:
+    """Whole groups in random order until the budget, skipping those that would overshoot: bool (b, G).
+
+    The greedy walk runs in passes: each pass takes every group (in order) that fits the remaining
+    budget up to the first one that fits the remaining budget on its own but not after the groups
+    before it; that group is skipped and the next pass resumes after it with less budget left. Each
+    pass takes at least one group, and after the first the budget left is below the largest group.
+    """
+    batch, count = sizes.shape
+    exists = sizes > 0
+    if count == 0:
+        return exists
+    priority = torch.rand(sizes.shape, generator=generator, device=sizes.device).masked_fill(~exists, 2.0)
+    order = priority.argsort(1)  # (b, G) groups in random order, missing ones last
+    ordered = sizes.gather(1, order)
+    slots = torch.arange(count, device=sizes.device)[None]
+    taken = torch.zeros_like(exists)
+    taken[:, :1] = (budget > 0)[:, None] & ordered[:, :1].gt(0)  # nothing chosen yet: the first always fits
+    remaining = budget - ordered[:, 0] * taken[:, 0]
+    cursor = torch.zeros(batch, dtype=torch.long, device=sizes.device)
+    active = taken[:, 0] & remaining.gt(0)
+    while bool(active.any()):
+        eligible = (
+            (slots > cursor[:, None]) & ordered.gt(0) & (ordered <= remaining[:, None]) & active[:, None]
         )
+        filled = (ordered * eligible).cumsum(1)
+        over = eligible & (filled > remaining[:, None])
+        stop = torch.where(over.any(1), over.long().argmax(1), count)  # first group that no longer fits
+        take = eligible & (slots < stop[:, None])
+        taken |= take
+        remaining = remaining - (ordered * take).sum(1)
+        cursor = stop
+        active = active & (stop < count) & remaining.gt(0)
+    return torch.zeros_like(taken).scatter(1, order, taken)
 
-    def use_stream(self, name: str, restart: bool = False) -> None:
-        """Switch between the "train" and "eval" mask streams (each keeps its own batch count)."""
-        self._calls[self.stream] = self.calls
-        self.stream = name
-        self.calls = 0 if restart else self._calls.get(name, 0)
 
-    def _next_generator(self) -> torch.Generator | None:
-        if self.seed is None:
-            return None
-        key = zlib.crc32(f"{self.seed}/{self.stream}/{self.calls}".encode())
-        self.calls += 1
-        return torch.Generator().manual_seed(key)
+def choose_spans(
+    sizes: torch.Tensor, budget: torch.Tensor, lengths: torch.Tensor, generator=None
+) -> torch.Tensor:
+    """SpanBERT over groups (eojeol): per attempt a length from `lengths` (P(1..max)) and a random
+    anchor group; the span grows right until it has that many groups, meets a chosen one or would pass
+    the budget (the anchor itself always counts). Until the budget or 10 x groups attempts. Returns each
+    group's span (its anchor's index) or -1: long (b, G). All rows attempt in lockstep."""
+    batch, count = sizes.shape
+    device = sizes.device
+    span_of = torch.full((batch, count), -1, dtype=torch.long, device=device)
+    if count == 0:
+        return span_of
+    present = sizes.gt(0).sum(1)
+    covered = torch.zeros(batch, dtype=torch.long, device=device)
+    attempts = torch.zeros_like(covered)
+    offsets = torch.arange(len(lengths), device=device)[None]  # (1, max_span)
+    weights = lengths.to(device)
+    active = budget.gt(0) & present.gt(0)
+    while bool(active.any()):
+        length = torch.multinomial(weights.expand(batch, -1), 1, generator=generator).squeeze(1) + 1
+        anchor = (torch.rand(batch, generator=generator, device=device) * present).long()
+        attempts += active.long()
+        slots = anchor[:, None] + offsets  # (b, max_span)
+        inside = (slots < present[:, None]) & (offsets < length[:, None])
+        slots = slots.clamp(max=count - 1)
+        free = (inside & span_of.gather(1, slots).lt(0)).long().cumprod(1).bool()  # stops at a chosen group
+        grown = (sizes.gather(1, slots) * free).cumsum(1)
+        fits = free & ((covered[:, None] + grown <= budget[:, None]) | (offsets == 0))
+        fits = fits.long().cumprod(1).bool() & active[:, None]
+        marks = torch.where(fits, anchor[:, None], -1)
+        new = torch.full_like(span_of, -1).scatter_reduce(1, slots, marks, reduce="amax")
+        span_of = torch.where(new.ge(0), new, span_of)
+        covered += (sizes.gather(1, slots) * fits).sum(1)
+        active = active & (covered < budget) & (attempts < 10 * present)
+    return span_of
 
-    def __call__(self, features: list[dict]) -> dict[str, torch.Tensor]:
-        self._generator = self._next_generator()
-        order_labels = None
-        if self.sentence_order:
-            features, order_labels = self._sentence_order_pairs(features)
-        width = max(len(f["input_ids"]) for f in features)
-        if self.pad_to_multiple_of:
-            width = -(-width // self.pad_to_multiple_of) * self.pad_to_multiple_of
-        batch = len(features)
-        input_ids = torch.full((batch, width), self.pad_token_id, dtype=torch.long)
-        attention_mask = torch.zeros((batch, width), dtype=torch.long)
-        chosen_groups = torch.full((batch, width), -1, dtype=torch.long)  # group id of each chosen token
-        for row, feature in enumerate(features):
-            ids = torch.as_tensor(feature["input_ids"], dtype=torch.long)
-            input_ids[row, : len(ids)] = ids
-            attention_mask[row, : len(ids)] = 1
-            chosen_groups[row, : len(ids)] = self._choose(ids, feature)
-        batch_out = self._replace(input_ids, attention_mask, chosen_groups)
-        if order_labels is not None:
-            token_types = torch.zeros_like(input_ids)
-            for row, feature in enumerate(features):
-                token_types[row, : len(feature["token_type_ids"])] = torch.as_tensor(
-                    feature["token_type_ids"]
-                )
-            batch_out["token_type_ids"] = token_types
-            batch_out["sentence_order_label"] = torch.tensor(order_labels)
-        return batch_out
 
-    def _sentence_order_pairs(self, features: list[dict]) -> tuple[list[dict], list[int]]:
-        """[CLS] body [SEP] -> [CLS] A [SEP] B [SEP] (label 0) or [CLS] B [SEP] A [SEP] (label 1)."""
-        if self.sep_token_id is None:
-            raise ValueError("sentence-order prediction needs sep_token_id")
-        pairs, labels = [], []
-        for feature in features:
-            ids = list(feature["input_ids"])
-            body = slice(1, len(ids) - 1)
-            groups = list(feature.get("eojeol_ids", range(len(ids))))[body]
-            # split where a new eojeol starts, in the middle half of the body
-            starts = [i for i in range(1, len(groups)) if groups[i] != groups[i - 1] and groups[i] >= 0]
-            middle = (
-                [i for i in starts if len(groups) // 4 <= i <= 3 * len(groups) // 4]
-                or starts
-                or [len(groups) // 2]
-            )
-            cut = middle[int(torch.randint(len(middle), (1,), generator=self._generator))]
-            swap = int(torch.rand(1, generator=self._generator) < 0.5)
-            labels.append(swap)
-            columns = {
-                key: list(feature[key])[body]
-                for key in ("input_ids", "eojeol_ids", "morpheme_ids")
-                if key in feature
-            }
-            pair = {}
-            for key, values in columns.items():
-                first, second = values[:cut], values[cut:]
-                if swap:
-                    first, second = second, first
-                special = self.sep_token_id if key == "input_ids" else -1
-                head = ids[0] if key == "input_ids" else -1
-                pair[key] = [head, *first, special, *second, special]
-                if key == "input_ids":  # segment A: [CLS] first [SEP]; segment B: second [SEP]
-                    pair["token_type_ids"] = [0] * (len(first) + 2) + [1] * (len(second) + 1)
-            pairs.append(pair)
-        return pairs, labels
+def select(
+    groups: torch.Tensor,
+    granularity: str,
+    rate: float,
+    span_lengths: torch.Tensor | None = None,
+    generator=None,
+) -> torch.Tensor:
+    """Chosen units per token, long (b, n): the unit (token, group or span) each chosen token is
+    replaced with as one, -1 for tokens not chosen. `groups` is -1 for tokens never masked (specials,
+    padding) and, for token masking, anything >= 0 elsewhere."""
+    maskable = groups.ge(0)
+    budget = budgets(maskable, rate)
+    if granularity == "token":
+        chosen = choose_tokens(maskable, budget, generator)
+        units = torch.arange(groups.shape[1], device=groups.device).expand_as(groups)
+        return torch.where(chosen, units, -1)
+    index, sizes = group_runs(groups)
+    if granularity == "span":
+        span_of = choose_spans(sizes, budget, span_lengths, generator)
+        return torch.where(maskable, span_of.gather(1, index.clamp_min(0)), -1)
+    taken = choose_groups(sizes, budget, generator)
+    chosen = maskable & taken.gather(1, index.clamp_min(0))
+    return torch.where(chosen, index, -1)
 
-    # -- selection -------------------------------------------------------------------------------
 
-    def _groups(self, ids: torch.Tensor, feature: dict) -> torch.Tensor:
-        """One group id per token, -1 for tokens that may not be masked."""
-        maskable = ~torch.isin(ids, torch.as_tensor(self.special_ids, dtype=torch.long))
-        if self.granularity == "token":
-            groups = torch.arange(len(ids))
-        else:
-            key = "morpheme_ids" if self.granularity == "morpheme" else "eojeol_ids"
-            if key not in feature:
-                raise ValueError(
-                    f"{self.granularity} masking needs a {key!r} column (build the corpus with `kolong data corpus`)"
-                )
-            groups = torch.as_tensor(feature[key], dtype=torch.long)
-        return torch.where(maskable & groups.ge(0), groups, torch.full_like(groups, -1))
-
-    def _choose(self, ids: torch.Tensor, feature: dict) -> torch.Tensor:
-        groups = self._groups(ids, feature)
-        candidates = groups.ge(0)
-        budget = max(1, round(int(candidates.sum()) * self.mlm_probability)) if candidates.any() else 0
-        chosen = torch.full_like(groups, -1)
-        if budget == 0:
-            return chosen
-        if self.granularity == "token":
-            positions = torch.nonzero(candidates).squeeze(1)
-            picked = positions[torch.randperm(len(positions), generator=self._generator)[:budget]]
-            chosen[picked] = groups[picked]
-            return chosen
-        unique, sizes = torch.unique_consecutive(groups[candidates], return_counts=True)
-        if self.granularity == "span":
-            return self._choose_spans(groups, unique, sizes, budget)
-        picked, covered, sizes_list = [], 0, sizes.tolist()
-        for index in torch.randperm(len(unique), generator=self._generator).tolist():
-            if covered >= budget:
-                break
-            if covered + sizes_list[index] > budget and covered > 0:
-                continue  # a group that would overshoot is skipped, as HF's whole-word collator does
-            picked.append(index)
-            covered += sizes_list[index]
-        in_picked = torch.isin(groups, unique[picked])
-        return torch.where(in_picked, groups, chosen)
-
-    def _choose_spans(self, groups, unique, sizes, budget) -> torch.Tensor:
-        """SpanBERT: a span length from the geometric law, a random anchor eojeol, the span grows to the
-        right until it has that many eojeol, meets a chosen one or would pass the budget; repeat."""
-        chosen = torch.full_like(groups, -1)
-        taken = [False] * len(unique)
-        sizes_list, unique_list = sizes.tolist(), unique.tolist()
-        covered, attempts = 0, 0
-        while covered < budget and attempts < 10 * len(unique_list):
-            attempts += 1
-            length = int(torch.multinomial(self._span_lengths, 1, generator=self._generator)) + 1
-            start = int(torch.randint(0, len(unique_list), (1,), generator=self._generator))
-            if taken[start]:
-                continue
-            span = []
-            for index in range(start, min(start + length, len(unique_list))):
-                if taken[index] or (span and covered + sizes_list[index] > budget):
-                    break
-                span.append(index)
-                taken[index] = True
-                covered += sizes_list[index]
-            members = torch.isin(groups, torch.tensor([unique_list[i] for i in span]))
-            chosen[members] = unique_list[start]  # one id per span: it is replaced as a unit
-        return chosen
-
-    # -- replacement -------------------------------------------------------------------------------
-
-    def _replace(self, input_ids, attention_mask, chosen_groups) -> dict[str, torch.Tensor]:
-        selected = chosen_groups.ge(0)
-        labels = torch.where(selected, input_ids, torch.full_like(input_ids, -100))
-        # One uniform draw per group (per token in token mode): < 0.8 mask, < 0.9 random, else keep.
-        draws = torch.rand(input_ids.shape, generator=self._generator)
-        if self.granularity != "token":
-            for row in range(input_ids.shape[0]):
-                _, inverse = torch.unique(chosen_groups[row], return_inverse=True)
-                draws[row] = torch.rand(int(inverse.max()) + 1, generator=self._generator)[inverse]
-        to_mask = selected & draws.lt(self.mask_fraction)
-        to_random = (
-            selected & draws.ge(self.mask_fraction) & draws.lt(self.mask_fraction + self.random_fraction)
-        )
-        random_ids = self._random_pool[
-            torch.randint(len(self._random_pool), input_ids.shape, generator=self._generator)
-        ]
-        input_ids = torch.where(to_mask, torch.full_like(input_ids, self.mask_token_id), input_ids)
-        input_ids = torch.where(to_random, random_ids, input_ids)
-        return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+def replace(
+    input_ids: torch.Tensor,
+    units: torch.Tensor,
+    mask_token_id: int,
+    random_pool: torch.Tensor,
+    mask_fraction: float = 0.8,
+    random_fraction: float = 0.1,
+    generator=None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """BERT's 80/10/10 with one draw per unit: (masked input_ids, labels with -100 where not chosen)."""
+    selected = units.ge(0)
+    labels = torch.where(selected, input_ids, -100)
+    device = input_ids.device
+    per_unit = torch.rand(units.shape[0], units.shape[1], generator=generator, device=device)
+    draws = per_unit.gather(1, units.clamp_min(0))  # units index positions < n in every mode
+    to_mask = selected & draws.lt(mask_fraction)
+    to_random = selected & draws.ge(mask_fraction) & draws.lt(mask_fraction + random_fraction)
+    pick = torch.randint(len(random_pool), input_ids.shape, generator=generator, device=device)
+    masked = torch.where(to_mask, mask_token_id, input_ids)
+    masked = torch.where(to_random, random_pool.to(device)[pick], masked)
+    return masked, labels

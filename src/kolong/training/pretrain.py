@@ -23,10 +23,15 @@ from kolong.io import atomic_write_json, writes_output
 from kolong.training.arguments import (
     PretrainArguments,
     recorded,
-    resume_checkpoint,
     training_arguments,
 )
-from kolong.training.common import quiet_trainer, run_train_loss, save_final, train_or_finish
+from kolong.training.common import (
+    quiet_trainer,
+    resume_checkpoint,
+    run_train_loss,
+    save_final,
+    train_or_finish,
+)
 from kolong.training.presets import preset
 
 
@@ -49,7 +54,8 @@ def prepare(args: PretrainArguments):
     from kolong.checkpoints import load_model, load_tokenizer
     from kolong.data.corpus import load_corpus
     from kolong.models import KolongConfig, KolongForMaskedLM, KolongForPreTraining
-    from kolong.training.masking import MaskingCollator
+    from kolong.training.curriculum import batch_schedule, parse_length_curriculum
+    from kolong.training.mlm_collator import MaskingCollator
 
     settings = preset(args.preset)
     model_fields, training = settings["model"], settings["training"]
@@ -109,19 +115,27 @@ def prepare(args: PretrainArguments):
         )
         model = model_class(config)
     model.set_attn_implementation(args.attn_implementation)
+    sentence_order = args.objective == "mlm+sop"
+    packing = args.packing if args.packing != "auto" else ("concatenate" if sentence_order else "documents")
+    if sentence_order and (packing == "documents" or args.curriculum):
+        raise ConfigError("--objective mlm+sop pairs the two halves of whole blocks: it needs --packing "
+                          "concatenate and no --curriculum")  # fmt: skip
+    schedule = []
+    if args.curriculum:
+        stages = parse_length_curriculum(args.curriculum, metadata["max_length"])
+        schedule = batch_schedule(stages, training["max_steps"], args.gradient_accumulation_steps)
     rank = int(os.environ.get("RANK", "0"))  # each data-parallel process masks its own batches differently
     collator = MaskingCollator.for_tokenizer(
-        tokenizer,
-        granularity=args.masking,
-        mlm_probability=args.mlm_probability,
-        seed=args.seed + 7919 * rank,
-        sentence_order=args.objective == "mlm+sop",
-        sep_token_id=tokenizer.sep_token_id,
-    )
-    evaluation = datasets["validation"] if len(datasets["validation"]) else None
-    if evaluation is not None and len(evaluation) > args.eval_blocks:
+        tokenizer, granularity=args.masking, mlm_probability=args.mlm_probability, seed=args.seed + 7919 * rank,
+        sentence_order=sentence_order, packing=packing, max_length=metadata["max_length"], schedule=schedule,
+    )  # fmt: skip
+    # numpy rows: the collator stacks them without a Python loop over tokens
+    train, evaluation = (datasets[split].with_format("numpy") for split in ("train", "validation"))
+    if len(evaluation) == 0:
+        evaluation = None
+    elif len(evaluation) > args.eval_blocks:
         evaluation = evaluation.select(range(args.eval_blocks))
-    return model, tokenizer, datasets["train"], evaluation, collator, training, metadata
+    return model, tokenizer, train, evaluation, collator, training, metadata
 
 
 def make_trainer_class():
@@ -174,6 +188,10 @@ def _resume_masking_callback(collator):
         def on_train_begin(self, args, state, control, **kwargs):
             collator.calls = state.global_step * args.gradient_accumulation_steps
 
+        def on_epoch_begin(self, args, state, control, **kwargs):
+            # DataLoader workers collate with copies of the collator made when the epoch's iterator starts
+            collator.calls = state.global_step * args.gradient_accumulation_steps
+
     return ResumeMasking()
 
 
@@ -200,6 +218,7 @@ def pretrain_mlm(args: PretrainArguments, callbacks: list | None = None) -> dict
         eval_on_start=evaluation is not None and resume_from is None,  # the curve starts at step 0
         remove_unused_columns=False,  # the collator reads eojeol_ids / morpheme_ids
         prediction_loss_only=True,
+        **throughput_settings(args),
     )
     trainer = make_trainer_class()(
         model=model,
@@ -225,6 +244,20 @@ def pretrain_mlm(args: PretrainArguments, callbacks: list | None = None) -> dict
             history, output_dir / "loss.png", title=f"{args.preset} / {model.config.position_encoding}"
         )
     return metrics
+
+
+def throughput_settings(args: PretrainArguments) -> dict:
+    """TrainingArguments that keep a GPU busy (`args.extra` still wins): fused AdamW, masking in
+    DataLoader workers, torch.compile, and no per-step host synchronisation to filter NaN losses."""
+    from kolong.training.common import has_gpu
+
+    gpu = has_gpu()
+    return {
+        "optim": "adamw_torch_fused" if gpu else "adamw_torch",
+        "dataloader_num_workers": min(4, max(1, (os.cpu_count() or 2) - 1)) if gpu else 0,
+        "torch_compile": args.compile == "yes" or (args.compile == "auto" and gpu),
+        "logging_nan_inf_filter": False,
+    }
 
 
 def plot_losses(history: list[dict], output: Path, title: str = "") -> Path | None:

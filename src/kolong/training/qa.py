@@ -23,10 +23,9 @@ from kolong.training.arguments import (
     QAFinetuneArguments,
     QAPredictArguments,
     recorded,
-    resume_checkpoint,
     training_arguments,
 )
-from kolong.training.common import has_gpu, quiet_trainer, run_train_loss, train_or_finish
+from kolong.training.common import has_gpu, quiet_trainer, resume_checkpoint, run_train_loss, train_or_finish
 
 
 def check_length(model, max_length: int, model_name: str) -> None:

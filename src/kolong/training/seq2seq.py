@@ -21,10 +21,15 @@ from kolong.training.arguments import (
     SpanPretrainArguments,
     check_eval_every,
     recorded,
-    resume_checkpoint,
     training_arguments,
 )
-from kolong.training.common import quiet_trainer, run_train_loss, save_final, train_or_finish
+from kolong.training.common import (
+    quiet_trainer,
+    resume_checkpoint,
+    run_train_loss,
+    save_final,
+    train_or_finish,
+)
 from kolong.training.span import pretrain_span
 
 # Kept importable from here: the recipe's task types, and its span pre-training sibling.

@@ -19,12 +19,12 @@ from kolong.training.arguments import (
     SpanPretrainArguments,
     check_eval_every,
     recorded,
-    resume_checkpoint,
     training_arguments,
 )
 from kolong.training.common import (
     ListDataset,
     quiet_trainer,
+    resume_checkpoint,
     run_train_loss,
     save_final,
     train_or_finish,

@@ -51,6 +51,14 @@ class AttentionMask:
             global_tokens=global_tokens,
         )
 
+    def document_positions(self) -> torch.Tensor | None:
+        """(b, n) position of each token within its packed document (0 at its first token), or None."""
+        if self.documents is None:
+            return None
+        index = torch.arange(self.documents.shape[1], device=self.documents.device).expand_as(self.documents)
+        starts = self.documents.ne(torch.nn.functional.pad(self.documents[:, :-1], (1, 0), value=-1))
+        return index - torch.where(starts, index, 0).cummax(dim=1).values
+
     @property
     def keys_only(self) -> bool:
         """True when the mask depends on the key alone (padding), so a (b, 1, 1, n) bias expresses it."""

@@ -189,6 +189,8 @@ class KolongModel(KolongPreTrainedModel):
             raise ValueError("pass exactly one of input_ids and inputs_embeds")
         mask = AttentionMask.from_attention_mask(attention_mask)
         real = attention_mask if mask.documents is None else attention_mask.ne(0).long()
+        if position_ids is None and mask.documents is not None:  # positions restart in each packed document
+            position_ids = self.positions.packed_position_ids(mask.document_positions(), real)
         x = self.embeddings.lookup(input_ids, inputs_embeds, token_type_ids)  # (b, n, e)
         x = self.positions(x, input_ids=input_ids, position_ids=position_ids, attention_mask=real)
         x = self.embeddings.finish(x)  # (b, n, d)

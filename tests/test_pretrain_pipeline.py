@@ -1,0 +1,102 @@
+"""`kolong pretrain mlm` pipeline: length curriculum resumed at its switch, DataLoader workers, packing,
+torch.compile, and the throughput settings handed to the Trainer."""
+
+from __future__ import annotations
+
+import pytest
+
+from kolong.errors import ConfigError
+from kolong.training.curriculum import batch_schedule, parse_length_curriculum
+from kolong.training.pretrain import PretrainArguments, prepare, pretrain_mlm, throughput_settings
+from test_pretrain import StopAt, arguments, build_mlm_corpus, losses
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    return build_mlm_corpus(tmp_path_factory.mktemp("pipeline"))
+
+
+def test_curriculum_resumed_at_the_length_switch_follows_the_uninterrupted_run(corpus, tmp_path):
+    settings = dict(curriculum="16:0.5,32", masking="eojeol")
+    pretrain_mlm(arguments(corpus, tmp_path / "straight", **settings))
+    pretrain_mlm(
+        arguments(corpus, tmp_path / "cut", **settings), callbacks=[StopAt(20)]
+    )  # step 20: the switch
+    assert (tmp_path / "cut" / "checkpoint-20").is_dir()
+    pretrain_mlm(arguments(corpus, tmp_path / "cut", **settings))
+    straight, resumed = losses(tmp_path / "straight"), losses(tmp_path / "cut")
+    assert [s for s, _ in resumed] == list(range(1, 41))
+    for (step, a), (_, b) in zip(straight, resumed, strict=True):
+        assert a == pytest.approx(b, rel=1e-4, abs=1e-4), f"step {step}"
+    _, _, train, _, collator, _, _ = prepare(arguments(corpus, tmp_path / "x", **settings))
+    assert collator.row_length(19) == 16 and collator.row_length(20) == 32
+    assert collator([train[i] for i in range(8)])["input_ids"].shape[1] == 16
+
+
+def test_dataloader_workers_give_the_same_loss_curve(corpus, tmp_path):
+    common = dict(max_steps=12, eval_every=100, save_steps=100, masking="span")
+    pretrain_mlm(arguments(corpus, tmp_path / "main", **common))
+    workers = arguments(corpus, tmp_path / "workers", **common)
+    workers.extra = {**workers.extra, "dataloader_num_workers": 2}
+    pretrain_mlm(workers)
+    for (step, a), (_, b) in zip(losses(tmp_path / "main"), losses(tmp_path / "workers"), strict=True):
+        assert a == pytest.approx(b, rel=1e-5, abs=1e-5), f"step {step}"
+
+
+def test_packing_modes_both_train_and_sop_needs_whole_blocks(corpus, tmp_path):
+    for packing in ("documents", "concatenate"):
+        metrics = pretrain_mlm(
+            arguments(corpus, tmp_path / packing, packing=packing, max_steps=10, eval_every=10)
+        )
+        assert metrics["eval_loss"] > 0
+    with pytest.raises(ConfigError, match="--packing concatenate"):
+        prepare(arguments(corpus, tmp_path / "sop", objective="mlm+sop", packing="documents"))
+    _, _, train, _, collator, _, _ = prepare(arguments(corpus, tmp_path / "docs"))
+    batch = collator([train[i] for i in range(16)])
+    assert (
+        collator.packing == "documents" and batch["attention_mask"].max() > 1
+    )  # blocks hold several documents
+
+
+@pytest.mark.slow
+def test_compiled_model_gives_the_eager_loss_curve(tmp_path):
+    """torch.compile (on by default on CUDA) trains as eager does; dropout off, since compiled kernels draw
+    their own random numbers. No held-out split: evaluation would compile a second graph."""
+    from kolong.checkpoints import build_tiny_bert_checkpoint
+    from kolong.data.corpus import build_corpus
+    from kolong.data.samples import korean_document
+
+    tokenizer = build_tiny_bert_checkpoint(tmp_path / "tokenizer", max_position_embeddings=64)
+    text = tmp_path / "text.txt"
+    text.write_text("\n".join(korean_document(6000).split(". ")), encoding="utf-8")
+    build_corpus([str(text)], str(tokenizer), tmp_path / "corpus", max_length=32, held_out=0.0)
+    no_dropout = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
+    common = dict(max_steps=4, save_steps=100, logging_steps=1, overrides=no_dropout)
+    pretrain_mlm(arguments(tmp_path / "corpus", tmp_path / "eager", compile="no", **common))
+    pretrain_mlm(arguments(tmp_path / "corpus", tmp_path / "compiled", compile="yes", **common))
+    eager, compiled = losses(tmp_path / "eager"), losses(tmp_path / "compiled")
+    assert len(eager) == len(compiled) == 4
+    for (step, a), (_, b) in zip(eager, compiled, strict=True):
+        assert a == pytest.approx(b, rel=1e-4, abs=1e-4), f"step {step}"
+
+
+def test_curriculum_parsing_and_schedule():
+    assert parse_length_curriculum("128:0.9,512", 512) == [(128, 0.9), (512, pytest.approx(0.1))]
+    assert parse_length_curriculum("128,256,512", 512) == [(128, 1 / 3), (256, 1 / 3), (512, 1 / 3)]
+    assert batch_schedule([(128, 0.9), (512, 0.1)], 1000, accumulation=2) == [(128, 0), (512, 1800)]
+    for text, message in [("128,64", "increase"), ("128:0.9,1024", "longer than"), ("128:1.5,512", "shares"),
+                          ("128:0.5,512:0.4", "sum to 1"), ("a,512", "LENGTH")]:  # fmt: skip
+        with pytest.raises(ConfigError, match=message):
+            parse_length_curriculum(text, 512)
+
+
+def test_throughput_settings_on_cpu_and_what_extra_overrides(corpus, tmp_path, monkeypatch):
+    args = PretrainArguments(corpus=str(corpus), output_dir=str(tmp_path / "o"))
+    settings = throughput_settings(args)
+    assert settings == {"optim": "adamw_torch", "dataloader_num_workers": 0, "torch_compile": False,
+                        "logging_nan_inf_filter": False}  # fmt: skip
+    monkeypatch.setattr("kolong.training.common.has_gpu", lambda: True)
+    gpu = throughput_settings(args)
+    assert gpu["optim"] == "adamw_torch_fused" and gpu["torch_compile"] and gpu["dataloader_num_workers"] >= 1
+    args.compile = "no"
+    assert not throughput_settings(args)["torch_compile"]
