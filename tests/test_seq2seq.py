@@ -205,3 +205,35 @@ def test_cli_pretrain_span_and_finetune_seq2seq(tmp_path):
     result = runner.invoke(app, ["finetune", "seq2seq", "--task", "nsmc", "--train", str(tmp_path / "none.tsv"),
                                  "--init", "tiny", "-o", str(tmp_path / "x")])  # fmt: skip
     assert result.exit_code == 2 and "does not exist" in result.output
+
+
+def test_span_pretraining_resumed_at_a_curriculum_switch_follows_the_uninterrupted_run(tmp_path):
+    from transformers import TrainerCallback
+
+    class StopAt(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step >= 3:
+                control.should_training_stop = control.should_save = True
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(
+        "\n".join(f"{i}번째 문서: 한국어 음절은 세 바이트이고 문장은 길다." * 3 for i in range(60))
+    )
+
+    def run(output, callbacks=None):
+        args = SpanPretrainArguments(train=[str(corpus)], output_dir=str(output), init="tiny", max_length=96,
+                                     curriculum="48,96", max_steps=6, batch_size=4, eval_fraction=0.1,
+                                     eval_every="2", save_steps=3, logging_steps=1, extra=CPU)  # fmt: skip
+        pretrain_span(args, callbacks=callbacks)
+        state = json.loads(next(output.glob("checkpoint-6/trainer_state.json")).read_text()) if (
+            output / "checkpoint-6").is_dir() else None  # fmt: skip
+        return state
+
+    straight = run(tmp_path / "straight")
+    run(tmp_path / "cut", [StopAt()])  # step 3 of 6: the switch from 48 to 96 bytes
+    resumed = run(tmp_path / "cut")
+    curve = [(h["step"], h["loss"]) for h in straight["log_history"] if "loss" in h]
+    again = [(h["step"], h["loss"]) for h in resumed["log_history"] if "loss" in h]
+    assert [s for s, _ in again] == list(range(1, 7))
+    for (step, a), (_, b) in zip(curve, again, strict=True):
+        assert a == pytest.approx(b, rel=1e-4, abs=1e-4), f"step {step}"

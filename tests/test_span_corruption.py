@@ -148,10 +148,13 @@ def test_curriculum_windows_and_stages():
     class State:
         global_step, max_steps = 0, 30
 
+    class Args:
+        gradient_accumulation_steps = 1
+
+    callback.on_train_begin(Args, State, None)
     seen = []
     for step in (0, 10, 20):
-        State.global_step = step
-        callback.on_step_end(None, State, None)
+        collator.calls = step  # the batch of this step: its stage follows from its index
         batch = collator([text] * 4)
         kept = batch["attention_mask"].sum(1) - 1 + (batch["labels"] != -100).sum(1) - 1  # bytes + 2 per span
         seen.append(int(kept.max()))

@@ -32,7 +32,11 @@ from kolong.training.common import (
 
 
 @writes_output("args", "output_dir")
-def pretrain_span(args: SpanPretrainArguments, on_progress: Callable[[str], None] | None = None) -> dict:
+def pretrain_span(
+    args: SpanPretrainArguments,
+    on_progress: Callable[[str], None] | None = None,
+    callbacks: list | None = None,
+) -> dict:
     """Span-corruption training of a byte model; saves model, tokenizer and results into `args.output_dir`."""
     from transformers import Trainer
 
@@ -80,9 +84,11 @@ def pretrain_span(args: SpanPretrainArguments, on_progress: Callable[[str], None
         model=model,
         args=training_args,
         train_dataset=ListDataset(train_chunks),
-        eval_dataset=ListDataset(eval_chunks) if eval_chunks else None,
+        eval_dataset=ListDataset([{"text": c, "held_out": True} for c in eval_chunks])
+        if eval_chunks
+        else None,
         data_collator=collator,
-        callbacks=[make_curriculum_callback(collator)],
+        callbacks=[make_curriculum_callback(collator), *(callbacks or [])],
     )
     step("training")
     quiet_trainer(trainer, args.quiet)

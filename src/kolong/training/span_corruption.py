@@ -22,6 +22,7 @@ random character-aligned window of the current length of each chunk, advanced by
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -230,6 +231,9 @@ class SpanCorruptionCollator:
                 f"{self.lengths[-1]}-byte inputs get about {needed} noise spans, more than the tokenizer's "
                 f"{len(self.sentinel_ids)} sentinels"
             )
+        self.seed, self.calls = seed, 0  # calls: index of the next training batch
+        self.steps: int | None = None  # with the run's steps, each batch's stage follows from its index
+        self.accumulation = 1
         self.rng = np.random.default_rng(seed)
 
     def set_stage(self, stage: int) -> None:
@@ -255,7 +259,26 @@ class SpanCorruptionCollator:
     def __call__(self, examples: list) -> dict:
         import torch
 
-        pairs = [self.example(e["text"] if isinstance(e, dict) else e) for e in examples]
+        texts = [e["text"] if isinstance(e, dict) else e for e in examples]
+        if any(isinstance(e, dict) and e.get("held_out") for e in examples):
+            # Held-out batches: at the final length, the same corruption at every evaluation, and
+            # without moving the training stream.
+            self.rng = np.random.default_rng([self.seed, zlib.crc32("\n".join(texts).encode()), len(texts)])
+            stage_length, self.max_length = self.max_length, self.lengths[-1]
+            try:
+                pairs = [self.example(text) for text in texts]
+            finally:
+                self.max_length = stage_length
+        else:
+            # Training batch k draws from its own stream and, in a run of known length, takes the stage of
+            # its step: a run resumed at step s (calls = s x accumulation) continues as the uninterrupted one,
+            # however far ahead the DataLoader collates.
+            index = self.calls
+            self.calls += 1
+            if self.steps is not None:
+                self.set_stage(curriculum_stage(index // self.accumulation, self.steps, len(self.lengths)))
+            self.rng = np.random.default_rng([self.seed, index])
+            pairs = [self.example(text) for text in texts]
         width = max(len(i) for i, _ in pairs)
         target_width = max(len(t) for _, t in pairs)
         input_ids = torch.full((len(pairs), width), PAD_ID, dtype=torch.long)
@@ -273,13 +296,12 @@ def make_curriculum_callback(collator: SpanCorruptionCollator):
     from transformers import TrainerCallback
 
     class CurriculumCallback(TrainerCallback):
+        """Tells the collator the run's length and where it starts (resume-safe)."""
+
         def on_train_begin(self, args, state, control, **kwargs):
-            self._update(state)
+            collator.steps, collator.accumulation = state.max_steps, args.gradient_accumulation_steps
+            collator.calls = state.global_step * args.gradient_accumulation_steps
 
-        def on_step_end(self, args, state, control, **kwargs):
-            self._update(state)  # the next batch is collated after this: it gets the new step's stage
-
-        def _update(self, state):
-            collator.set_stage(curriculum_stage(state.global_step, state.max_steps, len(collator.lengths)))
+        on_epoch_begin = on_train_begin
 
     return CurriculumCallback()
