@@ -26,14 +26,24 @@ def test_qa_benchmark_agrees_with_the_reference(tmp_path):
     assert to_markdown(result).startswith("# kolong bench qa")
 
 
-def test_pretrain_benchmark_measures_both_pipelines(tmp_path):
-    from kolong.bench.pretrain import PretrainBenchmark, run_pretrain_benchmark
+def test_pretrain_benchmark_measures_the_three_pipelines_and_the_padding(tmp_path):
+    from kolong.bench.pretrain import PIPELINES, PretrainBenchmark, run_pretrain_benchmark
     from kolong.bench.pretrain import to_markdown as pretrain_markdown
 
-    result = run_pretrain_benchmark(steps=6, rounds=1, max_length=32, batch_size=4, hidden_size=64, layers=1,
-                                    on_step=lambda message: None)  # fmt: skip
-    assert result["tokens_per_second"]["kolong"] > 0 and result["tokens_per_second"]["plain"] > 0
-    assert "Overhead of the pipeline" in pretrain_markdown(result)
+    result = run_pretrain_benchmark(lengths=[32, 64], positions=["learned", "shaw"], tokens_per_step=256, steps=4,
+                                    rounds=1, hidden_size=64, layers=1, device="cpu", on_step=lambda m: None)  # fmt: skip
+    cells = {(c["position"], c["length"]): c for c in result["cells"]}
+    assert set(cells) == {("learned", 32), ("learned", 64), ("shaw", 32), ("shaw", 64)}
+    assert set(cells["learned", 32]["tokens_per_second"]) == set(PIPELINES)
+    assert (
+        "HF BertForMaskedLM" not in cells["shaw", 64]["tokens_per_second"]
+        and cells["shaw", 64]["versus_hf"] > 0
+    )
+    assert all(rate > 0 for c in cells.values() for rate in c["tokens_per_second"].values())
+    padding = result["padding"]["lengths"][64]
+    assert padding["packed"] < 0.05 < padding["line_by_line"] + padding["cut_line_by_line"]  # padded or cut
+    markdown = pretrain_markdown(result)
+    assert "pipeline overhead" in markdown and "line by line" in markdown
     json_path, _ = write_results(PretrainBenchmark(), result, tmp_path)
     assert json_path.name == "pretrain.json"
 

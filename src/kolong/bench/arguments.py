@@ -101,15 +101,26 @@ class TokenizerBenchArguments(BenchArguments):
 
 @dataclass(kw_only=True)
 class PretrainBenchArguments(BenchArguments):
-    """Training tokens/s of `kolong pretrain mlm` against a plain PyTorch loop on the same model and data."""
+    """Training tokens/s, MFU and pipeline overhead of `kolong pretrain mlm` next to its raw training step
+    (same model, batches and optimiser, no data pipeline) and a plain HF BertForMaskedLM +
+    DataCollatorForLanguageModeling + Trainer run of the same size; plus the padding that packing saves."""
 
-    steps: int = option(40, "Training steps per run.")
-    rounds: int = option(2, "Alternating kolong / plain-loop rounds (the median is reported).")
-    max_length: int = option(128, "Tokens per block.")
-    batch_size: int = option(32, "Blocks per step.")
-    hidden_size: int = option(256, "Hidden size (heads = hidden / 64).")
+    lengths: list[int] = option([128, 512, 2048], "Comma-separated block lengths.", kind="ints")
+    positions: list[str] = option(["learned", "shaw"], "Comma-separated position schemes.", kind="list")
+    tokens_per_step: int = option(4096, "Tokens per optimiser step (batch = tokens / length).")
+    steps: int = option(12, "Steps per run; the first quarter is warm-up and not timed.", min=4)
+    rounds: int = option(2, "Interleaved rounds of the three pipelines (the median is reported).")
+    hidden_size: int = option(256, "Hidden size (heads = hidden / 64, FFN = 4 x hidden).")
     layers: int = option(4, "Encoder layers.")
-    position_encoding: str = option("learned", "Position scheme of the model.", "--position", kind="scheme")
+    device: str = option("auto", "auto | cpu | cuda.", choices=("auto", "cpu", "cuda"))
+    compile: str = option("auto", "torch.compile kolong's model: auto (on CUDA) | yes | no.",
+                          choices=("auto", "yes", "no"))  # fmt: skip
+    text: list[str] = option([], "Text files or shared names (nsmc, korquad) to build the corpora from "
+                             "(default: the built-in Korean sample).", kind="list")  # fmt: skip
+    tokenizer: str | None = option(None, "Tokenizer directory (default: a tiny character WordPiece).")
+    shared_data: str = option("../shared/data", "The shared data folder, for --text nsmc,korquad.")
+    max_documents: int = option(20000, "Documents read from --text.")
+    peak_tflops: float | None = option(None, "Peak TFLOP/s of the device for MFU (known GPUs: looked up).")
 
 
 @dataclass(kw_only=True)

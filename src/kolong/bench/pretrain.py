@@ -1,161 +1,341 @@
-"""`kolong bench pretrain`: the overhead of `kolong pretrain mlm` over a plain PyTorch training loop.
+"""`kolong bench pretrain`: what `kolong pretrain mlm` loses to its data pipeline, and how it compares with HF.
 
-Both train the same model (same seed, so the same initial weights) on the same packed corpus with
-the same MLM collator, AdamW, linear schedule and gradient clipping at 1.0; the plain loop is the
-lower bound a hand-written script would reach. Throughput is the median tokens/s of steady-state
-steps (after warm-up): from kolong's own throughput log for the Trainer, per step for the loop. The
-two alternate `rounds` times in one process, so machine load hits both alike.
+For every (position scheme, block length) three pipelines train the same model size on the same
+corpus, `tokens_per_step` tokens per optimiser step, interleaved round by round in one process:
+
+- **raw step**: kolong's model, batches collated beforehand (the same collator: packing, masking) and
+  already on the device, fused AdamW on CUDA, bf16 autocast where the GPU has it, compiled as the
+  pipeline is: the upper bound of any pipeline;
+- **kolong pretrain mlm**: the whole pipeline (`pretrain_mlm`: Trainer, collator in workers on CUDA, ...);
+- **HF BertForMaskedLM**: `DataCollatorForLanguageModeling` + `Trainer` with its defaults (bf16 where
+  supported), the recipe a user would otherwise pick; learned positions, dense prediction head.
+
+Each run times its steps after the first quarter (warm-up and compilation), with the device
+synchronised at both ends. Pipeline overhead = 1 - pipeline / raw tokens/s. MFU counts the useful
+FLOPs of one model for all three (PaLM's 6N + 12 L n d per token, the prediction head on the 15%
+masked tokens), against the GPU's dense bf16 peak.
+
+The padding table reads documents (`--text`, default the built-in sample) and compares the padding of
+one document per row (HF's line-by-line MLM: each batch padded to its longest document, cut at the
+block length) with kolong's packed blocks.
 """
 
 from __future__ import annotations
 
-import gzip
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from kolong.bench.arguments import PretrainBenchArguments
+from kolong.bench.encoder import PEAK_TFLOPS
 from kolong.bench.harness import Benchmark, Case, Measured, run
 
+PIPELINES = ("raw step", "kolong pretrain mlm", "HF BertForMaskedLM")
 
-def _corpus(root: Path, max_length: int) -> Path:
-    from kolong.checkpoints import build_tiny_bert_checkpoint
-    from kolong.data.corpus import build_corpus
+
+def _device(args: PretrainBenchArguments) -> str:
+    import torch
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda: no CUDA device is visible")
+    return "cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available()) else "cpu"
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def _documents(args: PretrainBenchArguments, root: Path) -> list[str]:
+    from kolong.data.corpus import read_documents
     from kolong.data.samples import korean_document
 
-    tokenizer = build_tiny_bert_checkpoint(root / "tokenizer", max_position_embeddings=max_length)
-    text = root / "corpus.txt.gz"
-    with gzip.open(text, "wt", encoding="utf-8") as handle:
-        handle.write("\n".join(korean_document(200_000).split(". ")) + "\n")
-    build_corpus([str(text)], str(tokenizer), root / "corpus", max_length=max_length, held_out=0.01)
-    return root / "corpus"
+    if args.text:
+        return list(read_documents(args.text, args.shared_data, limit=args.max_documents))
+    return [s for s in korean_document(200_000).split(". ") if s.strip()]
 
 
-def _kolong(args, warmup: int, tokens_per_step: int) -> float:
-    """Seconds per steady-state step, from the throughput kolong's Trainer logs."""
-    from kolong.training.pretrain import pretrain_mlm, read_log
+class StepClock:
+    """A TrainerCallback timing the steps after `warmup` (the device synchronised at both ends)."""
 
-    pretrain_mlm(args)
-    logged = [
-        h["tokens_per_second"] for h in read_log(args.output_dir)["log_history"] if "tokens_per_second" in h
-    ]
-    return tokens_per_step / statistics.median(logged[warmup:])
+    def __init__(self, warmup: int, device: str):
+        from transformers import TrainerCallback
 
+        clock = self
 
-def _plain_loop(args, steps: int, warmup: int) -> float:
-    import torch
-    from torch.utils.data import DataLoader
-    from transformers import get_linear_schedule_with_warmup
+        class Callback(TrainerCallback):
+            def on_step_end(self, args, state, control, **kwargs):
+                if state.global_step in (clock.warmup, state.max_steps):
+                    _sync(clock.device)
+                    clock.marks.append((state.global_step, time.perf_counter()))
 
-    from kolong.training.pretrain import prepare
+        self.warmup, self.device, self.marks = warmup, device, []
+        self.callback = Callback()
 
-    model, _, train, _, collator, training, _ = prepare(args)
-    model.train()
-    loader = DataLoader(train, batch_size=training["batch_size"], shuffle=True, collate_fn=collator,
-                        generator=torch.Generator().manual_seed(args.seed))  # fmt: skip
-    optimizer = torch.optim.AdamW(
-        model.parameters(), lr=training["learning_rate"], weight_decay=args.weight_decay
-    )
-    schedule = get_linear_schedule_with_warmup(optimizer, int(training["warmup"] * steps), steps)
-    times, batches = [], iter(loader)
-    for _ in range(steps):
-        start = time.perf_counter()
-        try:
-            batch = next(batches)
-        except StopIteration:
-            batches = iter(loader)
-            batch = next(batches)
-        loss = model(**batch).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        schedule.step()
-        optimizer.zero_grad(set_to_none=True)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times[warmup:])  # seconds per steady-state step
+    def seconds_per_step(self) -> float:
+        (first, start), (last, end) = self.marks[0], self.marks[-1]
+        return (end - start) / (last - first)
 
 
 class PretrainBenchmark(Benchmark):
     name = "pretrain"
     arguments = PretrainBenchArguments
 
+    def sizes(self, args: PretrainBenchArguments):
+        return [{"position": p, "length": n} for p in args.positions for n in args.lengths]
+
+    def _corpus(self, args, length: int) -> Path:
+        from kolong.checkpoints import build_tiny_bert_checkpoint
+        from kolong.data.corpus import build_corpus
+
+        if length not in self._corpora:
+            text = self._root / "documents.txt"
+            if not text.is_file():
+                text.write_text("\n".join(d.replace("\n", " ") for d in self._texts), encoding="utf-8")
+            tokenizer = args.tokenizer or str(
+                build_tiny_bert_checkpoint(
+                    self._root / "tokenizer", max_position_embeddings=max(args.lengths)
+                )
+            )
+            self._tokenizer = tokenizer
+            self._corpora[length] = self._root / f"corpus-{length}"
+            build_corpus([str(text)], tokenizer, self._corpora[length], max_length=length, held_out=0.0)
+        return self._corpora[length]
+
     def setup(self, args: PretrainBenchArguments, size: dict) -> Case:
-        from kolong.training.pretrain import PretrainArguments
+        if not hasattr(self, "_scratch"):
+            self._scratch = tempfile.TemporaryDirectory()
+            self._root, self._corpora, self._runs = Path(self._scratch.name), {}, 0
+            self._texts = _documents(args, self._root)
+            self.padding = None
+        device, length = _device(args), size["length"]
+        corpus = self._corpus(args, length)
+        if self.padding is None:
+            self.padding = padding_report(self._tokenizer, self._texts, args.lengths, args.tokens_per_step)
+        batch = max(1, args.tokens_per_step // length)
+        warmup = max(1, args.steps // 4)
 
-        self._scratch = tempfile.TemporaryDirectory()
-        root = Path(self._scratch.name)
-        corpus = _corpus(root, args.max_length)
-        warmup, tokens = max(2, args.steps // 5), args.batch_size * args.max_length
-        runs = {"kolong": 0, "plain": 0}
+        def arguments():
+            from kolong.training.pretrain import PretrainArguments
 
-        def arguments(side: str) -> PretrainArguments:
-            runs[side] += 1
+            self._runs += 1
             return PretrainArguments(
-                corpus=str(corpus), output_dir=str(root / f"{side}-{runs[side]}"), preset="tiny",
-                position_encoding=args.position_encoding,
+                corpus=str(corpus), output_dir=str(self._root / f"run-{self._runs}"), preset="tiny",
+                position_encoding=size["position"], compile=args.compile, max_steps=args.steps, batch_size=batch,
+                learning_rate=1e-3, save_steps=10**9, logging_steps=max(1, args.steps // 4), quiet=True,
                 overrides={"hidden_size": args.hidden_size, "num_hidden_layers": args.layers,
-                           "num_attention_heads": args.hidden_size // 64, "intermediate_size": 4 * args.hidden_size},
-                max_steps=args.steps, batch_size=args.batch_size, learning_rate=1e-3, eval_every=10**9,
-                save_steps=10**9, logging_steps=1,
-                extra={"disable_tqdm": True, "eval_strategy": "no", "eval_on_start": False},
+                           "num_attention_heads": max(1, args.hidden_size // 64),
+                           "intermediate_size": 4 * args.hidden_size, "max_position_embeddings": max(512, length)},
+                extra={"use_cpu": device == "cpu", "save_strategy": "no"},
             )  # fmt: skip
 
-        # Each step is a whole run that times its own steady-state steps (the first `warmup` excluded).
-        return Case(
-            {"kolong pretrain mlm": lambda: Measured(_kolong(arguments("kolong"), warmup, tokens))},
-            {"plain PyTorch loop": lambda: Measured(_plain_loop(arguments("plain"), args.steps, warmup))},
-            repeats=args.rounds, warmup=0, facts={"warmup_steps_excluded": warmup},
-        )  # fmt: skip
+        steps = {
+            "raw step": lambda: Measured(raw_step(arguments(), device, warmup)),
+            "kolong pretrain mlm": lambda: Measured(kolong_pipeline(arguments(), device, warmup)),
+        }
+        references = {}
+        if size["position"] == args.positions[0]:  # one HF run per length: it has learned positions only
+            references["HF BertForMaskedLM"] = lambda: Measured(hf_pipeline(arguments(), device, warmup))
+        return Case(steps, references, repeats=args.rounds, warmup=0,
+                    facts={"batch": batch, "device": device, "warmup_steps": warmup})  # fmt: skip
 
     def teardown(self) -> None:
         if getattr(self, "_scratch", None) is not None:
             self._scratch.cleanup()
 
     def summarise(self, args: PretrainBenchArguments, rows: list[dict]) -> dict:
-        tokens = args.batch_size * args.max_length
-        timings = rows[0]["timings"]
-        per_round = {name: [tokens / s for s in timing.seconds] for name, timing in timings.items()}
-        kolong_rate, plain_rate = (
-            tokens / timings[name].median for name in ("kolong pretrain mlm", "plain PyTorch loop")
-        )
-        return {
-            "settings": dict(steps=args.steps, warmup_steps_excluded=rows[0]["warmup_steps_excluded"], rounds=args.rounds,
-                             max_length=args.max_length, batch_size=args.batch_size, hidden_size=args.hidden_size,
-                             layers=args.layers, position=args.position_encoding),
-            "tokens_per_second": {"kolong": kolong_rate, "plain": plain_rate},
-            "per_round": per_round,
-            "overhead": 1 - kolong_rate / plain_rate,
-        }  # fmt: skip
+        peak = peak_flops(args, rows[0]["device"]) if rows else None
+        cells = []
+        for row in rows:
+            tokens = row["batch"] * row["length"]
+            rates = {name: tokens / timing.median for name, timing in row["timings"].items()}
+            flops = model_flops_per_token(args, row["length"])
+            cells.append({
+                "position": row["position"], "length": row["length"], "batch": row["batch"], "tokens_per_second": rates,
+                "overhead": 1 - rates["kolong pretrain mlm"] / rates["raw step"],
+                "mfu": {name: rate * flops / peak for name, rate in rates.items()} if peak else None,
+            })  # fmt: skip
+        hf = {c["length"]: c["tokens_per_second"]["HF BertForMaskedLM"] for c in cells
+              if "HF BertForMaskedLM" in c["tokens_per_second"]}  # fmt: skip
+        for cell in cells:
+            if cell["length"] in hf:
+                cell["versus_hf"] = cell["tokens_per_second"]["kolong pretrain mlm"] / hf[cell["length"]]
+        return {"settings": {k: getattr(args, k) for k in ("tokens_per_step", "steps", "rounds", "hidden_size",
+                                                            "layers", "compile", "text", "tokenizer")},
+                "device": rows[0]["device"] if rows else None, "cells": cells, "padding": self.padding}  # fmt: skip
 
     def to_markdown(self, result: dict) -> str:
         return to_markdown(result)
 
 
-def run_pretrain_benchmark(
-    steps: int = 40, rounds: int = 2, max_length: int = 128, batch_size: int = 32, hidden_size: int = 256,
-    layers: int = 4, position: str = "learned", on_step: Callable[[str], None] | None = None,
-) -> dict:  # fmt: skip
-    args = PretrainBenchArguments(steps=steps, rounds=rounds, max_length=max_length, batch_size=batch_size,
-                                  hidden_size=hidden_size, layers=layers, position_encoding=position)  # fmt: skip
-    return run(PretrainBenchmark(), args, on_step)
+def raw_step(args, device: str, warmup: int) -> float:
+    """Seconds per step of kolong's model on pre-collated batches already on the device."""
+    import torch
+
+    from kolong.training.pretrain import prepare, throughput_settings
+
+    model, _, train, _, collator, training, _ = prepare(args)
+    batch, steps = training["batch_size"], training["max_steps"]
+    order = torch.randperm(len(train), generator=torch.Generator().manual_seed(0)).tolist()
+    batches = []
+    for step in range(steps):
+        rows = [train[order[(step * batch + i) % len(order)]] for i in range(batch)]
+        batches.append({k: v.to(device, non_blocking=True) for k, v in collator(rows).items()})
+    model.to(device).train()
+    settings = throughput_settings(args)
+    forward = torch.compile(model) if settings["torch_compile"] else model
+    optimizer = torch.optim.AdamW(model.parameters(), lr=training["learning_rate"], fused=device == "cuda")
+    bf16 = device == "cuda" and torch.cuda.is_bf16_supported()
+    for index, inputs in enumerate(batches):
+        if index == warmup:
+            _sync(device)
+            start = time.perf_counter()
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
+            loss = forward(**inputs).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    _sync(device)
+    return (time.perf_counter() - start) / (steps - warmup)
+
+
+def kolong_pipeline(args, device: str, warmup: int) -> float:
+    from kolong.training.pretrain import pretrain_mlm
+
+    clock = StepClock(warmup, device)
+    pretrain_mlm(args, callbacks=[clock.callback])
+    return clock.seconds_per_step()
+
+
+def hf_pipeline(args, device: str, warmup: int) -> float:
+    """BertForMaskedLM of kolong's size, HF's MLM collator and the Trainer's defaults on the same blocks."""
+    import torch
+    from transformers import (
+        BertConfig,
+        BertForMaskedLM,
+        DataCollatorForLanguageModeling,
+        Trainer,
+        TrainingArguments,  # fmt: skip
+    )
+
+    from kolong.checkpoints import load_tokenizer
+    from kolong.data.corpus import load_corpus
+
+    datasets, metadata = load_corpus(args.corpus)
+    tokenizer = load_tokenizer(metadata["tokenizer"])
+    size = args.overrides
+    config = BertConfig(vocab_size=len(tokenizer), hidden_size=size["hidden_size"],
+                        num_hidden_layers=size["num_hidden_layers"], num_attention_heads=size["num_attention_heads"],
+                        intermediate_size=size["intermediate_size"], max_position_embeddings=size["max_position_embeddings"],
+                        pad_token_id=tokenizer.pad_token_id)  # fmt: skip
+    train = datasets["train"].select_columns(["input_ids"])
+    training = TrainingArguments(output_dir=args.output_dir, max_steps=args.max_steps, per_device_train_batch_size=args.batch_size,
+                                 learning_rate=args.learning_rate, report_to="none", save_strategy="no", disable_tqdm=True,
+                                 logging_steps=args.logging_steps, use_cpu=device == "cpu", seed=args.seed,
+                                 bf16=device == "cuda" and torch.cuda.is_bf16_supported())  # fmt: skip
+    clock = StepClock(warmup, device)
+    trainer = Trainer(model=BertForMaskedLM(config), args=training, train_dataset=train,
+                      data_collator=DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15),
+                      callbacks=[clock.callback])  # fmt: skip
+    trainer.train()
+    return clock.seconds_per_step()
+
+
+def model_flops_per_token(args: PretrainBenchArguments, length: int, vocab: int = 16000) -> float:
+    """Training FLOPs per token: 6 N for the layers' weights + 12 L n d for attention (PaLM), and the prediction
+    head (dense + vocabulary projection) on the 15% masked tokens."""
+    d, layers = args.hidden_size, args.layers
+    weights = layers * (4 * d * d + 2 * d * 4 * d)
+    return 6 * weights + 12 * layers * length * d + 0.15 * 6 * (d * d + d * vocab)
+
+
+def peak_flops(args: PretrainBenchArguments, device: str) -> float | None:
+    if args.peak_tflops:
+        return args.peak_tflops * 1e12
+    if device != "cuda":
+        return None
+    import torch
+
+    name = torch.cuda.get_device_name(0)
+    return next((p["bf16"] * 1e12 for key, p in PEAK_TFLOPS.items() if key in name), None)
+
+
+def padding_report(
+    tokenizer_path: str, documents: list[str], lengths: list[int], tokens_per_step: int
+) -> dict:
+    """Share of padding per length: one document per row (batches padded to their longest, cut at the length)
+    against kolong's packed blocks (full rows; the corpus's last block is the only short one)."""
+    import random
+
+    from kolong.checkpoints import load_tokenizer
+
+    tokenizer = load_tokenizer(tokenizer_path)
+    sizes = [len(ids) + 2 for ids in tokenizer(documents, add_special_tokens=False)["input_ids"] if ids]
+    report = {"documents": len(sizes), "mean_tokens": statistics.mean(sizes) if sizes else 0, "lengths": {}}
+    for length in lengths:
+        rows = max(1, tokens_per_step // length)
+        shuffled = random.Random(0).sample(sizes, len(sizes))
+        real = padded = 0
+        for start in range(0, len(shuffled), rows):
+            batch = [min(size, length) for size in shuffled[start : start + rows]]
+            real += sum(batch)
+            padded += max(batch) * len(batch)
+        body = sum(
+            size - 1 for size in sizes
+        )  # packed: each document and its [SEP], in [CLS] ... [SEP] blocks
+        blocks = -(-body // (length - 2))
+        report["lengths"][length] = {"line_by_line": 1 - real / padded if padded else 0.0,
+                                     "packed": 1 - (body + 2 * blocks) / (blocks * length),
+                                     "rows_line_by_line": len(sizes), "rows_packed": blocks,
+                                     "cut_line_by_line": 1 - real / sum(sizes)}  # fmt: skip
+    return report
+
+
+def run_pretrain_benchmark(on_step=None, **options) -> dict:
+    return run(PretrainBenchmark(), PretrainBenchArguments(**options), on_step)
 
 
 def to_markdown(result: dict) -> str:
-    s, rates = result["settings"], result["tokens_per_second"]
-    return "\n".join([
-        "# kolong bench pretrain: pipeline overhead",
+    s, device = result["settings"], result["device"]
+    lines = [
+        "# kolong bench pretrain: pipeline overhead, MFU and the HF baseline",
         "",
-        f"Model: kolong encoder ({s['position']}), hidden {s['hidden_size']}, {s['layers']} layers; batch "
-        f"{s['batch_size']} x {s['max_length']} tokens; {s['steps']} steps per run, the first {s['warmup_steps_excluded']} "
-        f"excluded, median of {s['rounds']} alternating rounds.",
+        f"Device: {device}. Model: hidden {s['hidden_size']}, {s['layers']} layers, {s['tokens_per_step']:,} tokens "
+        f"per step, {s['steps']} steps per run (the first quarter untimed), median of {s['rounds']} interleaved "
+        f"rounds; torch.compile {s['compile']}.",
         "",
-        "| pipeline | training tokens/s |",
-        "|---|---:|",
-        f"| kolong pretrain mlm (HF Trainer) | {rates['kolong']:,.0f} |",
-        f"| plain PyTorch loop | {rates['plain']:,.0f} |",
-        "",
-        f"Overhead of the pipeline: **{result['overhead']:.1%}** (goal: below 10%).",
-        "",
-    ])  # fmt: skip
+        "| position | length | batch | raw step tok/s | kolong pretrain mlm tok/s | pipeline overhead | HF BertForMaskedLM tok/s "
+        "| kolong / HF | MFU raw / kolong / HF |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]  # fmt: skip
+    for c in result["cells"]:
+        rates = c["tokens_per_second"]
+        hf = rates.get("HF BertForMaskedLM")
+        mfu = (
+            " / ".join(f"{c['mfu'][n]:.1%}" if n in c["mfu"] else "—" for n in PIPELINES) if c["mfu"] else "—"
+        )
+        versus = f"{c['versus_hf']:.2f}x" if "versus_hf" in c else "—"
+        lines.append(
+            f"| {c['position']} | {c['length']} | {c['batch']} | {rates['raw step']:,.0f} | "
+            f"{rates['kolong pretrain mlm']:,.0f} | {c['overhead']:.1%} | {format(hf, ',.0f') if hf else '—'} | "
+            f"{versus} | {mfu} |"
+        )
+    lines += ["", "Goals (issue 16): pipeline overhead < 10% at every length; on GPU, kolong >= 1.5x the HF baseline at "
+              "512 and MFU >= 40% for the base preset at 2048.", ""]  # fmt: skip
+    padding = result.get("padding")
+    if padding:
+        lines += [
+            f"## Padding: one document per row vs packed ({padding['documents']:,} documents, mean "
+            f"{padding['mean_tokens']:.1f} tokens)",
+            "",
+            "| length | line by line: padding | tokens cut | rows | packed: padding | rows |",
+            "|---:|---:|---:|---:|---:|---:|",
+        ]
+        for length, p in padding["lengths"].items():
+            lines.append(f"| {length} | {p['line_by_line']:.1%} | {p['cut_line_by_line']:.1%} | {p['rows_line_by_line']:,} "
+                         f"| {p['packed']:.1%} | {p['rows_packed']:,} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
