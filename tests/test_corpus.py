@@ -111,3 +111,17 @@ def test_cli(text_file, tokenizer_dir, tmp_path):
         app, ["data", "corpus", "nope.txt", "-t", str(tokenizer_dir), "-o", str(tmp_path / "x")]
     )
     assert missing.exit_code == 2 and "nope.txt" in " ".join(missing.output.split())
+
+
+def test_worker_processes_build_the_same_corpus(text_file, tokenizer_dir, tmp_path):
+    with gzip.open(text_file, "rt", encoding="utf-8") as handle:
+        lines = handle.read().split("\n")
+    documents = len([line for line in lines if line.strip()])
+    runs = {}
+    for workers in (1, 2):
+        # batches of 4 documents, and a document count that is an exact multiple of them (an empty last batch)
+        build_corpus([str(text_file)], str(tokenizer_dir), tmp_path / f"w{workers}", max_length=32, held_out=0.2,
+                     batch_documents=4, limit=documents // 4 * 4, workers=workers)  # fmt: skip
+        dataset, _ = load_corpus(tmp_path / f"w{workers}")
+        runs[workers] = {split: dataset[split].to_dict() for split in ("train", "validation")}
+    assert runs[1] == runs[2] and len(runs[1]["train"]["input_ids"]) > 5

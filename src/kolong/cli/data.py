@@ -79,6 +79,7 @@ def corpus(
     limit: int = typer.Option(None, min=1, help="Stop after this many documents."),
     seed: int = typer.Option(0, min=0, max=2**32 - 1, help="Seed of the held-out split."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty output directory."),
+    workers: int = typer.Option(0, min=0, help="Tokenising processes (0: one per available core)."),
 ) -> None:
     """Tokenise and pack a corpus into [CLS] ... [SEP] blocks with whole-word groups (HF datasets on disk)."""
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -91,7 +92,7 @@ def corpus(
         stats = build_corpus(
             sources, tokenizer, output, max_length=max_length, held_out=held_out, seed=seed,
             shared_data=shared_data, blank_line_documents=blank_line_documents, on_bad_line=on_bad_line,
-            limit=limit, overwrite=overwrite,
+            limit=limit, overwrite=overwrite, workers=workers,
             on_progress=lambda done: progress.update(task, description=f"tokenising and packing: {done:,} documents"),
         )  # fmt: skip
     for split in ("train", "validation"):

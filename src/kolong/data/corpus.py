@@ -186,6 +186,58 @@ def tokenize_documents(tokenizer, documents: list[str]) -> Iterator[tuple[list[i
         yield ids, eojeol, morpheme
 
 
+def _batches(documents: Iterable[str], size: int) -> Iterator[list[str]]:
+    batch: list[str] = []
+    for document in documents:
+        batch.append(document)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:  # tokenizers refuse an empty batch
+        yield batch
+
+
+_WORKER_TOKENIZER = None  # the tokenizer a corpus worker process inherited (fork) or loaded
+
+
+def _tokenize_in_worker(batch: list[str]) -> list[tuple[list[int], list[int], list[int]]]:
+    return list(tokenize_documents(_WORKER_TOKENIZER, batch))
+
+
+def tokenized_batches(tokenizer, documents: Iterable[str], size: int, workers: int = 1):
+    """(batch of documents, their tokenize_documents results) in order; batches tokenised by `workers`
+    processes (0: one per available core), a bounded number of batches in flight."""
+    global _WORKER_TOKENIZER
+    import os
+
+    if workers == 0:
+        workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    batches = _batches(documents, size)
+    if workers <= 1:
+        for batch in batches:
+            yield batch, list(tokenize_documents(tokenizer, batch))
+        return
+    import itertools
+    import multiprocessing
+
+    # Fork: the workers share the loaded tokenizer. The morpheme tokenizer's own worker processes stay off
+    # in them (one level of processes), and so does the Rust backend's thread pool.
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    previous = os.environ.get("KOLONG_TOKENIZER_WORKERS")
+    os.environ["KOLONG_TOKENIZER_WORKERS"] = "1"
+    _WORKER_TOKENIZER = tokenizer
+    try:
+        with multiprocessing.get_context("fork").Pool(workers) as pool:
+            while window := list(itertools.islice(batches, 4 * workers)):
+                yield from zip(window, pool.imap(_tokenize_in_worker, window), strict=True)
+    finally:
+        _WORKER_TOKENIZER = None
+        if previous is None:
+            os.environ.pop("KOLONG_TOKENIZER_WORKERS", None)
+        else:
+            os.environ["KOLONG_TOKENIZER_WORKERS"] = previous
+
+
 @writes_output()
 def build_corpus(
     sources: list[str],
@@ -201,8 +253,12 @@ def build_corpus(
     overwrite: bool = False,
     batch_documents: int = 1000,
     on_progress: Callable[[int], None] | None = None,
+    workers: int = 1,
 ) -> CorpusStats:
-    """Tokenise and pack `sources` into a `datasets.DatasetDict` (train / validation) at `output_dir`."""
+    """Tokenise and pack `sources` into a `datasets.DatasetDict` (train / validation) at `output_dir`.
+
+    `workers` > 1 tokenises batches of documents in that many processes (0: one per available core); the
+    corpus is the same whatever the count: batches come back in order and splits are drawn in order."""
     import datasets
 
     from kolong.checkpoints import load_tokenizer
@@ -222,23 +278,20 @@ def build_corpus(
         choose = random.Random(seed)
         packers = {split: BlockPacker(tokenizer.cls_token_id, tokenizer.sep_token_id, max_length)
                    for split in ("train", "validation")}  # fmt: skip
-        batch: list[str] = []
         documents = read_documents(sources, shared_data, blank_line_documents, on_bad_line, bad_lines, limit)
-        for done, document in enumerate(documents, 1):
-            batch.append(document)
-            if len(batch) == batch_documents:
-                yield from _pack(batch, choose, packers)
-                batch = []
-                if on_progress is not None:
-                    on_progress(done)
-        yield from _pack(batch, choose, packers)
+        done = 0
+        for batch, encoded in tokenized_batches(tokenizer, documents, batch_documents, workers):
+            yield from _pack(batch, encoded, choose, packers)
+            done += len(batch)
+            if on_progress is not None:
+                on_progress(done)
         for split, packer in packers.items():
             for row in packer.flush(minimum=max_length // 2):
                 yield counted(row, split)
 
-    def _pack(batch, choose, packers):
+    def _pack(batch, encoded_batch, choose, packers):
         splits = ["validation" if choose.random() < held_out else "train" for _ in batch]
-        for split, encoded in zip(splits, tokenize_documents(tokenizer, batch), strict=True):
+        for split, encoded in zip(splits, encoded_batch, strict=True):
             if not encoded[0]:
                 continue
             stats.documents[split] += 1
