@@ -241,3 +241,21 @@ def test_mecab_reads_a_long_text_in_pieces_covering_every_character(monkeypatch)
     assert [s for _, s, _ in parts] == sorted(s for _, s, _ in parts)
     assert "".join(text[s:e] for _, s, e in parts) == "".join(text.split())
     assert analyser.analyse(text, "lemma")[-1][2] == len(text.rstrip())
+
+
+def test_pipelined_and_plain_encoding_match_hf_conversion(mecab, monkeypatch):
+    """Chunks rewritten while a thread encodes the previous one, without HF's per-encoding conversion, give
+    what the backend's full path gives (special-tokens masks force that path)."""
+    from kolong.tokenizers import morpheme
+
+    monkeypatch.setenv("KOLONG_TOKENIZER_WORKERS", "1")
+    monkeypatch.setattr(morpheme, "PIPELINE_CHUNK", 7)
+    texts = [f"{line} {i}번째 문장" for i, line in enumerate(CORPUS * 3)]
+    for pair in (None, texts[::-1]):
+        fast = mecab(texts, pair, return_offsets_mapping=True)
+        full = mecab(texts, pair, return_offsets_mapping=True, return_special_tokens_mask=True)
+        assert len(texts) >= 14 and set(full) - set(fast) == {"special_tokens_mask"}
+        for key in fast:
+            assert fast[key] == full[key], key
+        assert [fast.word_ids(i) for i in range(len(texts))] == [full.word_ids(i) for i in range(len(texts))]
+    assert mecab(texts[0])["input_ids"] == mecab([texts[0]])["input_ids"][0]

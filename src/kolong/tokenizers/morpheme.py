@@ -22,6 +22,7 @@ from transformers.utils import PaddingStrategy
 
 from kolong.errors import TokenizerError
 from kolong.tokenizers.analysers import ANALYSERS, FORMS
+from kolong.tokenizers.encoding import MappedEncoding
 from kolong.tokenizers.parallel import rewrite_many, start_background
 from kolong.tokenizers.segment import Alignment
 
@@ -43,100 +44,6 @@ def configure_backend(backend: Tokenizer) -> Tokenizer:
     )
     backend.decoder = decoders.WordPiece(prefix="##", cleanup=False)
     return backend
-
-
-class MappedEncoding:
-    """A backend encoding seen through the alignments of its one or two input sequences.
-
-    It offers what `BatchEncoding` asks of a `tokenizers.Encoding`; offsets and words are computed on first
-    use (a plain `tokenizer(texts)` call never pays for them).
-    """
-
-    def __init__(self, encoding, alignments: tuple[Alignment, ...]) -> None:
-        self._encoding = encoding
-        self._alignments = alignments
-        self._offsets: list[tuple[int, int]] | None = None
-        self._word_ids: list[int | None] | None = None
-
-    def __getattr__(self, name):
-        # ids, type_ids, tokens, attention_mask, special_tokens_mask, sequence_ids, n_sequences...
-        return getattr(self._encoding, name)
-
-    def __len__(self) -> int:
-        return len(self._encoding)
-
-    def _compute(self) -> None:
-        offsets, word_ids = [], []
-        alignments = self._alignments
-        for (a, b), piece, sequence in zip(
-            self._encoding.offsets, self._encoding.word_ids, self._encoding.sequence_ids, strict=True
-        ):
-            if piece is None or sequence is None:
-                offsets.append((0, 0))
-                word_ids.append(None)
-            else:
-                alignment = alignments[sequence]
-                offsets.append(alignment.span(piece, a, b))
-                word_ids.append(alignment.word[piece])
-        self._offsets, self._word_ids = offsets, word_ids
-
-    @property
-    def offsets(self) -> list[tuple[int, int]]:
-        if self._offsets is None:
-            self._compute()
-        return self._offsets
-
-    @property
-    def word_ids(self) -> list[int | None]:
-        if self._word_ids is None:
-            self._compute()
-        return self._word_ids
-
-    @property
-    def words(self) -> list[int | None]:
-        return self.word_ids
-
-    @property
-    def morpheme_ids(self) -> list[int | None]:
-        """Per token, the index of its morpheme in the input (each morpheme is one backend word)."""
-        return list(self._encoding.word_ids)
-
-    @property
-    def overflowing(self) -> list[MappedEncoding]:
-        return [MappedEncoding(e, self._alignments) for e in self._encoding.overflowing]
-
-    def token_to_sequence(self, token: int) -> int | None:
-        return self._encoding.sequence_ids[token]
-
-    def token_to_word(self, token: int) -> int | None:
-        return self.word_ids[token]
-
-    def token_to_chars(self, token: int) -> tuple[int, int] | None:
-        if self.word_ids[token] is None:
-            return None
-        return self.offsets[token]
-
-    def _tokens_of(self, sequence: int):
-        return [i for i, s in enumerate(self._encoding.sequence_ids) if s == sequence]
-
-    def word_to_tokens(self, word: int, sequence: int = 0) -> tuple[int, int] | None:
-        ids = [i for i in self._tokens_of(sequence) if self.word_ids[i] == word]
-        return (ids[0], ids[-1] + 1) if ids else None
-
-    def word_to_chars(self, word: int, sequence: int = 0) -> tuple[int, int] | None:
-        spans = [self.offsets[i] for i in self._tokens_of(sequence) if self.word_ids[i] == word]
-        return (min(s for s, _ in spans), max(e for _, e in spans)) if spans else None
-
-    def char_to_token(self, char: int, sequence: int = 0) -> int | None:
-        for i in self._tokens_of(sequence):
-            start, end = self.offsets[i]
-            if start <= char < end and self.word_ids[i] is not None:
-                return i
-        return None
-
-    def char_to_word(self, char: int, sequence: int = 0) -> int | None:
-        token = self.char_to_token(char, sequence)
-        return None if token is None else self.word_ids[token]
 
 
 class MorphemeTokenizer(PreTrainedTokenizerFast):
@@ -313,7 +220,9 @@ class MorphemeTokenizer(PreTrainedTokenizerFast):
         if padding_strategy == PaddingStrategy.DO_NOT_PAD and return_tensors is None:
             # Without padding, rows are independent: encode the head while worker processes rewrite the tail.
             background = start_background(lists, *config)
-        if background is None:
+        if background is None and _plain(backend_arguments) and len(lists[0]) >= 2 * PIPELINE_CHUNK:
+            rewritten, encoded = self._pipelined(lists, config, backend_arguments)
+        elif background is None:
             rewritten = [rewrite_many(items, *config) for items in lists]
             encoded = self._backend(rewritten, backend_arguments)
         else:
@@ -344,16 +253,71 @@ class MorphemeTokenizer(PreTrainedTokenizerFast):
             )
         return output
 
+    def _pipelined(
+        self, lists: list[list], config: tuple, arguments: dict
+    ) -> tuple[list[list], BatchEncoding]:
+        """Rewrite chunk k + 1 while a thread encodes chunk k: the Rust backend releases the GIL, so its
+        work overlaps MeCab's and the rewriting instead of following them."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        rewritten: list[list] = [[] for _ in lists]
+        parts = []
+        with ThreadPoolExecutor(1, thread_name_prefix="kolong-encode") as encoder:
+            for start in range(0, len(lists[0]), PIPELINE_CHUNK):
+                chunk = [rewrite_many(items[start : start + PIPELINE_CHUNK], *config) for items in lists]
+                for whole, part in zip(rewritten, chunk, strict=True):
+                    whole.extend(part)
+                parts.append(encoder.submit(self._backend, chunk, arguments))
+            encoded = [part.result() for part in parts]
+        data = {key: [row for part in encoded for row in part[key]] for key in encoded[0]}
+        return rewritten, BatchEncoding(data, [e for part in encoded for e in part.encodings])
+
     def _backend(self, rewritten: list[list], arguments: dict) -> BatchEncoding:
         inputs = [marked for marked, _ in rewritten[0]]
         pairs = [marked for marked, _ in rewritten[1]] if len(rewritten) > 1 else None
         if not inputs:
             inputs, pairs = [""], None if pairs is None else [""]
+        if _plain(arguments) and not self._tokenizer.encode_special_tokens:
+            return self._encode_plain(inputs, pairs, arguments)
         return super()._encode_plus(inputs, pairs, **arguments)
+
+    def _encode_plain(self, inputs: list[str], pairs: list[str] | None, arguments: dict) -> BatchEncoding:
+        """The backend's batch call without HF's per-encoding conversion (most of the time outside MeCab
+        on short texts), for calls that pad, truncate and add nothing: the same BatchEncoding."""
+        self.set_truncation_and_padding(PaddingStrategy.DO_NOT_PAD, TruncationStrategy.DO_NOT_TRUNCATE, None, 0,
+                                        None, None)  # fmt: skip
+        batch = inputs if pairs is None else list(zip(inputs, pairs, strict=True))
+        encodings = self._tokenizer.encode_batch(batch, add_special_tokens=arguments["add_special_tokens"])
+        data = {"input_ids": [e.ids for e in encodings]}
+        wanted = arguments["return_token_type_ids"]
+        if wanted or (wanted is None and "token_type_ids" in self.model_input_names):
+            data["token_type_ids"] = [e.type_ids for e in encodings]
+        wanted = arguments["return_attention_mask"]
+        if wanted or (wanted is None and "attention_mask" in self.model_input_names):
+            data["attention_mask"] = [e.attention_mask for e in encodings]
+        for ids in data["input_ids"]:
+            if len(ids) > self.model_max_length:
+                self._eventual_warn_about_too_long_sequence(ids, None, arguments["verbose"])
+        return BatchEncoding(data, encodings)
 
     def _add_tokens(self, new_tokens, special_tokens: bool = False) -> int:
         self._special_pattern_cache = None
         return super()._add_tokens(new_tokens, special_tokens=special_tokens)
+
+
+PIPELINE_CHUNK = 1000  # texts per chunk when rewriting and encoding overlap
+
+
+def _plain(arguments: dict) -> bool:
+    """True for a call that neither pads, truncates, overflows nor asks for extra fields."""
+    return (
+        arguments["padding_strategy"] == PaddingStrategy.DO_NOT_PAD
+        and arguments["truncation_strategy"] == TruncationStrategy.DO_NOT_TRUNCATE
+        and not arguments["return_overflowing_tokens"]
+        and not arguments["return_special_tokens_mask"]
+        and not arguments["return_length"]
+        and not arguments.get("sanitize_control_tokens")
+    )
 
 
 def _concatenate(first: BatchEncoding, second: BatchEncoding, shift: int) -> BatchEncoding:
