@@ -254,3 +254,19 @@ def test_an_unknown_attention_implementation_is_refused_by_name():
     with pytest.raises(ValueError, match="attn_implementation"):
         KolongForMaskedLM(KolongConfig(vocab_size=10, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
                                        intermediate_size=8)).set_attn_implementation("flash_attention_9")  # fmt: skip
+
+
+def test_memn2n_refuses_packed_documents_and_learned_padding_rows_restart():
+    ids = random_ids(1, 12, seed=3)
+    documents = torch.tensor([[1] * 5 + [2] * 7])
+    with pytest.raises(ValueError, match="memn2n"):
+        model_for("memn2n").kolong(ids, attention_mask=documents)
+    from conftest import tiny_kolong_config
+    from kolong.models import KolongModel
+
+    config = tiny_kolong_config(position_encoding="learned", position_kwargs={"reserve_padding_rows": True},
+                                pad_token_id=0)  # fmt: skip
+    model = KolongModel(config).eval()
+    mask = AttentionMask.from_attention_mask(torch.tensor([[1, 1, 1, 2, 2, 0]]))
+    restart = model.positions.packed_position_ids(mask.document_positions(), mask.documents.ne(0))
+    assert restart.tolist() == [[1, 2, 3, 1, 2, 0]]  # RoBERTa rows: p + pad + 1, padding on pad's row

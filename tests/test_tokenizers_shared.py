@@ -74,7 +74,13 @@ def test_nsmc_stats_and_a_small_benchmark(tmp_path):
     stats = measure(tokenizer, reviews[500:])
     assert 0.2 < stats.tokens_per_character < 1.5 and stats.characters_per_second > 0
     result = run_tokenizer_benchmark(path, train_documents=300, documents=200, vocab_size=600, repeats=1)
-    assert set(result["cost_vs_mecab"]) >= {"kolong", "bert", "kolong_offsets", "kolong_one_process"}
+    assert set(result["cost_vs_mecab"]) >= {
+        "kolong",
+        "bert",
+        "kolong_offsets",
+        "kolong_one_process",
+        "corpus_all_cores",
+    }
     json_path, markdown_path = write_results(TokenizerBenchmark(), result, tmp_path)
     assert "cost vs raw MeCab" in markdown_path.read_text() and json_path.is_file()
     assert "Goal" in to_markdown(result)

@@ -10,7 +10,9 @@ On NSMC reviews (`../shared/data/nsmc/reviews.shared.tsv.gz`), one run:
      them turned off (`KOLONG_TOKENIZER_WORKERS=1`), and with `return_offsets_mapping=True`;
    - HF `BertTokenizerFast` built on the same vocabulary (no morpheme analysis: BERT's whitespace and
      punctuation pre-tokenizer, no lower-casing);
-   - kolong's `ByteTokenizer` for scale.
+   - kolong's `ByteTokenizer` for scale;
+   - what `kolong data corpus` does per batch of 1,000 documents (ids with offsets, eojeol and morpheme
+     groups: `tokenized_batches`), in one process and in one per core.
 The cost ratio is kolong's time over raw MeCab's (goal: at most 1.5x); tokens per character and [UNK] shares
 show what the analysis buys over plain WordPiece on the same vocabulary.
 """
@@ -90,9 +92,15 @@ class TokenizerBenchmark(Benchmark):
                 else:
                     os.environ["KOLONG_TOKENIZER_WORKERS"] = previous
 
+        def corpus(workers: int):
+            from kolong.data.corpus import tokenized_batches
+
+            return lambda: sum(1 for _ in tokenized_batches(tokenizer, texts, 1000, workers))
+
         return Case(
             {"kolong": lambda: tokenizer(texts), "kolong_offsets": lambda: tokenizer(texts, return_offsets_mapping=True),
-             "kolong_one_process": one_process, "byte": lambda: byte(texts)},
+             "kolong_one_process": one_process, "byte": lambda: byte(texts), "corpus_one_process": corpus(1),
+             "corpus_all_cores": corpus(0)},
             {"mecab": lambda: [tagger.parse(t).split() for t in texts], "bert": lambda: bert(texts)},
             repeats=args.repeats,
         )  # fmt: skip
@@ -136,6 +144,8 @@ LABELS = {
     "kolong_one_process": "kolong, batch, worker processes off",
     "bert": "HF BertTokenizerFast, same vocabulary (no analysis)",
     "byte": "kolong ByteTokenizer (UTF-8 bytes)",
+    "corpus_one_process": "`data corpus` tokenisation (ids, eojeol and morpheme groups), --workers 1",
+    "corpus_all_cores": "`data corpus` tokenisation, --workers 0 (every core)",
 }
 
 

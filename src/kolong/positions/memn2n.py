@@ -39,6 +39,13 @@ class MemN2NPositions(PositionEncoding):
         super().__init__(config, **kwargs)
         self.dim = config.embedding_size or config.hidden_size
 
+    def packed_position_ids(self, positions, real):
+        raise ValueError(
+            "position_encoding='memn2n' weighs each position by the whole row's length, so packed documents "
+            "(attention_mask with document numbers) would see the wrong lengths: pack with "
+            "--packing concatenate or give one document per row"
+        )
+
     def forward(self, inputs_embeds, input_ids=None, position_ids=None, attention_mask=None):
         if attention_mask is None:
             attention_mask = torch.ones(inputs_embeds.shape[:2], device=inputs_embeds.device)

@@ -120,6 +120,9 @@ def prepare(args: PretrainArguments):
     if sentence_order and (packing == "documents" or args.curriculum):
         raise ConfigError("--objective mlm+sop pairs the two halves of whole blocks: it needs --packing "
                           "concatenate and no --curriculum")  # fmt: skip
+    if packing == "documents" and model.config.position_encoding == "memn2n":
+        raise ConfigError("--position-encoding memn2n weighs positions by the whole row's length: packed documents "
+                          "need --packing concatenate")  # fmt: skip
     schedule = []
     if args.curriculum:
         stages = parse_length_curriculum(args.curriculum, metadata["max_length"])
