@@ -81,3 +81,22 @@ def test_fused_paths_match_the_reference_on_cuda_with_gradients(name, implementa
             torch.testing.assert_close(
                 actual_grads[key] / scale, grad / scale, rtol=tolerance, atol=tolerance, msg=key
             )
+
+
+@pytest.mark.parametrize("position", ["learned", "shaw"])
+def test_pretraining_with_the_gpu_settings_gives_the_eager_loss_curve(position, tmp_path):
+    """On CUDA, `pretrain mlm` compiles the model, masks in loader workers, packs documents (flex block masks)
+    and uses fused AdamW: in fp32 without dropout its loss curve is the uncompiled run's."""
+    from kolong.training.pretrain import pretrain_mlm
+    from test_pretrain import arguments, build_mlm_corpus, losses
+
+    corpus = build_mlm_corpus(tmp_path)
+    common = dict(position_encoding=position, max_steps=8, eval_every=100, save_steps=100, bf16="no",
+                  overrides={"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0})  # fmt: skip
+    eager = arguments(corpus, tmp_path / "eager", compile="no", **common)
+    compiled = arguments(corpus, tmp_path / "compiled", **common)  # compile auto: on
+    for args in (eager, compiled):
+        args.extra = {"disable_tqdm": True}  # the CUDA device, not use_cpu
+        pretrain_mlm(args)
+    for (step, a), (_, b) in zip(losses(tmp_path / "eager"), losses(tmp_path / "compiled"), strict=True):
+        assert a == pytest.approx(b, rel=2e-3, abs=2e-3), f"step {step}"

@@ -43,9 +43,11 @@ class AttentionMask:
                 f"for tokens, got shape {tuple(attention_mask.shape)}"
             )
         real = attention_mask != 0
-        packed = not attention_mask.dtype.is_floating_point and bool((attention_mask > 1).any())
+        # One host read for both facts (on a GPU each read waits for the queued work).
+        flags = torch.stack([real.all(), (attention_mask > 1).any()]).tolist()
+        packed = not attention_mask.dtype.is_floating_point and flags[1]
         return cls(
-            real=None if bool(real.all()) else real,
+            real=None if flags[0] else real,
             documents=attention_mask.long() if packed else None,
             window=window,
             global_tokens=global_tokens,
