@@ -3,7 +3,9 @@
 - `eager`: the reference. Scores, the scheme's (b|1, h, n, n) bias and probabilities are materialised;
   the only path that returns attention weights (`output_attentions=True`).
 - `sdpa` (HF's default, and kolong's): the fastest exact path for the device. Schemes without a
-  logit bias (learned, sinusoidal, memn2n, rope, none) call `scaled_dot_product_attention`. Schemes
+  logit bias (learned, sinusoidal, memn2n, rope, none) call `scaled_dot_product_attention` (packed
+  documents: with their (b, 1, n, n) mask; on CUDA without dropout, FlexAttention, whose block mask
+  skips the blocks between documents; local windows: the flex or chunked path). Schemes
   with one (shaw, t5, alibi) run through FlexAttention on CUDA when there is no attention dropout to
   apply, and otherwise through the chunked exact path (`chunked.py`: linear memory, no scatter).
 - `flex_attention`: FlexAttention always (forward-only on CPU; no attention dropout), except Shaw's
@@ -62,13 +64,15 @@ class KolongAttention(nn.Module):
         return self.out(context), weights
 
     def _attend_fused(self, q, k, v, mask, positions, layer, state, dropout_p):
-        if not positions.has_logit_bias and mask.keys_only:
+        flex_skips_blocks = q.device.type == "cuda" and dropout_p == 0 and not mask.keys_only
+        if not positions.has_logit_bias and mask.window is None and not flex_skips_blocks:
             if dropout_p > 0 and q.device.type == "cpu":
                 # SDPA's CPU kernels fall back to an unfused path with dropout anyway; the explicit path
                 # draws its dropout mask 2-3x cheaper.
                 return self._attend_explicitly(q, k, v, mask, positions, layer, state, dropout_p)[0]
-            padding = mask.additive(k.shape[2], q.dtype, q.device)  # (b, 1, 1, n) or None
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=padding, dropout_p=dropout_p)
+            # padding (b, 1, 1, n), packed documents (b, 1, n, n), or None
+            allowed = mask.additive(k.shape[2], q.dtype, q.device)
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=dropout_p)
         if q.device.type == "cuda" and dropout_p == 0 and not positions.needs_probabilities:
             return self._attend_flex(q, k, v, mask, positions, layer, state, dropout_p, explicit=False)
         # The bias is built only here, once the path is known (flex builds its own from the same tables).
