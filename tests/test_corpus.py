@@ -125,3 +125,14 @@ def test_worker_processes_build_the_same_corpus(text_file, tokenizer_dir, tmp_pa
         dataset, _ = load_corpus(tmp_path / f"w{workers}")
         runs[workers] = {split: dataset[split].to_dict() for split in ("train", "validation")}
     assert runs[1] == runs[2] and len(runs[1]["train"]["input_ids"]) > 5
+
+
+def test_eojeol_starts_place_characters_as_eojeol_index_does():
+    import bisect
+
+    from kolong.data.corpus import eojeol_starts
+
+    for text in ["한국어  문서 입니다", "  앞\t뒤\n공백\u3000전각\xa0끝 ", "한", "a b  c"]:
+        starts = eojeol_starts(text)
+        placed = [bisect.bisect_right(starts, i) - 1 for i in range(len(text))]
+        assert placed == eojeol_index(text).tolist(), text

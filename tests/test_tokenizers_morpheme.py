@@ -259,3 +259,22 @@ def test_pipelined_and_plain_encoding_match_hf_conversion(mecab, monkeypatch):
             assert fast[key] == full[key], key
         assert [fast.word_ids(i) for i in range(len(texts))] == [full.word_ids(i) for i in range(len(texts))]
     assert mecab(texts[0])["input_ids"] == mecab([texts[0]])["input_ids"][0]
+
+
+@pytest.mark.parametrize("analyser", ["mecab", "kiwi", "none"])
+def test_corpus_groups_without_offsets_match_the_offsets_path(tokenizers, analyser):
+    """`kolong data corpus` takes a morpheme tokenizer's eojeol from its alignments, not from character
+    offsets: the same groups as placing each token's offset in the text's whitespace-separated words."""
+    from kolong.data.corpus import eojeol_index, tokenize_documents
+
+    tokenizer = tokenizers[analyser, "wordpiece"]
+    documents = [TEXT, *CORPUS[:6], "  앞뒤 공백과\u3000전각  공백 ", "한"]
+    encoded = tokenizer(documents, add_special_tokens=False, return_offsets_mapping=True)
+    for index, (ids, eojeol, morpheme) in enumerate(tokenize_documents(tokenizer, documents)):
+        document = documents[index]
+        places = eojeol_index(document)
+        expected = [
+            int(places[min(start, len(document) - 1)]) for start, _ in encoded["offset_mapping"][index]
+        ]
+        assert ids == encoded["input_ids"][index] and eojeol == expected, document
+        assert len(morpheme) == len(ids) and morpheme == sorted(morpheme)

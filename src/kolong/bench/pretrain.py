@@ -22,6 +22,7 @@ block length) with kolong's packed blocks.
 
 from __future__ import annotations
 
+import json
 import statistics
 import tempfile
 import time
@@ -139,8 +140,9 @@ class PretrainBenchmark(Benchmark):
         references = {}
         if size["position"] == args.positions[0]:  # one HF run per length: it has learned positions only
             references["HF BertForMaskedLM"] = lambda: Measured(hf_pipeline(arguments(), device, warmup))
+        vocab = json.loads((corpus / "corpus.json").read_text(encoding="utf-8"))["vocab_size"]
         return Case(steps, references, repeats=args.rounds, warmup=0,
-                    facts={"batch": batch, "device": device, "warmup_steps": warmup})  # fmt: skip
+                    facts={"batch": batch, "device": device, "warmup_steps": warmup, "vocab": vocab})  # fmt: skip
 
     def teardown(self) -> None:
         if getattr(self, "_scratch", None) is not None:
@@ -152,7 +154,7 @@ class PretrainBenchmark(Benchmark):
         for row in rows:
             tokens = row["batch"] * row["length"]
             rates = {name: tokens / timing.median for name, timing in row["timings"].items()}
-            flops = model_flops_per_token(args, row["length"])
+            flops = model_flops_per_token(args, row["length"], row["vocab"])
             cells.append({
                 "position": row["position"], "length": row["length"], "batch": row["batch"], "tokens_per_second": rates,
                 "overhead": 1 - rates["kolong pretrain mlm"] / rates["raw step"],
@@ -245,7 +247,7 @@ def hf_pipeline(args, device: str, warmup: int) -> float:
     return clock.seconds_per_step()
 
 
-def model_flops_per_token(args: PretrainBenchArguments, length: int, vocab: int = 16000) -> float:
+def model_flops_per_token(args: PretrainBenchArguments, length: int, vocab: int) -> float:
     """Training FLOPs per token: 6 N for the layers' weights + 12 L n d for attention (PaLM), and the prediction
     head (dense + vocabulary projection) on the 15% masked tokens."""
     d, layers = args.hidden_size, args.layers

@@ -15,8 +15,10 @@ length and counts, and `kolong pretrain mlm` checks them against the model befor
 
 from __future__ import annotations
 
+import bisect
 import json
 import random
+import re
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -124,6 +126,14 @@ def eojeol_index(text: str) -> np.ndarray:
     return np.cumsum(starts) - 1
 
 
+_EOJEOL = re.compile("[^ \t\n\r\x0b\x0c\u3000\xa0]+")  # the spaces `eojeol_index` knows
+
+
+def eojeol_starts(text: str) -> list[int]:
+    """Where each whitespace-separated word starts (the word of character i: the last start <= i)."""
+    return [match.start() for match in _EOJEOL.finditer(text)]
+
+
 class BlockPacker:
     """Concatenates documents ([SEP] between them) and emits [CLS] block [SEP] rows of `max_length`."""
 
@@ -162,27 +172,33 @@ class BlockPacker:
 
 def tokenize_documents(tokenizer, documents: list[str]) -> Iterator[tuple[list[int], list[int], list[int]]]:
     """(ids, eojeol ids, morpheme ids) of each document, group ids counted from 0 within the document."""
-    encoded = tokenizer(documents, add_special_tokens=False, return_offsets_mapping=True, truncation=False)
+    # kolong's morpheme tokenizer knows each token's eojeol and morpheme without offsets; other tokenizers'
+    # tokens are placed in eojeol through their character offsets, and their words stand in for morphemes.
+    morphemic = hasattr(tokenizer, "rewrite_batch")
+    encoded = tokenizer(
+        documents, add_special_tokens=False, return_offsets_mapping=not morphemic, truncation=False
+    )
     for index, document in enumerate(documents):
         ids = encoded["input_ids"][index]
         if not ids:
             yield [], [], []
             continue
-        # Morphemes: kolong's morpheme tokenizer exposes them; other tokenizers' words (WordPiece: whitespace and
-        # punctuation-separated words) stand in for them.
-        encoding = encoded.encodings[index] if encoded.encodings else None
-        words = getattr(encoding, "morpheme_ids", None) or encoded.word_ids(index)
-        char_to_eojeol = eojeol_index(document)
-        eojeol = [
-            int(char_to_eojeol[min(start, len(document) - 1)])
-            for start, _ in encoded["offset_mapping"][index]
-        ]
-        morpheme, last, current = [], None, -1
+        if morphemic:
+            encoding = encoded.encodings[index]
+            eojeol, words = encoding.word_ids, encoding.morpheme_ids
+        else:
+            words = encoded.word_ids(index)
+            starts, last = eojeol_starts(document), len(document) - 1
+            eojeol = [
+                bisect.bisect_right(starts, min(start, last)) - 1
+                for start, _ in encoded["offset_mapping"][index]
+            ]
+        morpheme, previous, current = [], None, -1
         for word in words:
-            if word is None or word != last:
+            if word is None or word != previous:
                 current += 1
             morpheme.append(current)
-            last = word
+            previous = word
         yield ids, eojeol, morpheme
 
 

@@ -26,6 +26,14 @@ class MappedEncoding:
     def __len__(self) -> int:
         return len(self._encoding)
 
+    def _compute_words(self) -> None:
+        """Only the eojeol of each token (no offsets): what a corpus needs for whole-word masking."""
+        alignments = self._alignments
+        self._word_ids = [
+            None if piece is None or sequence is None else alignments[sequence].word[piece]
+            for piece, sequence in zip(self._encoding.word_ids, self._encoding.sequence_ids, strict=True)
+        ]
+
     def _compute(self) -> None:
         offsets, word_ids = [], []
         alignments = self._alignments
@@ -50,7 +58,7 @@ class MappedEncoding:
     @property
     def word_ids(self) -> list[int | None]:
         if self._word_ids is None:
-            self._compute()
+            self._compute_words()
         return self._word_ids
 
     @property
