@@ -123,7 +123,13 @@ class MecabAnalyser(Analyser):
     def _parse(self, tagger, text: str) -> str:
         """MeCab's output for `text`, read in pieces of at most MECAB_PIECE characters cut at whitespace:
         MeCab returns nothing at all for a text of some megabytes (one long line of a corpus)."""
-        text, out, start = self._clean(text), [], 0
+        text = self._clean(text)
+        if len(text) <= MECAB_PIECE:  # nearly every text: one call
+            parsed = tagger.parse(text)
+            if parsed is None:
+                raise TokenizerError(f"MeCab-ko could not analyse a text of {len(text):,} characters")
+            return parsed
+        out, start = [], 0
         while start < len(text):
             end = min(start + MECAB_PIECE, len(text))
             if end < len(text):
@@ -151,17 +157,20 @@ class MecabAnalyser(Analyser):
 
     def marked_surfaces(self, text: str) -> tuple[str, list[int], list[int]] | None:
         parts, starts, ends = [], [], []
-        cursor, previous_end = 0, -1
+        add_part, add_start, add_end = parts.append, starts.append, ends.append
+        cursor = 0
         find = text.find
         for surface in self._parse(self._wakati, text).split():
             at = find(surface, cursor)
-            if at < 0 or (at != cursor and not text[cursor:at].isspace()):
+            if at == cursor:  # inside an eojeol (or the text's first morpheme)
+                add_part("##" + surface if at else surface)
+            elif at < 0 or not text[cursor:at].isspace():
                 return None  # MeCab skipped or changed something: the general path fills the gaps
-            end = at + len(surface)
-            parts.append(surface if at > previous_end else "##" + surface)
-            starts.append(at)
-            ends.append(end)
-            cursor = previous_end = end
+            else:
+                add_part(surface)
+            add_start(at)
+            cursor = at + len(surface)
+            add_end(cursor)
         if cursor < len(text) and not text[cursor:].isspace():
             return None
         return " ".join(parts), starts, ends
