@@ -256,16 +256,21 @@ def model_flops_per_token(args: EncoderBenchArguments, length: int, training: bo
 
 
 def peak_flops(args: EncoderBenchArguments) -> float | None:
-    if args.peak_tflops:
-        return args.peak_tflops * 1e12
-    if not args.device.startswith("cuda"):
+    return device_peak_flops(args.device, args.dtype, args.peak_tflops)
+
+
+def device_peak_flops(device: str, dtype: str, peak_tflops: float | None = None) -> float | None:
+    """FLOP/s at the dtype's dense peak: `peak_tflops` if given, else the known GPU's, else None (a CPU)."""
+    if peak_tflops:
+        return peak_tflops * 1e12
+    if not device.startswith("cuda"):
         return None
     import torch
 
     gpu = torch.cuda.get_device_name(0)
     for key, peaks in PEAK_TFLOPS.items():
         if key in gpu:
-            return peaks[args.dtype] * 1e12
+            return peaks[dtype] * 1e12
     return None
 
 

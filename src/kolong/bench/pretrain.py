@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 from kolong.bench.arguments import PretrainBenchArguments
-from kolong.bench.encoder import PEAK_TFLOPS
+from kolong.bench.encoder import device_peak_flops
 from kolong.bench.harness import Benchmark, Case, Measured, run
 
 PIPELINES = ("raw step", "kolong pretrain mlm", "HF BertForMaskedLM")
@@ -149,7 +149,7 @@ class PretrainBenchmark(Benchmark):
             self._scratch.cleanup()
 
     def summarise(self, args: PretrainBenchArguments, rows: list[dict]) -> dict:
-        peak = peak_flops(args, rows[0]["device"]) if rows else None
+        peak = device_peak_flops(rows[0]["device"], "bf16", args.peak_tflops) if rows else None
         cells = []
         for row in rows:
             tokens = row["batch"] * row["length"]
@@ -253,17 +253,6 @@ def model_flops_per_token(args: PretrainBenchArguments, length: int, vocab: int)
     d, layers = args.hidden_size, args.layers
     weights = layers * (4 * d * d + 2 * d * 4 * d)
     return 6 * weights + 12 * layers * length * d + 0.15 * 6 * (d * d + d * vocab)
-
-
-def peak_flops(args: PretrainBenchArguments, device: str) -> float | None:
-    if args.peak_tflops:
-        return args.peak_tflops * 1e12
-    if device != "cuda":
-        return None
-    import torch
-
-    name = torch.cuda.get_device_name(0)
-    return next((p["bf16"] * 1e12 for key, p in PEAK_TFLOPS.items() if key in name), None)
 
 
 def padding_report(

@@ -216,6 +216,13 @@ def _batches(documents: Iterable[str], size: int) -> Iterator[list[str]]:
 _WORKER_TOKENIZER = None  # the tokenizer a corpus worker process inherited (fork) or loaded
 
 
+def _one_process_each() -> None:
+    import os
+
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    os.environ["KOLONG_TOKENIZER_WORKERS"] = "1"
+
+
 def _tokenize_in_worker(batch: list[str]) -> list[tuple[list[int], list[int], list[int]]]:
     return list(tokenize_documents(_WORKER_TOKENIZER, batch))
 
@@ -236,22 +243,15 @@ def tokenized_batches(tokenizer, documents: Iterable[str], size: int, workers: i
     import itertools
     import multiprocessing
 
-    # Fork: the workers share the loaded tokenizer. The morpheme tokenizer's own worker processes stay off
-    # in them (one level of processes), and so does the Rust backend's thread pool.
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    previous = os.environ.get("KOLONG_TOKENIZER_WORKERS")
-    os.environ["KOLONG_TOKENIZER_WORKERS"] = "1"
+    # Fork: the workers share the loaded tokenizer. In them, the morpheme tokenizer's own worker processes stay
+    # off (one level of processes) and so does the Rust backend's thread pool; this process keeps its settings.
     _WORKER_TOKENIZER = tokenizer
     try:
-        with multiprocessing.get_context("fork").Pool(workers) as pool:
+        with multiprocessing.get_context("fork").Pool(workers, initializer=_one_process_each) as pool:
             while window := list(itertools.islice(batches, 4 * workers)):
                 yield from zip(window, pool.imap(_tokenize_in_worker, window), strict=True)
     finally:
         _WORKER_TOKENIZER = None
-        if previous is None:
-            os.environ.pop("KOLONG_TOKENIZER_WORKERS", None)
-        else:
-            os.environ["KOLONG_TOKENIZER_WORKERS"] = previous
 
 
 @writes_output()
