@@ -173,6 +173,58 @@ def test_pickling_keeps_the_tokenizer_working(mecab):
     assert copy(TEXT)["input_ids"] == mecab(TEXT)["input_ids"]
 
 
+MARKING_CASES = [
+    TEXT,
+    "발전을 위한  노력\t이다.\n다음 줄\r\n",
+    "   앞뒤 공백   ",
+    "전각\u3000공백과 nbsp\xa0공백",
+    "a ##b 와 a##b, ## 그리고 ###",
+    "NUL\x00 BEL\x07 BS\x08 끝",
+    "",
+    "  \t ",
+    "이모지🙂와 漢字, ｆｕｌｌ width",
+]
+
+
+@pytest.mark.parametrize("text", MARKING_CASES)
+def test_mecab_marked_strings_equal_the_general_path(text, monkeypatch):
+    """MeCab's own marking (one node format, string passes) gives the marked string, spans and eojeol the
+    general path gives from MeCab's morphemes, or declines; also when a long text is read in pieces."""
+    from kolong.tokenizers.segment import Alignment, _mark, rewrite
+
+    analyser = analysers_module.get_analyser("mecab")
+    for piece in (analysers_module.MECAB_PIECE, 4):
+        monkeypatch.setattr(analysers_module, "MECAB_PIECE", piece)
+        general = Alignment([], [], len(text))
+        expected = _mark(text, analyser.analyse(text), general)
+        marked = analyser.marked_surfaces(text)
+        if marked is not None:
+            assert marked == expected
+        rewritten, alignment = rewrite(text, analyser, normalization="none")
+        assert rewritten == expected
+        assert (alignment.start, alignment.end, alignment.word) == (general.start, general.end, general.word)
+    assert analyser.marked_surfaces("국가의 발전") == "국가 ##의 발전"
+    assert analyser.marked_surfaces("a ##b") is None and analyser.marked_surfaces("x\u3000y") is None
+
+
+def test_two_core_stream_matches_the_serial_result(mecab, monkeypatch):
+    """On two cores a forked process analyses chunks while this one encodes: the same encodings."""
+    from kolong.tokenizers import morpheme
+
+    texts = [f"{line} {i}번째 문장" for i, line in enumerate(CORPUS * 3)]
+    monkeypatch.setenv("KOLONG_TOKENIZER_WORKERS", "1")
+    serial = mecab(texts, return_offsets_mapping=True)
+    monkeypatch.delenv("KOLONG_TOKENIZER_WORKERS")
+    monkeypatch.setattr(parallel, "_cores", lambda: 2)
+    monkeypatch.setattr(parallel, "MIN_CHARACTERS", 10)
+    monkeypatch.setattr(morpheme, "PIPELINE_CHUNK", 7)
+    assert parallel.streams() and parallel.available_workers() == 1
+    streamed = mecab(texts, return_offsets_mapping=True)
+    assert streamed["input_ids"] == serial["input_ids"]
+    assert streamed["offset_mapping"] == serial["offset_mapping"]
+    assert [streamed.word_ids(i) for i in range(len(texts))] == [serial.word_ids(i) for i in range(len(texts))]
+
+
 def test_large_batches_on_worker_processes_match_the_serial_result(mecab, monkeypatch):
     texts = [f"{line} {i}번째 문장" for i, line in enumerate(CORPUS * 4)]
     monkeypatch.setenv("KOLONG_TOKENIZER_WORKERS", "1")
@@ -244,8 +296,8 @@ def test_mecab_reads_a_long_text_in_pieces_covering_every_character(monkeypatch)
 
 
 def test_pipelined_and_plain_encoding_match_hf_conversion(mecab, monkeypatch):
-    """Chunks rewritten while a thread encodes the previous one, without HF's per-encoding conversion, give
-    what the backend's full path gives (special-tokens masks force that path)."""
+    """Chunks encoded one by one without HF's per-encoding conversion give what the backend's full path
+    gives (special-tokens masks force that path)."""
     from kolong.tokenizers import morpheme
 
     monkeypatch.setenv("KOLONG_TOKENIZER_WORKERS", "1")

@@ -31,6 +31,13 @@ MECAB_PIECE = 100_000  # characters per MeCab call
 _NON_SPACE = re.compile(r"\S+")
 _WORD_OR_SYMBOL = re.compile(r"\w+|[^\w\s]")
 
+# MeCab can write the marked string itself: each morpheme as its preceding whitespace, BEL, surface, BS.
+_MARKING_FORMAT = "%pS\\a%m\\b"
+_SEPARATORS = re.compile(r"[\x07\x08]")
+_EOJEOL_GAP = re.compile(r"\x08\s+\x07")  # a surface, whitespace, the next surface: a new eojeol
+_OTHER_SPACE = re.compile(r"[^\S ]")
+_MARK_AT_EOJEOL_START = re.compile(r"(?:^|\s)\x07##")  # would read as a continuation
+
 
 def _fill(text: str, start: int, end: int, out: list) -> None:
     """Add the non-whitespace runs of text[start:end] as verbatim pieces (what an analyser skipped)."""
@@ -81,20 +88,18 @@ class Analyser:
     def analyse(self, text: str, forms: str = "surface") -> list:
         return [(None, m.start(), m.end()) for m in _WORD_OR_SYMBOL.finditer(text)]
 
-    def marked_surfaces(self, text: str) -> tuple[str, list[int], list[int]] | None:
-        """Surface morphemes as the marked string and their spans (kolong.tokenizers.segment's format).
+    def marked_surfaces(self, text: str) -> str | None:
+        """Surface morphemes as the marked string (kolong.tokenizers.segment's format), whose words are the
+        text's non-whitespace characters in order: `segment.surface_spans` finds their spans when asked.
 
         None means "use the general path" (`analyse`).
         """
-        parts, starts, ends = [], [], []
+        parts = []
         previous_end = -1
         for match in _WORD_OR_SYMBOL.finditer(text):
-            s, e = match.span()
-            parts.append(match.group() if s > previous_end else "##" + match.group())
-            starts.append(s)
-            ends.append(e)
-            previous_end = e
-        return " ".join(parts), starts, ends
+            parts.append(match.group() if match.start() > previous_end else "##" + match.group())
+            previous_end = match.end()
+        return " ".join(parts)
 
 
 class MecabAnalyser(Analyser):
@@ -112,6 +117,7 @@ class MecabAnalyser(Analyser):
         try:
             self._wakati = mecab_ko.Tagger("-Owakati")
             self._lemma = mecab_ko.Tagger('-F"%m\\t%f[7]\\n" -E"\\n"')
+            self._marking = mecab_ko.Tagger(f'-F"{_MARKING_FORMAT}" -U"{_MARKING_FORMAT}" -E"\\0"')
         except RuntimeError as error:
             raise TokenizerError(f"MeCab-ko failed to start: {error}") from None
 
@@ -121,8 +127,9 @@ class MecabAnalyser(Analyser):
         return text.replace("\x00", " ") if "\x00" in text else text
 
     def _parse(self, tagger, text: str) -> str:
-        """MeCab's output for `text`, read in pieces of at most MECAB_PIECE characters cut at whitespace:
-        MeCab returns nothing at all for a text of some megabytes (one long line of a corpus)."""
+        """MeCab's output for `text`, read in pieces of at most MECAB_PIECE characters cut before a space
+        (which begins the next piece, so the marking format still sees it): MeCab returns nothing at all
+        for a text of some megabytes (one long line of a corpus)."""
         text = self._clean(text)
         if len(text) <= MECAB_PIECE:  # nearly every text: one call
             parsed = tagger.parse(text)
@@ -134,13 +141,13 @@ class MecabAnalyser(Analyser):
             end = min(start + MECAB_PIECE, len(text))
             if end < len(text):
                 space = text.rfind(" ", start, end)
-                end = space + 1 if space > start else end
+                end = space if space > start else end
             parsed = tagger.parse(text[start:end])
             if parsed is None:
                 raise TokenizerError(f"MeCab-ko could not analyse a text of {end - start:,} characters")
             out.append(parsed)
             start = end
-        return "\n".join(out)
+        return "".join(out)
 
     def analyse(self, text: str, forms: str = "surface") -> list:
         if forms == "lemma":
@@ -155,25 +162,26 @@ class MecabAnalyser(Analyser):
             return _place(text, surfaces, expressions)
         return _place(text, self._parse(self._wakati, text).split())
 
-    def marked_surfaces(self, text: str) -> tuple[str, list[int], list[int]] | None:
-        parts, starts, ends = [], [], []
-        add_part, add_start, add_end = parts.append, starts.append, ends.append
-        cursor = 0
-        find = text.find
-        for surface in self._parse(self._wakati, text).split():
-            at = find(surface, cursor)
-            if at == cursor:  # inside an eojeol (or the text's first morpheme)
-                add_part("##" + surface if at else surface)
-            elif at < 0 or not text[cursor:at].isspace():
-                return None  # MeCab skipped or changed something: the general path fills the gaps
-            else:
-                add_part(surface)
-            add_start(at)
-            cursor = at + len(surface)
-            add_end(cursor)
-        if cursor < len(text) and not text[cursor:].isspace():
+    def marked_surfaces(self, text: str) -> str | None:
+        # No Python loop over morphemes: MeCab writes "<a>발전<b><a>을<b> <a>위한<b>" for "발전을 위한" (<a>, <b>:
+        # BEL, BS); C-level string passes check that it spells the text exactly and make "발전 ##을 위한".
+        if _SEPARATORS.search(text):
             return None
-        return " ".join(parts), starts, ends
+        raw = self._parse(self._marking, text)
+        exact = raw.replace("\x07", "").replace("\x08", "")
+        if exact != text[: len(exact)] or not (len(exact) == len(text) or text[len(exact) :].isspace()):
+            return None  # MeCab skipped or changed something: the general path fills the gaps
+        if "\x07##" in raw and _MARK_AT_EOJEOL_START.search(raw):
+            return None
+        marked = raw.replace("\x08 \x07", " ")  # one space between eojeol: nearly every gap
+        if "\x08" in marked[:-1]:
+            marked = _EOJEOL_GAP.sub(" ", raw)
+        marked = marked.replace("\x08\x07", " ##")
+        marked = marked[marked.find("\x07") + 1 : -1] if marked else ""
+        # a surface with whitespace in it (MeCab keeps U+3000 as a symbol) would break the words apart
+        if _OTHER_SPACE.search(marked) or (marked and marked.count(" ") + 1 != raw.count("\x07")):
+            return None
+        return marked
 
 
 class KiwiAnalyser(Analyser):

@@ -13,6 +13,7 @@ the analyser, the forms and the normalisation; `AutoTokenizer.from_pretrained` r
 
 from __future__ import annotations
 
+import functools
 import re
 
 from tokenizers import Tokenizer, decoders, pre_tokenizers, processors
@@ -23,7 +24,7 @@ from transformers.utils import PaddingStrategy
 from kolong.errors import TokenizerError
 from kolong.tokenizers.analysers import ANALYSERS, FORMS
 from kolong.tokenizers.encoding import MappedEncoding
-from kolong.tokenizers.parallel import rewrite_many, start_background
+from kolong.tokenizers.parallel import rewrite_chunks, rewrite_many, start_background, streams
 from kolong.tokenizers.segment import Alignment
 
 NORMALIZATIONS = ("nfc", "none")
@@ -221,7 +222,7 @@ class MorphemeTokenizer(PreTrainedTokenizerFast):
             # Without padding, rows are independent: encode the head while worker processes rewrite the tail.
             background = start_background(lists, *config)
         if background is None and _plain(backend_arguments) and len(lists[0]) >= 2 * PIPELINE_CHUNK:
-            rewritten, encoded = self._pipelined(lists, config, backend_arguments)
+            rewritten, encoded = self._pipelined(lists, config, backend_arguments, return_offsets_mapping)
         elif background is None:
             rewritten = [rewrite_many(items, *config) for items in lists]
             encoded = self._backend(rewritten, backend_arguments)
@@ -254,21 +255,22 @@ class MorphemeTokenizer(PreTrainedTokenizerFast):
         return output
 
     def _pipelined(
-        self, lists: list[list], config: tuple, arguments: dict
+        self, lists: list[list], config: tuple, arguments: dict, offsets: bool
     ) -> tuple[list[list], BatchEncoding]:
-        """Rewrite chunk k + 1 while a thread encodes chunk k: the Rust backend releases the GIL, so its
-        work overlaps MeCab's and the rewriting instead of following them."""
+        """Encode chunk k while chunk k + 1 is analysed: in a worker process on two cores (`streams`), else
+        here while a thread encodes (the Rust backend releases the GIL for most of its work)."""
         from concurrent.futures import ThreadPoolExecutor
 
         rewritten: list[list] = [[] for _ in lists]
-        parts = []
-        with ThreadPoolExecutor(1, thread_name_prefix="kolong-encode") as encoder:
-            for start in range(0, len(lists[0]), PIPELINE_CHUNK):
-                chunk = [rewrite_many(items[start : start + PIPELINE_CHUNK], *config) for items in lists]
+        chunks = rewrite_chunks(lists, PIPELINE_CHUNK, *config, spans=offsets)
+        with ThreadPoolExecutor(1, thread_name_prefix="kolong-encode") as thread:
+            encoder = self._backend if streams(lists) else functools.partial(thread.submit, self._backend)
+            encoded = []
+            for chunk in chunks:
                 for whole, part in zip(rewritten, chunk, strict=True):
                     whole.extend(part)
-                parts.append(encoder.submit(self._backend, chunk, arguments))
-            encoded = [part.result() for part in parts]
+                encoded.append(encoder(chunk, arguments))
+            encoded = [part if isinstance(part, BatchEncoding) else part.result() for part in encoded]
         data = {key: [row for part in encoded for row in part[key]] for key in encoded[0]}
         return rewritten, BatchEncoding(data, [e for part in encoded for e in part.encodings])
 
@@ -289,12 +291,15 @@ class MorphemeTokenizer(PreTrainedTokenizerFast):
         batch = inputs if pairs is None else list(zip(inputs, pairs, strict=True))
         encodings = self._tokenizer.encode_batch(batch, add_special_tokens=arguments["add_special_tokens"])
         data = {"input_ids": [e.ids for e in encodings]}
+        # Unpadded rows: ones for attention, zeros for a single sequence's types (no second conversion)
         wanted = arguments["return_token_type_ids"]
         if wanted or (wanted is None and "token_type_ids" in self.model_input_names):
-            data["token_type_ids"] = [e.type_ids for e in encodings]
+            data["token_type_ids"] = (
+                [e.type_ids for e in encodings] if pairs else [[0] * len(i) for i in data["input_ids"]]
+            )
         wanted = arguments["return_attention_mask"]
         if wanted or (wanted is None and "attention_mask" in self.model_input_names):
-            data["attention_mask"] = [e.attention_mask for e in encodings]
+            data["attention_mask"] = [[1] * len(ids) for ids in data["input_ids"]]
         for ids in data["input_ids"]:
             if len(ids) > self.model_max_length:
                 self._eventual_warn_about_too_long_sequence(ids, None, arguments["verbose"])
@@ -305,7 +310,7 @@ class MorphemeTokenizer(PreTrainedTokenizerFast):
         return super()._add_tokens(new_tokens, special_tokens=special_tokens)
 
 
-PIPELINE_CHUNK = 1000  # texts per chunk when rewriting and encoding overlap
+PIPELINE_CHUNK = 250  # texts per chunk when analysis and encoding overlap
 
 
 def _plain(arguments: dict) -> bool:

@@ -2,10 +2,10 @@
 
 MeCab holds Python's GIL, so threads cannot share its work; processes forked from the caller (no
 re-import, the analyser already loaded) rewrite part of a large batch while the caller rewrites the rest,
-then the Rust backend encodes the whole batch on all cores. Small batches, single-core machines and platforms without `fork`
-stay in the calling process, as do two-core machines unless asked (there the calling process overlaps
-analysis and encoding on its own). `KOLONG_TOKENIZER_WORKERS=1` turns the pool off; another number sets
-its size.
+then the Rust backend encodes the whole batch on all cores. On two cores one forked process analyses a
+large batch chunk by chunk while the caller encodes the chunks already done (`rewrite_chunks`). Small
+batches, single-core machines and platforms without `fork` stay in the calling process.
+`KOLONG_TOKENIZER_WORKERS=1` turns the processes off; another number sets the pool's size.
 """
 
 from __future__ import annotations
@@ -27,19 +27,35 @@ _pool = None
 _pool_size = 0
 
 
+def _setting() -> str:
+    return os.environ.get("KOLONG_TOKENIZER_WORKERS", "").strip()
+
+
+def _cores() -> int:
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return 1
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def available_workers() -> int:
-    setting = os.environ.get("KOLONG_TOKENIZER_WORKERS", "").strip()
+    """Processes (this one included) that share the analysis of a large batch."""
+    setting = _setting()
     if setting:
         try:
             return max(1, int(setting))
         except ValueError:
             return 1
-    if "fork" not in multiprocessing.get_all_start_methods():
-        return 1
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    # On two cores one worker process loses to this process alone, which already keeps the second core busy
-    # with the Rust encoding of the previous chunk (kolong bench tokenizer: 2.59 s against 2.92 s).
+    # On two cores the analysis is not split: one process analyses while this one encodes (rewrite_chunks).
+    cores = _cores()
     return 1 if cores <= 2 else cores
+
+
+def streams(lists: list[list] | None = None) -> bool:
+    """Whether `rewrite_chunks` analyses these item lists in a worker process (two cores, no setting, a
+    batch of at least MIN_CHARACTERS)."""
+    if _setting() or _cores() != 2:
+        return False
+    return lists is None or sum(len(t) for t, _ in lists[0]) >= MIN_CHARACTERS
 
 
 @functools.lru_cache(maxsize=8)
@@ -58,12 +74,14 @@ def _work(job):
 
 
 def _pack(results: list) -> tuple:
-    """Rewritten items in columns: far cheaper to pickle than one object per text."""
+    """Rewritten items in columns: far cheaper to pickle than one object per text. Spans not derived yet
+    travel as the analysed text (its marked string is in `marked`)."""
     marked, starts, ends, lengths, extras = [], [], [], [], {}
     for i, (text, alignment) in enumerate(results):
         marked.append(text)
-        starts.append(alignment.start)
-        ends.append(alignment.end)
+        source = alignment.source
+        starts.append(source[0] if source is not None else alignment.start)
+        ends.append(None if source is not None else alignment.end)
         lengths.append(alignment.length)
         if (
             alignment.forms
@@ -79,7 +97,10 @@ def _unpack(packed: tuple) -> list:
     marked, starts, ends, lengths, extras = packed
     results = []
     for i, text in enumerate(marked):
-        alignment = Alignment(starts[i], ends[i], lengths[i])
+        if ends[i] is None:  # starts[i] is the analysed text
+            alignment = Alignment.surfaces(starts[i], text, lengths[i])
+        else:
+            alignment = Alignment(starts[i], ends[i], lengths[i])
         if i in extras:
             alignment.forms, alignment.added, alignment.nfc, alignment.word_starts = extras[i]
         results.append((text, alignment))
@@ -136,9 +157,43 @@ def rewrite_many(items, analyser: str, forms: str, normalization: str, pattern: 
     return _work((items, analyser, forms, normalization, pattern))
 
 
-def _work_lists(job):
+def rewrite_chunks(lists: list[list], chunk: int, analyser: str, forms: str, normalization: str,
+                   pattern: str | None, spans: bool = False):  # fmt: skip
+    """Per chunk of `chunk` items, the rewritten items of each of the parallel item lists, in order.
+
+    With `streams()`, one forked process analyses the chunks ahead while the caller consumes (encodes) the
+    ones done: MeCab holds the GIL, so a thread could not overlap it. `spans`: the worker also finds the
+    morphemes' spans (the caller will ask for offsets).
+    """
+    config = (analyser, forms, normalization, pattern)
+    jobs = [([items[i : i + chunk] for items in lists], *config) for i in range(0, len(lists[0]), chunk)]
+    done = 0
+    if streams(lists):
+        get_analyser(analyser)  # load it once here: the worker inherits it
+        try:
+            for packed in _get_pool(1).imap(_work_lists_with_spans if spans else _work_lists, jobs):
+                yield [_unpack(part) for part in packed]
+                done += 1
+        except (OSError, RuntimeError, ValueError):
+            _shutdown()  # a broken pool: the remaining chunks are done here
+    for chunks, *_ in jobs[done:]:
+        yield [_work((items, *config)) for items in chunks]
+
+
+def _work_lists(job, spans: bool = False):
     lists, analyser, forms, normalization, pattern = job
-    return [_pack(_work((items, analyser, forms, normalization, pattern))) for items in lists]
+    packed = []
+    for items in lists:
+        results = _work((items, analyser, forms, normalization, pattern))
+        if spans:
+            for _, alignment in results:
+                alignment.start  # noqa: B018  (derives the spans here, in the worker)
+        packed.append(_pack(results))
+    return packed
+
+
+def _work_lists_with_spans(job):
+    return _work_lists(job, spans=True)
 
 
 class Background:

@@ -30,14 +30,18 @@ class Alignment:
     Stored per morpheme k: `start[k]:end[k]`, its span in the analysed (normalised) text; `forms[k]` when
     the morpheme is written as the analyser's form rather than the text (all its tokens then map to the whole
     span); `added`, the morphemes that are added tokens (never marked). The positions in the marked string
-    and the word indices are derived on first use, so encoding without offsets never pays for them.
+    and the word indices are derived on first use, so encoding without offsets never pays for them; so are
+    the spans of an alignment made by `Alignment.surfaces` (see `surface_spans`).
     """
 
-    __slots__ = ("_rewritten", "_words", "added", "end", "forms", "length", "nfc", "start", "word_starts")
+    __slots__ = (
+        "_end", "_rewritten", "_source", "_start", "_words", "added", "forms", "length", "nfc", "word_starts",
+    )  # fmt: skip
 
-    def __init__(self, start: list[int], end: list[int], length: int) -> None:
-        self.start = start
-        self.end = end
+    def __init__(self, start: list[int] | None, end: list[int] | None, length: int) -> None:
+        self._start = start
+        self._end = end
+        self._source: tuple[str, str] | None = None
         self.length = length
         self.forms: dict[int, str] = {}
         self.added: set[int] = set()
@@ -46,9 +50,33 @@ class Alignment:
         self._rewritten: list[int] | None = None
         self._words: list[int] | None = None
 
+    @classmethod
+    def surfaces(cls, analysed: str, marked: str, length: int) -> Alignment:
+        """The alignment of a marked string whose words are the surface morphemes of `analysed`."""
+        alignment = cls(None, None, length)
+        alignment._source = (analysed, marked)
+        return alignment
+
+    @property
+    def start(self) -> list[int]:
+        if self._start is None:
+            self._start, self._end = surface_spans(*self._source)
+        return self._start
+
+    @property
+    def end(self) -> list[int]:
+        if self._end is None:
+            self._start, self._end = surface_spans(*self._source)
+        return self._end
+
+    @property
+    def source(self) -> tuple[str, str] | None:
+        """(analysed text, marked string) while the spans are not derived yet, else None."""
+        return self._source if self._start is None else None
+
     def __reduce__(self):  # compact pickling: worker processes send alignments back
-        state = (self.start, self.end, self.length, self.forms, self.added, self.nfc, self.word_starts)
-        return _restore, state
+        state = (self._start, self._end, self.length, self.forms, self.added, self.nfc, self.word_starts)
+        return _restore, (*state, self.source)
 
     def _prepare(self) -> None:
         rewritten, words = [], []
@@ -104,10 +132,26 @@ class Alignment:
         return ns, ne
 
 
-def _restore(start, end, length, forms, added, nfc, word_starts) -> Alignment:
+def _restore(start, end, length, forms, added, nfc, word_starts, source=None) -> Alignment:
     alignment = Alignment(start, end, length)
     alignment.forms, alignment.added, alignment.nfc, alignment.word_starts = forms, added, nfc, word_starts
+    alignment._source = source
     return alignment
+
+
+def surface_spans(analysed: str, marked: str) -> tuple[list[int], list[int]]:
+    """The span in `analysed` of each word of `marked`, a marked string of surface morphemes that spell the
+    non-whitespace characters of `analysed` in order (`##` begins a continuation, never a word's text)."""
+    starts, ends = [], []
+    cursor = 0
+    find = analysed.find
+    for word in marked.split(" ") if marked else ():
+        surface = word[2:] if word.startswith(MARK) else word
+        at = find(surface, cursor)
+        starts.append(at)
+        cursor = at + len(surface)
+        ends.append(cursor)
+    return starts, ends
 
 
 def _cuts(text: str, special: re.Pattern) -> list[tuple[int, int, bool]]:
@@ -175,10 +219,9 @@ def rewrite(
 
     has_special = special is not None and special.search(text) is not None
     if forms == "surface" and not has_special:
-        fast = analyser.marked_surfaces(text)
-        if fast is not None:
-            marked, starts, ends = fast
-            alignment = Alignment(starts, ends, length)
+        marked = analyser.marked_surfaces(text)
+        if marked is not None:
+            alignment = Alignment.surfaces(text, marked, length)
             alignment.nfc, alignment.word_starts = nfc, word_starts
             return marked, alignment
 
