@@ -42,8 +42,8 @@ def losses(output_dir):
 
 @pytest.mark.parametrize(("position", "masking"), [("learned", "token"), ("shaw", "eojeol")])
 def test_tiny_pretraining_lowers_held_out_loss(corpus, tmp_path, position, masking):
-    args = arguments(corpus, tmp_path / "run", position_encoding=position, masking=masking, max_steps=400, eval_every=200,
-                     save_steps=400, logging_steps=20, learning_rate=5e-3, batch_size=16)  # fmt: skip
+    args = arguments(corpus, tmp_path / "run", position_encoding=position, masking=masking, max_steps=250, eval_every=125,
+                     save_steps=250, logging_steps=20, learning_rate=5e-3, batch_size=16)  # fmt: skip
     metrics = pretrain_mlm(args)
     log = read_log(tmp_path / "run")
     held_out = [h["eval_loss"] for h in log["log_history"] if "eval_loss" in h]

@@ -59,7 +59,7 @@ def report_skipped(skipped: list[tuple[str, str]]) -> None:
 def corpus(
     sources: list[str] = typer.Argument(
         ...,
-        help="Text files (plain or gzip; one document per line) and/or the shared-data names nsmc, korquad.",
+        help="Text files (plain or gzip; one document per line) and/or the shared-data names nsmc, korquad, klue.",
     ),
     tokenizer: str = typer.Option(..., "--tokenizer", "-t", help="Tokenizer directory or hub name."),
     output: Path = typer.Option(..., "--output", "-o", help="Directory to write the packed dataset to."),

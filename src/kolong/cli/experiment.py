@@ -119,3 +119,97 @@ def positions(
             raise typer.BadParameter(str(error)) from None
     console.print(to_markdown(outcome))
     console.print(f"[green]wrote[/] {results}")
+
+
+@app.command("base")
+def base(
+    scale: str = typer.Option(
+        "cpu",
+        callback=one_of("tiny", "cpu", "gpu-mini", "gpu"),
+        help="tiny (a smoke test) | cpu (~50 min on 2 cores) | gpu-mini (25 min on one H100) | gpu.",
+    ),
+    work_dir: Path = typer.Option(
+        Path("runs/base"), help="Documents, tokenizer, corpus, checkpoints; the model goes to WORK_DIR/model."
+    ),
+    shared_data: Path = typer.Option(Path("../shared/data"), help="NSMC reviews, KorQuAD, KLUE dev sets."),
+    max_minutes: float = typer.Option(
+        0.0,
+        min=0,
+        help="Stop pre-training at a checkpoint after this many minutes; rerun to resume (0: no limit).",
+    ),
+    overrides: list[str] = typer.Option(None, "--set", help="Override a scale setting: --set steps=2000."),
+    seed: int = typer.Option(42, min=0, max=2**32 - 1, help="Seed of the article split and of training."),
+) -> None:
+    """Pre-train a Korean base encoder (MeCab WordPiece, 512 learned positions) on the shared NSMC, KorQuAD
+    and KLUE texts, holding out 20% of KorQuAD articles for the studies; resumable stage by stage."""
+    from kolong.cli.arguments import parse_pairs
+    from kolong.experiments.base import BaseModelArguments, build_base_model
+
+    with user_errors(), console.status("base model") as status:
+        args = BaseModelArguments(
+            work_dir=str(work_dir), scale=scale, shared_data=str(shared_data), max_minutes=max_minutes,
+            seed=seed, overrides=parse_pairs("--set", overrides),
+        )  # fmt: skip
+        try:
+            summary = build_base_model(
+                args, on_step=lambda message: console.print(message) or status.update(message)
+            )
+        except ValueError as error:
+            if type(error) is not ValueError:
+                raise
+            raise typer.BadParameter(str(error)) from None
+    if summary["finished"]:
+        console.print((work_dir / "model" / "README.md").read_text(encoding="utf-8"))
+        console.print(
+            f"[green]wrote[/] {work_dir / 'model'} (model card README.md, loss.png) and {work_dir / 'base.json'}"
+        )
+
+
+@app.command("extension-init")
+def extension_init(
+    base_dir: Path = typer.Option(Path("runs/base"), help="The work directory of `kolong experiment base`."),
+    work_dir: Path = typer.Option(Path("runs/extension-init"), help="Extended models, losses, results."),
+    length: int = typer.Option(1024, min=513, help="Extended length (1024 on CPU, 2048 on GPU)."),
+    methods: str = typer.Option(
+        "interpolate,copy,last,random,interpolate-keep-short", help="Extension methods to compare."
+    ),
+    steps: str = typer.Option("0,200", help="Continued pre-training steps at LENGTH to evaluate after."),
+    batch_size: int = typer.Option(4, min=1, help="Rows of LENGTH tokens per continued pre-training step."),
+    learning_rate: float = typer.Option(
+        2e-4, callback=positive, help="Continued pre-training peak learning rate."
+    ),
+    max_blocks: int = typer.Option(0, min=0, help="Held-out blocks to evaluate (0: all)."),
+    max_minutes: float = typer.Option(
+        0.0,
+        min=0,
+        help="Stop continued pre-training at a checkpoint after this many minutes; rerun to resume.",
+    ),
+    seed: int = typer.Option(42, min=0, max=2**32 - 1),
+) -> None:
+    """How to initialise new position rows (the Longformer paper's Table 5 for the extension paper's claim):
+    MLM loss by position bucket on held-out long documents, before and after continued pre-training."""
+    from kolong.experiments.extension_init import ExtensionInitArguments, run_extension_init
+
+    try:
+        step_list = tuple(int(s) for s in steps.split(",") if s.strip())
+    except ValueError:
+        raise typer.BadParameter(f"--steps: expected comma-separated integers, got {steps!r}") from None
+    args = ExtensionInitArguments(
+        base_dir=str(base_dir), work_dir=str(work_dir), length=length,
+        methods=tuple(m.strip() for m in methods.split(",") if m.strip()), steps=step_list,
+        batch_size=batch_size, learning_rate=learning_rate, max_blocks=max_blocks, max_minutes=max_minutes,
+        seed=seed,
+    )  # fmt: skip
+    with user_errors(), console.status("extension-init study") as status:
+        try:
+            outcome = run_extension_init(
+                args, on_step=lambda message: console.print(message) or status.update(message)
+            )
+        except (ValueError, FileNotFoundError) as error:
+            if type(error) not in (ValueError, FileNotFoundError):
+                raise
+            raise typer.BadParameter(str(error)) from None
+    if not outcome["finished"]:
+        return
+    console.print((work_dir / "results.md").read_text(encoding="utf-8"))
+    console.print(f"[green]wrote[/] {work_dir / 'results.json'}, {work_dir / 'extension_init.png'}")

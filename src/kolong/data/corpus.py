@@ -33,6 +33,7 @@ from kolong.io import writes_output
 SHARED_SOURCES = {
     "nsmc": ("nsmc/reviews.shared.tsv.gz", 4),  # (file under the shared data folder, TSV column)
     "korquad": ("korquad/KorQuAD_v1.0_dev.shared.json", None),
+    "klue": ("klue", None),  # the sentences of the KLUE dev sets (a folder)
 }
 METADATA = "corpus.json"
 
@@ -50,11 +51,11 @@ class CorpusStats:
 
 
 def resolve_source(source: str, shared_data: Path) -> tuple[Path, int | None]:
-    """A file path, or one of the shared-data names (`nsmc`, `korquad`)."""
+    """A file path, or one of the shared-data names (`nsmc`, `korquad`, `klue`)."""
     if source in SHARED_SOURCES:
         relative, column = SHARED_SOURCES[source]
         path = shared_data / relative
-        if not path.is_file():
+        if not path.exists():
             raise DataError(
                 f"{source}: {path} not found (pass --shared-data DIR pointing at the shared data folder)"
             )
@@ -80,7 +81,11 @@ def read_documents(
     count = 0
     for source in sources:
         path, column = resolve_source(source, shared_data)
-        if path.suffix == ".json":
+        if path.is_dir():
+            from kolong.data.klue import klue_sentences
+
+            documents = iter(klue_sentences(path))
+        elif path.suffix == ".json":
             documents = _korquad_contexts(path)
         else:
             corpus = Corpus([path], on_bad_line=on_bad_line, column=column, paragraphs=blank_line_documents)

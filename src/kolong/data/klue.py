@@ -59,3 +59,29 @@ def read_klue_sts(path: str | Path) -> list[Example]:
             raise DataError(f"{where}: labels.real-label {score!r} is not a number")
         examples.append(Example(first, float(score), second, str(row.get("guid", index))))
     return examples
+
+
+DP_DEV = "klue/klue-dp-v1.1_dev.tsv"
+NER_DEV = "klue/klue-ner-v1.1_dev.tsv"
+
+
+def klue_sentences(folder: str | Path) -> list[str]:
+    """Every distinct sentence of the KLUE dev sets in `folder` (NLI, STS, NER, DP), in file order: text for
+    pre-training corpora (`kolong data corpus --source klue`). Missing files are skipped."""
+    from kolong.data.klue_ner import read_klue_ner
+
+    folder = Path(folder)
+    sentences: dict[str, None] = {}
+    for name, reader in ((NLI_DEV, read_klue_nli), (STS_DEV, read_klue_sts)):
+        path = folder / Path(name).name
+        if path.is_file():
+            for example in reader(path):
+                sentences.update(dict.fromkeys((example.text, example.pair)))
+    if (folder / Path(NER_DEV).name).is_file():
+        sentences.update(dict.fromkeys(s.text for s in read_klue_ner(folder / Path(NER_DEV).name)))
+    path = folder / Path(DP_DEV).name
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.startswith("## klue-dp") and "\t" in line:  # "## <id>\t<sentence>" heads each sentence
+                sentences[line.split("\t", 1)[1]] = None
+    return [s for s in sentences if s and s.strip()]

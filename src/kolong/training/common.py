@@ -209,3 +209,22 @@ def resume_checkpoint(args) -> str | None:
     if output.exists() and not output.is_dir():
         raise ConfigError(f"--output_dir {output} is a file; give a directory")
     return resume_point(output, args.overwrite)
+
+
+def time_budget(seconds: float):
+    """A Trainer callback that saves a checkpoint and stops once `seconds` have passed, so a long run fits
+    a slot of limited time and the next call resumes it (`resume_checkpoint`); `.stopped` tells."""
+    import time
+
+    from transformers import TrainerCallback
+
+    class TimeBudget(TrainerCallback):
+        def __init__(self) -> None:
+            self.started, self.stopped = time.monotonic(), False
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if time.monotonic() - self.started > seconds and state.global_step < state.max_steps:
+                control.should_save = control.should_training_stop = self.stopped = True
+            return control
+
+    return TimeBudget()

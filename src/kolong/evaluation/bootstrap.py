@@ -1,0 +1,43 @@
+"""Bootstrap confidence intervals over independent units (questions, reviews, documents).
+
+`interval` resamples the units with replacement and reports the mean with its percentile interval;
+`paired_difference` resamples the same units for two systems at once (the interval of the difference
+is what decides whether they differ). `verdict` turns two intervals into reproduced / refuted /
+inconclusive the way docs/reproductions.md uses them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def interval(values, resamples: int = 2000, level: float = 0.95, seed: int = 0) -> dict:
+    """Mean of `values` (one per unit) and its bootstrap percentile interval."""
+    values = np.asarray(values, dtype=np.float64)
+    if values.size == 0:
+        return {"mean": float("nan"), "low": float("nan"), "high": float("nan"), "n": 0}
+    rng = np.random.default_rng(seed)
+    means = values[rng.integers(0, values.size, (resamples, values.size))].mean(axis=1)
+    tail = (1 - level) / 2 * 100
+    low, high = np.percentile(means, [tail, 100 - tail])
+    return {"mean": float(values.mean()), "low": float(low), "high": float(high), "n": int(values.size)}
+
+
+def paired_difference(first, second, resamples: int = 2000, level: float = 0.95, seed: int = 0) -> dict:
+    """Mean of first - second over the same units, with its bootstrap interval."""
+    first, second = np.asarray(first, dtype=np.float64), np.asarray(second, dtype=np.float64)
+    if first.shape != second.shape:
+        raise ValueError(f"paired values need the same units: {first.shape} vs {second.shape}")
+    return interval(first - second, resamples, level, seed)
+
+
+def separated(a: dict, b: dict) -> bool:
+    """Whether two intervals do not overlap."""
+    return a["high"] < b["low"] or b["high"] < a["low"]
+
+
+def verdict(claim_holds: bool, a: dict, b: dict) -> str:
+    """reproduced / refuted when the intervals separate (in the claimed direction or not), else inconclusive."""
+    if not separated(a, b):
+        return "inconclusive"
+    return "reproduced" if claim_holds else "refuted"

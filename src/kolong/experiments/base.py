@@ -1,0 +1,196 @@
+"""`kolong experiment base`: a Korean base encoder made by kolong, since none can be downloaded here.
+
+A MeCab-morpheme WordPiece encoder with 512 learned positions, pre-trained with `kolong pretrain mlm`
+(packed documents, the BERT length curriculum 128 then 512) on the shared NSMC reviews, KorQuAD
+paragraphs and KLUE dev sentences. KorQuAD articles are split by article first (`heldout_articles`):
+the held-out articles are never pre-trained on, so the extension study reads them as unseen long
+documents and the QA experiment evaluates on them.
+
+Stages (each resumable; a rerun skips what is done and `--max-minutes` stops pre-training at a checkpoint
+so one call fits a slot): documents -> tokenizer -> corpus -> pre-training -> model card. The result is a
+normal checkpoint (`AutoModelForMaskedLM` after `import kolong`) with its tokenizer, `loss.png`,
+`pretrain_log.json` and a README model card.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kolong.io import atomic_write_json, atomic_write_text
+
+SCALES = {
+    # tokens per step = batch_size x 512 (4x the rows while the curriculum is at 128)
+    "tiny": dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+                 vocab_size=600, reviews=300, steps=4, batch_size=2, learning_rate=1e-3, curriculum="128:0.5,512",
+                 eval_blocks=8),
+    "cpu": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024,
+                vocab_size=16000, reviews=200000, steps=2000, batch_size=8, learning_rate=1e-3,
+                curriculum="128:0.8,512", eval_blocks=200),
+    # about 27M parameters: fits the 64 MiB carry limit in bf16, and 25 minutes of one H100
+    "gpu-mini": dict(hidden_size=512, num_hidden_layers=6, num_attention_heads=8, intermediate_size=2048,
+                     vocab_size=16000, reviews=639599, steps=6000, batch_size=32, learning_rate=7e-4,
+                     curriculum="128:0.8,512", eval_blocks=1000),
+    "gpu": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
+                vocab_size=32000, reviews=639599, steps=30000, batch_size=64, learning_rate=5e-4,
+                curriculum="128:0.9,512", eval_blocks=2000),
+}  # fmt: skip
+MODEL_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+
+
+@dataclass
+class BaseModelArguments:
+    """Arguments of `kolong experiment base`."""
+
+    work_dir: str = "runs/base"
+    scale: str = "cpu"
+    shared_data: str = "../shared/data"
+    heldout_fraction: float = 0.2
+    """Share of KorQuAD articles kept out of pre-training (the evaluation articles of the studies)."""
+    seed: int = 42
+    max_minutes: float = 0.0
+    """Stop pre-training at a checkpoint after this many minutes (0: run to the end); rerun to resume."""
+    overrides: dict = field(default_factory=dict)
+
+
+def settings_of(scale: str, overrides: dict) -> dict:
+    if scale not in SCALES:
+        raise ValueError(f"scale {scale!r} is not one of {', '.join(SCALES)}")
+    unknown = set(overrides) - set(SCALES[scale])
+    if unknown:
+        raise ValueError(f"unknown setting {sorted(unknown)[0]!r}; settings: {', '.join(SCALES[scale])}")
+    return {**SCALES[scale], **overrides}
+
+
+def heldout_articles(shared_data: str | Path, fraction: float, seed: int) -> tuple[list, list]:
+    """Article-level KorQuAD examples split by article: (pre-training articles, held-out articles)."""
+    from kolong.data.squad import build_long_documents, read_squad
+    from kolong.experiments.length import split_by_article
+
+    dataset = read_squad(Path(shared_data) / "korquad" / "KorQuAD_v1.0_dev.shared.json")
+    return split_by_article(build_long_documents(dataset), fraction, seed)
+
+
+def _documents(args: BaseModelArguments, settings: dict) -> list[str]:
+    from kolong.data.corpus import read_documents
+    from kolong.data.squad import read_squad
+
+    _, held_out = heldout_articles(args.shared_data, args.heldout_fraction, args.seed)
+    held_titles = {e.article for e in held_out}
+    dataset = read_squad(Path(args.shared_data) / "korquad" / "KorQuAD_v1.0_dev.shared.json")
+    paragraphs = list(dict.fromkeys(e.context for e in dataset.examples if e.article not in held_titles))
+    reviews = list(read_documents(["nsmc"], args.shared_data, limit=settings["reviews"]))
+    return reviews + paragraphs + list(read_documents(["klue"], args.shared_data))
+
+
+def _stage(work: Path, name: str, make: Callable[[], dict]) -> dict:
+    path = work / f"stage-{name}.json"
+    if path.is_file():
+        return json.loads(path.read_text(encoding="utf-8"))
+    result = make()
+    if result.get("finished", True):
+        atomic_write_json(path, result)
+    return result
+
+
+def build_base_model(args: BaseModelArguments, on_step: Callable[[str], None] = print) -> dict:
+    """Run (or resume) every stage; returns the summary (also in WORK/base.json)."""
+    from kolong.data.corpus import build_corpus
+    from kolong.tokenizers.training import save_tokenizer, train_tokenizer
+    from kolong.training.common import time_budget
+    from kolong.training.pretrain import PretrainArguments, pretrain_mlm
+
+    settings = settings_of(args.scale, args.overrides)
+    work = Path(args.work_dir)
+    work.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+
+    def documents() -> dict:
+        texts = _documents(args, settings)
+        atomic_write_text(work / "documents.txt", "\n".join(" ".join(t.split()) for t in texts) + "\n")
+        return {"documents": len(texts), "characters": sum(len(t) for t in texts)}
+
+    on_step("1/5 documents (NSMC + KorQuAD pre-training articles + KLUE)")
+    data = _stage(work, "documents", documents)
+
+    def tokenizer() -> dict:
+        lines = (work / "documents.txt").read_text(encoding="utf-8").splitlines()
+        save_tokenizer(
+            train_tokenizer(lines, analyser="mecab", vocab_size=settings["vocab_size"]), work / "tokenizer"
+        )
+        return {"path": str(work / "tokenizer")}
+
+    on_step(f"2/5 MeCab WordPiece tokenizer ({settings['vocab_size']:,} entries)")
+    _stage(work, "tokenizer", tokenizer)
+
+    def corpus() -> dict:
+        build_corpus([str(work / "documents.txt")], str(work / "tokenizer"), work / "corpus", max_length=512,
+                     held_out=0.01, seed=args.seed, overwrite=True, workers=0)  # fmt: skip
+        return {"path": str(work / "corpus")}
+
+    on_step("3/5 corpus of 512-token blocks")
+    _stage(work, "corpus", corpus)
+
+    def pretrain() -> dict:
+        budget = [time_budget(args.max_minutes * 60)] if args.max_minutes else []
+        output = work / "model"
+        metrics = pretrain_mlm(
+            PretrainArguments(
+                corpus=str(work / "corpus"), output_dir=str(output), preset="tiny",
+                overrides={k: settings[k] for k in MODEL_FIELDS}, curriculum=settings["curriculum"],
+                max_steps=settings["steps"], batch_size=settings["batch_size"],
+                learning_rate=settings["learning_rate"], warmup_ratio=0.05, seed=args.seed,
+                eval_every=str(max(1, settings["steps"] // 10)), save_steps=max(1, settings["steps"] // 20),
+                logging_steps=max(1, settings["steps"] // 100), eval_blocks=settings["eval_blocks"],
+                save_total_limit=2, extra={"disable_tqdm": True},
+            ),
+            callbacks=budget,
+        )  # fmt: skip
+        finished = not (budget and budget[0].stopped)
+        return {"finished": finished, **metrics}
+
+    on_step(f"4/5 pre-training: {settings['steps']:,} steps of {settings['batch_size'] * 512:,} tokens")
+    trained = _stage(work, "pretrain", pretrain)
+    if not trained["finished"]:
+        on_step(
+            f"stopped at step {trained['steps']:,} of {settings['steps']:,}: run the same command to resume"
+        )
+        return {"finished": False, "steps": trained["steps"], "work_dir": str(work)}
+
+    on_step("5/5 model card")
+    summary = {
+        "finished": True, "model": str(work / "model"), "scale": args.scale, "settings": settings,
+        "data": data, "steps": trained["steps"], "tokens": trained["steps"] * settings["batch_size"] * 512,
+        "held_out_loss": trained.get("eval_loss"), "train_loss": trained.get("train_loss"),
+        "heldout_fraction": args.heldout_fraction, "seed": args.seed, "shared_data": args.shared_data,
+        "minutes_this_call": (time.perf_counter() - started) / 60,
+    }  # fmt: skip
+    atomic_write_text(work / "model" / "README.md", model_card(summary))
+    atomic_write_json(work / "base.json", summary)
+    return summary
+
+
+def model_card(summary: dict) -> str:
+    s, data = summary["settings"], summary["data"]
+    loss = summary["held_out_loss"]
+    return "\n".join([
+        "---", "language: ko", "library_name: transformers", "tags: [kolong, fill-mask, korean]", "---", "",
+        f"# kolong Korean base ({summary['scale']})", "",
+        f"A MeCab-morpheme WordPiece encoder with 512 learned positions, pre-trained from scratch by "
+        f"`kolong experiment base --scale {summary['scale']}` (masked language modelling, packed documents, "
+        f"length curriculum {s['curriculum']}). Load it with `AutoModelForMaskedLM.from_pretrained` after `import kolong`.",
+        "",
+        f"- model: hidden {s['hidden_size']}, {s['num_hidden_layers']} layers, {s['num_attention_heads']} heads, "
+        f"FFN {s['intermediate_size']}; vocabulary {s['vocab_size']:,} (MeCab-ko + WordPiece)",
+        f"- data: {data['documents']:,} documents, {data['characters']:,} characters: NSMC reviews "
+        f"(up to {s['reviews']:,}), KorQuAD 1.0 dev paragraphs of the pre-training articles "
+        f"({1 - summary['heldout_fraction']:.0%} of articles, split by article with seed {summary['seed']}), "
+        "KLUE dev sentences (NLI, STS, NER, DP)",
+        f"- training: {summary['steps']:,} steps, {summary['tokens']:,} tokens, peak lr {s['learning_rate']}",
+        f"- held-out MLM loss: {loss:.3f}" if loss is not None else "- held-out MLM loss: not evaluated",
+        "", "Licences: the data's (see the shared data README); for research on length extension, not production.",
+        "",
+    ])  # fmt: skip

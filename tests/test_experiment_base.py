@@ -1,0 +1,125 @@
+"""`kolong experiment base` and `extension-init` at toy size, and the pieces their numbers rest on."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from kolong.evaluation.bootstrap import interval, paired_difference, separated, verdict
+from kolong.experiments.extension_init import (
+    ExtensionInitArguments,
+    _token_losses,
+    bucket_edges,
+    bucket_means,
+    chunked_losses,
+    evaluation_blocks,
+    run_extension_init,
+)
+
+
+def test_bootstrap_intervals_and_verdicts():
+    flat = interval([2.0] * 30)
+    assert (flat["mean"], flat["low"], flat["high"], flat["n"]) == (2.0, 2.0, 2.0, 30)
+    spread = interval(np.arange(100.0), seed=1)
+    assert spread["low"] < 49.5 < spread["high"] and spread["high"] - spread["low"] < 20
+    assert interval([1.0, 2.0], seed=3) == interval([1.0, 2.0], seed=3)  # seeded
+    assert paired_difference([3.0, 4.0, 5.0], [1.0, 2.0, 3.0])["mean"] == 2.0
+    with pytest.raises(ValueError, match="same units"):
+        paired_difference([1.0], [1.0, 2.0])
+    low, high, middle = {"low": 0, "high": 1}, {"low": 2, "high": 3}, {"low": 0.5, "high": 2.5}
+    assert separated(low, high) and not separated(low, middle)
+    assert verdict(True, low, high) == "reproduced" and verdict(False, low, high) == "refuted"
+    assert verdict(True, low, middle) == "inconclusive"
+    assert np.isnan(interval([])["mean"])
+
+
+def test_position_buckets():
+    assert bucket_edges(1024) == [(0, 512), (512, 1024)]
+    assert bucket_edges(4096) == [(0, 512), (512, 1024), (1024, 2048), (2048, 4096)]
+    assert bucket_edges(1500) == [(0, 512), (512, 1024), (1024, 1500)]
+    losses = np.full((2, 1024), np.nan)
+    losses[0, [3, 600]] = [1.0, 5.0]
+    losses[1, [10, 11]] = [2.0, 4.0]
+    means = bucket_means(losses, 1024)
+    assert means["0-511"].tolist() == [1.0, 3.0] and means["512-1023"].tolist() == [5.0, 0.0]
+
+
+class _Tokenizer:
+    cls_token_id, sep_token_id = 2, 3
+
+    def __call__(self, text, add_special_tokens=False):
+        return {"input_ids": [5 + ord(c) % 50 for c in text]}
+
+
+def test_blocks_and_chunked_reading_match_the_whole_model(kolong_config):
+    from kolong.models import KolongForMaskedLM
+
+    ids, masks = evaluation_blocks(_Tokenizer(), ["가" * 40, "나다" * 3], 16, 0.3, seed=0, limit=0)
+    assert ids.shape == (2, 16) and (ids[:, 0] == 2).all() and (ids[:, -1] == 3).all()  # 40 tokens: 2 blocks
+    assert not masks[:, [0, -1]].any() and masks.any()
+    assert (evaluation_blocks(_Tokenizer(), ["가" * 40], 16, 0.3, seed=0, limit=0)[1] == masks).all()
+    torch.manual_seed(0)
+    model = KolongForMaskedLM(kolong_config(vocab_size=64, max_position_embeddings=16)).eval()
+    whole = _token_losses(model, ids, masks, 4, batch=1)
+    assert np.isnan(whole[~masks]).all() and not np.isnan(whole[masks]).any()
+    np.testing.assert_allclose(chunked_losses(model, ids, masks, 4, chunk=16, batch=2), whole, rtol=1e-5)
+    halves = chunked_losses(model, ids, masks, 4, chunk=9, batch=2)  # 7 tokens per chunk
+    second = np.concatenate([ids[:, :1], ids[:, 8:15], ids[:, -1:]], axis=1)
+    second_masks = np.pad(masks[:, 8:15], ((0, 0), (1, 1)))
+    np.testing.assert_allclose(
+        halves[:, 8:15], _token_losses(model, second, second_masks, 4, 2)[:, 1:-1], rtol=1e-5
+    )
+
+
+@pytest.mark.shared_data
+def test_base_model_resumes_and_the_extension_study_reports(shared_data, tmp_path):
+    pytest.importorskip("mecab_ko", reason="the base model's tokenizer is MeCab WordPiece")
+    from transformers import AutoModelForMaskedLM
+
+    from kolong.experiments.base import BaseModelArguments, build_base_model
+
+    args = BaseModelArguments(work_dir=str(tmp_path / "base"), scale="tiny", shared_data=str(shared_data),
+                              max_minutes=1e-6)  # fmt: skip
+    stopped = build_base_model(args, on_step=lambda message: None)
+    assert not stopped["finished"] and stopped["steps"] < 4  # saved a checkpoint and stopped early
+    args.max_minutes = 0
+    summary = build_base_model(args, on_step=lambda message: None)
+    assert summary["finished"] and summary["steps"] == 4 and summary["held_out_loss"] > 0
+    model_dir = tmp_path / "base" / "model"
+    assert "held-out MLM loss" in (model_dir / "README.md").read_text() and (model_dir / "loss.png").is_file()
+    assert AutoModelForMaskedLM.from_pretrained(model_dir).config.max_position_embeddings == 512
+    stamp = (tmp_path / "base" / "stage-pretrain.json").stat().st_mtime_ns
+    build_base_model(args, on_step=lambda message: None)  # finished stages are read back
+    assert (tmp_path / "base" / "stage-pretrain.json").stat().st_mtime_ns == stamp
+
+    study = ExtensionInitArguments(base_dir=str(tmp_path / "base"), work_dir=str(tmp_path / "study"),
+                                   methods=("copy", "random"), steps=(0, 2), batch_size=1, max_blocks=4)  # fmt: skip
+    study.max_minutes = 1e-6  # continued pre-training stops at a checkpoint; the rerun resumes it
+    assert run_extension_init(study, on_step=lambda message: None) == {"finished": False}
+    study.max_minutes = 0
+    results = run_extension_init(study, on_step=lambda message: None)
+    assert results["finished"]
+    assert set(results["rows"]) == {"512-chunks", "copy@0", "copy@2", "random@0", "random@2"}
+    assert set(results["rows"]["copy@0"]) == {"0-511", "512-1023"} and results["blocks"] == 4
+    # copied rows keep the first 512 positions: the same losses there as the 512 base reading chunks
+    first = results["rows"]["copy@0"]["0-511"]["mean"], results["rows"]["512-chunks"]["0-511"]["mean"]
+    assert first[0] == pytest.approx(first[1], abs=0.05)
+    assert {c["against"] for c in results["comparisons"]} == {"copy"}
+    assert json.loads((tmp_path / "study" / "results.json").read_text())["blocks"] == 4
+    assert (tmp_path / "study" / "extension_init.png").is_file()
+    assert "| random | 2 |" in (tmp_path / "study" / "results.md").read_text()
+    with pytest.raises(ValueError, match="unknown method"):
+        run_extension_init(ExtensionInitArguments(base_dir=str(tmp_path / "base"), methods=("tile",)))
+
+
+@pytest.mark.shared_data
+def test_klue_sentences_are_a_corpus_source(shared_data):
+    from kolong.data.corpus import read_documents
+
+    sentences = list(read_documents(["klue"], shared_data))
+    assert len(sentences) > 10000 and len(set(sentences)) == len(sentences)
+    assert all(s.strip() and "\t" not in s for s in sentences)
+    assert "'K팝스타3’ 유희열이 홍정희의 탈락에 눈물을 흘렸다." in sentences  # a DP sentence
