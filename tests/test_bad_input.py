@@ -152,6 +152,8 @@ REQUIRED = {
     ("evaluate", "qa"): ["--data", "SQUAD", "--predictions", "PRED"],
     ("experiment", "length"): ["-o", "OUT"],
     ("experiment", "positions"): ["--work-dir", "OUT"],
+    ("experiment", "base"): ["--work-dir", "OUT"],
+    ("experiment", "extension-init"): ["--base-dir", "BASE", "--work-dir", "OUT"],
     ("tokenizer", "train"): ["--corpus", "TEXT", "-o", "OUT"],
     ("tokenizer", "stats"): ["--tokenizer", "byte", "--corpus", "TEXT"],
 }
@@ -450,6 +452,12 @@ def sweep_cases() -> list:
                      id="experiment length: bad variant"),
         pytest.param(lambda w: ["experiment", "positions", "--work-dir", out(w), "--set", "nope=1"], ("nope",),
                      id="experiment positions: unknown setting"),
+        pytest.param(lambda w: ["experiment", "base", "--work-dir", out(w), "--set", "nope=1"], ("nope",),
+                     id="experiment base: unknown setting"),
+        pytest.param(lambda w: ["experiment", "extension-init", "--base-dir", w["root"] / "no-base", "--work-dir", out(w)],
+                     ("experiment base",), id="experiment extension-init: no base"),
+        pytest.param(lambda w: ["experiment", "extension-init", "--work-dir", out(w), "--steps", "0,x"], ("--steps",),
+                     id="experiment extension-init: bad steps"),
         # data
         pytest.param(lambda w: ["finetune", "cls", "--model", w["model"], "--data", w["cls_latin1"], "-o", out(w)],
                      ("latin1.tsv:3", "not UTF-8"), id="finetune cls: non-UTF-8 TSV"),

@@ -222,7 +222,9 @@ def test_two_core_stream_matches_the_serial_result(mecab, monkeypatch):
     streamed = mecab(texts, return_offsets_mapping=True)
     assert streamed["input_ids"] == serial["input_ids"]
     assert streamed["offset_mapping"] == serial["offset_mapping"]
-    assert [streamed.word_ids(i) for i in range(len(texts))] == [serial.word_ids(i) for i in range(len(texts))]
+    assert [streamed.word_ids(i) for i in range(len(texts))] == [
+        serial.word_ids(i) for i in range(len(texts))
+    ]
 
 
 def test_large_batches_on_worker_processes_match_the_serial_result(mecab, monkeypatch):
