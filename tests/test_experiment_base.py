@@ -75,11 +75,21 @@ def test_blocks_and_chunked_reading_match_the_whole_model(kolong_config):
 
 
 @pytest.mark.shared_data
-def test_base_model_resumes_and_the_extension_study_reports(shared_data, tmp_path):
+def test_base_model_resumes_and_the_extension_study_reports(shared_data, tmp_path, monkeypatch):
     pytest.importorskip("mecab_ko", reason="the base model's tokenizer is MeCab WordPiece")
     from transformers import AutoModelForMaskedLM
 
+    import kolong.training.pretrain as pretrain
     from kolong.experiments.base import BaseModelArguments, build_base_model
+
+    packings, pretrain_mlm = [], pretrain.pretrain_mlm
+
+    def recording(arguments, **kwargs):
+        packings.append(arguments.packing)
+        return pretrain_mlm(arguments, **kwargs)
+
+    # short reviews packed with restarting positions would leave the late position rows untrained
+    monkeypatch.setattr(pretrain, "pretrain_mlm", recording)
 
     args = BaseModelArguments(work_dir=str(tmp_path / "base"), scale="tiny", shared_data=str(shared_data),
                               max_minutes=1e-6)  # fmt: skip
@@ -99,6 +109,7 @@ def test_base_model_resumes_and_the_extension_study_reports(shared_data, tmp_pat
                                    methods=("copy", "random"), steps=(0, 2), batch_size=1, max_blocks=4)  # fmt: skip
     study.max_minutes = 1e-6  # continued pre-training stops at a checkpoint; the rerun resumes it
     assert run_extension_init(study, on_step=lambda message: None) == {"finished": False}
+    assert set(packings) == {"concatenate"}  # the base and the continued pre-training
     study.max_minutes = 0
     results = run_extension_init(study, on_step=lambda message: None)
     assert results["finished"]

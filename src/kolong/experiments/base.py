@@ -1,10 +1,15 @@
 """`kolong experiment base`: a Korean base encoder made by kolong, since none can be downloaded here.
 
 A MeCab-morpheme WordPiece encoder with 512 learned positions, pre-trained with `kolong pretrain mlm`
-(packed documents, the BERT length curriculum 128 then 512) on the shared NSMC reviews, KorQuAD
-paragraphs and KLUE dev sentences. KorQuAD articles are split by article first (`heldout_articles`):
-the held-out articles are never pre-trained on, so the extension study reads them as unseen long
-documents and the QA experiment evaluates on them.
+(the BERT length curriculum 128 then 512) on the shared NSMC reviews, whole KorQuAD articles and KLUE
+dev sentences. KorQuAD articles are split by article first (`heldout_articles`): the held-out articles
+are never pre-trained on, so the extension study reads them as unseen long documents and the QA
+experiment evaluates on them.
+
+Blocks are contiguous text across documents (`packing="concatenate"`, RoBERTa's FULL-SENTENCES), not
+documents packed with positions restarting: almost every text here is a review or a sentence far
+shorter than 512 tokens, so with restarting positions the rows past ~300 would never be trained, and
+a base whose late rows are still random noise cannot say how new rows should start.
 
 Stages (each resumable; a rerun skips what is done and `--max-minutes` stops pre-training at a checkpoint
 so one call fits a slot): documents -> tokenizer -> corpus -> pre-training -> model card. The result is a
@@ -26,17 +31,17 @@ SCALES = {
     # tokens per step = batch_size x 512 (4x the rows while the curriculum is at 128)
     "tiny": dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
                  vocab_size=600, reviews=300, steps=4, batch_size=2, learning_rate=1e-3, curriculum="128:0.5,512",
-                 eval_blocks=8),
+                 eval_blocks=8, packing="concatenate"),
     "cpu": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024,
-                vocab_size=16000, reviews=200000, steps=2000, batch_size=8, learning_rate=1e-3,
-                curriculum="128:0.8,512", eval_blocks=200),
+                vocab_size=16000, reviews=100000, steps=2000, batch_size=8, learning_rate=1e-3,
+                curriculum="128:0.8,512", eval_blocks=200, packing="concatenate"),
     # about 27M parameters: fits the 64 MiB carry limit in bf16, and 25 minutes of one H100
     "gpu-mini": dict(hidden_size=512, num_hidden_layers=6, num_attention_heads=8, intermediate_size=2048,
                      vocab_size=16000, reviews=639599, steps=6000, batch_size=32, learning_rate=7e-4,
-                     curriculum="128:0.8,512", eval_blocks=1000),
+                     curriculum="128:0.8,512", eval_blocks=1000, packing="concatenate"),
     "gpu": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
                 vocab_size=32000, reviews=639599, steps=30000, batch_size=64, learning_rate=5e-4,
-                curriculum="128:0.9,512", eval_blocks=2000),
+                curriculum="128:0.9,512", eval_blocks=2000, packing="concatenate"),
 }  # fmt: skip
 MODEL_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
 
@@ -76,14 +81,11 @@ def heldout_articles(shared_data: str | Path, fraction: float, seed: int) -> tup
 
 def _documents(args: BaseModelArguments, settings: dict) -> list[str]:
     from kolong.data.corpus import read_documents
-    from kolong.data.squad import read_squad
 
-    _, held_out = heldout_articles(args.shared_data, args.heldout_fraction, args.seed)
-    held_titles = {e.article for e in held_out}
-    dataset = read_squad(Path(args.shared_data) / "korquad" / "KorQuAD_v1.0_dev.shared.json")
-    paragraphs = list(dict.fromkeys(e.context for e in dataset.examples if e.article not in held_titles))
+    trained_on, _ = heldout_articles(args.shared_data, args.heldout_fraction, args.seed)
+    articles = list(dict.fromkeys(e.context for e in trained_on))  # whole articles, paragraphs joined
     reviews = list(read_documents(["nsmc"], args.shared_data, limit=settings["reviews"]))
-    return reviews + paragraphs + list(read_documents(["klue"], args.shared_data))
+    return reviews + articles + list(read_documents(["klue"], args.shared_data))
 
 
 def _stage(work: Path, name: str, make: Callable[[], dict]) -> dict:
@@ -113,7 +115,7 @@ def build_base_model(args: BaseModelArguments, on_step: Callable[[str], None] = 
         atomic_write_text(work / "documents.txt", "\n".join(" ".join(t.split()) for t in texts) + "\n")
         return {"documents": len(texts), "characters": sum(len(t) for t in texts)}
 
-    on_step("1/5 documents (NSMC + KorQuAD pre-training articles + KLUE)")
+    on_step("1/5 documents (NSMC + whole KorQuAD pre-training articles + KLUE)")
     data = _stage(work, "documents", documents)
 
     def tokenizer() -> dict:
@@ -142,7 +144,7 @@ def build_base_model(args: BaseModelArguments, on_step: Callable[[str], None] = 
                 corpus=str(work / "corpus"), output_dir=str(output), preset="tiny",
                 overrides={k: settings[k] for k in MODEL_FIELDS}, curriculum=settings["curriculum"],
                 max_steps=settings["steps"], batch_size=settings["batch_size"],
-                learning_rate=settings["learning_rate"], warmup_ratio=0.05, seed=args.seed,
+                learning_rate=settings["learning_rate"], packing=settings["packing"], warmup_ratio=0.05, seed=args.seed,
                 eval_every=str(max(1, settings["steps"] // 10)), save_steps=max(1, settings["steps"] // 20),
                 logging_steps=max(1, settings["steps"] // 100), eval_blocks=settings["eval_blocks"],
                 save_total_limit=2, extra={"disable_tqdm": True},
@@ -181,12 +183,12 @@ def model_card(summary: dict) -> str:
         f"# kolong Korean base ({summary['scale']})", "",
         f"A MeCab-morpheme WordPiece encoder with 512 learned positions, pre-trained from scratch by "
         f"`kolong experiment base --scale {summary['scale']}` (masked language modelling, packed documents, "
-        f"length curriculum {s['curriculum']}). Load it with `AutoModelForMaskedLM.from_pretrained` after `import kolong`.",
+        f"length curriculum {s['curriculum']}, {s['packing']} packing). Load it with `AutoModelForMaskedLM.from_pretrained` after `import kolong`.",
         "",
         f"- model: hidden {s['hidden_size']}, {s['num_hidden_layers']} layers, {s['num_attention_heads']} heads, "
         f"FFN {s['intermediate_size']}; vocabulary {s['vocab_size']:,} (MeCab-ko + WordPiece)",
         f"- data: {data['documents']:,} documents, {data['characters']:,} characters: NSMC reviews "
-        f"(up to {s['reviews']:,}), KorQuAD 1.0 dev paragraphs of the pre-training articles "
+        f"(up to {s['reviews']:,}), whole KorQuAD 1.0 dev articles of the pre-training split "
         f"({1 - summary['heldout_fraction']:.0%} of articles, split by article with seed {summary['seed']}), "
         "KLUE dev sentences (NLI, STS, NER, DP)",
         f"- training: {summary['steps']:,} steps, {summary['tokens']:,} tokens, peak lr {s['learning_rate']}",

@@ -150,6 +150,7 @@ def _continue(
         pretrain_mlm(PretrainArguments(
             corpus=str(corpus), output_dir=str(out), model=str(model), max_steps=max(args.steps),
             batch_size=args.batch_size, learning_rate=args.learning_rate, warmup_ratio=0.1, seed=args.seed,
+            packing="concatenate",  # Longformer's recipe: contiguous text, so every new row is trained
             eval_every=str(every), save_steps=every, save_total_limit=len(args.steps) + 1, logging_steps=max(1, every // 5),
             extra={"disable_tqdm": True},
         ), callbacks=budget)  # fmt: skip
