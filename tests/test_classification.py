@@ -13,7 +13,12 @@ from hypothesis import strategies as st
 from kolong.checkpoints import build_tiny_bert_checkpoint
 from kolong.data.classification import load_classification_data, read_file
 from kolong.errors import DataError
-from kolong.training.classification import ClassificationArguments, classification_metrics, finetune_cls
+from kolong.training.classification import (
+    ClassificationArguments,
+    classification_intervals,
+    classification_metrics,
+    finetune_cls,
+)
 
 POSITIVE = [
     "정말 최고의 영화",
@@ -67,6 +72,9 @@ def test_finetuning_beats_the_majority_class(checkpoint, tmp_path, kolong_model)
     labels = [line.split("\t")[1].strip() for line in evaluation.read_text(encoding="utf-8").splitlines()[1:]]
     majority = max(labels.count("positive"), labels.count("negative")) / len(labels)
     assert metrics["accuracy"] > majority + 0.1
+    span = metrics["intervals"]["accuracy"]
+    assert span["mean"] == pytest.approx(metrics["accuracy"]) and span["n"] == 100
+    assert span["low"] <= metrics["accuracy"] <= span["high"]
     results = json.loads((tmp_path / "out" / "cls_results.json").read_text())
     assert results["metrics"]["macro_f1"] == pytest.approx(metrics["macro_f1"])
     from transformers import AutoConfig
@@ -86,6 +94,8 @@ def test_regression_file_reports_correlations(checkpoint, tmp_path):
     metrics = finetune_cls(ClassificationArguments(model=str(checkpoint), data=str(path), output_dir=str(tmp_path / "o"),
                                                    epochs=1, batch_size=16, max_length=32, extra={"disable_tqdm": True}))  # fmt: skip
     assert "pearson" in metrics and "spearman" in metrics and "accuracy" not in metrics
+    assert set(metrics["intervals"]) == {"pearson", "spearman"}
+    assert metrics["intervals"]["pearson"]["mean"] == pytest.approx(metrics["pearson"], abs=1e-6)
 
 
 def test_file_reader_errors_name_the_line(tmp_path):
@@ -119,6 +129,23 @@ def test_classification_metrics_match_their_definitions(pairs):
         fn = ((predicted != cls) & (labels == cls)).sum()
         f1s.append(0.0 if tp == 0 else 2 * tp / (2 * tp + fp + fn))
     assert metrics["macro_f1"] == pytest.approx(np.mean(f1s))
+    # the intervals' statistics are the same metrics, recomputed on resampled examples
+    intervals = classification_intervals(logits, labels, regression=False)
+    for name in ("accuracy", "macro_f1"):
+        assert intervals[name]["mean"] == pytest.approx(metrics[name])
+        assert intervals[name]["low"] <= intervals[name]["high"]
+
+
+def test_classification_intervals_narrow_with_more_examples():
+    rng = np.random.default_rng(0)
+    widths = []
+    for size in (50, 2000):
+        labels = rng.integers(0, 2, size)
+        predicted = np.where(rng.random(size) < 0.8, labels, 1 - labels)  # 80% right
+        span = classification_intervals(np.eye(2)[predicted], labels, regression=False)["accuracy"]
+        assert span["low"] < 0.8 < span["high"]
+        widths.append(span["high"] - span["low"])
+    assert widths[1] < widths[0] / 4  # ~1/sqrt(n)
 
 
 def test_regression_metrics_golden_values():

@@ -60,11 +60,14 @@ def test_experiment_end_to_end_and_resume(tmp_path):
     assert [r["variant"] for r in results["variants"]] == ["64-truncate", "64-sliding", "128-copy"]
     for row in results["variants"]:
         assert 0 <= row["f1"] <= 100 and row["by_length"]["<=512"]["questions"] > 0
+        low, high = row["by_length"]["<=512"]["f1_interval"]
+        assert low <= row["by_length"]["<=512"]["f1"] <= high and row["f1_interval"][0] <= row["f1"]
     truncate, sliding = results["variants"][0], results["variants"][1]
     assert sliding["eval_windows"] > truncate["eval_windows"]
     assert (out / "128-copy" / "base" / "config.json").is_file()
     assert (out / "f1_by_length.png").read_bytes().startswith(b"\x89PNG")
     assert "| 64-sliding |" in (out / "results.md").read_text()
+    assert f"{sliding['f1']:.1f} [{sliding['f1_interval'][0]:.1f}, " in (out / "results.md").read_text()
 
     before = (out / "64-truncate" / "predictions.json").stat().st_mtime_ns
     result = CliRunner().invoke(app, arguments)  # finished variants are skipped

@@ -25,6 +25,9 @@ def test_study_runs_resumes_and_reports(shared_data, tmp_path):
     for run in results["runs"].values():
         assert run["mlm"]["held_out"][0][0] == 0  # the curve starts at step 0
         assert 0 <= run["nsmc"]["accuracy"] <= 1 and "f1" in run["korquad"]
+        span = run["korquad"]["intervals"]["f1"]
+        assert span["low"] <= run["korquad"]["f1"] <= span["high"]
+        assert run["nsmc"]["intervals"]["accuracy"]["n"] == run["nsmc"]["eval_examples"]
     assert [row["vocab_size"] for row in results["vocab_speed"]] == [500, 1000]
     assert (tmp_path / "positions-study-cpu-quick.png").is_file()
     assert json.loads((tmp_path / "results.json").read_text())["runs"]["shaw"]["scheme"] == "shaw"

@@ -13,7 +13,9 @@ from kolong.evaluation.korquad import (
     exact_match,
     longest_common_substring,
     normalize_answer,
+    question_scores,
     rouge_w,
+    score_intervals,
     score_questions,
 )
 
@@ -46,6 +48,11 @@ def test_scores_are_percentages_with_missing_ids_scoring_zero():
     assert scores["exact_match"] == pytest.approx(200 / 3)
     assert scores["f1"] == pytest.approx(200 / 3)
     assert scores["missing"] == 1 and scores["total"] == 3
+    per_question = question_scores(gold, {"a": "서울", "b": "부산광역시"})
+    assert per_question == {"exact_match": [1.0, 1.0, 0.0], "f1": [1.0, 1.0, 0.0], "missing": ["c"]}
+    intervals = score_intervals(gold, {"a": "서울", "b": "부산광역시"})
+    assert intervals["f1"]["mean"] == pytest.approx(200 / 3) and intervals["f1"]["n"] == 3
+    assert 0 <= intervals["f1"]["low"] <= intervals["f1"]["high"] <= 100
 
 
 def test_unanswerable_questions_need_an_empty_prediction():

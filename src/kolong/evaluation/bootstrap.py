@@ -23,6 +23,23 @@ def interval(values, resamples: int = 2000, level: float = 0.95, seed: int = 0) 
     return {"mean": float(values.mean()), "low": float(low), "high": float(high), "n": int(values.size)}
 
 
+def statistic_interval(
+    statistic, size: int, resamples: int = 1000, level: float = 0.95, seed: int = 0
+) -> dict:
+    """`statistic(indices)` over all `size` units and its bootstrap percentile interval.
+
+    For statistics that are not means of per-unit values (macro F1, Pearson correlation): each resample
+    draws `size` unit indices with replacement and recomputes the statistic on them.
+    """
+    if size == 0:
+        return {"mean": float("nan"), "low": float("nan"), "high": float("nan"), "n": 0}
+    rng = np.random.default_rng(seed)
+    values = [statistic(rng.integers(0, size, size)) for _ in range(resamples)]
+    tail = (1 - level) / 2 * 100
+    low, high = np.nanpercentile(values, [tail, 100 - tail])
+    return {"mean": float(statistic(np.arange(size))), "low": float(low), "high": float(high), "n": int(size)}
+
+
 def paired_difference(first, second, resamples: int = 2000, level: float = 0.95, seed: int = 0) -> dict:
     """Mean of first - second over the same units, with its bootstrap interval."""
     first, second = np.asarray(first, dtype=np.float64), np.asarray(second, dtype=np.float64)

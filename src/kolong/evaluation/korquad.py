@@ -74,6 +74,34 @@ def _best(metric, prediction: str, golds: Iterable[str]) -> float:
     return max((metric(prediction, gold) for gold in golds), default=0.0)
 
 
+def question_scores(
+    questions: Iterable[tuple[str, list[str], bool]], predictions: Mapping[str, str], metric: str = "korquad"
+) -> dict:
+    """Per-question scores in [0, 1] (a missing prediction scores 0): the units of a bootstrap interval.
+
+    Returns {"exact_match": [...], "f1" or "rouge_w": [...], "missing": [question ids without a prediction]}.
+    """
+    if metric not in ("korquad", "klue-mrc"):
+        raise ValueError(f"unknown metric {metric!r}; choose korquad or klue-mrc")
+    second_name, second = ("f1", character_f1) if metric == "korquad" else ("rouge_w", rouge_w)
+    exact, other, missing = [], [], []
+    for question_id, golds, impossible in questions:
+        if question_id not in predictions:
+            missing.append(question_id)
+            exact.append(0.0)
+            other.append(0.0)
+            continue
+        prediction = predictions[question_id]
+        if impossible or not golds:
+            hit = float(normalize_answer(prediction) == "")
+            exact.append(hit)
+            other.append(hit)
+            continue
+        exact.append(_best(exact_match, prediction, golds))
+        other.append(_best(second, prediction, golds))
+    return {"exact_match": exact, second_name: other, "missing": missing}
+
+
 def score_questions(
     questions: Iterable[tuple[str, list[str], bool]], predictions: Mapping[str, str], metric: str = "korquad"
 ) -> dict:
@@ -82,31 +110,29 @@ def score_questions(
     Returns percentages: {"exact_match", "f1"} for korquad, {"exact_match", "rouge_w"} for klue-mrc,
     plus "total" and "missing" (questions without a prediction, scored 0).
     """
-    if metric not in ("korquad", "klue-mrc"):
-        raise ValueError(f"unknown metric {metric!r}; choose korquad or klue-mrc")
-    second_name, second = ("f1", character_f1) if metric == "korquad" else ("rouge_w", rouge_w)
-    total = missing = 0
-    em_sum = second_sum = 0.0
-    for question_id, golds, impossible in questions:
-        total += 1
-        if question_id not in predictions:
-            missing += 1
-            continue
-        prediction = predictions[question_id]
-        if impossible or not golds:
-            hit = float(normalize_answer(prediction) == "")
-            em_sum += hit
-            second_sum += hit
-            continue
-        em_sum += _best(exact_match, prediction, golds)
-        second_sum += _best(second, prediction, golds)
+    scores = question_scores(questions, predictions, metric)
+    missing = len(scores.pop("missing"))
+    total = len(scores["exact_match"])
     scale = 100.0 / total if total else 0.0
     return {
-        "exact_match": em_sum * scale,
-        second_name: second_sum * scale,
+        **{name: sum(values) * scale for name, values in scores.items()},
         "total": total,
         "missing": missing,
     }
+
+
+def score_intervals(
+    questions: Iterable[tuple[str, list[str], bool]],
+    predictions: Mapping[str, str],
+    metric: str = "korquad",
+    seed: int = 0,
+) -> dict:
+    """Bootstrap 95% intervals over questions, in percent: {"exact_match": {mean, low, high, n}, "f1": ...}."""
+    from kolong.evaluation.bootstrap import interval
+
+    scores = question_scores(questions, predictions, metric)
+    scores.pop("missing")
+    return {name: interval([100.0 * v for v in values], seed=seed) for name, values in scores.items()}
 
 
 def read_predictions(path) -> dict[str, str]:

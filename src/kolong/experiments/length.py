@@ -31,7 +31,7 @@ from kolong.data.squad import (
     read_squad,
     write_squad,
 )
-from kolong.evaluation.korquad import score_questions
+from kolong.evaluation.korquad import score_intervals, score_questions
 from kolong.io import atomic_write_json, atomic_write_text
 
 DEFAULT_VARIANTS = (
@@ -216,25 +216,26 @@ def _evaluate_variant(name, length, kind, finetune_args, evaluation, context_tok
     predictions, _ = decode_answers(evaluation, features, start_logits, end_logits)
     atomic_write_json(Path(model_dir).parent / "predictions.json", predictions)
     gold = gold_answers(evaluation)
-    overall = score_questions(gold, predictions)
+    overall = _scores(gold, predictions)
     by_bucket = {}
     for _, _, label in BUCKETS:
         subset = [g for g in gold if bucket_of(context_tokens[g[0]]) == label]
         if subset:
-            scores = score_questions(subset, predictions)
-            by_bucket[label] = {
-                "exact_match": scores["exact_match"],
-                "f1": scores["f1"],
-                "questions": len(subset),
-            }
+            by_bucket[label] = {**_scores(subset, predictions), "questions": len(subset)}
+    return {"variant": name, "max_length": length, "kind": kind, **overall, "eval_windows": len(features),
+            "by_length": by_bucket}  # fmt: skip
+
+
+def _scores(gold, predictions) -> dict:
+    """EM and F1 with their bootstrap 95% intervals over questions ([low, high] in `*_interval`)."""
+    scores = score_questions(gold, predictions)
+    intervals = score_intervals(gold, predictions)
     return {
-        "variant": name,
-        "max_length": length,
-        "kind": kind,
-        "exact_match": overall["exact_match"],
-        "f1": overall["f1"],
-        "eval_windows": len(features),
-        "by_length": by_bucket,
+        **{name: scores[name] for name in ("exact_match", "f1")},
+        **{
+            f"{name}_interval": [intervals[name]["low"], intervals[name]["high"]]
+            for name in ("exact_match", "f1")
+        },
     }
 
 
@@ -253,7 +254,8 @@ def to_markdown(rows: list[dict], args: LengthExperimentArguments, model: str) -
         f"(article-level KorQuAD, split by article"
         + (f", articles of <= {args.max_document_tokens} tokens" if args.max_document_tokens else "")
         + f"), {args.epochs} epoch(s), lr {args.learning_rate}, "
-        f"effective batch {args.batch_size}, seed {args.seed}. Official KorQuAD EM/F1; F1 by document length in tokens.",
+        f"effective batch {args.batch_size}, seed {args.seed}. Official KorQuAD EM/F1 with bootstrap 95% intervals "
+        "over questions; F1 by document length in tokens.",
         "",
         "| variant | EM | F1 | "
         + " | ".join(f"F1 {label}" for label in labels)
@@ -264,13 +266,18 @@ def to_markdown(rows: list[dict], args: LengthExperimentArguments, model: str) -
         cells = []
         for label in labels:
             bucket = row["by_length"].get(label)
-            cells.append(f"{bucket['f1']:.1f} (n={bucket['questions']})" if bucket else "")
+            cells.append(f"{_with_interval(bucket, 'f1')} (n={bucket['questions']})" if bucket else "")
         lines.append(
-            f"| {row['variant']} | {row['exact_match']:.1f} | {row['f1']:.1f} | "
+            f"| {row['variant']} | {_with_interval(row, 'exact_match')} | {_with_interval(row, 'f1')} | "
             + " | ".join(cells)
             + f" | {row.get('train', {}).get('train_windows', '')} | {row['eval_windows']} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _with_interval(scores: dict, name: str) -> str:
+    low_high = scores.get(f"{name}_interval")  # absent in results written before intervals were recorded
+    return f"{scores[name]:.1f}" + (f" [{low_high[0]:.1f}, {low_high[1]:.1f}]" if low_high else "")
 
 
 def plot_f1_by_length(rows: list[dict], path: Path) -> Path:
@@ -287,9 +294,14 @@ def plot_f1_by_length(rows: list[dict], path: Path) -> Path:
     figure, axis = plt.subplots(figsize=(8, 4.5))
     width = 0.8 / max(1, len(rows))
     for index, row in enumerate(rows):
-        values = [row["by_length"].get(label, {}).get("f1", 0.0) for label in labels]
+        buckets = [row["by_length"].get(label, {}) for label in labels]
+        values = [bucket.get("f1", 0.0) for bucket in buckets]
+        errors = [[v - b.get("f1_interval", [v, v])[0] for v, b in zip(values, buckets, strict=True)],
+                  [b.get("f1_interval", [v, v])[1] - v for v, b in zip(values, buckets, strict=True)]]  # fmt: skip
         positions = [i + (index - (len(rows) - 1) / 2) * width for i in range(len(labels))]
-        axis.bar(positions, values, width, label=f"{row['variant']} (F1 {row['f1']:.1f})")
+        axis.bar(
+            positions, values, width, yerr=errors, capsize=2, label=f"{row['variant']} (F1 {row['f1']:.1f})"
+        )
     counts = [
         max((r["by_length"].get(label, {}).get("questions", 0) for r in rows), default=0) for label in labels
     ]
@@ -298,7 +310,7 @@ def plot_f1_by_length(rows: list[dict], path: Path) -> Path:
     )
     axis.set_xlabel("document length (tokens)")
     axis.set_ylabel("KorQuAD F1")
-    axis.set_title("F1 by document length")
+    axis.set_title("F1 by document length (bootstrap 95% intervals over questions)")
     axis.legend(fontsize=8)
     figure.tight_layout()
     buffer = io.BytesIO()

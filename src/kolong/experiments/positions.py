@@ -170,7 +170,7 @@ def _nsmc(work, name, model, args, settings) -> dict:
         max_length=64, epochs=2, learning_rate=3e-4, batch_size=32, limit=settings["nsmc_limit"], seed=args.seed,
         overwrite=True, extra={"disable_tqdm": True},
     ))  # fmt: skip
-    return {k: metrics[k] for k in ("accuracy", "macro_f1", "train_examples", "eval_examples")}
+    return {k: metrics[k] for k in ("accuracy", "macro_f1", "train_examples", "eval_examples", "intervals")}
 
 
 def _korquad(work, name, model, args, train, evaluation) -> dict:
@@ -182,7 +182,7 @@ def _korquad(work, name, model, args, train, evaluation) -> dict:
         batch_size=16, seed=args.seed, overwrite=True, extra={"disable_tqdm": True},
     ))  # fmt: skip
     pick = {k.removeprefix("eval_"): v for k, v in metrics.items() if k in ("eval_exact_match", "eval_f1")}
-    return {**pick, "train_windows": metrics["train_windows"]}
+    return {**pick, "train_windows": metrics["train_windows"], "intervals": metrics["intervals"]}
 
 
 def _vocab_speed(args, settings) -> list[dict]:
@@ -281,11 +281,15 @@ def plot_study(results: dict, figures: Path) -> list[Path]:
     axes[0].legend()
     names = list(results["runs"])
     for axis, task, metric in ((axes[1], "nsmc", "accuracy"), (axes[2], "korquad", "f1")):
-        values = [results["runs"][n][task].get(metric, 0) for n in names]
-        if task == "nsmc":
-            values = [v * 100 for v in values]
-        axis.bar(names, values, color=["C0", "C1", "C2", "C3", "C7"][: len(names)])
-        axis.set_title(f"{'NSMC-style accuracy' if task == 'nsmc' else 'KorQuAD (article-level) F1'}")
+        scale = 100 if task == "nsmc" else 1
+        values = [results["runs"][n][task].get(metric, 0) * scale for n in names]
+        spans = [results["runs"][n][task].get("intervals", {}).get(metric) for n in names]
+        errors = [[v - (s["low"] * scale if s else v) for v, s in zip(values, spans, strict=True)],
+                  [(s["high"] * scale if s else v) - v for v, s in zip(values, spans, strict=True)]]  # fmt: skip
+        axis.bar(names, values, yerr=errors, capsize=3, color=["C0", "C1", "C2", "C3", "C7"][: len(names)])
+        axis.set_title(
+            f"{'NSMC-style accuracy' if task == 'nsmc' else 'KorQuAD (article-level) F1'} (95% bootstrap)"
+        )
         axis.tick_params(axis="x", rotation=30)
         for index, value in enumerate(values):
             axis.text(index, value, f"{value:.1f}", ha="center", va="bottom", fontsize=8)
@@ -297,12 +301,21 @@ def plot_study(results: dict, figures: Path) -> list[Path]:
     return [atomic_write_bytes(figures / f"positions-study-{scale}.png", buffer.getvalue())]
 
 
+def _cell(scores: dict, name: str, scale: float = 1) -> str:
+    """The metric and its bootstrap 95% interval (absent from results recorded before intervals were)."""
+    span = scores.get("intervals", {}).get(name)
+    value = f"{scores.get(name, 0) * scale:.2f}"
+    return value + (f" [{span['low'] * scale:.1f}, {span['high'] * scale:.1f}]" if span else "")
+
+
 def to_markdown(results: dict) -> str:
     settings = results["settings"]
     lines = [
         f"Model: hidden {settings['hidden_size']}, {settings['num_hidden_layers']} layers, "
         f"{settings['num_attention_heads']} heads; {settings['steps']} steps x {settings['batch_size']} blocks of 128 "
         f"tokens; vocabulary {results.get('vocabulary_sizes', {})}.",
+        "",
+        "Downstream metrics with bootstrap 95% intervals over test reviews / questions.",
         "",
         "| run | held-out MLM loss (first -> last) | minutes | NSMC acc | NSMC macro F1 | KorQuAD EM | KorQuAD F1 |",
         "|---|---|---:|---:|---:|---:|---:|",
@@ -311,8 +324,8 @@ def to_markdown(results: dict) -> str:
         held = run["mlm"]["held_out"]
         lines.append(
             f"| {name} | {held[0][1]:.3f} -> {held[-1][1]:.3f} | {run['mlm']['minutes']:.1f} | "
-            f"{run['nsmc']['accuracy'] * 100:.2f} | {run['nsmc']['macro_f1'] * 100:.2f} | "
-            f"{run['korquad'].get('exact_match', 0):.2f} | {run['korquad'].get('f1', 0):.2f} |"
+            f"{_cell(run['nsmc'], 'accuracy', 100)} | {_cell(run['nsmc'], 'macro_f1', 100)} | "
+            f"{_cell(run['korquad'], 'exact_match')} | {_cell(run['korquad'], 'f1')} |"
         )
     if results.get("vocab_speed"):
         base = results["vocab_speed"][0]["tokens_per_second"]

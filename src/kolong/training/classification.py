@@ -27,6 +27,41 @@ from kolong.training.common import (
 )
 
 
+def classification_intervals(
+    predictions: np.ndarray, labels: np.ndarray, regression: bool, seed: int = 0
+) -> dict:
+    """Bootstrap 95% intervals over evaluation examples of each metric of `classification_metrics`."""
+    from kolong.evaluation.bootstrap import statistic_interval
+
+    if regression:
+        from scipy.stats import spearmanr
+
+        scores = predictions.reshape(-1)
+
+        def correlation(rows, rank: bool) -> float:
+            x, y = scores[rows], labels[rows]
+            if np.ptp(x) == 0 or np.ptp(y) == 0:
+                return 0.0
+            return float(spearmanr(x, y)[0]) if rank else float(np.corrcoef(x, y)[0, 1])
+
+        return {name: statistic_interval(lambda rows, rank=rank: correlation(rows, rank), len(labels), seed=seed)
+                for name, rank in (("pearson", False), ("spearman", True))}  # fmt: skip
+    chosen, classes = predictions.argmax(axis=-1), predictions.shape[-1]
+
+    def macro_f1(rows) -> float:  # sklearn's average="macro": over the labels present in either side
+        predicted, gold = chosen[rows], labels[rows]
+        hits = np.bincount(gold[predicted == gold], minlength=classes)
+        counted = np.bincount(predicted, minlength=classes) + np.bincount(gold, minlength=classes)
+        present = counted > 0
+        return float((2 * hits[present] / counted[present]).mean())
+
+    def accuracy(rows) -> float:
+        return float((chosen[rows] == labels[rows]).mean())
+
+    return {name: statistic_interval(statistic, len(labels), seed=seed)
+            for name, statistic in (("accuracy", accuracy), ("macro_f1", macro_f1))}  # fmt: skip
+
+
 def classification_metrics(predictions: np.ndarray, labels: np.ndarray, regression: bool) -> dict[str, float]:
     if regression:
         from scipy.stats import pearsonr, spearmanr
@@ -91,6 +126,12 @@ def finetune_cls(args: ClassificationArguments) -> dict:
         train, evaluation = (part.cast_column("labels", Value("float32")) for part in (train, evaluation))
 
     main_metric = "pearson" if data.is_regression else "accuracy"
+    last = {}  # the latest evaluation's predictions, for the intervals of the final metrics
+
+    def compute_metrics(prediction):
+        last.update(predictions=prediction.predictions, labels=prediction.label_ids)
+        return classification_metrics(prediction.predictions, prediction.label_ids, data.is_regression)
+
     callbacks = [EarlyStoppingCallback(args.early_stopping_patience)] if args.early_stopping_patience else []
     trainer = Trainer(
         model=model,
@@ -99,12 +140,15 @@ def finetune_cls(args: ClassificationArguments) -> dict:
         eval_dataset=evaluation,
         data_collator=DataCollatorWithPadding(tokenizer),
         processing_class=tokenizer,
-        compute_metrics=lambda p: classification_metrics(p.predictions, p.label_ids, data.is_regression),
+        compute_metrics=compute_metrics,
         callbacks=callbacks,
     )
     quiet_trainer(trainer, args.quiet)
     output = train_or_finish(trainer, resume_from)
     metrics = {key.removeprefix("eval_"): value for key, value in trainer.evaluate().items()}
+    metrics["intervals"] = classification_intervals(
+        last["predictions"], last["labels"], data.is_regression, args.seed
+    )
     metrics.update(train_loss=run_train_loss(trainer, output), train_examples=len(data.train),
                    eval_examples=len(data.eval), data=data.name)  # fmt: skip
     save_final(trainer, tokenizer, output_dir)

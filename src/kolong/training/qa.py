@@ -15,7 +15,7 @@ from kolong.checkpoints import load_model, load_tokenizer
 from kolong.data.qa_features import STRATEGIES, QAFeatures, build_features
 from kolong.data.squad import gold_answers, read_squad
 from kolong.errors import ConfigError, DataError
-from kolong.evaluation.korquad import score_questions
+from kolong.evaluation.korquad import score_intervals, score_questions
 from kolong.evaluation.qa_postprocess import decode_answers
 from kolong.io import atomic_write_json, writes_output
 from kolong.positions.reach import model_max_length
@@ -63,10 +63,8 @@ def make_qa_trainer_class():
             predictions, _ = decode_answers(
                 self.eval_examples, self.eval_features, start_logits, end_logits, **self.decode_options
             )
-            scores = score_questions(
-                gold_answers(self.eval_examples),
-                predictions,
-            )
+            self.last_predictions = predictions
+            scores = score_questions(gold_answers(self.eval_examples), predictions)
             metrics = {f"{metric_key_prefix}_{k}": v for k, v in scores.items() if k in ("exact_match", "f1")}
             metrics.update({k: v for k, v in output.metrics.items() if k.endswith(("runtime", "per_second"))})
             self.log(metrics)
@@ -134,6 +132,9 @@ def finetune_qa(args: QAFinetuneArguments) -> dict:
     }
     if args.eval:
         metrics.update(trainer.evaluate())
+        metrics["intervals"] = score_intervals(
+            gold_answers(eval_examples), trainer.last_predictions, seed=args.seed
+        )
     trainer.save_model(str(output_dir))  # the Trainer writes from the main process only
     if trainer.is_world_process_zero():  # under torchrun / accelerate, one writer
         tokenizer.save_pretrained(str(output_dir))
