@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 from kolong.checkpoints import build_tiny_bert_checkpoint
 from kolong.cli import app
 from kolong.data.samples import korean_qa_dataset
-from kolong.experiments.length import bucket_of, parse_variant, split_by_article
+from kolong.experiments.length import bucket_of, parse_variant, split_by_article, split_capped
 
 
 def test_variant_names_and_buckets():
@@ -21,6 +21,20 @@ def test_variant_names_and_buckets():
         "1025-2048",
         ">2048",
     ]
+
+
+def test_length_cap_does_not_move_articles_between_sides():
+    from kolong.data.squad import build_long_documents, parse_squad
+
+    examples = build_long_documents(parse_squad(korean_qa_dataset()))
+    tokens = {e.article: len(e.context) for e in examples}
+    cap = sorted(tokens.values())[len(tokens) // 2]  # drops about half of the articles
+    train, evaluation = split_by_article(examples, 0.5, seed=3)
+    capped_train, capped_eval = split_capped(examples, 0.5, 3, tokens, cap)
+    assert capped_eval == [e for e in evaluation if tokens[e.article] <= cap]
+    assert capped_train == [e for e in train if tokens[e.article] <= cap]
+    assert len(capped_train) + len(capped_eval) < len(examples)
+    assert split_capped(examples, 0.5, 3, tokens, 0) == (train, evaluation)
 
 
 def test_split_never_shares_an_article():

@@ -103,6 +103,18 @@ def split_by_article(examples: list[QAExample], eval_fraction: float, seed: int)
     return train, evaluation
 
 
+def split_capped(examples: list[QAExample], eval_fraction: float, seed: int, article_tokens: dict, cap: int):
+    """`split_by_article`, then articles over `cap` tokens dropped from both sides (0: none).
+
+    Split first: the split must not depend on the tokenizer or the cap, so that the evaluation articles
+    are those `kolong experiment base` kept out of pre-training (same fraction and seed).
+    """
+    train, evaluation = split_by_article(examples, eval_fraction, seed)
+    if not cap:
+        return train, evaluation
+    return tuple([e for e in part if article_tokens[e.article] <= cap] for part in (train, evaluation))
+
+
 def _sample(examples: list[QAExample], count: int, seed: int) -> list[QAExample]:
     if count <= 0 or count >= len(examples):
         return list(examples)
@@ -141,9 +153,8 @@ def run_length_experiment(
             article_tokens[example.article] = len(
                 tokenizer(example.context, add_special_tokens=False)["input_ids"]
             )
-    if args.max_document_tokens:
-        long_examples = [e for e in long_examples if article_tokens[e.article] <= args.max_document_tokens]
-    train_all, eval_all = split_by_article(long_examples, args.eval_article_fraction, args.seed)
+    train_all, eval_all = split_capped(long_examples, args.eval_article_fraction, args.seed, article_tokens,
+                                       args.max_document_tokens)  # fmt: skip
     train = _sample(train_all, args.train_questions, args.seed)
     evaluation = _sample(eval_all, args.eval_questions, args.seed + 1)
     assert not {e.article for e in train} & {e.article for e in evaluation}
