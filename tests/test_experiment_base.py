@@ -88,16 +88,16 @@ def test_base_model_resumes_and_the_extension_study_reports(shared_data, tmp_pat
         packings.append(arguments.packing)
         return pretrain_mlm(arguments, **kwargs)
 
-    # short reviews packed with restarting positions would leave the late position rows untrained
+    # short reviews packed with restarting positions alone would leave the late position rows untrained
     monkeypatch.setattr(pretrain, "pretrain_mlm", recording)
 
     args = BaseModelArguments(work_dir=str(tmp_path / "base"), scale="tiny", shared_data=str(shared_data),
                               max_minutes=1e-6)  # fmt: skip
     stopped = build_base_model(args, on_step=lambda message: None)
-    assert not stopped["finished"] and stopped["steps"] < 4  # saved a checkpoint and stopped early
+    assert not stopped["finished"] and stopped["steps"] < 6  # saved a checkpoint and stopped early
     args.max_minutes = 0
     summary = build_base_model(args, on_step=lambda message: None)
-    assert summary["finished"] and summary["steps"] == 4 and summary["held_out_loss"] > 0
+    assert summary["finished"] and summary["steps"] == 4 + 2 and summary["held_out_loss"] > 0
     model_dir = tmp_path / "base" / "model"
     assert "held-out MLM loss" in (model_dir / "README.md").read_text() and (model_dir / "loss.png").is_file()
     assert AutoModelForMaskedLM.from_pretrained(model_dir).config.max_position_embeddings == 512
@@ -109,11 +109,24 @@ def test_base_model_resumes_and_the_extension_study_reports(shared_data, tmp_pat
                                    methods=("copy", "random"), steps=(0, 2), batch_size=1, max_blocks=4)  # fmt: skip
     study.max_minutes = 1e-6  # continued pre-training stops at a checkpoint; the rerun resumes it
     assert run_extension_init(study, on_step=lambda message: None) == {"finished": False}
-    assert set(packings) == {"concatenate"}  # the base and the continued pre-training
+    # the base's documents phase, its contiguous phase, and the study's continued pre-training
+    contiguous = packings.index("concatenate")
+    assert set(packings[:contiguous]) == {"documents"} and set(packings[contiguous:]) == {"concatenate"}
     study.max_minutes = 0
     results = run_extension_init(study, on_step=lambda message: None)
     assert results["finished"]
-    assert set(results["rows"]) == {"512-chunks", "copy@0", "copy@2", "random@0", "random@2"}
+    assert set(results["rows"]) == {
+        "512-chunks",
+        "512-chunks-shuffled",
+        "copy@0",
+        "copy@2",
+        "random@0",
+        "random@2",
+    }
+    assert (
+        results["order_sensitivity"]["n"] == 4
+        and "Word order: shuffling" in (tmp_path / "study" / "results.md").read_text()
+    )
     assert set(results["rows"]["copy@0"]) == {"0-511", "512-1023"} and results["blocks"] == 4
     # copied rows keep the first 512 positions: the same losses there as the 512 base reading chunks
     first = results["rows"]["copy@0"]["0-511"]["mean"], results["rows"]["512-chunks"]["0-511"]["mean"]

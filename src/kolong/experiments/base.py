@@ -6,13 +6,18 @@ dev sentences. KorQuAD articles are split by article first (`heldout_articles`):
 are never pre-trained on, so the extension study reads them as unseen long documents and the QA
 experiment evaluates on them.
 
-Blocks are contiguous text across documents (`packing="concatenate"`, RoBERTa's FULL-SENTENCES), not
-documents packed with positions restarting: almost every text here is a review or a sentence far
-shorter than 512 tokens, so with restarting positions the rows past ~300 would never be trained, and
-a base whose late rows are still random noise cannot say how new rows should start.
+Pre-training runs in two phases of `kolong pretrain mlm`. First `steps` with documents packed and
+positions restarting in each (`packing="documents"`, attention inside each review or article): short
+documents teach local context fast. Then `full_rows_steps` on contiguous 512-token blocks across
+documents (`packing="concatenate"`, RoBERTa's FULL-SENTENCES), so that every one of the 512 position
+rows is trained: almost every text here is a review or a sentence far shorter than 512 tokens, so with
+restarting positions alone the rows past ~300 would stay near their random start, and a base whose late
+rows are noise cannot say how new rows should start. Contiguous blocks alone from the start stayed at
+the unigram plateau in 2,000 CPU steps (shuffling the tokens of a held-out block changed its loss by
+0.001 nats), so the first phase is not optional at this scale.
 
 Stages (each resumable; a rerun skips what is done and `--max-minutes` stops pre-training at a checkpoint
-so one call fits a slot): documents -> tokenizer -> corpus -> pre-training -> model card. The result is a
+so one call fits a slot): documents -> tokenizer -> corpus -> pre-training (two phases) -> model card. The result is a
 normal checkpoint (`AutoModelForMaskedLM` after `import kolong`) with its tokenizer, `loss.png`,
 `pretrain_log.json` and a README model card.
 """
@@ -28,20 +33,21 @@ from pathlib import Path
 from kolong.io import atomic_write_json, atomic_write_text
 
 SCALES = {
-    # tokens per step = batch_size x 512 (4x the rows while the curriculum is at 128)
+    # tokens per step = batch_size x 512 (4x the rows while the curriculum is at 128); steps: the documents
+    # phase, then full_rows_steps on contiguous blocks
     "tiny": dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
                  vocab_size=600, reviews=300, steps=4, batch_size=2, learning_rate=1e-3, curriculum="128:0.5,512",
-                 eval_blocks=8, packing="concatenate"),
+                 eval_blocks=8, full_rows_steps=2, full_rows_learning_rate=5e-4),
     "cpu": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024,
-                vocab_size=16000, reviews=100000, steps=2000, batch_size=8, learning_rate=1e-3,
-                curriculum="128:0.8,512", eval_blocks=200, packing="concatenate"),
+                vocab_size=16000, reviews=100000, steps=1600, batch_size=8, learning_rate=1e-3,
+                curriculum="128:0.8,512", eval_blocks=200, full_rows_steps=400, full_rows_learning_rate=5e-4),
     # about 27M parameters: fits the 64 MiB carry limit in bf16, and 25 minutes of one H100
     "gpu-mini": dict(hidden_size=512, num_hidden_layers=6, num_attention_heads=8, intermediate_size=2048,
-                     vocab_size=16000, reviews=639599, steps=6000, batch_size=32, learning_rate=7e-4,
-                     curriculum="128:0.8,512", eval_blocks=1000, packing="concatenate"),
+                     vocab_size=16000, reviews=639599, steps=5000, batch_size=32, learning_rate=7e-4,
+                     curriculum="128:0.8,512", eval_blocks=1000, full_rows_steps=1000, full_rows_learning_rate=3e-4),
     "gpu": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
-                vocab_size=32000, reviews=639599, steps=30000, batch_size=64, learning_rate=5e-4,
-                curriculum="128:0.9,512", eval_blocks=2000, packing="concatenate"),
+                vocab_size=32000, reviews=639599, steps=25000, batch_size=64, learning_rate=5e-4,
+                curriculum="128:0.9,512", eval_blocks=2000, full_rows_steps=5000, full_rows_learning_rate=2e-4),
 }  # fmt: skip
 MODEL_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
 
@@ -136,37 +142,52 @@ def build_base_model(args: BaseModelArguments, on_step: Callable[[str], None] = 
     on_step("3/5 corpus of 512-token blocks")
     _stage(work, "corpus", corpus)
 
-    def pretrain() -> dict:
-        budget = [time_budget(args.max_minutes * 60)] if args.max_minutes else []
-        output = work / "model"
-        metrics = pretrain_mlm(
-            PretrainArguments(
-                corpus=str(work / "corpus"), output_dir=str(output), preset="tiny",
-                overrides={k: settings[k] for k in MODEL_FIELDS}, curriculum=settings["curriculum"],
-                max_steps=settings["steps"], batch_size=settings["batch_size"],
-                learning_rate=settings["learning_rate"], packing=settings["packing"], warmup_ratio=0.05, seed=args.seed,
-                eval_every=str(max(1, settings["steps"] // 10)), save_steps=max(1, settings["steps"] // 20),
-                logging_steps=max(1, settings["steps"] // 100), eval_blocks=settings["eval_blocks"],
-                save_total_limit=2, extra={"disable_tqdm": True},
-            ),
-            callbacks=budget,
-        )  # fmt: skip
-        finished = not (budget and budget[0].stopped)
-        return {"finished": finished, **metrics}
+    def phase(name: str, **arguments) -> Callable[[], dict]:
+        def run() -> dict:
+            budget = [time_budget(args.max_minutes * 60)] if args.max_minutes else []
+            steps = arguments["max_steps"]
+            metrics = pretrain_mlm(
+                PretrainArguments(
+                    corpus=str(work / "corpus"), output_dir=str(work / name), batch_size=settings["batch_size"],
+                    seed=args.seed, eval_every=str(max(1, steps // 10)), save_steps=max(1, steps // 20),
+                    logging_steps=max(1, steps // 100), eval_blocks=settings["eval_blocks"], save_total_limit=2,
+                    extra={"disable_tqdm": True}, **arguments,
+                ),
+                callbacks=budget,
+            )  # fmt: skip
+            return {"finished": not (budget and budget[0].stopped), **metrics}
 
-    on_step(f"4/5 pre-training: {settings['steps']:,} steps of {settings['batch_size'] * 512:,} tokens")
-    trained = _stage(work, "pretrain", pretrain)
-    if not trained["finished"]:
+        return run
+
+    total = settings["steps"] + settings["full_rows_steps"]
+    on_step(
+        f"4/5 pre-training: {settings['steps']:,} steps of {settings['batch_size'] * 512:,} tokens, documents packed"
+    )
+    first = _stage(work, "pretrain", phase(
+        "pretrain-documents", preset="tiny", overrides={k: settings[k] for k in MODEL_FIELDS},
+        curriculum=settings["curriculum"], max_steps=settings["steps"], learning_rate=settings["learning_rate"],
+        packing="documents", warmup_ratio=0.05,
+    ))  # fmt: skip
+    second = None
+    if first["finished"]:
         on_step(
-            f"stopped at step {trained['steps']:,} of {settings['steps']:,}: run the same command to resume"
+            f"4/5 then {settings['full_rows_steps']:,} steps on contiguous 512-token blocks (all position rows)"
         )
-        return {"finished": False, "steps": trained["steps"], "work_dir": str(work)}
+        second = _stage(work, "pretrain-full-rows", phase(
+            "model", model=str(work / "pretrain-documents"), max_steps=settings["full_rows_steps"],
+            learning_rate=settings["full_rows_learning_rate"], packing="concatenate", warmup_ratio=0.1,
+        ))  # fmt: skip
+    if second is None or not second["finished"]:
+        done = first["steps"] + (second["steps"] if second else 0)
+        on_step(f"stopped at step {done:,} of {total:,}: run the same command to resume")
+        return {"finished": False, "steps": done, "work_dir": str(work)}
 
     on_step("5/5 model card")
     summary = {
         "finished": True, "model": str(work / "model"), "scale": args.scale, "settings": settings,
-        "data": data, "steps": trained["steps"], "tokens": trained["steps"] * settings["batch_size"] * 512,
-        "held_out_loss": trained.get("eval_loss"), "train_loss": trained.get("train_loss"),
+        "data": data, "steps": total, "tokens": total * settings["batch_size"] * 512,
+        "held_out_loss": second.get("eval_loss"), "train_loss": second.get("train_loss"),
+        "held_out_loss_documents_phase": first.get("eval_loss"),
         "heldout_fraction": args.heldout_fraction, "seed": args.seed, "shared_data": args.shared_data,
         "minutes_this_call": (time.perf_counter() - started) / 60,
     }  # fmt: skip
@@ -183,7 +204,8 @@ def model_card(summary: dict) -> str:
         f"# kolong Korean base ({summary['scale']})", "",
         f"A MeCab-morpheme WordPiece encoder with 512 learned positions, pre-trained from scratch by "
         f"`kolong experiment base --scale {summary['scale']}` (masked language modelling, packed documents, "
-        f"length curriculum {s['curriculum']}, {s['packing']} packing). Load it with `AutoModelForMaskedLM.from_pretrained` after `import kolong`.",
+        f"length curriculum {s['curriculum']} on packed documents, then {s['full_rows_steps']:,} steps on contiguous "
+        f"512-token blocks so that every position row is trained). Load it with `AutoModelForMaskedLM.from_pretrained` after `import kolong`.",
         "",
         f"- model: hidden {s['hidden_size']}, {s['num_hidden_layers']} layers, {s['num_attention_heads']} heads, "
         f"FFN {s['intermediate_size']}; vocabulary {s['vocab_size']:,} (MeCab-ko + WordPiece)",

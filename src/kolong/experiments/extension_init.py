@@ -6,8 +6,10 @@ method (`interpolate`, `copy`, `last`, `random`, and `interpolate-keep-short`, i
 base never saw (its article split), tokenised and cut into blocks of `length` tokens, with the same 15%
 of tokens replaced by [MASK]. The MLM loss at the masked tokens is reported by position bucket (0-511,
 512-1023, 1024-2047, ...), before any training and after `steps` of continued pre-training at `length`
-on the other articles, beside the 512 base reading each block in 510-token chunks. Intervals: bootstrap
-95% over blocks; `random` against `copy`/`interpolate` is also compared block by block (paired).
+on the other articles, beside the 512 base reading each block in 510-token chunks, and the same with each
+block's tokens shuffled (whether the base uses word order at all: if not, no initialisation can matter).
+Intervals: bootstrap 95% over blocks; `random` against `copy`/`interpolate` is also compared block by
+block (paired).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from kolong.io import atomic_write_bytes, atomic_write_json, atomic_write_text
 
 METHODS = ("interpolate", "copy", "last", "random", "interpolate-keep-short")
 CHUNKED = "512-chunks"
+SHUFFLED = "512-chunks-shuffled"  # the same, each block's tokens in a random order: the no-word-order floor
 
 
 @dataclass
@@ -208,6 +211,20 @@ def run_extension_init(args: ExtensionInitArguments, on_step: Callable[[str], No
     on_step(f"{CHUNKED}: the 512 base on {len(ids)} blocks")
     record(CHUNKED, lambda: chunked_losses(AutoModelForMaskedLM.from_pretrained(base["model"]).eval(), ids, masks,
                                            tokenizer.mask_token_id, 512, batch * args.length // 512))  # fmt: skip
+    on_step(f"{SHUFFLED}: does the base use word order at all?")
+    order = np.concatenate(
+        [[0], 1 + np.random.default_rng(args.seed).permutation(args.length - 2), [args.length - 1]]
+    )
+
+    def shuffled() -> np.ndarray:
+        model = AutoModelForMaskedLM.from_pretrained(base["model"]).eval()
+        losses = chunked_losses(model, ids[:, order], masks[:, order], tokenizer.mask_token_id, 512,
+                                batch * args.length // 512)  # fmt: skip
+        restored = np.empty_like(losses)
+        restored[:, order] = losses  # back to each token's own position
+        return restored
+
+    record(SHUFFLED, shuffled)
     for method in args.methods:
         extended = _variant(base["model"], work, method, args.length, args.seed)
         for steps in args.steps:
@@ -251,7 +268,12 @@ def summarise(stored: dict, args: ExtensionInitArguments, blocks: int) -> dict:
                         "verdict": verdict(claim, rows[a][bucket], rows[b][bucket]),
                         "paired_verdict": "separated" if difference["low"] > 0 or difference["high"] < 0 else "overlapping",
                     })  # fmt: skip
-    return {"arguments": asdict(args), "blocks": blocks, "rows": rows, "comparisons": comparisons}
+    summary = {"arguments": asdict(args), "blocks": blocks, "rows": rows, "comparisons": comparisons}
+    if CHUNKED in stored and SHUFFLED in stored:  # per block, all masked tokens
+        summary["order_sensitivity"] = paired_difference(
+            np.nanmean(stored[SHUFFLED], axis=1), np.nanmean(stored[CHUNKED], axis=1), seed=args.seed
+        )
+    return summary
 
 
 def to_markdown(results: dict) -> str:
@@ -266,6 +288,11 @@ def to_markdown(results: dict) -> str:
         method, _, steps = name.partition("@")
         cells = [f"{row[b]['mean']:.3f} [{row[b]['low']:.3f}, {row[b]['high']:.3f}]" for b in buckets]
         lines.append(f"| {method} | {steps or '—'} | " + " | ".join(cells) + " |")
+    if "order_sensitivity" in results:
+        o = results["order_sensitivity"]
+        lines += ["", f"Word order: shuffling each block's tokens changes the 512 base's loss by {o['mean']:+.3f} "
+                      f"[{o['low']:+.3f}, {o['high']:+.3f}] nats; a base that does not use word order cannot show "
+                      "how new position rows should start."]  # fmt: skip
     if results["comparisons"]:
         lines += [
             "",
