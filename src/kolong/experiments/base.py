@@ -182,7 +182,8 @@ def build_base_model(args: BaseModelArguments, on_step: Callable[[str], None] = 
         on_step(f"stopped at step {done:,} of {total:,}: run the same command to resume")
         return {"finished": False, "steps": done, "work_dir": str(work)}
 
-    on_step("5/5 model card")
+    on_step("5/5 model card and the loss curve of both phases")
+    _plot_phases(work, settings, args.scale)
     summary = {
         "finished": True, "model": str(work / "model"), "scale": args.scale, "settings": settings,
         "data": data, "steps": total, "tokens": total * settings["batch_size"] * 512,
@@ -194,6 +195,16 @@ def build_base_model(args: BaseModelArguments, on_step: Callable[[str], None] = 
     atomic_write_text(work / "model" / "README.md", model_card(summary))
     atomic_write_json(work / "base.json", summary)
     return summary
+
+
+def _plot_phases(work: Path, settings: dict, scale: str) -> None:
+    """MODEL/loss.png over both phases (the second phase's steps continue the first's)."""
+    from kolong.training.pretrain import plot_losses, read_log
+
+    first = read_log(work / "pretrain-documents")["log_history"]
+    second = [{**h, "step": h["step"] + settings["steps"]} for h in read_log(work / "model")["log_history"]]
+    plot_losses(first + second, work / "model" / "loss.png",
+                title=f"base ({scale}): packed documents, then contiguous from {settings['steps']:,}")  # fmt: skip
 
 
 def model_card(summary: dict) -> str:
