@@ -126,7 +126,7 @@ def base(
     scale: str = typer.Option(
         "cpu",
         callback=one_of("tiny", "cpu", "gpu-mini", "gpu"),
-        help="tiny (a smoke test) | cpu (~50 min on 2 cores) | gpu-mini (25 min on one H100) | gpu.",
+        help="tiny (a smoke test) | cpu (~40 min on 2 cores) | gpu-mini (25 min on one H100, to measure) | gpu.",
     ),
     work_dir: Path = typer.Option(
         Path("runs/base"), help="Documents, tokenizer, corpus, checkpoints; the model goes to WORK_DIR/model."
@@ -137,7 +137,11 @@ def base(
         min=0,
         help="Stop pre-training at a checkpoint after this many minutes; rerun to resume (0: no limit).",
     ),
-    overrides: list[str] = typer.Option(None, "--set", help="Override a scale setting: --set steps=2000."),
+    overrides: list[str] = typer.Option(
+        None,
+        "--set",
+        help="Override a scale setting: --set steps=2000 (documents phase), --set full_rows_steps=400, --set reviews=...",
+    ),
     seed: int = typer.Option(42, min=0, max=2**32 - 1, help="Seed of the article split and of training."),
 ) -> None:
     """Pre-train a Korean base encoder (MeCab WordPiece, 512 learned positions) on the shared NSMC, KorQuAD
