@@ -315,6 +315,8 @@ def plot(results: dict, path: Path) -> Path:
     args = results["arguments"]
     buckets = [_label(e) for e in bucket_edges(args["length"])]
     figure, axes = plt.subplots(1, len(args["steps"]), figsize=(6 * len(args["steps"]), 4.5), squeeze=False)
+    shown = [row[b] for name, row in results["rows"].items() for b in buckets if name != SHUFFLED]
+    low, high = min(r["low"] for r in shown), max(r["high"] for r in shown)  # differences are tenths of a nat
     for axis, steps in zip(axes[0], args["steps"], strict=True):
         names = [CHUNKED] + [f"{m}@{steps}" for m in args["methods"]]
         width = 0.8 / len(names)
@@ -327,6 +329,7 @@ def plot(results: dict, path: Path) -> Path:
             ]
             x = [i + (index - (len(names) - 1) / 2) * width for i in range(len(buckets))]
             axis.bar(x, means, width, yerr=errors, capsize=2, label=name.partition("@")[0])
+        axis.set_ylim(low - 0.1 * (high - low), high + 0.1 * (high - low))
         axis.set_xticks(range(len(buckets)), buckets)
         axis.set_xlabel("position bucket")
         axis.set_ylabel("MLM loss")
