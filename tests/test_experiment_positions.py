@@ -43,3 +43,11 @@ def test_bad_settings():
         run_position_study(PositionStudyArguments(scale="huge"))
     with pytest.raises(ValueError, match="unknown study setting 'layers'"):
         run_position_study(PositionStudyArguments(overrides={"layers": 2}))
+
+
+def test_every_scale_has_the_same_settings():
+    from kolong.experiments.positions import SCALES, _settings
+
+    assert all(set(settings) == set(SCALES["cpu-quick"]) for settings in SCALES.values())
+    mini = _settings(PositionStudyArguments(scale="gpu-mini"))
+    assert mini["steps"] * mini["batch_size"] * 128 > 40_000_000  # tokens: beyond the CPU plateau

@@ -40,6 +40,11 @@ SCALES = {
     "cpu": dict(hidden_size=256, num_hidden_layers=3, num_attention_heads=4, intermediate_size=1024,
                 steps=4000, batch_size=32, vocab_size=32000, reviews=200000, nsmc_limit=20000,
                 qa_train_questions=1500, qa_eval_questions=400, qa_max_context_chars=6000),
+    # issue 17's slot-sized study: 3 x 512, 3,000 steps x 128 blocks (49M tokens), the full balanced NSMC-style
+    # split and all of article-level KorQuAD; each stage resumes, so reruns finish it across 10-minute calls
+    "gpu-mini": dict(hidden_size=512, num_hidden_layers=3, num_attention_heads=8, intermediate_size=2048,
+                     steps=3000, batch_size=128, vocab_size=16000, reviews=639599, nsmc_limit=1_000_000,
+                     qa_train_questions=0, qa_eval_questions=0, qa_max_context_chars=100000),
     "gpu": dict(hidden_size=768, num_hidden_layers=3, num_attention_heads=12, intermediate_size=3072,
                 steps=100000, batch_size=256, vocab_size=32000, reviews=639599, nsmc_limit=100000,
                 qa_train_questions=0, qa_eval_questions=0, qa_max_context_chars=100000),
