@@ -12,11 +12,13 @@ from kolong.evaluation.bootstrap import interval, paired_difference, separated, 
 from kolong.experiments.extension_init import (
     ExtensionInitArguments,
     _token_losses,
+    across_seeds,
     bucket_edges,
     bucket_means,
     chunked_losses,
     evaluation_blocks,
     run_extension_init,
+    run_extension_init_seeds,
 )
 
 
@@ -34,6 +36,23 @@ def test_bootstrap_intervals_and_verdicts():
     assert verdict(True, low, high) == "reproduced" and verdict(False, low, high) == "refuted"
     assert verdict(True, low, middle) == "inconclusive"
     assert np.isnan(interval([])["mean"])
+
+
+def test_verdicts_across_seeds_hold_only_when_every_seed_agrees():
+    def outcome(verdict, mean):
+        difference = {"mean": mean, "low": mean - 0.1, "high": mean + 0.1, "n": 9}
+        comparison = {"steps": 0, "bucket": "512-1023", "against": "copy", "difference": difference,
+                      "verdict": verdict, "paired_verdict": "separated"}  # fmt: skip
+        return {"sets": {"reviews": {"comparisons": [comparison]}}}
+
+    agreed = across_seeds({1: outcome("reproduced", 0.3), 2: outcome("reproduced", 0.5)})["sets"]["reviews"][
+        0
+    ]
+    assert agreed["verdict"] == "reproduced" and agreed["mean_difference"] == pytest.approx(0.4)
+    split = across_seeds({1: outcome("reproduced", 0.3), 2: outcome("inconclusive", 0.1)})["sets"]["reviews"][
+        0
+    ]
+    assert split["verdict"] == "inconclusive" and set(split["seeds"]) == {"1", "2"}
 
 
 def test_position_buckets():
@@ -61,6 +80,12 @@ def test_blocks_and_chunked_reading_match_the_whole_model(kolong_config):
     assert ids.shape == (2, 16) and (ids[:, 0] == 2).all() and (ids[:, -1] == 3).all()  # 40 tokens: 2 blocks
     assert not masks[:, [0, -1]].any() and masks.any()
     assert (evaluation_blocks(_Tokenizer(), ["가" * 40], 16, 0.3, seed=0, limit=0)[1] == masks).all()
+    stream, _ = evaluation_blocks(_Tokenizer(), iter(["가" * 10] * 100), 16, 0.3, seed=0, limit=3,
+                                             stream=True)  # fmt: skip
+    assert (
+        stream.shape == (3, 16) and (stream[:, 1:-1] == 3).sum() == 3
+    )  # [SEP] after every 10 tokens: 42 = 3 x 14
+    assert stream[0, 1:12].tolist() == [5 + ord("가") % 50] * 10 + [3]
     torch.manual_seed(0)
     model = KolongForMaskedLM(kolong_config(vocab_size=64, max_position_embeddings=16)).eval()
     whole = _token_losses(model, ids, masks, 4, batch=1)
@@ -99,6 +124,8 @@ def test_base_model_resumes_and_the_extension_study_reports(shared_data, tmp_pat
     summary = build_base_model(args, on_step=lambda message: None)
     assert summary["finished"] and summary["steps"] == 4 + 2 and summary["held_out_loss"] > 0
     model_dir = tmp_path / "base" / "model"
+    # finished phases keep only their final model: resuming needs no checkpoint, and a slot carries little
+    assert not list((tmp_path / "base").glob("*/checkpoint-*"))
     assert "held-out MLM loss" in (model_dir / "README.md").read_text() and (model_dir / "loss.png").is_file()
     assert AutoModelForMaskedLM.from_pretrained(model_dir).config.max_position_embeddings == 512
     stamp = (tmp_path / "base" / "stage-pretrain.json").stat().st_mtime_ns
@@ -106,7 +133,8 @@ def test_base_model_resumes_and_the_extension_study_reports(shared_data, tmp_pat
     assert (tmp_path / "base" / "stage-pretrain.json").stat().st_mtime_ns == stamp
 
     study = ExtensionInitArguments(base_dir=str(tmp_path / "base"), work_dir=str(tmp_path / "study"),
-                                   methods=("copy", "random"), steps=(0, 2), batch_size=1, max_blocks=4)  # fmt: skip
+                                   methods=("copy", "random"), steps=(0, 2), batch_size=1, max_blocks=4,
+                                   review_blocks=3)  # fmt: skip
     study.max_minutes = 1e-6  # continued pre-training stops at a checkpoint; the rerun resumes it
     assert run_extension_init(study, on_step=lambda message: None) == {"finished": False}
     # the base's documents phase, its contiguous phase, and the study's continued pre-training
@@ -114,27 +142,36 @@ def test_base_model_resumes_and_the_extension_study_reports(shared_data, tmp_pat
     assert set(packings[:contiguous]) == {"documents"} and set(packings[contiguous:]) == {"concatenate"}
     study.max_minutes = 0
     results = run_extension_init(study, on_step=lambda message: None)
-    assert results["finished"]
-    assert set(results["rows"]) == {
-        "512-chunks",
-        "512-chunks-shuffled",
-        "copy@0",
-        "copy@2",
-        "random@0",
-        "random@2",
-    }
-    assert (
-        results["order_sensitivity"]["n"] == 4
-        and "Word order: shuffling" in (tmp_path / "study" / "results.md").read_text()
-    )
-    assert set(results["rows"]["copy@0"]) == {"0-511", "512-1023"} and results["blocks"] == 4
+    assert results["finished"] and set(results["sets"]) == {"articles", "reviews"}
+    articles, reviews = results["sets"]["articles"], results["sets"]["reviews"]
+    names = {"512-chunks", "512-chunks-shuffled", "copy@0", "copy@2", "random@0", "random@2"}
+    assert set(articles["rows"]) == set(reviews["rows"]) == names
+    assert articles["blocks"] == 4 and reviews["blocks"] == 3 and reviews["order_sensitivity"]["n"] == 3
+    markdown = (tmp_path / "study" / "results.md").read_text()
+    assert markdown.count("Word order: shuffling") == 2 and "review streams" in markdown
+    assert set(articles["rows"]["copy@0"]) == {"0-511", "512-1023"}
     # copied rows keep the first 512 positions: the same losses there as the 512 base reading chunks
-    first = results["rows"]["copy@0"]["0-511"]["mean"], results["rows"]["512-chunks"]["0-511"]["mean"]
+    first = articles["rows"]["copy@0"]["0-511"]["mean"], articles["rows"]["512-chunks"]["0-511"]["mean"]
     assert first[0] == pytest.approx(first[1], abs=0.05)
-    assert {c["against"] for c in results["comparisons"]} == {"copy"}
-    assert json.loads((tmp_path / "study" / "results.json").read_text())["blocks"] == 4
+    assert {c["against"] for c in articles["comparisons"]} == {"copy"}
+    assert json.loads((tmp_path / "study" / "results.json").read_text())["sets"]["articles"]["blocks"] == 4
     assert (tmp_path / "study" / "extension_init.png").is_file()
-    assert "| random | 2 |" in (tmp_path / "study" / "results.md").read_text()
+    assert "| random | 2 |" in markdown
+    assert set(results["position_rows"]["std"]) == {"0-127", "128-255", "256-383", "384-511"}
+    assert "position rows, standard deviation by range" in markdown
+    # losses are cached per block set: other blocks are not scored with another set's stored losses
+    study.review_blocks = 2
+    again = run_extension_init(study, on_step=lambda message: None)["sets"]
+    assert again["reviews"]["blocks"] == 2 and again["articles"]["rows"] == articles["rows"]
+    seeded = ExtensionInitArguments(base_dir=str(tmp_path / "base"), work_dir=str(tmp_path / "seeds"),
+                                    methods=("copy", "random"), steps=(0,), max_blocks=2, review_blocks=2)  # fmt: skip
+    across = run_extension_init_seeds(seeded, (1, 2), on_step=lambda message: None)
+    assert (tmp_path / "seeds" / "seed-2" / "results.json").is_file() and (
+        tmp_path / "seeds" / "seeds.md"
+    ).is_file()
+    assert set(across["sets"]["reviews"][0]["seeds"]) == {"1", "2"}
+    with pytest.raises(ValueError, match="at least two"):
+        run_extension_init_seeds(seeded, (1,), on_step=lambda message: None)
     with pytest.raises(ValueError, match="unknown method"):
         run_extension_init(ExtensionInitArguments(base_dir=str(tmp_path / "base"), methods=("tile",)))
 

@@ -81,6 +81,7 @@ def test_experiment_end_to_end_and_resume(tmp_path):
     assert (out / "128-copy" / "base" / "config.json").is_file()
     assert (out / "f1_by_length.png").read_bytes().startswith(b"\x89PNG")
     assert "| 64-sliding |" in (out / "results.md").read_text()
+    assert (out / "results.md").read_text().startswith(f"# kolong experiment length: {tmp_path.name}/tiny\n")
     assert f"{sliding['f1']:.1f} [{sliding['f1_interval'][0]:.1f}, " in (out / "results.md").read_text()
 
     before = (out / "64-truncate" / "predictions.json").stat().st_mtime_ns

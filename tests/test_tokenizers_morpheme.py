@@ -219,7 +219,15 @@ def test_two_core_stream_matches_the_serial_result(mecab, monkeypatch):
     monkeypatch.setattr(parallel, "MIN_CHARACTERS", 10)
     monkeypatch.setattr(morpheme, "PIPELINE_CHUNK", 7)
     assert parallel.streams() and parallel.available_workers() == 1
+    here, work = [], parallel._work
+    monkeypatch.setattr(parallel, "_work", lambda job: here.append(len(job[0])) or work(job))
     streamed = mecab(texts, return_offsets_mapping=True)
+    chunks = -(-len(texts) // 7)
+    # the caller analyses 1 of every 3 chunks (in order) and the forked worker the rest
+    assert (
+        len(here) == sum(i % parallel.CHUNK_CYCLE < parallel.CALLER_CHUNKS for i in range(chunks))
+        and 0 < len(here) < chunks
+    )
     assert streamed["input_ids"] == serial["input_ids"]
     assert streamed["offset_mapping"] == serial["offset_mapping"]
     assert [streamed.word_ids(i) for i in range(len(texts))] == [

@@ -183,38 +183,66 @@ def extension_init(
     learning_rate: float = typer.Option(
         2e-4, callback=positive, help="Continued pre-training peak learning rate."
     ),
-    max_blocks: int = typer.Option(0, min=0, help="Held-out blocks to evaluate (0: all)."),
+    max_blocks: int = typer.Option(0, min=0, help="Held-out article blocks to evaluate (0: all)."),
+    review_blocks: int = typer.Option(
+        200,
+        min=0,
+        help="Blocks of held-out NSMC reviews (back to back, the base's own domain) to evaluate as well "
+        "(0: articles only).",
+    ),
     max_minutes: float = typer.Option(
         0.0,
         min=0,
         help="Stop continued pre-training at a checkpoint after this many minutes; rerun to resume.",
     ),
     seed: int = typer.Option(42, min=0, max=2**32 - 1),
+    seeds: str = typer.Option(
+        "",
+        help="Comma-separated seeds: run the study once per seed (WORK/seed-S) and compare verdicts across "
+        "them (WORK/seeds.md); empty: one run with --seed.",
+    ),
 ) -> None:
     """How to initialise new position rows (the Longformer paper's Table 5 for the extension paper's claim):
-    MLM loss by position bucket on held-out long documents, before and after continued pre-training."""
-    from kolong.experiments.extension_init import ExtensionInitArguments, run_extension_init
+    MLM loss by position bucket on held-out articles and review streams, before and after continued
+    pre-training."""
+    from kolong.experiments.extension_init import (
+        ExtensionInitArguments,
+        run_extension_init,
+        run_extension_init_seeds,
+    )
 
     try:
         step_list = tuple(int(s) for s in steps.split(",") if s.strip())
     except ValueError:
         raise typer.BadParameter(f"--steps: expected comma-separated integers, got {steps!r}") from None
+    try:
+        seed_list = tuple(int(s) for s in seeds.split(",") if s.strip())
+    except ValueError:
+        raise typer.BadParameter(f"--seeds: expected comma-separated integers, got {seeds!r}") from None
     args = ExtensionInitArguments(
         base_dir=str(base_dir), work_dir=str(work_dir), length=length,
         methods=tuple(m.strip() for m in methods.split(",") if m.strip()), steps=step_list,
-        batch_size=batch_size, learning_rate=learning_rate, max_blocks=max_blocks, max_minutes=max_minutes,
-        seed=seed,
+        batch_size=batch_size, learning_rate=learning_rate, max_blocks=max_blocks, review_blocks=review_blocks,
+        max_minutes=max_minutes, seed=seed,
     )  # fmt: skip
     with user_errors(), console.status("extension-init study") as status:
         try:
-            outcome = run_extension_init(
-                args, on_step=lambda message: console.print(message) or status.update(message)
-            )
+            report = lambda message: console.print(message) or status.update(message)  # noqa: E731
+            if seed_list:
+                outcome = run_extension_init_seeds(args, seed_list, on_step=report)
+            else:
+                outcome = run_extension_init(args, on_step=report)
         except (ValueError, FileNotFoundError) as error:
             if type(error) not in (ValueError, FileNotFoundError):
                 raise
             raise typer.BadParameter(str(error)) from None
     if not outcome["finished"]:
+        return
+    if seed_list:
+        console.print((work_dir / "seeds.md").read_text(encoding="utf-8"))
+        console.print(
+            f"[green]wrote[/] {work_dir / 'seeds.json'} and one study per seed in {work_dir}/seed-*"
+        )
         return
     console.print((work_dir / "results.md").read_text(encoding="utf-8"))
     console.print(f"[green]wrote[/] {work_dir / 'results.json'}, {work_dir / 'extension_init.png'}")

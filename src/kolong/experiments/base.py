@@ -25,6 +25,7 @@ normal checkpoint (`AutoModelForMaskedLM` after `import kolong`) with its tokeni
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -155,7 +156,11 @@ def build_base_model(args: BaseModelArguments, on_step: Callable[[str], None] = 
                 ),
                 callbacks=budget,
             )  # fmt: skip
-            return {"finished": not (budget and budget[0].stopped), **metrics}
+            finished = not (budget and budget[0].stopped)
+            if finished:  # resuming needs them no more, and a model must fit a slot's carry limit
+                for checkpoint in (work / name).glob("checkpoint-*"):
+                    shutil.rmtree(checkpoint)
+            return {"finished": finished, **metrics}
 
         return run
 

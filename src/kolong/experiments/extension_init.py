@@ -2,22 +2,31 @@
 
 From the base made by `kolong experiment base`, the 512-row table is extended to `length` with each
 method (`interpolate`, `copy`, `last`, `random`, and `interpolate-keep-short`, i.e. `interpolate
---keep-short-behaviour`). Every variant reads the same held-out long documents: the KorQuAD articles the
-base never saw (its article split), tokenised and cut into blocks of `length` tokens, with the same 15%
-of tokens replaced by [MASK]. The MLM loss at the masked tokens is reported by position bucket (0-511,
-512-1023, 1024-2047, ...), before any training and after `steps` of continued pre-training at `length`
-on the other articles, beside the 512 base reading each block in 510-token chunks, and the same with each
-block's tokens shuffled (whether the base uses word order at all: if not, no initialisation can matter).
-Intervals: bootstrap 95% over blocks; `random` against `copy`/`interpolate` is also compared block by
-block (paired).
+--keep-short-behaviour`). Every variant reads the same held-out text, cut into blocks of `length` tokens
+with the same 15% of tokens replaced by [MASK], in two sets:
+
+- `articles`: the KorQuAD articles the base never saw (its article split), each cut into blocks: the
+  long documents of the issue, but out of the base's main domain (it sees ~100k reviews and ~90 articles);
+- `reviews`: NSMC reviews the base never saw (after its training reviews, no text it trained on), back
+  to back with [SEP] between them, the base's own contiguous-block format: in its domain, and as many
+  blocks as needed for tight intervals.
+
+The MLM loss at the masked tokens is reported by position bucket (0-511, 512-1023, 1024-2047, ...),
+before any training and after `steps` of continued pre-training at `length` on the base's own
+pre-training documents, beside the 512 base reading each block in 510-token chunks, and the same with
+each block's tokens shuffled (whether the base uses word order at all: if not, no initialisation can
+matter). Intervals: bootstrap 95% over blocks; `random` against `copy`/`interpolate` is also compared
+block by block (paired).
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
+import itertools
 import json
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -46,8 +55,12 @@ class ExtensionInitArguments:
     """Stop continued pre-training at a checkpoint after this many minutes (0: no limit); rerun to resume."""
     mask_rate: float = 0.15
     max_blocks: int = 0
-    """Evaluation blocks to keep (0: all of the held-out articles)."""
+    """Article blocks to keep (0: all of the held-out articles)."""
+    review_blocks: int = 200
+    """Blocks of held-out review streams to read besides the articles (0: articles only)."""
     seed: int = 42
+    corpus_dir: str = ""
+    """Where the continued pre-training corpus is built (empty: WORK/corpus-LENGTH); shared across seeds."""
 
 
 def bucket_edges(length: int) -> list[tuple[int, int]]:
@@ -67,20 +80,43 @@ def _contexts(examples) -> list[str]:
     return list(dict.fromkeys(e.context for e in examples))
 
 
-def evaluation_blocks(tokenizer, articles: list[str], length: int, mask_rate: float, seed: int, limit: int):
-    """[CLS] tokens [SEP] blocks of exactly `length` from each article, and a fixed mask per block."""
-    blocks = []
-    for text in articles:
+def evaluation_blocks(
+    tokenizer, texts: list[str], length: int, mask_rate: float, seed: int, limit: int, stream: bool = False
+):
+    """[CLS] tokens [SEP] blocks of exactly `length` from each text, and a fixed mask per block.
+
+    With `stream`, the texts are one stream with [SEP] after each (how the pre-training corpus packs
+    documents) and reading stops once `limit` blocks are full, so `texts` may be a long iterator.
+    """
+    body = length - 2
+    blocks, pending = [], []
+    for text in texts:
         ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-        body = length - 2
-        blocks += [[tokenizer.cls_token_id, *ids[i : i + body], tokenizer.sep_token_id]
-                   for i in range(0, len(ids) - body + 1, body)]  # fmt: skip
+        if stream:
+            pending += [*ids, tokenizer.sep_token_id]
+            while len(pending) >= body and not (limit and len(blocks) >= limit):
+                blocks.append([tokenizer.cls_token_id, *pending[:body], tokenizer.sep_token_id])
+                pending = pending[body:]
+            if limit and len(blocks) >= limit:
+                break
+        else:
+            blocks += [[tokenizer.cls_token_id, *ids[i : i + body], tokenizer.sep_token_id]
+                       for i in range(0, len(ids) - body + 1, body)]  # fmt: skip
     if limit:
         blocks = blocks[:limit]
     rng = np.random.default_rng(seed)
     masks = rng.random((len(blocks), length)) < mask_rate
     masks[:, 0] = masks[:, -1] = False
     return np.array(blocks, dtype=np.int64).reshape(-1, length), masks
+
+
+def heldout_reviews(shared_data: str | Path, trained: int):
+    """NSMC reviews after the base's first `trained` ones, skipping any text it trained on (a generator)."""
+    from kolong.data.corpus import read_documents
+
+    documents = read_documents(["nsmc"], shared_data)
+    seen = set(itertools.islice(documents, trained))
+    return (text for text in documents if text not in seen)
 
 
 def _token_losses(model, ids: np.ndarray, masks: np.ndarray, mask_id: int, batch: int) -> np.ndarray:
@@ -183,29 +219,38 @@ def run_extension_init(args: ExtensionInitArguments, on_step: Callable[[str], No
     work.mkdir(parents=True, exist_ok=True)
     tokenizer = load_tokenizer(base["model"])
     shared = base.get("shared_data", "../shared/data")
-    train_articles, held_out = heldout_articles(shared, base["heldout_fraction"], base["seed"])
+    _, held_out = heldout_articles(shared, base["heldout_fraction"], base["seed"])
     on_step("held-out blocks")
-    ids, masks = evaluation_blocks(tokenizer, _contexts(held_out), args.length, args.mask_rate, args.seed,
-                                   args.max_blocks)  # fmt: skip
-    if len(ids) == 0:
+    sets = {"articles": evaluation_blocks(tokenizer, _contexts(held_out), args.length, args.mask_rate, args.seed,
+                                          args.max_blocks)}  # fmt: skip
+    if len(sets["articles"][0]) == 0:
         raise ValueError(f"no held-out article has {args.length} tokens: choose a smaller --length")
-    corpus = work / f"corpus-{args.length}"
+    if args.review_blocks:
+        reviews = heldout_reviews(shared, base["settings"]["reviews"])
+        sets["reviews"] = evaluation_blocks(tokenizer, reviews, args.length, args.mask_rate, args.seed + 1,
+                                            args.review_blocks, stream=True)  # fmt: skip
+    ids = np.concatenate([blocks for blocks, _ in sets.values()])
+    masks = np.concatenate([mask for _, mask in sets.values()])
+    offsets = np.cumsum([0] + [len(blocks) for blocks, _ in sets.values()])
+    parts = {name: slice(int(a), int(b)) for name, a, b in zip(sets, offsets[:-1], offsets[1:], strict=True)}
+    corpus = Path(args.corpus_dir) if args.corpus_dir else work / f"corpus-{args.length}"
     if not (corpus / "corpus.json").is_file():
-        on_step("continued pre-training corpus (pre-training articles, whole)")
-        text = work / "articles.txt"
-        atomic_write_text(text, "\n".join(" ".join(c.split()) for c in _contexts(train_articles)) + "\n")
-        build_corpus([str(text)], base["model"], corpus, max_length=args.length, held_out=0.0, seed=args.seed,
-                     overwrite=True)  # fmt: skip
+        on_step("continued pre-training corpus (the base's pre-training documents)")
+        build_corpus([str(base_dir / "documents.txt")], base["model"], corpus, max_length=args.length,
+                     held_out=0.0, seed=args.seed, overwrite=True)  # fmt: skip
 
     losses_path = work / "losses.npz"
+    fingerprint = hashlib.sha256(ids.tobytes() + masks.tobytes()).hexdigest()[:16]
     stored = dict(np.load(losses_path)) if losses_path.is_file() else {}
+    if str(stored.pop("blocks", "")) != fingerprint:  # other blocks (arguments changed): start again
+        stored = {}
     batch = max(1, 4096 // args.length)
 
     def record(name: str, compute) -> None:
         if name not in stored:
             stored[name] = compute()
             with io.BytesIO() as buffer:
-                np.savez_compressed(buffer, **stored)
+                np.savez_compressed(buffer, blocks=np.array(fingerprint), **stored)
                 atomic_write_bytes(losses_path, buffer.getvalue())
 
     on_step(f"{CHUNKED}: the 512 base on {len(ids)} blocks")
@@ -239,14 +284,44 @@ def run_extension_init(args: ExtensionInitArguments, on_step: Callable[[str], No
                 path = continued / f"checkpoint-{steps}"
             record(f"{method}@{steps}", lambda p=path: _token_losses(
                 AutoModelForMaskedLM.from_pretrained(p).eval(), ids, masks, tokenizer.mask_token_id, batch))  # fmt: skip
-    results = {"finished": True, **summarise(stored, args, len(ids))}
+    results = {
+        "finished": True,
+        **summarise(stored, args, parts),
+        "position_rows": position_row_spread(base["model"]),
+    }
     atomic_write_json(work / "results.json", results)
     atomic_write_text(work / "results.md", to_markdown(results))
     plot(results, work / "extension_init.png")
     return results
 
 
-def summarise(stored: dict, args: ExtensionInitArguments, blocks: int) -> dict:
+def position_row_spread(model_path: str, group: int = 128) -> dict:
+    """Standard deviation of the base's position rows per range of `group` rows, beside its initializer_range.
+
+    Rows still at their initial spread were barely trained: extending from them (interpolate, last) is then
+    no better than random rows, whatever the method."""
+    from transformers import AutoModelForMaskedLM
+
+    from kolong.extension.position_table import find_position_table
+
+    model = AutoModelForMaskedLM.from_pretrained(model_path)
+    rows = find_position_table(model).real_rows().float()
+    spread = {
+        f"{a}-{min(a + group, len(rows)) - 1}": float(rows[a : a + group].std())
+        for a in range(0, len(rows), group)
+    }
+    return {"std": spread, "initializer_range": float(getattr(model.config, "initializer_range", 0.02))}
+
+
+def summarise(stored: dict, args: ExtensionInitArguments, parts: dict[str, slice]) -> dict:
+    """Per evaluation set (articles, reviews): rows, random-vs-copied comparisons, word-order sensitivity."""
+    sets = {
+        name: _summarise_set({k: v[part] for k, v in stored.items()}, args) for name, part in parts.items()
+    }
+    return {"arguments": asdict(args), "sets": sets}
+
+
+def _summarise_set(stored: dict, args: ExtensionInitArguments) -> dict:
     from kolong.evaluation.bootstrap import interval, paired_difference, verdict
 
     per_block = {name: bucket_means(losses, args.length) for name, losses in stored.items()}
@@ -268,7 +343,8 @@ def summarise(stored: dict, args: ExtensionInitArguments, blocks: int) -> dict:
                         "verdict": verdict(claim, rows[a][bucket], rows[b][bucket]),
                         "paired_verdict": "separated" if difference["low"] > 0 or difference["high"] < 0 else "overlapping",
                     })  # fmt: skip
-    summary = {"arguments": asdict(args), "blocks": blocks, "rows": rows, "comparisons": comparisons}
+    blocks = len(next(iter(stored.values()))) if stored else 0
+    summary = {"blocks": blocks, "rows": rows, "comparisons": comparisons}
     if CHUNKED in stored and SHUFFLED in stored:  # per block, all masked tokens
         summary["order_sensitivity"] = paired_difference(
             np.nanmean(stored[SHUFFLED], axis=1), np.nanmean(stored[CHUNKED], axis=1), seed=args.seed
@@ -276,33 +352,119 @@ def summarise(stored: dict, args: ExtensionInitArguments, blocks: int) -> dict:
     return summary
 
 
+def run_extension_init_seeds(
+    args: ExtensionInitArguments, seeds: tuple[int, ...], on_step: Callable[[str], None] = print
+) -> dict:
+    """The study once per seed (WORK/seed-S: masks, random rows, data order), then each comparison across seeds.
+
+    Writes WORK/seeds.json and WORK/seeds.md; a claim holds across seeds only when every seed gives the
+    same verdict.
+    """
+    if len(set(seeds)) < 2:
+        raise ValueError("--seeds: give at least two different seeds (one seed: use --seed)")
+    work = Path(args.work_dir)
+    outcomes = {}
+    for seed in seeds:
+        on_step(f"seed {seed} ({len(outcomes) + 1} of {len(seeds)})")
+        one = replace(args, seed=seed, work_dir=str(work / f"seed-{seed}"),
+                      corpus_dir=args.corpus_dir or str(work / f"corpus-{args.length}"))  # fmt: skip
+        outcome = run_extension_init(one, on_step)
+        if not outcome["finished"]:
+            return outcome
+        outcomes[seed] = outcome
+    results = {
+        "finished": True,
+        "arguments": {**asdict(args), "seeds": list(seeds)},
+        **across_seeds(outcomes),
+    }
+    atomic_write_json(work / "seeds.json", results)
+    atomic_write_text(work / "seeds.md", seeds_markdown(results))
+    return results
+
+
+def across_seeds(outcomes: dict[int, dict]) -> dict:
+    """Per set and comparison (steps, bucket, reference): each seed's paired difference and verdicts."""
+    sets = {}
+    for seed, outcome in outcomes.items():
+        for set_name, part in outcome["sets"].items():
+            for c in part["comparisons"]:
+                key = f"{c['steps']}|{c['bucket']}|{c['against']}"
+                entry = sets.setdefault(set_name, {}).setdefault(
+                    key, {"steps": c["steps"], "bucket": c["bucket"], "against": c["against"], "seeds": {}}
+                )
+                entry["seeds"][str(seed)] = {k: c[k] for k in ("difference", "verdict", "paired_verdict")}
+    for comparisons in sets.values():
+        for entry in comparisons.values():
+            verdicts = {one["verdict"] for one in entry["seeds"].values()}
+            entry["verdict"] = verdicts.pop() if len(verdicts) == 1 else "inconclusive"
+            entry["mean_difference"] = float(
+                np.mean([one["difference"]["mean"] for one in entry["seeds"].values()])
+            )
+    return {"sets": {name: list(comparisons.values()) for name, comparisons in sets.items()}}
+
+
+def seeds_markdown(results: dict) -> str:
+    seeds = results["arguments"]["seeds"]
+    lines = [
+        f"# kolong experiment extension-init across seeds {', '.join(map(str, seeds))}", "",
+        "random minus copied/interpolated rows, MLM loss (nats): each seed's paired difference [95% over blocks] "
+        "and verdict from the unpaired intervals; across seeds: the verdict when all seeds agree, else inconclusive.",
+    ]  # fmt: skip
+    for set_name, comparisons in results["sets"].items():
+        lines += ["", f"## {SET_TITLES.get(set_name, set_name)}", "",
+                  "| steps | bucket | random vs | " + " | ".join(f"seed {s}" for s in seeds) + " | across seeds |",
+                  "|---:|---|---|" + "---|" * len(seeds) + "---|"]  # fmt: skip
+        for entry in comparisons:
+            cells = []
+            for seed in seeds:
+                one = entry["seeds"][str(seed)]
+                d = one["difference"]
+                cells.append(f"{d['mean']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}] {one['verdict']}")
+            lines.append(f"| {entry['steps']} | {entry['bucket']} | {entry['against']} | " + " | ".join(cells)
+                         + f" | {entry['mean_difference']:+.3f} {entry['verdict']} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+SET_TITLES = {
+    "articles": "held-out KorQuAD articles (long documents; out of the base's main domain)",
+    "reviews": "held-out NSMC review streams (the base's domain and block format)",
+}
+
+
 def to_markdown(results: dict) -> str:
     args = results["arguments"]
     buckets = [_label(e) for e in bucket_edges(args["length"])]
-    lines = [
-        f"# kolong experiment extension-init: 512 -> {args['length']} ({results['blocks']} held-out blocks)", "",
-        "MLM loss at masked tokens by position bucket, mean [95% bootstrap interval over blocks].", "",
-        "| variant | steps | " + " | ".join(buckets) + " |", "|---|---:|" + "---|" * len(buckets),
-    ]  # fmt: skip
-    for name, row in results["rows"].items():
-        method, _, steps = name.partition("@")
-        cells = [f"{row[b]['mean']:.3f} [{row[b]['low']:.3f}, {row[b]['high']:.3f}]" for b in buckets]
-        lines.append(f"| {method} | {steps or '—'} | " + " | ".join(cells) + " |")
-    if "order_sensitivity" in results:
-        o = results["order_sensitivity"]
-        lines += ["", f"Word order: shuffling each block's tokens changes the 512 base's loss by {o['mean']:+.3f} "
-                      f"[{o['low']:+.3f}, {o['high']:+.3f}] nats; a base that does not use word order cannot show "
-                      "how new position rows should start."]  # fmt: skip
-    if results["comparisons"]:
+    lines = [f"# kolong experiment extension-init: 512 -> {args['length']}", "",
+             "MLM loss at masked tokens by position bucket, mean [95% bootstrap interval over blocks]."]  # fmt: skip
+    if "position_rows" in results:
+        rows = results["position_rows"]
+        spread = ", ".join(f"{r} {v:.4f}" for r, v in rows["std"].items())
+        lines += ["", f"The base's position rows, standard deviation by range: {spread} (initialised at "
+                      f"{rows['initializer_range']}: rows still there were barely trained)."]  # fmt: skip
+    for name, part in results["sets"].items():
         lines += [
-            "",
-            "| steps | bucket | random vs | difference [95%] | intervals |",
-            "|---:|---|---|---|---|",
-        ]
-        for c in results["comparisons"]:
-            d = c["difference"]
-            lines.append(f"| {c['steps']} | {c['bucket']} | {c['against']} | {d['mean']:+.3f} [{d['low']:+.3f}, "
-                         f"{d['high']:+.3f}] | {c['verdict']} |")  # fmt: skip
+            "", f"## {SET_TITLES.get(name, name)}: {part['blocks']} blocks", "",
+            "| variant | steps | " + " | ".join(buckets) + " |", "|---|---:|" + "---|" * len(buckets),
+        ]  # fmt: skip
+        for variant, row in part["rows"].items():
+            method, _, steps = variant.partition("@")
+            cells = [f"{row[b]['mean']:.3f} [{row[b]['low']:.3f}, {row[b]['high']:.3f}]" for b in buckets]
+            lines.append(f"| {method} | {steps or '—'} | " + " | ".join(cells) + " |")
+        if "order_sensitivity" in part:
+            o = part["order_sensitivity"]
+            lines += ["", f"Word order: shuffling each block's tokens changes the 512 base's loss by {o['mean']:+.3f} "
+                          f"[{o['low']:+.3f}, {o['high']:+.3f}] nats; a base that does not use word order cannot "
+                          "show how new position rows should start."]  # fmt: skip
+        if part["comparisons"]:
+            lines += [
+                "",
+                "| steps | bucket | random vs | paired difference [95%] | paired | unpaired intervals |",
+                "|---:|---|---|---|---|---|",
+            ]
+            for c in part["comparisons"]:
+                d = c["difference"]
+                lines.append(f"| {c['steps']} | {c['bucket']} | {c['against']} | {d['mean']:+.3f} [{d['low']:+.3f}, "
+                             f"{d['high']:+.3f}] | {c['paired_verdict']} | {c['verdict']} |")  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
@@ -314,27 +476,33 @@ def plot(results: dict, path: Path) -> Path:
 
     args = results["arguments"]
     buckets = [_label(e) for e in bucket_edges(args["length"])]
-    figure, axes = plt.subplots(1, len(args["steps"]), figsize=(6 * len(args["steps"]), 4.5), squeeze=False)
-    shown = [row[b] for name, row in results["rows"].items() for b in buckets if name != SHUFFLED]
-    low, high = min(r["low"] for r in shown), max(r["high"] for r in shown)  # differences are tenths of a nat
-    for axis, steps in zip(axes[0], args["steps"], strict=True):
-        names = [CHUNKED] + [f"{m}@{steps}" for m in args["methods"]]
-        width = 0.8 / len(names)
-        for index, name in enumerate(n for n in names if n in results["rows"]):
-            row = results["rows"][name]
-            means = [row[b]["mean"] for b in buckets]
-            errors = [
-                [row[b]["mean"] - row[b]["low"] for b in buckets],
-                [row[b]["high"] - row[b]["mean"] for b in buckets],
-            ]
-            x = [i + (index - (len(names) - 1) / 2) * width for i in range(len(buckets))]
-            axis.bar(x, means, width, yerr=errors, capsize=2, label=name.partition("@")[0])
-        axis.set_ylim(low - 0.1 * (high - low), high + 0.1 * (high - low))
-        axis.set_xticks(range(len(buckets)), buckets)
-        axis.set_xlabel("position bucket")
-        axis.set_ylabel("MLM loss")
-        axis.set_title(f"after {steps} steps at {args['length']}")
-        axis.legend(fontsize=7)
+    sets = results["sets"]
+    figure, axes = plt.subplots(len(sets), len(args["steps"]), figsize=(6 * len(args["steps"]), 4.5 * len(sets)),
+                                squeeze=False)  # fmt: skip
+    for axes_row, (set_name, part) in zip(axes, sets.items(), strict=True):
+        shown = [row[b] for name, row in part["rows"].items() for b in buckets if name != SHUFFLED]
+        low, high = (
+            min(r["low"] for r in shown),
+            max(r["high"] for r in shown),
+        )  # differences are tenths of a nat
+        for axis, steps in zip(axes_row, args["steps"], strict=True):
+            names = [CHUNKED] + [f"{m}@{steps}" for m in args["methods"]]
+            width = 0.8 / len(names)
+            for index, name in enumerate(n for n in names if n in part["rows"]):
+                row = part["rows"][name]
+                means = [row[b]["mean"] for b in buckets]
+                errors = [
+                    [row[b]["mean"] - row[b]["low"] for b in buckets],
+                    [row[b]["high"] - row[b]["mean"] for b in buckets],
+                ]
+                x = [i + (index - (len(names) - 1) / 2) * width for i in range(len(buckets))]
+                axis.bar(x, means, width, yerr=errors, capsize=2, label=name.partition("@")[0])
+            axis.set_ylim(low - 0.1 * (high - low), high + 0.1 * (high - low))
+            axis.set_xticks(range(len(buckets)), buckets)
+            axis.set_xlabel("position bucket")
+            axis.set_ylabel("MLM loss")
+            axis.set_title(f"{set_name} ({part['blocks']} blocks), after {steps} steps at {args['length']}")
+            axis.legend(fontsize=7)
     figure.tight_layout()
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=100)

@@ -256,10 +256,16 @@ def _write(path: Path, args: LengthExperimentArguments, rows: list[dict]) -> Non
     atomic_write_json(path, {"arguments": settings, "variants": rows})
 
 
+def _model_label(model: str) -> str:
+    """A hub id as given; a local directory with its parent (`runs/base/model` -> `base/model`)."""
+    path = Path(str(model))
+    return str(model) if not path.exists() or not path.parent.name else f"{path.parent.name}/{path.name}"
+
+
 def to_markdown(rows: list[dict], args: LengthExperimentArguments, model: str) -> str:
     labels = [label for _, _, label in BUCKETS if any(label in r["by_length"] for r in rows)]
     lines = [
-        f"# kolong experiment length: {Path(str(model)).name}",
+        f"# kolong experiment length: {_model_label(model)}",
         "",
         f"{args.train_questions or 'all'} training and {args.eval_questions or 'all'} evaluation questions "
         f"(article-level KorQuAD, split by article"

@@ -2,8 +2,9 @@
 
 MeCab holds Python's GIL, so threads cannot share its work; processes forked from the caller (no
 re-import, the analyser already loaded) rewrite part of a large batch while the caller rewrites the rest,
-then the Rust backend encodes the whole batch on all cores. On two cores one forked process analyses a
-large batch chunk by chunk while the caller encodes the chunks already done (`rewrite_chunks`). Small
+then the Rust backend encodes the whole batch on all cores. On two cores one forked process analyses most
+chunks of a large batch while the caller analyses the others and encodes every chunk done
+(`rewrite_chunks`). Small
 batches, single-core machines and platforms without `fork` stay in the calling process.
 `KOLONG_TOKENIZER_WORKERS=1` turns the processes off; another number sets the pool's size.
 """
@@ -23,6 +24,9 @@ MIN_CHARACTERS = 100_000  # below this, forking and pickling cost more than they
 # With two cores, this process rewrites this share of a large batch and encodes it while the worker rewrites
 # the rest: encoding is this process's extra work, so its share of the analysis is smaller than half.
 OWN_SHARE = 0.35
+# With two cores and chunks streamed (`rewrite_chunks`), the caller analyses this many of every CHUNK_CYCLE
+# chunks itself: besides its share it encodes every chunk and unpickles the worker's, so it takes less.
+CALLER_CHUNKS, CHUNK_CYCLE = 1, 3
 _pool = None
 _pool_size = 0
 
@@ -161,18 +165,25 @@ def rewrite_chunks(lists: list[list], chunk: int, analyser: str, forms: str, nor
                    pattern: str | None, spans: bool = False):  # fmt: skip
     """Per chunk of `chunk` items, the rewritten items of each of the parallel item lists, in order.
 
-    With `streams()`, one forked process analyses the chunks ahead while the caller consumes (encodes) the
-    ones done: MeCab holds the GIL, so a thread could not overlap it. `spans`: the worker also finds the
-    morphemes' spans (the caller will ask for offsets).
+    With `streams()`, one forked process analyses most chunks ahead while the caller analyses the others
+    (CALLER_CHUNKS of every CHUNK_CYCLE) and consumes (encodes) every chunk done: MeCab holds the GIL, so a
+    thread could not overlap it. `spans`: the worker also finds the morphemes' spans (the caller will ask
+    for offsets).
     """
     config = (analyser, forms, normalization, pattern)
     jobs = [([items[i : i + chunk] for items in lists], *config) for i in range(0, len(lists[0]), chunk)]
     done = 0
     if streams(lists):
         get_analyser(analyser)  # load it once here: the worker inherits it
+        mine = [i % CHUNK_CYCLE < CALLER_CHUNKS for i in range(len(jobs))]
         try:
-            for packed in _get_pool(1).imap(_work_lists_with_spans if spans else _work_lists, jobs):
-                yield [_unpack(part) for part in packed]
+            worker_jobs = [job for job, caller in zip(jobs, mine, strict=True) if not caller]
+            theirs = _get_pool(1).imap(_work_lists_with_spans if spans else _work_lists, worker_jobs)
+            for job, caller in zip(jobs, mine, strict=True):
+                if caller:
+                    yield [_work((items, *config)) for items in job[0]]
+                else:
+                    yield [_unpack(part) for part in next(theirs)]
                 done += 1
         except (OSError, RuntimeError, ValueError):
             _shutdown()  # a broken pool: the remaining chunks are done here
