@@ -458,6 +458,8 @@ def sweep_cases() -> list:
                      ("experiment base",), id="experiment extension-init: no base"),
         pytest.param(lambda w: ["experiment", "extension-init", "--work-dir", out(w), "--steps", "0,x"], ("--steps",),
                      id="experiment extension-init: bad steps"),
+        pytest.param(lambda w: ["experiment", "extension-init", "--work-dir", out(w), "--seeds", "1,two"], ("--seeds",),
+                     id="experiment extension-init: bad seeds"),
         # data
         pytest.param(lambda w: ["finetune", "cls", "--model", w["model"], "--data", w["cls_latin1"], "-o", out(w)],
                      ("latin1.tsv:3", "not UTF-8"), id="finetune cls: non-UTF-8 TSV"),
