@@ -273,6 +273,8 @@ def run_extension_init(args: ExtensionInitArguments, on_step: Callable[[str], No
     for method in args.methods:
         extended = _variant(base["model"], work, method, args.length, args.seed)
         for steps in args.steps:
+            if method == "interpolate-keep-short" and steps:
+                continue  # it only changes inputs of <= 512 tokens: trained on full blocks, it is `interpolate`
             on_step(f"{method}: {steps} steps")
             if steps == 0:
                 path = extended
