@@ -133,7 +133,7 @@ def test_base_model_resumes_and_the_extension_study_reports(shared_data, tmp_pat
     assert (tmp_path / "base" / "stage-pretrain.json").stat().st_mtime_ns == stamp
 
     study = ExtensionInitArguments(base_dir=str(tmp_path / "base"), work_dir=str(tmp_path / "study"),
-                                   methods=("copy", "random"), steps=(0, 2), batch_size=1, max_blocks=4,
+                                   methods=("copy", "random", "interpolate-keep-short"), steps=(0, 2), batch_size=1, max_blocks=4,
                                    review_blocks=3)  # fmt: skip
     study.max_minutes = 1e-6  # continued pre-training stops at a checkpoint; the rerun resumes it
     assert run_extension_init(study, on_step=lambda message: None) == {"finished": False}
@@ -144,7 +144,16 @@ def test_base_model_resumes_and_the_extension_study_reports(shared_data, tmp_pat
     results = run_extension_init(study, on_step=lambda message: None)
     assert results["finished"] and set(results["sets"]) == {"articles", "reviews"}
     articles, reviews = results["sets"]["articles"], results["sets"]["reviews"]
-    names = {"512-chunks", "512-chunks-shuffled", "copy@0", "copy@2", "random@0", "random@2"}
+    # keep-short only changes inputs of <= 512 tokens: trained on full blocks it would be interpolate
+    names = {
+        "512-chunks",
+        "512-chunks-shuffled",
+        "copy@0",
+        "copy@2",
+        "random@0",
+        "random@2",
+        "interpolate-keep-short@0",
+    }
     assert set(articles["rows"]) == set(reviews["rows"]) == names
     assert articles["blocks"] == 4 and reviews["blocks"] == 3 and reviews["order_sensitivity"]["n"] == 3
     markdown = (tmp_path / "study" / "results.md").read_text()
