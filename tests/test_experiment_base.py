@@ -12,14 +12,13 @@ from kolong.evaluation.bootstrap import interval, paired_difference, separated, 
 from kolong.experiments.extension_init import (
     ExtensionInitArguments,
     _token_losses,
-    across_seeds,
     bucket_edges,
     bucket_means,
     chunked_losses,
     evaluation_blocks,
     run_extension_init,
-    run_extension_init_seeds,
 )
+from kolong.experiments.extension_seeds import across_seeds, run_extension_init_seeds
 
 
 def test_bootstrap_intervals_and_verdicts():

@@ -205,11 +205,8 @@ def extension_init(
     """How to initialise new position rows (the Longformer paper's Table 5 for the extension paper's claim):
     MLM loss by position bucket on held-out articles and review streams, before and after continued
     pre-training."""
-    from kolong.experiments.extension_init import (
-        ExtensionInitArguments,
-        run_extension_init,
-        run_extension_init_seeds,
-    )
+    from kolong.experiments.extension_init import ExtensionInitArguments, run_extension_init
+    from kolong.experiments.extension_seeds import run_extension_init_seeds
 
     try:
         step_list = tuple(int(s) for s in steps.split(",") if s.strip())

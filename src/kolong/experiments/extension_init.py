@@ -26,16 +26,15 @@ import io
 import itertools
 import json
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
+from kolong.experiments.extension_report import CHUNKED, SHUFFLED, _label, bucket_edges, plot, to_markdown
 from kolong.io import atomic_write_bytes, atomic_write_json, atomic_write_text
 
 METHODS = ("interpolate", "copy", "last", "random", "interpolate-keep-short")
-CHUNKED = "512-chunks"
-SHUFFLED = "512-chunks-shuffled"  # the same, each block's tokens in a random order: the no-word-order floor
 
 
 @dataclass
@@ -61,19 +60,6 @@ class ExtensionInitArguments:
     seed: int = 42
     corpus_dir: str = ""
     """Where the continued pre-training corpus is built (empty: WORK/corpus-LENGTH); shared across seeds."""
-
-
-def bucket_edges(length: int) -> list[tuple[int, int]]:
-    """Position buckets 0-511, 512-1023, then doubling: [(low, high), ...] up to `length`."""
-    edges, low, high = [], 0, 512
-    while low < length:
-        edges.append((low, min(high, length)))
-        low, high = high, high * 2
-    return edges
-
-
-def _label(edge: tuple[int, int]) -> str:
-    return f"{edge[0]}-{edge[1] - 1}"
 
 
 def _contexts(examples) -> list[str]:
@@ -352,161 +338,3 @@ def _summarise_set(stored: dict, args: ExtensionInitArguments) -> dict:
             np.nanmean(stored[SHUFFLED], axis=1), np.nanmean(stored[CHUNKED], axis=1), seed=args.seed
         )
     return summary
-
-
-def run_extension_init_seeds(
-    args: ExtensionInitArguments, seeds: tuple[int, ...], on_step: Callable[[str], None] = print
-) -> dict:
-    """The study once per seed (WORK/seed-S: masks, random rows, data order), then each comparison across seeds.
-
-    Writes WORK/seeds.json and WORK/seeds.md; a claim holds across seeds only when every seed gives the
-    same verdict.
-    """
-    if len(set(seeds)) < 2:
-        raise ValueError("--seeds: give at least two different seeds (one seed: use --seed)")
-    work = Path(args.work_dir)
-    outcomes = {}
-    for seed in seeds:
-        on_step(f"seed {seed} ({len(outcomes) + 1} of {len(seeds)})")
-        one = replace(args, seed=seed, work_dir=str(work / f"seed-{seed}"),
-                      corpus_dir=args.corpus_dir or str(work / f"corpus-{args.length}"))  # fmt: skip
-        outcome = run_extension_init(one, on_step)
-        if not outcome["finished"]:
-            return outcome
-        outcomes[seed] = outcome
-    results = {
-        "finished": True,
-        "arguments": {**asdict(args), "seeds": list(seeds)},
-        **across_seeds(outcomes),
-    }
-    atomic_write_json(work / "seeds.json", results)
-    atomic_write_text(work / "seeds.md", seeds_markdown(results))
-    return results
-
-
-def across_seeds(outcomes: dict[int, dict]) -> dict:
-    """Per set and comparison (steps, bucket, reference): each seed's paired difference and verdicts."""
-    sets = {}
-    for seed, outcome in outcomes.items():
-        for set_name, part in outcome["sets"].items():
-            for c in part["comparisons"]:
-                key = f"{c['steps']}|{c['bucket']}|{c['against']}"
-                entry = sets.setdefault(set_name, {}).setdefault(
-                    key, {"steps": c["steps"], "bucket": c["bucket"], "against": c["against"], "seeds": {}}
-                )
-                entry["seeds"][str(seed)] = {k: c[k] for k in ("difference", "verdict", "paired_verdict")}
-    for comparisons in sets.values():
-        for entry in comparisons.values():
-            verdicts = {one["verdict"] for one in entry["seeds"].values()}
-            entry["verdict"] = verdicts.pop() if len(verdicts) == 1 else "inconclusive"
-            entry["mean_difference"] = float(
-                np.mean([one["difference"]["mean"] for one in entry["seeds"].values()])
-            )
-    return {"sets": {name: list(comparisons.values()) for name, comparisons in sets.items()}}
-
-
-def seeds_markdown(results: dict) -> str:
-    seeds = results["arguments"]["seeds"]
-    lines = [
-        f"# kolong experiment extension-init across seeds {', '.join(map(str, seeds))}", "",
-        "random minus copied/interpolated rows, MLM loss (nats): each seed's paired difference [95% over blocks] "
-        "and verdict from the unpaired intervals; across seeds: the verdict when all seeds agree, else inconclusive.",
-    ]  # fmt: skip
-    for set_name, comparisons in results["sets"].items():
-        lines += ["", f"## {SET_TITLES.get(set_name, set_name)}", "",
-                  "| steps | bucket | random vs | " + " | ".join(f"seed {s}" for s in seeds) + " | across seeds |",
-                  "|---:|---|---|" + "---|" * len(seeds) + "---|"]  # fmt: skip
-        for entry in comparisons:
-            cells = []
-            for seed in seeds:
-                one = entry["seeds"][str(seed)]
-                d = one["difference"]
-                cells.append(f"{d['mean']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}] {one['verdict']}")
-            lines.append(f"| {entry['steps']} | {entry['bucket']} | {entry['against']} | " + " | ".join(cells)
-                         + f" | {entry['mean_difference']:+.3f} {entry['verdict']} |")  # fmt: skip
-    return "\n".join(lines) + "\n"
-
-
-SET_TITLES = {
-    "articles": "held-out KorQuAD articles (long documents; out of the base's main domain)",
-    "reviews": "held-out NSMC review streams (the base's domain and block format)",
-}
-
-
-def to_markdown(results: dict) -> str:
-    args = results["arguments"]
-    buckets = [_label(e) for e in bucket_edges(args["length"])]
-    lines = [f"# kolong experiment extension-init: 512 -> {args['length']}", "",
-             "MLM loss at masked tokens by position bucket, mean [95% bootstrap interval over blocks]."]  # fmt: skip
-    if "position_rows" in results:
-        rows = results["position_rows"]
-        spread = ", ".join(f"{r} {v:.4f}" for r, v in rows["std"].items())
-        lines += ["", f"The base's position rows, standard deviation by range: {spread} (initialised at "
-                      f"{rows['initializer_range']}: rows still there were barely trained)."]  # fmt: skip
-    for name, part in results["sets"].items():
-        lines += [
-            "", f"## {SET_TITLES.get(name, name)}: {part['blocks']} blocks", "",
-            "| variant | steps | " + " | ".join(buckets) + " |", "|---|---:|" + "---|" * len(buckets),
-        ]  # fmt: skip
-        for variant, row in part["rows"].items():
-            method, _, steps = variant.partition("@")
-            cells = [f"{row[b]['mean']:.3f} [{row[b]['low']:.3f}, {row[b]['high']:.3f}]" for b in buckets]
-            lines.append(f"| {method} | {steps or '—'} | " + " | ".join(cells) + " |")
-        if "order_sensitivity" in part:
-            o = part["order_sensitivity"]
-            lines += ["", f"Word order: shuffling each block's tokens changes the 512 base's loss by {o['mean']:+.3f} "
-                          f"[{o['low']:+.3f}, {o['high']:+.3f}] nats; a base that does not use word order cannot "
-                          "show how new position rows should start."]  # fmt: skip
-        if part["comparisons"]:
-            lines += [
-                "",
-                "| steps | bucket | random vs | paired difference [95%] | paired | unpaired intervals |",
-                "|---:|---|---|---|---|---|",
-            ]
-            for c in part["comparisons"]:
-                d = c["difference"]
-                lines.append(f"| {c['steps']} | {c['bucket']} | {c['against']} | {d['mean']:+.3f} [{d['low']:+.3f}, "
-                             f"{d['high']:+.3f}] | {c['paired_verdict']} | {c['verdict']} |")  # fmt: skip
-    return "\n".join(lines) + "\n"
-
-
-def plot(results: dict, path: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    args = results["arguments"]
-    buckets = [_label(e) for e in bucket_edges(args["length"])]
-    sets = results["sets"]
-    figure, axes = plt.subplots(len(sets), len(args["steps"]), figsize=(6 * len(args["steps"]), 4.5 * len(sets)),
-                                squeeze=False)  # fmt: skip
-    for axes_row, (set_name, part) in zip(axes, sets.items(), strict=True):
-        shown = [row[b] for name, row in part["rows"].items() for b in buckets if name != SHUFFLED]
-        low, high = (
-            min(r["low"] for r in shown),
-            max(r["high"] for r in shown),
-        )  # differences are tenths of a nat
-        for axis, steps in zip(axes_row, args["steps"], strict=True):
-            names = [CHUNKED] + [f"{m}@{steps}" for m in args["methods"]]
-            width = 0.8 / len(names)
-            for index, name in enumerate(n for n in names if n in part["rows"]):
-                row = part["rows"][name]
-                means = [row[b]["mean"] for b in buckets]
-                errors = [
-                    [row[b]["mean"] - row[b]["low"] for b in buckets],
-                    [row[b]["high"] - row[b]["mean"] for b in buckets],
-                ]
-                x = [i + (index - (len(names) - 1) / 2) * width for i in range(len(buckets))]
-                axis.bar(x, means, width, yerr=errors, capsize=2, label=name.partition("@")[0])
-            axis.set_ylim(low - 0.1 * (high - low), high + 0.1 * (high - low))
-            axis.set_xticks(range(len(buckets)), buckets)
-            axis.set_xlabel("position bucket")
-            axis.set_ylabel("MLM loss")
-            axis.set_title(f"{set_name} ({part['blocks']} blocks), after {steps} steps at {args['length']}")
-            axis.legend(fontsize=7)
-    figure.tight_layout()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=100)
-    plt.close(figure)
-    return atomic_write_bytes(path, buffer.getvalue())

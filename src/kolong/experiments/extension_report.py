@@ -1,0 +1,109 @@
+"""The tables and figure of `kolong experiment extension-init` (results.md, extension_init.png)."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+from kolong.io import atomic_write_bytes
+
+CHUNKED = "512-chunks"
+SHUFFLED = "512-chunks-shuffled"  # the same, each block's tokens in a random order: the no-word-order floor
+
+
+def bucket_edges(length: int) -> list[tuple[int, int]]:
+    """Position buckets 0-511, 512-1023, then doubling: [(low, high), ...] up to `length`."""
+    edges, low, high = [], 0, 512
+    while low < length:
+        edges.append((low, min(high, length)))
+        low, high = high, high * 2
+    return edges
+
+
+def _label(edge: tuple[int, int]) -> str:
+    return f"{edge[0]}-{edge[1] - 1}"
+
+
+SET_TITLES = {
+    "articles": "held-out KorQuAD articles (long documents; out of the base's main domain)",
+    "reviews": "held-out NSMC review streams (the base's domain and block format)",
+}
+
+
+def to_markdown(results: dict) -> str:
+    args = results["arguments"]
+    buckets = [_label(e) for e in bucket_edges(args["length"])]
+    lines = [f"# kolong experiment extension-init: 512 -> {args['length']}", "",
+             "MLM loss at masked tokens by position bucket, mean [95% bootstrap interval over blocks]."]  # fmt: skip
+    if "position_rows" in results:
+        rows = results["position_rows"]
+        spread = ", ".join(f"{r} {v:.4f}" for r, v in rows["std"].items())
+        lines += ["", f"The base's position rows, standard deviation by range: {spread} (initialised at "
+                      f"{rows['initializer_range']}: rows still there were barely trained)."]  # fmt: skip
+    for name, part in results["sets"].items():
+        lines += [
+            "", f"## {SET_TITLES.get(name, name)}: {part['blocks']} blocks", "",
+            "| variant | steps | " + " | ".join(buckets) + " |", "|---|---:|" + "---|" * len(buckets),
+        ]  # fmt: skip
+        for variant, row in part["rows"].items():
+            method, _, steps = variant.partition("@")
+            cells = [f"{row[b]['mean']:.3f} [{row[b]['low']:.3f}, {row[b]['high']:.3f}]" for b in buckets]
+            lines.append(f"| {method} | {steps or '—'} | " + " | ".join(cells) + " |")
+        if "order_sensitivity" in part:
+            o = part["order_sensitivity"]
+            lines += ["", f"Word order: shuffling each block's tokens changes the 512 base's loss by {o['mean']:+.3f} "
+                          f"[{o['low']:+.3f}, {o['high']:+.3f}] nats; a base that does not use word order cannot "
+                          "show how new position rows should start."]  # fmt: skip
+        if part["comparisons"]:
+            lines += [
+                "",
+                "| steps | bucket | random vs | paired difference [95%] | paired | unpaired intervals |",
+                "|---:|---|---|---|---|---|",
+            ]
+            for c in part["comparisons"]:
+                d = c["difference"]
+                lines.append(f"| {c['steps']} | {c['bucket']} | {c['against']} | {d['mean']:+.3f} [{d['low']:+.3f}, "
+                             f"{d['high']:+.3f}] | {c['paired_verdict']} | {c['verdict']} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def plot(results: dict, path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    args = results["arguments"]
+    buckets = [_label(e) for e in bucket_edges(args["length"])]
+    sets = results["sets"]
+    figure, axes = plt.subplots(len(sets), len(args["steps"]), figsize=(6 * len(args["steps"]), 4.5 * len(sets)),
+                                squeeze=False)  # fmt: skip
+    for axes_row, (set_name, part) in zip(axes, sets.items(), strict=True):
+        shown = [row[b] for name, row in part["rows"].items() for b in buckets if name != SHUFFLED]
+        low, high = (
+            min(r["low"] for r in shown),
+            max(r["high"] for r in shown),
+        )  # differences are tenths of a nat
+        for axis, steps in zip(axes_row, args["steps"], strict=True):
+            names = [CHUNKED] + [f"{m}@{steps}" for m in args["methods"]]
+            width = 0.8 / len(names)
+            for index, name in enumerate(n for n in names if n in part["rows"]):
+                row = part["rows"][name]
+                means = [row[b]["mean"] for b in buckets]
+                errors = [
+                    [row[b]["mean"] - row[b]["low"] for b in buckets],
+                    [row[b]["high"] - row[b]["mean"] for b in buckets],
+                ]
+                x = [i + (index - (len(names) - 1) / 2) * width for i in range(len(buckets))]
+                axis.bar(x, means, width, yerr=errors, capsize=2, label=name.partition("@")[0])
+            axis.set_ylim(low - 0.1 * (high - low), high + 0.1 * (high - low))
+            axis.set_xticks(range(len(buckets)), buckets)
+            axis.set_xlabel("position bucket")
+            axis.set_ylabel("MLM loss")
+            axis.set_title(f"{set_name} ({part['blocks']} blocks), after {steps} steps at {args['length']}")
+            axis.legend(fontsize=7)
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=100)
+    plt.close(figure)
+    return atomic_write_bytes(path, buffer.getvalue())
