@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
-from kolong.io import atomic_write_bytes
+from kolong.plots.figures import save_figure
 
 CHUNKED = "512-chunks"
 SHUFFLED = "512-chunks-shuffled"  # the same, each block's tokens in a random order: the no-word-order floor
@@ -102,8 +101,4 @@ def plot(results: dict, path: Path) -> Path:
             axis.set_ylabel("MLM loss")
             axis.set_title(f"{set_name} ({part['blocks']} blocks), after {steps} steps at {args['length']}")
             axis.legend(fontsize=7)
-    figure.tight_layout()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=100)
-    plt.close(figure)
-    return atomic_write_bytes(path, buffer.getvalue())
+    return save_figure(figure, path)

@@ -33,6 +33,7 @@ from kolong.data.squad import (
 )
 from kolong.evaluation.korquad import score_intervals, score_questions
 from kolong.io import atomic_write_json, atomic_write_text
+from kolong.plots.figures import save_figure
 
 DEFAULT_VARIANTS = (
     "512-truncate",
@@ -298,14 +299,11 @@ def _with_interval(scores: dict, name: str) -> str:
 
 
 def plot_f1_by_length(rows: list[dict], path: Path) -> Path:
-    import io
 
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from kolong.io import atomic_write_bytes
 
     labels = [label for _, _, label in BUCKETS if any(label in r["by_length"] for r in rows)]
     figure, axis = plt.subplots(figsize=(8, 4.5))
@@ -329,8 +327,4 @@ def plot_f1_by_length(rows: list[dict], path: Path) -> Path:
     axis.set_ylabel("KorQuAD F1")
     axis.set_title("F1 by document length (bootstrap 95% intervals over questions)")
     axis.legend(fontsize=8)
-    figure.tight_layout()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=110)
-    plt.close(figure)
-    return atomic_write_bytes(path, buffer.getvalue())
+    return save_figure(figure, path, dpi=110)

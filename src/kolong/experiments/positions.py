@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from kolong.io import atomic_write_json, atomic_write_text
+from kolong.plots.figures import save_figure
 
 SCALES = {
     # model size, steps and data per scale; "cpu-quick" fits within an hour on 2 quiet cores.
@@ -266,14 +267,11 @@ def run_position_study(args: PositionStudyArguments, on_step: Callable[[str], No
 
 
 def plot_study(results: dict, figures: Path) -> list[Path]:
-    import io
 
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from kolong.io import atomic_write_bytes
 
     mecab = {name: run for name, run in results["runs"].items() if run["vocabulary"] == "mecab"}
     figure, axes = plt.subplots(1, 3, figsize=(16, 4.5))
@@ -298,12 +296,7 @@ def plot_study(results: dict, figures: Path) -> list[Path]:
         axis.tick_params(axis="x", rotation=30)
         for index, value in enumerate(values):
             axis.text(index, value, f"{value:.1f}", ha="center", va="bottom", fontsize=8)
-    figure.tight_layout()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=100)
-    plt.close(figure)
-    scale = results["arguments"]["scale"]
-    return [atomic_write_bytes(figures / f"positions-study-{scale}.png", buffer.getvalue())]
+    return [save_figure(figure, figures / f"positions-study-{results['arguments']['scale']}.png")]
 
 
 def _cell(scores: dict, name: str, scale: float = 1) -> str:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
 import numpy as np
 
-from kolong.io import atomic_write_bytes
+from kolong.plots.figures import save_figure
 
 HEATMAP_MAX_ROWS = 1024
 
@@ -79,12 +78,7 @@ def plot_position_tables(
         axes[2, column].set_xlabel("dimension")
         axes[2, column].set_ylabel("position")
         figure.colorbar(matrix, ax=axes[2, column], fraction=0.046)
-    figure.tight_layout()
-    buffer = io.BytesIO()
-    suffix = Path(output).suffix.lstrip(".").lower() or "png"
-    figure.savefig(buffer, format=suffix, dpi=110)
-    plt.close(figure)
-    return atomic_write_bytes(output, buffer.getvalue())
+    return save_figure(figure, output, dpi=110)
 
 
 def position_rows_of(model_or_path: str) -> tuple[str, np.ndarray]:

@@ -9,12 +9,11 @@ bucket index. Learned tables come from checkpoints (`kolong plot positions MODEL
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
 import numpy as np
 
-from kolong.io import atomic_write_bytes
+from kolong.plots.figures import save_figure
 
 
 def scheme_panels(
@@ -55,11 +54,7 @@ def plot_panels(panels: list[tuple[str, np.ndarray, str, str]], output: str | Pa
         axis.set_xlabel(xlabel)
         axis.set_ylabel(ylabel)
         figure.colorbar(image, ax=axis, fraction=0.046)
-    figure.tight_layout()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format=Path(output).suffix.lstrip(".").lower() or "png", dpi=110)
-    plt.close(figure)
-    return atomic_write_bytes(output, buffer.getvalue())
+    return save_figure(figure, output, dpi=110)
 
 
 def plot_scheme(scheme: str, length: int, dim: int, output: str | Path, heads: int = 12,

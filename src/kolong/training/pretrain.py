@@ -20,6 +20,7 @@ from pathlib import Path
 
 from kolong.errors import ConfigError, DataError
 from kolong.io import atomic_write_json, writes_output
+from kolong.plots.figures import save_figure
 from kolong.training.arguments import (
     PretrainArguments,
     recorded,
@@ -265,14 +266,11 @@ def throughput_settings(args: PretrainArguments) -> dict:
 
 def plot_losses(history: list[dict], output: Path, title: str = "") -> Path | None:
     """Training and held-out MLM loss against step."""
-    import io
 
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from kolong.io import atomic_write_bytes
 
     train = [(h["step"], h["loss"]) for h in history if "loss" in h]
     held_out = [(h["step"], h["eval_loss"]) for h in history if "eval_loss" in h]
@@ -288,11 +286,7 @@ def plot_losses(history: list[dict], output: Path, title: str = "") -> Path | No
     axis.set_ylabel("MLM loss")
     axis.set_title(title)
     axis.legend()
-    figure.tight_layout()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=100)
-    plt.close(figure)
-    return atomic_write_bytes(output, buffer.getvalue())
+    return save_figure(figure, output)
 
 
 def read_log(output_dir: str | Path) -> dict:
