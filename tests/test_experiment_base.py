@@ -16,6 +16,7 @@ from kolong.experiments.extension_init import (
     bucket_means,
     chunked_losses,
     evaluation_blocks,
+    neighbour_cosine,
     run_extension_init,
 )
 from kolong.experiments.extension_seeds import across_seeds, run_extension_init_seeds
@@ -52,6 +53,18 @@ def test_verdicts_across_seeds_hold_only_when_every_seed_agrees():
         0
     ]
     assert split["verdict"] == "inconclusive" and set(split["seeds"]) == {"1", "2"}
+
+
+def test_neighbour_cosine_golden_values():
+    rows = torch.tensor([[1.0, 0.0], [1.0, 1.0], [0.0, 1.0], [0.0, -1.0]])
+    expected = torch.tensor([2**-0.5, 2**-0.5, -1.0])
+    torch.testing.assert_close(neighbour_cosine(rows), expected)
+    # independent random rows are nearly orthogonal; a smooth (sinusoidal) table is not
+    random = neighbour_cosine(torch.randn(512, 256, generator=torch.Generator().manual_seed(0)))
+    assert abs(float(random.mean())) < 0.02
+    position = torch.arange(512.0)[:, None] / 10_000 ** (torch.arange(0, 256, 2) / 256)
+    smooth = torch.cat([position.sin(), position.cos()], dim=1)
+    assert float(neighbour_cosine(smooth).mean()) > 0.8
 
 
 def test_position_buckets():
@@ -167,6 +180,8 @@ def test_base_model_resumes_and_the_extension_study_reports(shared_data, tmp_pat
     assert "| random | 2 |" in markdown
     assert set(results["position_rows"]["std"]) == {"0-127", "128-255", "256-383", "384-511"}
     assert "position rows, standard deviation by range" in markdown
+    assert set(results["position_rows"]["neighbour_cosine"]) == set(results["position_rows"]["std"])
+    assert "Cosine similarity of each position row with the next" in markdown
     # losses are cached per block set: other blocks are not scored with another set's stored losses
     study.review_blocks = 2
     again = run_extension_init(study, on_step=lambda message: None)["sets"]

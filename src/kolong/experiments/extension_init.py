@@ -284,21 +284,32 @@ def run_extension_init(args: ExtensionInitArguments, on_step: Callable[[str], No
 
 
 def position_row_spread(model_path: str, group: int = 128) -> dict:
-    """Standard deviation of the base's position rows per range of `group` rows, beside its initializer_range.
+    """How trained the base's position rows are, per range of `group` rows.
 
-    Rows still at their initial spread were barely trained: extending from them (interpolate, last) is then
-    no better than random rows, whatever the method."""
+    `std`: the rows' standard deviation beside the initializer_range. `neighbour_cosine`: the mean cosine
+    similarity of each row with the next one. Trained tables are smooth (neighbouring positions get similar
+    rows, BERT's about 0.9) while independently initialised rows give about 0. Rows still random were
+    barely trained: extending from them (interpolate, last) is then no better than random rows."""
     from transformers import AutoModelForMaskedLM
 
     from kolong.extension.position_table import find_position_table
 
     model = AutoModelForMaskedLM.from_pretrained(model_path)
     rows = find_position_table(model).real_rows().float()
-    spread = {
-        f"{a}-{min(a + group, len(rows)) - 1}": float(rows[a : a + group].std())
-        for a in range(0, len(rows), group)
+    ranges = [(a, min(a + group, len(rows))) for a in range(0, len(rows), group)]
+    neighbours = neighbour_cosine(rows)
+    return {
+        "std": {f"{a}-{b - 1}": float(rows[a:b].std()) for a, b in ranges},
+        "neighbour_cosine": {f"{a}-{b - 1}": float(neighbours[a : b - 1].mean()) for a, b in ranges},
+        "initializer_range": float(getattr(model.config, "initializer_range", 0.02)),
     }
-    return {"std": spread, "initializer_range": float(getattr(model.config, "initializer_range", 0.02))}
+
+
+def neighbour_cosine(rows):
+    """(n - 1,) cosine similarity of row i with row i + 1 of an (n, d) table."""
+    import torch
+
+    return torch.nn.functional.cosine_similarity(rows[:-1], rows[1:], dim=-1)
 
 
 def summarise(stored: dict, args: ExtensionInitArguments, parts: dict[str, slice]) -> dict:

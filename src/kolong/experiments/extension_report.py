@@ -39,6 +39,10 @@ def to_markdown(results: dict) -> str:
         spread = ", ".join(f"{r} {v:.4f}" for r, v in rows["std"].items())
         lines += ["", f"The base's position rows, standard deviation by range: {spread} (initialised at "
                       f"{rows['initializer_range']}: rows still there were barely trained)."]  # fmt: skip
+        if "neighbour_cosine" in rows:  # results written before it was measured lack it
+            smooth = ", ".join(f"{r} {v:.3f}" for r, v in rows["neighbour_cosine"].items())
+            lines += ["", f"Cosine similarity of each position row with the next, by range: {smooth} (random rows: "
+                          "about 0; a trained table is smooth, BERT's about 0.9)."]  # fmt: skip
     for name, part in results["sets"].items():
         lines += [
             "", f"## {SET_TITLES.get(name, name)}: {part['blocks']} blocks", "",
