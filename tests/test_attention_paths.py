@@ -160,6 +160,70 @@ def test_local_and_global_patterns_agree_on_every_path():
     )
 
 
+def dense_reference(q, k, v, mask, bias):
+    """softmax(q k^T / sqrt(d) + bias + mask) v (+ value term), everything materialised, autograd's backward."""
+    length = k.shape[2]
+    scores = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+    if bias is not None:
+        scores = scores + bias.scores(bias.tensors, 0, length, length)
+    scores = scores.masked_fill(~mask.rows(0, length, length, "cpu"), float("-inf"))
+    probs = scores.softmax(-1)
+    out = probs @ v
+    if bias is not None and bias.has_values:
+        out = out + bias.values(bias.tensors, 0, length, probs)
+    return out
+
+
+def relative_bias(name: str, batch: int, heads: int, length: int, head_dim: int):
+    from kolong.positions.alibi import ALiBiChunkBias
+    from kolong.positions.shaw import ShawChunkBias
+    from kolong.positions.t5 import T5ChunkBias
+
+    def parameter(*shape):
+        return torch.randn(*shape, dtype=torch.float64, requires_grad=True)
+
+    if name == "shaw-value":
+        return ShawChunkBias(parameter(batch, heads, length, 7), parameter(7, head_dim), 3)
+    if name == "t5":
+        return T5ChunkBias(parameter(heads, 2 * length - 1))
+    if name == "alibi":
+        return ALiBiChunkBias(torch.tensor([0.5, 0.25], dtype=torch.float64))
+    return None
+
+
+@pytest.mark.parametrize("name", ["none", "shaw-value", "t5", "alibi"])
+def test_local_attention_reads_only_its_band_and_stays_exact(name, monkeypatch):
+    """The chunked path reads a block's band plus the global keys (not all n): outputs and gradients
+    equal dense attention under the same mask, with globals inside and outside the bands."""
+    torch.manual_seed(0)
+    length = 70
+    q, k, v = (torch.randn(2, 2, length, 4, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    bias = relative_bias(name, 2, 2, length, 4)
+    real = torch.ones(2, length, dtype=torch.bool)
+    real[1, 60:] = False
+    global_tokens = torch.zeros(2, length, dtype=torch.bool)
+    global_tokens[:, :2] = True
+    global_tokens[1, 40] = True
+    mask = AttentionMask(real=real, window=5, global_tokens=global_tokens)
+    read = []
+    key_index = AttentionMask.key_index
+    monkeypatch.setattr(
+        AttentionMask, "key_index", lambda self, *a: read.append(key_index(self, *a)) or read[-1]
+    )
+    tensors = (q, k, v, *(bias.tensors if bias is not None else ()))
+    chunked_out = chunked.chunked_attention(q, k, v, mask, bias)
+    chunked_grads = torch.autograd.grad(chunked_out.square().sum(), tensors)
+    dense_out = dense_reference(q, k, v, mask, bias)
+    dense_grads = torch.autograd.grad(dense_out.square().sum(), tensors)
+    torch.testing.assert_close(chunked_out, dense_out)
+    for got, expected in zip(chunked_grads, dense_grads, strict=True):
+        torch.testing.assert_close(got, expected)
+    banded = [keys for keys in read if keys is not None]
+    assert banded and max(len(keys) for keys in banded) < length  # blocks away from globals read a band
+    assert {0, 1, 40} <= set(banded[-1].tolist())  # global keys are always read
+    assert read[0] is None  # the block holding global queries reads every key
+
+
 def test_chunked_gradients_are_exact_with_dropout_and_shaw_value_term():
     """gradcheck in float64 through the hand-written backward: bias, value term, padding and dropout."""
     from kolong.positions.shaw import ShawChunkBias

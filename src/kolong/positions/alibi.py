@@ -75,9 +75,8 @@ class ALiBiChunkBias(ChunkBias):
     def __init__(self, slopes):
         self.slopes = slopes  # constants: no gradient
 
-    def scores(self, tensors, start, stop, length):
+    def scores(self, tensors, start, stop, length, keys=None):
         device = self.slopes.device
-        distance = (
-            torch.arange(length, device=device)[None, :] - torch.arange(start, stop, device=device)[:, None]
-        )
+        key = torch.arange(length, device=device) if keys is None else keys
+        distance = key[None, :] - torch.arange(start, stop, device=device)[:, None]
         return (-self.slopes[:, None, None] * distance.abs())[None]  # (1, h, c, n)

@@ -158,12 +158,11 @@ class ShawChunkBias(ChunkBias):
         self.has_values = value_table is not None
         self.k = max_distance
 
-    def _expand(self, per_bucket, start, stop, length):
-        """(b, h, c, 2k+1) -> (b, h, c, n): entry (i, j) is bucket clip(j - i, k) + k of row i."""
+    def _expand(self, per_bucket, start, stop, length, keys=None):
+        """(b, h, c, 2k+1) -> (b, h, c, n): entry (i, j) is bucket clip(j - i, k) + k of row i (j in keys)."""
         rows = torch.arange(start, stop, device=per_bucket.device)[:, None]
-        index = (torch.arange(length, device=per_bucket.device)[None, :] - rows).clamp(
-            -self.k, self.k
-        ) + self.k
+        key = torch.arange(length, device=per_bucket.device) if keys is None else keys
+        index = (key[None, :] - rows).clamp(-self.k, self.k) + self.k
         return per_bucket.gather(-1, index.expand(*per_bucket.shape[:2], -1, -1))
 
     def _reduce(self, x, start, stop):
@@ -178,8 +177,8 @@ class ShawChunkBias(ChunkBias):
         left = x.sum(-1, keepdim=True) - band.sum(-1, keepdim=True) - right  # j - i <= -k: the rest
         return torch.cat((left, band, right), dim=-1)
 
-    def scores(self, tensors, start, stop, length):
-        return self._expand(tensors[0][:, :, start:stop], start, stop, length)
+    def scores(self, tensors, start, stop, length, keys=None):
+        return self._expand(tensors[0][:, :, start:stop], start, stop, length, keys)
 
     def score_grads(self, tensors, start, stop, d_scores, grads):
         if grads[0] is not None:

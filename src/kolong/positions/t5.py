@@ -154,11 +154,10 @@ class T5ChunkBias(ChunkBias):
     def __init__(self, per_distance):
         self.tensors = (per_distance,)
 
-    def scores(self, tensors, start, stop, length):
+    def scores(self, tensors, start, stop, length, keys=None):
         device = tensors[0].device
-        index = (
-            torch.arange(length, device=device)[None, :] - torch.arange(start, stop, device=device)[:, None]
-        )
+        key = torch.arange(length, device=device) if keys is None else keys
+        index = key[None, :] - torch.arange(start, stop, device=device)[:, None]
         return tensors[0][:, index + length - 1][None]  # (1, h, c, n)
 
     def score_grads(self, tensors, start, stop, d_scores, grads):

@@ -34,8 +34,8 @@ class ChunkBias:
     tensors: tuple[torch.Tensor, ...] = ()
     has_values: bool = False  # Shaw's value term: O += reduce(P') W^V
 
-    def scores(self, tensors, start: int, stop: int, length: int) -> torch.Tensor:
-        """Additive logits of query rows start..stop-1: (b|1, h, c, n)."""
+    def scores(self, tensors, start: int, stop: int, length: int, keys=None) -> torch.Tensor:
+        """Additive logits of query rows start..stop-1: (b|1, h, c, n), or at the `keys` positions only."""
         raise NotImplementedError
 
     def score_grads(self, tensors, start: int, stop: int, d_scores: torch.Tensor, grads: list) -> None:
@@ -50,9 +50,21 @@ class ChunkBias:
         raise NotImplementedError
 
 
-def block_rows(batch: int, heads: int, length: int) -> int:
-    """Query rows per block: the scores of one block stay near BLOCK_SCORES entries."""
-    return max(16, min(length, BLOCK_SCORES // max(1, batch * heads * length)))
+def block_rows(batch: int, heads: int, length: int, keys: int | None = None) -> int:
+    """Query rows per block: the scores of one block (rows x `keys` per row) stay near BLOCK_SCORES."""
+    return max(16, min(length, BLOCK_SCORES // max(1, batch * heads * (keys or length))))
+
+
+def _scatter_keys(block: torch.Tensor, keys: torch.Tensor | None, length: int) -> torch.Tensor:
+    """(..., len(keys)) -> (..., length) with zeros at the keys a local block did not read."""
+    if keys is None:
+        return block
+    return block.new_zeros(*block.shape[:-1], length).index_copy_(-1, keys, block)
+
+
+def _read_keys(x: torch.Tensor, keys: torch.Tensor | None) -> torch.Tensor:
+    """(b, h, n, d) -> the rows of the block's keys."""
+    return x if keys is None else x.index_select(2, keys)
 
 
 def attention_dropout_mask(shape, p: float, device, generator=None) -> tuple[torch.Tensor, float]:
@@ -77,19 +89,21 @@ class _ChunkedAttention(torch.autograd.Function):
     def forward(ctx, q, k, v, mask, bias, dropout_p, *tensors):
         batch, heads, length, head_dim = q.shape
         scale = 1.0 / math.sqrt(head_dim)
-        rows = block_rows(batch, heads, length)
+        rows = block_rows(batch, heads, length, mask.keys_per_row(length) if mask is not None else None)
         seed = int(torch.randint(0, 2**62, (), device="cpu")) if dropout_p > 0 else 0
         out = torch.empty_like(q)
         lse = q.new_empty(batch, heads, length, dtype=_exact(q))
         for index, start in enumerate(range(0, length, rows)):
             stop = min(start + rows, length)
-            probs, lse[:, :, start:stop] = _probabilities(q, k, mask, bias, tensors, start, stop, scale)
+            keys = mask.key_index(start, stop, length, q.device) if mask is not None else None
+            probs, lse[:, :, start:stop] = _probabilities(q, k, mask, bias, tensors, start, stop, scale, keys)
             if dropout_p > 0:
                 dropped, keep = _dropped(probs.shape, dropout_p, seed + index, q.device)
                 probs = probs.masked_fill_(dropped, 0.0).mul_(1.0 / keep)
-            block = torch.matmul(probs.to(v.dtype), v)  # (b, h, c, d_h)
+            block = torch.matmul(probs.to(v.dtype), _read_keys(v, keys))  # (b, h, c, d_h)
             if bias is not None and bias.has_values:
-                block = block + bias.values(tensors, start, stop, probs).to(block.dtype)
+                full = _scatter_keys(probs, keys, length)
+                block = block + bias.values(tensors, start, stop, full).to(block.dtype)
             out[:, :, start:stop] = block
         ctx.save_for_backward(q, k, v, lse, *tensors)
         ctx.mask, ctx.bias, ctx.dropout_p, ctx.seed, ctx.rows = mask, bias, dropout_p, seed, rows
@@ -109,36 +123,52 @@ class _ChunkedAttention(torch.autograd.Function):
         grads = [torch.zeros_like(t) if t.requires_grad else None for t in tensors]
         for index, start in enumerate(range(0, length, rows)):
             stop = min(start + rows, length)
-            probs = _probabilities(q, k, mask, bias, tensors, start, stop, scale, lse[:, :, start:stop])[0]
+            keys = mask.key_index(start, stop, length, q.device) if mask is not None else None
+            k_block, v_block = _read_keys(k, keys).to(exact), _read_keys(v, keys).to(exact)
+            lse_block = lse[:, :, start:stop]
+            probs = _probabilities(q, k, mask, bias, tensors, start, stop, scale, keys, lse_block)[0]
             kept, keep = probs, 1.0
             if dropout_p > 0:
                 dropped, keep = _dropped(probs.shape, dropout_p, ctx.seed + index, q.device)
                 kept = probs.masked_fill(dropped, 0.0).mul_(1.0 / keep)
             d_block = d_out[:, :, start:stop].to(exact)  # (b, h, c, d_h)
-            d_kept = torch.matmul(d_block, v.to(exact).transpose(-1, -2))  # (b, h, c, n)
+            d_kept = torch.matmul(d_block, v_block.transpose(-1, -2))  # (b, h, c, n | keys)
             if bias is not None and bias.has_values:
-                d_kept += bias.value_grads(tensors, start, stop, kept, d_block, grads)
-            d_v += torch.matmul(kept.transpose(-1, -2), d_block)
+                full = _scatter_keys(kept, keys, length)
+                d_value = bias.value_grads(tensors, start, stop, full, d_block, grads)
+                d_kept += d_value if keys is None else d_value.index_select(-1, keys)
+            _add_keys(d_v, keys, torch.matmul(kept.transpose(-1, -2), d_block))
             d_probs = d_kept.masked_fill_(dropped, 0.0).mul_(1.0 / keep) if dropout_p > 0 else d_kept
             # dS = P * (dP - sum_j P dP): the softmax backward, in place on dP.
             d_scores = d_probs.sub_((probs * d_probs).sum(-1, keepdim=True)).mul_(probs)
             q_block = q[:, :, start:stop].to(exact)
-            d_q[:, :, start:stop] = (torch.matmul(d_scores, k.to(exact)) * scale).to(q.dtype)
-            d_k += torch.matmul(d_scores.transpose(-1, -2), q_block) * scale
+            d_q[:, :, start:stop] = (torch.matmul(d_scores, k_block) * scale).to(q.dtype)
+            _add_keys(d_k, keys, torch.matmul(d_scores.transpose(-1, -2), q_block) * scale)
             if bias is not None:
-                bias.score_grads(tensors, start, stop, d_scores, grads)
+                bias.score_grads(tensors, start, stop, _scatter_keys(d_scores, keys, length), grads)
         return (d_q, d_k.to(k.dtype), d_v.to(v.dtype), None, None, None, *grads)
 
 
-def _probabilities(q, k, mask, bias, tensors, start, stop, scale, lse=None):
+def _add_keys(total: torch.Tensor, keys: torch.Tensor | None, block: torch.Tensor) -> None:
+    """total[:, :, keys] += block (all keys when None)."""
+    if keys is None:
+        total += block
+    else:
+        total.index_add_(2, keys, block.to(total.dtype))
+
+
+def _probabilities(q, k, mask, bias, tensors, start, stop, scale, keys=None, lse=None):
     """Softmax probabilities of rows start..stop-1 in float32 or wider (b, h, c, n), and their log-sum-exp.
 
-    Rows with no allowed key get probabilities 0 (and log-sum-exp 0) rather than NaN.
+    With `keys`, over those key positions only (b, h, c, len(keys)): a local window's band. Rows with no
+    allowed key get probabilities 0 (and log-sum-exp 0) rather than NaN.
     """
+    length = k.shape[2]
+    k = _read_keys(k, keys)
     scores = torch.matmul(q[:, :, start:stop] * scale, k.transpose(-1, -2)).to(_exact(q))  # (b, h, c, n)
     if bias is not None:
-        scores += bias.scores(tensors, start, stop, k.shape[2])
-    allowed = mask.rows(start, stop, k.shape[2], q.device) if mask is not None else None
+        scores += bias.scores(tensors, start, stop, length, keys)
+    allowed = mask.rows(start, stop, length, q.device, keys) if mask is not None else None
     if allowed is not None:
         scores.masked_fill_(~allowed, float("-inf"))
     if lse is None:

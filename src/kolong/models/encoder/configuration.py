@@ -45,6 +45,16 @@ class KolongConfig(PreTrainedConfig):
             When the masked-LM head gets `labels`, project only the positions that have a label (about
             15%) to the vocabulary, as ModernBERT does; `logits` are then (labelled positions, vocab).
             Pre-training turns it on: the vocabulary projection is most of a small model's cost.
+        attention_pattern (`str`, defaults to `"full"`):
+            `full`, `local` (each token attends to keys at most `attention_window` positions away) or
+            `local+global` (plus global tokens that attend to, and are attended by, every token: [CLS],
+            and the question for question answering, or the `global_attention_mask` input). Local
+            attention costs O(n w) time and memory instead of O(n^2); see `patterns.py`.
+        attention_window (`int`, defaults to 256):
+            Reach of the local window on each side (Longformer's `attention_window` is 2x this).
+        full_attention_every (`int`, defaults to 0):
+            With a local pattern, layers 0, k, 2k, ... keep full attention (ModernBERT alternates with
+            k = 3); 0: every layer is local.
     """
 
     model_type = "kolong"
@@ -72,6 +82,9 @@ class KolongConfig(PreTrainedConfig):
     classifier_dropout: float | None = None
     sparse_prediction: bool = False
     tie_word_embeddings: bool = True
+    attention_pattern: str = "full"
+    attention_window: int = 256
+    full_attention_every: int = 0
 
     def __post_init__(self, **kwargs):
         self.position_kwargs = dict(self.position_kwargs or {})
@@ -109,6 +122,18 @@ class KolongConfig(PreTrainedConfig):
             )
         if self.type_vocab_size < 0:
             raise ValueError(f"type_vocab_size must be >= 0, got {self.type_vocab_size}")
+        from kolong.models.encoder.patterns import PATTERNS
+
+        if self.attention_pattern not in PATTERNS:
+            raise ValueError(
+                f"attention_pattern={self.attention_pattern!r} is not one of {', '.join(PATTERNS)}"
+            )
+        for name in ("attention_window", "full_attention_every"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < (name == "attention_window"):
+                raise ValueError(
+                    f"{name} must be an integer >= {int(name == 'attention_window')}, got {value!r}"
+                )
         if self.max_position_embeddings < 1:
             raise ValueError(f"max_position_embeddings must be >= 1, got {self.max_position_embeddings}")
         # Unknown scheme or bad scheme options: ValueError naming position_encoding / position_kwargs[...]

@@ -25,6 +25,7 @@ class AttentionMask:
     window: int | None = None  # local attention: |i - j| <= window
     global_tokens: torch.Tensor | None = None  # (b, n) bool: see and are seen by every token
     _block_mask: object = field(default=None, repr=False, compare=False)
+    _global_positions: torch.Tensor | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_attention_mask(
@@ -70,26 +71,61 @@ class AttentionMask:
     def empty(self) -> bool:
         return self.real is None and self.keys_only
 
-    def rows(self, start: int, stop: int, length: int, device) -> torch.Tensor | None:
-        """Allowed keys of queries start..stop-1: bool (b|1, 1, c|1, n), or None when all are allowed."""
-        allowed = None if self.real is None else self.real[:, None, None, :]  # (b, 1, 1, n)
+    def rows(self, start: int, stop: int, length: int, device, keys: torch.Tensor | None = None):
+        """Allowed keys of queries start..stop-1: bool (b|1, 1, c|1, n), or None when all are allowed.
+
+        With `keys` (positions, from `key_index`), only those keys: (b|1, 1, c|1, len(keys))."""
+        pick = (lambda t: t) if keys is None else (lambda t: t.index_select(1, keys))
+        allowed = None if self.real is None else pick(self.real)[:, None, None, :]  # (b, 1, 1, n)
         if self.documents is not None:
             same = (
-                self.documents[:, None, start:stop, None] == self.documents[:, None, None, :]
+                self.documents[:, None, start:stop, None] == pick(self.documents)[:, None, None, :]
             )  # (b, 1, c, n)
             allowed = same if allowed is None else allowed & same
         if self.window is not None:
             query = torch.arange(start, stop, device=device)[:, None]
-            near = (torch.arange(length, device=device)[None, :] - query).abs() <= self.window  # (c, n)
-            near = near[None, None]
+            key = torch.arange(length, device=device) if keys is None else keys
+            near = ((key[None, :] - query).abs() <= self.window)[None, None]  # (1, 1, c, n)
             if self.global_tokens is not None:
                 near = (
                     near
                     | self.global_tokens[:, None, start:stop, None]
-                    | self.global_tokens[:, None, None, :]
+                    | pick(self.global_tokens)[:, None, None, :]
                 )
             allowed = near if allowed is None else allowed & near
         return allowed
+
+    def key_index(self, start: int, stop: int, length: int, device) -> torch.Tensor | None:
+        """The only keys queries start..stop-1 can attend to under a local window, or None for all keys.
+
+        The band [start - window, stop + window) plus every global token of the batch; all keys when a
+        query of the block is global (it attends everywhere) or the band covers the input. The chunked
+        path reads only these keys, so local attention costs O(n w) rather than O(n^2)."""
+        if self.window is None or length <= 2 * self.window + (stop - start):
+            return None
+        positions = self.global_positions()
+        if positions.numel() and bool(((positions >= start) & (positions < stop)).any()):
+            return None
+        band = torch.arange(max(0, start - self.window), min(length, stop + self.window), device=device)
+        if positions.numel():
+            outside = positions[(positions < band[0]) | (positions > band[-1])].to(device)
+            band = torch.cat([band, outside]).sort().values
+        return band
+
+    def global_positions(self) -> torch.Tensor:
+        """Positions that are global in any row of the batch (one host read per forward, kept)."""
+        if self._global_positions is None:
+            if self.global_tokens is None:
+                self._global_positions = torch.empty(0, dtype=torch.long)
+            else:
+                self._global_positions = self.global_tokens.any(0).nonzero().flatten()
+        return self._global_positions
+
+    def keys_per_row(self, length: int) -> int:
+        """About how many keys one query row reads: sizes the chunked path's row blocks."""
+        if self.window is None:
+            return length
+        return min(length, 2 * self.window + 1 + int(self.global_positions().numel()))
 
     def additive(self, length: int, dtype: torch.dtype, device) -> torch.Tensor | None:
         """The eager path's additive form: 0 where allowed, the dtype's minimum elsewhere."""

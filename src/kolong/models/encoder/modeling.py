@@ -28,6 +28,7 @@ from kolong.constants import POSITION_SCALING_KEY
 from kolong.models.encoder.attention import KolongAttention
 from kolong.models.encoder.configuration import KolongConfig
 from kolong.models.encoder.masks import AttentionMask
+from kolong.models.encoder.patterns import attends_locally, local_mask, question_tokens
 from kolong.positions import PositionEncoding, build_position_encoding
 
 _ACTIVATIONS = {"gelu": F.gelu, "relu": F.relu, "swiglu": F.silu, "geglu": F.gelu}
@@ -184,10 +185,14 @@ class KolongModel(KolongPreTrainedModel):
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
+        global_attention_mask: torch.Tensor | None = None,
     ) -> BaseModelOutputWithPooling | tuple:
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("pass exactly one of input_ids and inputs_embeds")
         mask = AttentionMask.from_attention_mask(attention_mask)
+        length = (input_ids if input_ids is not None else inputs_embeds).shape[1]
+        device = (input_ids if input_ids is not None else inputs_embeds).device
+        local = local_mask(self.config, mask, global_attention_mask, length, device)  # None: all layers full
         real = attention_mask if mask.documents is None else attention_mask.ne(0).long()
         if position_ids is None and mask.documents is not None:  # positions restart in each packed document
             position_ids = self.positions.packed_position_ids(mask.document_positions(), real)
@@ -200,7 +205,8 @@ class KolongModel(KolongPreTrainedModel):
         attentions = [] if output_attentions else None
         for depth in range(self.config.num_hidden_layers):
             layer = self.layers[0 if self.config.share_layers else depth]
-            x, weights = layer(x, mask, self.positions, depth, state, bool(output_attentions))
+            layer_mask = local if local is not None and attends_locally(self.config, depth) else mask
+            x, weights = layer(x, layer_mask, self.positions, depth, state, bool(output_attentions))
             if hidden_states is not None:
                 hidden_states.append(x)
             if attentions is not None:
@@ -271,9 +277,10 @@ class KolongForMaskedLM(KolongPreTrainedModel):
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
                 inputs_embeds=None, labels=None, output_attentions=None, output_hidden_states=None,
-                return_dict=None) -> MaskedLMOutput | tuple:  # fmt: skip
+                return_dict=None, global_attention_mask=None) -> MaskedLMOutput | tuple:  # fmt: skip
         outputs = self.kolong(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
-                              output_attentions, output_hidden_states)  # fmt: skip
+                              output_attentions, output_hidden_states,
+                              global_attention_mask=global_attention_mask)  # fmt: skip
         logits, loss = self.lm_head.logits_and_loss(
             outputs.last_hidden_state, labels, self.config.sparse_prediction
         )
@@ -316,9 +323,10 @@ class KolongForPreTraining(KolongPreTrainedModel):
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
                 inputs_embeds=None, labels=None, sentence_order_label=None, output_attentions=None,
-                output_hidden_states=None, return_dict=None) -> KolongForPreTrainingOutput | tuple:  # fmt: skip
+                output_hidden_states=None, return_dict=None, global_attention_mask=None) -> KolongForPreTrainingOutput | tuple:  # fmt: skip
         outputs = self.kolong(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
-                              output_attentions, output_hidden_states)  # fmt: skip
+                              output_attentions, output_hidden_states,
+                              global_attention_mask=global_attention_mask)  # fmt: skip
         hidden = outputs.last_hidden_state  # (b, n, d)
         pooled = outputs.pooler_output if outputs.pooler_output is not None else hidden[:, 0]
         sop_logits = self.sop_classifier(pooled)  # (b, 2)
@@ -341,9 +349,18 @@ class KolongForQuestionAnswering(KolongPreTrainedModel):
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
                 inputs_embeds=None, start_positions=None, end_positions=None, output_attentions=None,
-                output_hidden_states=None, return_dict=None) -> QuestionAnsweringModelOutput | tuple:  # fmt: skip
+                output_hidden_states=None, return_dict=None, global_attention_mask=None) -> QuestionAnsweringModelOutput | tuple:  # fmt: skip
+        if (
+            global_attention_mask is None
+            and self.config.attention_pattern == "local+global"
+            and input_ids is not None
+        ):
+            # Longformer's choice for QA: the question attends to, and is seen by, the whole document.
+            global_attention_mask = question_tokens(input_ids, token_type_ids, attention_mask,
+                                                    getattr(self.config, "sep_token_id", None))  # fmt: skip
         outputs = self.kolong(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
-                              output_attentions, output_hidden_states)  # fmt: skip
+                              output_attentions, output_hidden_states,
+                              global_attention_mask=global_attention_mask)  # fmt: skip
         logits = self.qa_outputs(outputs.last_hidden_state)  # (b, n, 2)
         start_logits, end_logits = (part.squeeze(-1).contiguous() for part in logits.split(1, dim=-1))
         loss = None
@@ -395,9 +412,10 @@ class KolongForSequenceClassification(KolongPreTrainedModel):
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
                 inputs_embeds=None, labels=None, output_attentions=None, output_hidden_states=None,
-                return_dict=None) -> SequenceClassifierOutput | tuple:  # fmt: skip
+                return_dict=None, global_attention_mask=None) -> SequenceClassifierOutput | tuple:  # fmt: skip
         outputs = self.kolong(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
-                              output_attentions, output_hidden_states)  # fmt: skip
+                              output_attentions, output_hidden_states,
+                              global_attention_mask=global_attention_mask)  # fmt: skip
         pooled = (
             outputs.pooler_output if outputs.pooler_output is not None else outputs.last_hidden_state[:, 0]
         )
@@ -422,9 +440,10 @@ class KolongForTokenClassification(KolongPreTrainedModel):
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
                 inputs_embeds=None, labels=None, output_attentions=None, output_hidden_states=None,
-                return_dict=None) -> TokenClassifierOutput | tuple:  # fmt: skip
+                return_dict=None, global_attention_mask=None) -> TokenClassifierOutput | tuple:  # fmt: skip
         outputs = self.kolong(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
-                              output_attentions, output_hidden_states)  # fmt: skip
+                              output_attentions, output_hidden_states,
+                              global_attention_mask=global_attention_mask)  # fmt: skip
         logits = self.classifier(self.dropout(outputs.last_hidden_state))  # (b, n, labels)
         loss = None
         if labels is not None:

@@ -1,0 +1,111 @@
+"""Local + global attention patterns in kolong's encoder: exact against the dense reference, every scheme."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import random_ids, tiny_kolong_config
+from kolong.models import KolongConfig, KolongForMaskedLM, KolongForQuestionAnswering
+from kolong.models.encoder import chunked
+from kolong.models.encoder.patterns import attends_locally, question_tokens
+from test_attention_paths import SCHEMES, padded_batch, run_path
+
+
+@pytest.fixture(autouse=True)
+def small_blocks(monkeypatch):
+    monkeypatch.setattr(chunked, "BLOCK_SCORES", 1)  # row blocks of 16 queries: bands inside the input
+
+
+def sparse_model(name: str, length: int = 64, **overrides) -> KolongForMaskedLM:
+    torch.manual_seed(0)
+    settings = dict(attention_pattern="local+global", attention_window=4, num_hidden_layers=3)
+    settings.update(overrides)
+    config = tiny_kolong_config(position_encoding=name.split("-")[0], position_kwargs=SCHEMES[name],
+                                max_position_embeddings=length, initializer_range=0.2, **settings)  # fmt: skip
+    return KolongForMaskedLM(config)
+
+
+@pytest.mark.parametrize("name", list(SCHEMES))
+def test_local_global_default_path_matches_the_reference(name):
+    model = sparse_model(name, full_attention_every=2)
+    ids, mask = padded_batch(61)
+    expected, expected_grads = run_path(model, "eager", ids, mask)
+    actual, actual_grads = run_path(model, "sdpa", ids, mask)
+    torch.testing.assert_close(actual, expected)
+    for key, grad in expected_grads.items():
+        torch.testing.assert_close(actual_grads[key], grad, rtol=1e-4, atol=1e-5, msg=key)
+
+
+@pytest.mark.parametrize("name", ["learned", "shaw-value", "t5", "alibi", "rope"])
+def test_a_window_as_wide_as_the_input_is_full_attention(name):
+    ids, mask = padded_batch(40)
+    full = run_path(sparse_model(name, attention_pattern="full"), "sdpa", ids, mask)[0]
+    wide = run_path(sparse_model(name, attention_pattern="local", attention_window=40), "sdpa", ids, mask)[0]
+    narrow = run_path(sparse_model(name, attention_pattern="local", attention_window=2), "sdpa", ids, mask)[0]
+    torch.testing.assert_close(wide, full, rtol=0, atol=0)
+    assert not torch.allclose(narrow, full)
+
+
+def test_a_local_token_sees_only_its_window_and_the_global_tokens():
+    """Changing a token far from i (outside the window, not global) leaves position i's output alone in
+    a one-layer local model; changing a global token does not."""
+    model = sparse_model("learned", num_hidden_layers=1).eval()
+    ids = random_ids(1, 50)
+    base = model.kolong(ids).last_hidden_state
+    far = ids.clone()
+    far[0, 40] = (far[0, 40] + 1) % model.config.vocab_size
+    torch.testing.assert_close(model.kolong(far).last_hidden_state[0, 10], base[0, 10])
+    changed_global = ids.clone()
+    changed_global[0, 0] = (changed_global[0, 0] + 1) % model.config.vocab_size  # [CLS] is global
+    assert not torch.allclose(model.kolong(changed_global).last_hidden_state[0, 30], base[0, 30])
+    chosen = torch.zeros_like(ids)
+    chosen[0, 40] = 1  # the caller's global tokens replace the default [CLS]
+    assert not torch.allclose(
+        model.kolong(far, global_attention_mask=chosen).last_hidden_state[0, 10],
+        model.kolong(ids, global_attention_mask=chosen).last_hidden_state[0, 10],
+    )
+
+
+def test_alternating_layers_follow_modernbert():
+    config = tiny_kolong_config(attention_pattern="local", num_hidden_layers=6, full_attention_every=3)
+    assert [attends_locally(config, depth) for depth in range(6)] == [False, True, True, False, True, True]
+    assert not any(attends_locally(tiny_kolong_config(), depth) for depth in range(2))
+
+
+def test_question_answering_makes_the_question_global():
+    ids = torch.tensor([[2, 7, 8, 3, 9, 9, 9, 3, 0]])
+    mask = (ids != 0).long()
+    types = torch.tensor([[0, 0, 0, 0, 1, 1, 1, 1, 0]])
+    expected = [True, True, True, True, False, False, False, False, False]
+    assert question_tokens(ids, types, mask, None)[0].tolist() == expected
+    assert question_tokens(ids, None, mask, 3)[0].tolist() == expected  # one token type: the first [SEP]
+    with pytest.raises(ValueError, match="global_attention_mask"):
+        question_tokens(ids, None, mask, None)
+    torch.manual_seed(0)
+    model = KolongForQuestionAnswering(tiny_kolong_config(attention_pattern="local+global", attention_window=1,
+                                                          num_hidden_layers=1)).eval()  # fmt: skip
+    automatic = model(ids, attention_mask=mask, token_type_ids=types).start_logits
+    given = model(
+        ids, attention_mask=mask, token_type_ids=types, global_attention_mask=torch.tensor([expected])
+    )
+    torch.testing.assert_close(automatic, given.start_logits)
+
+
+def test_patterns_save_load_and_bad_values_are_named(tmp_path):
+    model = sparse_model("t5", full_attention_every=2)
+    model.save_pretrained(tmp_path)
+    loaded = KolongConfig.from_pretrained(tmp_path)
+    assert (loaded.attention_pattern, loaded.attention_window, loaded.full_attention_every) == (
+        "local+global",
+        4,
+        2,
+    )
+    with pytest.raises(
+        ValueError, match="attention_pattern='sliding' is not one of full, local, local\\+global"
+    ):
+        tiny_kolong_config(attention_pattern="sliding")
+    with pytest.raises(ValueError, match="attention_window must be an integer >= 1"):
+        tiny_kolong_config(attention_window=0)
+    with pytest.raises(ValueError, match="global_attention_mask must be \\(batch, 5\\)"):
+        model.kolong(random_ids(1, 5), global_attention_mask=torch.ones(1, 4))
