@@ -109,3 +109,50 @@ def test_patterns_save_load_and_bad_values_are_named(tmp_path):
         tiny_kolong_config(attention_window=0)
     with pytest.raises(ValueError, match="global_attention_mask must be \\(batch, 5\\)"):
         model.kolong(random_ids(1, 5), global_attention_mask=torch.ones(1, 4))
+
+
+def test_convert_makes_a_long_sparse_model_that_loads_with_the_auto_classes(tmp_path):
+    from transformers import AutoModelForQuestionAnswering
+    from typer.testing import CliRunner
+
+    from conftest import build_tiny
+    from kolong.cli import app
+
+    def convert(*args):
+        return CliRunner().invoke(app, ["convert", *map(str, args)])
+
+    source = build_tiny("bert", "qa")
+    source.save_pretrained(tmp_path / "bert")
+    result = convert(tmp_path / "bert", "-o", tmp_path / "long", "--head", "qa", "--attention", "local:64+global",
+                     "--full-attention-every", 2, "--max-length", 256, "--method", "copy", "--no-tokenizer")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "attention local+global (window 64 each side, full every 2 layers), 256 positions" in " ".join(
+        result.output.split()
+    )
+    model = AutoModelForQuestionAnswering.from_pretrained(tmp_path / "long").eval()
+    config = model.config
+    assert (config.attention_pattern, config.attention_window, config.full_attention_every) == (
+        "local+global",
+        64,
+        2,
+    )
+    short, long = random_ids(2, 12), random_ids(1, 200)
+    with torch.no_grad():  # copied rows and a window wider than the input: the source's outputs exactly
+        torch.testing.assert_close(model(short).start_logits, source(short).start_logits)
+        types = (torch.arange(200) > 20).long()[None]  # a 20-token question
+        assert model(long, token_type_ids=types).start_logits.shape == (1, 200)
+        with pytest.raises(ValueError, match="pass global_attention_mask"):
+            model(long)  # one token type and no sep_token_id: the question cannot be found
+    # a kolong checkpoint is only made long: narrower window, same weights
+    result = convert(tmp_path / "long", "-o", tmp_path / "narrow", "--head", "qa", "--attention", "local:8",
+                     "--no-tokenizer")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    narrow = AutoModelForQuestionAnswering.from_pretrained(tmp_path / "narrow")
+    assert narrow.config.attention_pattern == "local" and narrow.config.full_attention_every == 0
+    torch.testing.assert_close(narrow.qa_outputs.weight, model.qa_outputs.weight)
+    for bad, message in ((["--attention", "sliding:3"], "expected full | local:W | local:W+global"),
+                         (["--attention", "local:0"], "expected full"),
+                         (["--position-encoding", "t5"], "keeps its position scheme")):  # fmt: skip
+        result = convert(tmp_path / "long", "-o", tmp_path / "bad", "--no-tokenizer", *bad)
+        assert result.exit_code == 2 and message in " ".join(result.output.split()), result.output
+        assert not (tmp_path / "bad").exists()

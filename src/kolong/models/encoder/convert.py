@@ -234,18 +234,42 @@ def convert_checkpoint(
     *,
     overwrite: bool = False,
     tokenizer: bool = True,
+    attention: str | None = None,
+    full_attention_every: int = 0,
+    max_length: int | None = None,
+    method: str = "interpolate",
 ) -> nn.Module:
-    """What `kolong convert` runs: convert a checkpoint and save model (+ tokenizer) atomically."""
-    from kolong.checkpoints import load_tokenizer
+    """What `kolong convert` runs: convert a checkpoint and save model (+ tokenizer) atomically.
+
+    `attention` ('local:256+global'), `full_attention_every` and `max_length` (+ extension `method`) make
+    a long sparse model in the same step (`kolong.extension.long_model`); a kolong checkpoint is taken
+    as it is, and only made long."""
+    from kolong.checkpoints import load_config, load_tokenizer
+    from kolong.extension.extend import set_tokenizer_max_length
+    from kolong.extension.long_model import make_long, parse_attention
     from kolong.io import atomic_output_dir, check_output_dir
 
     check_output_dir(output_dir, overwrite)  # refuse before the slow load
-    model = from_hf(model_or_path, head, position_encoding, position_kwargs)
+    if attention is not None:
+        parse_attention(attention)  # a bad spec fails before the load
+    if getattr(load_config(str(model_or_path)), "model_type", None) == "kolong":
+        if position_encoding is not None:
+            raise ConversionError("a kolong checkpoint keeps its position scheme: drop --position-encoding")
+        model = _load_source(model_or_path, head)
+    else:
+        model = from_hf(model_or_path, head, position_encoding, position_kwargs)
+    make_long(model, attention=attention, full_attention_every=full_attention_every, max_length=max_length,
+              method=method)  # fmt: skip
     loaded_tokenizer = (
         load_tokenizer(str(model_or_path), " (use --no-tokenizer to save the model alone)")
         if tokenizer
         else None
     )
+    if loaded_tokenizer is not None:
+        # QA finds the question up to the first separator when inputs have one token type (RoBERTa)
+        model.config.sep_token_id = loaded_tokenizer.sep_token_id
+        if max_length is not None:
+            set_tokenizer_max_length(loaded_tokenizer, max_length)
     with atomic_output_dir(output_dir, overwrite=overwrite) as staging:
         model.save_pretrained(staging)
         if loaded_tokenizer is not None:

@@ -354,6 +354,7 @@ class KolongForQuestionAnswering(KolongPreTrainedModel):
             global_attention_mask is None
             and self.config.attention_pattern == "local+global"
             and input_ids is not None
+            and input_ids.shape[1] - 1 > self.config.attention_window  # else every layer attends fully
         ):
             # Longformer's choice for QA: the question attends to, and is seen by, the whole document.
             global_attention_mask = question_tokens(input_ids, token_type_ids, attention_mask,
