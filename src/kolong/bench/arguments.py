@@ -154,6 +154,38 @@ class GBSTBenchArguments(BenchArguments):
     data: str | None = option(None, f"KorQuAD-style JSON (default: {KORQUAD_DEV}).")
 
 
+@dataclass(kw_only=True)
+class LongAttentionBenchArguments(BenchArguments):
+    """Time and peak memory of one encoder reading 1k-16k tokens with full attention, local + global attention
+    and 512-token sliding windows: forward, and forward + backward; the growth exponent of each."""
+
+    lengths: list[int] = option(
+        [1024, 2048, 4096, 8192, 16384], "Comma-separated input lengths.", kind="ints"
+    )
+    patterns: list[str] = option(["full", "local+global", "sliding"], "Comma-separated subset of: full, "
+                                 "local+global, sliding (512-token windows of the full model).", kind="list")  # fmt: skip
+    window: int = option(256, "Local window: tokens each side a token attends to.")
+    global_tokens: int = option(64, "Global tokens at the start (a question), for local+global.", min=0)
+    sliding_length: int = option(512, "Window length of the sliding baseline.")
+    sliding_overlap: int = option(
+        128, "Tokens shared by neighbouring sliding windows (QA's doc stride).", min=0
+    )
+    position_encoding: str = option(
+        "learned", "Position scheme of the model (learned: a table of max(lengths))."
+    )
+    hidden_size: int = option(256, "Hidden size.")
+    num_hidden_layers: int = option(4, "Encoder layers.", "--layers")
+    num_attention_heads: int = option(4, "Attention heads.", "--heads")
+    intermediate_size: int = option(1024, "FFN width.")
+    modes: list[str] = option(["inference", "training"], "inference (forward) and/or training (forward + "
+                              "backward).", kind="list")  # fmt: skip
+    max_full_length: int = option(16384, "Longest input for full attention (its time grows as n^2).")
+    device: str = option("cpu", "cpu or cuda.", choices=("cpu", "cuda"))
+    dtype: str = option("fp32", "fp32, or bf16 under autocast.", choices=("fp32", "bf16"))
+    repeats: int = option(3, "Interleaved timed rounds per length and mode (the median is reported).")
+    memory: bool = option(True, "Also measure peak memory, one fresh worker process per pattern and length.")
+
+
 # `kolong bench NAME` -> (the Benchmark class, imported when the command runs; its arguments)
 BENCHMARKS: dict[str, tuple[str, type]] = {
     "extend": ("kolong.bench.extension:ExtendBenchmark", ExtendBenchArguments),
@@ -163,6 +195,7 @@ BENCHMARKS: dict[str, tuple[str, type]] = {
     "tokenizer": ("kolong.bench.tokenizer:TokenizerBenchmark", TokenizerBenchArguments),
     "pretrain": ("kolong.bench.pretrain:PretrainBenchmark", PretrainBenchArguments),
     "gbst": ("kolong.bench.gbst:GBSTBenchmark", GBSTBenchArguments),
+    "long-attention": ("kolong.bench.long_attention:LongAttentionBenchmark", LongAttentionBenchArguments),
 }
 
 

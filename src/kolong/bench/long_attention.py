@@ -1,0 +1,276 @@
+"""`kolong bench long-attention`: one encoder reading 1k-16k tokens three ways, timed and measured.
+
+- `full`: every token attends to every token (SDPA, or the chunked exact path for relative schemes);
+- `local+global`: each token attends to `window` tokens each side, the first `global_tokens` tokens (a
+  question) attend to and are seen by all (`attention_pattern="local+global"`);
+- `sliding`: the same full-attention model reading `sliding_length`-token windows that overlap by
+  `sliding_overlap` tokens, as QA does past the model's length (every window is one batch row).
+
+The three share one set of weights. Per length and mode (forward; forward + backward) they are timed
+interleaved in this process; peak memory comes from one fresh worker process per pattern and length.
+The growth exponent is the least-squares slope of log(time) (and log(memory)) against log(n): 2 for
+full attention at long lengths, 1 for local attention and sliding windows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import subprocess
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+from kolong.bench.arguments import LongAttentionBenchArguments
+from kolong.bench.encoder import _reset_peak, _status_mb
+from kolong.bench.harness import Benchmark, Case, cuda_sync
+
+PATTERNS = ("full", "local+global", "sliding")
+
+
+def build_model(pattern: str, args: LongAttentionBenchArguments):
+    """The benchmark's encoder with `pattern`'s attention; the same weights for every pattern (seed 0)."""
+    import torch
+
+    from kolong.models import KolongConfig, KolongModel
+
+    torch.manual_seed(0)
+    config = KolongConfig(
+        vocab_size=8000, hidden_size=args.hidden_size, num_hidden_layers=args.num_hidden_layers,
+        num_attention_heads=args.num_attention_heads, intermediate_size=args.intermediate_size,
+        max_position_embeddings=max(args.lengths), position_encoding=args.position_encoding,
+        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+        attention_pattern="local+global" if pattern == "local+global" else "full", attention_window=args.window,
+    )  # fmt: skip
+    return KolongModel(config, add_pooling_layer=False).to(args.device)
+
+
+def sliding_windows(ids, length: int, overlap: int):
+    """(1, n) ids -> (windows, length) rows starting every length - overlap tokens, the last one ending at n."""
+    import torch
+
+    total = ids.shape[1]
+    if total <= length:
+        return ids
+    stride = length - overlap
+    starts = [*range(0, total - length, stride), total - length]
+    return torch.cat([ids[:, start : start + length] for start in starts])
+
+
+def make_step(model, pattern: str, args: LongAttentionBenchArguments, length: int, training: bool):
+    """One forward (or forward + backward) over one document of `length` tokens."""
+    import torch
+
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, 8000, (1, length), generator=generator)
+    global_mask = None
+    if pattern == "sliding":
+        ids = sliding_windows(ids, args.sliding_length, args.sliding_overlap)
+    elif pattern == "local+global":
+        global_mask = torch.zeros_like(ids)
+        global_mask[:, : args.global_tokens] = 1
+        global_mask = global_mask.to(args.device)
+    ids = ids.to(args.device)
+    device_type = "cuda" if args.device.startswith("cuda") else "cpu"
+    autocast = (
+        torch.autocast(device_type, torch.bfloat16) if args.dtype == "bf16" else contextlib.nullcontext()
+    )
+
+    def step():
+        model.train(training)
+        with autocast:
+            if training:
+                hidden = model(input_ids=ids, global_attention_mask=global_mask).last_hidden_state
+                hidden.float().square().mean().backward()
+                model.zero_grad(set_to_none=True)
+            else:
+                with torch.inference_mode():
+                    model(input_ids=ids, global_attention_mask=global_mask)
+
+    return step
+
+
+def measure_memory(pattern: str, length: int, args: LongAttentionBenchArguments) -> dict:
+    """Run in the worker process: peak memory growth of each mode's call, in MB."""
+    import torch
+
+    from kolong.runtime import tune_allocator
+
+    tune_allocator()
+    cuda = args.device.startswith("cuda")
+    model = build_model(pattern, args)
+    row = {"pattern": pattern, "length": length}
+    for mode in args.modes:
+        step = make_step(model, pattern, args, length, training=mode == "training")
+        if cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            base = torch.cuda.memory_allocated()
+        else:
+            _reset_peak()
+            base = _status_mb("VmRSS")
+        step()
+        if cuda:
+            torch.cuda.synchronize()
+        row[f"{mode}_peak_mb"] = (
+            (torch.cuda.max_memory_allocated() - base) / 2**20 if cuda else _status_mb("VmHWM") - base
+        )
+    return row
+
+
+def _memory_worker(pattern: str, length: int, args: LongAttentionBenchArguments) -> dict:
+    payload = json.dumps({"pattern": pattern, "length": length, "args": asdict(args)})
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    process = subprocess.run([sys.executable, "-m", "kolong.bench.long_attention", payload], capture_output=True,
+                             text=True, check=False, env=environment)  # fmt: skip
+    if process.returncode != 0:
+        reason = (process.stderr.strip().splitlines() or ["killed (out of memory?)"])[-1]
+        return {"pattern": pattern, "length": length, "error": reason[-300:]}
+    return json.loads(process.stdout.strip().splitlines()[-1])
+
+
+def growth_exponent(lengths: list[int], values: list[float]) -> float | None:
+    """Least-squares slope of log(value) against log(length): time ~ n^slope."""
+    points = [(math.log(n), math.log(v)) for n, v in zip(lengths, values, strict=True) if v and v > 0]
+    if len(points) < 2:
+        return None
+    mean_x = sum(x for x, _ in points) / len(points)
+    mean_y = sum(y for _, y in points) / len(points)
+    spread = sum((x - mean_x) ** 2 for x, _ in points)
+    return sum((x - mean_x) * (y - mean_y) for x, y in points) / spread if spread else None
+
+
+class LongAttentionBenchmark(Benchmark):
+    name = "long-attention"
+    arguments = LongAttentionBenchArguments
+
+    def sizes(self, args: LongAttentionBenchArguments) -> list[dict]:
+        from kolong.errors import ConfigError
+        from kolong.runtime import tune_allocator
+
+        for flag, values, known in (("--patterns", args.patterns, PATTERNS),
+                                    ("--modes", args.modes, ("inference", "training"))):  # fmt: skip
+            unknown = [value for value in values if value not in known]
+            if unknown or not values:
+                raise ConfigError(
+                    f"{flag}: {unknown[0] if unknown else 'nothing'!r}; choose from {', '.join(known)}"
+                )
+        if args.sliding_overlap >= args.sliding_length:
+            raise ConfigError("--sliding-overlap must be smaller than --sliding-length")
+        tune_allocator()
+        self.models = {pattern: build_model(pattern, args) for pattern in args.patterns}
+        modes = [*args.modes, *(["memory"] if args.memory else [])]
+        return [{"length": length, "mode": mode} for length in args.lengths for mode in modes]
+
+    def _skipped(self, pattern: str, length: int, args) -> bool:
+        return pattern == "full" and length > args.max_full_length
+
+    def setup(self, args: LongAttentionBenchArguments, size: dict) -> Case:
+        length, mode = size["length"], size["mode"]
+        patterns = [p for p in args.patterns if not self._skipped(p, length, args)]
+        if mode == "memory":
+            return Case(steps={}, facts={"memory": [_memory_worker(p, length, args) for p in patterns]})
+        steps = {p: make_step(self.models[p], p, args, length, mode == "training") for p in patterns}
+        # full attention is the reference the sparse patterns are compared with
+        references = {"full": steps.pop("full")} if "full" in steps and len(steps) > 1 else {}
+        return Case(steps, references, repeats=args.repeats, warmup=1, sync=cuda_sync(args.device))
+
+    def teardown(self) -> None:
+        self.models = {}
+
+    def summarise(self, args: LongAttentionBenchArguments, rows: list[dict]) -> dict:
+        results = summarise(args, rows)
+        with contextlib.suppress(ImportError):  # matplotlib is in the base install; a plot is a bonus
+            results["figure"] = str(plot(results, Path(args.output_dir) / "long-attention.png"))
+        return results
+
+    def to_markdown(self, result: dict) -> str:
+        return to_markdown(result)
+
+
+def summarise(args: LongAttentionBenchArguments, rows: list[dict]) -> dict:
+    seconds: dict[str, dict[str, dict[int, float]]] = {}
+    memory: dict[str, dict[str, dict[int, float]]] = {}
+    for row in rows:
+        if row["mode"] == "memory":
+            for measured in row["memory"]:
+                for mode in args.modes:
+                    if f"{mode}_peak_mb" in measured:
+                        memory.setdefault(mode, {}).setdefault(measured["pattern"], {})[row["length"]] = (
+                            measured[f"{mode}_peak_mb"]
+                        )
+            continue
+        for pattern, timing in row["timings"].items():
+            seconds.setdefault(row["mode"], {}).setdefault(pattern, {})[row["length"]] = timing.median
+    exponents = {
+        kind: {mode: {pattern: growth_exponent(list(values), list(values.values()))
+                      for pattern, values in by_pattern.items()} for mode, by_pattern in table.items()}
+        for kind, table in (("seconds", seconds), ("memory_mb", memory))
+    }  # fmt: skip
+    errors = [m for row in rows if row["mode"] == "memory" for m in row["memory"] if "error" in m]
+    return {"arguments": asdict(args), "seconds": _keyed(seconds), "memory_mb": _keyed(memory),
+            "exponents": exponents, "memory_errors": errors}  # fmt: skip
+
+
+def _keyed(table: dict) -> dict:
+    """JSON keys are strings: lengths become "1024"."""
+    return {mode: {p: {str(n): v for n, v in values.items()} for p, values in by_pattern.items()}
+            for mode, by_pattern in table.items()}  # fmt: skip
+
+
+def to_markdown(result: dict) -> str:
+    args = result["arguments"]
+    lines = [
+        "# kolong bench long-attention", "",
+        f"One encoder ({args['num_hidden_layers']} layers, hidden {args['hidden_size']}, {args['position_encoding']} "
+        f"positions, {args['device']} {args['dtype']}) reading one document: full attention, local + global "
+        f"(window {args['window']} each side, {args['global_tokens']} global tokens) and {args['sliding_length']}-token "
+        f"sliding windows (overlap {args['sliding_overlap']}). Median seconds per call; peak memory growth in MB.",
+    ]  # fmt: skip
+    for kind, unit in (("seconds", "s"), ("memory_mb", "MB")):
+        for mode, by_pattern in result[kind].items():
+            lengths = sorted({int(n) for values in by_pattern.values() for n in values})
+            lines += ["", f"## {mode}: {'time' if kind == 'seconds' else 'peak memory'} ({unit})", "",
+                      "| pattern | " + " | ".join(map(str, lengths)) + " | growth exponent |",
+                      "|---|" + "---:|" * (len(lengths) + 1)]  # fmt: skip
+            for pattern, values in by_pattern.items():
+                cells = [f"{values[str(n)]:.3g}" if str(n) in values else "—" for n in lengths]
+                exponent = result["exponents"][kind][mode].get(pattern)
+                lines.append(
+                    f"| {pattern} | "
+                    + " | ".join(cells)
+                    + f" | {'—' if exponent is None else f'{exponent:.2f}'} |"
+                )
+    for error in result.get("memory_errors", []):
+        lines.append(f"\nMemory of {error['pattern']} at {error['length']}: {error['error']}")
+    return "\n".join(lines) + "\n"
+
+
+def plot(result: dict, path: Path) -> Path:
+    """Time and memory against length, log-log, one panel per mode."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from kolong.plots.figures import save_figure
+
+    panels = [(kind, mode) for kind in ("seconds", "memory_mb") for mode in result[kind]]
+    figure, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False)
+    for axis, (kind, mode) in zip(axes[0], panels, strict=True):
+        for pattern, values in result[kind][mode].items():
+            lengths = sorted(int(n) for n in values)
+            axis.loglog(lengths, [values[str(n)] for n in lengths], marker="o", label=pattern)
+        axis.set_xlabel("tokens")
+        axis.set_ylabel("seconds per call" if kind == "seconds" else "peak memory (MB)")
+        axis.set_title(f"{mode}: {'time' if kind == 'seconds' else 'memory'}")
+        axis.legend(fontsize=8)
+    return save_figure(figure, path)
+
+
+if __name__ == "__main__":  # the memory worker: `python -m kolong.bench.long_attention PAYLOAD`
+    payload = json.loads(sys.argv[1])
+    arguments = LongAttentionBenchArguments(**payload["args"])
+    print(json.dumps(measure_memory(payload["pattern"], payload["length"], arguments)))

@@ -1,0 +1,48 @@
+"""`kolong bench long-attention` at toy size, and the pieces its numbers rest on."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from kolong.bench.long_attention import growth_exponent, sliding_windows
+from kolong.cli import app
+
+
+def test_growth_exponent_golden_values():
+    lengths = [1024, 2048, 4096, 8192]
+    assert growth_exponent(lengths, [n**2 * 3e-9 for n in lengths]) == pytest.approx(2.0)
+    assert growth_exponent(lengths, [0.5 + 0 * n for n in lengths]) == pytest.approx(0.0)
+    assert growth_exponent(lengths, [n * 1e-4 for n in lengths]) == pytest.approx(1.0)
+    assert growth_exponent([1024], [1.0]) is None  # one point has no slope
+
+
+def test_sliding_windows_cover_the_document_with_the_overlap():
+    ids = torch.arange(1000)[None]
+    windows = sliding_windows(ids, 512, 128)
+    assert windows.shape == (3, 512)
+    assert windows[0, 0] == 0 and windows[1, 0] == 384 and windows[-1, -1] == 999
+    assert sliding_windows(ids[:, :300], 512, 128).shape == (1, 300)
+
+
+def test_bench_long_attention_end_to_end(tmp_path):
+    result = CliRunner().invoke(app, [
+        "bench", "long-attention", "--lengths", "64,128", "--window", "8", "--global-tokens", "4",
+        "--sliding-length", "32", "--sliding-overlap", "8", "--hidden-size", "32", "--layers", "1", "--heads", "2",
+        "--intermediate-size", "64", "--repeats", "1", "--output-dir", str(tmp_path),
+    ])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    data = json.loads((tmp_path / "long-attention.json").read_text())
+    assert set(data["seconds"]) == {"inference", "training"}
+    assert set(data["seconds"]["training"]) == {"full", "local+global", "sliding"}
+    assert set(data["memory_mb"]["inference"]["sliding"]) == {"64", "128"} and not data["memory_errors"]
+    assert data["exponents"]["seconds"]["inference"]["full"] is not None
+    assert "growth exponent" in (tmp_path / "long-attention.md").read_text()
+    assert (tmp_path / "long-attention.png").read_bytes()[:4] == b"\x89PNG"
+    refused = CliRunner().invoke(
+        app, ["bench", "long-attention", "--patterns", "dense", "--output-dir", str(tmp_path)]
+    )
+    assert refused.exit_code == 2 and "'dense'" in refused.output
