@@ -122,3 +122,31 @@ def test_early_stopping_on_eval_f1(workspace):
     finetune(model, data, out, "--eval", data, "--epochs", 10, "--lr", 0, "--early-stopping-patience", 1)
     metrics = json.loads((out / "kolong_qa_results.json").read_text())["metrics"]
     assert metrics["epoch"] == 2.0
+
+
+def test_whole_documents_on_a_long_sparse_model(workspace):
+    """convert -> long local+global model -> finetune with gradient checkpointing -> predict, one window per
+    document: the question is global (from the token types) and the rest attends locally."""
+    root, data, model = workspace
+    long = root / "long-sparse"
+    invoke(
+        "convert",
+        model,
+        "-o",
+        long,
+        "--attention",
+        "local:16+global",
+        "--max-length",
+        1024,
+        "--method",
+        "copy",
+    )
+    out = root / "long-finetuned"
+    invoke("finetune", "qa", "--model", long, "--train", data, "-o", out, "--max-length", 1024, "--doc-stride", 128,
+           "--max-steps", 2, "--gradient-checkpointing")  # fmt: skip
+    results = json.loads((out / "kolong_qa_results.json").read_text())
+    questions = sum(len(p["qas"]) for a in korean_qa_dataset()["data"] for p in a["paragraphs"])
+    assert results["metrics"]["train_windows"] == questions  # whole contexts: one window each
+    predictions = root / "long-predictions.json"
+    invoke("predict", "qa", "--model", out, "--data", data, "-o", predictions, "--max-length", 1024)
+    assert len(json.loads(predictions.read_text(encoding="utf-8"))) == questions
