@@ -83,6 +83,26 @@ def test_fused_paths_match_the_reference_on_cuda_with_gradients(name, implementa
             )
 
 
+@pytest.mark.parametrize("name", ["learned", *FUSED])
+def test_local_global_attention_on_cuda_matches_the_reference_with_gradients(name):
+    """FlexAttention block masks (and the banded chunked path for Shaw's value term) with a local window and
+    global tokens, against eager: outputs and every gradient."""
+    torch.manual_seed(0)
+    config = tiny_kolong_config(position_encoding=name.split("-")[0], position_kwargs=FUSED.get(name, {}),
+                                initializer_range=0.2, attention_pattern="local+global", attention_window=16,
+                                max_position_embeddings=300)  # fmt: skip
+    model = KolongModel(config).cuda().train()
+    ids = random_ids(2, 300).cuda()
+    mask = torch.ones_like(ids)
+    mask[1, 250:] = 0
+    expected, expected_grads = _outputs_and_grads(model, ids, mask, "eager")
+    actual, actual_grads = _outputs_and_grads(model, ids, mask, "sdpa")
+    torch.testing.assert_close(actual, expected, rtol=1e-3, atol=1e-3)
+    for key, grad in expected_grads.items():
+        scale = grad.abs().max().item() + 1e-6
+        torch.testing.assert_close(actual_grads[key] / scale, grad / scale, rtol=1e-3, atol=1e-3, msg=key)
+
+
 @pytest.mark.parametrize("position", ["learned", "shaw"])
 def test_pretraining_with_the_gpu_settings_gives_the_eager_loss_curve(position, tmp_path):
     """On CUDA, `pretrain mlm` compiles the model, masks in loader workers, packs documents (flex block masks)
