@@ -62,7 +62,9 @@ def test_experiment_end_to_end_and_resume(tmp_path):
         "--data",
         str(data),
         "--variants",
-        "64-truncate,64-sliding,128-copy",
+        "64-truncate,64-sliding,128-copy,256-sparse",
+        "--sparse-window",
+        "16",
         "--train-questions",
         "0",
         "--eval-questions",
@@ -71,7 +73,12 @@ def test_experiment_end_to_end_and_resume(tmp_path):
     result = CliRunner().invoke(app, arguments)
     assert result.exit_code == 0, result.output
     results = json.loads((out / "results.json").read_text())
-    assert [r["variant"] for r in results["variants"]] == ["64-truncate", "64-sliding", "128-copy"]
+    assert [r["variant"] for r in results["variants"]] == [
+        "64-truncate",
+        "64-sliding",
+        "128-copy",
+        "256-sparse",
+    ]
     for row in results["variants"]:
         assert 0 <= row["f1"] <= 100 and row["by_length"]["<=512"]["questions"] > 0
         low, high = row["by_length"]["<=512"]["f1_interval"]
@@ -79,6 +86,9 @@ def test_experiment_end_to_end_and_resume(tmp_path):
     truncate, sliding = results["variants"][0], results["variants"][1]
     assert sliding["eval_windows"] > truncate["eval_windows"]
     assert (out / "128-copy" / "base" / "config.json").is_file()
+    sparse = json.loads((out / "256-sparse" / "base" / "config.json").read_text())
+    assert (sparse["attention_pattern"], sparse["attention_window"]) == ("local+global", 16)
+    assert results["variants"][3]["eval_windows"] < sliding["eval_windows"]  # longer windows, fewer of them
     assert (out / "f1_by_length.png").read_bytes().startswith(b"\x89PNG")
     assert "| 64-sliding |" in (out / "results.md").read_text()
     assert (out / "results.md").read_text().startswith(f"# kolong experiment length: {tmp_path.name}/tiny\n")

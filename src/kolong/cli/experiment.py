@@ -28,7 +28,11 @@ def length(
         ",".join(
             ("512-truncate", "512-sliding", "1024-interpolate", "1024-copy", "2048-interpolate", "2048-copy")
         ),
-        help="Comma-separated LENGTH-KIND list; KIND: truncate, sliding, interpolate, copy.",
+        help="Comma-separated LENGTH-KIND list; KIND: truncate, sliding, interpolate, copy, sparse (copy + "
+        "local:W+global attention, W = --sparse-window).",
+    ),
+    sparse_window: int = typer.Option(
+        256, "--sparse-window", min=1, help="Local window (tokens each side) of N-sparse."
     ),
     train_questions: int = typer.Option(
         100, "--train-questions", min=0, help="Questions from training articles (0: all)."
@@ -70,6 +74,7 @@ def length(
         learning_rate=learning_rate,
         batch_size=batch_size,
         windows_per_step_at_512=windows_per_step,
+        sparse_window=sparse_window,
         seed=seed,
         overwrite=overwrite,
     )

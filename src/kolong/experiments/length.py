@@ -6,8 +6,9 @@ QA. This recipe repeats that comparison with a correct pipeline, for one base ch
 - data: article-level KorQuAD (`kolong data long-docs`: every article's paragraphs joined into one
   context), split *by article* into train and eval (no article on both sides), then subsampled;
 - variants `LENGTH-KIND`: `512-truncate` (one window per question, the paper's 512 setup),
-  `512-sliding` (sliding windows), and `N-interpolate` / `N-copy` (the table extended to N with that
-  method, then sliding windows of N tokens); every variant gets the same optimiser steps budget in
+  `512-sliding` (sliding windows), `N-interpolate` / `N-copy` (the table extended to N with that
+  method, then sliding windows of N tokens) and `N-sparse` (extended by copy as Longformer, converted
+  to local + global attention with `sparse_window` tokens each side, the question global); every variant gets the same optimiser steps budget in
   examples (epochs over the same questions) and the same effective batch size;
 - metrics: official KorQuAD EM/F1 overall and by the document's length in tokens.
 
@@ -43,7 +44,7 @@ DEFAULT_VARIANTS = (
     "2048-interpolate",
     "2048-copy",
 )
-KINDS = ("truncate", "sliding", "interpolate", "copy")
+KINDS = ("truncate", "sliding", "interpolate", "copy", "sparse")
 BUCKETS = ((-1, 512, "<=512"), (512, 1024, "513-1024"), (1024, 2048, "1025-2048"), (2048, 10**9, ">2048"))
 
 
@@ -72,6 +73,8 @@ class LengthExperimentArguments:
     """Drop articles longer than this many tokens before sampling (0: keep all); bounds CPU cost."""
     stride_fraction: float = 0.25
     """Window overlap as a fraction of the window length."""
+    sparse_window: int = 256
+    """Local window (tokens each side) of the N-sparse variants."""
     seed: int = 42
     overwrite: bool = False
     extra_training: dict = field(default_factory=dict)
@@ -132,6 +135,7 @@ def run_length_experiment(
 ) -> dict:
     from kolong.checkpoints import bundled_checkpoint, load_tokenizer
     from kolong.extension import extend_checkpoint
+    from kolong.models.encoder.convert import convert_checkpoint
     from kolong.training.qa import QAFinetuneArguments, finetune_qa
 
     step = on_step or (lambda message: None)
@@ -179,6 +183,11 @@ def run_length_experiment(
             base = out / name / "base"
             if not (base / "config.json").is_file():
                 extend_checkpoint(model, base, length, kind, overwrite=True)
+        elif kind == "sparse":  # Longformer's recipe: copied rows, local + global attention
+            base = out / name / "base"
+            if not (base / "config.json").is_file():
+                convert_checkpoint(model, base, attention=f"local:{args.sparse_window}+global", max_length=length,
+                                   method="copy", overwrite=True)  # fmt: skip
         strategy = "truncate" if kind == "truncate" else "sliding-window"
         per_device = max(1, args.windows_per_step_at_512 * 512 // length)
         accumulation = max(1, args.batch_size // per_device)
