@@ -1,0 +1,82 @@
+"""KLUE's metrics pinned by hand-computed vectors, quirks of KLUE-baseline's definitions included."""
+
+from __future__ import annotations
+
+import pytest
+
+from kolong.evaluation import klue
+
+
+def test_ynat_nli_sts():
+    # class 0: P = R = 1/2; class 1: P = 2/3, R = 1 -> 0.8; class 2: 0
+    assert klue.ynat_macro_f1([0, 1, 1, 1, 0], [0, 0, 1, 1, 2]) == pytest.approx(100 * 1.3 / 3)
+    assert klue.nli_accuracy([0, 1, 1, 1], [0, 1, 2, 1]) == 75.0
+    assert klue.sts_pearson([1, 2, 3], [1, 2, 4]) == pytest.approx(100 * 3 / (2 * 42 / 9) ** 0.5)
+    # >= 3 is similar: predicted [0, 1, 1, 0] vs gold [1, 0, 1, 0] -> tp 1, fp 1, fn 1
+    assert klue.sts_f1([2.9, 3.0, 4, 1], [3.2, 2, 4, 0]) == pytest.approx(50.0)
+    with pytest.raises(ValueError, match="3 predictions but 2 gold"):
+        klue.nli_accuracy([0, 1, 2], [0, 1])
+
+
+def test_ner_entity_macro_over_types_and_the_joined_sequence():
+    gold = [["B-PS", "I-PS", "O"], ["B-LC", "O"]]
+    predicted = [["B-PS", "I-PS", "O"], ["B-OG", "O"]]
+    assert klue.ner_entity_macro_f1(predicted, gold) == pytest.approx(100 / 3)  # PS 1, LC 0, OG 0
+    # KLUE-baseline joins the sentences into one sequence: an I- opening a sentence continues the last entity
+    assert klue.ner_entity_macro_f1([["B-PS"], ["I-PS"]], [["B-PS"], ["I-PS"]]) == 100.0
+    assert klue.ner_entity_macro_f1([["B-PS"], ["B-PS"]], [["B-PS"], ["I-PS"]]) == 0.0
+
+
+def test_ner_character_macro_counts_o_and_absent_labels_as_the_baseline():
+    labels = ("B-PS", "I-PS", "O", "B-LC")
+    # B-PS 1, I-PS 0, O 2*2/(2*2+1) = 0.8, B-LC absent from both: 1 (zero_division)
+    assert klue.ner_char_macro_f1(
+        [["B-PS", "O", "O", "O"]], [["B-PS", "I-PS", "O", "O"]], labels
+    ) == pytest.approx(70.0)
+    with pytest.raises(ValueError, match="'B-XX' is not in the label list"):
+        klue.ner_char_macro_f1([["B-XX"]], [["O"]], labels)
+    with pytest.raises(ValueError, match="sentence 0 has 1 predicted tags but 2 gold"):
+        klue.ner_char_macro_f1([["O"]], [["O", "O"]])
+
+
+def test_dp_uas_and_las_macro():
+    # head classes: 0 -> 1, 2 -> 2/3, 1 (predicted only) -> 0
+    assert klue.dp_uas_macro_f1([[2, 0, 1]], [[2, 0, 2]]) == pytest.approx(100 * (5 / 3) / 3)
+    assert klue.dp_uas_macro_f1([[2, 0, 1, 5]], [[2, 0, 2, -1]]) == pytest.approx(
+        100 * (5 / 3) / 3
+    )  # -1: padding
+    # NP_SBJ and VP right; VP_CMP (index 15: "others") with a wrong head counts as a wrong label
+    las = klue.dp_las_macro_f1(
+        [[2, 0, 1]], [[2, 0, 2]], [["NP_SBJ", "VP", "VP_CMP"]], [["NP_SBJ", "VP", "VP_CMP"]]
+    )
+    assert las == pytest.approx(50.0)  # classes NP_SBJ 1, VP 1, others 0, wrong-head 0
+    # labels from index 15 on are one class: VP_OBJ for X is right when the head is
+    assert klue.dp_las_macro_f1([[2, 0]], [[2, 0]], [["X", "NP"]], [["VP_OBJ", "NP"]]) == 100.0
+    assert klue.dp_las_macro_f1([[2, 0]], [[2, 0]], [[23, 0]], [[16, 0]]) == 100.0  # indices as well
+    with pytest.raises(ValueError, match="'XP' is not one of KLUE-DP's 38"):
+        klue.dp_las_macro_f1([[0]], [[0]], [["XP"]], [["NP"]])
+
+
+def test_mrc_normalisation_rouge_w_and_missing_questions():
+    assert klue.normalize_klue_mrc("《한국》") == "《한국》"  # KLUE keeps the brackets KorQuAD removes
+    assert klue.normalize_klue_mrc("A'()‘’b, C!") == "a b c"
+    gold = {"q1": ["《한국》"], "q2": ["서울"], "q3": []}
+    predictions = {"q1": "한국", "q3": ""}
+    # q1: EM 0, ROUGE-W P = 1, R = 2/4 -> 2/3; q2 missing; q3 unanswerable and empty: 1
+    assert klue.mrc_scores(predictions, gold) == pytest.approx(
+        {"exact_match": 100 / 3, "rouge_w": 100 * (2 / 3 + 1) / 3, "questions": 3, "missing": 1}
+    )
+    skipped = klue.mrc_scores(predictions, gold, missing="skip")
+    assert skipped["questions"] == 2 and skipped["exact_match"] == pytest.approx(50.0)
+    assert klue.rouge_w("서울시", "서울") == pytest.approx(0.8)
+
+
+def test_re_micro_f1_and_auprc():
+    names = ["no_relation", "org:x", "per:y"]
+    # without no_relation: tp 1, fp 1, fn 2 -> P 1/2, R 1/3
+    assert klue.re_micro_f1([0, 1, 1, 0], [0, 1, 2, 1], names) == pytest.approx(40.0)
+    probabilities = [[0.5, 0.5], [0.2, 0.8], [0.6, 0.4]]
+    # class 0: area 1/4; class 1: (2/3 + 1/2) / 2 * 1/2 + 1/2
+    assert klue.re_auprc(probabilities, [0, 1, 1]) == pytest.approx(100 * (0.25 + 7 / 24 + 0.5) / 2)
+    with pytest.raises(ValueError, match="no 'no_relation'"):
+        klue.re_micro_f1([0], [0], ["a"])
