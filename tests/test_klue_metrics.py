@@ -80,3 +80,82 @@ def test_re_micro_f1_and_auprc():
     assert klue.re_auprc(probabilities, [0, 1, 1]) == pytest.approx(100 * (0.25 + 7 / 24 + 0.5) / 2)
     with pytest.raises(ValueError, match="no 'no_relation'"):
         klue.re_micro_f1([0], [0], ["a"])
+
+
+def test_evaluate_klue_scores_prediction_files(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from kolong.cli import app
+    from kolong.evaluation.klue_files import TASKS
+
+    def evaluate(*args):
+        return CliRunner().invoke(app, ["evaluate", "klue", *map(str, args)])
+
+    nli = tmp_path / "nli.json"
+    nli.write_text(json.dumps([{"guid": f"n{i}", "premise": "a", "hypothesis": "b", "gold_label": label}
+                               for i, label in enumerate(["entailment", "neutral", "contradiction", "neutral"])]))  # fmt: skip
+    predictions = tmp_path / "nli-predictions.json"
+    predictions.write_text(
+        json.dumps({"n0": "entailment", "n1": "neutral", "n2": "neutral", "n3": 1, "x": "neutral"})
+    )
+    result = evaluate("nli", "--data", nli, "--predictions", predictions, "-o", tmp_path / "scores.json")
+    assert result.exit_code == 0, result.output
+    scores = json.loads(result.stdout)
+    assert scores == {"task": "nli", "accuracy": 75.0, "items": 4, "extra": 1}
+    assert json.loads((tmp_path / "scores.json").read_text()) == scores
+
+    dp = tmp_path / "dp.tsv"
+    dp.write_text("## 칼럼명 : INDEX\tWORD_FORM\tLEMMA\tPOS\tHEAD\tDEPREL\n## s1\t가 나 다\n1\t가\t가\tNNG\t3\tNP_SBJ\n"
+                  "2\t나\t나\tNNG\t3\tNP_OBJ\n3\t다\t다\tVV\t0\tVP\n", encoding="utf-8")  # fmt: skip
+    predictions = tmp_path / "dp-predictions.json"
+    predictions.write_text(json.dumps({"s1": {"heads": [3, 1, 0], "labels": ["NP_SBJ", "NP_OBJ", "VP"]}}))
+    scores = json.loads(evaluate("dp", "--data", dp, "--predictions", predictions).stdout)
+    # heads 3 -> 1 (P 1, R 1/2 -> 2/3), 0 -> 1, 1 -> 0; labels NP_SBJ 1, VP 1, NP_OBJ 0, wrong-head 0
+    assert scores["uas_macro_f1"] == pytest.approx(100 * (2 / 3 + 1) / 3)
+    assert scores["las_macro_f1"] == pytest.approx(50.0)
+
+    refused = evaluate("dp", "--data", dp, "--predictions", tmp_path / "nli-predictions.json")
+    assert refused.exit_code == 2 and "no prediction for 1 of the 1 items" in " ".join(refused.output.split())
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("## s1\t가\n1\t가\t가\tNNG\t0\tNOPE\n", encoding="utf-8")
+    refused = evaluate("dp", "--data", bad, "--predictions", predictions)
+    assert refused.exit_code == 2 and "bad.tsv:2" in refused.output and "NOPE" in refused.output
+    refused = evaluate("ynat", "--predictions", predictions)
+    assert refused.exit_code == 2 and "--data" in refused.output
+    assert "mrc" in TASKS and "Traceback" not in refused.output
+
+
+@pytest.mark.shared_data
+def test_klue_dp_dev_reads_and_scores_itself(shared_data):
+    from kolong.data.klue_dp import read_klue_dp
+
+    sentences = read_klue_dp(shared_data / "klue" / "klue-dp-v1.1_dev.tsv")
+    assert len(sentences) == 2000 and sentences[0].heads == [2, 6, 4, 6, 6, 0]
+    heads, labels = [s.heads for s in sentences], [s.labels for s in sentences]
+    assert klue.dp_uas_macro_f1(heads, heads) == klue.dp_las_macro_f1(heads, heads, labels, labels) == 100.0
+
+
+@pytest.mark.shared_data
+def test_klue_ner_dev_markup_predictions_score_100(shared_data, tmp_path):
+    import json
+
+    from kolong.data.klue_ner import read_klue_ner
+    from kolong.evaluation.klue_files import score_klue_files
+
+    gold = shared_data / "klue" / "klue-ner-v1.1_dev.tsv"
+    sentences = read_klue_ner(gold)[:300]
+    predictions = tmp_path / "ner.json"
+    predictions.write_text(
+        json.dumps({s.id: s.markup for s in sentences}, ensure_ascii=False), encoding="utf-8"
+    )
+    with pytest.raises(Exception, match="no prediction for 4700 of the 5000"):
+        score_klue_files("ner", gold, predictions)
+    predictions.write_text(json.dumps({s.id: s.tags for s in read_klue_ner(gold)}, ensure_ascii=False))
+    assert score_klue_files("ner", gold, predictions) == {
+        "entity_macro_f1": 100.0,
+        "char_macro_f1": 100.0,
+        "items": 5000,
+        "extra": 0,
+    }

@@ -1,4 +1,4 @@
-"""`kolong evaluate qa`: the official KorQuAD / KLUE-MRC scores of a predictions file."""
+"""`kolong evaluate qa` and `kolong evaluate klue TASK`: official scores of a predictions file."""
 
 from __future__ import annotations
 
@@ -8,6 +8,15 @@ from pathlib import Path
 import typer
 
 from kolong.cli.common import one_of, user_errors
+
+KLUE_TASKS = (
+    "ynat",
+    "nli",
+    "sts",
+    "ner",
+    "dp",
+    "mrc",
+)  # kolong.evaluation.klue_files.TASKS, without importing it
 
 evaluate_app = typer.Typer(
     help="Score predictions with official metrics.", no_args_is_help=True, rich_markup_mode=None
@@ -43,3 +52,44 @@ def evaluate_qa(
     typer.echo(json.dumps(scores, ensure_ascii=False))
     if output is not None:
         typer.echo(f"wrote {output}", err=True)  # stdout stays the JSON alone
+
+
+@evaluate_app.command("klue")
+def evaluate_klue(
+    task: str = typer.Argument(..., help="ynat | nli | sts | ner | dp | mrc.", callback=one_of(*KLUE_TASKS)),
+    predictions: Path = typer.Option(..., "--predictions", help="JSON {id: prediction} (see docs/klue.md)."),
+    data: Path = typer.Option(
+        None,
+        "--data",
+        help="KLUE gold file (default for nli, sts, ner, dp: the dev set under --shared-data).",
+    ),
+    shared_data: Path = typer.Option(Path("../shared/data"), "--shared-data", help="The shared data folder."),
+    missing: str = typer.Option(
+        "wrong",
+        "--missing",
+        callback=one_of("wrong", "skip"),
+        help="mrc: a question without a prediction counts as wrong, or is skipped (KLUE's evaluation script).",
+    ),
+    output: Path = typer.Option(None, "--output", "-o", help="Also write the scores as JSON to this file."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --output file."),
+) -> None:
+    """Score predictions with KLUE's metrics exactly as KLUE-baseline computes them; prints JSON (percentages)."""
+    from kolong.evaluation.klue_files import DEFAULT_GOLD, score_klue_files
+    from kolong.io import atomic_output_file, atomic_write_json, check_output_file
+
+    with user_errors():
+        if data is None:
+            if task not in DEFAULT_GOLD:
+                raise typer.BadParameter(
+                    f"{task} has no dev set in the shared data: pass its gold file", param_hint="--data"
+                )
+            data = shared_data / DEFAULT_GOLD[task]
+        if output is not None:
+            check_output_file(output, overwrite)
+        scores = {"task": task, **score_klue_files(task, data, predictions, missing)}
+        if output is not None:
+            with atomic_output_file(output, overwrite) as staging:
+                atomic_write_json(staging, scores)
+    typer.echo(json.dumps(scores, ensure_ascii=False))
+    if output is not None:
+        typer.echo(f"wrote {output}", err=True)

@@ -1,0 +1,181 @@
+"""`kolong evaluate klue TASK`: score a predictions file against a KLUE gold file with KLUE's metrics.
+
+Predictions are one JSON object keyed by the gold items' ids (KLUE's `guid`, the NER/DP sentence id, the
+MRC question id):
+
+| task | gold | prediction per id |
+|---|---|---|
+| ynat | KLUE-YNAT JSON (`guid`, `label`) | the topic label |
+| nli | KLUE-NLI JSON | entailment / neutral / contradiction (or its index) |
+| sts | KLUE-STS JSON | the predicted similarity, a number |
+| ner | KLUE-NER TSV | the character tags, or the sentence in KLUE's `<text:TAG>` markup |
+| dp | KLUE-DP TSV | {"heads": [...], "labels": [...]} per eojeol (head 0 = root) |
+| mrc | KLUE-MRC / SQuAD JSON | the answer text |
+
+Every gold item needs a prediction (a missing one is an error naming it), except for MRC, where KLUE's
+rule is an option: counted wrong (default) or skipped. Predictions for ids not in the gold file are
+reported, not scored.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kolong.data.sources import load_json
+from kolong.errors import DataError
+from kolong.evaluation import klue
+
+TASKS = ("ynat", "nli", "sts", "ner", "dp", "mrc")
+DEFAULT_GOLD = {  # under the shared data folder
+    "nli": "klue/klue-nli-v1.1_dev.json",
+    "sts": "klue/klue-sts-v1.1_dev.json",
+    "ner": "klue/klue-ner-v1.1_dev.tsv",
+    "dp": "klue/klue-dp-v1.1_dev.tsv",
+}
+
+
+def score_klue_files(
+    task: str, gold_path: str | Path, predictions_path: str | Path, missing: str = "wrong"
+) -> dict:
+    """KLUE's scores (percentages) of the predictions file, with the counts of items scored and extra ids."""
+    if task not in TASKS:
+        raise DataError(f"unknown KLUE task {task!r}; choose one of {', '.join(TASKS)}")
+    predictions = load_json(predictions_path)
+    if not isinstance(predictions, dict):
+        raise DataError(f"{predictions_path}: expected a JSON object {{id: prediction}}")
+    gold = _GOLD[task](gold_path)
+    extra = len(set(predictions) - set(gold))
+    if task == "mrc":
+        return {**klue.mrc_scores({k: str(v) for k, v in predictions.items()}, gold, missing), "extra": extra}
+    absent = [key for key in gold if key not in predictions]
+    if absent:
+        raise DataError(
+            f"{predictions_path}: no prediction for {len(absent)} of the {len(gold)} items of {gold_path} "
+            f"(first: {absent[0]})"
+        )
+    scores = _SCORE[task](gold, predictions, str(predictions_path))
+    return {**scores, "items": len(gold), "extra": extra}
+
+
+def _ynat_gold(path) -> dict:
+    rows = load_json(path)
+    if not isinstance(rows, list) or not all(
+        isinstance(r, dict) and "guid" in r and "label" in r for r in rows
+    ):
+        raise DataError(f"{path}: expected a JSON list of KLUE-YNAT items with guid and label")
+    return {str(r["guid"]): r["label"] for r in rows}
+
+
+def _nli_gold(path) -> dict:
+    from kolong.data.klue import read_klue_nli
+
+    return {e.id: e.label for e in read_klue_nli(path)}
+
+
+def _sts_gold(path) -> dict:
+    from kolong.data.klue import read_klue_sts
+
+    return {e.id: e.label for e in read_klue_sts(path)}
+
+
+def _ner_gold(path) -> dict:
+    from kolong.data.klue_ner import read_klue_ner
+
+    return {s.id: s.tags for s in read_klue_ner(path)}
+
+
+def _dp_gold(path) -> dict:
+    from kolong.data.klue_dp import read_klue_dp
+
+    return {s.id: (s.heads, s.labels) for s in read_klue_dp(path)}
+
+
+def _mrc_gold(path) -> dict:
+    from kolong.data.squad import gold_answers, read_squad
+
+    return {question: answers for question, answers, _ in gold_answers(read_squad(path).examples)}
+
+
+def _labels(gold: dict, predictions: dict, where: str, names=None) -> tuple[list, list]:
+    predicted = []
+    for key in gold:
+        value = predictions[key]
+        if names is not None and isinstance(value, str):
+            if value not in names:
+                raise DataError(f"{where}: {key}: label {value!r} is not one of {', '.join(names)}")
+            value = names.index(value)
+        predicted.append(value)
+    return predicted, list(gold.values())
+
+
+def _score_ynat(gold, predictions, where) -> dict:
+    predicted, labels = _labels(gold, predictions, where)
+    return {"macro_f1": klue.ynat_macro_f1(predicted, labels)}
+
+
+def _score_nli(gold, predictions, where) -> dict:
+    from kolong.data.examples import NLI_LABELS
+
+    predicted, labels = _labels(gold, predictions, where, NLI_LABELS)
+    return {"accuracy": klue.nli_accuracy(predicted, labels)}
+
+
+def _score_sts(gold, predictions, where) -> dict:
+    predicted, labels = _labels(gold, predictions, where)
+    bad = next(
+        (
+            k
+            for k, v in zip(gold, predicted, strict=True)
+            if isinstance(v, bool) or not isinstance(v, int | float)
+        ),
+        None,
+    )
+    if bad is not None:
+        raise DataError(f"{where}: {bad}: the predicted similarity {predictions[bad]!r} is not a number")
+    return {"pearson": klue.sts_pearson(predicted, labels), "f1": klue.sts_f1(predicted, labels)}
+
+
+def _score_ner(gold, predictions, where) -> dict:
+    from kolong.data.klue_ner import parse
+
+    predicted = []
+    for key, tags in gold.items():
+        value = predictions[key]
+        if isinstance(value, str):
+            value = parse(value)[1]
+        if not isinstance(value, list) or len(value) != len(tags):
+            raise DataError(f"{where}: {key}: expected {len(tags)} character tags (or the sentence's markup)")
+        predicted.append(value)
+    labels = list(gold.values())
+    return {"entity_macro_f1": klue.ner_entity_macro_f1(predicted, labels),
+            "char_macro_f1": klue.ner_char_macro_f1(predicted, labels)}  # fmt: skip
+
+
+def _score_dp(gold, predictions, where) -> dict:
+    heads_p, labels_p = [], []
+    for key, (heads, _) in gold.items():
+        value = predictions[key]
+        if not (
+            isinstance(value, dict)
+            and len(value.get("heads", ())) == len(heads) == len(value.get("labels", ()))
+        ):
+            raise DataError(
+                f'{where}: {key}: expected {{"heads": [...], "labels": [...]}} for its {len(heads)} eojeols'
+            )
+        heads_p.append(value["heads"])
+        labels_p.append(value["labels"])
+    heads_g = [h for h, _ in gold.values()]
+    labels_g = [labels for _, labels in gold.values()]
+    return {"uas_macro_f1": klue.dp_uas_macro_f1(heads_p, heads_g),
+            "las_macro_f1": klue.dp_las_macro_f1(heads_p, heads_g, labels_p, labels_g)}  # fmt: skip
+
+
+_GOLD = {
+    "ynat": _ynat_gold,
+    "nli": _nli_gold,
+    "sts": _sts_gold,
+    "ner": _ner_gold,
+    "dp": _dp_gold,
+    "mrc": _mrc_gold,
+}
+_SCORE = {"ynat": _score_ynat, "nli": _score_nli, "sts": _score_sts, "ner": _score_ner, "dp": _score_dp}
