@@ -1,4 +1,4 @@
-"""`kolong finetune qa | cls | seq2seq` and `kolong predict qa`: options generated from the argument dataclasses."""
+"""`kolong finetune qa | cls | ner | seq2seq` and `kolong predict qa`: options generated from the argument dataclasses."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from kolong.training.arguments import (
     QAPredictArguments,
     Seq2SeqFinetuneArguments,
 )
+from kolong.training.ner import NERFinetuneArguments
 
 app = typer.Typer(help="Fine-tune models on tasks.", no_args_is_help=True, rich_markup_mode=None)
 predict_app = typer.Typer(help="Run fine-tuned models on data.", no_args_is_help=True, rich_markup_mode=None)
@@ -45,6 +46,22 @@ def finetune_cls(args: ClassificationArguments) -> None:
     console.print(f"[green]fine-tuned[/] {metrics['data']} ({metrics['train_examples']} train / "
                   f"{metrics['eval_examples']} eval) -> {args.output_dir}: "
                   + ", ".join(f"{k} {v:.4f}" for k, v in shown.items()))  # fmt: skip
+
+
+@app.command("ner")
+@command_from(NERFinetuneArguments)
+def finetune_ner(args: NERFinetuneArguments) -> None:
+    """Fine-tune MODEL for KLUE-NER token classification (each sub-word labelled by its first character's tag);
+    scored as KLUE scores it: entity-level and character-level macro F1 over the characters.
+
+    Python: kolong.training.ner.finetune_ner(NERFinetuneArguments(...)).
+    """
+    from kolong.training.ner import finetune_ner as run
+
+    metrics = run(args)
+    console.print(f"[green]fine-tuned[/] {metrics['train_sentences']} train / {metrics['eval_sentences']} eval "
+                  f"sentences -> {args.output_dir}: entity F1 {metrics['entity_f1']:.2f}, "
+                  f"character F1 {metrics['char_f1']:.2f}")  # fmt: skip
 
 
 @app.command("seq2seq")

@@ -1,0 +1,162 @@
+"""`kolong finetune ner`: token classification over KLUE-NER's character tags, scored as KLUE scores it.
+
+KLUE-NER tags every character (spaces included) with IOB2 over PS LC OG DT TI QT. A sub-word token is
+labelled with the tag of its first character, as KLUE-baseline does: entities start inside eojeols in
+Korean (<홍길동:PS>이), so labelling only each eojeol's first piece would lose them. Back at the
+characters, a token's predicted tag goes to its first character and the rest of the token continues it
+(B-X -> I-X); a character between tokens (a space) continues an entity when the next token does. The
+scores are KLUE's entity-level and character-level macro F1 (`kolong.evaluation.klue`) on the sentences'
+characters, so they compare with KLUE's published numbers. Works for kolong encoders (any position
+scheme) and HF token-classification models.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from kolong.io import writes_output
+from kolong.training.arguments import RecipeArguments
+from kolong.training.options import REQUIRED, option
+
+KLUE_NER_DEV = "klue/klue-ner-v1.1_dev.tsv"
+
+
+@dataclass(kw_only=True)
+class NERFinetuneArguments(RecipeArguments):
+    """`kolong finetune ner`."""
+
+    model: str = option(REQUIRED, "Checkpoint to fine-tune (a token-classification head is created).", "-m",
+                        "--model_name_or_path")  # fmt: skip
+    train: str | None = option(
+        None, "KLUE-NER TSV to train on (default: the shared KLUE-NER dev set, split)."
+    )
+    eval: str | None = option(None, "KLUE-NER TSV to evaluate on (default: --eval-fraction of --train).")
+    eval_fraction: float = option(0.2, "Share of --train held out when there is no --eval (seeded).", below=1)
+    shared_data: str = option("../shared/data", "Where the KLUE-NER dev set is found.")
+    max_length: int = option(
+        128, "Tokens per sentence; characters past it are predicted O.", "--max_seq_length"
+    )
+    limit: int | None = option(None, "At most this many training sentences (evaluation: a quarter of it).")
+    epochs: float = option(3.0)
+    batch_size: int = option(32)
+    eval_batch_size: int = option(64)
+    logging_steps: int = option(20)
+
+
+def token_labels(offsets: list[tuple[int, int]], tags: list[str], label2id: dict) -> list[int]:
+    """Per token: the id of its first character's tag; -100 for special tokens (offsets (0, 0))."""
+    return [-100 if start == end else label2id[tags[start]] for start, end in offsets]
+
+
+def character_tags(offsets: list[tuple[int, int]], token_tags: list[str], length: int) -> list[str]:
+    """Per character of a `length`-character sentence, from per-token predicted tags (specials skipped)."""
+    tags = ["O"] * length
+    spans = [(s, e, t) for (s, e), t in zip(offsets, token_tags, strict=True) if s != e]
+    for index, (start, end, tag) in enumerate(spans):
+        tags[start] = tag
+        inside = "O" if tag == "O" else "I-" + tag[2:]
+        for position in range(start + 1, min(end, length)):
+            tags[position] = inside
+        following = spans[index + 1] if index + 1 < len(spans) else None
+        if following is not None and tag != "O" and following[2] == inside:
+            for position in range(end, following[0]):  # the space inside a multi-word entity
+                tags[position] = inside
+    return tags
+
+
+def _sentences(args: NERFinetuneArguments):
+    import random
+
+    from kolong.data.klue_ner import read_klue_ner
+
+    training = read_klue_ner(args.train or Path(args.shared_data) / KLUE_NER_DEV)
+    if args.eval:
+        evaluation = read_klue_ner(args.eval)
+    else:
+        shuffled = training[:]
+        random.Random(args.seed).shuffle(shuffled)
+        held = max(1, round(len(shuffled) * args.eval_fraction))
+        training, evaluation = shuffled[held:], shuffled[:held]
+    if args.limit is not None:
+        training, evaluation = training[: args.limit], evaluation[: max(1, args.limit // 4)]
+    return training, evaluation
+
+
+def _encode(tokenizer, sentences, max_length: int, label2id: dict):
+    from datasets import Dataset
+
+    encoded = tokenizer([s.text for s in sentences], truncation=True, max_length=max_length,
+                        return_offsets_mapping=True)  # fmt: skip
+    offsets = [[tuple(pair) for pair in row] for row in encoded.pop("offset_mapping")]
+    encoded["labels"] = [token_labels(o, s.tags, label2id) for o, s in zip(offsets, sentences, strict=True)]
+    return Dataset.from_dict(dict(encoded)), offsets
+
+
+def ner_scores_of(logits, offsets, sentences, id2label: dict) -> dict:
+    """KLUE's entity and character macro F1 of per-token logits, decoded back to characters."""
+    from kolong.evaluation import klue
+
+    predicted = []
+    for row, token_offsets, sentence in zip(logits, offsets, sentences, strict=False):
+        ids = row.argmax(-1)[: len(token_offsets)]
+        predicted.append(character_tags(token_offsets, [id2label[int(i)] for i in ids], len(sentence.tags)))
+    gold = [s.tags for s in sentences]
+    return {
+        "entity_f1": klue.ner_entity_macro_f1(predicted, gold),
+        "char_f1": klue.ner_char_macro_f1(predicted, gold),
+    }
+
+
+@writes_output("args", "output_dir")
+def finetune_ner(args: NERFinetuneArguments) -> dict:
+    from transformers import AutoModelForTokenClassification, DataCollatorForTokenClassification, Trainer
+
+    from kolong.checkpoints import load_model, load_tokenizer
+    from kolong.evaluation.klue import NER_LABELS
+    from kolong.io import atomic_write_json
+    from kolong.training.arguments import recorded, training_arguments
+    from kolong.training.common import (
+        quiet_trainer,
+        resume_checkpoint,
+        run_train_loss,
+        save_final,
+        train_or_finish,
+    )
+    from kolong.training.qa import check_length
+
+    output_dir = Path(args.output_dir)
+    resume_from = resume_checkpoint(args)
+    training, evaluation = _sentences(args)
+    label2id = {label: i for i, label in enumerate(NER_LABELS)}
+    id2label = dict(enumerate(NER_LABELS))
+    tokenizer = load_tokenizer(args.model)
+    if not getattr(tokenizer, "is_fast", False):
+        raise ValueError(f"{args.model}: finetune ner needs a fast tokenizer (character offsets)")
+    model = load_model(args.model, AutoModelForTokenClassification, num_labels=len(NER_LABELS),
+                       id2label=id2label, label2id=label2id)  # fmt: skip
+    check_length(model, args.max_length, args.model)
+    train_set, _ = _encode(tokenizer, training, args.max_length, label2id)
+    eval_set, eval_offsets = _encode(tokenizer, evaluation, args.max_length, label2id)
+
+    def compute_metrics(prediction):
+        return ner_scores_of(prediction.predictions, eval_offsets, evaluation, id2label)
+
+    trainer = Trainer(
+        model=model,
+        args=training_arguments(args, evaluating=True, metric="entity_f1"),
+        train_dataset=train_set,
+        eval_dataset=eval_set,
+        data_collator=DataCollatorForTokenClassification(tokenizer),
+        processing_class=tokenizer,
+        compute_metrics=compute_metrics,
+    )
+    quiet_trainer(trainer, args.quiet)
+    output = train_or_finish(trainer, resume_from)
+    metrics = {key.removeprefix("eval_"): value for key, value in trainer.evaluate().items()}
+    metrics.update(train_loss=run_train_loss(trainer, output), train_sentences=len(training),
+                   eval_sentences=len(evaluation))  # fmt: skip
+    save_final(trainer, tokenizer, output_dir)
+    if trainer.is_world_process_zero():
+        atomic_write_json(output_dir / "ner_results.json", {"arguments": recorded(args), "metrics": metrics})
+    return metrics
