@@ -92,6 +92,17 @@ def test_finetune_ner_end_to_end(ner_files, tmp_path):
     assert 0 <= metrics["char_f1"] <= 100
     config = json.loads((out / "config.json").read_text())
     assert config["id2label"]["0"] == "B-DT" and len(config["id2label"]) == 13
+    predictions = tmp_path / "predictions.json"
+    result = CliRunner().invoke(app, ["predict", "ner", "--model", str(out), "--data", str(ner_files), "-o",
+                                      str(predictions)])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert set(json.loads(predictions.read_text())) == {f"s{i}" for i in range(12)}
+    result = CliRunner().invoke(app, ["evaluate", "klue", "ner", "--data", str(ner_files), "--predictions",
+                                      str(predictions)])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    scores = json.loads(result.stdout)
+    assert scores["entity_macro_f1"] == pytest.approx(metrics["entity_f1"])
+    assert scores["char_macro_f1"] == pytest.approx(metrics["char_f1"])
     refused = CliRunner().invoke(app, ["finetune", "ner", "-m", str(model), "--train", str(tmp_path / "none.tsv"),
                                        "-o", str(tmp_path / "x")])  # fmt: skip
     assert refused.exit_code == 2 and "none.tsv" in refused.output

@@ -14,7 +14,7 @@ from kolong.training.arguments import (
     QAPredictArguments,
     Seq2SeqFinetuneArguments,
 )
-from kolong.training.ner import NERFinetuneArguments
+from kolong.training.ner import NERFinetuneArguments, NERPredictArguments
 
 app = typer.Typer(help="Fine-tune models on tasks.", no_args_is_help=True, rich_markup_mode=None)
 predict_app = typer.Typer(help="Run fine-tuned models on data.", no_args_is_help=True, rich_markup_mode=None)
@@ -94,3 +94,17 @@ def predict_qa(args: QAPredictArguments) -> None:
         f"[green]wrote[/] {args.output}: {summary['questions']} questions, {summary['windows']} windows "
         f"of {summary['max_length']} tokens"
     )
+
+
+@predict_app.command("ner")
+@command_from(NERPredictArguments, hf_fields=False)
+def predict_ner(args: NERPredictArguments) -> None:
+    """Tag every sentence of a KLUE-NER TSV or text file; writes {id: <text:TAG> markup} for
+    `kolong evaluate klue ner`.
+
+    Python: kolong.training.ner.predict_ner(NERPredictArguments(...)).
+    """
+    from kolong.training.ner import predict_ner as run
+
+    summary = run(args)
+    console.print(f"[green]wrote[/] {summary['output']}: {summary['sentences']} sentences")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from kolong.io import writes_output
 from kolong.training.arguments import RecipeArguments
-from kolong.training.options import REQUIRED, option
+from kolong.training.options import REQUIRED, CheckedArguments, option
 
 KLUE_NER_DEV = "klue/klue-ner-v1.1_dev.tsv"
 
@@ -160,3 +160,56 @@ def finetune_ner(args: NERFinetuneArguments) -> dict:
     if trainer.is_world_process_zero():
         atomic_write_json(output_dir / "ner_results.json", {"arguments": recorded(args), "metrics": metrics})
     return metrics
+
+
+@dataclass(kw_only=True)
+class NERPredictArguments(CheckedArguments):
+    """`kolong predict ner`."""
+
+    model: str = option(REQUIRED, "Fine-tuned token-classification checkpoint (`kolong finetune ner`).")
+    data: str = option(REQUIRED, "KLUE-NER TSV, or a text file with one sentence per line (ids: line-N).")
+    output: str = option(REQUIRED, "predictions.json to write: {id: sentence in <text:TAG> markup}.", "-o")
+    overwrite: bool = option(False, "Replace an existing --output file.")
+    max_length: int = option(128, "Tokens per sentence; characters past it are predicted O.")
+    batch_size: int = option(32, "Sentences per forward pass.")
+
+
+def _texts(path: str) -> dict[str, str]:
+    from kolong.data.klue_ner import read_klue_ner
+    from kolong.data.sources import utf8_text
+
+    if Path(path).suffix == ".tsv":
+        return {s.id: s.text for s in read_klue_ner(path)}
+    return {f"line-{n}": line for n, line in enumerate(utf8_text(path).splitlines(), 1) if line.strip()}
+
+
+def predict_ner(args: NERPredictArguments) -> dict:
+    """Write {id: markup} for every sentence of `args.data` (atomically; an existing file needs overwrite)."""
+    import torch
+    from transformers import AutoModelForTokenClassification
+
+    from kolong.checkpoints import load_model, load_tokenizer
+    from kolong.data.klue_ner import render
+    from kolong.io import atomic_output_file, atomic_write_json, check_output_file
+
+    check_output_file(args.output, args.overwrite)
+    texts = _texts(args.data)
+    tokenizer = load_tokenizer(args.model)
+    model = load_model(args.model, AutoModelForTokenClassification).eval()
+    id2label = {int(k): v for k, v in model.config.id2label.items()}
+    markups, items = {}, list(texts.items())
+    for start in range(0, len(items), args.batch_size):
+        batch = items[start : start + args.batch_size]
+        encoded = tokenizer([text for _, text in batch], truncation=True, max_length=args.max_length,
+                            padding=True, return_offsets_mapping=True, return_tensors="pt")  # fmt: skip
+        offsets = encoded.pop("offset_mapping").tolist()
+        with torch.inference_mode():
+            logits = model(**encoded.to(model.device)).logits.argmax(-1).tolist()
+        for (key, text), row, token_offsets, mask in zip(batch, logits, offsets, encoded["attention_mask"].tolist(),
+                                                         strict=True):  # fmt: skip
+            real = [(tuple(o), id2label[i]) for o, i, m in zip(token_offsets, row, mask, strict=True) if m]
+            tags = character_tags([o for o, _ in real], [t for _, t in real], len(text))
+            markups[key] = render(text, tags)
+    with atomic_output_file(args.output, args.overwrite) as staging:
+        atomic_write_json(staging, markups)
+    return {"sentences": len(markups), "output": args.output}
