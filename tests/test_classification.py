@@ -174,3 +174,39 @@ def test_nsmc_style_data_is_balanced_and_movie_disjoint(shared_data):
     for side in (data.train, data.eval):
         labels = [e.label for e in side]
         assert labels.count(0) == labels.count(1)
+
+
+def test_predict_cls_writes_what_evaluate_klue_scores(checkpoint, tmp_path):
+    """finetune cls -> predict cls on KLUE-format JSON -> evaluate klue: NLI labels by name, STS scores."""
+    from typer.testing import CliRunner
+
+    from kolong.cli import app
+
+    def invoke(*args):
+        result = CliRunner().invoke(app, [str(a) for a in args])
+        assert result.exit_code == 0, result.output
+        return result
+
+    rng = random.Random(0)
+    labels = ["entailment", "neutral", "contradiction"]
+    rows = [{"guid": f"nli-{i}", "premise": rng.choice(POSITIVE), "hypothesis": rng.choice(NEGATIVE),
+             "gold_label": labels[i % 3]} for i in range(30)]  # fmt: skip
+    table = tmp_path / "nli.jsonl"
+    table.write_text("".join(json.dumps({"text": r["premise"], "text_pair": r["hypothesis"], "label": r["gold_label"]},
+                                        ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")  # fmt: skip
+    gold = tmp_path / "klue-nli.json"
+    gold.write_text(json.dumps(rows, ensure_ascii=False), encoding="utf-8")
+    finetune_cls(ClassificationArguments(model=str(checkpoint), data=str(table), output_dir=str(tmp_path / "nli"),
+                                         epochs=1, batch_size=16, max_length=32, extra={"disable_tqdm": True}))  # fmt: skip
+    predictions = tmp_path / "nli-predictions.json"
+    invoke("predict", "cls", "--model", tmp_path / "nli", "--data", gold, "-o", predictions)
+    predicted = json.loads(predictions.read_text())
+    assert set(predicted) == {r["guid"] for r in rows} and set(predicted.values()) <= set(labels)
+    scores = json.loads(
+        invoke("evaluate", "klue", "nli", "--data", gold, "--predictions", predictions).stdout
+    )
+    expected = 100 * sum(predicted[r["guid"]] == r["gold_label"] for r in rows) / len(rows)
+    assert scores["accuracy"] == pytest.approx(expected) and scores["items"] == 30
+    refused = CliRunner().invoke(app, ["predict", "cls", "--model", str(tmp_path / "nli"), "--data", str(gold),
+                                       "-o", str(predictions)])  # fmt: skip
+    assert refused.exit_code == 2 and "--overwrite" in refused.output

@@ -15,6 +15,7 @@ from kolong.training.arguments import (
     Seq2SeqFinetuneArguments,
 )
 from kolong.training.ner import NERFinetuneArguments, NERPredictArguments
+from kolong.training.predict_cls import ClassificationPredictArguments
 
 app = typer.Typer(help="Fine-tune models on tasks.", no_args_is_help=True, rich_markup_mode=None)
 predict_app = typer.Typer(help="Run fine-tuned models on data.", no_args_is_help=True, rich_markup_mode=None)
@@ -108,3 +109,18 @@ def predict_ner(args: NERPredictArguments) -> None:
 
     summary = run(args)
     console.print(f"[green]wrote[/] {summary['output']}: {summary['sentences']} sentences")
+
+
+@predict_app.command("cls")
+@command_from(ClassificationPredictArguments, hf_fields=False)
+def predict_cls(args: ClassificationPredictArguments) -> None:
+    """Label (or score) every example of a KLUE-NLI/STS JSON, a table file or a named dataset's evaluation
+    split; writes {id: label or score} for `kolong evaluate klue nli|sts|ynat`.
+
+    Python: kolong.training.predict_cls.predict_cls(ClassificationPredictArguments(...)).
+    """
+    from kolong.training.predict_cls import predict_cls as run
+
+    summary = run(args)
+    console.print(f"[green]wrote[/] {summary['output']}: {summary['examples']} "
+                  f"{'scores' if summary['regression'] else 'labels'}")  # fmt: skip

@@ -1,0 +1,72 @@
+"""`kolong predict cls`: labels (or scores) of a classification / regression model for every example.
+
+Input: a KLUE-NLI or KLUE-STS JSON file (all of it), a `.tsv` / `.csv` / `.jsonl` file as `finetune cls`
+reads them (labels optional), or a named dataset of `finetune cls` (its evaluation split with the same
+--seed, so the predictions cover exactly what fine-tuning evaluated). Output: {id: label name} or
+{id: score}, the format `kolong evaluate klue nli|sts|ynat` reads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from kolong.training.options import REQUIRED, CheckedArguments, option
+
+
+@dataclass(kw_only=True)
+class ClassificationPredictArguments(CheckedArguments):
+    """`kolong predict cls`."""
+
+    model: str = option(REQUIRED, "Fine-tuned classification checkpoint (`kolong finetune cls`).")
+    data: str = option(REQUIRED, "KLUE-NLI / KLUE-STS JSON, a .tsv/.csv/.jsonl file, or a named dataset of "
+                       "`finetune cls` (its evaluation split, with --seed).")  # fmt: skip
+    output: str = option(REQUIRED, "predictions.json to write: {id: label or score}.", "-o")
+    overwrite: bool = option(False, "Replace an existing --output file.")
+    shared_data: str = option("../shared/data", "Where the named datasets are found.")
+    seed: int = option(42, "Seed of a named dataset's split (the one `finetune cls` used).", min=0)
+    max_length: int = option(128, "Tokens per example (pairs: both sentences).")
+    batch_size: int = option(64, "Examples per forward pass.")
+
+
+def _examples(args: ClassificationPredictArguments):
+    from kolong.data.classification import NAMED, load_classification_data, read_file
+    from kolong.data.klue import read_klue_nli, read_klue_sts
+    from kolong.data.sources import load_json
+
+    if args.data in NAMED or args.data == "nsmc":
+        return load_classification_data(args.data, None, args.shared_data, args.seed).eval
+    path = Path(args.data)
+    if path.suffix == ".json":
+        rows = load_json(path)
+        first = rows[0] if isinstance(rows, list) and rows and isinstance(rows[0], dict) else {}
+        return read_klue_nli(path) if "premise" in first else read_klue_sts(path)
+    return read_file(path)[0]
+
+
+def predict_cls(args: ClassificationPredictArguments) -> dict:
+    import torch
+    from transformers import AutoModelForSequenceClassification
+
+    from kolong.checkpoints import load_model, load_tokenizer
+    from kolong.io import atomic_output_file, atomic_write_json, check_output_file
+
+    check_output_file(args.output, args.overwrite)
+    examples = _examples(args)
+    tokenizer = load_tokenizer(args.model)
+    model = load_model(args.model, AutoModelForSequenceClassification).eval()
+    regression = model.config.num_labels == 1
+    names = {int(k): v for k, v in model.config.id2label.items()}
+    predictions = {}
+    for start in range(0, len(examples), args.batch_size):
+        batch = examples[start : start + args.batch_size]
+        pairs = [e.pair for e in batch] if any(e.pair for e in batch) else None
+        encoded = tokenizer([e.text for e in batch], pairs, truncation=True, max_length=args.max_length,
+                            padding=True, return_tensors="pt").to(model.device)  # fmt: skip
+        with torch.inference_mode():
+            logits = model(**encoded).logits.float()
+        values = logits[:, 0].tolist() if regression else [names[i] for i in logits.argmax(-1).tolist()]
+        predictions.update({e.id: v for e, v in zip(batch, values, strict=True)})
+    with atomic_output_file(args.output, args.overwrite) as staging:
+        atomic_write_json(staging, predictions)
+    return {"examples": len(predictions), "output": args.output, "regression": regression}
