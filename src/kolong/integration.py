@@ -9,7 +9,7 @@ half-loaded kolong:
 
 | transformers module | wrapped                                      | on the first call, kolong                      |
 |---------------------|----------------------------------------------|------------------------------------------------|
-| `configuration_auto`| `AutoConfig.from_pretrained`, `for_model`    | registers configs "kolong", "kolong-byte"      |
+| `configuration_auto`| `AutoConfig.from_pretrained`, `for_model`    | registers configs "kolong", "kolong-byte", "kolong-dependency-parser" |
 | `modeling_auto`     | `from_pretrained`, `from_config` of every `AutoModel*` | registers the encoder and byte models; installs the keep-short position-id hook on the loaded model when its config asks (kolong/extension/scaling.py) |
 | `tokenization_auto` | `AutoTokenizer.from_pretrained`              | registers `MorphemeTokenizer`, `ByteTokenizer` |
 
@@ -115,17 +115,20 @@ def _register_configs() -> None:
 
     from kolong.models.byte.configuration import KolongByteConfig
     from kolong.models.encoder.configuration import KolongConfig
+    from kolong.models.parsing import DependencyParserConfig
 
-    for config in (KolongConfig, KolongByteConfig):
+    for config in (KolongConfig, KolongByteConfig, DependencyParserConfig):
         AutoConfig.register(config.model_type, config, exist_ok=True)
 
 
 def _register_models() -> None:
     from kolong.models.byte import register_auto_classes as register_byte_models
     from kolong.models.encoder import register_auto_classes as register_encoder_models
+    from kolong.models.parsing import register_auto_classes as register_parser
 
     register_encoder_models()
     register_byte_models()
+    register_parser()
 
 
 def _register_tokenizers() -> None:

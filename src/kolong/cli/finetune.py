@@ -1,4 +1,4 @@
-"""`kolong finetune qa | cls | ner | seq2seq` and `kolong predict qa`: options generated from the argument dataclasses."""
+"""`kolong finetune qa | cls | ner | dp | seq2seq` and `kolong predict qa`: options generated from the argument dataclasses."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from kolong.training.arguments import (
     QAPredictArguments,
     Seq2SeqFinetuneArguments,
 )
+from kolong.training.dp import DPFinetuneArguments, DPPredictArguments
 from kolong.training.ner import NERFinetuneArguments, NERPredictArguments
 from kolong.training.predict_cls import ClassificationPredictArguments
 
@@ -63,6 +64,22 @@ def finetune_ner(args: NERFinetuneArguments) -> None:
     console.print(f"[green]fine-tuned[/] {metrics['train_sentences']} train / {metrics['eval_sentences']} eval "
                   f"sentences -> {args.output_dir}: entity F1 {metrics['entity_f1']:.2f}, "
                   f"character F1 {metrics['char_f1']:.2f}")  # fmt: skip
+
+
+@app.command("dp")
+@command_from(DPFinetuneArguments)
+def finetune_dp(args: DPFinetuneArguments) -> None:
+    """Fine-tune a biaffine dependency parser on KLUE-DP over MODEL (any kolong or HF encoder; eojeols read
+    at their first sub-word); scored with KLUE's UAS / LAS macro F1 and plain UAS / LAS.
+
+    Python: kolong.training.dp.finetune_dp(DPFinetuneArguments(...)).
+    """
+    from kolong.training.dp import finetune_dp as run
+
+    metrics = run(args)
+    console.print(f"[green]fine-tuned[/] {metrics['train_sentences']} train / {metrics['eval_sentences']} eval "
+                  f"sentences -> {args.output_dir}: UAS {metrics['uas']:.2f}, LAS {metrics['las']:.2f} (macro F1 "
+                  f"{metrics['uas_macro_f1']:.2f} / {metrics['las_macro_f1']:.2f})")  # fmt: skip
 
 
 @app.command("seq2seq")
@@ -124,3 +141,16 @@ def predict_cls(args: ClassificationPredictArguments) -> None:
     summary = run(args)
     console.print(f"[green]wrote[/] {summary['output']}: {summary['examples']} "
                   f"{'scores' if summary['regression'] else 'labels'}")  # fmt: skip
+
+
+@predict_app.command("dp")
+@command_from(DPPredictArguments, hf_fields=False)
+def predict_dp(args: DPPredictArguments) -> None:
+    """Parse every sentence of a KLUE-DP TSV; writes {id: {heads, labels}} for `kolong evaluate klue dp`.
+
+    Python: kolong.training.dp.predict_dp(DPPredictArguments(...)).
+    """
+    from kolong.training.dp import predict_dp as run
+
+    summary = run(args)
+    console.print(f"[green]wrote[/] {summary['output']}: {summary['sentences']} sentences")

@@ -1,0 +1,234 @@
+"""`kolong finetune dp` and `kolong predict dp`: KLUE-DP with a biaffine parser over any encoder.
+
+Eojeols are the words (`is_split_into_words`); each is read at its first sub-word
+(`kolong.models.parsing`). Scores are KLUE-baseline's UAS and LAS macro F1 (`kolong.evaluation.klue`),
+plus plain UAS / LAS accuracy. As in KLUE-baseline, eojeols cut off by `max_length` are not scored; their
+number is reported (`truncated_eojeols`) so that a cut never passes unnoticed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from kolong.io import writes_output
+from kolong.training.arguments import RecipeArguments
+from kolong.training.options import REQUIRED, CheckedArguments, option
+
+KLUE_DP_DEV = "klue/klue-dp-v1.1_dev.tsv"
+
+
+@dataclass(kw_only=True)
+class DPFinetuneArguments(RecipeArguments):
+    """`kolong finetune dp`."""
+
+    model: str = option(REQUIRED, "Encoder checkpoint (kolong or HF), or a parser to train further.", "-m",
+                        "--model_name_or_path")  # fmt: skip
+    train: str | None = option(None, "KLUE-DP TSV to train on (default: the shared KLUE-DP dev set, split).")
+    eval: str | None = option(None, "KLUE-DP TSV to evaluate on (default: --eval-fraction of --train).")
+    eval_fraction: float = option(0.2, "Share of --train held out when there is no --eval (seeded).", below=1)
+    shared_data: str = option("../shared/data", "Where the KLUE-DP dev set is found.")
+    max_length: int = option(256, "Tokens per sentence; eojeols past it are not scored (and counted).")
+    limit: int | None = option(None, "At most this many training sentences (evaluation: a quarter of it).")
+    arc_size: int = option(512, "Width of the arc MLP views (Dozat & Manning: 500).")
+    label_size: int = option(128, "Width of the label MLP views (Dozat & Manning: 100).")
+    epochs: float = option(3.0)
+    batch_size: int = option(16)
+    eval_batch_size: int = option(32)
+    logging_steps: int = option(20)
+
+
+@dataclass(kw_only=True)
+class DPPredictArguments(CheckedArguments):
+    """`kolong predict dp`."""
+
+    model: str = option(REQUIRED, "Fine-tuned parser (`kolong finetune dp`).")
+    data: str = option(REQUIRED, "KLUE-DP TSV (its eojeols are parsed; gold heads are not read).")
+    output: str = option(REQUIRED, "predictions.json to write: {id: {heads, labels}}.", "-o")
+    overwrite: bool = option(False, "Replace an existing --output file.")
+    max_length: int = option(256, "Tokens per sentence; eojeols past it get head 0 and the first label.")
+    batch_size: int = option(32, "Sentences per forward pass.")
+
+
+def encode_sentences(tokenizer, sentences, max_length: int, label2id: dict | None = None) -> list[dict]:
+    """Per sentence: input ids, the first sub-word of each kept eojeol, and (with label2id) the gold arcs."""
+    if not getattr(tokenizer, "is_fast", False):
+        raise ValueError("dependency parsing needs a fast tokenizer (word_ids of the eojeols)")
+    encoded = tokenizer([s.words for s in sentences], is_split_into_words=True, truncation=True,
+                        max_length=max_length)  # fmt: skip
+    features = []
+    for index, sentence in enumerate(sentences):
+        starts: dict[int, int] = {}
+        for position, word in enumerate(encoded.word_ids(index)):
+            if word is not None and word not in starts:
+                starts[word] = position
+        kept = len(starts)  # eojeols 0..kept-1 survive truncation
+        feature = {"input_ids": encoded["input_ids"][index], "word_starts": [starts[w] for w in range(kept)]}
+        if label2id is not None:
+            # a head past the cut cannot be predicted: the arc is not trained on
+            arcs = list(zip(sentence.heads[:kept], sentence.labels[:kept], strict=True))
+            feature["heads"] = [h if h <= kept else -100 for h, _ in arcs]
+            feature["dep_labels"] = [label2id[label] if h <= kept else -100 for h, label in arcs]
+        features.append(feature)
+    return features
+
+
+class DPCollator:
+    """Pads token rows (tokenizer.pad) and eojeol rows (-1 starts, -100 heads and labels)."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+
+    def __call__(self, features: list[dict]) -> dict:
+        import torch
+
+        batch = self.tokenizer.pad([{"input_ids": f["input_ids"]} for f in features], return_tensors="pt")
+        width = max(1, max(len(f["word_starts"]) for f in features))
+        for key, pad in (("word_starts", -1), ("heads", -100), ("dep_labels", -100)):
+            if key in features[0]:
+                batch[key] = torch.tensor([f[key] + [pad] * (width - len(f[key])) for f in features])
+        return dict(batch)
+
+
+def dp_scores(heads_predicted, labels_predicted, sentences, id2label: dict) -> dict:
+    """KLUE's macro F1s and plain accuracies over the scored (not truncated) eojeols."""
+    from kolong.evaluation import klue
+
+    gold_heads, gold_labels, heads, labels, truncated = [], [], [], [], 0
+    for sentence, predicted_heads, predicted_labels in zip(
+        sentences, heads_predicted, labels_predicted, strict=True
+    ):
+        kept = len(predicted_heads)
+        truncated += len(sentence.heads) - kept
+        gold_heads.append(sentence.heads[:kept])
+        gold_labels.append(sentence.labels[:kept])
+        heads.append(list(predicted_heads))
+        labels.append([id2label[int(i)] for i in predicted_labels])
+    pairs = [(h, g, lp, lg) for s in zip(heads, gold_heads, labels, gold_labels, strict=True)
+             for h, g, lp, lg in zip(*s, strict=True)]  # fmt: skip
+    return {
+        "uas_macro_f1": klue.dp_uas_macro_f1(heads, gold_heads),
+        "las_macro_f1": klue.dp_las_macro_f1(heads, gold_heads, labels, gold_labels),
+        "uas": 100.0 * sum(h == g for h, g, _, _ in pairs) / len(pairs),
+        "las": 100.0 * sum(h == g and lp == lg for h, g, lp, lg in pairs) / len(pairs),
+        "truncated_eojeols": truncated,
+    }
+
+
+def _sentences(args: DPFinetuneArguments):
+    import random
+
+    from kolong.data.klue_dp import read_klue_dp
+
+    training = read_klue_dp(args.train or Path(args.shared_data) / KLUE_DP_DEV)
+    if args.eval:
+        evaluation = read_klue_dp(args.eval)
+    else:
+        shuffled = training[:]
+        random.Random(args.seed).shuffle(shuffled)
+        held = max(1, round(len(shuffled) * args.eval_fraction))
+        training, evaluation = shuffled[held:], shuffled[:held]
+    if args.limit is not None:
+        training, evaluation = training[: args.limit], evaluation[: max(1, args.limit // 4)]
+    return training, evaluation
+
+
+def _parser(model: str, arc_size: int, label_size: int):
+    from kolong.checkpoints import load_config
+    from kolong.evaluation.klue import DP_LABELS
+    from kolong.models.parsing import BiaffineDependencyParser
+
+    if getattr(load_config(model), "model_type", None) == "kolong-dependency-parser":
+        return BiaffineDependencyParser.from_pretrained(model)
+    return BiaffineDependencyParser.from_encoder(model, num_labels=len(DP_LABELS), id2label=dict(enumerate(DP_LABELS)),
+                                                 arc_size=arc_size, label_size=label_size)  # fmt: skip
+
+
+@writes_output("args", "output_dir")
+def finetune_dp(args: DPFinetuneArguments) -> dict:
+    from transformers import Trainer
+
+    from kolong.checkpoints import load_tokenizer
+    from kolong.evaluation.klue import DP_LABELS
+    from kolong.io import atomic_write_json
+    from kolong.training.arguments import recorded, training_arguments
+    from kolong.training.common import (
+        ListDataset,
+        quiet_trainer,
+        resume_checkpoint,
+        run_train_loss,
+        save_final,
+        train_or_finish,
+    )
+
+    output_dir = Path(args.output_dir)
+    resume_from = resume_checkpoint(args)
+    training, evaluation = _sentences(args)
+    label2id = {label: i for i, label in enumerate(DP_LABELS)}
+    tokenizer = load_tokenizer(args.model)
+    model = _parser(args.model, args.arc_size, args.label_size)
+    train_set = encode_sentences(tokenizer, training, args.max_length, label2id)
+    eval_set = encode_sentences(tokenizer, evaluation, args.max_length, label2id)
+    kept = [len(f["word_starts"]) for f in eval_set]
+
+    def keep_predictions(outputs, labels):  # (heads, label ids) only: the arc scores vary in width per batch
+        import torch
+
+        return torch.stack([outputs[2], outputs[3]], dim=-1)
+
+    def compute_metrics(prediction):
+        rows = prediction.predictions  # (sentences, w, 2), padded with -100
+        return dp_scores([r[:n, 0] for r, n in zip(rows, kept, strict=True)],
+                         [r[:n, 1] for r, n in zip(rows, kept, strict=True)], evaluation, dict(enumerate(DP_LABELS)))  # fmt: skip
+
+    trainer = Trainer(
+        model=model,
+        args=training_arguments(
+            args, evaluating=True, metric="las_macro_f1", label_names=["heads", "dep_labels"]
+        ),
+        train_dataset=ListDataset(train_set),
+        eval_dataset=ListDataset(eval_set),
+        data_collator=DPCollator(tokenizer),
+        processing_class=tokenizer,
+        compute_metrics=compute_metrics,
+        preprocess_logits_for_metrics=keep_predictions,
+    )
+    quiet_trainer(trainer, args.quiet)
+    output = train_or_finish(trainer, resume_from)
+    metrics = {key.removeprefix("eval_"): value for key, value in trainer.evaluate().items()}
+    metrics.update(train_loss=run_train_loss(trainer, output), train_sentences=len(training),
+                   eval_sentences=len(evaluation))  # fmt: skip
+    save_final(trainer, tokenizer, output_dir)
+    if trainer.is_world_process_zero():
+        atomic_write_json(output_dir / "dp_results.json", {"arguments": recorded(args), "metrics": metrics})
+    return metrics
+
+
+def predict_dp(args: DPPredictArguments) -> dict:
+    """Write {id: {"heads": [...], "labels": [...]}} for every sentence (every eojeol, cut ones included)."""
+    import torch
+
+    from kolong.checkpoints import load_tokenizer
+    from kolong.data.klue_dp import read_klue_dp
+    from kolong.io import atomic_output_file, atomic_write_json, check_output_file
+    from kolong.models.parsing import BiaffineDependencyParser
+
+    check_output_file(args.output, args.overwrite)
+    sentences = read_klue_dp(args.data)
+    tokenizer = load_tokenizer(args.model)
+    model = BiaffineDependencyParser.from_pretrained(args.model).eval()
+    names = {int(k): v for k, v in model.config.id2label.items()}
+    collate, parses = DPCollator(tokenizer), {}
+    for start in range(0, len(sentences), args.batch_size):
+        batch = sentences[start : start + args.batch_size]
+        features = encode_sentences(tokenizer, batch, args.max_length)
+        with torch.inference_mode():
+            output = model(**{k: v.to(model.device) for k, v in collate(features).items()})
+        for sentence, feature, heads, labels in zip(batch, features, output.heads.tolist(), output.labels.tolist(),
+                                                    strict=True):  # fmt: skip
+            kept, cut = len(feature["word_starts"]), len(sentence.words) - len(feature["word_starts"])
+            parses[sentence.id] = {"heads": heads[:kept] + [0] * cut,
+                                   "labels": [names[i] for i in labels[:kept]] + [names[0]] * cut}  # fmt: skip
+    with atomic_output_file(args.output, args.overwrite) as staging:
+        atomic_write_json(staging, parses)
+    return {"sentences": len(parses), "output": args.output}
