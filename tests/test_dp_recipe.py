@@ -89,3 +89,33 @@ def test_finetune_predict_evaluate_dp(dp_file, tmp_path, kolong_encoder):
     )
     assert scores["uas_macro_f1"] == pytest.approx(metrics["uas_macro_f1"])
     assert scores["las_macro_f1"] == pytest.approx(metrics["las_macro_f1"])
+
+
+def test_byte_models_read_klue_dp_as_the_gbst_paper_casts_it(dp_file, tmp_path):
+    from kolong.data.text_to_text import Seq2SeqTask, load_task, score_generations
+    from kolong.data.text_to_text_dp import parse_dp_generation
+    from kolong.training.seq2seq import Seq2SeqFinetuneArguments, finetune_seq2seq
+
+    task = load_task("klue-dp", str(dp_file), str(dp_file))
+    first = next(p for p in task.eval if p.id == "s0")
+    assert (
+        first.source
+        == "철수가 밥을 먹었다.\n(1, 철수가, 3, 철수가, NNG) (2, 밥을, 2, 밥을, NNG) (3, 먹었다., 4, 먹었다., NNG)"
+    )
+    assert first.target == "(1/3, 3, NP_SBJ), (2/2, 3, NP_OBJ), (3/4, 0, VP)"
+    assert parse_dp_generation(first.target, 3) == ([3, 3, 0], ["NP_SBJ", "NP_OBJ", "VP"], "ok")
+    assert parse_dp_generation("(1/3, 3, NP_SBJ)", 3)[2] == "under"
+    assert parse_dp_generation("ㅋㅋㅋ", 2) == ([-1, -1], ["?", "?"], "parse-failure")
+    pairs = [p for p in task.eval if p.id in ("s0", "s1")]
+    dp = Seq2SeqTask("klue-dp", "dp", [], pairs)
+    perfect = score_generations(dp, pairs, [p.target for p in pairs])
+    assert perfect["uas"] == perfect["las"] == 100.0 and perfect["malformed"] == 0
+    # s0 under-generated (its 3rd eojeol wrong), s1 unreadable: 2 of 7 arcs right; labels unknown count wrong
+    scores = score_generations(dp, pairs, ["(1/3, 3, NP_SBJ), (2/2, 3, NOT_A_LABEL)", "garbage"])
+    assert scores["uas"] == pytest.approx(100 * 2 / 7) and scores["las"] == pytest.approx(100 / 7)
+    assert (scores["under_generation"], scores["parse_failures"], scores["malformed"]) == (1, 1, 2)
+    metrics = finetune_seq2seq(Seq2SeqFinetuneArguments(
+        task="klue-dp", train=str(dp_file), eval=str(dp_file), output_dir=str(tmp_path / "byte"), init="tiny",
+        max_steps=2, batch_size=4, max_new_tokens=24, extra={"use_cpu": True, "disable_tqdm": True},
+    ))  # fmt: skip
+    assert {"eval_uas", "eval_las", "eval_las_macro_f1", "eval_malformed"} <= set(metrics)

@@ -13,6 +13,9 @@ from pathlib import Path
 
 from kolong.data.sources import utf8_text
 from kolong.errors import DataError
+from kolong.evaluation.klue import DP_LABELS
+
+DP_LABEL_SET = frozenset(DP_LABELS)
 
 
 @dataclass
@@ -23,11 +26,10 @@ class DPSentence:
     heads: list[int]  # 1-based index of each eojeol's head, 0 for the root
     labels: list[str]  # DEPREL
     pos: list[str]  # the POS tags of each eojeol's morphemes joined by +
+    lemmas: list[str]  # each eojeol's morphemes, space-separated (the LEMMA column)
 
 
 def read_klue_dp(path: str | Path) -> list[DPSentence]:
-    from kolong.evaluation.klue import DP_LABELS
-
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path} does not exist or is not a file")
@@ -42,7 +44,7 @@ def read_klue_dp(path: str | Path) -> list[DPSentence]:
             identifier, tab, text = line[2:].strip().partition("\t")
             if tab:  # a sentence header; other ## lines are comments
                 current = _finished(current, sentences, where)
-                current = DPSentence(identifier.strip(), text.strip(), [], [], [], [])
+                current = DPSentence(identifier.strip(), text.strip(), [], [], [], [], [])
             continue
         if current is None:
             raise DataError(f"{where}: an eojeol line without a '## id<TAB>sentence' header before it")
@@ -55,6 +57,7 @@ def read_klue_dp(path: str | Path) -> list[DPSentence]:
             raise DataError(f"{where}: sentence {current.id}: unknown DEPREL {fields[5]!r}")
         current.words.append(fields[1])
         current.pos.append(fields[3])
+        current.lemmas.append(fields[2])
         current.heads.append(int(fields[4]))
         current.labels.append(fields[5])
     _finished(current, sentences, f"{path}:end")

@@ -1,5 +1,5 @@
 """Tasks cast to text for byte models: NSMC and KLUE-NLI labels as words, KLUE-NER as the sentence with
-``<entity:TAG>`` markup, and FILEs (or datasets) of input / target pairs; and scoring of generated text
+``<entity:TAG>`` markup, KLUE-DP as (index/characters, head, label) tuples (`text_to_text_dp`), and FILEs (or datasets) of input / target pairs; and scoring of generated text
 (a generation that is not a valid answer is counted as malformed, never an error).
 """
 
@@ -15,7 +15,7 @@ from kolong.data.klue import read_klue_nli
 from kolong.data.sources import table_rows
 from kolong.errors import DataError
 
-TASKS = ("nsmc", "klue-ner", "klue-nli")
+TASKS = ("nsmc", "klue-ner", "klue-nli", "klue-dp")
 NSMC_LABELS = ("부정", "긍정")  # label 0 negative, 1 positive
 NLI_LABELS = {"entailment": "함의", "neutral": "중립", "contradiction": "모순"}
 
@@ -26,19 +26,22 @@ class TextPair:
     source: str
     target: str
     gold_tags: list[str] | None = None  # KLUE-NER: IOB2 tags of the source's characters
+    gold_arcs: tuple[list[int], list[str]] | None = None  # KLUE-DP: each eojeol's head and label
 
 
 @dataclass
 class Seq2SeqTask:
     name: str
-    kind: str  # classification | ner | text
+    kind: str  # classification | ner | dp | text
     train: list[TextPair]
     eval: list[TextPair]
     labels: list[str] | None = None  # classification: the label words
 
     @property
     def main_metric(self) -> str:
-        return {"classification": "accuracy", "ner": "entity_f1", "text": "exact_match"}[self.kind]
+        return {"classification": "accuracy", "ner": "entity_f1", "dp": "las", "text": "exact_match"}[
+            self.kind
+        ]
 
 
 def _split(pairs: list[TextPair], fraction: float, seed: int) -> tuple[list[TextPair], list[TextPair]]:
@@ -54,6 +57,14 @@ def _klue_ner_pairs(path: str | None) -> list[TextPair]:
     from kolong.data.klue_ner import read_klue_ner
 
     return [TextPair(s.id, s.text, s.markup, s.tags) for s in read_klue_ner(path)]
+
+
+def _klue_dp_pairs(path: str | None) -> list[TextPair]:
+    from kolong.data.klue_dp import read_klue_dp
+    from kolong.data.text_to_text_dp import dp_source, dp_target
+
+    sentences = read_klue_dp(path or Path("../shared/data") / klue.DP_DEV)
+    return [TextPair(s.id, dp_source(s), dp_target(s), gold_arcs=(s.heads, s.labels)) for s in sentences]
 
 
 def _klue_nli_pairs(path: str | None) -> list[TextPair]:
@@ -103,6 +114,8 @@ def load_task(
         return result
     if task == "klue-ner":
         reader, kind, labels = _klue_ner_pairs, "ner", None
+    elif task == "klue-dp":
+        reader, kind, labels = _klue_dp_pairs, "dp", None
     elif task == "klue-nli":
         reader, kind, labels = _klue_nli_pairs, "classification", list(NLI_LABELS.values())
     else:
@@ -132,6 +145,10 @@ def score_generations(task: Seq2SeqTask, pairs: list[TextPair], generations: lis
         scores = ner_scores([p.gold_tags for p in pairs], [p.tags for p in parsed])
         scores["malformed"] = sum(not p.well_formed for p in parsed)
         return scores
+    if task.kind == "dp":
+        from kolong.data.text_to_text_dp import score_dp_generations
+
+        return score_dp_generations([p.gold_arcs for p in pairs], generations)
     predictions = [text.strip() for text in generations]
     if task.kind == "classification":
         correct = sum(p == pair.target for p, pair in zip(predictions, pairs, strict=True))
