@@ -237,3 +237,26 @@ def test_span_pretraining_resumed_at_a_curriculum_switch_follows_the_uninterrupt
     assert [s for s, _ in again] == list(range(1, 7))
     for (step, a), (_, b) in zip(curve, again, strict=True):
         assert a == pytest.approx(b, rel=1e-4, abs=1e-4), f"step {step}"
+
+
+def test_generative_korquad_is_scored_by_the_official_metric_over_every_gold_answer(tmp_path):
+    from kolong.data.samples import korean_qa_dataset
+    from kolong.data.text_to_text import Seq2SeqTask, load_task, score_generations
+
+    data = tmp_path / "qa.json"
+    data.write_text(json.dumps(korean_qa_dataset(), ensure_ascii=False), encoding="utf-8")
+    task = load_task("korquad", str(data), str(data))
+    assert task.kind == "qa" and task.main_metric == "f1"
+    pair = task.eval[0]
+    assert pair.source.startswith("질문: ") and "\n문맥: " in pair.source and pair.target in pair.source
+    two = [
+        TextPair("a", "q", "서울", gold_answers=["서울", "서울특별시"]),
+        TextPair("b", "q", "3년", gold_answers=["3년"]),
+    ]
+    scores = score_generations(Seq2SeqTask("korquad", "qa", [], two), two, [" 서울특별시 ", "《3년》"])
+    assert scores == {"exact_match": 100.0, "f1": 100.0, "malformed": 0}  # KorQuAD drops the brackets
+    metrics = finetune_seq2seq(Seq2SeqFinetuneArguments(
+        task="korquad", train=str(data), eval=str(data), output_dir=str(tmp_path / "out"), init="tiny",
+        max_steps=2, batch_size=2, max_source_length=256, max_new_tokens=16, extra=CPU,
+    ))  # fmt: skip
+    assert {"eval_exact_match", "eval_f1"} <= set(metrics)

@@ -1,5 +1,6 @@
 """Tasks cast to text for byte models: NSMC and KLUE-NLI labels as words, KLUE-NER as the sentence with
-``<entity:TAG>`` markup, KLUE-DP as (index/characters, head, label) tuples (`text_to_text_dp`), and FILEs (or datasets) of input / target pairs; and scoring of generated text
+``<entity:TAG>`` markup, KLUE-DP as (index/characters, head, label) tuples (`text_to_text_dp`), KorQuAD as the answer text
+generated from question and paragraph (scored by the official metric), and FILEs (or datasets) of input / target pairs; and scoring of generated text
 (a generation that is not a valid answer is counted as malformed, never an error).
 """
 
@@ -15,7 +16,7 @@ from kolong.data.klue import read_klue_nli
 from kolong.data.sources import table_rows
 from kolong.errors import DataError
 
-TASKS = ("nsmc", "klue-ner", "klue-nli", "klue-dp")
+TASKS = ("nsmc", "klue-ner", "klue-nli", "klue-dp", "korquad")
 NSMC_LABELS = ("부정", "긍정")  # label 0 negative, 1 positive
 NLI_LABELS = {"entailment": "함의", "neutral": "중립", "contradiction": "모순"}
 
@@ -27,21 +28,27 @@ class TextPair:
     target: str
     gold_tags: list[str] | None = None  # KLUE-NER: IOB2 tags of the source's characters
     gold_arcs: tuple[list[int], list[str]] | None = None  # KLUE-DP: each eojeol's head and label
+    gold_answers: list[str] | None = None  # KorQuAD: every gold answer text
 
 
 @dataclass
 class Seq2SeqTask:
     name: str
-    kind: str  # classification | ner | dp | text
+    kind: str  # classification | ner | dp | qa | text
     train: list[TextPair]
     eval: list[TextPair]
     labels: list[str] | None = None  # classification: the label words
 
     @property
     def main_metric(self) -> str:
-        return {"classification": "accuracy", "ner": "entity_f1", "dp": "las", "text": "exact_match"}[
-            self.kind
-        ]
+        metrics = {
+            "classification": "accuracy",
+            "ner": "entity_f1",
+            "dp": "las",
+            "qa": "f1",
+            "text": "exact_match",
+        }
+        return metrics[self.kind]
 
 
 def _split(pairs: list[TextPair], fraction: float, seed: int) -> tuple[list[TextPair], list[TextPair]]:
@@ -65,6 +72,17 @@ def _klue_dp_pairs(path: str | None) -> list[TextPair]:
 
     sentences = read_klue_dp(path or Path("../shared/data") / klue.DP_DEV)
     return [TextPair(s.id, dp_source(s), dp_target(s), gold_arcs=(s.heads, s.labels)) for s in sentences]
+
+
+def _korquad_pairs(path: str | None) -> list[TextPair]:
+    """Generative extractive QA: the question and its paragraph in, the answer text out (KorQuAD 1.0 JSON)."""
+    from kolong.data.squad import read_squad
+
+    examples = read_squad(
+        path or Path("../shared/data") / "korquad" / "KorQuAD_v1.0_dev.shared.json"
+    ).examples
+    return [TextPair(e.id, f"질문: {e.question}\n문맥: {e.context}", e.answers[0].text,
+                     gold_answers=[a.text for a in e.answers]) for e in examples if e.answers]  # fmt: skip
 
 
 def _klue_nli_pairs(path: str | None) -> list[TextPair]:
@@ -116,6 +134,8 @@ def load_task(
         reader, kind, labels = _klue_ner_pairs, "ner", None
     elif task == "klue-dp":
         reader, kind, labels = _klue_dp_pairs, "dp", None
+    elif task == "korquad":
+        reader, kind, labels = _korquad_pairs, "qa", None
     elif task == "klue-nli":
         reader, kind, labels = _klue_nli_pairs, "classification", list(NLI_LABELS.values())
     else:
@@ -149,6 +169,12 @@ def score_generations(task: Seq2SeqTask, pairs: list[TextPair], generations: lis
         from kolong.data.text_to_text_dp import score_dp_generations
 
         return score_dp_generations([p.gold_arcs for p in pairs], generations)
+    if task.kind == "qa":  # the official KorQuAD metric over every gold answer
+        from kolong.evaluation.korquad import score_questions
+
+        answers = {p.id: text.strip() for p, text in zip(pairs, generations, strict=True)}
+        scores = score_questions([(p.id, p.gold_answers, False) for p in pairs], answers)
+        return {"exact_match": scores["exact_match"], "f1": scores["f1"], "malformed": 0}
     predictions = [text.strip() for text in generations]
     if task.kind == "classification":
         correct = sum(p == pair.target for p, pair in zip(predictions, pairs, strict=True))

@@ -262,7 +262,7 @@ class Seq2SeqFinetuneArguments(RecipeArguments):
 
     task: str = option(
         REQUIRED,
-        "nsmc | klue-ner | klue-nli | klue-dp | FILE (.jsonl / .tsv with input and target) | saved or hub dataset.",
+        "nsmc | klue-ner | klue-nli | klue-dp | korquad | FILE (.jsonl / .tsv with input and target) | saved or hub dataset.",
     )
     init: str | None = option(
         None, "Or a fresh model of this size: tiny | small | base.", choices=("tiny", "small", "base")
