@@ -119,3 +119,24 @@ def test_byte_models_read_klue_dp_as_the_gbst_paper_casts_it(dp_file, tmp_path):
         max_steps=2, batch_size=4, max_new_tokens=24, extra={"use_cpu": True, "disable_tqdm": True},
     ))  # fmt: skip
     assert {"eval_uas", "eval_las", "eval_las_macro_f1", "eval_malformed"} <= set(metrics)
+
+
+def test_predict_seq2seq_writes_what_evaluate_klue_dp_reads(dp_file, tmp_path):
+    from kolong.training.predict_seq2seq import Seq2SeqPredictArguments, predict_seq2seq
+    from kolong.training.seq2seq import Seq2SeqFinetuneArguments, finetune_seq2seq
+
+    finetune_seq2seq(Seq2SeqFinetuneArguments(
+        task="klue-dp", train=str(dp_file), eval=str(dp_file), output_dir=str(tmp_path / "byte"), init="tiny",
+        max_steps=1, batch_size=4, max_new_tokens=8, extra={"use_cpu": True, "disable_tqdm": True},
+    ))  # fmt: skip
+    output = tmp_path / "dp-byte.json"
+    summary = predict_seq2seq(Seq2SeqPredictArguments(model=str(tmp_path / "byte"), task="klue-dp", data=str(dp_file),
+                                                      output=str(output), max_new_tokens=8))  # fmt: skip
+    assert summary["examples"] == 12
+    parses = json.loads(output.read_text())
+    assert all(len(p["heads"]) == len(p["labels"]) for p in parses.values())
+    result = CliRunner().invoke(
+        app, ["evaluate", "klue", "dp", "--data", str(dp_file), "--predictions", str(output)]
+    )
+    assert result.exit_code == 0, result.output  # an untrained model's "?" labels are wrong, not an error
+    assert json.loads(result.stdout)["unknown_labels"] > 0

@@ -98,12 +98,13 @@ def test_evaluate_klue_scores_prediction_files(tmp_path):
                                for i, label in enumerate(["entailment", "neutral", "contradiction", "neutral"])]))  # fmt: skip
     predictions = tmp_path / "nli-predictions.json"
     predictions.write_text(
-        json.dumps({"n0": "entailment", "n1": "neutral", "n2": "neutral", "n3": 1, "x": "neutral"})
+        json.dumps({"n0": "entailment", "n1": "neutral", "n2": "neutral", "n3": "중립", "x": "neutral"})
     )
     result = evaluate("nli", "--data", nli, "--predictions", predictions, "-o", tmp_path / "scores.json")
     assert result.exit_code == 0, result.output
     scores = json.loads(result.stdout)
-    assert scores == {"task": "nli", "accuracy": 75.0, "items": 4, "extra": 1}
+    # n3: not a label name (a byte model's word): wrong and counted
+    assert scores == {"task": "nli", "accuracy": 50.0, "unknown_labels": 1, "items": 4, "extra": 1}
     assert json.loads((tmp_path / "scores.json").read_text()) == scores
 
     dp = tmp_path / "dp.tsv"

@@ -17,6 +17,7 @@ from kolong.training.arguments import (
 from kolong.training.dp import DPFinetuneArguments, DPPredictArguments
 from kolong.training.ner import NERFinetuneArguments, NERPredictArguments
 from kolong.training.predict_cls import ClassificationPredictArguments
+from kolong.training.predict_seq2seq import Seq2SeqPredictArguments
 
 app = typer.Typer(help="Fine-tune models on tasks.", no_args_is_help=True, rich_markup_mode=None)
 predict_app = typer.Typer(help="Run fine-tuned models on data.", no_args_is_help=True, rich_markup_mode=None)
@@ -154,3 +155,17 @@ def predict_dp(args: DPPredictArguments) -> None:
 
     summary = run(args)
     console.print(f"[green]wrote[/] {summary['output']}: {summary['sentences']} sentences")
+
+
+@predict_app.command("seq2seq")
+@command_from(Seq2SeqPredictArguments, hf_fields=False)
+def predict_seq2seq(args: Seq2SeqPredictArguments) -> None:
+    """Generate with a fine-tuned byte model for every example and write {id: prediction} in the format
+    `kolong evaluate klue nli|ner|dp` (or `evaluate qa` for korquad) reads.
+
+    Python: kolong.training.predict_seq2seq.predict_seq2seq(Seq2SeqPredictArguments(...)).
+    """
+    from kolong.training.predict_seq2seq import predict_seq2seq as run
+
+    summary = run(args)
+    console.print(f"[green]wrote[/] {summary['output']}: {summary['examples']} {summary['task']} predictions")

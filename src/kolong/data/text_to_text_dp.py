@@ -62,13 +62,9 @@ def score_dp_generations(gold: list[tuple[list[int], list[str]]], generations: l
     gold_labels = [labels_ for _, labels_ in gold]
     arcs = [(h, g, lp, lg) for row in zip(heads, gold_heads, labels, gold_labels, strict=True)
             for h, g, lp, lg in zip(*row, strict=True)]  # fmt: skip
-    # KLUE's LAS pools labels by index: an unreadable label becomes a wrong head there (counted wrong either way)
-    las_heads = [[h if lp is not None else MISSING_HEAD for h, lp in zip(hs, ls, strict=True)]
-                 for hs, ls in zip(heads, labels, strict=True)]  # fmt: skip
-    las_labels = [[lp if lp is not None else "NP" for lp in ls] for ls in labels]
     return {
         "uas_macro_f1": klue.dp_uas_macro_f1(heads, gold_heads),
-        "las_macro_f1": klue.dp_las_macro_f1(las_heads, gold_heads, las_labels, gold_labels),
+        "las_macro_f1": klue.dp_las_macro_f1(heads, gold_heads, labels, gold_labels),
         "uas": 100.0 * sum(h == g for h, g, _, _ in arcs) / max(1, len(arcs)),
         "las": 100.0 * sum(h == g and lp == lg for h, g, lp, lg in arcs) / max(1, len(arcs)),
         "parse_failures": statuses.count("parse-failure"),

@@ -147,14 +147,15 @@ def dp_uas_macro_f1(heads_predicted: Sequence[Sequence[int]], heads_gold: Sequen
 
 def dp_las_macro_f1(heads_predicted: Sequence[Sequence[int]], heads_gold: Sequence[Sequence[int]],
                     types_predicted: Sequence[Sequence], types_gold: Sequence[Sequence]) -> float:  # fmt: skip
-    """Labels are DEPREL names (or their indices in DP_LABELS)."""
+    """Labels are DEPREL names (or their indices in DP_LABELS); a predicted None (a generation's unreadable
+    label) is wrong, like a label at a wrong head."""
     from sklearn.metrics import f1_score
 
     _check_lengths("dp", types_predicted, types_gold)
     heads_p, heads_g, types_p, types_g = _dp_arrays(heads_predicted, heads_gold, types_predicted, types_gold)
     pooled_gold = [_pooled(t) for t in types_g]
     pooled_predicted = [
-        WRONG_HEAD if head != gold_head else _pooled(t)
+        WRONG_HEAD if head != gold_head or t is None else _pooled(t)
         for head, gold_head, t in zip(heads_p, heads_g, types_p, strict=True)
     ]
     return 100.0 * float(f1_score(pooled_gold, pooled_predicted, average="macro"))

@@ -97,15 +97,18 @@ def _mrc_gold(path) -> dict:
 
 
 def _labels(gold: dict, predictions: dict, where: str, names=None) -> tuple[list, list]:
+    """Predicted and gold labels in gold order; a name that is not a label (a generation) is wrong (-1)."""
     predicted = []
     for key in gold:
         value = predictions[key]
         if names is not None and isinstance(value, str):
-            if value not in names:
-                raise DataError(f"{where}: {key}: label {value!r} is not one of {', '.join(names)}")
-            value = names.index(value)
+            value = names.index(value) if value in names else -1
         predicted.append(value)
     return predicted, list(gold.values())
+
+
+def _unknown(values, known) -> int:
+    return sum(v not in known for v in values)
 
 
 def _score_ynat(gold, predictions, where) -> dict:
@@ -117,7 +120,7 @@ def _score_nli(gold, predictions, where) -> dict:
     from kolong.data.examples import NLI_LABELS
 
     predicted, labels = _labels(gold, predictions, where, NLI_LABELS)
-    return {"accuracy": klue.nli_accuracy(predicted, labels)}
+    return {"accuracy": klue.nli_accuracy(predicted, labels), "unknown_labels": _unknown(predicted, range(3))}
 
 
 def _score_sts(gold, predictions, where) -> dict:
@@ -166,8 +169,10 @@ def _score_dp(gold, predictions, where) -> dict:
         labels_p.append(value["labels"])
     heads_g = [h for h, _ in gold.values()]
     labels_g = [labels for _, labels in gold.values()]
+    unknown = sum(_unknown(row, klue.DP_LABELS) for row in labels_p)
+    labels_p = [[label if label in klue.DP_LABELS else None for label in row] for row in labels_p]  # wrong
     return {"uas_macro_f1": klue.dp_uas_macro_f1(heads_p, heads_g),
-            "las_macro_f1": klue.dp_las_macro_f1(heads_p, heads_g, labels_p, labels_g)}  # fmt: skip
+            "las_macro_f1": klue.dp_las_macro_f1(heads_p, heads_g, labels_p, labels_g), "unknown_labels": unknown}  # fmt: skip
 
 
 _GOLD = {
