@@ -64,7 +64,8 @@ def finetune_ner(args: NERFinetuneArguments) -> None:
     metrics = run(args)
     console.print(f"[green]fine-tuned[/] {metrics['train_sentences']} train / {metrics['eval_sentences']} eval "
                   f"sentences -> {args.output_dir}: entity F1 {metrics['entity_f1']:.2f}, "
-                  f"character F1 {metrics['char_f1']:.2f}")  # fmt: skip
+                  f"character F1 {metrics['char_f1']:.2f} (all-O tagger: {metrics['baseline_all_o']['entity_f1']:.2f}, "
+                  f"{metrics['baseline_all_o']['char_f1']:.2f})")  # fmt: skip
 
 
 @app.command("dp")
@@ -80,7 +81,8 @@ def finetune_dp(args: DPFinetuneArguments) -> None:
     metrics = run(args)
     console.print(f"[green]fine-tuned[/] {metrics['train_sentences']} train / {metrics['eval_sentences']} eval "
                   f"sentences -> {args.output_dir}: UAS {metrics['uas']:.2f}, LAS {metrics['las']:.2f} (macro F1 "
-                  f"{metrics['uas_macro_f1']:.2f} / {metrics['las_macro_f1']:.2f})")  # fmt: skip
+                  f"{metrics['uas_macro_f1']:.2f} / {metrics['las_macro_f1']:.2f}); every eojeol -> the next: UAS "
+                  f"{metrics['baseline_next_eojeol']['uas']:.2f}")  # fmt: skip
 
 
 @app.command("seq2seq")

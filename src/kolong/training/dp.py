@@ -115,6 +115,19 @@ def dp_scores(heads_predicted, labels_predicted, sentences, id2label: dict) -> d
     }
 
 
+def next_eojeol_baseline(sentences) -> dict:
+    """The trivial parse every eojeol -> the next one, the last -> ROOT (Korean is head-final: a strong one)."""
+    from kolong.evaluation import klue
+
+    heads = [[*range(2, len(s.heads) + 1), 0] for s in sentences]
+    gold = [s.heads for s in sentences]
+    arcs = [(h, g) for hs, gs in zip(heads, gold, strict=True) for h, g in zip(hs, gs, strict=True)]
+    return {
+        "uas": 100.0 * sum(h == g for h, g in arcs) / len(arcs),
+        "uas_macro_f1": klue.dp_uas_macro_f1(heads, gold),
+    }
+
+
 def _sentences(args: DPFinetuneArguments):
     import random
 
@@ -197,7 +210,7 @@ def finetune_dp(args: DPFinetuneArguments) -> dict:
     output = train_or_finish(trainer, resume_from)
     metrics = {key.removeprefix("eval_"): value for key, value in trainer.evaluate().items()}
     metrics.update(train_loss=run_train_loss(trainer, output), train_sentences=len(training),
-                   eval_sentences=len(evaluation))  # fmt: skip
+                   eval_sentences=len(evaluation), baseline_next_eojeol=next_eojeol_baseline(evaluation))  # fmt: skip
     save_final(trainer, tokenizer, output_dir)
     if trainer.is_world_process_zero():
         atomic_write_json(output_dir / "dp_results.json", {"arguments": recorded(args), "metrics": metrics})

@@ -113,6 +113,7 @@ def finetune_ner(args: NERFinetuneArguments) -> dict:
     from transformers import AutoModelForTokenClassification, DataCollatorForTokenClassification, Trainer
 
     from kolong.checkpoints import load_model, load_tokenizer
+    from kolong.evaluation import klue
     from kolong.evaluation.klue import NER_LABELS
     from kolong.io import atomic_write_json
     from kolong.training.arguments import recorded, training_arguments
@@ -154,8 +155,12 @@ def finetune_ner(args: NERFinetuneArguments) -> dict:
     quiet_trainer(trainer, args.quiet)
     output = train_or_finish(trainer, resume_from)
     metrics = {key.removeprefix("eval_"): value for key, value in trainer.evaluate().items()}
+    all_o = [["O"] * len(s.tags) for s in evaluation]  # the trivial tagger, scored beside the model
+    gold = [s.tags for s in evaluation]
     metrics.update(train_loss=run_train_loss(trainer, output), train_sentences=len(training),
-                   eval_sentences=len(evaluation))  # fmt: skip
+                   eval_sentences=len(evaluation),
+                   baseline_all_o={"entity_f1": klue.ner_entity_macro_f1(all_o, gold),
+                                   "char_f1": klue.ner_char_macro_f1(all_o, gold)})  # fmt: skip
     save_final(trainer, tokenizer, output_dir)
     if trainer.is_world_process_zero():
         atomic_write_json(output_dir / "ner_results.json", {"arguments": recorded(args), "metrics": metrics})
