@@ -11,10 +11,8 @@ from hypothesis import strategies as st
 from kolong.evaluation.korquad import (
     character_f1,
     exact_match,
-    longest_common_substring,
     normalize_answer,
     question_scores,
-    rouge_w,
     score_intervals,
     score_questions,
 )
@@ -60,13 +58,20 @@ def test_unanswerable_questions_need_an_empty_prediction():
     assert score_questions(gold, {"a": "", "b": "무언가"})["exact_match"] == 50.0
 
 
-def test_rouge_w_is_longest_common_substring_f1():
-    assert longest_common_substring("abcde", "xbcdy") == 3
-    # "1989년2월15일에" (11 chars) vs "1989년2월15일" (10 chars): LCS 10 -> F1 = 20/21
-    assert rouge_w("1989년 2월 15일에", "1989년 2월 15일") == pytest.approx(20 / 21)
-    # Character F1 ignores order, ROUGE-W does not.
-    assert character_f1("나가", "가나") == 1.0 and rouge_w("나가", "가나") == pytest.approx(0.5)
-    assert score_questions([("a", ["가나"], False)], {"a": "나가"}, metric="klue-mrc")["rouge_w"] == 50.0
+def test_klue_mrc_is_klue_baselines_em_and_rouge_w():
+    def klue_mrc(prediction, gold):
+        return score_questions([("a", [gold], False)], {"a": prediction}, metric="klue-mrc")
+
+    # spaces count: "1989년 2월 15일에" (13 characters) vs "1989년 2월 15일" (12): F1 = 24/25
+    assert klue_mrc("1989년 2월 15일에", "1989년 2월 15일")["rouge_w"] == pytest.approx(100 * 24 / 25)
+    # character F1 ignores order, ROUGE-W does not
+    assert character_f1("나가", "가나") == 1.0 and klue_mrc("나가", "가나")["rouge_w"] == pytest.approx(50.0)
+    # KLUE keeps the brackets KorQuAD's normalisation removes: EM 0 here, 1 for korquad
+    assert klue_mrc("해리 포터", "《해리 포터》")["exact_match"] == 0.0
+    assert score_questions([("a", ["《해리 포터》"], False)], {"a": "해리 포터"})["exact_match"] == 100.0
+    assert klue_mrc("A!", "a")["exact_match"] == 100.0  # lower case, ASCII punctuation dropped
+    missing = score_questions([("a", ["가"], False), ("b", ["나"], False)], {"a": "가"}, metric="klue-mrc")
+    assert missing["exact_match"] == 50.0 and missing["missing"] == 1  # counted wrong
 
 
 def test_unknown_metric():
@@ -82,7 +87,12 @@ def test_metric_properties(prediction, gold):
     f1 = character_f1(prediction, gold)
     assert 0.0 <= f1 <= 1.0
     assert f1 == pytest.approx(character_f1(gold, prediction))
-    assert 0.0 <= rouge_w(prediction, gold) <= f1 + 1e-9  # a common substring is a common multiset
+    from kolong.evaluation.klue import normalize_klue_mrc, rouge_w
+
+    p, g = normalize_klue_mrc(prediction), normalize_klue_mrc(gold)
+    assert 0.0 <= rouge_w(p, g) <= 1.0 and rouge_w(g, g) == 1.0
+    if p and g:
+        assert rouge_w(p, g) == pytest.approx(rouge_w(g, p))  # an F1: symmetric
     if exact_match(prediction, gold) and normalize_answer(gold).replace(" ", ""):
         assert f1 == 1.0
 

@@ -8,11 +8,13 @@ KorQuAD 1.0 (the official `evaluate-v1.0.py`, reimplemented):
     Each question scores the max over its gold answers; a question without a prediction scores 0;
     both are averaged over all questions and reported x 100.
 
-KLUE-MRC (as kolong computes it, documented in docs/qa.md):
-    EM       = the KorQuAD EM above;
-    ROUGE-W  = F1 of the longest common *substring* (contiguous) of the normalised strings with
-               whitespace removed: P = L / len(prediction), R = L / len(gold).
-    Unanswerable questions (SQuAD v2 style) score 1 when the prediction is empty, else 0.
+KLUE-MRC, exactly as KLUE-baseline computes it (`kolong.evaluation.klue`, docs/klue.md):
+    normalise_klue(s) = collapse_whitespace(drop_ascii_punctuation(lower(s)))   (brackets such as 《》 stay)
+    EM       = normalise_klue(prediction) == normalise_klue(gold)
+    ROUGE-W  = F1 of the longest common *substring* (contiguous) of the normalised strings, spaces included:
+               P = L / len(prediction), R = L / len(gold).
+    Unanswerable questions (SQuAD v2 style) score 1 when the prediction is empty, else 0. A question without
+    a prediction scores 0 here (KLUE's script skips it: `kolong evaluate klue mrc --missing skip`).
 """
 
 from __future__ import annotations
@@ -47,27 +49,16 @@ def character_f1(prediction: str, gold: str) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-def longest_common_substring(a: str, b: str) -> int:
-    """Length of the longest contiguous common substring (dynamic programming, O(len(a) * len(b)))."""
-    best = 0
-    previous = [0] * (len(b) + 1)
-    for char_a in a:
-        current = [0] * (len(b) + 1)
-        for j, char_b in enumerate(b, start=1):
-            if char_a == char_b:
-                current[j] = previous[j - 1] + 1
-                best = max(best, current[j])
-        previous = current
-    return best
+def _klue_exact_match(prediction: str, gold: str) -> float:
+    from kolong.evaluation.klue import normalize_klue_mrc
+
+    return float(normalize_klue_mrc(prediction) == normalize_klue_mrc(gold))
 
 
-def rouge_w(prediction: str, gold: str) -> float:
-    predicted, expected = "".join(_characters(prediction)), "".join(_characters(gold))
-    common = longest_common_substring(predicted, expected)
-    if common == 0:
-        return 0.0
-    precision, recall = common / len(predicted), common / len(expected)
-    return 2 * precision * recall / (precision + recall)
+def _klue_rouge_w(prediction: str, gold: str) -> float:
+    from kolong.evaluation.klue import normalize_klue_mrc, rouge_w
+
+    return rouge_w(normalize_klue_mrc(prediction), normalize_klue_mrc(gold))
 
 
 def _best(metric, prediction: str, golds: Iterable[str]) -> float:
@@ -83,7 +74,12 @@ def question_scores(
     """
     if metric not in ("korquad", "klue-mrc"):
         raise ValueError(f"unknown metric {metric!r}; choose korquad or klue-mrc")
-    second_name, second = ("f1", character_f1) if metric == "korquad" else ("rouge_w", rouge_w)
+    if metric == "korquad":
+        same, second_name, second, normalize = exact_match, "f1", character_f1, normalize_answer
+    else:  # KLUE-baseline's definitions (kolong.evaluation.klue)
+        from kolong.evaluation.klue import normalize_klue_mrc as normalize
+
+        same, second_name, second = _klue_exact_match, "rouge_w", _klue_rouge_w
     exact, other, missing = [], [], []
     for question_id, golds, impossible in questions:
         if question_id not in predictions:
@@ -93,11 +89,11 @@ def question_scores(
             continue
         prediction = predictions[question_id]
         if impossible or not golds:
-            hit = float(normalize_answer(prediction) == "")
+            hit = float(normalize(prediction) == "")
             exact.append(hit)
             other.append(hit)
             continue
-        exact.append(_best(exact_match, prediction, golds))
+        exact.append(_best(same, prediction, golds))
         other.append(_best(second, prediction, golds))
     return {"exact_match": exact, second_name: other, "missing": missing}
 
