@@ -160,3 +160,32 @@ def test_klue_ner_dev_markup_predictions_score_100(shared_data, tmp_path):
         "items": 5000,
         "extra": 0,
     }
+
+
+def test_evaluate_klue_all_makes_a_results_table_per_model(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from kolong.cli import app
+
+    gold, predictions = tmp_path / "gold", tmp_path / "my-model"
+    gold.mkdir()
+    predictions.mkdir()
+    (gold / "nli.json").write_text(json.dumps([{"guid": "n0", "premise": "a", "hypothesis": "b", "gold_label": "neutral"},
+                                               {"guid": "n1", "premise": "a", "hypothesis": "b", "gold_label": "entailment"}]))  # fmt: skip
+    (gold / "sts.json").write_text(json.dumps([{"guid": f"s{i}", "sentence1": "a", "sentence2": "b",
+                                                "labels": {"real-label": v}} for i, v in enumerate([0.5, 4.0, 2.0])]))  # fmt: skip
+    (predictions / "nli.json").write_text(json.dumps({"n0": "neutral", "n1": "neutral"}))
+    (predictions / "sts.json").write_text(json.dumps({"s0": 1.0, "s1": 4.5, "s2": 2.5}))
+    result = CliRunner().invoke(app, ["evaluate", "klue", "all", "--predictions", str(predictions), "--data-dir",
+                                      str(gold), "-o", str(tmp_path / "all.json")])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.strip().splitlines()
+    assert lines[0] == "| model | nli accuracy | sts pearson | sts f1 |"
+    assert lines[2].startswith("| my-model | 50.00 | ") and lines[2].endswith(" | 100.00 |")
+    assert json.loads((tmp_path / "all.json").read_text())["nli"]["accuracy"] == 50.0
+    (predictions / "dp.json").write_text("{}")
+    refused = CliRunner().invoke(app, ["evaluate", "klue", "all", "--predictions", str(predictions), "--data-dir",
+                                       str(gold)])  # fmt: skip
+    assert refused.exit_code == 2 and "no gold file for dp" in refused.output

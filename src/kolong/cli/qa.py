@@ -56,8 +56,24 @@ def evaluate_qa(
 
 @evaluate_app.command("klue")
 def evaluate_klue(
-    task: str = typer.Argument(..., help="ynat | nli | sts | ner | dp | mrc.", callback=one_of(*KLUE_TASKS)),
-    predictions: Path = typer.Option(..., "--predictions", help="JSON {id: prediction} (see docs/klue.md)."),
+    task: str = typer.Argument(
+        ...,
+        help="ynat | nli | sts | ner | dp | mrc, or all: every TASK.json in the --predictions directory.",
+        callback=one_of(*KLUE_TASKS, "all"),
+    ),
+    predictions: Path = typer.Option(
+        ...,
+        "--predictions",
+        help="JSON {id: prediction} (see docs/klue.md); with all, a directory of TASK.json.",
+    ),
+    data_dir: Path = typer.Option(
+        None,
+        "--data-dir",
+        help="With all: the gold files as TASK.json / TASK.tsv (default: the shared dev sets).",
+    ),
+    model_name: str = typer.Option(
+        None, "--model-name", help="With all: the table's row name (default: the folder)."
+    ),
     data: Path = typer.Option(
         None,
         "--data",
@@ -77,6 +93,9 @@ def evaluate_klue(
     from kolong.evaluation.klue_files import DEFAULT_GOLD, score_klue_files
     from kolong.io import atomic_output_file, atomic_write_json, check_output_file
 
+    if task == "all":
+        _evaluate_klue_all(predictions, data_dir, shared_data, missing, model_name, output, overwrite)
+        return
     with user_errors():
         if data is None:
             if task not in DEFAULT_GOLD:
@@ -93,3 +112,24 @@ def evaluate_klue(
     typer.echo(json.dumps(scores, ensure_ascii=False))
     if output is not None:
         typer.echo(f"wrote {output}", err=True)
+
+
+def _evaluate_klue_all(directory, data_dir, shared_data, missing, model_name, output, overwrite) -> None:
+    """Every TASK.json of `directory`: the scores as JSON (to -o) and the model's results table (stdout)."""
+    from kolong.evaluation.klue_files import DEFAULT_GOLD, TASKS, klue_table, score_klue_directory
+    from kolong.io import atomic_output_file, atomic_write_json, check_output_file
+
+    with user_errors():
+        if data_dir is not None:
+            gold = {
+                t: p for t in TASKS for p in (data_dir / f"{t}.json", data_dir / f"{t}.tsv") if p.is_file()
+            }
+        else:
+            gold = {task: shared_data / path for task, path in DEFAULT_GOLD.items()}
+        if output is not None:
+            check_output_file(output, overwrite)
+        scores = score_klue_directory(directory, gold, missing)
+        if output is not None:
+            with atomic_output_file(output, overwrite) as staging:
+                atomic_write_json(staging, scores)
+    typer.echo(klue_table(model_name or directory.name, scores))

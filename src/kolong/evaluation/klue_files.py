@@ -184,3 +184,31 @@ _GOLD = {
     "mrc": _mrc_gold,
 }
 _SCORE = {"ynat": _score_ynat, "nli": _score_nli, "sts": _score_sts, "ner": _score_ner, "dp": _score_dp}
+
+
+MAIN_SCORES = {  # the columns of a model's results table, KLUE's reporting order
+    "ynat": ("macro_f1",), "nli": ("accuracy",), "sts": ("pearson", "f1"), "ner": ("entity_macro_f1", "char_macro_f1"),
+    "dp": ("uas_macro_f1", "las_macro_f1"), "mrc": ("exact_match", "rouge_w"),
+}  # fmt: skip
+
+
+def score_klue_directory(directory: str | Path, gold: dict[str, str | Path], missing: str = "wrong") -> dict:
+    """Every `TASK.json` in `directory` scored against `gold[TASK]` (tasks without a file are left out)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise DataError(f"{directory}: not a directory (expected one TASK.json per KLUE task, e.g. nli.json)")
+    found = {task: directory / f"{task}.json" for task in TASKS if (directory / f"{task}.json").is_file()}
+    if not found:
+        raise DataError(f"{directory} holds none of {', '.join(f'{t}.json' for t in TASKS)}")
+    unscorable = [task for task in found if task not in gold]
+    if unscorable:
+        raise DataError(f"{found[unscorable[0]]}: no gold file for {unscorable[0]} (pass --data-dir with it)")
+    return {task: score_klue_files(task, gold[task], path, missing) for task, path in found.items()}
+
+
+def klue_table(model: str, scores: dict) -> str:
+    """One model's KLUE results as a markdown table (percentages), the columns of MAIN_SCORES."""
+    columns = [(task, name) for task in TASKS if task in scores for name in MAIN_SCORES[task]]
+    header = "| model | " + " | ".join(f"{task} {name.replace('_', ' ')}" for task, name in columns) + " |"
+    cells = " | ".join(f"{scores[task][name]:.2f}" for task, name in columns)
+    return "\n".join([header, "|---|" + "---:|" * len(columns), f"| {model} | {cells} |"]) + "\n"
