@@ -90,6 +90,9 @@ class _ChunkedAttention(torch.autograd.Function):
         batch, heads, length, head_dim = q.shape
         scale = 1.0 / math.sqrt(head_dim)
         rows = block_rows(batch, heads, length, mask.keys_per_row(length) if mask is not None else None)
+        if mask is not None and mask.window is not None:
+            # a block of c rows reads c + 2w keys: blocks about as tall as the window keep that near 3w per row
+            rows = min(rows, max(16, mask.window))
         seed = int(torch.randint(0, 2**62, (), device="cpu")) if dropout_p > 0 else 0
         out = torch.empty_like(q)
         lse = q.new_empty(batch, heads, length, dtype=_exact(q))
