@@ -28,6 +28,7 @@ from kolong.bench.encoder import _reset_peak, _status_mb
 from kolong.bench.harness import Benchmark, Case, cuda_sync
 
 PATTERNS = ("full", "local+global", "sliding")
+COLOURS = {"full": "tab:red", "local+global": "tab:blue", "sliding": "tab:green"}
 
 
 def build_model(pattern: str, args: LongAttentionBenchArguments):
@@ -260,9 +261,12 @@ def plot(result: dict, path: Path) -> Path:
     panels = [(kind, mode) for kind in ("seconds", "memory_mb") for mode in result[kind]]
     figure, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False)
     for axis, (kind, mode) in zip(axes[0], panels, strict=True):
-        for pattern, values in result[kind][mode].items():
-            lengths = sorted(int(n) for n in values)
-            axis.loglog(lengths, [values[str(n)] for n in lengths], marker="o", label=pattern)
+        for pattern in PATTERNS:  # the same colour for a pattern in every panel
+            values = result[kind][mode].get(pattern)
+            if values:
+                lengths = sorted(int(n) for n in values)
+                axis.loglog(lengths, [values[str(n)] for n in lengths], marker="o", label=pattern,
+                            color=COLOURS[pattern])  # fmt: skip
         axis.set_xlabel("tokens")
         axis.set_ylabel("seconds per call" if kind == "seconds" else "peak memory (MB)")
         axis.set_title(f"{mode}: {'time' if kind == 'seconds' else 'memory'}")
