@@ -150,6 +150,7 @@ REQUIRED = {
     ("data", "long-docs"): ["SQUAD", "-o", "OUT.json"],
     ("data", "corpus"): ["TEXT", "-t", "MODEL", "-o", "OUT"],
     ("evaluate", "qa"): ["--data", "SQUAD", "--predictions", "PRED"],
+    ("evaluate", "klue"): ["nli", "--predictions", "PRED"],
     ("experiment", "length"): ["-o", "OUT"],
     ("experiment", "positions"): ["--work-dir", "OUT"],
     ("experiment", "base"): ["--work-dir", "OUT"],
