@@ -81,6 +81,11 @@ def test_finetune_predict_evaluate_dp(dp_file, tmp_path, kolong_encoder):
     assert metrics["uas"] > 50  # three sentences learned (random heads: about 30%)
     # every eojeol -> the next, the last -> ROOT: 8 of the 10 arcs of these head-final sentences
     assert metrics["baseline_next_eojeol"]["uas"] == pytest.approx(80.0)
+    spans = metrics["intervals"]
+    assert spans["uas"]["mean"] == pytest.approx(metrics["uas"]) and spans["las"]["mean"] == pytest.approx(
+        metrics["las"]
+    )
+    assert spans["uas_minus_next_eojeol"]["mean"] == pytest.approx(metrics["uas"] - 80.0)
     predictions = tmp_path / "dp.json"
     invoke("predict", "dp", "--model", out, "--data", dp_file, "-o", predictions)
     parses = json.loads(predictions.read_text())

@@ -90,6 +90,8 @@ def test_finetune_ner_end_to_end(ner_files, tmp_path):
     metrics = json.loads((out / "ner_results.json").read_text())["metrics"]
     assert metrics["eval_sentences"] == 12 and metrics["entity_f1"] > 50  # memorises 4 sentences
     assert 0 <= metrics["char_f1"] <= 100 and metrics["baseline_all_o"]["entity_f1"] == 0.0
+    span = metrics["intervals"]["entity_f1"]
+    assert span["mean"] == pytest.approx(metrics["entity_f1"]) and span["low"] <= span["mean"] <= span["high"]
     config = json.loads((out / "config.json").read_text())
     assert config["id2label"]["0"] == "B-DT" and len(config["id2label"]) == 13
     predictions = tmp_path / "predictions.json"

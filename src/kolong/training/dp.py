@@ -128,6 +128,29 @@ def next_eojeol_baseline(sentences) -> dict:
     }
 
 
+def dp_intervals(heads, labels, sentences, seed: int = 0) -> dict:
+    """Bootstrap 95% intervals over sentences of UAS, LAS and UAS minus the next-eojeol baseline's."""
+    import numpy as np
+
+    from kolong.evaluation.bootstrap import statistic_interval
+
+    rows = []  # per sentence: arcs, right heads, right heads and labels, the baseline's right heads
+    for sentence, predicted, named in zip(sentences, heads, labels, strict=True):
+        gold = list(zip(sentence.heads, sentence.labels, strict=True))[: len(predicted)]
+        baseline = [*range(2, len(sentence.heads) + 1), 0][: len(predicted)]
+        rows.append((len(gold), sum(int(h) == g for h, (g, _) in zip(predicted, gold, strict=True)),
+                     sum(int(h) == g and n == label for h, n, (g, label) in zip(predicted, named, gold, strict=True)),
+                     sum(b == g for b, (g, _) in zip(baseline, gold, strict=True))))  # fmt: skip
+    table = np.asarray(rows, dtype=np.float64)
+
+    def share(column: int):
+        return lambda index: 100.0 * table[index, column].sum() / table[index, 0].sum()
+
+    return {"uas": statistic_interval(share(1), len(table), seed=seed),
+            "las": statistic_interval(share(2), len(table), seed=seed),
+            "uas_minus_next_eojeol": statistic_interval(lambda i: share(1)(i) - share(3)(i), len(table), seed=seed)}  # fmt: skip
+
+
 def _sentences(args: DPFinetuneArguments):
     import random
 
@@ -189,10 +212,14 @@ def finetune_dp(args: DPFinetuneArguments) -> dict:
 
         return torch.stack([outputs[2], outputs[3]], dim=-1)
 
+    last = {}  # the latest evaluation's heads, for the intervals of the final metrics
+
     def compute_metrics(prediction):
         rows = prediction.predictions  # (sentences, w, 2), padded with -100
-        return dp_scores([r[:n, 0] for r, n in zip(rows, kept, strict=True)],
-                         [r[:n, 1] for r, n in zip(rows, kept, strict=True)], evaluation, dict(enumerate(DP_LABELS)))  # fmt: skip
+        last["heads"] = [r[:n, 0] for r, n in zip(rows, kept, strict=True)]
+        last["labels"] = [[DP_LABELS[int(i)] for i in r[:n, 1]] for r, n in zip(rows, kept, strict=True)]
+        return dp_scores(last["heads"], [r[:n, 1] for r, n in zip(rows, kept, strict=True)], evaluation,
+                         dict(enumerate(DP_LABELS)))  # fmt: skip
 
     trainer = Trainer(
         model=model,
@@ -210,7 +237,8 @@ def finetune_dp(args: DPFinetuneArguments) -> dict:
     output = train_or_finish(trainer, resume_from)
     metrics = {key.removeprefix("eval_"): value for key, value in trainer.evaluate().items()}
     metrics.update(train_loss=run_train_loss(trainer, output), train_sentences=len(training),
-                   eval_sentences=len(evaluation), baseline_next_eojeol=next_eojeol_baseline(evaluation))  # fmt: skip
+                   eval_sentences=len(evaluation), baseline_next_eojeol=next_eojeol_baseline(evaluation),
+                   intervals=dp_intervals(last["heads"], last["labels"], evaluation, args.seed))  # fmt: skip
     save_final(trainer, tokenizer, output_dir)
     if trainer.is_world_process_zero():
         atomic_write_json(output_dir / "dp_results.json", {"arguments": recorded(args), "metrics": metrics})
