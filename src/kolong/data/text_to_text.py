@@ -6,12 +6,12 @@ generated from question and paragraph (scored by the official metric), and FILEs
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass
 from pathlib import Path
 
 from kolong.data import klue
 from kolong.data.examples import NLI_LABELS as NLI_CLASSES
+from kolong.data.examples import hold_out
 from kolong.data.klue import read_klue_nli
 from kolong.data.sources import table_rows
 from kolong.errors import DataError
@@ -49,15 +49,6 @@ class Seq2SeqTask:
             "text": "exact_match",
         }
         return metrics[self.kind]
-
-
-def _split(pairs: list[TextPair], fraction: float, seed: int) -> tuple[list[TextPair], list[TextPair]]:
-    if not 0.0 < fraction < 1.0:
-        raise DataError(f"--eval-fraction must be between 0 and 1, got {fraction}")
-    shuffled = pairs[:]
-    random.Random(seed).shuffle(shuffled)
-    held = max(1, round(len(shuffled) * fraction))
-    return shuffled[held:], shuffled[:held]
 
 
 def _klue_ner_pairs(path: str | None) -> list[TextPair]:
@@ -144,7 +135,7 @@ def load_task(
     training = reader(train)
     evaluation = reader(eval) if eval else None
     if evaluation is None:
-        training, evaluation = _split(training, eval_fraction, seed)
+        training, evaluation = hold_out(training, eval_fraction, seed)
     if limit is not None:
         training, evaluation = training[:limit], evaluation[: max(1, limit // 4)]
     name = task if task in TASKS else Path(task).stem

@@ -228,3 +228,18 @@ def time_budget(seconds: float):
             return control
 
     return TimeBudget()
+
+
+def train_eval_items(read, default_path: Path, args) -> tuple[list, list]:
+    """A KLUE-file recipe's data: `read(--train)` (default: the shared dev set), and `read(--eval)` or a seeded
+    `--eval-fraction` of the training items held out; `--limit` caps training (evaluation: a quarter of it)."""
+    from kolong.data.examples import hold_out
+
+    training = read(args.train or default_path)
+    if args.eval:
+        evaluation = read(args.eval)
+    else:
+        training, evaluation = hold_out(training, args.eval_fraction, args.seed)
+    if args.limit is not None:
+        training, evaluation = training[: args.limit], evaluation[: max(1, args.limit // 4)]
+    return training, evaluation

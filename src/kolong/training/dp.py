@@ -151,24 +151,6 @@ def dp_intervals(heads, labels, sentences, seed: int = 0) -> dict:
             "uas_minus_next_eojeol": statistic_interval(lambda i: share(1)(i) - share(3)(i), len(table), seed=seed)}  # fmt: skip
 
 
-def _sentences(args: DPFinetuneArguments):
-    import random
-
-    from kolong.data.klue_dp import read_klue_dp
-
-    training = read_klue_dp(args.train or Path(args.shared_data) / KLUE_DP_DEV)
-    if args.eval:
-        evaluation = read_klue_dp(args.eval)
-    else:
-        shuffled = training[:]
-        random.Random(args.seed).shuffle(shuffled)
-        held = max(1, round(len(shuffled) * args.eval_fraction))
-        training, evaluation = shuffled[held:], shuffled[:held]
-    if args.limit is not None:
-        training, evaluation = training[: args.limit], evaluation[: max(1, args.limit // 4)]
-    return training, evaluation
-
-
 def _parser(model: str, arc_size: int, label_size: int):
     from kolong.checkpoints import load_config
     from kolong.evaluation.klue import DP_LABELS
@@ -185,6 +167,7 @@ def finetune_dp(args: DPFinetuneArguments) -> dict:
     from transformers import Trainer
 
     from kolong.checkpoints import load_tokenizer
+    from kolong.data.klue_dp import read_klue_dp
     from kolong.evaluation.klue import DP_LABELS
     from kolong.io import atomic_write_json
     from kolong.training.arguments import recorded, training_arguments
@@ -194,12 +177,13 @@ def finetune_dp(args: DPFinetuneArguments) -> dict:
         resume_checkpoint,
         run_train_loss,
         save_final,
+        train_eval_items,
         train_or_finish,
     )
 
     output_dir = Path(args.output_dir)
     resume_from = resume_checkpoint(args)
-    training, evaluation = _sentences(args)
+    training, evaluation = train_eval_items(read_klue_dp, Path(args.shared_data) / KLUE_DP_DEV, args)
     label2id = {label: i for i, label in enumerate(DP_LABELS)}
     tokenizer = load_tokenizer(args.model)
     model = _parser(args.model, args.arc_size, args.label_size)

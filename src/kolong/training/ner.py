@@ -65,24 +65,6 @@ def character_tags(offsets: list[tuple[int, int]], token_tags: list[str], length
     return tags
 
 
-def _sentences(args: NERFinetuneArguments):
-    import random
-
-    from kolong.data.klue_ner import read_klue_ner
-
-    training = read_klue_ner(args.train or Path(args.shared_data) / KLUE_NER_DEV)
-    if args.eval:
-        evaluation = read_klue_ner(args.eval)
-    else:
-        shuffled = training[:]
-        random.Random(args.seed).shuffle(shuffled)
-        held = max(1, round(len(shuffled) * args.eval_fraction))
-        training, evaluation = shuffled[held:], shuffled[:held]
-    if args.limit is not None:
-        training, evaluation = training[: args.limit], evaluation[: max(1, args.limit // 4)]
-    return training, evaluation
-
-
 def _encode(tokenizer, sentences, max_length: int, label2id: dict):
     from datasets import Dataset
 
@@ -93,14 +75,16 @@ def _encode(tokenizer, sentences, max_length: int, label2id: dict):
     return Dataset.from_dict(dict(encoded)), offsets
 
 
-def ner_scores_of(logits, offsets, sentences, id2label: dict) -> dict:
-    """KLUE's entity and character macro F1 of per-token logits, decoded back to characters."""
+def decode_tags(logits, offsets, sentences, id2label: dict) -> list[list[str]]:
+    """Per sentence, the character tags of its per-token logits."""
+    return [character_tags(o, [id2label[int(i)] for i in row.argmax(-1)[: len(o)]], len(s.tags))
+            for row, o, s in zip(logits, offsets, sentences, strict=False)]  # fmt: skip
+
+
+def ner_scores_of(predicted: list[list[str]], sentences) -> dict:
+    """KLUE's entity and character macro F1 of decoded character tags."""
     from kolong.evaluation import klue
 
-    predicted = []
-    for row, token_offsets, sentence in zip(logits, offsets, sentences, strict=False):
-        ids = row.argmax(-1)[: len(token_offsets)]
-        predicted.append(character_tags(token_offsets, [id2label[int(i)] for i in ids], len(sentence.tags)))
     gold = [s.tags for s in sentences]
     return {
         "entity_f1": klue.ner_entity_macro_f1(predicted, gold),
@@ -108,14 +92,12 @@ def ner_scores_of(logits, offsets, sentences, id2label: dict) -> dict:
     }
 
 
-def ner_intervals(logits, offsets, sentences, id2label: dict, seed: int = 0, resamples: int = 200) -> dict:
+def ner_intervals(predicted: list[list[str]], sentences, seed: int = 0, resamples: int = 200) -> dict:
     """Bootstrap 95% intervals over sentences of KLUE's entity and character macro F1 (200 resamples: each
     recomputes seqeval and scikit-learn over the evaluation set, about a minute for 1,000 sentences)."""
     from kolong.evaluation import klue
     from kolong.evaluation.bootstrap import statistic_interval
 
-    predicted = [character_tags(o, [id2label[int(i)] for i in row.argmax(-1)[: len(o)]], len(s.tags))
-                 for row, o, s in zip(logits, offsets, sentences, strict=False)]  # fmt: skip
     gold = [s.tags for s in sentences]
 
     def scored(metric):
@@ -130,6 +112,7 @@ def finetune_ner(args: NERFinetuneArguments) -> dict:
     from transformers import AutoModelForTokenClassification, DataCollatorForTokenClassification, Trainer
 
     from kolong.checkpoints import load_model, load_tokenizer
+    from kolong.data.klue_ner import read_klue_ner
     from kolong.evaluation import klue
     from kolong.evaluation.klue import NER_LABELS
     from kolong.io import atomic_write_json
@@ -139,13 +122,14 @@ def finetune_ner(args: NERFinetuneArguments) -> dict:
         resume_checkpoint,
         run_train_loss,
         save_final,
+        train_eval_items,
         train_or_finish,
     )
     from kolong.training.qa import check_length
 
     output_dir = Path(args.output_dir)
     resume_from = resume_checkpoint(args)
-    training, evaluation = _sentences(args)
+    training, evaluation = train_eval_items(read_klue_ner, Path(args.shared_data) / KLUE_NER_DEV, args)
     label2id = {label: i for i, label in enumerate(NER_LABELS)}
     id2label = dict(enumerate(NER_LABELS))
     tokenizer = load_tokenizer(args.model)
@@ -157,11 +141,11 @@ def finetune_ner(args: NERFinetuneArguments) -> dict:
     train_set, _ = _encode(tokenizer, training, args.max_length, label2id)
     eval_set, eval_offsets = _encode(tokenizer, evaluation, args.max_length, label2id)
 
-    last = {}  # the latest evaluation's logits, for the intervals of the final metrics
+    last = {}  # the latest evaluation's character tags, for the intervals of the final metrics
 
     def compute_metrics(prediction):
-        last["logits"] = prediction.predictions
-        return ner_scores_of(prediction.predictions, eval_offsets, evaluation, id2label)
+        last["tags"] = decode_tags(prediction.predictions, eval_offsets, evaluation, id2label)
+        return ner_scores_of(last["tags"], evaluation)
 
     trainer = Trainer(
         model=model,
@@ -181,7 +165,7 @@ def finetune_ner(args: NERFinetuneArguments) -> dict:
                    eval_sentences=len(evaluation),
                    baseline_all_o={"entity_f1": klue.ner_entity_macro_f1(all_o, gold),
                                    "char_f1": klue.ner_char_macro_f1(all_o, gold)},
-                   intervals=ner_intervals(last["logits"], eval_offsets, evaluation, id2label, args.seed))  # fmt: skip
+                   intervals=ner_intervals(last["tags"], evaluation, args.seed))  # fmt: skip
     save_final(trainer, tokenizer, output_dir)
     if trainer.is_world_process_zero():
         atomic_write_json(output_dir / "ner_results.json", {"arguments": recorded(args), "metrics": metrics})
