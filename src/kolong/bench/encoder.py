@@ -132,43 +132,55 @@ def _reset_peak() -> None:
 
 def measure_memory(name: str, length: int, args: EncoderBenchArguments) -> dict:
     """Run in the worker process: peak memory growth of one inference call, then of one training step."""
-    import torch
 
     from kolong.runtime import tune_allocator
 
     tune_allocator()
-    cuda = args.device.startswith("cuda")
     model = build_model(name, args, length)
     row = {"implementation": name, "length": length}
     for mode in ("inference", "training"):
         step = make_step(model, args, length, training=mode == "training")
-        if cuda:
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-            base = torch.cuda.memory_allocated()
-        else:
-            _reset_peak()
-            base = _status_mb("VmRSS")
-        step()
-        if cuda:
-            torch.cuda.synchronize()
-        peak = (torch.cuda.max_memory_allocated() - base) / 2**20 if cuda else _status_mb("VmHWM") - base
-        row[f"{mode}_peak_mb"] = peak
+        row[f"{mode}_peak_mb"] = peak_growth_mb(step, args.device.startswith("cuda"))
     return row
+
+
+def peak_growth_mb(step, cuda: bool) -> float:
+    """How far one call of `step` raises this process's memory above where it started, in MB (CUDA: the
+    allocator's peak; CPU: VmHWM after resetting it to the current RSS)."""
+    import torch
+
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+    else:
+        _reset_peak()
+        base = _status_mb("VmRSS")
+    step()
+    if cuda:
+        torch.cuda.synchronize()
+        return (torch.cuda.max_memory_allocated() - base) / 2**20
+    return _status_mb("VmHWM") - base
+
+
+def run_worker(module: str, payload: dict, row: dict) -> dict:
+    """`python -m module PAYLOAD` in a fresh process (this one's import path): the JSON row it prints last,
+    or `row` with the error that ended it."""
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    process = subprocess.run([sys.executable, "-m", module, json.dumps(payload)], capture_output=True,
+                             text=True, check=False, env=environment)  # fmt: skip
+    if process.returncode != 0:
+        reason = (process.stderr.strip().splitlines() or ["killed (out of memory?)"])[-1]
+        return {**row, "error": reason[-300:]}
+    return json.loads(process.stdout.strip().splitlines()[-1])
 
 
 def _memory_worker(name: str, length: int, args: EncoderBenchArguments) -> dict:
     from kolong.positions.registry import SCHEMES
 
     # The worker gets this process's scheme registry (schemes registered at run time included) and path.
-    payload = json.dumps({"name": name, "length": length, "args": asdict(args), "schemes": SCHEMES})
-    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    process = subprocess.run([sys.executable, "-m", "kolong.bench.encoder", payload], capture_output=True,
-                             text=True, check=False, env=environment)  # fmt: skip
-    if process.returncode != 0:
-        reason = (process.stderr.strip().splitlines() or ["killed (out of memory?)"])[-1]
-        return {"implementation": name, "length": length, "error": reason[-300:]}
-    return json.loads(process.stdout.strip().splitlines()[-1])
+    payload = {"name": name, "length": length, "args": asdict(args), "schemes": SCHEMES}
+    return run_worker("kolong.bench.encoder", payload, {"implementation": name, "length": length})
 
 
 def _resolved(args: EncoderBenchArguments) -> list[str]:

@@ -17,14 +17,12 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import os
-import subprocess
 import sys
 from dataclasses import asdict
 from pathlib import Path
 
 from kolong.bench.arguments import LongAttentionBenchArguments
-from kolong.bench.encoder import _reset_peak, _status_mb
+from kolong.bench.encoder import peak_growth_mb, run_worker
 from kolong.bench.harness import Benchmark, Case, cuda_sync
 
 PATTERNS = ("full", "local+global", "sliding")
@@ -95,41 +93,20 @@ def make_step(model, pattern: str, args: LongAttentionBenchArguments, length: in
 
 def measure_memory(pattern: str, length: int, args: LongAttentionBenchArguments) -> dict:
     """Run in the worker process: peak memory growth of each mode's call, in MB."""
-    import torch
-
     from kolong.runtime import tune_allocator
 
     tune_allocator()
-    cuda = args.device.startswith("cuda")
     model = build_model(pattern, args)
     row = {"pattern": pattern, "length": length}
     for mode in args.modes:
         step = make_step(model, pattern, args, length, training=mode == "training")
-        if cuda:
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-            base = torch.cuda.memory_allocated()
-        else:
-            _reset_peak()
-            base = _status_mb("VmRSS")
-        step()
-        if cuda:
-            torch.cuda.synchronize()
-        row[f"{mode}_peak_mb"] = (
-            (torch.cuda.max_memory_allocated() - base) / 2**20 if cuda else _status_mb("VmHWM") - base
-        )
+        row[f"{mode}_peak_mb"] = peak_growth_mb(step, args.device.startswith("cuda"))
     return row
 
 
 def _memory_worker(pattern: str, length: int, args: LongAttentionBenchArguments) -> dict:
-    payload = json.dumps({"pattern": pattern, "length": length, "args": asdict(args)})
-    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    process = subprocess.run([sys.executable, "-m", "kolong.bench.long_attention", payload], capture_output=True,
-                             text=True, check=False, env=environment)  # fmt: skip
-    if process.returncode != 0:
-        reason = (process.stderr.strip().splitlines() or ["killed (out of memory?)"])[-1]
-        return {"pattern": pattern, "length": length, "error": reason[-300:]}
-    return json.loads(process.stdout.strip().splitlines()[-1])
+    payload = {"pattern": pattern, "length": length, "args": asdict(args)}
+    return run_worker("kolong.bench.long_attention", payload, {"pattern": pattern, "length": length})
 
 
 def growth_exponent(lengths: list[int], values: list[float]) -> float | None:
