@@ -38,12 +38,13 @@ def read_klue_dp(path: str | Path) -> list[DPSentence]:
     for number, line in enumerate(utf8_text(path).splitlines(), 1):
         where = f"{path}:{number}"
         if not line.strip():
-            current = _finished(current, sentences, where)
+            _keep(current, sentences, where)
+            current = None
             continue
         if line.startswith("##"):
             identifier, tab, text = line[2:].strip().partition("\t")
             if tab:  # a sentence header; other ## lines are comments
-                current = _finished(current, sentences, where)
+                _keep(current, sentences, where)
                 current = DPSentence(identifier.strip(), text.strip(), [], [], [], [], [])
             continue
         if current is None:
@@ -60,14 +61,14 @@ def read_klue_dp(path: str | Path) -> list[DPSentence]:
         current.lemmas.append(fields[2])
         current.heads.append(int(fields[4]))
         current.labels.append(fields[5])
-    _finished(current, sentences, f"{path}:end")
+    _keep(current, sentences, f"{path}:end")
     if not sentences:
         raise DataError(f"{path} holds no KLUE-DP sentence")
     return sentences
 
 
-def _finished(sentence: DPSentence | None, sentences: list[DPSentence], where: str) -> None:
-    """Check a sentence (heads point inside it) and keep it; returns None, the next `current`."""
+def _keep(sentence: DPSentence | None, sentences: list[DPSentence], where: str) -> None:
+    """Check a finished sentence (its heads point inside it) and append it; empty ones are dropped."""
     if sentence is not None and sentence.words:
         outside = [h for h in sentence.heads if h > len(sentence.words)]
         if outside:
@@ -75,4 +76,3 @@ def _finished(sentence: DPSentence | None, sentences: list[DPSentence], where: s
                 f"{where}: sentence {sentence.id}: head {outside[0]} is past its {len(sentence.words)} eojeols"
             )
         sentences.append(sentence)
-    return None
