@@ -155,6 +155,7 @@ REQUIRED = {
     ("experiment", "positions"): ["--work-dir", "OUT"],
     ("experiment", "base"): ["--work-dir", "OUT"],
     ("experiment", "extension-init"): ["--base-dir", "BASE", "--work-dir", "OUT"],
+    ("experiment", "gbst"): ["--work-dir", "OUT"],
     ("tokenizer", "train"): ["--corpus", "TEXT", "-o", "OUT"],
     ("tokenizer", "stats"): ["--tokenizer", "byte", "--corpus", "TEXT"],
 }
@@ -455,6 +456,10 @@ def sweep_cases() -> list:
                      id="experiment positions: unknown setting"),
         pytest.param(lambda w: ["experiment", "base", "--work-dir", out(w), "--set", "nope=1"], ("nope",),
                      id="experiment base: unknown setting"),
+        pytest.param(lambda w: ["experiment", "gbst", "--work-dir", out(w), "--set", "nope=1"], ("nope",),
+                     id="experiment gbst: unknown setting"),
+        pytest.param(lambda w: ["experiment", "gbst", "--work-dir", out(w), "--tasks", "klue-ner,klue-sts"],
+                     ("klue-sts",), id="experiment gbst: unknown task"),
         pytest.param(lambda w: ["experiment", "extension-init", "--base-dir", w["root"] / "no-base", "--work-dir", out(w)],
                      ("experiment base",), id="experiment extension-init: no base"),
         pytest.param(lambda w: ["experiment", "extension-init", "--work-dir", out(w), "--steps", "0,x"], ("--steps",),

@@ -134,7 +134,7 @@ def load_byte_model(model: str | None = None, init: str | None = None, seed: int
         if init not in SIZES:
             raise DataError(f"unknown size {init!r}; choose one of {', '.join(SIZES)}")
         torch.manual_seed(seed)
-        loaded = KolongByteForConditionalGeneration(KolongByteConfig(**SIZES[init], **config_overrides))
+        loaded = KolongByteForConditionalGeneration(KolongByteConfig(**{**SIZES[init], **config_overrides}))
         return loaded, load_byte_tokenizer(None)
     try:
         config = AutoConfig.from_pretrained(model)

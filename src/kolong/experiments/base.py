@@ -24,13 +24,13 @@ normal checkpoint (`AutoModelForMaskedLM` after `import kolong`) with its tokeni
 
 from __future__ import annotations
 
-import json
 import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kolong.experiments.stages import run_stage
 from kolong.io import atomic_write_json, atomic_write_text
 
 SCALES = {
@@ -96,13 +96,7 @@ def _documents(args: BaseModelArguments, settings: dict) -> list[str]:
 
 
 def _stage(work: Path, name: str, make: Callable[[], dict]) -> dict:
-    path = work / f"stage-{name}.json"
-    if path.is_file():
-        return json.loads(path.read_text(encoding="utf-8"))
-    result = make()
-    if result.get("finished", True):
-        atomic_write_json(path, result)
-    return result
+    return run_stage(work / f"stage-{name}.json", make)
 
 
 def build_base_model(args: BaseModelArguments, on_step: Callable[[str], None] = print) -> dict:

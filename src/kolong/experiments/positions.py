@@ -30,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from kolong.experiments.stages import run_stage
 from kolong.io import atomic_write_json, atomic_write_text
 from kolong.plots.figures import save_figure
 
@@ -133,13 +134,7 @@ def _qa_data(work: Path, args, settings) -> tuple[Path, Path]:
 
 
 def _run(work: Path, name: str, stage: Callable[..., dict], *stage_args) -> dict:
-    """Run `stage(*stage_args)` once: its result is stored in work/NAME.json and read back on later runs."""
-    path = work / f"{name}.json"
-    if path.is_file():
-        return json.loads(path.read_text(encoding="utf-8"))
-    result = stage(*stage_args)
-    atomic_write_json(path, result)
-    return result
+    return run_stage(work / f"{name}.json", lambda: stage(*stage_args))
 
 
 def _pretrain(work, name, corpus, scheme, args, settings) -> dict:

@@ -1,0 +1,321 @@
+"""`kolong experiment gbst`: GBST's accuracy next to its speed, the Korean token-free paper's claim (seeds.md §5).
+
+The paper uptrains a byte-level encoder-decoder with a GBST layer and reports KLUE scores "comparable" to
+the plain byte model while training 2.7x and generating 1.46x faster. This recipe checks both halves with
+one model at a size the machine allows, every variant on the same budget:
+
+1. pre-training: a fresh byte model, span corruption on NSMC reviews + KorQuAD contexts (`pretrain span`);
+2. uptraining, equal steps from that checkpoint: `plain` continues span corruption as it is, `gbst` adds a
+   fresh GBST layer (blocks 1,2,3,6,9 bytes, rate 3) and trains it with the rest (`pretrain span --add-gbst`);
+3. fine-tuning, equal steps per task for both: KLUE-NER, KLUE-DP, KLUE-NLI and KorQuAD as text-to-text
+   (`finetune seq2seq`), each on the shared dev file split train / eval by `--seed` (only dev parts are
+   here), evaluated by greedy generation;
+4. scores with bootstrap 95% intervals over evaluation examples, and the paired GBST - plain difference
+   (same examples resampled for both), beside training and inference samples/s of every run.
+
+Every stage stores its result when it ends and a rerun skips finished stages, so the study resumes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from kolong.experiments.stages import run_stage
+from kolong.io import atomic_write_json, atomic_write_text
+from kolong.plots.figures import save_figure
+
+SCALES = {
+    # byte model sizes (encoder:decoder depth 3:1 as ByT5), steps and data per scale
+    "tiny": dict(hidden_size=32, num_attention_heads=2, head_dim=16, intermediate_size=64, encoder_layers=2,
+                 documents=200, pretrain_steps=4, uptrain_steps=2, finetune_steps=2, batch_size=2,
+                 max_length=128, learning_rate=1e-3, task_limit=24, resamples=50),
+    # about an hour on 2 quiet cores; the plain model's share is most of it (GBST's runs are 3-7x faster)
+    "cpu": dict(hidden_size=128, num_attention_heads=4, head_dim=32, intermediate_size=256, encoder_layers=3,
+                documents=20000, pretrain_steps=600, uptrain_steps=300, finetune_steps=250, batch_size=16,
+                max_length=512, learning_rate=1e-3, task_limit=0, resamples=1000),
+    # to measure on one GPU: 6:2 layers x 512, 1024-byte inputs
+    "gpu-mini": dict(hidden_size=512, num_attention_heads=8, head_dim=64, intermediate_size=1024, encoder_layers=6,
+                     documents=0, pretrain_steps=6000, uptrain_steps=2000, finetune_steps=2000, batch_size=64,
+                     max_length=1024, learning_rate=1e-3, task_limit=0, resamples=2000),
+}  # fmt: skip
+MODEL_FIELDS = ("hidden_size", "num_attention_heads", "head_dim", "intermediate_size", "encoder_layers")
+# bytes of input kept, bytes of target kept (and generated at most); KorQuAD's paragraphs are cut at the
+# input length, so the share of questions whose answer survives the cut is reported as their ceiling
+TASK_LENGTHS = {"klue-ner": (384, 384), "klue-dp": (1024, 512), "klue-nli": (384, 16), "korquad": (1024, 64)}
+TASK_METRICS = {"klue-ner": ("entity_f1", "char_f1"), "klue-dp": ("uas", "las"), "klue-nli": ("accuracy",),
+                "korquad": ("exact_match", "f1")}  # fmt: skip
+VARIANTS = ("plain", "gbst")
+
+
+@dataclass
+class GbstStudyArguments:
+    """Arguments of `kolong experiment gbst`."""
+
+    work_dir: str = "runs/gbst-study"
+    """Corpus, checkpoints and stage results (resumable)."""
+    results: str = "docs/experiments/gbst-cpu.json"
+    figures: str = "docs/images"
+    scale: str = "cpu"
+    tasks: tuple[str, ...] = tuple(TASK_LENGTHS)
+    shared_data: str = "../shared/data"
+    eval_fraction: float = 0.2
+    """Share of each shared dev file held out for evaluation (seeded split)."""
+    seed: int = 42
+    overrides: dict = field(default_factory=dict)
+    """Scale fields to override (pretrain_steps, hidden_size, ...)."""
+
+
+def settings_of(args: GbstStudyArguments) -> dict:
+    if args.scale not in SCALES:
+        raise ValueError(f"scale {args.scale!r} is not one of {', '.join(SCALES)}")
+    unknown = set(args.overrides) - set(SCALES[args.scale])
+    if unknown:
+        raise ValueError(
+            f"unknown study setting {sorted(unknown)[0]!r}; settings: {', '.join(SCALES[args.scale])}"
+        )
+    bad = [task for task in args.tasks if task not in TASK_LENGTHS]
+    if bad:
+        raise ValueError(f"task {bad[0]!r} is not one of {', '.join(TASK_LENGTHS)}")
+    return {**SCALES[args.scale], **args.overrides}
+
+
+def _fresh_model(work: Path, args: GbstStudyArguments, settings: dict) -> Path:
+    from kolong.checkpoints import load_byte_model
+
+    out = work / "byte-init"
+    if not (out / "config.json").is_file():
+        model, tokenizer = load_byte_model(
+            init="tiny", seed=args.seed, **{k: settings[k] for k in MODEL_FIELDS}
+        )
+        model.save_pretrained(out)
+        tokenizer.save_pretrained(out)
+    return out
+
+
+def _corpus(work: Path, args: GbstStudyArguments, settings: dict) -> Path:
+    from kolong.data.corpus import read_documents
+
+    path = work / "documents.txt"
+    if not path.is_file():
+        reviews = list(read_documents(["nsmc"], args.shared_data, limit=settings["documents"] or None))
+        documents = reviews + list(read_documents(["korquad"], args.shared_data))
+        atomic_write_text(path, "\n".join(d.replace("\n", " ") for d in documents) + "\n")
+    return path
+
+
+def _span(
+    work: Path, name: str, start: Path, corpus: Path, steps: int, add_gbst: bool, args, settings
+) -> dict:
+    from kolong.training.span import SpanPretrainArguments, pretrain_span
+
+    out = work / name
+    metrics = pretrain_span(SpanPretrainArguments(
+        train=[str(corpus)], model=str(start), output_dir=str(out), add_gbst=add_gbst, max_steps=steps,
+        max_length=settings["max_length"], noise_density=0.2, mean_span_length=27.0, eval_fraction=0.02,
+        batch_size=settings["batch_size"], eval_batch_size=settings["batch_size"], eval_every=str(steps + 1),
+        save_steps=steps, learning_rate=settings["learning_rate"], warmup_ratio=0.05, seed=args.seed,
+        overwrite=True, quiet=True, extra={"disable_tqdm": True},
+    ))  # fmt: skip
+    keep = ("train_loss", "eval_loss", "steps", "train_samples_per_second", "parameters", "gbst")
+    return {"model": str(out), **{k: metrics.get(k) for k in keep}}
+
+
+def _finetune(work: Path, task: str, variant: str, model: str, args, settings) -> dict:
+    from kolong.training.seq2seq import Seq2SeqFinetuneArguments, finetune_seq2seq
+
+    steps = settings["finetune_steps"]
+    source, target = TASK_LENGTHS[task]
+    metrics = finetune_seq2seq(Seq2SeqFinetuneArguments(
+        task=task, model=model, output_dir=str(work / f"{task}-{variant}"), max_steps=steps,
+        # evaluation (by generation) once, after training: the Trainer's training rate then times training alone
+        eval_every=str(steps + 1), batch_size=settings["batch_size"],
+        eval_batch_size=2 * settings["batch_size"], learning_rate=settings["learning_rate"], warmup_ratio=0.05,
+        max_source_length=source, max_target_length=target, max_new_tokens=target, seed=args.seed,
+        eval_fraction=args.eval_fraction, limit=settings["task_limit"] or None, overwrite=True, quiet=True,
+        extra={"disable_tqdm": True},
+    ))  # fmt: skip
+    return {
+        "train_samples_per_second": metrics["train_samples_per_second"],
+        "inference_samples_per_second": metrics.get("eval_samples_per_second"),
+        "train_loss": metrics["train_loss"],
+        "eval_examples": metrics["eval_examples"],
+        "malformed": metrics.get("eval_malformed"),
+        **{name: metrics.get(f"eval_{name}") for name in TASK_METRICS[task]},
+    }
+
+
+def _generations(work: Path, task: str, variant: str) -> list[str]:
+    path = work / f"{task}-{variant}" / "predictions.jsonl"
+    return [json.loads(line)["prediction"] for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def task_intervals(task, generations: dict[str, list[str]], resamples: int, seed: int) -> dict:
+    """Each variant's metrics and the paired GBST - plain difference, with bootstrap 95% intervals over the
+    evaluation examples (corpus-level metrics such as entity F1 and macro UAS recomputed per resample)."""
+    from kolong.data.text_to_text import score_generations
+    from kolong.evaluation.bootstrap import statistic_interval
+
+    pairs = task.eval
+
+    def score(variant: str, metric: str) -> Callable:
+        def on(indices) -> float:
+            chosen = [pairs[i] for i in indices]
+            return score_generations(task, chosen, [generations[variant][i] for i in indices])[metric]
+
+        return on
+
+    result = {}
+    for metric in TASK_METRICS[task.name]:
+        plain, gbst = score("plain", metric), score("gbst", metric)
+        result[metric] = {
+            **{v: statistic_interval(score(v, metric), len(pairs), resamples, seed=seed) for v in VARIANTS},
+            "gbst_minus_plain": statistic_interval(
+                lambda i, plain=plain, gbst=gbst: gbst(i) - plain(i), len(pairs), resamples, seed=seed
+            ),
+        }
+    return result
+
+
+def _answer_kept(task, max_bytes: int) -> float:
+    """Share (%) of KorQuAD evaluation questions with a gold answer inside the kept input bytes."""
+    kept = [p.source.encode()[:max_bytes].decode(errors="ignore") for p in task.eval]
+    hits = sum(any(a in text for a in p.gold_answers) for p, text in zip(task.eval, kept, strict=True))
+    return 100.0 * hits / max(1, len(task.eval))
+
+
+def run_gbst_study(args: GbstStudyArguments, on_step: Callable[[str], None] = print) -> dict:
+    """Run (or resume) every stage; returns the results (also written to `args.results`)."""
+    from kolong.data.text_to_text import load_task
+
+    settings = settings_of(args)
+    work = Path(args.work_dir)
+    work.mkdir(parents=True, exist_ok=True)
+    on_step("reading the corpus")
+    corpus = _corpus(work, args, settings)
+    start = _fresh_model(work, args, settings)
+    on_step("pre-training (span corruption)")
+    pretrained = run_stage(work / "stage-pretrain.json", lambda: _span(
+        work, "byte-pretrained", start, corpus, settings["pretrain_steps"], False, args, settings))  # fmt: skip
+    uptrained = {}
+    for variant in VARIANTS:
+        on_step(f"uptraining: {variant}")
+        uptrained[variant] = run_stage(work / f"stage-uptrain-{variant}.json", lambda v=variant: _span(
+            work, f"byte-{v}", Path(pretrained["model"]), corpus, settings["uptrain_steps"], v == "gbst",
+            args, settings))  # fmt: skip
+    results = {"arguments": asdict(args), "settings": settings, "pretrain": pretrained, "uptrain": uptrained,
+               "tasks": {}}  # fmt: skip
+    for task_name in args.tasks:
+        runs = {}
+        for variant in VARIANTS:
+            on_step(f"{task_name}: fine-tuning {variant}")
+            runs[variant] = run_stage(work / f"stage-{task_name}-{variant}.json", lambda t=task_name, v=variant:
+                                      _finetune(work, t, v, uptrained[v]["model"], args, settings))  # fmt: skip
+        on_step(f"{task_name}: bootstrap intervals")
+        task = load_task(task_name, seed=args.seed, eval_fraction=args.eval_fraction,
+                         limit=settings["task_limit"] or None)  # fmt: skip
+        generations = {v: _generations(work, task_name, v) for v in VARIANTS}
+        entry = {
+            "runs": runs,
+            "intervals": task_intervals(task, generations, settings["resamples"], args.seed),
+        }
+        if task_name == "korquad":
+            entry["answer_in_input"] = _answer_kept(task, TASK_LENGTHS["korquad"][0])
+        results["tasks"][task_name] = entry
+        atomic_write_json(args.results, results)
+    atomic_write_json(args.results, results)
+    plot_study(results, Path(args.figures))
+    return results
+
+
+def _ratio(results: dict, task: str | None, key: str) -> float | None:
+    runs = results["uptrain"] if task is None else results["tasks"][task]["runs"]
+    plain, gbst = runs["plain"].get(key), runs["gbst"].get(key)
+    return gbst / plain if plain and gbst else None
+
+
+def plot_study(results: dict, figures: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tasks = list(results["tasks"])
+    figure, axes = plt.subplots(1, 2, figsize=(13, 4.5))
+    labels, rows = [], []
+    for task in tasks:
+        for metric, spans in results["tasks"][task]["intervals"].items():
+            labels.append(f"{task}\n{metric}")
+            rows.append(spans)
+    for offset, variant in ((-0.2, "plain"), (0.2, "gbst")):
+        values = [r[variant]["mean"] for r in rows]
+        errors = [[v - r[variant]["low"] for v, r in zip(values, rows, strict=True)],
+                  [r[variant]["high"] - v for v, r in zip(values, rows, strict=True)]]  # fmt: skip
+        axes[0].bar(
+            [i + offset for i in range(len(rows))], values, 0.4, yerr=errors, capsize=3, label=variant
+        )
+    axes[0].set_xticks(range(len(rows)), labels, fontsize=8)
+    axes[0].set_ylabel("score (%)")
+    axes[0].set_title("accuracy at equal steps (95% bootstrap)")
+    axes[0].legend()
+    speed = [("uptrain", _ratio(results, None, "train_samples_per_second"))]
+    for task in tasks:
+        speed.append((f"{task} train", _ratio(results, task, "train_samples_per_second")))
+        speed.append((f"{task} infer", _ratio(results, task, "inference_samples_per_second")))
+    speed = [(name, value) for name, value in speed if value]
+    axes[1].barh([n for n, _ in speed], [v for _, v in speed], color="C2")
+    axes[1].axvline(1.0, color="grey", linewidth=1)
+    axes[1].set_xlabel("GBST samples/s / plain samples/s")
+    axes[1].set_title("speed-up (paper: 2.7x train, 1.46x inference)")
+    return [save_figure(figure, figures / f"gbst-study-{results['arguments']['scale']}.png")]
+
+
+def _cell(span: dict) -> str:
+    return f"{span['mean']:.2f} [{span['low']:.1f}, {span['high']:.1f}]"
+
+
+def to_markdown(results: dict) -> str:
+    s = results["settings"]
+    up = results["uptrain"]
+    lines = [
+        f"Byte model: hidden {s['hidden_size']}, {s['num_attention_heads']} heads x {s['head_dim']}, FFN "
+        f"{s['intermediate_size']}, {s['encoder_layers']} encoder layers ({up['plain']['parameters']:,} parameters; "
+        f"GBST adds {up['gbst']['parameters'] - up['plain']['parameters']:,}). Pre-training {s['pretrain_steps']} steps, "
+        f"uptraining {s['uptrain_steps']} steps each, fine-tuning {s['finetune_steps']} steps per task, batch "
+        f"{s['batch_size']}, {s['max_length']}-byte pre-training chunks.",
+        "",
+        "| | plain | GBST | GBST - plain (paired) | verdict |",
+        "|---|---:|---:|---:|---|",
+        f"| uptraining held-out span loss | {up['plain']['eval_loss']:.3f} | {up['gbst']['eval_loss']:.3f} | | |",
+    ]
+    for task, entry in results["tasks"].items():
+        for metric, spans in entry["intervals"].items():
+            difference = spans["gbst_minus_plain"]
+            verdict = (
+                "GBST worse"
+                if difference["high"] < 0
+                else "GBST better"
+                if difference["low"] > 0
+                else "no difference resolved"
+            )
+            lines.append(f"| {task} {metric} | {_cell(spans['plain'])} | {_cell(spans['gbst'])} | "
+                         f"{_cell(difference)} | {verdict} |")  # fmt: skip
+        runs = entry["runs"]
+        lines.append(
+            f"| {task} malformed generations | {runs['plain']['malformed']} | {runs['gbst']['malformed']} | | |"
+        )
+    lines += ["", "| samples/s | plain | GBST | speed-up |", "|---|---:|---:|---:|"]
+    rows = [("uptraining (span corruption)", up, "train_samples_per_second")]
+    for task, entry in results["tasks"].items():
+        rows.append((f"{task} training", entry["runs"], "train_samples_per_second"))
+        rows.append((f"{task} inference (greedy generation)", entry["runs"], "inference_samples_per_second"))
+    for name, runs, key in rows:
+        plain, gbst = runs["plain"].get(key), runs["gbst"].get(key)
+        ratio = f"{gbst / plain:.2f}x" if plain and gbst else "-"
+        lines.append(f"| {name} | {plain or 0:.2f} | {gbst or 0:.2f} | {ratio} |")
+    if "korquad" in results["tasks"]:
+        lines += ["", f"KorQuAD: {results['tasks']['korquad']['answer_in_input']:.1f}% of evaluation questions have "
+                  f"a gold answer within the first {TASK_LENGTHS['korquad'][0]} input bytes (the ceiling of EM)."]  # fmt: skip
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,74 @@
+"""`kolong experiment gbst`: the study end to end at toy size, and its paired intervals on known generations
+(the real numbers are in docs/reproductions.md)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kolong.data.text_to_text import Seq2SeqTask, TextPair
+from kolong.experiments.gbst import (
+    SCALES,
+    GbstStudyArguments,
+    run_gbst_study,
+    settings_of,
+    task_intervals,
+    to_markdown,
+)
+
+
+def _nli(gold: list[str]) -> Seq2SeqTask:
+    pairs = [TextPair(str(i), f"문장 {i}", label) for i, label in enumerate(gold)]
+    return Seq2SeqTask("klue-nli", "classification", [], pairs, ["함의", "중립", "모순"])
+
+
+def test_paired_intervals_on_known_generations():
+    gold = ["함의", "중립", "모순"] * 40
+    plain = ["함의"] * 120  # right on a third
+    gbst = gold[:90] + ["중립"] * 30  # right on 90 + 10
+    spans = task_intervals(_nli(gold), {"plain": plain, "gbst": gbst}, resamples=300, seed=0)["accuracy"]
+    assert spans["plain"]["mean"] == pytest.approx(100 / 3)
+    assert spans["gbst"]["mean"] == pytest.approx(100 * 100 / 120)
+    difference = spans["gbst_minus_plain"]
+    assert difference["mean"] == pytest.approx(spans["gbst"]["mean"] - spans["plain"]["mean"])
+    assert 0 < difference["low"] < difference["mean"] < difference["high"]  # resolved: GBST better
+    same = task_intervals(_nli(gold), {"plain": plain, "gbst": plain}, resamples=50, seed=0)["accuracy"]
+    assert same["gbst_minus_plain"] == {"mean": 0.0, "low": 0.0, "high": 0.0, "n": 120}
+
+
+def test_bad_settings():
+    with pytest.raises(ValueError, match="scale 'huge'"):
+        settings_of(GbstStudyArguments(scale="huge"))
+    with pytest.raises(ValueError, match="unknown study setting 'layers'"):
+        settings_of(GbstStudyArguments(overrides={"layers": 2}))
+    with pytest.raises(ValueError, match="task 'klue-sts'"):
+        settings_of(GbstStudyArguments(tasks=("klue-sts",)))
+    assert all(set(settings) == set(SCALES["cpu"]) for settings in SCALES.values())
+
+
+@pytest.mark.shared_data
+def test_study_runs_resumes_and_reports(shared_data, tmp_path):
+    args = GbstStudyArguments(work_dir=str(tmp_path / "work"), results=str(tmp_path / "results.json"),
+                              figures=str(tmp_path), scale="tiny", tasks=("klue-nli", "korquad"),
+                              shared_data=str(shared_data))  # fmt: skip
+    results = run_gbst_study(args, on_step=lambda message: None)
+    assert results["uptrain"]["gbst"]["gbst"] and not results["uptrain"]["plain"]["gbst"]
+    assert results["uptrain"]["gbst"]["parameters"] > results["uptrain"]["plain"]["parameters"]
+    assert results["uptrain"]["plain"]["steps"] == results["uptrain"]["gbst"]["steps"] == 2
+    for task, entry in results["tasks"].items():
+        for variant in ("plain", "gbst"):
+            run = entry["runs"][variant]
+            assert run["train_samples_per_second"] > 0 and run["inference_samples_per_second"] > 0
+            assert run["eval_examples"] == 6
+        for spans in entry["intervals"].values():
+            assert spans["plain"]["n"] == spans["gbst"]["n"] == 6
+    assert 0 <= results["tasks"]["korquad"]["answer_in_input"] <= 100
+    assert json.loads((tmp_path / "results.json").read_text())["settings"]["finetune_steps"] == 2
+    assert (tmp_path / "gbst-study-tiny.png").is_file()
+    table = to_markdown(results)
+    assert "| klue-nli accuracy |" in table and "| korquad training |" in table
+    # a second run reads every stage back instead of training again
+    stamp = (tmp_path / "work" / "stage-uptrain-gbst.json").stat().st_mtime_ns
+    run_gbst_study(args, on_step=lambda message: None)
+    assert (tmp_path / "work" / "stage-uptrain-gbst.json").stat().st_mtime_ns == stamp
