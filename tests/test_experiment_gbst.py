@@ -56,7 +56,7 @@ def test_study_runs_resumes_and_reports(shared_data, tmp_path):
     assert results["uptrain"]["gbst"]["gbst"] and not results["uptrain"]["plain"]["gbst"]
     assert results["uptrain"]["gbst"]["parameters"] > results["uptrain"]["plain"]["parameters"]
     assert results["uptrain"]["plain"]["steps"] == results["uptrain"]["gbst"]["steps"] == 2
-    for task, entry in results["tasks"].items():
+    for entry in results["tasks"].values():
         for variant in ("plain", "gbst"):
             run = entry["runs"][variant]
             assert run["train_samples_per_second"] > 0 and run["inference_samples_per_second"] > 0

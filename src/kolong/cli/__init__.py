@@ -8,6 +8,7 @@ import typer
 
 from kolong.cli import (
     bench,
+    compress,
     convert,
     data,
     demo,
@@ -60,6 +61,8 @@ def _root(
 app.command("extend")(extend.extend)
 app.command("convert")(convert.convert)
 app.command("demo")(demo.demo)
+app.command("quantize")(compress.quantize)
+app.add_typer(compress.export_app, name="export")
 app.add_typer(plot.app, name="plot")
 app.add_typer(bench.app, name="bench")
 app.add_typer(data.app, name="data")

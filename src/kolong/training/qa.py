@@ -145,10 +145,14 @@ def finetune_qa(args: QAFinetuneArguments) -> dict:
 
 
 def predict_logits(model, features: QAFeatures, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
-    """Start/end logits of every window, through `Trainer.predict` (device placement, fp16/bf16, DDP)."""
+    """Start/end logits of every window, through `Trainer.predict` (device placement, fp16/bf16, DDP); a
+    quantized model (`kolong quantize`), which the Trainer refuses even to predict, in a plain loop."""
     import tempfile
 
     from transformers import Trainer, TrainingArguments, default_data_collator
+
+    if getattr(model, "is_quantized", False):
+        return _predict_quantized(model, _dataset(features, with_labels=False), batch_size)
 
     with tempfile.TemporaryDirectory(prefix="kolong-predict-") as scratch:
         args = TrainingArguments(
@@ -160,6 +164,22 @@ def predict_logits(model, features: QAFeatures, batch_size: int) -> tuple[np.nda
         trainer = Trainer(model=model, args=args, data_collator=default_data_collator)
         output = trainer.predict(_dataset(features, with_labels=False))
     return output.predictions[0], output.predictions[1]
+
+
+def _predict_quantized(model, dataset, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+    import torch
+    from transformers import default_data_collator
+
+    starts, ends = [], []
+    with torch.inference_mode():
+        for first in range(0, len(dataset), batch_size):
+            batch = default_data_collator(
+                [dataset[i] for i in range(first, min(first + batch_size, len(dataset)))]
+            )
+            output = model(**{name: tensor.to(model.device) for name, tensor in batch.items()})
+            starts.append(output.start_logits.float().cpu().numpy())
+            ends.append(output.end_logits.float().cpu().numpy())
+    return np.concatenate(starts), np.concatenate(ends)
 
 
 def predict_qa(args: QAPredictArguments) -> dict:

@@ -73,6 +73,10 @@ class KolongAttention(nn.Module):
             # padding (b, 1, 1, n), packed documents (b, 1, n, n), or None
             allowed = mask.additive(k.shape[2], q.dtype, q.device)
             return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=dropout_p)
+        if (
+            torch.compiler.is_exporting()
+        ):  # the chunked path loops over row blocks: one graph needs the reference
+            return self._attend_explicitly(q, k, v, mask, positions, layer, state, dropout_p)[0]
         if q.device.type == "cuda" and dropout_p == 0 and not positions.needs_probabilities:
             return self._attend_flex(q, k, v, mask, positions, layer, state, dropout_p, explicit=False)
         # The bias is built only here, once the path is known (flex builds its own from the same tables).

@@ -44,6 +44,8 @@ class AttentionMask:
                 f"for tokens, got shape {tuple(attention_mask.shape)}"
             )
         real = attention_mask != 0
+        if torch.compiler.is_exporting():  # a graph for every input (ONNX): no host reads, padding only
+            return cls(real=real, window=window, global_tokens=global_tokens)
         # One host read for both facts (on a GPU each read waits for the queued work).
         flags = torch.stack([real.all(), (attention_mask > 1).any()]).tolist()
         packed = not attention_mask.dtype.is_floating_point and flags[1]

@@ -53,7 +53,8 @@ class KolongEmbeddings(nn.Module):
         x = self.word_embeddings(input_ids) if inputs_embeds is None else inputs_embeds  # (b, n, e)
         if self.token_type_embeddings is not None:
             if token_type_ids is None:
-                x = x + self.token_type_embeddings.weight[0]
+                # through the module, not .weight[0]: a quantized table (kolong quantize) supports lookups only
+                x = x + self.token_type_embeddings(torch.zeros((), dtype=torch.long, device=x.device))
             else:
                 x = x + self.token_type_embeddings(token_type_ids)
         return x
