@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import typer
 
+from kolong.cli.arguments import command_from
 from kolong.cli.common import console, one_of, user_errors
+from kolong.compress.distill import ClassificationDistillArguments, QADistillArguments
 
 export_app = typer.Typer(
     help="Export a model to another runtime.", no_args_is_help=True, rich_markup_mode=None
@@ -66,3 +69,36 @@ def onnx(
         f"onnxruntime {report['onnxruntime_seconds'] * 1e3:.1f} ms; {report['bytes'] / 2**20:.1f} MiB"
     )
     console.print(f"[green]wrote[/] {output} and {output}.json")
+
+
+distill_app = typer.Typer(
+    help="Distil a fine-tuned teacher into a student with fewer layers.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)
+
+
+@distill_app.command("qa")
+@command_from(QADistillArguments)
+def distill_qa(args: QADistillArguments) -> None:
+    """Distil a QA teacher (start / end soft targets, hidden states) into a student with fewer layers, trained
+    by the `finetune qa` recipe (its data options); the student keeps the teacher's scheme and length.
+
+    Python: kolong.compress.distill.distill(QADistillArguments(...)).
+    """
+    from kolong.compress.distill import distill
+
+    console.print_json(json.dumps(distill(args), ensure_ascii=False))
+
+
+@distill_app.command("cls")
+@command_from(ClassificationDistillArguments)
+def distill_cls(args: ClassificationDistillArguments) -> None:
+    """Distil a classification teacher (soft targets, hidden states) into a student with fewer layers, trained
+    by the `finetune cls` recipe (its data options).
+
+    Python: kolong.compress.distill.distill(ClassificationDistillArguments(...)).
+    """
+    from kolong.compress.distill import distill
+
+    console.print_json(json.dumps(distill(args), ensure_ascii=False))

@@ -96,7 +96,10 @@ def _encode(tokenizer, data: ClassificationData, max_length: int):
 
 
 @writes_output("args", "output_dir")
-def finetune_cls(args: ClassificationArguments) -> dict:
+def finetune_cls(args: ClassificationArguments, wrap_trainer=None) -> dict:
+    """Fine-tune, evaluate (with bootstrap intervals), save to `args.output_dir`; returns the metrics.
+
+    `wrap_trainer(cls) -> subclass` changes the Trainer (`kolong distill` adds its loss)."""
     from transformers import (
         AutoModelForSequenceClassification,
         DataCollatorWithPadding,
@@ -133,7 +136,7 @@ def finetune_cls(args: ClassificationArguments) -> dict:
         return classification_metrics(prediction.predictions, prediction.label_ids, data.is_regression)
 
     callbacks = [EarlyStoppingCallback(args.early_stopping_patience)] if args.early_stopping_patience else []
-    trainer = Trainer(
+    trainer = (wrap_trainer(Trainer) if wrap_trainer else Trainer)(
         model=model,
         args=training_arguments(args, evaluating=True, metric=main_metric),
         train_dataset=train,

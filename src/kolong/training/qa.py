@@ -75,8 +75,10 @@ def make_qa_trainer_class():
 
 
 @writes_output("args", "output_dir")
-def finetune_qa(args: QAFinetuneArguments) -> dict:
-    """Fine-tune, evaluate, save model + tokenizer to `args.output_dir`; returns the final metrics."""
+def finetune_qa(args: QAFinetuneArguments, wrap_trainer=None) -> dict:
+    """Fine-tune, evaluate, save model + tokenizer to `args.output_dir`; returns the final metrics.
+
+    `wrap_trainer(cls) -> subclass` changes the Trainer (`kolong distill` adds its loss)."""
     from transformers import (
         AutoModelForQuestionAnswering,
         EarlyStoppingCallback,
@@ -109,7 +111,8 @@ def finetune_qa(args: QAFinetuneArguments) -> dict:
     callbacks = []
     if args.early_stopping_patience:
         callbacks.append(EarlyStoppingCallback(early_stopping_patience=args.early_stopping_patience))
-    trainer = make_qa_trainer_class()(
+    trainer_class = make_qa_trainer_class()
+    trainer = (wrap_trainer(trainer_class) if wrap_trainer else trainer_class)(
         model=model,
         args=training_args,
         train_dataset=_dataset(train_features, with_labels=True),
