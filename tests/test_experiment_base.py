@@ -11,13 +11,13 @@ import torch
 from kolong.evaluation.bootstrap import interval, paired_difference, separated, verdict
 from kolong.experiments.extension_init import (
     ExtensionInitArguments,
-    _token_losses,
     bucket_edges,
     bucket_means,
     chunked_losses,
     evaluation_blocks,
     neighbour_cosine,
     run_extension_init,
+    token_losses,
 )
 from kolong.experiments.extension_seeds import across_seeds, run_extension_init_seeds
 
@@ -100,14 +100,14 @@ def test_blocks_and_chunked_reading_match_the_whole_model(kolong_config):
     assert stream[0, 1:12].tolist() == [5 + ord("가") % 50] * 10 + [3]
     torch.manual_seed(0)
     model = KolongForMaskedLM(kolong_config(vocab_size=64, max_position_embeddings=16)).eval()
-    whole = _token_losses(model, ids, masks, 4, batch=1)
+    whole = token_losses(model, ids, masks, 4, batch=1)
     assert np.isnan(whole[~masks]).all() and not np.isnan(whole[masks]).any()
     np.testing.assert_allclose(chunked_losses(model, ids, masks, 4, chunk=16, batch=2), whole, rtol=1e-5)
     halves = chunked_losses(model, ids, masks, 4, chunk=9, batch=2)  # 7 tokens per chunk
     second = np.concatenate([ids[:, :1], ids[:, 8:15], ids[:, -1:]], axis=1)
     second_masks = np.pad(masks[:, 8:15], ((0, 0), (1, 1)))
     np.testing.assert_allclose(
-        halves[:, 8:15], _token_losses(model, second, second_masks, 4, 2)[:, 1:-1], rtol=1e-5
+        halves[:, 8:15], token_losses(model, second, second_masks, 4, 2)[:, 1:-1], rtol=1e-5
     )
 
 

@@ -299,3 +299,54 @@ def gbst(
     atomic_write_text(results.with_suffix(".md"), table)
     console.print(table)
     console.print(f"[green]wrote[/] {results}, {results.with_suffix('.md')}")
+
+
+@app.command("sensitivity")
+def sensitivity(
+    mlm: list[str] = typer.Option(None, "--mlm", help="NAME=PATH of a pre-trained masked LM (repeat)."),
+    qa: list[str] = typer.Option(None, "--qa", help="NAME=PATH of a fine-tuned QA model (repeat)."),
+    qa_eval: Path = typer.Option(None, help="SQuAD/KorQuAD JSON the QA models are scored on."),
+    trained_length: int = typer.Option(
+        128, min=1, help="Position rows pre-training used (the rest: extended)."
+    ),
+    trained_reviews: int = typer.Option(
+        30000, min=0, help="NSMC reviews pre-training read (held out: the rest)."
+    ),
+    block_length: int = typer.Option(256, min=8, help="Tokens per held-out MLM block."),
+    blocks: int = typer.Option(200, min=1, help="Held-out MLM blocks."),
+    qa_length: int = typer.Option(256, min=16, help="QA window length (stride a quarter of it)."),
+    work_dir: Path = typer.Option(Path("runs/sensitivity"), help="Per-run results (resumable)."),
+    results: Path = typer.Option(
+        Path("docs/experiments/sensitivity-cpu.json"), help="Results JSON (markdown beside)."
+    ),
+    figures: Path = typer.Option(Path("docs/images"), help="Where sensitivity.png goes."),
+    shared_data: Path = typer.Option(Path("../shared/data"), help="NSMC reviews (held-out MLM text)."),
+    seed: int = typer.Option(42, min=0, max=2**32 - 1, help="Seed of the masks and the bootstrap."),
+) -> None:
+    """Q-BERT's sensitivity study on kolong models: fake-quantize one parameter group at a time (position
+    table, original and extended rows apart; token embeddings; attention; FFN; head) at 8 and 4 bits and
+    report the change in held-out MLM loss and QA F1, with paired bootstrap intervals."""
+    from kolong.cli.arguments import parse_pairs
+    from kolong.experiments.sensitivity import SensitivityArguments, run_sensitivity, to_markdown
+    from kolong.io import atomic_write_text
+
+    with user_errors(), console.status("sensitivity study") as status:
+        args = SensitivityArguments(
+            mlm_models={k: str(v) for k, v in parse_pairs("--mlm", mlm).items()},
+            qa_models={k: str(v) for k, v in parse_pairs("--qa", qa).items()},
+            qa_eval=str(qa_eval) if qa_eval else "", work_dir=str(work_dir), results=str(results),
+            figures=str(figures), shared_data=str(shared_data), trained_reviews=trained_reviews,
+            trained_length=trained_length, block_length=block_length, blocks=blocks, qa_length=qa_length, seed=seed,
+        )  # fmt: skip
+        try:
+            outcome = run_sensitivity(
+                args, on_step=lambda message: console.print(message) or status.update(message)
+            )
+        except ValueError as error:
+            if type(error) is not ValueError:
+                raise
+            raise typer.BadParameter(str(error)) from None
+    table = to_markdown(outcome)
+    atomic_write_text(results.with_suffix(".md"), table)
+    console.print(table)
+    console.print(f"[green]wrote[/] {results}, {results.with_suffix('.md')}, {figures / 'sensitivity.png'}")

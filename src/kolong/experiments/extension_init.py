@@ -105,7 +105,7 @@ def heldout_reviews(shared_data: str | Path, trained: int):
     return (text for text in documents if text not in seen)
 
 
-def _token_losses(model, ids: np.ndarray, masks: np.ndarray, mask_id: int, batch: int) -> np.ndarray:
+def token_losses(model, ids: np.ndarray, masks: np.ndarray, mask_id: int, batch: int) -> np.ndarray:
     """Cross-entropy at every masked token (NaN elsewhere), (blocks, n)."""
     import torch
 
@@ -130,7 +130,7 @@ def chunked_losses(model, ids: np.ndarray, masks: np.ndarray, mask_id: int, chun
         piece = body[:, start : start + width]
         rows = np.concatenate([np.full((len(ids), 1), cls), piece, np.full((len(ids), 1), sep)], axis=1)
         row_masks = np.pad(masks_body[:, start : start + width], ((0, 0), (1, 1)))
-        losses = _token_losses(model, rows, row_masks, mask_id, batch)
+        losses = token_losses(model, rows, row_masks, mask_id, batch)
         out[:, 1 + start : 1 + start + piece.shape[1]] = losses[:, 1:-1]
     return out
 
@@ -270,7 +270,7 @@ def run_extension_init(args: ExtensionInitArguments, on_step: Callable[[str], No
                     on_step(f"stopped by --max-minutes during {method}: run the same command to resume")
                     return {"finished": False}
                 path = continued / f"checkpoint-{steps}"
-            record(f"{method}@{steps}", lambda p=path: _token_losses(
+            record(f"{method}@{steps}", lambda p=path: token_losses(
                 AutoModelForMaskedLM.from_pretrained(p).eval(), ids, masks, tokenizer.mask_token_id, batch))  # fmt: skip
     results = {
         "finished": True,
