@@ -192,3 +192,29 @@ def test_onnx_refusals(tmp_path, kolong_config):
     with pytest.raises(CheckpointError, match="quantized"):
         export_onnx(str(tmp_path / "q"), tmp_path / "q.onnx")
     assert not (tmp_path / "sparse.onnx").exists() and not (tmp_path / "q.onnx").exists()
+
+
+def test_bench_compress_end_to_end_with_accuracy(tmp_path):
+    from transformers import AutoModelForQuestionAnswering
+
+    base = build_tiny_bert_checkpoint(tmp_path / "bert", max_position_embeddings=64)
+    AutoModelForQuestionAnswering.from_pretrained(base).save_pretrained(tmp_path / "qa")
+    for item in base.iterdir():
+        if item.name.startswith(("vocab", "tokenizer", "special")):
+            (tmp_path / "qa" / item.name).write_bytes(item.read_bytes())
+    data = tmp_path / "qa.json"
+    data.write_text(json.dumps(korean_qa_dataset(), ensure_ascii=False), encoding="utf-8")
+    result = CliRunner().invoke(app, ["bench", "compress", "--model", str(tmp_path / "qa"), "--eval", str(data),
+                                      "--length", "64", "--variants", "fp32,int8,ort-fp32,ort-int8,student",
+                                      "--repeats", "1", "--output-dir", str(tmp_path / "out")])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    saved = json.loads((tmp_path / "out" / "compress.json").read_text())
+    variants = {v["variant"]: v for v in saved["variants"]}
+    assert set(variants) == {"fp32", "int8", "ort-fp32", "ort-int8", "student"}
+    assert variants["fp32"]["speedup"] == 1 and saved["student_layers"] == 1
+    assert variants["ort-fp32"]["f1"] == pytest.approx(
+        variants["fp32"]["f1"]
+    )  # the same model, other runtime
+    assert "f1" not in variants["student"]  # picked layers, never trained: no F1 claimed
+    assert variants["int8"]["weights_mb"] < variants["fp32"]["weights_mb"]
+    assert "| ort-int8 |" in (tmp_path / "out" / "compress.md").read_text()

@@ -186,6 +186,26 @@ class LongAttentionBenchArguments(BenchArguments):
     memory: bool = option(True, "Also measure peak memory, one fresh worker process per pattern and length.")
 
 
+@dataclass(kw_only=True)
+class CompressBenchArguments(BenchArguments):
+    """QA latency and memory of one model in fp32, int8 (torchao, eager and compiled; onnxruntime) and as a
+    student with half its layers, on one long window, interleaved; F1 of each beside them with --eval."""
+
+    model: str | None = option(None, "Fine-tuned QA checkpoint (default: a random BERT-base-sized kolong "
+                               "encoder with 2048 learned positions, for timing only).")  # fmt: skip
+    student: str | None = option(None, "Distilled student (`kolong distill qa`; default: the model's "
+                                 "layers picked, for timing only).")  # fmt: skip
+    eval: str | None = option(
+        None, "SQuAD/KorQuAD JSON: F1 of every variant on these questions (needs --model)."
+    )
+    length: int = option(2048, "Tokens in the timed window.")
+    variants: list[str] = option(["all"], "Comma-separated subset of: fp32, fp32-compiled, int8, int8-compiled, "
+                                 "ort-fp32, ort-int8, student, student-int8-compiled, student-ort-int8; all.",
+                                 kind="list")  # fmt: skip
+    repeats: int = option(3, "Interleaved timed rounds (the median is reported).")
+    threads: int | None = option(None, "torch and onnxruntime threads (default: torch's).")
+
+
 # `kolong bench NAME` -> (the Benchmark class, imported when the command runs; its arguments)
 BENCHMARKS: dict[str, tuple[str, type]] = {
     "extend": ("kolong.bench.extension:ExtendBenchmark", ExtendBenchArguments),
@@ -196,6 +216,7 @@ BENCHMARKS: dict[str, tuple[str, type]] = {
     "pretrain": ("kolong.bench.pretrain:PretrainBenchmark", PretrainBenchArguments),
     "gbst": ("kolong.bench.gbst:GBSTBenchmark", GBSTBenchArguments),
     "long-attention": ("kolong.bench.long_attention:LongAttentionBenchmark", LongAttentionBenchArguments),
+    "compress": ("kolong.bench.compress:CompressBenchmark", CompressBenchArguments),
 }
 
 
