@@ -156,6 +156,9 @@ REQUIRED = {
     ("experiment", "base"): ["--work-dir", "OUT"],
     ("experiment", "extension-init"): ["--base-dir", "BASE", "--work-dir", "OUT"],
     ("experiment", "gbst"): ["--work-dir", "OUT"],
+    ("experiment", "sensitivity"): ["--work-dir", "OUT"],
+    ("quantize",): ["MODEL", "-o", "OUT"],
+    ("export", "onnx"): ["MODEL", "-o", "OUT.onnx"],
     ("tokenizer", "train"): ["--corpus", "TEXT", "-o", "OUT"],
     ("tokenizer", "stats"): ["--tokenizer", "byte", "--corpus", "TEXT"],
 }
@@ -167,6 +170,7 @@ DUMMY = {
     "data": "DATA",
     "corpus": "CORPUS",
     "task": "nsmc",
+    "teacher": "TEACHER",
 }
 
 
@@ -456,6 +460,20 @@ def sweep_cases() -> list:
                      id="experiment positions: unknown setting"),
         pytest.param(lambda w: ["experiment", "base", "--work-dir", out(w), "--set", "nope=1"], ("nope",),
                      id="experiment base: unknown setting"),
+        pytest.param(lambda w: ["experiment", "sensitivity", "--work-dir", out(w)], ("--mlm",),
+                     id="experiment sensitivity: no model"),
+        pytest.param(lambda w: ["experiment", "sensitivity", "--work-dir", out(w), "--qa", f"a={w['qa_model']}"],
+                     ("--qa-eval",), id="experiment sensitivity: QA without questions"),
+        pytest.param(lambda w: ["quantize", w["root"] / "missing", "-o", out(w)], ("missing",),
+                     id="quantize: no model"),
+        pytest.param(lambda w: ["quantize", w["truncated"], "-o", out(w)], ("truncated",),
+                     id="quantize: cut-short weights"),
+        pytest.param(lambda w: ["export", "onnx", w["root"] / "missing", "-o", out(w) / "m.onnx"], ("missing",),
+                     id="export onnx: no model"),
+        pytest.param(lambda w: ["distill", "qa", "--teacher", w["root"] / "missing", "--train", w["squad"], "-o",
+                                out(w)], ("missing",), id="distill qa: no teacher"),
+        pytest.param(lambda w: ["distill", "qa", "--teacher", w["qa_model"], "--train", w["squad"], "-o", out(w),
+                                "--student-layers", "5"], ("--student-layers",), id="distill qa: too many layers"),
         pytest.param(lambda w: ["experiment", "gbst", "--work-dir", out(w), "--set", "nope=1"], ("nope",),
                      id="experiment gbst: unknown setting"),
         pytest.param(lambda w: ["experiment", "gbst", "--work-dir", out(w), "--tasks", "klue-ner,klue-sts"],
