@@ -72,3 +72,26 @@ def test_study_runs_resumes_and_reports(shared_data, tmp_path):
     stamp = (tmp_path / "work" / "stage-uptrain-gbst.json").stat().st_mtime_ns
     run_gbst_study(args, on_step=lambda message: None)
     assert (tmp_path / "work" / "stage-uptrain-gbst.json").stat().st_mtime_ns == stamp
+
+
+@pytest.mark.shared_data
+@pytest.mark.parametrize("name", ["klue-ner", "klue-dp", "korquad", "klue-nli"])
+def test_example_statistics_equal_the_task_scores(shared_data, name):
+    """The per-example counts the bootstrap sums give exactly `score_generations`' numbers, on the full
+    evaluation side and on a resample with repeats."""
+    import numpy as np
+
+    from kolong.data.text_to_text import load_task, score_generations
+    from kolong.experiments.gbst import TASK_METRICS, example_statistics
+
+    task = load_task(name, seed=42, eval_fraction=0.2)
+    task.eval = task.eval[:40]
+    # half right, a quarter garbled, a quarter empty: every kind of generation
+    generations = [p.target if i % 2 == 0 else (p.target[: len(p.target) // 2] if i % 4 == 1 else "")
+                   for i, p in enumerate(task.eval)]  # fmt: skip
+    statistics = example_statistics(task, generations)
+    rng = np.random.default_rng(0)
+    for indices in (np.arange(len(task.eval)), rng.integers(0, len(task.eval), len(task.eval))):
+        expected = score_generations(task, [task.eval[i] for i in indices], [generations[i] for i in indices])
+        for metric in TASK_METRICS[name]:
+            assert statistics[metric](indices) == pytest.approx(expected[metric], abs=1e-9), metric

@@ -152,28 +152,77 @@ def _generations(work: Path, task: str, variant: str) -> list[str]:
     return [json.loads(line)["prediction"] for line in path.read_text(encoding="utf-8").splitlines()]
 
 
-def task_intervals(task, generations: dict[str, list[str]], resamples: int, seed: int) -> dict:
-    """Each variant's metrics and the paired GBST - plain difference, with bootstrap 95% intervals over the
-    evaluation examples (corpus-level metrics such as entity F1 and macro UAS recomputed per resample)."""
+def example_statistics(task, generations: list[str]) -> dict[str, Callable]:
+    """Metric -> statistic(indices) over evaluation examples, each equal to `score_generations`'s value on
+    those examples, computed from per-example counts taken once (so a bootstrap resample costs a sum)."""
+    import numpy as np
+
     from kolong.data.text_to_text import score_generations
-    from kolong.evaluation.bootstrap import statistic_interval
 
     pairs = task.eval
+    if task.kind == "ner":
+        from seqeval.scheme import IOB2, Entities
 
-    def score(variant: str, metric: str) -> Callable:
-        def on(indices) -> float:
-            chosen = [pairs[i] for i in indices]
-            return score_generations(task, chosen, [generations[variant][i] for i in indices])[metric]
+        from kolong.data.klue_ner import parse_prediction
 
-        return on
+        predicted = [
+            parse_prediction(text, pair.source).tags for pair, text in zip(pairs, generations, strict=True)
+        ]
+        gold = [pair.gold_tags for pair in pairs]
 
+        def entities(tags):
+            return {(e.tag, e.start, e.end) for e in Entities([tags], IOB2, suffix=False).entities[0]}
+
+        counts = np.array([(len(entities(g) & entities(p)), len(entities(p)), len(entities(g)))
+                           for g, p in zip(gold, predicted, strict=True)], dtype=np.float64)  # fmt: skip
+        labels = sorted({t for tags in gold + predicted for t in tags} - {"O"})
+        per_label = np.zeros((len(pairs), 3, len(labels)))  # true positives, gold, predicted per label
+        for i, (g, p) in enumerate(zip(gold, predicted, strict=True)):
+            for a, b in zip(g, p, strict=True):
+                if a != "O":
+                    per_label[i, 1, labels.index(a)] += 1
+                if b != "O":
+                    per_label[i, 2, labels.index(b)] += 1
+                    per_label[i, 0, labels.index(b)] += a == b
+
+        def entity_f1(indices):
+            tp, p, g = counts[indices].sum(axis=0)
+            return 100.0 * 2 * tp / (p + g) if tp else 0.0
+
+        def char_f1(indices):
+            tp, g, p = per_label[indices].sum(axis=0)
+            present = (g + p) > 0
+            if not present.any():
+                return 100.0
+            return 100.0 * float(np.mean(np.where(tp > 0, 2 * tp / np.maximum(g + p, 1), 0.0)[present]))
+
+        return {"entity_f1": entity_f1, "char_f1": char_f1}
+    if task.kind == "dp":
+        rows = np.array([[score_generations(task, [pair], [text])[name] * len(pair.gold_arcs[0]) / 100.0
+                          for name in ("uas", "las")] + [len(pair.gold_arcs[0])]
+                         for pair, text in zip(pairs, generations, strict=True)])  # fmt: skip
+        return {name: (lambda indices, k=k: 100.0 * rows[indices, k].sum() / max(1.0, rows[indices, 2].sum()))
+                for k, name in enumerate(("uas", "las"))}  # fmt: skip
+    names = TASK_METRICS[task.name]
+    values = np.array([[score_generations(task, [pair], [text])[name] for name in names]
+                       for pair, text in zip(pairs, generations, strict=True)])  # fmt: skip
+    return {name: (lambda indices, k=k: float(values[indices, k].mean())) for k, name in enumerate(names)}
+
+
+def task_intervals(task, generations: dict[str, list[str]], resamples: int, seed: int) -> dict:
+    """Each variant's metrics and the paired GBST - plain difference, with bootstrap 95% intervals over the
+    evaluation examples (corpus-level metrics such as entity F1 recomputed from each resample's counts)."""
+    from kolong.evaluation.bootstrap import statistic_interval
+
+    size = len(task.eval)
+    statistics = {variant: example_statistics(task, generations[variant]) for variant in VARIANTS}
     result = {}
     for metric in TASK_METRICS[task.name]:
-        plain, gbst = score("plain", metric), score("gbst", metric)
+        plain, gbst = statistics["plain"][metric], statistics["gbst"][metric]
         result[metric] = {
-            **{v: statistic_interval(score(v, metric), len(pairs), resamples, seed=seed) for v in VARIANTS},
+            **{v: statistic_interval(statistics[v][metric], size, resamples, seed=seed) for v in VARIANTS},
             "gbst_minus_plain": statistic_interval(
-                lambda i, plain=plain, gbst=gbst: gbst(i) - plain(i), len(pairs), resamples, seed=seed
+                lambda i, plain=plain, gbst=gbst: gbst(i) - plain(i), size, resamples, seed=seed
             ),
         }
     return result
