@@ -31,7 +31,7 @@ def test_every_other_layer_when_halving():
             picked_layers(12, bad)
 
 
-@pytest.mark.parametrize("scheme", ["shaw", "t5", "learned"])
+@pytest.mark.parametrize("scheme", ["learned", "sinusoidal", "memn2n", "shaw", "t5", "alibi", "rope", "none"])
 def test_student_copies_the_picked_layers_and_per_layer_tables(kolong_config, scheme):
     from kolong.models import KolongForQuestionAnswering
 
@@ -45,6 +45,9 @@ def test_student_copies_the_picked_layers_and_per_layer_tables(kolong_config, sc
                                           teacher.kolong.layers[source].state_dict().items(), strict=True):  # fmt: skip
             torch.testing.assert_close(got, want, rtol=0, atol=0, msg=name)
     torch.testing.assert_close(student.qa_outputs.weight, teacher.qa_outputs.weight)
+    ids = torch.randint(5, 90, (2, 12))
+    with torch.no_grad():  # the student runs, and differs from the teacher only by the layers it lacks
+        assert student(input_ids=ids).start_logits.shape == teacher(input_ids=ids).start_logits.shape
     tables = {"shaw": "key_tables", "t5": "bias_tables"}.get(scheme)
     if tables:  # per-layer tables (Shaw's default): the picked layers' ones; shared (T5's): copied whole
         source = getattr(teacher.kolong.positions, tables)
