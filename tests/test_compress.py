@@ -118,6 +118,11 @@ def test_quantized_model_predicts_through_kolong_predict_qa(tmp_path):
     predictions = json.loads((tmp_path / "predictions.json").read_text(encoding="utf-8"))
     questions = [q["id"] for a in korean_qa_dataset()["data"] for p in a["paragraphs"] for q in p["qas"]]
     assert sorted(predictions) == sorted(questions)
+    compiled = CliRunner().invoke(app, ["predict", "qa", "--model", str(tmp_path / "qa-int8"), "--data", str(data),
+                                        "-o", str(tmp_path / "compiled.json"), "--doc-stride", "16", "--compile"])  # fmt: skip
+    assert compiled.exit_code == 0, compiled.output
+    # the same questions answered (compiled int8 kernels may round differently, so answers are not compared)
+    assert json.loads((tmp_path / "compiled.json").read_text(encoding="utf-8")).keys() == predictions.keys()
 
 
 def test_quantize_refusals(tmp_path, kolong_config):

@@ -217,6 +217,9 @@ class QAPredictArguments(CheckedArguments):
         0.0, "SQuAD v2: how much [CLS] must beat the best span by.", "--null_score_diff_threshold", min=None
     )
     on_bad_example: str = option("error", "error | skip.", choices=ON_BAD)
+    compile: bool = option(
+        False, "torch.compile the model (int8 models of `kolong quantize` are fast on CPU only so)."
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -147,15 +147,21 @@ def finetune_qa(args: QAFinetuneArguments, wrap_trainer=None) -> dict:
     return metrics
 
 
-def predict_logits(model, features: QAFeatures, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+def predict_logits(
+    model, features: QAFeatures, batch_size: int, compile: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
     """Start/end logits of every window, through `Trainer.predict` (device placement, fp16/bf16, DDP); a
-    quantized model (`kolong quantize`), which the Trainer refuses even to predict, in a plain loop."""
+    quantized model (`kolong quantize`), which the Trainer refuses even to predict, and a compiled one in a
+    plain loop."""
     import tempfile
 
     from transformers import Trainer, TrainingArguments, default_data_collator
 
-    if getattr(model, "is_quantized", False):
-        return _predict_quantized(model, _dataset(features, with_labels=False), batch_size)
+    if getattr(model, "is_quantized", False) or compile:
+        import torch
+
+        runner = torch.compile(model) if compile else model
+        return _predict_plainly(runner, model.device, _dataset(features, with_labels=False), batch_size)
 
     with tempfile.TemporaryDirectory(prefix="kolong-predict-") as scratch:
         args = TrainingArguments(
@@ -169,7 +175,7 @@ def predict_logits(model, features: QAFeatures, batch_size: int) -> tuple[np.nda
     return output.predictions[0], output.predictions[1]
 
 
-def _predict_quantized(model, dataset, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+def _predict_plainly(model, device, dataset, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
     import torch
     from transformers import default_data_collator
 
@@ -179,7 +185,7 @@ def _predict_quantized(model, dataset, batch_size: int) -> tuple[np.ndarray, np.
             batch = default_data_collator(
                 [dataset[i] for i in range(first, min(first + batch_size, len(dataset)))]
             )
-            output = model(**{name: tensor.to(model.device) for name, tensor in batch.items()})
+            output = model(**{name: tensor.to(device) for name, tensor in batch.items()})
             starts.append(output.start_logits.float().cpu().numpy())
             ends.append(output.end_logits.float().cpu().numpy())
     return np.concatenate(starts), np.concatenate(ends)
@@ -216,7 +222,7 @@ def _predict(args: QAPredictArguments) -> tuple[dict, dict, dict]:
     max_length = args.max_length or min(model_max_length(model), tokenizer.model_max_length)
     check_length(model, max_length, args.model)
     features = build_features(tokenizer, dataset.examples, max_length, args.strategy, args.doc_stride)
-    start_logits, end_logits = predict_logits(model, features, args.batch_size)
+    start_logits, end_logits = predict_logits(model, features, args.batch_size, args.compile)
     predictions, nbest = decode_answers(
         dataset.examples,
         features,
