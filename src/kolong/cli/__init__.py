@@ -82,11 +82,22 @@ def _quiet_transformers() -> None:
     logging.disable_progress_bar()
 
 
+def _quiet_torchao() -> None:
+    import logging
+
+    # Where torchao is installed (the compress extra), transformers imports it when it loads any model: its
+    # import reports CUDA-only kernels a CPU build cannot load, and torch warns about enums it registers.
+    # Neither concerns the command being run.
+    for name in ("torchao", "torch.utils._pytree"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
 def main() -> None:
     from kolong.integration import after_import
     from kolong.runtime import tune_allocator
 
     tune_allocator()
+    _quiet_torchao()
     # Only commands that need transformers import it; they find it quiet.
     after_import("transformers.utils.logging", _quiet_transformers)
     app()

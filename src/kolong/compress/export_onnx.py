@@ -12,7 +12,11 @@ quantized checkpoints (export the float one, then quantize with onnxruntime: `--
 
 from __future__ import annotations
 
+import contextlib
+import io
+import logging
 import time
+import warnings
 from pathlib import Path
 
 import torch
@@ -123,16 +127,26 @@ def export_onnx(
     model = model.float().eval()
     names = output_names(model)
     traced = _inputs(model, 2, 16, seed=0)
-    graph = Graph(model, names, "token_type_ids" in traced)
+    graph = Graph(model, names, "token_type_ids" in traced).eval()
     dynamic = {name: {0: "batch", 1: "sequence"} for name in traced}
     report = {"source": str(model_path), "outputs": list(names), "inputs": list(traced), "quantize": quantize}
     with atomic_output_file(output, overwrite) as staging:
         started = time.perf_counter()
-        with torch.inference_mode(False), torch.no_grad():
-            program = torch.onnx.export(
-                graph, tuple(traced.values()), dynamo=True, input_names=list(traced), output_names=list(names),
-                dynamic_shapes=dynamic, external_data=False, verbose=False,
-            )  # fmt: skip
+        # the exporter's progress lines and its warnings about axis names and pytree internals are not the
+        # user's concern; a failure still raises
+        with torch.inference_mode(False), torch.no_grad(), warnings.catch_warnings(), \
+                contextlib.redirect_stdout(io.StringIO()):  # fmt: skip
+            warnings.simplefilter("ignore")
+            exporter_log = logging.getLogger("torch.onnx")  # "torchvision is not installed", per operator
+            level = exporter_log.level
+            exporter_log.setLevel(logging.ERROR)
+            try:
+                program = torch.onnx.export(
+                    graph, tuple(traced.values()), dynamo=True, input_names=list(traced), output_names=list(names),
+                    dynamic_shapes=dynamic, external_data=False, verbose=False,
+                )  # fmt: skip
+            finally:
+                exporter_log.setLevel(level)
         program.save(str(staging), external_data=False)
         if quantize == "int8":
             from onnxruntime.quantization import QuantType, quantize_dynamic
