@@ -9,7 +9,8 @@ one model at a size the machine allows, every variant on the same budget:
    fresh GBST layer (blocks 1,2,3,6,9 bytes, rate 3) and trains it with the rest (`pretrain span --add-gbst`);
 3. fine-tuning, equal steps per task for both: KLUE-NER, KLUE-DP, KLUE-NLI and KorQuAD as text-to-text
    (`finetune seq2seq`), each on the shared dev file split train / eval by `--seed` (only dev parts are
-   here), evaluated by greedy generation;
+   here); then each fine-tuned model generates greedily for every evaluation example, timed (inference
+   samples/s; the generations are kept beside the model in generations.jsonl);
 4. scores with bootstrap 95% intervals over evaluation examples, and the paired GBST - plain difference
    (same examples resampled for both), beside training and inference samples/s of every run.
 
@@ -48,6 +49,7 @@ TASK_LENGTHS = {"klue-ner": (384, 384), "klue-dp": (1024, 512), "klue-nli": (384
 TASK_METRICS = {"klue-ner": ("entity_f1", "char_f1"), "klue-dp": ("uas", "las"), "klue-nli": ("accuracy",),
                 "korquad": ("exact_match", "f1")}  # fmt: skip
 VARIANTS = ("plain", "gbst")
+GENERATIONS = "generations.jsonl"  # beside each fine-tuned model: the study's own timed greedy generations
 
 
 @dataclass
@@ -139,16 +141,45 @@ def _finetune(work: Path, task: str, variant: str, model: str, args, settings) -
     ))  # fmt: skip
     return {
         "train_samples_per_second": metrics["train_samples_per_second"],
-        "inference_samples_per_second": metrics.get("eval_samples_per_second"),
         "train_loss": metrics["train_loss"],
-        "eval_examples": metrics["eval_examples"],
-        "malformed": metrics.get("eval_malformed"),
-        **{name: metrics.get(f"eval_{name}") for name in TASK_METRICS[task]},
     }
 
 
+def _generate(work: Path, task_name: str, variant: str, args, settings) -> dict:
+    """Greedy generations of the fine-tuned model for every evaluation example (GENERATIONS file), timed,
+    and their scores."""
+    import time
+
+    import torch
+
+    from kolong.checkpoints import load_byte_model
+    from kolong.data.text_to_text import load_task, score_generations
+
+    model, tokenizer = load_byte_model(str(work / f"{task_name}-{variant}"))
+    model.eval()
+    task = load_task(
+        task_name, seed=args.seed, eval_fraction=args.eval_fraction, limit=settings["task_limit"] or None
+    )
+    source, target = TASK_LENGTHS[task_name]
+    batch, generations = 2 * settings["batch_size"], []
+    started = time.perf_counter()
+    with torch.inference_mode():
+        for first in range(0, len(task.eval), batch):
+            sources = [pair.source for pair in task.eval[first : first + batch]]
+            inputs = tokenizer(sources, truncation=True, max_length=source, padding=True, return_tensors="pt")
+            output = model.generate(**inputs, max_new_tokens=target, num_beams=1, do_sample=False)
+            generations += tokenizer.batch_decode(output, skip_special_tokens=True)
+    seconds = time.perf_counter() - started
+    lines = [json.dumps({"id": p.id, "target": p.target, "prediction": g}, ensure_ascii=False)
+             for p, g in zip(task.eval, generations, strict=True)]  # fmt: skip
+    atomic_write_text(work / f"{task_name}-{variant}" / GENERATIONS, "\n".join(lines) + "\n")
+    scores = score_generations(task, task.eval, generations)
+    return {"inference_samples_per_second": len(task.eval) / seconds, "eval_examples": len(task.eval),
+            "malformed": scores["malformed"], **{name: scores[name] for name in TASK_METRICS[task_name]}}  # fmt: skip
+
+
 def _generations(work: Path, task: str, variant: str) -> list[str]:
-    path = work / f"{task}-{variant}" / "predictions.jsonl"
+    path = work / f"{task}-{variant}" / GENERATIONS
     return [json.loads(line)["prediction"] for line in path.read_text(encoding="utf-8").splitlines()]
 
 
@@ -260,8 +291,13 @@ def run_gbst_study(args: GbstStudyArguments, on_step: Callable[[str], None] = pr
         runs = {}
         for variant in VARIANTS:
             on_step(f"{task_name}: fine-tuning {variant}")
-            runs[variant] = run_stage(work / f"stage-{task_name}-{variant}.json", lambda t=task_name, v=variant:
-                                      _finetune(work, t, v, uptrained[v]["model"], args, settings))  # fmt: skip
+            trained = run_stage(work / f"stage-{task_name}-{variant}.json", lambda t=task_name, v=variant:
+                                _finetune(work, t, v, uptrained[v]["model"], args, settings))  # fmt: skip
+            on_step(f"{task_name}: generating with {variant}")
+            generated = run_stage(work / f"stage-{task_name}-{variant}-generate.json", lambda t=task_name, v=variant:
+                                  _generate(work, t, v, args, settings))  # fmt: skip
+            keep = ("train_samples_per_second", "train_loss")
+            runs[variant] = {**{k: trained[k] for k in keep}, **generated}
         on_step(f"{task_name}: bootstrap intervals")
         task = load_task(task_name, seed=args.seed, eval_fraction=args.eval_fraction,
                          limit=settings["task_limit"] or None)  # fmt: skip

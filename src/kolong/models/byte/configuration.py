@@ -67,7 +67,10 @@ class KolongByteConfig(PreTrainedConfig):
     """
 
     model_type = "kolong-byte"
-    keys_to_ignore_at_inference: ClassVar[list[str]] = ["past_key_values"]
+    keys_to_ignore_at_inference: ClassVar[list[str]] = [
+        "past_key_values",
+        "cache",
+    ]  # the cache, by either name
     # `num_hidden_layers` reads the encoder depth; transformers' flat encoder-decoder convention maps
     # `decoder_layers` onto it when a cache asks for the decoder's configuration.
     attribute_map: ClassVar[dict[str, str]] = {"num_hidden_layers": "encoder_layers"}
