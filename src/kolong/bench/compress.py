@@ -166,7 +166,7 @@ class CompressBenchmark(Benchmark):
             change = v.get("f1_change")
             f1 = f"{v['f1']:.2f}" if "f1" in v else "-"
             spread = f"{change['mean']:+.2f} [{change['low']:+.2f}, {change['high']:+.2f}]" if change else "-"
-            lines.append(f"| {v['variant']} | {v['seconds'] * 1e3:.0f} | {v['speedup']:.2f}x | {v['weights_mb'] or 0:.1f} | "
+            lines.append(f"| {v['variant']} | {v['seconds'] * 1e3:.3g} | {v['speedup']:.2f}x | {v['weights_mb'] or 0:.1f} | "
                          f"{v['peak_growth_mb']:.0f} | {f1} | {spread} |")  # fmt: skip
         return "\n".join(lines) + "\n"
 

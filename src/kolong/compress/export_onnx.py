@@ -153,9 +153,15 @@ def export_onnx(
 
             float_graph = staging.with_name(staging.name + ".float.onnx")
             staging.replace(float_graph)
+            root = (
+                logging.getLogger()
+            )  # the quantizer advises pre-processing through the root logger, each call
+            level = root.level
+            root.setLevel(logging.ERROR)
             try:
                 quantize_dynamic(str(float_graph), str(staging), weight_type=QuantType.QInt8)
             finally:
+                root.setLevel(level)
                 float_graph.unlink(missing_ok=True)
         report["export_seconds"] = time.perf_counter() - started
         check = _inputs(model, 3, check_length, seed=1)  # another batch and length than the traced ones
