@@ -278,7 +278,8 @@ def gbst(
     uptrained with and without GBST for equal steps, fine-tuned on KLUE-NER, KLUE-DP, KLUE-NLI and KorQuAD
     as text-to-text with equal steps; scores with bootstrap intervals and training / inference samples/s."""
     from kolong.cli.arguments import parse_pairs
-    from kolong.experiments.gbst import GbstStudyArguments, run_gbst_study, to_markdown
+    from kolong.experiments.gbst import GbstStudyArguments, run_gbst_study
+    from kolong.experiments.gbst_report import to_markdown
     from kolong.io import atomic_write_text
 
     with user_errors(), console.status("GBST study") as status:
