@@ -131,7 +131,8 @@ def _finetune(work: Path, task: str, variant: str, model: str, args, settings) -
     source, target = TASK_LENGTHS[task]
     metrics = finetune_seq2seq(Seq2SeqFinetuneArguments(
         task=task, model=model, output_dir=str(work / f"{task}-{variant}"), max_steps=steps,
-        # evaluation (by generation) once, after training: the Trainer's training rate then times training alone
+        # no evaluation inside the training loop, so the Trainer's rate times training alone (the recipe's own
+        # evaluation after training is not used: `_generate` scores and times the model in its own stage)
         eval_every=str(steps + 1), batch_size=settings["batch_size"],
         eval_batch_size=2 * settings["batch_size"], learning_rate=settings["learning_rate"], warmup_ratio=0.05,
         max_source_length=source, max_target_length=target, max_new_tokens=target, seed=args.seed,
