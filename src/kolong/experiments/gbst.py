@@ -268,6 +268,7 @@ def _answer_kept(task, max_bytes: int) -> float:
 
 def run_gbst_study(args: GbstStudyArguments, on_step: Callable[[str], None] = print) -> dict:
     """Run (or resume) every stage; returns the results (also written to `args.results`)."""
+    from kolong.bench.machine import describe_machine
     from kolong.data.text_to_text import load_task
     from kolong.experiments.gbst_report import plot_study
 
@@ -286,8 +287,8 @@ def run_gbst_study(args: GbstStudyArguments, on_step: Callable[[str], None] = pr
         uptrained[variant] = run_stage(work / f"stage-uptrain-{variant}.json", lambda v=variant: _span(
             work, f"byte-{v}", Path(pretrained["model"]), corpus, settings["uptrain_steps"], v == "gbst",
             args, settings))  # fmt: skip
-    results = {"arguments": asdict(args), "settings": settings, "pretrain": pretrained, "uptrain": uptrained,
-               "tasks": {}}  # fmt: skip
+    results = {"arguments": asdict(args), "machine": describe_machine(), "settings": settings,
+               "pretrain": pretrained, "uptrain": uptrained, "tasks": {}}  # fmt: skip
     for task_name in args.tasks:
         runs = {}
         for variant in VARIANTS:

@@ -182,13 +182,15 @@ def _study(work: Path, kind: str, name: str, path: str, args) -> dict:
 
 
 def run_sensitivity(args: SensitivityArguments, on_step: Callable[[str], None] = print) -> dict:
+    from kolong.bench.machine import describe_machine
+
     if not args.mlm_models and not args.qa_models:
         raise ValueError("name at least one model: --mlm NAME=PATH or --qa NAME=PATH")
     if args.qa_models and not args.qa_eval:
         raise ValueError("--qa models need --qa-eval, the questions to score them on")
     work = Path(args.work_dir)
     work.mkdir(parents=True, exist_ok=True)
-    results = {"arguments": asdict(args), "studies": {}}
+    results = {"arguments": asdict(args), "machine": describe_machine(), "studies": {}}
     for kind, models in (("mlm", args.mlm_models), ("qa", args.qa_models)):
         for name, path in models.items():
             on_step(f"{kind}: {name}")
