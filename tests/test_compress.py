@@ -34,6 +34,18 @@ def _relative_error(produced, expected) -> float:
     return float((produced - expected).norm() / expected.norm())
 
 
+def _hf_qa_with_tokenizer(path):
+    """A tiny HF BertForQuestionAnswering (random head) saved with its tokenizer at `path`."""
+    from transformers import AutoModelForQuestionAnswering
+
+    base = build_tiny_bert_checkpoint(path.parent / "bert", max_position_embeddings=64)
+    AutoModelForQuestionAnswering.from_pretrained(base).save_pretrained(path)
+    for item in base.iterdir():
+        if item.name.startswith(("vocab", "tokenizer", "special")):
+            (path / item.name).write_bytes(item.read_bytes())
+    return path
+
+
 def _ids(model, batch: int = 2, length: int = 24):
     generator = torch.Generator().manual_seed(1)
     ids = torch.randint(5, model.config.vocab_size, (batch, length), generator=generator)
@@ -100,15 +112,10 @@ def test_relative_tables_stay_in_float_and_are_reported(tmp_path, kolong_config)
 
 
 def test_quantized_model_predicts_through_kolong_predict_qa(tmp_path):
-    from transformers import AutoModelForQuestionAnswering
 
     from kolong.compress.quantize import quantize_checkpoint
 
-    base = build_tiny_bert_checkpoint(tmp_path / "bert", max_position_embeddings=64)
-    AutoModelForQuestionAnswering.from_pretrained(base).save_pretrained(tmp_path / "qa")
-    for item in base.iterdir():
-        if item.name.startswith(("vocab", "tokenizer", "special")):
-            (tmp_path / "qa" / item.name).write_bytes(item.read_bytes())
+    _hf_qa_with_tokenizer(tmp_path / "qa")
     quantize_checkpoint(str(tmp_path / "qa"), tmp_path / "qa-int8")  # an HF BertForQuestionAnswering
     data = tmp_path / "qa.json"
     data.write_text(json.dumps(korean_qa_dataset(), ensure_ascii=False), encoding="utf-8")
@@ -200,13 +207,8 @@ def test_onnx_refusals(tmp_path, kolong_config):
 
 
 def test_bench_compress_end_to_end_with_accuracy(tmp_path):
-    from transformers import AutoModelForQuestionAnswering
 
-    base = build_tiny_bert_checkpoint(tmp_path / "bert", max_position_embeddings=64)
-    AutoModelForQuestionAnswering.from_pretrained(base).save_pretrained(tmp_path / "qa")
-    for item in base.iterdir():
-        if item.name.startswith(("vocab", "tokenizer", "special")):
-            (tmp_path / "qa" / item.name).write_bytes(item.read_bytes())
+    _hf_qa_with_tokenizer(tmp_path / "qa")
     data = tmp_path / "qa.json"
     data.write_text(json.dumps(korean_qa_dataset(), ensure_ascii=False), encoding="utf-8")
     result = CliRunner().invoke(app, ["bench", "compress", "--model", str(tmp_path / "qa"), "--eval", str(data),

@@ -280,26 +280,12 @@ def gbst(
     from kolong.cli.arguments import parse_pairs
     from kolong.experiments.gbst import GbstStudyArguments, run_gbst_study
     from kolong.experiments.gbst_report import to_markdown
-    from kolong.io import atomic_write_text
 
-    with user_errors(), console.status("GBST study") as status:
-        args = GbstStudyArguments(
-            work_dir=str(work_dir), results=str(results), figures=str(figures), scale=scale,
-            tasks=tuple(t.strip() for t in tasks.split(",") if t.strip()), shared_data=str(shared_data),
-            eval_fraction=eval_fraction, seed=seed, overrides=parse_pairs("--set", overrides),
-        )  # fmt: skip
-        try:
-            outcome = run_gbst_study(
-                args, on_step=lambda message: console.print(message) or status.update(message)
-            )
-        except ValueError as error:
-            if type(error) is not ValueError:
-                raise
-            raise typer.BadParameter(str(error)) from None
-    table = to_markdown(outcome)
-    atomic_write_text(results.with_suffix(".md"), table)
-    console.print(table)
-    console.print(f"[green]wrote[/] {results}, {results.with_suffix('.md')}")
+    _run_study("GBST study", lambda: GbstStudyArguments(
+        work_dir=str(work_dir), results=str(results), figures=str(figures), scale=scale,
+        tasks=tuple(t.strip() for t in tasks.split(",") if t.strip()), shared_data=str(shared_data),
+        eval_fraction=eval_fraction, seed=seed, overrides=parse_pairs("--set", overrides),
+    ), run_gbst_study, to_markdown, results)  # fmt: skip
 
 
 @app.command("sensitivity")
@@ -329,20 +315,25 @@ def sensitivity(
     report the change in held-out MLM loss and QA F1, with paired bootstrap intervals."""
     from kolong.cli.arguments import parse_pairs
     from kolong.experiments.sensitivity import SensitivityArguments, run_sensitivity, to_markdown
+
+    _run_study("sensitivity study", lambda: SensitivityArguments(
+        mlm_models={k: str(v) for k, v in parse_pairs("--mlm", mlm).items()},
+        qa_models={k: str(v) for k, v in parse_pairs("--qa", qa).items()},
+        qa_eval=str(qa_eval) if qa_eval else "", work_dir=str(work_dir), results=str(results),
+        figures=str(figures), shared_data=str(shared_data), trained_reviews=trained_reviews,
+        trained_length=trained_length, block_length=block_length, blocks=blocks, qa_length=qa_length, seed=seed,
+    ), run_sensitivity, to_markdown, results, figures / "sensitivity.png")  # fmt: skip
+
+
+def _run_study(title: str, make_args, run, to_markdown, results: Path, *also_written: Path) -> None:
+    """Build the arguments and run the study under one status line (its steps printed as they start); a
+    bare ValueError from the settings is a usage error; the markdown table is written beside the JSON."""
     from kolong.io import atomic_write_text
 
-    with user_errors(), console.status("sensitivity study") as status:
-        args = SensitivityArguments(
-            mlm_models={k: str(v) for k, v in parse_pairs("--mlm", mlm).items()},
-            qa_models={k: str(v) for k, v in parse_pairs("--qa", qa).items()},
-            qa_eval=str(qa_eval) if qa_eval else "", work_dir=str(work_dir), results=str(results),
-            figures=str(figures), shared_data=str(shared_data), trained_reviews=trained_reviews,
-            trained_length=trained_length, block_length=block_length, blocks=blocks, qa_length=qa_length, seed=seed,
-        )  # fmt: skip
+    with user_errors(), console.status(title) as status:
+        args = make_args()
         try:
-            outcome = run_sensitivity(
-                args, on_step=lambda message: console.print(message) or status.update(message)
-            )
+            outcome = run(args, on_step=lambda message: console.print(message) or status.update(message))
         except ValueError as error:
             if type(error) is not ValueError:
                 raise
@@ -350,4 +341,6 @@ def sensitivity(
     table = to_markdown(outcome)
     atomic_write_text(results.with_suffix(".md"), table)
     console.print(table)
-    console.print(f"[green]wrote[/] {results}, {results.with_suffix('.md')}, {figures / 'sensitivity.png'}")
+    console.print(
+        f"[green]wrote[/] {', '.join(str(p) for p in (results, results.with_suffix('.md'), *also_written))}"
+    )
