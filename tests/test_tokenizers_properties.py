@@ -5,10 +5,11 @@ from __future__ import annotations
 import unicodedata
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from kolong.tokenizers import ByteTokenizer, train_tokenizer
+from kolong.tokenizers.segment import Alignment
 
 pytest.importorskip("mecab_ko", reason="needs the korean extra")
 pytest.importorskip("kiwipiepy", reason="needs the korean extra")
@@ -123,3 +124,39 @@ def test_byte_tokenizer_offsets_and_round_trip(text):
         previous = start
     if "<extra_id_" not in text:
         assert tokenizer.decode(encoding["input_ids"], skip_special_tokens=True) == text
+
+
+def _general(alignment: Alignment) -> Alignment:
+    """The same alignment with its spans given, so every lookup takes the general per-morpheme path."""
+    copy = Alignment(list(alignment.start), list(alignment.end), alignment.length)
+    copy.forms, copy.added, copy.nfc, copy.word_starts = (
+        alignment.forms,
+        alignment.added,
+        alignment.nfc,
+        alignment.word_starts,
+    )
+    return copy  # fmt: skip
+
+
+@SETTINGS
+@given(text=TEXTS, split=st.booleans())
+@example(text="#국가의 ##발전 x##을 위한각", split=False)
+@example(text="#국가의 ##발전 x##을 위한각", split=True)
+def test_fast_offsets_and_words_equal_the_per_token_mapping(tokenizers, text, split):
+    """Offsets and words of a whole row at once (and eojeol from the marked string alone) equal `span` and
+    `word` taken token by token through the general path."""
+    for tokenizer in tokenizers:
+        given_text = text.split() if split else text
+        (marked, alignment), = tokenizer.rewrite_batch([given_text], is_split_into_words=split)  # fmt: skip
+        (_, fresh), = tokenizer.rewrite_batch([given_text], is_split_into_words=split)  # fmt: skip
+        general = _general(alignment)
+        assert fresh.word == general.word  # words asked first, before any span
+        encoding = tokenizer._tokenizer.encode(marked)
+        pieces = encoding.word_ids
+        spans, words = alignment.token_spans(encoding.offsets, pieces)
+        expected = [
+            (0, 0) if k is None else general.span(k, a, b)
+            for (a, b), k in zip(encoding.offsets, pieces, strict=True)
+        ]
+        assert spans == expected, (text, marked)
+        assert words == [None if k is None else general.word[k] for k in pieces]

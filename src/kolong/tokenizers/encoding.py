@@ -29,12 +29,23 @@ class MappedEncoding:
     def _compute_words(self) -> None:
         """Only the eojeol of each token (no offsets): what a corpus needs for whole-word masking."""
         alignments = self._alignments
+        if len(alignments) == 1:
+            words = alignments[0].word
+            self._word_ids = [None if k is None else words[k] for k in self._encoding.word_ids]
+            return
         self._word_ids = [
             None if piece is None or sequence is None else alignments[sequence].word[piece]
             for piece, sequence in zip(self._encoding.word_ids, self._encoding.sequence_ids, strict=True)
         ]
 
     def _compute(self) -> None:
+        if (
+            len(self._alignments) == 1
+        ):  # one sequence: its tokens' word ids are None exactly on special tokens
+            self._offsets, self._word_ids = self._alignments[0].token_spans(
+                self._encoding.offsets, self._encoding.word_ids
+            )
+            return
         offsets, word_ids = [], []
         alignments = self._alignments
         for (a, b), piece, sequence in zip(

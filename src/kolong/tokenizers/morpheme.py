@@ -224,12 +224,14 @@ class MorphemeTokenizer(PreTrainedTokenizerFast):
         lists = [self._items(firsts, is_split_into_words)]
         if seconds is not None:
             lists.append(self._items(seconds, is_split_into_words))
-        background = None
+        background, mapped = None, None
         if padding_strategy == PaddingStrategy.DO_NOT_PAD and return_tensors is None:
             # Without padding, rows are independent: encode the head while worker processes rewrite the tail.
             background = start_background(lists, *config)
         if background is None and _plain(backend_arguments) and len(lists[0]) >= 2 * PIPELINE_CHUNK:
-            rewritten, encoded = self._pipelined(lists, config, backend_arguments, return_offsets_mapping)
+            rewritten, encoded, mapped = self._pipelined(
+                lists, config, backend_arguments, return_offsets_mapping
+            )
         elif background is None:
             rewritten = [rewrite_many(items, *config) for items in lists]
             encoded = self._backend(rewritten, backend_arguments)
@@ -243,13 +245,14 @@ class MorphemeTokenizer(PreTrainedTokenizerFast):
         second_rewritten = rewritten[1] if seconds is not None else None
         if not firsts:  # an empty batch
             return BatchEncoding({key: [] for key in encoded}, tensor_type=return_tensors)
-        samples = encoded.get("overflow_to_sample_mapping") or range(len(firsts))
-        mapped = []
-        for row, sample in zip(encoded.encodings, samples, strict=True):
-            alignments = (first_rewritten[sample][1],)
-            if second_rewritten is not None:
-                alignments += (second_rewritten[sample][1],)
-            mapped.append(MappedEncoding(row, alignments))
+        if mapped is None:
+            samples = encoded.get("overflow_to_sample_mapping") or range(len(firsts))
+            mapped = []
+            for row, sample in zip(encoded.encodings, samples, strict=True):
+                alignments = (first_rewritten[sample][1],)
+                if second_rewritten is not None:
+                    alignments += (second_rewritten[sample][1],)
+                mapped.append(MappedEncoding(row, alignments))
         data = dict(encoded)
         if return_offsets_mapping:
             data["offset_mapping"] = [e.offsets for e in mapped]
@@ -263,14 +266,16 @@ class MorphemeTokenizer(PreTrainedTokenizerFast):
 
     def _pipelined(
         self, lists: list[list], config: tuple, arguments: dict, offsets: bool
-    ) -> tuple[list[list], BatchEncoding]:
+    ) -> tuple[list[list], BatchEncoding, list[MappedEncoding]]:
         """Encode chunk k while chunk k + 1 is analysed: in a worker process on two cores (`streams`), else
-        here while a thread encodes (the Rust backend releases the GIL for most of its work)."""
+        here while a thread encodes (the Rust backend releases the GIL for most of its work). Streaming, the
+        chunk's offsets are mapped back here too, while the worker analyses (`offsets`)."""
         from concurrent.futures import ThreadPoolExecutor
 
         rewritten: list[list] = [[] for _ in lists]
         chunks = rewrite_chunks(lists, PIPELINE_CHUNK, *config, spans=offsets)
         streaming = streams(lists)
+        mapped: list[MappedEncoding] = []
         with (
             ThreadPoolExecutor(1, thread_name_prefix="kolong-encode") as thread,
             one_encoding_thread() if streaming else contextlib.nullcontext(),
@@ -281,9 +286,15 @@ class MorphemeTokenizer(PreTrainedTokenizerFast):
                 for whole, part in zip(rewritten, chunk, strict=True):
                     whole.extend(part)
                 encoded.append(encoder(chunk, arguments))
+                if streaming:
+                    mapped.extend(_mapped(encoded[-1], chunk, offsets))
             encoded = [part if isinstance(part, BatchEncoding) else part.result() for part in encoded]
+        if not streaming:
+            mapped = _mapped(
+                BatchEncoding({}, [e for part in encoded for e in part.encodings]), rewritten, False
+            )
         data = {key: [row for part in encoded for row in part[key]] for key in encoded[0]}
-        return rewritten, BatchEncoding(data, [e for part in encoded for e in part.encodings])
+        return rewritten, BatchEncoding(data, [e for part in encoded for e in part.encodings]), mapped
 
     def _backend(self, rewritten: list[list], arguments: dict) -> BatchEncoding:
         inputs = [marked for marked, _ in rewritten[0]]
@@ -322,6 +333,18 @@ class MorphemeTokenizer(PreTrainedTokenizerFast):
 
 
 PIPELINE_CHUNK = 250  # texts per chunk when analysis and encoding overlap
+
+
+def _mapped(encoded: BatchEncoding, rewritten: list[list], offsets: bool) -> list[MappedEncoding]:
+    """One MappedEncoding per row of an unpadded, untruncated batch; offsets computed now if asked."""
+    mapped = [
+        MappedEncoding(row, tuple(items[i][1] for items in rewritten))
+        for i, row in enumerate(encoded.encodings)
+    ]
+    if offsets:
+        for row in mapped:
+            row.offsets  # noqa: B018
+    return mapped
 
 
 def _plain(arguments: dict) -> bool:

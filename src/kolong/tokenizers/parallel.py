@@ -99,13 +99,14 @@ def _work(job):
 def _pack(results: list) -> tuple:
     """Rewritten items in columns: far cheaper to pickle than one object per text. Spans not derived yet
     travel as the analysed text (its marked string is in `marked`)."""
-    marked, starts, ends, lengths, extras = [], [], [], [], {}
+    marked, starts, ends, lengths, layouts, extras = [], [], [], [], [], {}
     for i, (text, alignment) in enumerate(results):
         marked.append(text)
         source = alignment.source
         starts.append(source[0] if source is not None else alignment.start)
         ends.append(None if source is not None else alignment.end)
         lengths.append(alignment.length)
+        layouts.append(alignment.layout)
         if (
             alignment.forms
             or alignment.added
@@ -113,11 +114,11 @@ def _pack(results: list) -> tuple:
             or alignment.word_starts is not None
         ):
             extras[i] = (alignment.forms, alignment.added, alignment.nfc, alignment.word_starts)
-    return marked, starts, ends, lengths, extras
+    return marked, starts, ends, lengths, layouts, extras
 
 
 def _unpack(packed: tuple) -> list:
-    marked, starts, ends, lengths, extras = packed
+    marked, starts, ends, lengths, layouts, extras = packed
     results = []
     for i, text in enumerate(marked):
         if ends[i] is None:  # starts[i] is the analysed text
@@ -126,6 +127,7 @@ def _unpack(packed: tuple) -> list:
             alignment = Alignment(starts[i], ends[i], lengths[i])
         if i in extras:
             alignment.forms, alignment.added, alignment.nfc, alignment.word_starts = extras[i]
+        alignment.layout = layouts[i]
         results.append((text, alignment))
     return results
 
@@ -217,7 +219,7 @@ def _work_lists(job, spans: bool = False):
         results = _work((items, analyser, forms, normalization, pattern))
         if spans:
             for _, alignment in results:
-                alignment.start  # noqa: B018  (derives the spans here, in the worker)
+                alignment.derive()  # here, in the worker
         packed.append(_pack(results))
     return packed
 

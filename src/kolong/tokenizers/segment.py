@@ -15,6 +15,7 @@ it returns inside the marked string map back through `Alignment.span`.
 
 from __future__ import annotations
 
+import itertools
 import re
 
 from kolong.tokenizers.analysers import Analyser
@@ -76,9 +77,21 @@ class Alignment:
 
     def __reduce__(self):  # compact pickling: worker processes send alignments back
         state = (self._start, self._end, self.length, self.forms, self.added, self.nfc, self.word_starts)
-        return _restore, (*state, self.source)
+        return _restore, (*state, self.source, self.layout)
+
+    @property
+    def layout(self) -> tuple[list[int], list[int]] | None:
+        """(marked position of each morpheme's first character, its word index) if derived, else None."""
+        return None if self._rewritten is None else (self._rewritten, self._words)
+
+    @layout.setter
+    def layout(self, value: tuple[list[int], list[int]] | None) -> None:  # derived in a worker process
+        self._rewritten, self._words = (None, None) if value is None else value
 
     def _prepare(self) -> None:
+        if self._source is not None and self.word_starts is None:
+            self._prepare_surfaces()
+            return
         rewritten, words = [], []
         position, previous_end, eojeol, given = 0, -1, -1, 0
         forms, added, word_starts = self.forms, self.added, self.word_starts
@@ -102,12 +115,73 @@ class Alignment:
                 previous_end = e
         self._rewritten, self._words = rewritten, words
 
+    def _prepare_surfaces(self) -> None:
+        """`_prepare` for surface morphemes in one pass over the marked string, spans included: a word
+        without the mark begins an eojeol (marked_surfaces writes `##` exactly where no whitespace precedes)."""
+        analysed, marked = self._source
+        starts, ends, rewritten, words = [], [], [], []
+        cursor = position = 0
+        eojeol = -1
+        find = analysed.find
+        for word in marked.split(" ") if marked else ():
+            if word.startswith(MARK):
+                surface = word[2:]
+                rewritten.append(position + 2)
+            else:
+                surface = word
+                rewritten.append(position)
+                eojeol += 1
+            words.append(eojeol)
+            at = find(surface, cursor)
+            starts.append(at)
+            cursor = at + len(surface)
+            ends.append(cursor)
+            position += len(word) + 1
+        if self._start is None:
+            self._start, self._end = starts, ends
+        self._rewritten, self._words = rewritten, words
+
     @property
     def word(self) -> list[int]:
         """Per morpheme: the index of its eojeol (whitespace-delimited word), or of the given word."""
         if self._words is None:
-            self._prepare()
+            if self._source is not None and self.word_starts is None:
+                # eojeol alone need no spans: count the words of the marked string that begin one
+                words = itertools.accumulate(not w.startswith(MARK) for w in self._source[1].split(" "))
+                self._words = [w - 1 for w in words] if self._source[1] else []
+            else:
+                self._prepare()
         return self._words
+
+    def token_spans(self, offsets: list, pieces: list) -> tuple[list, list]:
+        """(span in the original input, word index) of every token of this sequence, from its offsets in the
+        marked string and its morpheme (None: a special token, span (0, 0)); `span` and `word` per token."""
+        if self._rewritten is None:
+            self._prepare()
+        words = self._words
+        word_ids = [None if k is None else words[k] for k in pieces]
+        if self.forms or self.nfc is not None or self.word_starts is not None:
+            span = self.span
+            return [
+                (0, 0) if k is None else span(k, a, b) for (a, b), k in zip(offsets, pieces, strict=True)
+            ], word_ids
+        # One morpheme's tokens: marked offset x maps to start + x - r past its body's first character r,
+        # and to start on its `##` mark: max(x, r) + start - r.
+        rewritten = self._rewritten
+        shift = [s - r for s, r in zip(self.start, rewritten, strict=True)]
+        spans = [
+            (0, 0)
+            if k is None
+            else ((a if a > rewritten[k] else rewritten[k]) + shift[k], (b if b > rewritten[k] else rewritten[k]) + shift[k])
+            for (a, b), k in zip(offsets, pieces, strict=True)
+        ]  # fmt: skip
+        return spans, word_ids
+
+    def derive(self) -> Alignment:
+        """Compute now what is otherwise computed on first use (spans, marked positions, words)."""
+        if self._rewritten is None:
+            self._prepare()
+        return self
 
     def span(self, k: int, a: int, b: int) -> tuple[int, int]:
         """Offsets a:b of a token of morpheme k in the marked string -> span in the original input."""
@@ -132,10 +206,10 @@ class Alignment:
         return ns, ne
 
 
-def _restore(start, end, length, forms, added, nfc, word_starts, source=None) -> Alignment:
+def _restore(start, end, length, forms, added, nfc, word_starts, source=None, layout=None) -> Alignment:
     alignment = Alignment(start, end, length)
     alignment.forms, alignment.added, alignment.nfc, alignment.word_starts = forms, added, nfc, word_starts
-    alignment._source = source
+    alignment._source, alignment.layout = source, layout
     return alignment
 
 
