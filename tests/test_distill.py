@@ -121,8 +121,16 @@ def test_distill_qa_end_to_end(tmp_path, kind):
                                  "--max-length", "64", "--doc-stride", "16", "--epochs", "2", "--batch-size", "4",
                                  "--lr", "1e-3", "-o", str(tmp_path / "student"), "--quiet"])  # fmt: skip
     assert result.exit_code == 0, result.output
-    saved = json.loads((tmp_path / "student" / "kolong_qa_results.json").read_text())["metrics"]
+    results = json.loads((tmp_path / "student" / "kolong_qa_results.json").read_text())
+    saved = results["metrics"]
     assert "f1" in saved or "eval_f1" in saved
+    # the record names the teacher and the distillation settings, never the deleted scratch copy of the student
+    assert results["arguments"]["teacher"] == str(teacher) and results["arguments"]["model"] is None
+    assert (
+        saved["teacher"] == str(teacher)
+        and saved["student_layers"] == 2
+        and ".student-" not in json.dumps(results)
+    )
     student = AutoModelForQuestionAnswering.from_pretrained(tmp_path / "student")
     assert student.config.num_hidden_layers == 2 and type(student).__name__.startswith(("Kolong", "Bert"))
     predicted = runner.invoke(app, ["predict", "qa", "--model", str(tmp_path / "student"), "--data", str(data),

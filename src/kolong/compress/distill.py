@@ -22,7 +22,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from kolong.errors import CheckpointError, ConfigError
-from kolong.training.arguments import ClassificationArguments, QAFinetuneArguments
+from kolong.io import atomic_write_json
+from kolong.training.arguments import ClassificationArguments, QAFinetuneArguments, recorded
 from kolong.training.options import REQUIRED, option
 
 
@@ -198,4 +199,9 @@ def distill(args: QADistillArguments | ClassificationDistillArguments) -> dict:
         teacher_parameters=sum(p.numel() for p in teacher.parameters()),
         student_parameters=sum(p.numel() for p in student.parameters()),
     )
+    # The recipe recorded its own arguments, whose model is the scratch copy of the student (deleted by now):
+    # the results file names the distillation's arguments and its teacher instead.
+    results = Path(args.output_dir) / ("kolong_qa_results.json" if qa else "cls_results.json")
+    if results.is_file():  # written by the main process only
+        atomic_write_json(results, {"arguments": recorded(args), "metrics": metrics})
     return metrics
