@@ -290,3 +290,80 @@ def test_generate_with_the_cache_equals_generate_without(gbst):
     cached = model.generate(input_ids=ids, attention_mask=mask, use_cache=True, **settings)
     full = model.generate(input_ids=ids, attention_mask=mask, use_cache=False, **settings)
     assert torch.equal(cached, full)
+
+
+class _HostSyncs(torch.overrides.TorchFunctionMode):
+    """Records what would make the host wait for a GPU: a tensor read as a Python bool, int or number."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if getattr(func, "__name__", "") in ("__bool__", "__int__", "__float__", "item", "tolist"):
+            self.calls.append(func.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+def _small_byte_model(gbst: bool):
+    torch.manual_seed(0)
+    model = KolongByteForConditionalGeneration(KolongByteConfig(
+        hidden_size=32, num_attention_heads=2, head_dim=16, intermediate_size=64, encoder_layers=2,
+        decoder_layers=2, dropout_rate=0.0)).eval()  # fmt: skip
+    if gbst:
+        add_gbst(model)
+    ids = torch.randint(3, 259, (2, 40), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones_like(ids)
+    mask[1, 30:] = 0
+    return model, ids, mask
+
+
+@pytest.mark.parametrize("gbst", [False, True])
+@pytest.mark.parametrize("decoder_mask", [False, True])
+def test_static_cache_generation_equals_the_dynamic_cache(gbst, decoder_mask):
+    """generate(cache_implementation="static"): keys for the whole preallocated length, the filled count in a
+    device tensor, generate's prepared 4-D decoder mask; the same tokens as the growing cache."""
+    model, ids, mask = _small_byte_model(gbst)
+    settings = dict(max_new_tokens=24, min_new_tokens=24, do_sample=False, num_beams=1)
+    if decoder_mask:
+        settings["decoder_attention_mask"] = torch.ones(2, 1, dtype=torch.long)
+    dynamic = model.generate(input_ids=ids, attention_mask=mask, **settings)
+    static = model.generate(input_ids=ids, attention_mask=mask, cache_implementation="static", **settings)
+    assert torch.equal(static, dynamic)
+
+
+@pytest.mark.parametrize("static", [False, True])
+def test_a_decoding_step_never_waits_for_the_device(static):
+    """No tensor is read on the host while decoding a token (each such read is a GPU sync per step)."""
+    from transformers import DynamicCache, EncoderDecoderCache, StaticCache
+
+    model, ids, mask = _small_byte_model(gbst=True)
+    with torch.no_grad():
+        encoder = model.get_encoder()(input_ids=ids, attention_mask=mask)
+        if static:
+            cache = EncoderDecoderCache(
+                StaticCache(config=model.config, max_cache_len=8),
+                StaticCache(config=model.config, max_cache_len=encoder.last_hidden_state.shape[1]),
+            )
+        else:
+            cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
+        token = torch.zeros(2, 1, dtype=torch.long)
+        model(encoder_outputs=encoder, decoder_input_ids=token, past_key_values=cache, use_cache=True)
+        with _HostSyncs() as syncs:
+            for _ in range(3):
+                model(encoder_outputs=encoder, decoder_input_ids=token, past_key_values=cache, use_cache=True)
+    assert syncs.calls == []
+
+
+def test_compiled_static_generation_equals_eager():
+    """What transformers does on a GPU with a static cache (compile the decoding step), forced here on CPU."""
+    from transformers import CompileConfig
+
+    model, ids, mask = _small_byte_model(gbst=True)
+    settings = dict(max_new_tokens=12, min_new_tokens=12, do_sample=False, num_beams=1)
+    eager = model.generate(input_ids=ids, attention_mask=mask, **settings)
+    config = CompileConfig(fullgraph=False, dynamic=False)
+    config._compile_all_devices = True  # transformers compiles on accelerators only by default
+    compiled = model.generate(input_ids=ids, attention_mask=mask, cache_implementation="static",
+                              compile_config=config, **settings)  # fmt: skip
+    assert torch.equal(compiled, eager)

@@ -147,9 +147,15 @@ def _attend_with_dropout(q, k, v, bias, p: float) -> torch.Tensor:
     return torch.matmul(probs.masked_fill(dropped, 0.0), v * (1.0 / keep))  # (b, h, t, d_h)
 
 
-def additive_mask(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
-    """(b, n) 1/0 key mask -> (b, 1, 1, n) additive bias (0 or the dtype's minimum), None when all real."""
-    if mask is None or bool(mask.all()):
+def additive_mask(
+    mask: torch.Tensor | None, dtype: torch.dtype, none_if_all_real: bool = True
+) -> torch.Tensor | None:
+    """(b, n) 1/0 key mask -> (b, 1, 1, n) additive bias (0 or the dtype's minimum), None when all real.
+
+    Checking "all real" waits for the device (a host sync): the decoder, which runs once per generated token,
+    passes `none_if_all_real=False` and always gets the bias.
+    """
+    if mask is None or (none_if_all_real and bool(mask.all())):
         return None
     return (~mask.bool())[:, None, None, :].to(dtype) * torch.finfo(dtype).min
 
@@ -332,25 +338,39 @@ class KolongByteDecoder(KolongBytePreTrainedModel):
     ) -> tuple[torch.Tensor, tuple | None]:
         x = self.dropout(inputs_embeds)  # (b, t, d)
         length = x.shape[1]
-        past = past_key_values.get_seq_length() if past_key_values is not None else 0  # s
-        total = past + length
+        cache = past_key_values.self_attention_cache if past_key_values is not None else None
+        # A static cache (generate(cache_implementation="static"), which transformers compiles on GPUs) holds
+        # keys for its whole preallocated length K and counts what is filled in a device tensor: queries then
+        # start at that tensor and the causal mask hides the unfilled keys, with no host sync and fixed shapes.
+        fixed = cache is not None and cache.is_compileable
+        past = cache.get_seq_length() if cache is not None else 0  # s: an int, or a 0-d tensor (static)
+        total = cache.get_max_length() if fixed else past + length  # K, or s + t
         bias = relative_bias(
             self.relative_attention_bias, length, total, self.config, causal=True, offset=past
-        ).to(x.dtype)  # (1, h, t, s + t)
+        ).to(x.dtype)  # (1, h, t, s + t | K)
         future = torch.arange(total, device=x.device)[None, :] > (
             torch.arange(length, device=x.device)[:, None] + past
         )
-        bias = bias.masked_fill(future, torch.finfo(x.dtype).min)  # causal
-        if attention_mask is not None:  # padding among the decoder inputs (keys)
-            keys = (
-                attention_mask
-                if attention_mask.shape[1] == total
-                else F.pad(attention_mask, (past, 0), value=1)
+        bias = bias.masked_fill(future, torch.finfo(x.dtype).min)  # causal (and the unfilled static keys)
+        if attention_mask is not None and attention_mask.dim() == 4:  # generate's prepared (b, 1, t, K) mask
+            prepared = attention_mask
+            if prepared.dtype == torch.bool:  # True: attend
+                prepared = (~prepared).to(x.dtype) * torch.finfo(x.dtype).min
+            bias = torch.maximum(
+                bias + prepared.to(x.dtype), torch.tensor(torch.finfo(x.dtype).min, dtype=x.dtype)
             )
-            padding = additive_mask(keys, x.dtype)
-            if padding is not None:
-                bias = torch.maximum(bias + padding, torch.tensor(torch.finfo(x.dtype).min, dtype=x.dtype))
-        cross_bias = additive_mask(encoder_attention_mask, x.dtype)  # (b, 1, 1, n') or None
+        elif attention_mask is not None:  # padding among the decoder inputs (keys)
+            if attention_mask.shape[1] == total:
+                keys = attention_mask
+            elif fixed:  # the mask of the keys so far: the causal mask hides the rest
+                keys = F.pad(attention_mask, (0, total - attention_mask.shape[1]), value=1)
+            else:
+                keys = F.pad(attention_mask, (past, 0), value=1)
+            padding = additive_mask(keys, x.dtype, none_if_all_real=False)
+            bias = torch.maximum(bias + padding, torch.tensor(torch.finfo(x.dtype).min, dtype=x.dtype))
+        cross_bias = additive_mask(
+            encoder_attention_mask, x.dtype, none_if_all_real=False
+        )  # (b, 1, 1, n') or None
         hidden_states = [x] if output_hidden_states else None
         for layer in self.layers:
             x = layer(x, bias, encoder_hidden_states, cross_bias, past_key_values)
