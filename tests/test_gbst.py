@@ -201,3 +201,39 @@ def test_bench_gbst_measures_both_models_and_writes_results(tmp_path):
     assert all(value > 0 for value in run["speedup"].values())
     assert json.loads(json_path.read_text())["benchmark"] == "gbst"
     assert "speed-up" in markdown_path.read_text() and "built-in Korean text" in markdown_path.read_text()
+    # where generation time goes: the parts are timed on their own, and GBST only in the GBST model
+    found = run["breakdown"]
+    assert set(found["per_model"]["gbst"]) >= {"generate", "encoder", "gbst", "steps", "step", "rest"}
+    assert "gbst" not in found["per_model"]["byte"]
+    for row in found["per_model"].values():
+        assert 0 < row["encoder"] < row["generate"] and row["steps"] > 0
+        assert row["step"] == pytest.approx(row["steps"] / 4)
+        assert row["rest"] == pytest.approx(row["generate"] - row["encoder"] - row["steps"])
+    assert found["predicted_speedup"] > 0 and "Where generation time goes" in markdown_path.read_text()
+
+
+def test_bench_gbst_with_a_static_cache_and_bf16(tmp_path):
+    """The options a GPU run takes (static cache: what transformers compiles there; bf16 autocast), on CPU."""
+    from kolong.bench.gbst import GBSTBenchArguments, run_gbst_benchmark
+
+    args = GBSTBenchArguments(
+        max_length=48, min_bytes=0, target_length=8, batch_size=2, train_steps=1, inference_batches=1,
+        max_new_tokens=3, rounds=1, hidden_size=32, num_attention_heads=2, head_dim=16, intermediate_size=64,
+        encoder_layers=1, decoder_layers=1, threads=[1], data=str(tmp_path / "absent.json"), cache="static",
+        dtype="bf16", device="cpu",
+    )  # fmt: skip
+    result = run_gbst_benchmark(args, on_step=lambda message: None)
+    assert result["device"] == "cpu" and result["results"][0]["breakdown"]["per_model"]["gbst"]["steps"] > 0
+
+
+def test_bench_gbst_refuses_a_missing_cuda_device(tmp_path):
+    import torch
+
+    from kolong.bench.gbst import GBSTBenchArguments, run_gbst_benchmark
+    from kolong.errors import ConfigError
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present")
+    args = GBSTBenchArguments(device="cuda", data=str(tmp_path / "absent.json"), max_length=48, min_bytes=0)
+    with pytest.raises(ConfigError, match="--device cuda"):
+        run_gbst_benchmark(args, on_step=lambda message: None)

@@ -152,6 +152,13 @@ class GBSTBenchArguments(BenchArguments):
         "the stalls of threads waiting for each other while another process holds a core.", kind="ints",
     )  # fmt: skip
     data: str | None = option(None, f"KorQuAD-style JSON (default: {KORQUAD_DEV}).")
+    device: str = option("auto", "auto | cpu | cuda.", choices=("auto", "cpu", "cuda"))
+    dtype: str = option(
+        "fp32", "fp32, or bf16 under autocast (the paper's setting on GPUs).", choices=("fp32", "bf16")
+    )
+    cache: str = option("dynamic", "Decoder cache of generation: dynamic, or static (preallocated; transformers "
+                        "then compiles the decoding step on GPUs).", choices=("dynamic", "static"))  # fmt: skip
+    profile: bool = option(True, "Also time the encoder, GBST and the decoding steps on their own.")
 
 
 @dataclass(kw_only=True)

@@ -11,16 +11,18 @@ the ratios are GBST / no GBST. The Korean paper reports 2.7x (training) and 1.46
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import statistics
-import time
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
 from kolong.bench.arguments import GBSTBenchArguments
+from kolong.bench.gbst_profile import breakdown, breakdown_markdown, clock, profile_steps
 from kolong.bench.harness import Benchmark, Case, Measured, run
+from kolong.errors import ConfigError
 
 __all__ = ["GBSTBenchArguments", "GBSTBenchmark", "run_gbst_benchmark"]
 
@@ -42,7 +44,7 @@ def bench_inputs(args: GBSTBenchArguments) -> tuple[str, list[tuple[str, str]]]:
     return "built-in Korean text (KorQuAD file absent)", pairs
 
 
-def _batches(tokenizer, pairs, args: GBSTBenchArguments, count: int, offset: int):
+def _batches(tokenizer, pairs, args: GBSTBenchArguments, count: int, offset: int, device: str = "cpu"):
     batches = []
     for b in range(count):
         chosen = [pairs[(offset + b * args.batch_size + i) % len(pairs)] for i in range(args.batch_size)]
@@ -51,37 +53,56 @@ def _batches(tokenizer, pairs, args: GBSTBenchArguments, count: int, offset: int
         labels = tokenizer([t for _, t in chosen], truncation=True, max_length=args.target_length,
                            padding="longest", return_tensors="pt")["input_ids"]  # fmt: skip
         labels[labels == tokenizer.pad_token_id] = -100
-        batches.append((inputs, labels))
+        batches.append((inputs.to(device), labels.to(device)))
     return batches
 
 
-def _train_rate(model, optimizer, batches) -> float:
+def _autocast(args: GBSTBenchArguments, device: str):
+    import torch
+
+    if args.dtype != "bf16":
+        return None
+    return lambda: torch.autocast(device, dtype=torch.bfloat16)
+
+
+def _context(autocast):
+    return autocast() if autocast is not None else contextlib.nullcontext()
+
+
+def _train_rate(model, optimizer, batches, autocast=None) -> float:
     model.train()
+    device = next(model.parameters()).device
     inputs, labels = batches[0]
-    model(**inputs, labels=labels).loss.backward()  # warm-up, untimed
+    with _context(autocast):
+        loss = model(**inputs, labels=labels).loss
+    loss.backward()  # warm-up, untimed
     optimizer.step()
     optimizer.zero_grad()
-    started = time.perf_counter()
+    started = clock(device)
     for inputs, labels in batches[1:]:
-        loss = model(**inputs, labels=labels).loss
+        with _context(autocast):
+            loss = model(**inputs, labels=labels).loss
         loss.backward()
         optimizer.step()
         optimizer.zero_grad()
-    seconds = time.perf_counter() - started
+    seconds = clock(device) - started
     return sum(len(labels) for _, labels in batches[1:]) / seconds
 
 
-def _inference_rate(model, batches, max_new_tokens: int) -> float:
+def _inference_rate(model, batches, max_new_tokens: int, cache: str = "dynamic", autocast=None) -> float:
     import torch
 
     model.eval()
+    device = next(model.parameters()).device
     options = dict(max_new_tokens=max_new_tokens, num_beams=1, do_sample=False)
-    with torch.inference_mode():
+    if cache == "static":
+        options["cache_implementation"] = "static"
+    with torch.inference_mode(), _context(autocast):
         model.generate(**batches[0][0], **options)  # warm-up, untimed
-        started = time.perf_counter()
+        started = clock(device)
         for inputs, _ in batches[1:]:
             model.generate(**inputs, **options)
-        seconds = time.perf_counter() - started
+        seconds = clock(device) - started
     return sum(len(labels) for _, labels in batches[1:]) / seconds
 
 
@@ -97,6 +118,11 @@ class GBSTBenchmark(Benchmark):
         from kolong.training.span import parse_blocks_option
 
         self.description, pairs = bench_inputs(args)
+        self.device = device = (
+            ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
+        )
+        if device == "cuda" and not torch.cuda.is_available():
+            raise ConfigError("--device cuda: no CUDA device is available")
         tokenizer = ByteTokenizer()
         torch.manual_seed(args.seed)
         config = KolongByteConfig(
@@ -109,11 +135,15 @@ class GBSTBenchmark(Benchmark):
             copy.deepcopy(self.models["byte"]), parse_blocks_option(args.gbst_blocks), args.gbst_downsample_rate,
             args.gbst_score_consensus,
         )  # fmt: skip
+        for model in self.models.values():
+            model.to(device)
         self.optimizers = {
-            name: torch.optim.AdamW(m.parameters(), lr=1e-4) for name, m in self.models.items()
+            name: torch.optim.AdamW(m.parameters(), lr=1e-4, fused=device == "cuda")
+            for name, m in self.models.items()
         }
-        self.train_batches = _batches(tokenizer, pairs, args, args.train_steps + 1, 0)
-        self.inference_batches = _batches(tokenizer, pairs, args, args.inference_batches + 1, 1000)
+        self.train_batches = _batches(tokenizer, pairs, args, args.train_steps + 1, 0, device)
+        self.inference_batches = _batches(tokenizer, pairs, args, args.inference_batches + 1, 1000, device)
+        self.autocast = _autocast(args, device)
         self.lengths = [int(inputs["attention_mask"].sum(1).max()) for inputs, _ in self.train_batches]
         self.default_threads = torch.get_num_threads()
         return [{"threads": threads} for threads in args.threads or [self.default_threads]]
@@ -124,13 +154,18 @@ class GBSTBenchmark(Benchmark):
         torch.set_num_threads(size["threads"])
 
         def steps(name: str) -> dict:  # each call times itself after its own warm-up: seconds per sample
-            model, optimizer = self.models[name], self.optimizers[name]
-            return {
-                f"{name}/train": lambda: Measured(1 / _train_rate(model, optimizer, self.train_batches)),
-                f"{name}/inference": lambda: Measured(
-                    1 / _inference_rate(model, self.inference_batches, args.max_new_tokens)
-                ),
-            }
+            model, optimizer, autocast = self.models[name], self.optimizers[name], self.autocast
+            found = {
+                f"{name}/train": lambda: Measured(1 / _train_rate(model, optimizer, self.train_batches, autocast)),
+                f"{name}/inference": lambda: Measured(1 / _inference_rate(
+                    model, self.inference_batches, args.max_new_tokens, args.cache, autocast)),
+            }  # fmt: skip
+            if args.profile:
+                parts = profile_steps(
+                    model, self.inference_batches, args.max_new_tokens, args.cache, autocast
+                )
+                found.update({f"{name}/{part}": step for part, step in parts.items()})
+            return found
 
         return Case(steps("gbst"), steps("byte"), repeats=args.rounds, warmup=0,
                     facts={"load_before": list(os.getloadavg())})  # fmt: skip
@@ -155,9 +190,11 @@ class GBSTBenchmark(Benchmark):
                 "samples_per_second": medians,
                 "speedup": {k: medians["gbst"][k] / medians["byte"][k] for k in ("train", "inference")},
                 "per_round": rates,
+                "breakdown": breakdown(timings, list(self.models), args.max_new_tokens) if args.profile else None,
             })  # fmt: skip
         longest = max(self.lengths)
         return {
+            "device": self.device,
             "data": self.description,
             "settings": asdict(args),
             "input_bytes": {"max": longest, "mean": statistics.mean(self.lengths)},
@@ -189,8 +226,9 @@ def to_markdown(result: dict) -> str:
         f"{result['input_bytes']['mean']:.0f}): {result['encoder_positions']['byte']} encoder positions, "
         f"{result['encoder_positions']['gbst']} with GBST; targets up to {s['target_length']} bytes. Training: "
         f"forward + backward + AdamW step, dropout 0.1; inference: greedy generation of {s['max_new_tokens']} bytes "
-        f"(cached). Median of {s['rounds']} rounds alternating the two models ({s['train_steps']} training steps "
-        f"and {s['inference_batches']} generation batches each, after a warm-up).",
+        f"(cached, {s['cache']} cache). Median of {s['rounds']} rounds alternating the two models ({s['train_steps']} "
+        f"training steps and {s['inference_batches']} generation batches each, after a warm-up). Device "
+        f"{result.get('device', 'cpu')}, {s['dtype']}{' under autocast' if s['dtype'] == 'bf16' else ''}.",
         "The machine is shared with other processes (load averages below).",
         "",
         "| torch threads | load avg before / after | model | training samples/s | inference samples/s |",
@@ -211,7 +249,10 @@ def to_markdown(result: dict) -> str:
             f"{kind} {'met' if up[kind] >= goal[kind] else 'not met'} ({up[kind]:.2f}x vs {goal[kind]}x)"
             for kind in ("train", "inference")
         ]
-        lines.append(f"- {setting['threads']} thread(s): goals on CPU {', '.join(met)}.")
+        lines.append(f"- {setting['threads']} thread(s): goals {', '.join(met)}.")
+    lines.append("")
+    for setting in result["results"]:
+        lines += breakdown_markdown(setting)
     lines += [
         "",
         "The Korean token-free paper reports 2.7x (training) and 1.46x (inference) on KLUE-MRC (A100, bfloat16).",
