@@ -4,7 +4,7 @@ Both models have the same sizes and share every weight except GBST's (the GBST m
 plus `add_gbst`, as in uptraining). Inputs are long Korean texts: KorQuAD 1.0 paragraphs of at least
 `min_bytes` UTF-8 bytes, each given as "질문: ... 지문: ..." truncated to `max_length` bytes, with the
 answer as target. A training step is forward + backward + AdamW step with dropout on; inference is
-greedy generation (`max_new_tokens`, cached) from the same inputs. The two models alternate for
+greedy generation of exactly `max_new_tokens` bytes (cached) from the same inputs. The two models alternate for
 `rounds` rounds in one process, so machine load hits both alike; samples/s are medians over rounds and
 the ratios are GBST / no GBST. The Korean paper reports 2.7x (training) and 1.46x (inference) on A100s.
 """
@@ -94,7 +94,8 @@ def _inference_rate(model, batches, max_new_tokens: int, cache: str = "dynamic",
 
     model.eval()
     device = next(model.parameters()).device
-    options = dict(max_new_tokens=max_new_tokens, num_beams=1, do_sample=False)
+    # exactly max_new_tokens bytes each: a model that emits </s> sooner must not look faster
+    options = dict(max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens, num_beams=1, do_sample=False)
     if cache == "static":
         options["cache_implementation"] = "static"
     with torch.inference_mode(), _context(autocast):
