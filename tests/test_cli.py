@@ -163,3 +163,22 @@ def test_demo_on_a_local_checkpoint(tmp_path):
     assert result.exit_code == 0, result.output
     for method in ("interpolate+keep-short", "copy", "last", "random"):
         assert method in result.output
+
+
+def _documented_commands(page: str) -> list[list[str]]:
+    """Every `kolong ...` command written in backticks on a docs page, as its words (options included)."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).parent.parent / "docs" / page).read_text(encoding="utf-8")
+    return [found.split() for found in re.findall(r"`kolong ([^`]+)`", text)]
+
+
+@pytest.mark.parametrize("words", _documented_commands("gpu.md"), ids=lambda words: " ".join(words[:2]))
+def test_gpu_runbook_commands_name_real_options(words):
+    """docs/gpu.md's commands are run in a paid GPU slot: every option they name must exist."""
+    command = [w for w in words[:2] if not w.startswith("-")]
+    result = run(*command, "--help")
+    assert result.exit_code == 0, result.output
+    for option in (w.split("=")[0] for w in words if w.startswith("--")):
+        assert option in result.output, f"kolong {' '.join(command)} has no {option}"
