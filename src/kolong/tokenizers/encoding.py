@@ -39,9 +39,8 @@ class MappedEncoding:
         ]
 
     def _compute(self) -> None:
-        if (
-            len(self._alignments) == 1
-        ):  # one sequence: its tokens' word ids are None exactly on special tokens
+        # One sequence: its tokens' morphemes are None exactly on the special tokens.
+        if len(self._alignments) == 1:
             self._offsets, self._word_ids = self._alignments[0].token_spans(
                 self._encoding.offsets, self._encoding.word_ids
             )

@@ -287,14 +287,13 @@ class MorphemeTokenizer(PreTrainedTokenizerFast):
                     whole.extend(part)
                 encoded.append(encoder(chunk, arguments))
                 if streaming:
-                    mapped.extend(_mapped(encoded[-1], chunk, offsets))
+                    mapped.extend(_mapped(encoded[-1].encodings, chunk, offsets))
             encoded = [part if isinstance(part, BatchEncoding) else part.result() for part in encoded]
+        encodings = [e for part in encoded for e in part.encodings]
         if not streaming:
-            mapped = _mapped(
-                BatchEncoding({}, [e for part in encoded for e in part.encodings]), rewritten, False
-            )
+            mapped = _mapped(encodings, rewritten, False)
         data = {key: [row for part in encoded for row in part[key]] for key in encoded[0]}
-        return rewritten, BatchEncoding(data, [e for part in encoded for e in part.encodings]), mapped
+        return rewritten, BatchEncoding(data, encodings), mapped
 
     def _backend(self, rewritten: list[list], arguments: dict) -> BatchEncoding:
         inputs = [marked for marked, _ in rewritten[0]]
@@ -335,11 +334,10 @@ class MorphemeTokenizer(PreTrainedTokenizerFast):
 PIPELINE_CHUNK = 250  # texts per chunk when analysis and encoding overlap
 
 
-def _mapped(encoded: BatchEncoding, rewritten: list[list], offsets: bool) -> list[MappedEncoding]:
+def _mapped(encodings: list, rewritten: list[list], offsets: bool) -> list[MappedEncoding]:
     """One MappedEncoding per row of an unpadded, untruncated batch; offsets computed now if asked."""
     mapped = [
-        MappedEncoding(row, tuple(items[i][1] for items in rewritten))
-        for i, row in enumerate(encoded.encodings)
+        MappedEncoding(row, tuple(items[i][1] for items in rewritten)) for i, row in enumerate(encodings)
     ]
     if offsets:
         for row in mapped:
