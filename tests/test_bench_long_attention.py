@@ -46,3 +46,23 @@ def test_bench_long_attention_end_to_end(tmp_path):
         app, ["bench", "long-attention", "--patterns", "dense", "--output-dir", str(tmp_path)]
     )
     assert refused.exit_code == 2 and "'dense'" in refused.output
+
+
+def test_gradient_checkpointing_option_recomputes_layers_with_the_same_gradients():
+    import torch
+
+    from kolong.bench.arguments import LongAttentionBenchArguments
+    from kolong.bench.long_attention import build_model
+
+    grads = []
+    for checkpointing in (False, True):
+        args = LongAttentionBenchArguments(lengths=[64], window=8, hidden_size=32, num_hidden_layers=2,
+                                           num_attention_heads=2, intermediate_size=64,
+                                           gradient_checkpointing=checkpointing)  # fmt: skip
+        model = build_model("local+global", args).train()
+        assert any(getattr(m, "gradient_checkpointing", False) for m in model.modules()) == checkpointing
+        ids = torch.randint(5, 8000, (1, 64), generator=torch.Generator().manual_seed(0))
+        model(input_ids=ids).last_hidden_state.square().mean().backward()
+        grads.append([p.grad for p in model.parameters() if p.grad is not None])
+    for plain, recomputed in zip(*grads, strict=True):
+        torch.testing.assert_close(recomputed, plain)

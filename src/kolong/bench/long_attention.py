@@ -43,7 +43,15 @@ def build_model(pattern: str, args: LongAttentionBenchArguments):
         hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
         attention_pattern="local+global" if pattern == "local+global" else "full", attention_window=args.window,
     )  # fmt: skip
-    return KolongModel(config, add_pooling_layer=False).to(args.device)
+    model = KolongModel(config, add_pooling_layer=False).to(args.device)
+    if args.gradient_checkpointing:
+        if hasattr(
+            model, "activation_checkpointing_enable"
+        ):  # transformers >= 5.2x; the older name warns there
+            model.activation_checkpointing_enable({"use_reentrant": False})
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    return model
 
 
 def sliding_windows(ids, length: int, overlap: int):
@@ -205,7 +213,8 @@ def to_markdown(result: dict) -> str:
         f"One encoder ({args['num_hidden_layers']} layers, hidden {args['hidden_size']}, {args['position_encoding']} "
         f"positions, {args['device']} {args['dtype']}) reading one document: full attention, local + global "
         f"(window {args['window']} each side, {args['global_tokens']} global tokens) and {args['sliding_length']}-token "
-        f"sliding windows (overlap {args['sliding_overlap']}). Median seconds per call; peak memory growth in MB.",
+        f"sliding windows (overlap {args['sliding_overlap']}). Median seconds per call; peak memory growth in MB"
+        f"{'; training with gradient checkpointing' if args.get('gradient_checkpointing') else ''}.",
     ]  # fmt: skip
     for kind, unit in (("seconds", "s"), ("memory_mb", "MB")):
         for mode, by_pattern in result[kind].items():
