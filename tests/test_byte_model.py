@@ -271,12 +271,7 @@ def test_training_steps_reduce_the_loss():
     assert not torch.equal(model.encoder.gbst.score.weight, scorer)  # the block scorer learns
 
 
-@pytest.mark.parametrize("gbst", [False, True])
-def test_generate_with_the_cache_equals_generate_without(gbst):
-    """`generate` hands the cache over by whatever name the installed transformers uses (`cache` from 5.24,
-    `past_key_values` before); a cache dropped on the way makes cached decoding diverge from the full one."""
-    from kolong.models.byte import KolongByteConfig, KolongByteForConditionalGeneration, add_gbst
-
+def _small_byte_model(gbst: bool):
     torch.manual_seed(0)
     model = KolongByteForConditionalGeneration(KolongByteConfig(
         hidden_size=32, num_attention_heads=2, head_dim=16, intermediate_size=64, encoder_layers=2,
@@ -286,6 +281,14 @@ def test_generate_with_the_cache_equals_generate_without(gbst):
     ids = torch.randint(3, 259, (2, 40), generator=torch.Generator().manual_seed(1))
     mask = torch.ones_like(ids)
     mask[1, 30:] = 0
+    return model, ids, mask
+
+
+@pytest.mark.parametrize("gbst", [False, True])
+def test_generate_with_the_cache_equals_generate_without(gbst):
+    """`generate` hands the cache over by whatever name the installed transformers uses (`cache` from 5.24,
+    `past_key_values` before); a cache dropped on the way makes cached decoding diverge from the full one."""
+    model, ids, mask = _small_byte_model(gbst)
     settings = dict(max_new_tokens=24, min_new_tokens=24, do_sample=False, num_beams=1)
     cached = model.generate(input_ids=ids, attention_mask=mask, use_cache=True, **settings)
     full = model.generate(input_ids=ids, attention_mask=mask, use_cache=False, **settings)
@@ -303,19 +306,6 @@ class _HostSyncs(torch.overrides.TorchFunctionMode):
         if getattr(func, "__name__", "") in ("__bool__", "__int__", "__float__", "item", "tolist"):
             self.calls.append(func.__name__)
         return func(*args, **(kwargs or {}))
-
-
-def _small_byte_model(gbst: bool):
-    torch.manual_seed(0)
-    model = KolongByteForConditionalGeneration(KolongByteConfig(
-        hidden_size=32, num_attention_heads=2, head_dim=16, intermediate_size=64, encoder_layers=2,
-        decoder_layers=2, dropout_rate=0.0)).eval()  # fmt: skip
-    if gbst:
-        add_gbst(model)
-    ids = torch.randint(3, 259, (2, 40), generator=torch.Generator().manual_seed(1))
-    mask = torch.ones_like(ids)
-    mask[1, 30:] = 0
-    return model, ids, mask
 
 
 @pytest.mark.parametrize("gbst", [False, True])
