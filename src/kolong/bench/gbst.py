@@ -11,7 +11,6 @@ the ratios are GBST / no GBST. The Korean paper reports 2.7x (training) and 1.46
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import os
 import statistics
@@ -20,9 +19,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from kolong.bench.arguments import GBSTBenchArguments
-from kolong.bench.gbst_profile import breakdown, breakdown_markdown, clock, profile_steps
-from kolong.bench.harness import Benchmark, Case, Measured, run
-from kolong.errors import ConfigError
+from kolong.bench.gbst_profile import autocast_context, breakdown, breakdown_markdown, clock, profile_steps
+from kolong.bench.harness import Benchmark, Case, Measured, resolve_device, run
 
 __all__ = ["GBSTBenchArguments", "GBSTBenchmark", "run_gbst_benchmark"]
 
@@ -65,22 +63,18 @@ def _autocast(args: GBSTBenchArguments, device: str):
     return lambda: torch.autocast(device, dtype=torch.bfloat16)
 
 
-def _context(autocast):
-    return autocast() if autocast is not None else contextlib.nullcontext()
-
-
 def _train_rate(model, optimizer, batches, autocast=None) -> float:
     model.train()
     device = next(model.parameters()).device
     inputs, labels = batches[0]
-    with _context(autocast):
+    with autocast_context(autocast):
         loss = model(**inputs, labels=labels).loss
     loss.backward()  # warm-up, untimed
     optimizer.step()
     optimizer.zero_grad()
     started = clock(device)
     for inputs, labels in batches[1:]:
-        with _context(autocast):
+        with autocast_context(autocast):
             loss = model(**inputs, labels=labels).loss
         loss.backward()
         optimizer.step()
@@ -98,7 +92,7 @@ def _inference_rate(model, batches, max_new_tokens: int, cache: str = "dynamic",
     options = dict(max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens, num_beams=1, do_sample=False)
     if cache == "static":
         options["cache_implementation"] = "static"
-    with torch.inference_mode(), _context(autocast):
+    with torch.inference_mode(), autocast_context(autocast):
         model.generate(**batches[0][0], **options)  # warm-up, untimed
         started = clock(device)
         for inputs, _ in batches[1:]:
@@ -119,11 +113,7 @@ class GBSTBenchmark(Benchmark):
         from kolong.training.span import parse_blocks_option
 
         self.description, pairs = bench_inputs(args)
-        self.device = device = (
-            ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
-        )
-        if device == "cuda" and not torch.cuda.is_available():
-            raise ConfigError("--device cuda: no CUDA device is available")
+        self.device = device = resolve_device(args.device)
         tokenizer = ByteTokenizer()
         torch.manual_seed(args.seed)
         config = KolongByteConfig(

@@ -35,6 +35,11 @@ def decoder_cache(model, kind: str, batch: int, new_tokens: int, encoder_length:
     return EncoderDecoderCache(DynamicCache(), DynamicCache())
 
 
+def autocast_context(autocast):
+    """`autocast()` (a factory of autocast contexts, for bf16) or a context that does nothing."""
+    return autocast() if autocast is not None else contextlib.nullcontext()
+
+
 def clock(device) -> float:
     import time
 
@@ -58,7 +63,7 @@ def profile_steps(model, batches: list, new_tokens: int, cache: str, autocast=No
     def timed(run_batch):
         def step():
             seconds = 0.0
-            with torch.inference_mode(), autocast() if autocast else contextlib.nullcontext():
+            with torch.inference_mode(), autocast_context(autocast):
                 for inputs, _ in batches[1:]:
                     seconds += run_batch(inputs)
             return Measured(seconds / samples)

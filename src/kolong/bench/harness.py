@@ -74,6 +74,17 @@ class Case:
     facts: dict = field(default_factory=dict)  # what setup found (agreement checks, counts), kept in the row
 
 
+def resolve_device(requested: str) -> str:
+    """--device auto | cpu | cuda -> cpu or cuda; cuda when none is visible is refused, naming the option."""
+    import torch
+
+    from kolong.errors import ConfigError
+
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("--device cuda: no CUDA device is visible")
+    return "cuda" if requested == "cuda" or (requested == "auto" and torch.cuda.is_available()) else "cpu"
+
+
 def cuda_sync(device: str) -> Callable[[], None] | None:
     if not str(device).startswith("cuda"):
         return None

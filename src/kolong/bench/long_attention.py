@@ -45,12 +45,11 @@ def build_model(pattern: str, args: LongAttentionBenchArguments):
     )  # fmt: skip
     model = KolongModel(config, add_pooling_layer=False).to(args.device)
     if args.gradient_checkpointing:
-        if hasattr(
-            model, "activation_checkpointing_enable"
-        ):  # transformers >= 5.2x; the older name warns there
-            model.activation_checkpointing_enable({"use_reentrant": False})
-        else:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        # transformers' newer name (the older one warns there); releases before it have only the older one
+        enable = (
+            getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+        )
+        enable({"use_reentrant": False})
     return model
 
 

@@ -30,17 +30,9 @@ from pathlib import Path
 
 from kolong.bench.arguments import PretrainBenchArguments
 from kolong.bench.encoder import device_peak_flops
-from kolong.bench.harness import Benchmark, Case, Measured, run
+from kolong.bench.harness import Benchmark, Case, Measured, resolve_device, run
 
 PIPELINES = ("raw step", "kolong pretrain mlm", "HF BertForMaskedLM")
-
-
-def _device(args: PretrainBenchArguments) -> str:
-    import torch
-
-    if args.device == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda: no CUDA device is visible")
-    return "cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available()) else "cpu"
 
 
 def _sync(device: str) -> None:
@@ -112,7 +104,7 @@ class PretrainBenchmark(Benchmark):
             self._root, self._corpora, self._runs = Path(self._scratch.name), {}, 0
             self._texts = _documents(args, self._root)
             self.padding = None
-        device, length = _device(args), size["length"]
+        device, length = resolve_device(args.device), size["length"]
         corpus = self._corpus(args, length)
         if self.padding is None:
             self.padding = padding_report(self._tokenizer, self._texts, args.lengths, args.tokens_per_step)

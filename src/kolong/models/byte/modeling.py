@@ -352,22 +352,22 @@ class KolongByteDecoder(KolongBytePreTrainedModel):
             torch.arange(length, device=x.device)[:, None] + past
         )
         bias = bias.masked_fill(future, torch.finfo(x.dtype).min)  # causal (and the unfilled static keys)
-        if attention_mask is not None and attention_mask.dim() == 4:  # generate's prepared (b, 1, t, K) mask
-            prepared = attention_mask
-            if prepared.dtype == torch.bool:  # True: attend
-                prepared = (~prepared).to(x.dtype) * torch.finfo(x.dtype).min
-            bias = torch.maximum(
-                bias + prepared.to(x.dtype), torch.tensor(torch.finfo(x.dtype).min, dtype=x.dtype)
-            )
-        elif attention_mask is not None:  # padding among the decoder inputs (keys)
-            if attention_mask.shape[1] == total:
-                keys = attention_mask
-            elif fixed:  # the mask of the keys so far: the causal mask hides the rest
-                keys = F.pad(attention_mask, (0, total - attention_mask.shape[1]), value=1)
+        if attention_mask is not None:  # padding among the decoder inputs (keys)
+            if attention_mask.dim() == 4:  # generate's prepared (b, 1, t, K) mask
+                padding = attention_mask
+                if padding.dtype == torch.bool:  # True: attend
+                    padding = (~padding).to(x.dtype) * torch.finfo(x.dtype).min
             else:
-                keys = F.pad(attention_mask, (past, 0), value=1)
-            padding = additive_mask(keys, x.dtype, none_if_all_real=False)
-            bias = torch.maximum(bias + padding, torch.tensor(torch.finfo(x.dtype).min, dtype=x.dtype))
+                if attention_mask.shape[1] == total:
+                    keys = attention_mask
+                elif fixed:  # the mask of the keys so far: the causal mask hides the rest
+                    keys = F.pad(attention_mask, (0, total - attention_mask.shape[1]), value=1)
+                else:
+                    keys = F.pad(attention_mask, (past, 0), value=1)
+                padding = additive_mask(keys, x.dtype, none_if_all_real=False)
+            bias = torch.maximum(
+                bias + padding.to(x.dtype), torch.tensor(torch.finfo(x.dtype).min, dtype=x.dtype)
+            )
         cross_bias = additive_mask(
             encoder_attention_mask, x.dtype, none_if_all_real=False
         )  # (b, 1, 1, n') or None
