@@ -150,3 +150,44 @@ def test_whole_documents_on_a_long_sparse_model(workspace):
     predictions = root / "long-predictions.json"
     invoke("predict", "qa", "--model", out, "--data", data, "-o", predictions, "--max-length", 1024)
     assert len(json.loads(predictions.read_text(encoding="utf-8"))) == questions
+
+
+@pytest.mark.parametrize("attention", ["full", "local:8+global"])
+def test_windows_padded_per_batch_answer_as_windows_padded_to_max_length(workspace, attention):
+    """The default (each batch padded to its longest window) gives the logits and answers of padding every
+    window to --max-length, for full and local+global attention; shorter batches are the point."""
+    import numpy as np
+    import torch
+    from transformers import AutoModelForQuestionAnswering
+
+    from kolong.checkpoints import load_model, load_tokenizer
+    from kolong.data.qa_features import build_features
+    from kolong.data.squad import read_squad
+    from kolong.evaluation.qa_postprocess import decode_answers
+    from kolong.models.encoder.convert import convert_checkpoint
+    from kolong.training.qa import predict_logits
+
+    root, data, model = workspace
+    long = root / f"padding-{attention.replace(':', '-').replace('+', '-')}"
+    convert_checkpoint(model, long, attention=attention, max_length=256, method="copy")
+    tokenizer = load_tokenizer(long)
+    qa_model = load_model(long, AutoModelForQuestionAnswering).eval()  # a random QA head is enough here
+    examples = read_squad(data).examples
+    padded = build_features(tokenizer, examples, 256, "sliding-window", 64)
+    ragged = build_features(tokenizer, examples, 256, "sliding-window", 64, padding=False)
+    assert max(map(len, ragged.input_ids)) < 256 and len({*map(len, ragged.input_ids)}) > 1
+
+    tokenizer.padding_side = "left"  # the collator pads on the right whatever the tokenizer says
+    answers = []
+    for features, kwargs in ((padded, {}), (ragged, {"tokenizer": tokenizer})):
+        starts, ends = predict_logits(qa_model, features, batch_size=4, **kwargs)
+        assert starts.shape[1] == (
+            256 if features is padded else -(-max(map(len, ragged.input_ids)) // 8) * 8
+        )
+        answers.append((starts, ends, decode_answers(examples, features, starts, ends)[0]))
+    (padded_starts, padded_ends, padded_answers), (ragged_starts, ragged_ends, ragged_answers) = answers
+    for window, ids in enumerate(ragged.input_ids):
+        for full, short in ((padded_starts, ragged_starts), (padded_ends, ragged_ends)):
+            torch.testing.assert_close(torch.from_numpy(short[window, : len(ids)]),
+                                       torch.from_numpy(full[window, : len(ids)]), atol=1e-5, rtol=1e-5)  # fmt: skip
+    assert ragged_answers == padded_answers and np.isfinite(ragged_starts).all()

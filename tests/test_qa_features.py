@@ -142,6 +142,46 @@ def test_decoding_pools_windows_and_finds_the_planted_answer(tokenizer):
     assert predictions[example.id] == example.answers[0].text
 
 
+def test_question_and_padding_tokens_cannot_crowd_the_answer_out_of_the_n_best(tokenizer):
+    """Higher logits on every non-context position (question, specials, padding) than on the answer: the
+    n best are taken among context tokens only, so the answer is still found, with n_best = 1."""
+    example = example_with_answer(tokenizer, 4, context="짧은 문맥 하나에 정답이 들어 있다")
+    features = build_features(tokenizer, [example], 48, "truncate")
+    outside = np.array([span is None for span in features.offsets[0]])
+    assert outside.sum() > 1 and features.attention_mask[0][-1] == 0  # question, specials and padding
+    start_logits, end_logits = np.where(outside, 5.0, 0.0)[None], np.where(outside, 5.0, 0.0)[None]
+    start_logits[0, features.start_positions[0]] = end_logits[0, features.end_positions[0]] = 1.0
+    predictions, _ = decode_answers([example], features, start_logits, end_logits, n_best=1)
+    assert predictions[example.id] == example.answers[0].text
+
+
+def test_window_collator_pads_batches_on_the_right_to_their_longest_window(tokenizer):
+    from kolong.data.qa_features import WindowCollator, window_batches
+
+    examples = [
+        example_with_answer(tokenizer, 1, context=text)
+        for text in ("가 나 다", "가 나 다 라 마 바 사 아 자 차")
+    ]
+    features = build_features(tokenizer, examples, 64, "truncate", padding=False)
+    lengths = [len(ids) for ids in features.input_ids]
+    assert lengths[0] < lengths[1] < 64
+    side = tokenizer.padding_side
+    try:
+        tokenizer.padding_side = "left"
+        (batch,) = window_batches(features, 8, WindowCollator(tokenizer, 64))
+    finally:
+        tokenizer.padding_side = side
+    assert batch["input_ids"].shape == (2, -(-lengths[1] // 8) * 8)  # rounded up to a multiple of 8
+    for row, length in enumerate(lengths):  # real tokens first, where their offsets say they are
+        assert batch["input_ids"][row, :length].tolist() == features.input_ids[row]
+        assert batch["attention_mask"][row].tolist() == [1] * length + [0] * (
+            batch["input_ids"].shape[1] - length
+        )
+    # Rounding up never passes the model's positions.
+    (batch,) = window_batches(features, 8, WindowCollator(tokenizer, lengths[1]))
+    assert batch["input_ids"].shape[1] == lengths[1]
+
+
 class PrefixOnlyTokenizer:
     """What tokenizers 0.23.1 / 0.23.2 do: a truncating call tokenizes only a prefix of each context, so the
     overflow windows cover that prefix; the untruncated call still sees the whole context."""

@@ -16,11 +16,10 @@ as long as its positions, so most documents fit in one.
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 from transformers import Pipeline
 
-from kolong.data.qa_features import build_features
+from kolong.data.qa_features import WindowCollator, build_features, stack_logits, window_batches
 from kolong.data.squad import QAExample
 from kolong.errors import DataError
 from kolong.evaluation.qa_postprocess import decode_answers
@@ -67,20 +66,19 @@ class LongDocumentQAPipeline(Pipeline):
                 QAExample(id=str(index), question=pair["question"], context=pair["context"], answers=[])
             )
         length = max_length or min(model_max_length(self.model), self.tokenizer.model_max_length)
-        features = build_features(self.tokenizer, examples, length, "sliding-window", doc_stride)
-        return {"examples": examples, "features": features}
+        features = build_features(
+            self.tokenizer, examples, length, "sliding-window", doc_stride, padding=False
+        )
+        return {"examples": examples, "features": features, "max_length": length}
 
     def _forward(self, model_inputs):
-        features = model_inputs["features"]
-        columns = features.model_inputs(with_labels=False)
-        size = self._batch_size or 16
+        collate = WindowCollator(self.tokenizer, model_inputs["max_length"])
         starts, ends = [], []
-        for first in range(0, len(features), size):
-            batch = {k: torch.tensor(v[first : first + size], device=self.device) for k, v in columns.items()}
-            output = self.model(**batch)
+        for batch in window_batches(model_inputs["features"], self._batch_size or 16, collate):
+            output = self.model(**{name: tensor.to(self.device) for name, tensor in batch.items()})
             starts.append(output.start_logits.float().cpu().numpy())
             ends.append(output.end_logits.float().cpu().numpy())
-        return {**model_inputs, "start_logits": np.concatenate(starts), "end_logits": np.concatenate(ends)}
+        return {**model_inputs, "start_logits": stack_logits(starts), "end_logits": stack_logits(ends)}
 
     def postprocess(self, model_outputs, n_best: int = 20, max_answer_length: int = 30):
         examples = model_outputs["examples"]

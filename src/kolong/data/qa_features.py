@@ -12,6 +12,7 @@ to the window edge.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -49,6 +50,47 @@ class QAFeatures:
             columns["start_positions"] = self.start_positions
             columns["end_positions"] = self.end_positions
         return columns
+
+
+@dataclass
+class WindowCollator:
+    """The `data_collator` of QA windows built with `padding=False`: each batch padded on the right to its
+    longest window (rounded up to a multiple of 8 while that stays within `max_length`), so a 16k-position
+    model reading a 3k-token article pays for 3k tokens, not 16k. Right padding keeps token i of a window at
+    column i of its logits, where its offsets say it is, whatever the tokenizer's `padding_side`."""
+
+    tokenizer: object
+    max_length: int
+
+    def __call__(self, rows: list[dict]) -> dict:
+        from transformers.data.data_collator import pad_without_fast_tokenizer_warning
+
+        longest = max(len(row["input_ids"]) for row in rows)
+        return pad_without_fast_tokenizer_warning(
+            self.tokenizer,
+            rows,
+            padding="longest",
+            pad_to_multiple_of=8 if -(-longest // 8) * 8 <= self.max_length else None,
+            padding_side="right",
+            return_tensors="pt",
+        )
+
+
+def window_batches(features: QAFeatures, batch_size: int, collate) -> Iterator[dict]:
+    """`collate`d batches of `features`' model inputs (no labels), in order."""
+    columns = features.model_inputs(with_labels=False)
+    for first in range(0, len(features), batch_size):
+        last = min(first + batch_size, len(features))
+        yield collate([{name: values[i] for name, values in columns.items()} for i in range(first, last)])
+
+
+def stack_logits(chunks: list[np.ndarray], fill: float = -1e4) -> np.ndarray:
+    """(windows, longest) from per-batch (batch, length) logits of different lengths; columns past a window's
+    end are `fill` (decoding never reads them: it stops at the window's offsets)."""
+    width = max(chunk.shape[1] for chunk in chunks)
+    return np.concatenate(
+        [np.pad(chunk, ((0, 0), (0, width - chunk.shape[1])), constant_values=fill) for chunk in chunks]
+    )
 
 
 def _check_arguments(tokenizer, max_length: int, strategy: str, doc_stride: int) -> None:

@@ -1,8 +1,11 @@
 """From start/end logits of every window to one answer string per question.
 
 For each question, candidates from *all* of its windows are pooled: the `n_best` highest start and
-end logits of each window give spans (start <= end, both inside the context part of the window, at
-most `max_answer_length` tokens), scored start_logit + end_logit. The text is cut from the original
+end logits among the context tokens of each window give spans (start <= end, at most
+`max_answer_length` tokens), scored start_logit + end_logit. Only context tokens compete for the
+n best (HF's recipe takes the n best over the whole window, then drops what is outside the context):
+question, special and padding tokens cannot crowd the answer out, and a window padded to
+`max_length` decodes exactly as the same window padded to its batch's longest. The text is cut from the original
 context by character offsets, so it is exactly a substring of the context. With
 `allow_no_answer`, the empty answer wins when the best [CLS] score (over windows) beats the best span
 by more than `null_threshold`.
@@ -44,13 +47,12 @@ def decode_answers(
             cls_index = 0
             score = float(starts[cls_index] + ends[cls_index])
             null_score = score if null_score is None else max(null_score, score)
-            top_starts = np.argsort(starts)[::-1][:n_best]
-            top_ends = np.argsort(ends)[::-1][:n_best]
+            context = np.flatnonzero([span is not None for span in offsets])  # (context tokens,)
+            top_starts = context[np.argsort(starts[context], kind="stable")[::-1][:n_best]]
+            top_ends = context[np.argsort(ends[context], kind="stable")[::-1][:n_best]]
             for s in top_starts:
-                if s >= len(offsets) or offsets[s] is None:
-                    continue
                 for e in top_ends:
-                    if e >= len(offsets) or offsets[e] is None or e < s or e - s + 1 > max_answer_length:
+                    if e < s or e - s + 1 > max_answer_length:
                         continue
                     start_char, end_char = offsets[s][0], offsets[e][1]
                     candidates.append(

@@ -232,8 +232,12 @@ def _evaluate_variant(name, length, kind, finetune_args, evaluation, context_tok
     model_dir = finetune_args.output_dir
     tokenizer = load_tokenizer(model_dir)
     model = load_model(model_dir, AutoModelForQuestionAnswering).eval()
-    features = build_features(tokenizer, evaluation, length, finetune_args.strategy, finetune_args.doc_stride)
-    start_logits, end_logits = predict_logits(model, features, finetune_args.eval_batch_size)
+    features = build_features(
+        tokenizer, evaluation, length, finetune_args.strategy, finetune_args.doc_stride, padding=False
+    )
+    start_logits, end_logits = predict_logits(
+        model, features, finetune_args.eval_batch_size, tokenizer=tokenizer
+    )
     predictions, _ = decode_answers(evaluation, features, start_logits, end_logits)
     atomic_write_json(Path(model_dir).parent / "predictions.json", predictions)
     gold = gold_answers(evaluation)

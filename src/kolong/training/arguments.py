@@ -176,6 +176,11 @@ class QAFinetuneArguments(RecipeArguments):
     )
     strategy: str = option("sliding-window", "truncate | sliding-window.", choices=STRATEGIES)
     doc_stride: int = option(128, "Overlap between consecutive windows, in tokens (HF `stride`).", min=0)
+    pad_to_max_length: bool = option(
+        False,
+        "Pad every window to --max-length (static shapes); default: each batch to its longest window, so a "
+        "long model reading short documents pays for their length only.",
+    )
     n_best: int = option(20, "Candidate spans per window kept when decoding answers.", "--n_best_size")
     max_answer_length: int = option(30, "Longest answer, in tokens.")
     on_bad_example: str = option(
@@ -207,6 +212,11 @@ class QAPredictArguments(CheckedArguments):
     )
     strategy: str = option("sliding-window", "truncate | sliding-window.", choices=STRATEGIES)
     doc_stride: int = option(128, "Overlap between consecutive windows, in tokens.", min=0)
+    pad_to_max_length: bool = option(
+        False,
+        "Pad every window to --max-length (static shapes); default: each batch to its longest window, so a "
+        "long model reading short documents pays for their length only.",
+    )
     batch_size: int = option(16, "Windows per forward pass.", "--per_device_eval_batch_size")
     n_best: int = option(20, "Candidate spans per window.", "--n_best_size")
     max_answer_length: int = option(30, "Longest answer, in tokens.")

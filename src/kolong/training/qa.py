@@ -12,7 +12,14 @@ from pathlib import Path
 import numpy as np
 
 from kolong.checkpoints import load_model, load_tokenizer
-from kolong.data.qa_features import STRATEGIES, QAFeatures, build_features
+from kolong.data.qa_features import (
+    STRATEGIES,
+    QAFeatures,
+    WindowCollator,
+    build_features,
+    stack_logits,
+    window_batches,
+)
 from kolong.data.squad import gold_answers, read_squad
 from kolong.errors import ConfigError, DataError
 from kolong.evaluation.korquad import score_intervals, score_questions
@@ -79,11 +86,7 @@ def finetune_qa(args: QAFinetuneArguments, wrap_trainer=None) -> dict:
     """Fine-tune, evaluate, save model + tokenizer to `args.output_dir`; returns the final metrics.
 
     `wrap_trainer(cls) -> subclass` changes the Trainer (`kolong distill` adds its loss)."""
-    from transformers import (
-        AutoModelForQuestionAnswering,
-        EarlyStoppingCallback,
-        default_data_collator,
-    )
+    from transformers import AutoModelForQuestionAnswering, EarlyStoppingCallback, default_data_collator
 
     if args.strategy not in STRATEGIES:
         raise DataError(f"unknown strategy {args.strategy!r}; choose one of {', '.join(STRATEGIES)}")
@@ -97,14 +100,15 @@ def finetune_qa(args: QAFinetuneArguments, wrap_trainer=None) -> dict:
     check_length(model, args.max_length, args.model)
 
     train_set = read_squad(args.train, args.on_bad_example)
+    padding = args.pad_to_max_length
     train_features = build_features(
-        tokenizer, train_set.examples, args.max_length, args.strategy, args.doc_stride
+        tokenizer, train_set.examples, args.max_length, args.strategy, args.doc_stride, padding
     )
     eval_examples = eval_features = None
     if args.eval:
         eval_examples = read_squad(args.eval, args.on_bad_example, split="validation").examples
         eval_features = build_features(
-            tokenizer, eval_examples, args.max_length, args.strategy, args.doc_stride
+            tokenizer, eval_examples, args.max_length, args.strategy, args.doc_stride, padding
         )
 
     training_args = training_arguments(args, evaluating=bool(args.eval), metric="f1" if args.eval else None)
@@ -117,7 +121,7 @@ def finetune_qa(args: QAFinetuneArguments, wrap_trainer=None) -> dict:
         args=training_args,
         train_dataset=_dataset(train_features, with_labels=True),
         eval_dataset=_dataset(eval_features, with_labels=False) if eval_features is not None else None,
-        data_collator=default_data_collator,
+        data_collator=default_data_collator if padding else WindowCollator(tokenizer, args.max_length),
         processing_class=tokenizer,
         callbacks=callbacks,
         eval_examples=eval_examples,
@@ -148,20 +152,22 @@ def finetune_qa(args: QAFinetuneArguments, wrap_trainer=None) -> dict:
 
 
 def predict_logits(
-    model, features: QAFeatures, batch_size: int, compile: bool = False
+    model, features: QAFeatures, batch_size: int, compile: bool = False, tokenizer=None
 ) -> tuple[np.ndarray, np.ndarray]:
     """Start/end logits of every window, through `Trainer.predict` (device placement, fp16/bf16, DDP); a
     quantized model (`kolong quantize`), which the Trainer refuses even to predict, and a compiled one in a
-    plain loop."""
+    plain loop. Windows of different lengths (`build_features(padding=False)`) need the `tokenizer`: each
+    batch is padded to its longest window, and the logits come back (windows, longest window)."""
     import tempfile
 
     from transformers import Trainer, TrainingArguments, default_data_collator
 
+    collate = WindowCollator(tokenizer, model_max_length(model)) if tokenizer else default_data_collator
     if getattr(model, "is_quantized", False) or compile:
         import torch
 
         runner = torch.compile(model) if compile else model
-        return _predict_plainly(runner, model.device, _dataset(features, with_labels=False), batch_size)
+        return _predict_plainly(runner, model.device, features, batch_size, collate)
 
     with tempfile.TemporaryDirectory(prefix="kolong-predict-") as scratch:
         args = TrainingArguments(
@@ -170,25 +176,21 @@ def predict_logits(
             report_to="none",
             dataloader_pin_memory=has_gpu(),
         )
-        trainer = Trainer(model=model, args=args, data_collator=default_data_collator)
+        trainer = Trainer(model=model, args=args, data_collator=collate)
         output = trainer.predict(_dataset(features, with_labels=False))
-    return output.predictions[0], output.predictions[1]
+    return output.predictions[0], output.predictions[1]  # batches of different lengths: padded with -100
 
 
-def _predict_plainly(model, device, dataset, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+def _predict_plainly(model, device, features, batch_size: int, collate) -> tuple[np.ndarray, np.ndarray]:
     import torch
-    from transformers import default_data_collator
 
     starts, ends = [], []
     with torch.inference_mode():
-        for first in range(0, len(dataset), batch_size):
-            batch = default_data_collator(
-                [dataset[i] for i in range(first, min(first + batch_size, len(dataset)))]
-            )
+        for batch in window_batches(features, batch_size, collate):
             output = model(**{name: tensor.to(device) for name, tensor in batch.items()})
             starts.append(output.start_logits.float().cpu().numpy())
             ends.append(output.end_logits.float().cpu().numpy())
-    return np.concatenate(starts), np.concatenate(ends)
+    return stack_logits(starts), stack_logits(ends)
 
 
 def predict_qa(args: QAPredictArguments) -> dict:
@@ -221,8 +223,11 @@ def _predict(args: QAPredictArguments) -> tuple[dict, dict, dict]:
     ).eval()
     max_length = args.max_length or min(model_max_length(model), tokenizer.model_max_length)
     check_length(model, max_length, args.model)
-    features = build_features(tokenizer, dataset.examples, max_length, args.strategy, args.doc_stride)
-    start_logits, end_logits = predict_logits(model, features, args.batch_size, args.compile)
+    padding = args.pad_to_max_length
+    features = build_features(
+        tokenizer, dataset.examples, max_length, args.strategy, args.doc_stride, padding
+    )
+    start_logits, end_logits = predict_logits(model, features, args.batch_size, args.compile, tokenizer)
     predictions, nbest = decode_answers(
         dataset.examples,
         features,
