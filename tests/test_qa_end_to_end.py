@@ -43,6 +43,7 @@ def test_finetune_predict_evaluate(workspace):
     results = json.loads((out / "kolong_qa_results.json").read_text())
     assert results["metrics"]["train_windows"] > 14  # sliding windows: more windows than questions
     assert results["metrics"]["eval_f1"] > 50  # the tiny model memorises the 14 questions
+    assert (out / "model.safetensors").is_file() and not list(out.glob(".*"))  # staged, then moved in whole
 
     predictions = root / "predictions.json"
     invoke(

@@ -12,17 +12,16 @@ from pathlib import Path
 import numpy as np
 
 from kolong.data.classification import ClassificationData, load_classification_data
-from kolong.io import atomic_write_json, writes_output
+from kolong.io import writes_output
 from kolong.training.arguments import (
     ClassificationArguments,
-    recorded,
     training_arguments,
 )
 from kolong.training.common import (
     quiet_trainer,
     resume_checkpoint,
     run_train_loss,
-    save_final,
+    save_run,
     train_or_finish,
 )
 
@@ -154,7 +153,5 @@ def finetune_cls(args: ClassificationArguments, wrap_trainer=None) -> dict:
     )
     metrics.update(train_loss=run_train_loss(trainer, output), train_examples=len(data.train),
                    eval_examples=len(data.eval), data=data.name)  # fmt: skip
-    save_final(trainer, tokenizer, output_dir)
-    if trainer.is_world_process_zero():
-        atomic_write_json(output_dir / "cls_results.json", {"arguments": recorded(args), "metrics": metrics})
+    save_run(trainer, tokenizer, output_dir, "cls_results.json", args, metrics)
     return metrics

@@ -6,7 +6,6 @@ import json
 import os
 import re
 import shutil
-import tempfile
 from pathlib import Path
 
 from kolong.errors import ConfigError, OutputExistsError, warn
@@ -106,17 +105,36 @@ def resume_point(output_dir: Path, overwrite: bool) -> str | None:
 
 
 def save_final(trainer, tokenizer, output_dir: Path) -> None:
-    """Model and tokenizer files written beside `output_dir`'s checkpoints, each moved in whole (one writer)."""
-    if not trainer.is_world_process_zero():
+    """Model and tokenizer files written beside `output_dir`'s checkpoints, each moved in whole (one writer).
+
+    Every process calls `Trainer.save_model` (FSDP and DeepSpeed gather the weights collectively; only the
+    main process writes), so the staging directory has one name that all of them know."""
+    staging = Path(output_dir) / ".final-staging"
+    main = trainer.is_world_process_zero()
+    if main:
+        shutil.rmtree(staging, ignore_errors=True)  # left by a run killed while saving
+    trainer.save_model(str(staging))
+    if not main:
         return
-    staging = Path(tempfile.mkdtemp(prefix=".final-", dir=output_dir))
     try:
-        trainer.save_model(str(staging))
         tokenizer.save_pretrained(str(staging))
         for item in staging.iterdir():
             os.replace(item, output_dir / item.name)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def save_run(trainer, tokenizer, output_dir: Path, results_file: str, args, metrics: dict, **extra) -> None:
+    """Every recipe's last step: the model and tokenizer (`save_final`), then `results_file` with the
+    arguments and metrics (and `extra` entries), written whole, by the main process only."""
+    from kolong.io import atomic_write_json
+    from kolong.training.arguments import recorded
+
+    save_final(trainer, tokenizer, output_dir)
+    if trainer.is_world_process_zero():
+        atomic_write_json(
+            output_dir / results_file, {"arguments": recorded(args), "metrics": metrics, **extra}
+        )
 
 
 class ListDataset:

@@ -169,14 +169,13 @@ def finetune_dp(args: DPFinetuneArguments) -> dict:
     from kolong.checkpoints import load_tokenizer
     from kolong.data.klue_dp import read_klue_dp
     from kolong.evaluation.klue import DP_LABELS
-    from kolong.io import atomic_write_json
-    from kolong.training.arguments import recorded, training_arguments
+    from kolong.training.arguments import training_arguments
     from kolong.training.common import (
         ListDataset,
         quiet_trainer,
         resume_checkpoint,
         run_train_loss,
-        save_final,
+        save_run,
         train_eval_items,
         train_or_finish,
     )
@@ -223,9 +222,7 @@ def finetune_dp(args: DPFinetuneArguments) -> dict:
     metrics.update(train_loss=run_train_loss(trainer, output), train_sentences=len(training),
                    eval_sentences=len(evaluation), baseline_next_eojeol=next_eojeol_baseline(evaluation),
                    intervals=dp_intervals(last["heads"], last["labels"], evaluation, args.seed))  # fmt: skip
-    save_final(trainer, tokenizer, output_dir)
-    if trainer.is_world_process_zero():
-        atomic_write_json(output_dir / "dp_results.json", {"arguments": recorded(args), "metrics": metrics})
+    save_run(trainer, tokenizer, output_dir, "dp_results.json", args, metrics)
     return metrics
 
 

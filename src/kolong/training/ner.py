@@ -115,13 +115,12 @@ def finetune_ner(args: NERFinetuneArguments) -> dict:
     from kolong.data.klue_ner import read_klue_ner
     from kolong.evaluation import klue
     from kolong.evaluation.klue import NER_LABELS
-    from kolong.io import atomic_write_json
-    from kolong.training.arguments import recorded, training_arguments
+    from kolong.training.arguments import training_arguments
     from kolong.training.common import (
         quiet_trainer,
         resume_checkpoint,
         run_train_loss,
-        save_final,
+        save_run,
         train_eval_items,
         train_or_finish,
     )
@@ -166,9 +165,7 @@ def finetune_ner(args: NERFinetuneArguments) -> dict:
                    baseline_all_o={"entity_f1": klue.ner_entity_macro_f1(all_o, gold),
                                    "char_f1": klue.ner_char_macro_f1(all_o, gold)},
                    intervals=ner_intervals(last["tags"], evaluation, args.seed))  # fmt: skip
-    save_final(trainer, tokenizer, output_dir)
-    if trainer.is_world_process_zero():
-        atomic_write_json(output_dir / "ner_results.json", {"arguments": recorded(args), "metrics": metrics})
+    save_run(trainer, tokenizer, output_dir, "ner_results.json", args, metrics)
     return metrics
 
 

@@ -19,18 +19,17 @@ import time
 from pathlib import Path
 
 from kolong.errors import ConfigError, DataError
-from kolong.io import atomic_write_json, writes_output
+from kolong.io import writes_output
 from kolong.plots.figures import save_figure
 from kolong.training.arguments import (
     PretrainArguments,
-    recorded,
     training_arguments,
 )
 from kolong.training.common import (
     quiet_trainer,
     resume_checkpoint,
     run_train_loss,
-    save_final,
+    save_run,
     train_or_finish,
 )
 from kolong.training.presets import preset
@@ -239,11 +238,9 @@ def pretrain_mlm(args: PretrainArguments, callbacks: list | None = None) -> dict
     metrics = {"train_loss": run_train_loss(trainer, output), "steps": trainer.state.global_step}
     if evaluation is not None:
         metrics.update({k: v for k, v in trainer.evaluate().items() if k in ("eval_loss", "eval_perplexity")})
+    history = trainer.state.log_history
+    save_run(trainer, tokenizer, output_dir, "pretrain_log.json", args, metrics, log_history=history)
     if trainer.is_world_process_zero():
-        save_final(trainer, tokenizer, output_dir)
-        history = trainer.state.log_history
-        atomic_write_json(output_dir / "pretrain_log.json", {"arguments": recorded(args), "metrics": metrics,
-                                                              "log_history": history})  # fmt: skip
         plot_losses(
             history, output_dir / "loss.png", title=f"{args.preset} / {model.config.position_encoding}"
         )

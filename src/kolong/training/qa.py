@@ -29,10 +29,16 @@ from kolong.positions.reach import model_max_length
 from kolong.training.arguments import (
     QAFinetuneArguments,
     QAPredictArguments,
-    recorded,
     training_arguments,
 )
-from kolong.training.common import has_gpu, quiet_trainer, resume_checkpoint, run_train_loss, train_or_finish
+from kolong.training.common import (
+    has_gpu,
+    quiet_trainer,
+    resume_checkpoint,
+    run_train_loss,
+    save_run,
+    train_or_finish,
+)
 
 
 def check_length(model, max_length: int, model_name: str) -> None:
@@ -142,12 +148,7 @@ def finetune_qa(args: QAFinetuneArguments, wrap_trainer=None) -> dict:
         metrics["intervals"] = score_intervals(
             gold_answers(eval_examples), trainer.last_predictions, seed=args.seed
         )
-    trainer.save_model(str(output_dir))  # the Trainer writes from the main process only
-    if trainer.is_world_process_zero():  # under torchrun / accelerate, one writer
-        tokenizer.save_pretrained(str(output_dir))
-        atomic_write_json(
-            output_dir / "kolong_qa_results.json", {"arguments": recorded(args), "metrics": metrics}
-        )
+    save_run(trainer, tokenizer, output_dir, "kolong_qa_results.json", args, metrics)
     return metrics
 
 

@@ -15,19 +15,18 @@ from pathlib import Path
 from kolong.checkpoints import load_byte_model
 from kolong.data.text_to_text import Seq2SeqTask, TextPair, load_task, read_text_pairs, score_generations
 from kolong.errors import DataError
-from kolong.io import atomic_write_json, atomic_write_text, writes_output
+from kolong.io import atomic_write_text, writes_output
 from kolong.training.arguments import (
     Seq2SeqFinetuneArguments,
     SpanPretrainArguments,
     check_eval_every,
-    recorded,
     training_arguments,
 )
 from kolong.training.common import (
     quiet_trainer,
     resume_checkpoint,
     run_train_loss,
-    save_final,
+    save_run,
     train_or_finish,
 )
 from kolong.training.span import pretrain_span
@@ -142,7 +141,7 @@ def finetune_seq2seq(args: Seq2SeqFinetuneArguments) -> dict:
     if task.kind == "classification":
         majority = max(sum(p.target == label for p in task.eval) for label in task.labels)
         metrics["eval_majority_class_accuracy"] = 100.0 * majority / len(task.eval)
-    save_final(trainer, tokenizer, output_dir)
+    save_run(trainer, tokenizer, output_dir, "kolong_seq2seq_results.json", args, metrics)
     if trainer.is_world_process_zero():
         lines = [
             json.dumps(
@@ -151,7 +150,4 @@ def finetune_seq2seq(args: Seq2SeqFinetuneArguments) -> dict:
             for p, g in zip(task.eval, trainer.last_generations, strict=True)
         ]
         atomic_write_text(output_dir / "predictions.jsonl", "\n".join(lines) + "\n")
-        atomic_write_json(
-            output_dir / "kolong_seq2seq_results.json", {"arguments": recorded(args), "metrics": metrics}
-        )
     return metrics

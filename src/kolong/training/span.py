@@ -14,11 +14,10 @@ from pathlib import Path
 
 from kolong.checkpoints import load_byte_model, load_byte_tokenizer
 from kolong.errors import DataError
-from kolong.io import atomic_write_json, writes_output
+from kolong.io import writes_output
 from kolong.training.arguments import (
     SpanPretrainArguments,
     check_eval_every,
-    recorded,
     training_arguments,
 )
 from kolong.training.common import (
@@ -26,7 +25,7 @@ from kolong.training.common import (
     quiet_trainer,
     resume_checkpoint,
     run_train_loss,
-    save_final,
+    save_run,
     train_or_finish,
 )
 
@@ -109,11 +108,7 @@ def pretrain_span(
     }
     if eval_chunks:
         metrics.update(trainer.evaluate())
-    save_final(trainer, tokenizer, output_dir)
-    if trainer.is_world_process_zero():
-        atomic_write_json(
-            output_dir / "kolong_pretrain_results.json", {"arguments": recorded(args), "metrics": metrics}
-        )
+    save_run(trainer, tokenizer, output_dir, "kolong_pretrain_results.json", args, metrics)
     return metrics
 
 
