@@ -285,8 +285,13 @@ def to_markdown(rows: list[dict], args: LengthExperimentArguments, model: str) -
         f"(article-level KorQuAD, split by article"
         + (f", articles of <= {args.max_document_tokens} tokens" if args.max_document_tokens else "")
         + f"), {args.epochs} epoch(s), lr {args.learning_rate}, "
-        f"effective batch {args.batch_size}, seed {args.seed}. Official KorQuAD EM/F1 with bootstrap 95% intervals "
-        "over questions; F1 by document length in tokens.",
+        f"effective batch {args.batch_size}, seed {args.seed}"
+        + (
+            f"; N-sparse: local window of {args.sparse_window} tokens each side, question and [CLS] global"
+            if any(row["kind"] == "sparse" for row in rows)
+            else ""
+        )
+        + ". Official KorQuAD EM/F1 with bootstrap 95% intervals over questions; F1 by document length in tokens.",
         "",
         "| variant | EM | F1 | "
         + " | ".join(f"F1 {label}" for label in labels)
