@@ -23,7 +23,8 @@ from pathlib import Path
 
 from kolong.errors import CheckpointError, ConfigError
 from kolong.io import atomic_write_json
-from kolong.training.arguments import ClassificationArguments, QAFinetuneArguments, recorded
+from kolong.training.arguments import ClassificationArguments, QAFinetuneArguments
+from kolong.training.common import recorded
 from kolong.training.options import REQUIRED, option
 
 

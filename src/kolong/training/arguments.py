@@ -146,13 +146,6 @@ def training_arguments(
         raise ConfigError(f"training arguments rejected by transformers: {error}") from None
 
 
-def recorded(args: RecipeArguments) -> dict:
-    """The arguments as written into a results file (JSON-safe)."""
-    return {key: value for key, value in dataclasses.asdict(args).items() if key != "extra"} | {
-        "training_arguments": dict(args.extra)
-    }
-
-
 # -- the recipes -------------------------------------------------------------------------------------------
 
 

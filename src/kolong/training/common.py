@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -124,11 +125,17 @@ def save_final(trainer, tokenizer, output_dir: Path) -> None:
         shutil.rmtree(staging, ignore_errors=True)
 
 
+def recorded(args) -> dict:
+    """A recipe's arguments as written into its results file (JSON-safe)."""
+    return {key: value for key, value in dataclasses.asdict(args).items() if key != "extra"} | {
+        "training_arguments": dict(args.extra)
+    }
+
+
 def save_run(trainer, tokenizer, output_dir: Path, results_file: str, args, metrics: dict, **extra) -> None:
     """Every recipe's last step: the model and tokenizer (`save_final`), then `results_file` with the
     arguments and metrics (and `extra` entries), written whole, by the main process only."""
     from kolong.io import atomic_write_json
-    from kolong.training.arguments import recorded
 
     save_final(trainer, tokenizer, output_dir)
     if trainer.is_world_process_zero():
