@@ -10,6 +10,7 @@ from kolong.checkpoints import build_tiny_bert_checkpoint
 from kolong.cli import app
 from kolong.data.samples import korean_qa_dataset
 from kolong.experiments.length import bucket_of, parse_variant, split_by_article, split_capped
+from kolong.experiments.length_report import paired_against, to_markdown
 
 
 def test_variant_names_and_buckets():
@@ -21,6 +22,46 @@ def test_variant_names_and_buckets():
         "1025-2048",
         ">2048",
     ]
+
+
+def test_paired_differences_by_length_bucket(tmp_path):
+    """Golden values: per-question F1 in {0, 100}, so every difference is known exactly."""
+    gold = [("a", ["서울"], False), ("b", ["부산"], False), ("c", ["대구"], False), ("d", ["광주"], False)]
+    tokens = {"a": 100, "b": 300, "c": 3000, "d": 5000}
+    answers = {
+        "512-sliding": {"a": "서울", "b": "틀림", "c": "틀림", "d": "광주"},
+        "4096-sparse": {"a": "서울", "b": "부산", "c": "대구", "d": "광주"},
+        "1024-copy": {"a": "틀림"},  # b, c, d missing: scored 0
+    }
+    for variant, predictions in answers.items():
+        (tmp_path / variant).mkdir()
+        (tmp_path / variant / "predictions.json").write_text(json.dumps(predictions), encoding="utf-8")
+    variants = ("512-sliding", "4096-sparse", "1024-copy", "2048-copy")  # 2048-copy: no predictions file
+    paired = paired_against("512-sliding", variants, tmp_path, gold, tokens)
+    assert set(paired) == {"4096-sparse", "1024-copy"}
+    sparse, copy = paired["4096-sparse"], paired["1024-copy"]
+    assert (sparse["all"]["mean"], sparse["all"]["n"]) == (50.0, 4)
+    assert (sparse["<=512"]["mean"], sparse["<=512"]["n"]) == (50.0, 2)
+    assert (sparse[">2048"]["mean"], sparse[">2048"]["n"]) == (50.0, 2)
+    assert "513-1024" not in sparse and copy["all"]["mean"] == -50.0
+    assert copy[">2048"]["low"] <= copy[">2048"]["mean"] == -50.0 <= copy[">2048"]["high"]
+    assert paired_against("2048-copy", variants, tmp_path, gold, tokens) == {}  # reference not run
+
+
+def test_paired_table_marks_differences_beyond_noise():
+    class Arguments:
+        train_questions = eval_questions = max_document_tokens = 0
+        epochs, learning_rate, batch_size, seed, sparse_window = 1.0, 3e-4, 16, 42, 256
+
+    row = {"variant": "512-sliding", "kind": "sliding", "exact_match": 1.0, "f1": 6.0, "eval_windows": 9,
+           "by_length": {"<=512": {"f1": 6.0, "questions": 3}}}  # fmt: skip
+    beyond = {"mean": 5.59, "low": 1.21, "high": 9.98, "n": 134}
+    level = {"mean": 0.46, "low": -1.08, "high": 2.08, "n": 414}
+    paired = {"reference": "512-sliding", "variants": {"4096-sparse": {"all": level, "<=512": beyond}}}
+    text = to_markdown([row], Arguments(), "model", paired)
+    assert "| variant - 512-sliding | all | <=512 |" in text
+    assert "| 4096-sparse | +0.46 [-1.08, +2.08] | **+5.59 [+1.21, +9.98]** |" in text
+    assert "variant - " not in to_markdown([row], Arguments(), "model", {"reference": "x", "variants": {}})
 
 
 def test_length_cap_does_not_move_articles_between_sides():
@@ -94,7 +135,31 @@ def test_experiment_end_to_end_and_resume(tmp_path):
     assert (out / "results.md").read_text().startswith(f"# kolong experiment length: {tmp_path.name}/tiny\n")
     assert f"{sliding['f1']:.1f} [{sliding['f1_interval'][0]:.1f}, " in (out / "results.md").read_text()
 
+    paired = results["paired_f1_difference"]
+    assert paired["reference"] == "64-sliding"
+    assert set(paired["variants"]) == {"64-truncate", "128-copy", "256-sparse"}
+    for differences in paired["variants"].values():
+        low, high = differences["all"]["low"], differences["all"]["high"]
+        assert low <= differences["all"]["mean"] <= high and differences["<=512"]["n"] > 0
+    assert "| variant - 64-sliding | all |" in (out / "results.md").read_text()
+
     before = (out / "64-truncate" / "predictions.json").stat().st_mtime_ns
     result = CliRunner().invoke(app, arguments)  # finished variants are skipped
     assert result.exit_code == 0, result.output
     assert (out / "64-truncate" / "predictions.json").stat().st_mtime_ns == before
+
+
+def test_reference_must_be_a_variant_that_runs(tmp_path):
+    arguments = ["experiment", "length", "-o", str(tmp_path / "run"), "--variants", "64-truncate,64-sliding",
+                 "--reference", "2048-copy"]  # fmt: skip
+    result = CliRunner().invoke(app, arguments)
+    assert result.exit_code != 0
+    assert "--reference '2048-copy' is not one of --variants (64-truncate, 64-sliding)" in result.output
+    assert not (tmp_path / "run").exists()  # refused before anything is written
+
+
+def test_default_reference_is_the_shortest_sliding_variant():
+    from kolong.experiments.length_report import default_reference
+
+    assert default_reference(("512-truncate", "1024-sliding", "512-sliding", "4096-sparse")) == "512-sliding"
+    assert default_reference(("2048-copy", "4096-sparse")) == "2048-copy"

@@ -55,6 +55,12 @@ def length(
         8, "--windows-per-step", min=1, help="Windows of 512 tokens per forward pass."
     ),
     seed: int = typer.Option(42, min=0, max=2**32 - 1),
+    reference: str = typer.Option(
+        None,
+        "--reference",
+        help="Variant every other is compared with, question by question (paired bootstrap; default: "
+        "the shortest N-sliding, e.g. 512-sliding, else the first variant).",
+    ),
     overwrite: bool = typer.Option(
         False, "--overwrite", help="Redo finished variants instead of skipping them."
     ),
@@ -76,6 +82,7 @@ def length(
         windows_per_step_at_512=windows_per_step,
         sparse_window=sparse_window,
         seed=seed,
+        reference=reference,
         overwrite=overwrite,
     )
     with user_errors(), console.status("starting") as status:

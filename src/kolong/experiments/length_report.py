@@ -1,0 +1,167 @@
+"""What `kolong experiment length` reports: F1 by document length, paired differences, table and figure.
+
+A variant is compared with the reference (the shortest sliding variant by default, 512-sliding) question by question: both answered
+the same evaluation questions, so the paired bootstrap over questions (`paired_difference`) is the
+interval that decides whether one reads long documents better, overall and in each length bucket.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kolong.plots.figures import save_figure
+
+BUCKETS = ((-1, 512, "<=512"), (512, 1024, "513-1024"), (1024, 2048, "1025-2048"), (2048, 10**9, ">2048"))
+
+
+def bucket_of(tokens: int) -> str:
+    return next(label for low, high, label in BUCKETS if low < tokens <= high)
+
+
+def default_reference(variants) -> str:
+    """The shortest sliding variant (512-sliding: the baseline every long variant must beat), else the first."""
+    sliding = [v for v in variants if v.partition("-")[2] == "sliding" and v.partition("-")[0].isdigit()]
+    return min(sliding, key=lambda v: int(v.partition("-")[0])) if sliding else variants[0]
+
+
+def paired_against(
+    reference: str, variants, out: Path, gold: list, context_tokens: dict, seed: int = 0
+) -> dict:
+    """{variant: {"all" | bucket: {mean, low, high, n}}}: F1 minus the reference's F1 on the same questions.
+
+    Read from each variant's `predictions.json`; variants without one (results from an older run) are
+    left out, and so is everything when the reference has none.
+    """
+    import numpy as np
+
+    from kolong.evaluation.bootstrap import paired_difference
+    from kolong.evaluation.korquad import question_scores, read_predictions
+
+    def per_question(variant: str):
+        path = Path(out) / variant / "predictions.json"
+        if not path.is_file():
+            return None
+        return 100.0 * np.asarray(question_scores(gold, read_predictions(path))["f1"])
+
+    reference_f1 = per_question(reference)
+    if reference_f1 is None:
+        return {}
+    buckets = np.asarray([bucket_of(context_tokens[question_id]) for question_id, _, _ in gold])
+    differences = {}
+    for variant in variants:
+        f1 = per_question(variant) if variant != reference else None
+        if f1 is None:
+            continue
+        differences[variant] = {"all": paired_difference(f1, reference_f1, seed=seed)}
+        for _, _, label in BUCKETS:
+            chosen = buckets == label
+            if chosen.any():
+                differences[variant][label] = paired_difference(f1[chosen], reference_f1[chosen], seed=seed)
+    return differences
+
+
+def _model_label(model: str) -> str:
+    """A hub id as given; a local directory with its parent (`runs/base/model` -> `base/model`)."""
+    path = Path(str(model))
+    return str(model) if not path.exists() or not path.parent.name else f"{path.parent.name}/{path.name}"
+
+
+def _labels(rows: list[dict]) -> list[str]:
+    return [label for _, _, label in BUCKETS if any(label in r["by_length"] for r in rows)]
+
+
+def to_markdown(rows: list[dict], args, model: str, paired: dict | None = None) -> str:
+    labels = _labels(rows)
+    lines = [
+        f"# kolong experiment length: {_model_label(model)}",
+        "",
+        f"{args.train_questions or 'all'} training and {args.eval_questions or 'all'} evaluation questions "
+        f"(article-level KorQuAD, split by article"
+        + (f", articles of <= {args.max_document_tokens} tokens" if args.max_document_tokens else "")
+        + f"), {args.epochs} epoch(s), lr {args.learning_rate}, "
+        f"effective batch {args.batch_size}, seed {args.seed}"
+        + (
+            f"; N-sparse: local window of {args.sparse_window} tokens each side, question and [CLS] global"
+            if any(row["kind"] == "sparse" for row in rows)
+            else ""
+        )
+        + ". Official KorQuAD EM/F1 with bootstrap 95% intervals over questions; F1 by document length in tokens.",
+        "",
+        "| variant | EM | F1 | "
+        + " | ".join(f"F1 {label}" for label in labels)
+        + " | train windows | eval windows |",
+        "|---|---|---|" + "---|" * len(labels) + "---|---|",
+    ]
+    for row in rows:
+        cells = []
+        for label in labels:
+            bucket = row["by_length"].get(label)
+            cells.append(f"{_with_interval(bucket, 'f1')} (n={bucket['questions']})" if bucket else "")
+        lines.append(
+            f"| {row['variant']} | {_with_interval(row, 'exact_match')} | {_with_interval(row, 'f1')} | "
+            + " | ".join(cells)
+            + f" | {row.get('train', {}).get('train_windows', '')} | {row['eval_windows']} |"
+        )
+    if paired and paired.get("variants"):
+        lines += _paired_table(paired, labels)
+    return "\n".join(lines) + "\n"
+
+
+def _paired_table(paired: dict, labels: list[str]) -> list[str]:
+    reference = paired["reference"]
+    lines = [
+        "",
+        f"F1 minus {reference}'s on the same questions (paired bootstrap 95% over questions; **bold**: the "
+        "interval excludes 0, so the difference is beyond noise).",
+        "",
+        f"| variant - {reference} | all | " + " | ".join(labels) + " |",
+        "|---|---|" + "---|" * len(labels),
+    ]
+    for variant, differences in paired["variants"].items():
+        cells = [_difference(differences.get(key)) for key in ("all", *labels)]
+        lines.append(f"| {variant} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _difference(difference: dict | None) -> str:
+    if not difference:
+        return ""
+    text = f"{difference['mean']:+.2f} [{difference['low']:+.2f}, {difference['high']:+.2f}]"
+    return f"**{text}**" if difference["low"] > 0 or difference["high"] < 0 else text
+
+
+def _with_interval(scores: dict, name: str) -> str:
+    low_high = scores.get(f"{name}_interval")  # absent in results written before intervals were recorded
+    return f"{scores[name]:.1f}" + (f" [{low_high[0]:.1f}, {low_high[1]:.1f}]" if low_high else "")
+
+
+def plot_f1_by_length(rows: list[dict], path: Path) -> Path:
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = _labels(rows)
+    figure, axis = plt.subplots(figsize=(8, 4.5))
+    width = 0.8 / max(1, len(rows))
+    for index, row in enumerate(rows):
+        buckets = [row["by_length"].get(label, {}) for label in labels]
+        values = [bucket.get("f1", 0.0) for bucket in buckets]
+        errors = [[v - b.get("f1_interval", [v, v])[0] for v, b in zip(values, buckets, strict=True)],
+                  [b.get("f1_interval", [v, v])[1] - v for v, b in zip(values, buckets, strict=True)]]  # fmt: skip
+        positions = [i + (index - (len(rows) - 1) / 2) * width for i in range(len(labels))]
+        axis.bar(
+            positions, values, width, yerr=errors, capsize=2, label=f"{row['variant']} (F1 {row['f1']:.1f})"
+        )
+    counts = [
+        max((r["by_length"].get(label, {}).get("questions", 0) for r in rows), default=0) for label in labels
+    ]
+    axis.set_xticks(
+        range(len(labels)), [f"{label}\n(n={n})" for label, n in zip(labels, counts, strict=True)]
+    )
+    axis.set_xlabel("document length (tokens)")
+    axis.set_ylabel("KorQuAD F1")
+    axis.set_title("F1 by document length (bootstrap 95% intervals over questions)")
+    axis.legend(fontsize=8)
+    return save_figure(figure, path, dpi=110)
