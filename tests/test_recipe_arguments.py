@@ -75,6 +75,43 @@ def test_hf_flag_names_and_fields_reach_training_arguments(monkeypatch, tmp_path
     assert hf.num_train_epochs == 1.5 and hf.report_to == ["tensorboard"] and hf.save_total_limit == 1
 
 
+def test_checkpointing_under_either_name_on_every_transformers(recwarn):
+    from kolong.training.options import under_known_names
+
+    old_names = {"gradient_checkpointing", "gradient_checkpointing_kwargs"}  # transformers < 5.23
+    new_names = {
+        "activation_checkpointing",
+        "activation_checkpointing_kwargs",
+    }  # 5.23 on; old names deprecated
+    given = {
+        "gradient_checkpointing": True,
+        "gradient_checkpointing_kwargs": {"use_reentrant": False},
+        "seed": 1,
+    }
+    assert under_known_names(given, old_names) == given
+    assert under_known_names(given, new_names) == {
+        "activation_checkpointing": True, "activation_checkpointing_kwargs": {"use_reentrant": False}, "seed": 1}  # fmt: skip
+    assert under_known_names({"activation_checkpointing": True}, old_names) == {
+        "gradient_checkpointing": True
+    }
+    both = {"gradient_checkpointing": False, "activation_checkpointing": True}  # the new name wins
+    assert under_known_names(both, old_names) == {"gradient_checkpointing": True}
+    assert under_known_names(both, new_names) == {"activation_checkpointing": True}
+
+    import dataclasses
+
+    from transformers import TrainingArguments
+
+    from kolong.training.arguments import QAFinetuneArguments
+
+    new = "activation_checkpointing" in {spec.name for spec in dataclasses.fields(TrainingArguments)}
+    for name in ("gradient_checkpointing", "activation_checkpointing"):
+        args = QAFinetuneArguments(model="m", train="t.json", output_dir="o", extra={name: True})
+        hf = training_arguments(args, evaluating=False)
+        assert getattr(hf, "activation_checkpointing" if new else "gradient_checkpointing") is True
+    assert not [w for w in recwarn if "checkpointing` is deprecated" in str(w.message)]
+
+
 @pytest.mark.parametrize("suffix", [".yaml", ".json"])
 def test_config_file_loads_the_same_fields_and_the_command_line_wins(monkeypatch, tmp_path, suffix):
     settings = {"model": "from-file", "train": "t.json", "output_dir": str(tmp_path / "o"),

@@ -26,6 +26,7 @@ from kolong.training.options import (
     must_be_json_object,
     option,
     steps_or_all,
+    under_known_names,
 )
 
 
@@ -129,11 +130,12 @@ def training_arguments(
         disable_tqdm=args.quiet or None,
         **device_settings(args.bf16),
     )
-    settings.update(recipe)
-    settings.update(args.extra)
     cls = Seq2SeqTrainingArguments if seq2seq else TrainingArguments
     known = {spec.name for spec in dataclasses.fields(cls)}
-    unknown = sorted(set(args.extra) - known)
+    extra = under_known_names(args.extra, known)
+    settings.update(recipe)
+    settings.update(extra)
+    unknown = sorted(set(extra) - known)
     if unknown:
         import transformers
 

@@ -127,3 +127,23 @@ def check_windows(max_length: int | None, doc_stride: int, strategy: str) -> Non
         )
     if max_length is not None and strategy == "sliding-window" and doc_stride >= max_length:
         raise ConfigError(f"--doc_stride ({doc_stride}) must be smaller than --max_length ({max_length})")
+
+
+# transformers 5.23 renamed gradient checkpointing to activation checkpointing; the old names warn and go in v6.
+RENAMED_FIELDS = (
+    ("gradient_checkpointing", "activation_checkpointing"),
+    ("gradient_checkpointing_kwargs", "activation_checkpointing_kwargs"),
+)
+
+
+def under_known_names(fields: dict, known: set[str]) -> dict:
+    """`fields` with each renamed TrainingArguments field under the name the installed transformers knows,
+    so `--gradient-checkpointing` and `--activation-checkpointing` both work, without a deprecation
+    warning, on every transformers kolong supports (the new name wins when both are given)."""
+    fields = dict(fields)
+    for old, new in RENAMED_FIELDS:
+        if old in fields or new in fields:
+            value = fields.pop(new, fields.get(old))
+            fields.pop(old, None)
+            fields[new if new in known else old] = value
+    return fields
