@@ -111,11 +111,22 @@ def positions(
     learning_rate: float = typer.Option(1e-3, callback=positive, help="Pre-training peak learning rate."),
     overrides: list[str] = typer.Option(None, "--set", help="Override a scale setting: --set steps=2000."),
     seed: int = typer.Option(42, min=0, max=2**32 - 1, help="Seed of everything."),
+    seeds: str = typer.Option(
+        "",
+        help="Comma-separated seeds: the study once per seed (WORK/seed-S) and each claim across them "
+        "(--results and its .md); empty: one run with --seed.",
+    ),
 ) -> None:
     """Relative vs absolute positions (and MeCab vs plain WordPiece) for a small Korean encoder: pre-train,
     then fine-tune on NSMC-style sentiment and article-level KorQuAD; resumable."""
     from kolong.cli.arguments import parse_pairs
     from kolong.experiments.positions import PositionStudyArguments, run_position_study, to_markdown
+    from kolong.experiments.positions_seeds import run_position_study_seeds, seeds_markdown
+
+    try:
+        seed_list = tuple(int(s) for s in seeds.split(",") if s.strip())
+    except ValueError:
+        raise typer.BadParameter(f"--seeds: expected comma-separated integers, got {seeds!r}") from None
 
     args = PositionStudyArguments(
         work_dir=str(work_dir), results=str(results), figures=str(figures), scale=scale,
@@ -125,13 +136,16 @@ def positions(
     with user_errors(), console.status("position study") as status:
         args.overrides = parse_pairs("--set", overrides)
         try:
-            outcome = run_position_study(args, on_step=status.update)
+            if seed_list:
+                outcome = run_position_study_seeds(args, seed_list, on_step=status.update)
+            else:
+                outcome = run_position_study(args, on_step=status.update)
         except ValueError as error:
             if type(error) is not ValueError:
                 raise
             raise typer.BadParameter(str(error)) from None
-    console.print(to_markdown(outcome))
-    console.print(f"[green]wrote[/] {results}")
+    console.print(seeds_markdown(outcome) if seed_list else to_markdown(outcome))
+    console.print(f"[green]wrote[/] {results}" + (f", {results.with_suffix('.md')}" if seed_list else ""))
 
 
 @app.command("base")

@@ -1,0 +1,99 @@
+"""`kolong experiment positions --seeds`: claims across seeds (golden verdicts) and the command at toy size."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kolong.experiments.positions_seeds import across_seeds, seeds_markdown
+
+
+def run(vocabulary: str, loss: float, accuracy: tuple[float, float, float], f1: tuple[float, float, float]):
+    """A study run as `run_position_study` records it: accuracy as a fraction, F1 in percent."""
+    return {"vocabulary": vocabulary, "mlm": {"held_out": [(0, 9.0), (300, loss)]},
+            "nsmc": {"accuracy": accuracy[0], "intervals": {"accuracy": {"low": accuracy[1], "high": accuracy[2]}}},
+            "korquad": {"f1": f1[0], "intervals": {"f1": {"low": f1[1], "high": f1[2]}}}}  # fmt: skip
+
+
+def outcome(shaw_loss: float, shaw_accuracy: tuple[float, float, float]) -> dict:
+    return {"runs": {
+        "learned": run("mecab", 6.80, (0.56, 0.52, 0.60), (6.0, 4.0, 8.0)),
+        "shaw": run("mecab", shaw_loss, shaw_accuracy, (5.0, 3.0, 7.0)),
+        "learned-wordpiece": run("none", 7.20, (0.50, 0.46, 0.54), (6.0, 4.0, 8.0)),
+    }}  # fmt: skip
+
+
+def test_a_claim_holds_across_seeds_only_when_every_seed_gives_it():
+    outcomes = {42: outcome(6.70, (0.63, 0.61, 0.66)), 43: outcome(6.75, (0.64, 0.61, 0.67)),
+                44: outcome(6.72, (0.58, 0.54, 0.62))}  # fmt: skip
+    summary = across_seeds(outcomes)
+    claims = {(c["run"], c["against"], c["metric"]): c for c in summary["claims"]}
+    loss = claims[("shaw", "learned", "held-out MLM loss")]
+    assert loss["verdict"] == "reproduced"  # lower in every seed
+    assert loss["per_seed"]["43"]["difference"] == pytest.approx(-0.05)
+    accuracy = claims[("shaw", "learned", "NSMC-style accuracy")]
+    assert [accuracy["per_seed"][s]["verdict"] for s in ("42", "43", "44")] == [
+        "reproduced", "reproduced", "inconclusive"]  # fmt: skip
+    assert accuracy["verdict"] == "inconclusive" and accuracy["per_seed"]["42"][
+        "difference"
+    ] == pytest.approx(7.0)
+    assert claims[("shaw", "learned", "KorQuAD F1")]["verdict"] == "inconclusive"  # intervals overlap
+    # the vocabulary claim: learned on MeCab against learned on plain WordPiece, downstream only
+    vocabulary = [c for c in summary["claims"] if c["against"] == "learned-wordpiece"]
+    assert [c["metric"] for c in vocabulary] == ["NSMC-style accuracy", "KorQuAD F1"]
+    assert vocabulary[0]["verdict"] == "inconclusive"  # 56 [52, 60] vs 50 [46, 54]: they overlap
+    assert summary["runs"]["shaw"]["42"]["nsmc"] == {"value": 63.0, "low": 61.0, "high": 66.0}
+
+    worse = across_seeds({42: outcome(6.90, (0.40, 0.37, 0.43)), 43: outcome(6.95, (0.41, 0.38, 0.44))})
+    claims = {(c["run"], c["metric"]): c["verdict"] for c in worse["claims"]}
+    assert claims[("shaw", "held-out MLM loss")] == "refuted"
+    assert (
+        claims[("shaw", "NSMC-style accuracy")] == "refuted"
+    )  # below, with separate intervals, in both seeds
+
+    text = seeds_markdown({"arguments": {"seeds": [42, 43, 44], "scale": "cpu-quick"}, **summary})
+    assert (
+        "| shaw | learned | held-out MLM loss | -0.100 reproduced | -0.050 reproduced | -0.080 reproduced"
+        in text
+    )
+    assert "| **reproduced** |" in text and "| shaw | 6.700, 6.750, 6.720 | 63.0 [61.0, 66.0];" in text
+
+
+@pytest.mark.shared_data
+def test_seeds_command_runs_each_seed_and_resumes(shared_data, tmp_path):
+    pytest.importorskip("mecab_ko", reason="the study compares MeCab vocabularies: needs the korean extra")
+    from typer.testing import CliRunner
+
+    from kolong.cli import app
+
+    toy = ["steps=4", "reviews=300", "nsmc_limit=60", "qa_train_questions=6", "qa_eval_questions=3",
+           "qa_max_context_chars=1200", "hidden_size=32", "num_attention_heads=2", "intermediate_size=64",
+           "num_hidden_layers=1", "vocab_size=1500", "batch_size=8"]  # fmt: skip
+    results = tmp_path / "seeds.json"
+    arguments = ["experiment", "positions", "--schemes", "learned,shaw", "--work-dir", str(tmp_path / "work"),
+                 "--results", str(results), "--figures", str(tmp_path), "--shared-data", str(shared_data),
+                 "--seeds", "1,2", *[part for pair in toy for part in ("--set", pair)]]  # fmt: skip
+    outcome = CliRunner().invoke(app, arguments)
+    assert outcome.exit_code == 0, outcome.output
+    summary = json.loads(results.read_text())
+    assert summary["arguments"]["seeds"] == [1, 2] and set(summary["runs"]) == {
+        "learned",
+        "shaw",
+        "learned-wordpiece",
+    }
+    assert {c["metric"] for c in summary["claims"] if c["run"] == "shaw"} == {
+        "held-out MLM loss", "NSMC-style accuracy", "KorQuAD F1"}  # fmt: skip
+    assert all(set(c["per_seed"]) == {"1", "2"} for c in summary["claims"])
+    assert "across seeds" in results.with_suffix(".md").read_text()
+    assert (tmp_path / "positions-study-cpu-quick-seeds.png").read_bytes().startswith(b"\x89PNG")
+    per_seed = {s: json.loads((tmp_path / "work" / f"seed-{s}" / "results.json").read_text()) for s in (1, 2)}
+    assert [per_seed[s]["arguments"]["seed"] for s in (1, 2)] == [1, 2]
+    assert summary["vocab_speed"] and per_seed[2]["vocab_speed"] == []  # timed in the first seed only
+
+    stamp = (tmp_path / "work" / "seed-2" / "result-mlm-shaw.json").stat().st_mtime_ns
+    assert CliRunner().invoke(app, arguments).exit_code == 0  # every stage read back
+    assert (tmp_path / "work" / "seed-2" / "result-mlm-shaw.json").stat().st_mtime_ns == stamp
+
+    refused = CliRunner().invoke(app, ["experiment", "positions", "--seeds", "3,3"])
+    assert refused.exit_code != 0 and "at least two different seeds" in refused.output
