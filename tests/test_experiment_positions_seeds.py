@@ -16,12 +16,18 @@ def run(vocabulary: str, loss: float, accuracy: tuple[float, float, float], f1: 
             "korquad": {"f1": f1[0], "intervals": {"f1": {"low": f1[1], "high": f1[2]}}}}  # fmt: skip
 
 
-def outcome(shaw_loss: float, shaw_accuracy: tuple[float, float, float]) -> dict:
-    return {"runs": {
+LEARNED_ROWS = [7.0, 7.2, 6.8, 7.4, 6.6] * 8
+
+
+def outcome(shaw_loss: float, shaw_accuracy: tuple[float, float, float], shaw_rows=None) -> dict:
+    """`shaw_rows`: its held-out row losses (default: learned's, shifted by shaw_loss - 6.80 exactly)."""
+    rows = shaw_rows or [loss + shaw_loss - 6.80 for loss in LEARNED_ROWS]
+    runs = {
         "learned": run("mecab", 6.80, (0.56, 0.52, 0.60), (6.0, 4.0, 8.0)),
         "shaw": run("mecab", shaw_loss, shaw_accuracy, (5.0, 3.0, 7.0)),
         "learned-wordpiece": run("none", 7.20, (0.50, 0.46, 0.54), (6.0, 4.0, 8.0)),
-    }}  # fmt: skip
+    }
+    return {"runs": runs, "row_losses": {"learned": LEARNED_ROWS, "shaw": rows}}
 
 
 def test_a_claim_holds_across_seeds_only_when_every_seed_gives_it():
@@ -30,20 +36,26 @@ def test_a_claim_holds_across_seeds_only_when_every_seed_gives_it():
     summary = across_seeds(outcomes)
     claims = {(c["run"], c["against"], c["metric"]): c for c in summary["claims"]}
     loss = claims[("shaw", "learned", "held-out MLM loss")]
-    assert loss["verdict"] == "reproduced"  # lower in every seed
+    assert loss["verdict"] == "reproduced"  # lower on every row, in every seed
     assert loss["per_seed"]["43"]["difference"] == pytest.approx(-0.05)
+    assert loss["per_seed"]["43"]["interval"] == pytest.approx([-0.05, -0.05])
     accuracy = claims[("shaw", "learned", "NSMC-style accuracy")]
-    assert [accuracy["per_seed"][s]["verdict"] for s in ("42", "43", "44")] == [
-        "reproduced", "reproduced", "inconclusive"]  # fmt: skip
-    assert accuracy["verdict"] == "inconclusive" and accuracy["per_seed"]["42"][
-        "difference"
-    ] == pytest.approx(7.0)
+    verdicts = [accuracy["per_seed"][s]["verdict"] for s in ("42", "43", "44")]
+    assert verdicts == ["reproduced", "reproduced", "inconclusive"] and accuracy["verdict"] == "inconclusive"
+    assert accuracy["per_seed"]["42"]["difference"] == pytest.approx(7.0)
     assert claims[("shaw", "learned", "KorQuAD F1")]["verdict"] == "inconclusive"  # intervals overlap
     # the vocabulary claim: learned on MeCab against learned on plain WordPiece, downstream only
     vocabulary = [c for c in summary["claims"] if c["against"] == "learned-wordpiece"]
     assert [c["metric"] for c in vocabulary] == ["NSMC-style accuracy", "KorQuAD F1"]
     assert vocabulary[0]["verdict"] == "inconclusive"  # 56 [52, 60] vs 50 [46, 54]: they overlap
     assert summary["runs"]["shaw"]["42"]["nsmc"] == {"value": 63.0, "low": 61.0, "high": 66.0}
+
+    # lower on average, but only through one row that is much lower: the paired interval straddles 0
+    noisy = [LEARNED_ROWS[0] - 2.0, *[loss + 0.01 for loss in LEARNED_ROWS[1:]]]
+    mixed = across_seeds({**outcomes, 44: outcome(6.72, (0.58, 0.54, 0.62), shaw_rows=noisy)})
+    loss = next(c for c in mixed["claims"] if c["metric"] == "held-out MLM loss")
+    assert loss["per_seed"]["44"]["difference"] < 0 and loss["per_seed"]["44"]["verdict"] == "inconclusive"
+    assert loss["verdict"] == "inconclusive"
 
     worse = across_seeds({42: outcome(6.90, (0.40, 0.37, 0.43)), 43: outcome(6.95, (0.41, 0.38, 0.44))})
     claims = {(c["run"], c["metric"]): c["verdict"] for c in worse["claims"]}
@@ -53,11 +65,13 @@ def test_a_claim_holds_across_seeds_only_when_every_seed_gives_it():
     )  # below, with separate intervals, in both seeds
 
     text = seeds_markdown({"arguments": {"seeds": [42, 43, 44], "scale": "cpu-quick"}, **summary})
+    assert ("| shaw | learned | held-out MLM loss | -0.100 [-0.100, -0.100] reproduced | -0.050 [-0.050, -0.050] "
+            "reproduced | -0.080 [-0.080, -0.080] reproduced | **reproduced** |") in text  # fmt: skip
     assert (
-        "| shaw | learned | held-out MLM loss | -0.100 reproduced | -0.050 reproduced | -0.080 reproduced"
+        "| shaw | learned | NSMC-style accuracy | +7.0 reproduced | +8.0 reproduced | +2.0 inconclusive |"
         in text
     )
-    assert "| **reproduced** |" in text and "| shaw | 6.700, 6.750, 6.720 | 63.0 [61.0, 66.0];" in text
+    assert "| shaw | 6.700, 6.750, 6.720 | 63.0 [61.0, 66.0]; 64.0 [61.0, 67.0]; 58.0 [54.0, 62.0] |" in text
 
 
 @pytest.mark.shared_data

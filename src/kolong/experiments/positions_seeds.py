@@ -2,9 +2,10 @@
 
 Each seed runs the whole study in WORK/seed-S (initialisation, masks, data order, the NSMC and KorQuAD
 splits). Per seed, a relative scheme is compared with `learned` (and the MeCab vocabulary with plain
-WordPiece): held-out MLM loss at the last evaluation (one number per seed, on the same held-out blocks,
-so the claim is its sign), NSMC-style accuracy and KorQuAD F1 (verdicts from the bootstrap 95%
-intervals over reviews / questions). A claim holds across seeds only when every seed gives it.
+WordPiece): held-out MLM loss of the final models, row by row on the same held-out rows with the same
+masks (paired bootstrap 95% over rows), and NSMC-style accuracy and KorQuAD F1 (verdicts from the
+bootstrap 95% intervals over reviews / questions). A claim holds across seeds only when every seed
+gives it.
 """
 
 from __future__ import annotations
@@ -13,14 +14,16 @@ from collections.abc import Callable
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from kolong.evaluation.bootstrap import verdict
+from kolong.evaluation.bootstrap import paired_difference, verdict
 from kolong.experiments.positions import PositionStudyArguments, run_position_study
+from kolong.experiments.stages import run_stage
 from kolong.io import atomic_write_json, atomic_write_text
 from kolong.plots.figures import save_figure
 
 BASELINE = "learned"
 # (metric, where in a run's results, scale to percent, higher is better)
 DOWNSTREAM = (("NSMC-style accuracy", "nsmc", "accuracy", 100.0), ("KorQuAD F1", "korquad", "f1", 1.0))
+MASK_DRAWS = 4  # masks per held-out row: a row's loss averages them, so the comparison is not about one draw
 
 
 def run_position_study_seeds(
@@ -42,12 +45,57 @@ def run_position_study_seeds(
         outcomes[seed] = run_position_study(
             one, on_step=lambda message, s=seed: on_step(f"seed {s}: {message}")
         )
+        on_step(f"seed {seed}: held-out loss row by row")
+        outcomes[seed]["row_losses"] = run_stage(folder / "result-heldout-rows.json",
+                                                 lambda o=outcomes[seed], f=folder, s=seed: heldout_rows(o, f, s))  # fmt: skip
     summary = {"arguments": {**asdict(args), "seeds": list(seeds)}, **across_seeds(outcomes)}
     summary["vocab_speed"] = outcomes[seeds[0]].get("vocab_speed", [])
     atomic_write_json(args.results, summary)
     atomic_write_text(Path(args.results).with_suffix(".md"), seeds_markdown(summary))
     plot_seeds(summary, outcomes, Path(args.figures) / f"positions-study-{args.scale}-seeds.png")
     return summary
+
+
+def heldout_rows(outcome: dict, folder: Path, seed: int) -> dict:
+    """{run: each held-out row's mean MLM loss} for the MeCab-vocabulary runs (one corpus, so the same rows).
+
+    Rows and masks as `kolong pretrain mlm` evaluates (the corpus's validation blocks, documents packed,
+    the collator's seeded eval streams), `MASK_DRAWS` draws per row; every run of a seed sees the same.
+    """
+    import numpy as np
+    import torch
+    from transformers import AutoModelForMaskedLM
+
+    from kolong.checkpoints import load_tokenizer
+    from kolong.data.corpus import load_corpus
+    from kolong.training.mlm_collator import MaskingCollator
+
+    datasets, metadata = load_corpus(folder / "corpus-mecab")
+    rows = datasets["validation"].with_format("numpy")
+    losses = {}
+    for name, run in outcome["runs"].items():
+        if run["vocabulary"] != "mecab":
+            continue
+        model = AutoModelForMaskedLM.from_pretrained(run["mlm"]["model"]).eval()
+        collator = MaskingCollator.for_tokenizer(load_tokenizer(run["mlm"]["model"]), seed=seed, packing="documents",
+                                                 max_length=metadata["max_length"])  # fmt: skip
+        draws = []
+        for draw in range(MASK_DRAWS):
+            collator.use_stream(f"eval-{draw}", restart=True)
+            per_row = []
+            with torch.inference_mode():
+                for start in range(0, len(rows), 32):
+                    batch = collator([rows[i] for i in range(start, min(start + 32, len(rows)))])
+                    labels = batch.pop("labels")
+                    logits = model(**batch).logits.float()
+                    token = torch.nn.functional.cross_entropy(
+                        logits.transpose(1, 2), labels, reduction="none"
+                    )
+                    counted = (labels != -100).sum(dim=1).clamp(min=1)
+                    per_row += (token.sum(dim=1) / counted).tolist()
+            draws.append(per_row)
+        losses[name] = np.mean(draws, axis=0).tolist()
+    return losses
 
 
 def _last_loss(run: dict) -> float:
@@ -68,6 +116,7 @@ def across_seeds(outcomes: dict[int, dict]) -> dict:
 
     Every MeCab-vocabulary scheme is compared with `learned` (the relative-position claim), and `learned`
     with each plain-WordPiece run (the vocabulary claim; MLM losses over different tokens do not compare).
+    Each outcome carries `row_losses` ({run: held-out loss per row}, `heldout_rows`).
     """
     first = next(iter(outcomes.values()))["runs"]
     runs = {name: {str(seed): {"held_out_loss": _last_loss(o["runs"][name]),
@@ -75,49 +124,59 @@ def across_seeds(outcomes: dict[int, dict]) -> dict:
                                   for _, task, metric, scale in DOWNSTREAM}}
                    for seed, o in outcomes.items()}
             for name in first}  # fmt: skip
+    rows = {str(seed): o["row_losses"] for seed, o in outcomes.items()}
     claims = []
     if BASELINE in first:
         for name, run in first.items():
             if run["vocabulary"] == "mecab" and name != BASELINE:
-                claims += _claims(name, BASELINE, runs, comparable_loss=True)
+                claims += _claims(name, BASELINE, runs, rows)
             elif run["vocabulary"] != "mecab":
-                claims += _claims(BASELINE, name, runs, comparable_loss=False)
+                claims += _claims(BASELINE, name, runs, None)
     return {"runs": runs, "claims": claims}
 
 
-def _claims(name: str, against: str, runs: dict, comparable_loss: bool) -> list[dict]:
-    """`name` better than `against`: lower held-out loss (same vocabulary only), higher downstream scores."""
+def _across(per_seed: dict) -> str:
+    verdicts = {one["verdict"] for one in per_seed.values()}
+    return verdicts.pop() if len(verdicts) == 1 else "inconclusive"
+
+
+def _claims(name: str, against: str, runs: dict, rows: dict | None) -> list[dict]:
+    """`name` better than `against`: lower held-out loss (paired over rows; same vocabulary only), higher
+    downstream scores (unpaired intervals)."""
     seeds = list(runs[name])
     out = []
-    if comparable_loss:
-        differences = {s: runs[name][s]["held_out_loss"] - runs[against][s]["held_out_loss"] for s in seeds}
-        signs = {"reproduced" if d < 0 else "refuted" for d in differences.values()}
-        out.append({"run": name, "against": against, "metric": "held-out MLM loss", "per_seed": {
-            s: {"difference": d, "verdict": "reproduced" if d < 0 else "refuted"} for s, d in differences.items()},
-            "verdict": signs.pop() if len(signs) == 1 else "inconclusive"})  # fmt: skip
+    if rows is not None:
+        per_seed = {}
+        for s in seeds:
+            difference = paired_difference(rows[s][name], rows[s][against])
+            claim = difference["high"] < 0 or difference["low"] > 0
+            per_seed[s] = {"difference": difference["mean"], "interval": [difference["low"], difference["high"]],
+                           "verdict": ("reproduced" if difference["high"] < 0 else "refuted") if claim
+                           else "inconclusive"}  # fmt: skip
+        out.append({"run": name, "against": against, "metric": "held-out MLM loss", "per_seed": per_seed,
+                    "verdict": _across(per_seed)})  # fmt: skip
     for title, task, _, _ in DOWNSTREAM:
         per_seed = {}
         for s in seeds:
             mine, theirs = runs[name][s][task], runs[against][s][task]
             per_seed[s] = {"difference": mine["value"] - theirs["value"],
                            "verdict": verdict(mine["value"] > theirs["value"], mine, theirs)}  # fmt: skip
-        verdicts = {one["verdict"] for one in per_seed.values()}
         out.append({"run": name, "against": against, "metric": title, "per_seed": per_seed,
-                    "verdict": verdicts.pop() if len(verdicts) == 1 else "inconclusive"})  # fmt: skip
+                    "verdict": _across(per_seed)})  # fmt: skip
     return out
 
 
 def seeds_markdown(summary: dict) -> str:
     seeds = [str(s) for s in summary["arguments"]["seeds"]]
-    header = " | ".join(f"seed {s}" for s in seeds)
+    listed = ", ".join(seeds)
     lines = [
-        f"# kolong experiment positions across seeds {', '.join(seeds)} (scale {summary['arguments']['scale']})",
+        f"# kolong experiment positions across seeds {listed} (scale {summary['arguments']['scale']})",
         "",
-        "Held-out MLM loss at the last evaluation; NSMC-style accuracy and KorQuAD F1 with bootstrap 95% "
-        "intervals over test reviews / questions.",
+        f"Per run, one value per seed ({listed}): held-out MLM loss at the last evaluation; NSMC-style accuracy "
+        "and KorQuAD F1 with bootstrap 95% intervals over test reviews / questions.",
         "",
-        f"| run | held-out MLM loss: {header} | NSMC accuracy: {header} | KorQuAD F1: {header} |",
-        "|---|" + "---|" * 3,
+        "| run | held-out MLM loss | NSMC-style accuracy | KorQuAD F1 |",
+        "|---|---|---|---|",
     ]
     for name, per_seed in summary["runs"].items():
         loss = ", ".join(f"{per_seed[s]['held_out_loss']:.3f}" for s in seeds)
@@ -130,18 +189,22 @@ def seeds_markdown(summary: dict) -> str:
     lines += [
         "",
         "Claims (the paper: relative schemes and the MeCab vocabulary do better): each seed's difference and "
-        "verdict (loss: its sign; downstream: whether the intervals separate); across seeds: the verdict "
-        "when every seed gives it, else inconclusive.",
+        "verdict. Held-out loss: the run minus the other on the same held-out rows and masks, paired bootstrap "
+        "95% over rows; downstream: whether the two intervals separate. Across seeds: the verdict when every "
+        "seed gives it, else inconclusive.",
         "",
-        f"| run | against | metric | {header} | across seeds |",
+        "| run | against | metric | " + " | ".join(f"seed {s}" for s in seeds) + " | across seeds |",
         "|---|---|---|" + "---|" * len(seeds) + "---|",
     ]
     for claim in summary["claims"]:
-        digits = 3 if claim["metric"] == "held-out MLM loss" else 1
-        cells = [
-            f"{claim['per_seed'][s]['difference']:+.{digits}f} {claim['per_seed'][s]['verdict']}"
-            for s in seeds
-        ]
+        cells = []
+        for s in seeds:
+            one = claim["per_seed"][s]
+            if "interval" in one:
+                low, high = one["interval"]
+                cells.append(f"{one['difference']:+.3f} [{low:+.3f}, {high:+.3f}] {one['verdict']}")
+            else:
+                cells.append(f"{one['difference']:+.1f} {one['verdict']}")
         lines.append(f"| {claim['run']} | {claim['against']} | {claim['metric']} | " + " | ".join(cells)
                      + f" | **{claim['verdict']}** |")  # fmt: skip
     return "\n".join(lines) + "\n"
