@@ -223,10 +223,13 @@ def plot_seeds(summary: dict, outcomes: dict, path: Path) -> Path:
         for name, run in outcome["runs"].items():
             if run["vocabulary"] != "mecab":
                 continue
-            steps, losses = zip(*run["mlm"]["held_out"], strict=True)
+            steps, losses = zip(
+                *run["mlm"]["held_out"][1:], strict=True
+            )  # step 0 (~ln V) would flatten the rest
             first = seed == next(iter(outcomes))
             axes[0].plot(steps, losses, color=colours[name], alpha=0.7, label=name if first else None)
-    axes[0].set(title="held-out MLM loss, every seed (MeCab vocabulary)", xlabel="step", ylabel="loss")
+    axes[0].set(title="held-out MLM loss, every seed\n(MeCab vocabulary; from the first evaluation on)",
+                xlabel="step", ylabel="loss")  # fmt: skip
     axes[0].legend()
     seeds = [str(s) for s in summary["arguments"]["seeds"]]
     width = 0.8 / len(seeds)
@@ -240,5 +243,5 @@ def plot_seeds(summary: dict, outcomes: dict, path: Path) -> Path:
             axis.bar(positions, values, width, yerr=errors, capsize=2, label=f"seed {seed}",
                      color=[colours[n] for n in names], alpha=0.45 + 0.5 * j / max(1, len(seeds) - 1))  # fmt: skip
         axis.set_xticks(range(len(names)), names, rotation=30)
-        axis.set_title(f"{title} (95% bootstrap), seeds {', '.join(seeds)}")
+        axis.set_title(f"{title} (95% bootstrap)\nseeds {', '.join(seeds)}, light to dark")
     return save_figure(figure, path)
