@@ -38,6 +38,22 @@ def test_bootstrap_intervals_and_verdicts():
     assert np.isnan(interval([])["mean"])
 
 
+def test_cluster_intervals_resample_whole_articles():
+    from kolong.evaluation.bootstrap import cluster_interval
+
+    values = np.random.default_rng(0).normal(size=40)
+    single = cluster_interval(values, np.arange(40), seed=5)  # one unit per cluster: the plain bootstrap
+    assert {k: single[k] for k in ("mean", "low", "high", "n")} == interval(values, seed=5)
+    assert single["clusters"] == 40
+    # two articles, each answered all right or all wrong: 20 "independent" questions overstate certainty
+    outcomes, articles = [1.0] * 10 + [0.0] * 10, ["a"] * 10 + ["b"] * 10
+    by_question, by_article = interval(outcomes, seed=1), cluster_interval(outcomes, articles, seed=1)
+    assert by_article["mean"] == by_question["mean"] == 0.5 and by_article["clusters"] == 2
+    assert by_article["high"] - by_article["low"] > 1.5 * (by_question["high"] - by_question["low"])
+    assert (by_article["low"], by_article["high"]) == (0.0, 1.0)  # all a, all b, or half of each
+    assert np.isnan(cluster_interval([], [])["mean"])
+
+
 def test_verdicts_across_seeds_hold_only_when_every_seed_agrees():
     def outcome(verdict, mean):
         difference = {"mean": mean, "low": mean - 0.1, "high": mean + 0.1, "n": 9}

@@ -37,7 +37,8 @@ def test_paired_differences_by_length_bucket(tmp_path):
         (tmp_path / variant).mkdir()
         (tmp_path / variant / "predictions.json").write_text(json.dumps(predictions), encoding="utf-8")
     variants = ("512-sliding", "4096-sparse", "1024-copy", "2048-copy")  # 2048-copy: no predictions file
-    paired = paired_against("512-sliding", variants, tmp_path, gold, tokens)
+    articles = {"a": "x", "b": "x", "c": "y", "d": "z"}
+    paired = paired_against("512-sliding", variants, tmp_path, gold, tokens, articles)
     assert set(paired) == {"4096-sparse", "1024-copy"}
     sparse, copy = paired["4096-sparse"], paired["1024-copy"]
     assert (sparse["all"]["mean"], sparse["all"]["n"]) == (50.0, 4)
@@ -45,7 +46,9 @@ def test_paired_differences_by_length_bucket(tmp_path):
     assert (sparse[">2048"]["mean"], sparse[">2048"]["n"]) == (50.0, 2)
     assert "513-1024" not in sparse and copy["all"]["mean"] == -50.0
     assert copy[">2048"]["low"] <= copy[">2048"]["mean"] == -50.0 <= copy[">2048"]["high"]
-    assert paired_against("2048-copy", variants, tmp_path, gold, tokens) == {}  # reference not run
+    assert (sparse["all"]["articles"], sparse[">2048"]["articles"], sparse["<=512"]["articles"]) == (3, 2, 1)
+    assert sparse["<=512"]["article_low"] == sparse["<=512"]["article_high"] == 50.0  # one article: no spread
+    assert paired_against("2048-copy", variants, tmp_path, gold, tokens, articles) == {}  # reference not run
 
 
 def test_paired_table_marks_differences_beyond_noise():
@@ -60,7 +63,15 @@ def test_paired_table_marks_differences_beyond_noise():
     paired = {"reference": "512-sliding", "variants": {"4096-sparse": {"all": level, "<=512": beyond}}}
     text = to_markdown([row], Arguments(), "model", paired)
     assert "| variant - 512-sliding | all | <=512 |" in text
-    assert "| 4096-sparse | +0.46 [-1.08, +2.08] | **+5.59 [+1.21, +9.98]** |" in text
+    assert "| 4096-sparse | +0.46 [-1.08, +2.08] | *+5.59 [+1.21, +9.98]* |" in text  # no article intervals
+    by_article = {**beyond, "article_low": 0.4, "article_high": 11.0, "articles": 6}
+    only_questions = {**beyond, "article_low": -2.0, "article_high": 13.0, "articles": 4}
+    paired["variants"] = {"4096-sparse": {"all": by_article, "<=512": only_questions}}
+    text = to_markdown([row], Arguments(), "model", paired)
+    assert (
+        "| 4096-sparse | **+5.59 [+1.21, +9.98] {+0.40, +11.00; 6}** | *+5.59 [+1.21, +9.98] {-2.00, +13.00; 4}* |"
+        in text
+    )
     assert "variant - " not in to_markdown([row], Arguments(), "model", {"reference": "x", "variants": {}})
 
 

@@ -225,8 +225,9 @@ def run_length_experiment(
         rows[-1]["train"] = {k: train_metrics[k] for k in ("train_loss", "train_windows")}
         _write(results_path, args, rows)
     step("paired comparisons")
-    paired = {"reference": reference,
-              "variants": paired_against(reference, args.variants, out, gold_answers(evaluation), context_tokens)}  # fmt: skip
+    articles = {e.id: e.article for e in evaluation}
+    paired = {"reference": reference, "variants": paired_against(
+        reference, args.variants, out, gold_answers(evaluation), context_tokens, articles)}  # fmt: skip
     _write(results_path, args, rows, paired)
     atomic_write_text(out / "results.md", to_markdown(rows, args, model, paired))
     plot_f1_by_length(rows, out / "f1_by_length.png")

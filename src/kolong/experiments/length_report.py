@@ -25,16 +25,19 @@ def default_reference(variants) -> str:
 
 
 def paired_against(
-    reference: str, variants, out: Path, gold: list, context_tokens: dict, seed: int = 0
+    reference: str, variants, out: Path, gold: list, context_tokens: dict, articles: dict, seed: int = 0
 ) -> dict:
-    """{variant: {"all" | bucket: {mean, low, high, n}}}: F1 minus the reference's F1 on the same questions.
+    """{variant: {"all" | bucket: {mean, low, high, n, article_low, article_high, articles}}}: F1 minus the
+    reference's F1 on the same questions.
 
-    Read from each variant's `predictions.json`; variants without one (results from an older run) are
-    left out, and so is everything when the reference has none.
+    Two intervals: resampling questions (`low`, `high`) and resampling whole articles (`article_*`, from
+    `articles`: question id -> article), since the questions of one article are not independent. Read
+    from each variant's `predictions.json`; variants without one (results from an older run) are left
+    out, and so is everything when the reference has none.
     """
     import numpy as np
 
-    from kolong.evaluation.bootstrap import paired_difference
+    from kolong.evaluation.bootstrap import cluster_interval, paired_difference
     from kolong.evaluation.korquad import question_scores, read_predictions
 
     def per_question(variant: str):
@@ -43,20 +46,27 @@ def paired_against(
             return None
         return 100.0 * np.asarray(question_scores(gold, read_predictions(path))["f1"])
 
+    def compared(first, second, chosen) -> dict:
+        difference = paired_difference(first[chosen], second[chosen], seed=seed)
+        clustered = cluster_interval(first[chosen] - second[chosen], groups[chosen], seed=seed)
+        return {**difference, "article_low": clustered["low"], "article_high": clustered["high"],
+                "articles": clustered["clusters"]}  # fmt: skip
+
     reference_f1 = per_question(reference)
     if reference_f1 is None:
         return {}
     buckets = np.asarray([bucket_of(context_tokens[question_id]) for question_id, _, _ in gold])
+    groups = np.asarray([articles[question_id] for question_id, _, _ in gold])
     differences = {}
     for variant in variants:
         f1 = per_question(variant) if variant != reference else None
         if f1 is None:
             continue
-        differences[variant] = {"all": paired_difference(f1, reference_f1, seed=seed)}
+        differences[variant] = {"all": compared(f1, reference_f1, np.ones(len(gold), dtype=bool))}
         for _, _, label in BUCKETS:
             chosen = buckets == label
             if chosen.any():
-                differences[variant][label] = paired_difference(f1[chosen], reference_f1[chosen], seed=seed)
+                differences[variant][label] = compared(f1, reference_f1, chosen)
     return differences
 
 
@@ -111,8 +121,10 @@ def _paired_table(paired: dict, labels: list[str]) -> list[str]:
     reference = paired["reference"]
     lines = [
         "",
-        f"F1 minus {reference}'s on the same questions (paired bootstrap 95% over questions; **bold**: the "
-        "interval excludes 0, so the difference is beyond noise).",
+        f"F1 minus {reference}'s on the same questions: mean [paired bootstrap 95% over questions] "
+        "{over whole articles, an article's questions resampled together; articles}. **Bold**: even the "
+        "article interval excludes 0; *italic*: only the question interval does (the questions of one "
+        "article are not independent, so the article interval is the one that decides).",
         "",
         f"| variant - {reference} | all | " + " | ".join(labels) + " |",
         "|---|---|" + "---|" * len(labels),
@@ -127,7 +139,12 @@ def _difference(difference: dict | None) -> str:
     if not difference:
         return ""
     text = f"{difference['mean']:+.2f} [{difference['low']:+.2f}, {difference['high']:+.2f}]"
-    return f"**{text}**" if difference["low"] > 0 or difference["high"] < 0 else text
+    if "article_low" in difference:  # absent from results written before article intervals were recorded
+        low, high = difference["article_low"], difference["article_high"]
+        text += f" {{{low:+.2f}, {high:+.2f}; {difference['articles']}}}"
+        if low > 0 or high < 0:
+            return f"**{text}**"
+    return f"*{text}*" if difference["low"] > 0 or difference["high"] < 0 else text
 
 
 def _with_interval(scores: dict, name: str) -> str:
