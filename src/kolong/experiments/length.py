@@ -230,7 +230,7 @@ def run_length_experiment(
         reference, args.variants, out, gold_answers(evaluation), context_tokens, articles)}  # fmt: skip
     _write(results_path, args, rows, paired)
     atomic_write_text(out / "results.md", to_markdown(rows, args, model, paired))
-    plot_f1_by_length(rows, out / "f1_by_length.png")
+    plot_f1_by_length(rows, out / "f1_by_length.png", paired)
     return {"variants": rows, "paired_f1_difference": paired}
 
 

@@ -152,33 +152,60 @@ def _with_interval(scores: dict, name: str) -> str:
     return f"{scores[name]:.1f}" + (f" [{low_high[0]:.1f}, {low_high[1]:.1f}]" if low_high else "")
 
 
-def plot_f1_by_length(rows: list[dict], path: Path) -> Path:
-
+def plot_f1_by_length(rows: list[dict], path: Path, paired: dict | None = None) -> Path:
+    """F1 by document length per variant; beside it, with `paired`, each variant minus the reference with
+    its article-level interval (the one that decides)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     labels = _labels(rows)
-    figure, axis = plt.subplots(figsize=(8, 4.5))
+    differences = (paired or {}).get("variants") or {}
+    figure, axes = plt.subplots(
+        1, 2 if differences else 1, figsize=(15 if differences else 8, 4.5), squeeze=False
+    )
+    axis = axes[0][0]
     width = 0.8 / max(1, len(rows))
+    colours = {row["variant"]: f"C{index}" for index, row in enumerate(rows)}
     for index, row in enumerate(rows):
         buckets = [row["by_length"].get(label, {}) for label in labels]
         values = [bucket.get("f1", 0.0) for bucket in buckets]
         errors = [[v - b.get("f1_interval", [v, v])[0] for v, b in zip(values, buckets, strict=True)],
                   [b.get("f1_interval", [v, v])[1] - v for v, b in zip(values, buckets, strict=True)]]  # fmt: skip
         positions = [i + (index - (len(rows) - 1) / 2) * width for i in range(len(labels))]
-        axis.bar(
-            positions, values, width, yerr=errors, capsize=2, label=f"{row['variant']} (F1 {row['f1']:.1f})"
-        )
+        axis.bar(positions, values, width, yerr=errors, capsize=2, color=colours[row["variant"]],
+                 label=f"{row['variant']} (F1 {row['f1']:.1f})")  # fmt: skip
     counts = [
         max((r["by_length"].get(label, {}).get("questions", 0) for r in rows), default=0) for label in labels
     ]
-    axis.set_xticks(
-        range(len(labels)), [f"{label}\n(n={n})" for label, n in zip(labels, counts, strict=True)]
-    )
+    ticks = [f"{label}\n(n={n})" for label, n in zip(labels, counts, strict=True)]
+    axis.set_xticks(range(len(labels)), ticks)
     axis.set_xlabel("document length (tokens)")
     axis.set_ylabel("KorQuAD F1")
     axis.set_title("F1 by document length (bootstrap 95% intervals over questions)")
     axis.legend(fontsize=8)
+    if differences:
+        _plot_differences(axes[0][1], differences, paired["reference"], ["all", *labels], colours)
     return save_figure(figure, path, dpi=110)
+
+
+def _plot_differences(axis, differences: dict, reference: str, keys: list[str], colours: dict) -> None:
+    width = 0.8 / len(differences)
+    for index, (variant, by_key) in enumerate(differences.items()):
+        cells = [by_key.get(key) for key in keys]
+        values = [cell["mean"] if cell else 0.0 for cell in cells]
+        low = [cell.get("article_low", cell["low"]) if cell else 0.0 for cell in cells]
+        high = [cell.get("article_high", cell["high"]) if cell else 0.0 for cell in cells]
+        errors = [
+            [v - lo for v, lo in zip(values, low, strict=True)],
+            [hi - v for v, hi in zip(values, high, strict=True)],
+        ]
+        positions = [i + (index - (len(differences) - 1) / 2) * width for i in range(len(keys))]
+        axis.bar(positions, values, width, yerr=errors, capsize=2, color=colours.get(variant), label=variant)
+    axis.axhline(0, color="black", linewidth=0.8)
+    axis.set_xticks(range(len(keys)), keys)
+    axis.set_xlabel("document length (tokens)")
+    axis.set_ylabel(f"F1 minus {reference}'s (same questions)")
+    axis.set_title("Paired difference (95% interval over articles)")
+    axis.legend(fontsize=8)
