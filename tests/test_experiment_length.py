@@ -66,8 +66,13 @@ def test_paired_table_marks_differences_beyond_noise():
     assert "| 4096-sparse | +0.46 [-1.08, +2.08] | *+5.59 [+1.21, +9.98]* |" in text  # no article intervals
     by_article = {**beyond, "article_low": 0.4, "article_high": 11.0, "articles": 6}
     only_questions = {**beyond, "article_low": -2.0, "article_high": 13.0, "articles": 4}
-    paired["variants"] = {"4096-sparse": {"all": by_article, "<=512": only_questions}}
+    only_articles = {**level, "article_low": 0.2, "article_high": 1.5, "articles": 5}
+    paired["variants"] = {
+        "4096-sparse": {"all": by_article, "<=512": only_questions, "513-1024": only_articles}
+    }
+    row["by_length"]["513-1024"] = {"f1": 5.0, "questions": 4}
     text = to_markdown([row], Arguments(), "model", paired)
+    assert "| *+0.46 [-1.08, +2.08] {+0.20, +1.50; 5}* |" in text  # the article interval alone: not enough
     assert (
         "| 4096-sparse | **+5.59 [+1.21, +9.98] {+0.40, +11.00; 6}** | *+5.59 [+1.21, +9.98] {-2.00, +13.00; 4}* |"
         in text

@@ -31,7 +31,8 @@ def paired_against(
     reference's F1 on the same questions.
 
     Two intervals: resampling questions (`low`, `high`) and resampling whole articles (`article_*`, from
-    `articles`: question id -> article), since the questions of one article are not independent. Read
+    `articles`: question id -> article), since the questions of one article are not independent (and a
+    handful of articles makes a coarse interval of its own). Read
     from each variant's `predictions.json`; variants without one (results from an older run) are left
     out, and so is everything when the reference has none.
     """
@@ -122,9 +123,10 @@ def _paired_table(paired: dict, labels: list[str]) -> list[str]:
     lines = [
         "",
         f"F1 minus {reference}'s on the same questions: mean [paired bootstrap 95% over questions] "
-        "{over whole articles, an article's questions resampled together; articles}. **Bold**: even the "
-        "article interval excludes 0; *italic*: only the question interval does (the questions of one "
-        "article are not independent, so the article interval is the one that decides).",
+        "{over whole articles, an article's questions resampled together; articles}. **Bold**: both "
+        "intervals exclude 0; *italic*: only one does. The questions of one article are not independent, "
+        "so the question interval alone is too narrow; with few articles the article interval is coarse "
+        "too, so a difference is called beyond noise only when both agree.",
         "",
         f"| variant - {reference} | all | " + " | ".join(labels) + " |",
         "|---|---|" + "---|" * len(labels),
@@ -139,12 +141,14 @@ def _difference(difference: dict | None) -> str:
     if not difference:
         return ""
     text = f"{difference['mean']:+.2f} [{difference['low']:+.2f}, {difference['high']:+.2f}]"
+    beyond = [difference["low"] > 0 or difference["high"] < 0]
     if "article_low" in difference:  # absent from results written before article intervals were recorded
         low, high = difference["article_low"], difference["article_high"]
         text += f" {{{low:+.2f}, {high:+.2f}; {difference['articles']}}}"
-        if low > 0 or high < 0:
-            return f"**{text}**"
-    return f"*{text}*" if difference["low"] > 0 or difference["high"] < 0 else text
+        beyond.append(low > 0 or high < 0)
+    if all(beyond) and len(beyond) == 2:
+        return f"**{text}**"
+    return f"*{text}*" if any(beyond) else text
 
 
 def _with_interval(scores: dict, name: str) -> str:
