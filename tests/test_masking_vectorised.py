@@ -130,6 +130,41 @@ def test_documents_inside_a_block_get_numbers_after_each_sep():
     assert plain["attention_mask"].tolist() == [[1] * 9]
 
 
+def test_continuous_positions_pack_as_documents_and_number_the_whole_row():
+    rows = [
+        {"input_ids": [CLS, *range(10, 10 + n), SEP], "eojeol_ids": [-1, *range(n), -1]} for n in (5, 3, 9, 2)
+    ]
+    restart = packer(max_length=12)(rows)
+    continuous = collator("eojeol", seed=0, sep_token_id=SEP, cls_token_id=CLS, packing="documents-continuous",
+                          max_length=12)(rows)  # fmt: skip
+    for key in ("input_ids", "attention_mask", "labels"):  # same rows, documents and masks
+        assert torch.equal(restart[key], continuous[key])
+    assert "position_ids" not in restart
+    assert continuous["position_ids"].tolist() == [list(range(12))] * 3
+
+
+def test_continuous_positions_keep_attention_inside_each_document():
+    """A packed document under continuous positions reads as it would alone at those positions."""
+    from conftest import tiny_kolong_config
+    from kolong.models import KolongForMaskedLM
+
+    torch.manual_seed(0)
+    model = KolongForMaskedLM(tiny_kolong_config(vocab_size=VOCAB, position_encoding="learned")).eval()
+    rows = [{"input_ids": [CLS, 10, 11, 12, SEP], "eojeol_ids": [-1, 0, 1, 2, -1]},
+            {"input_ids": [CLS, 13, 14, SEP], "eojeol_ids": [-1, 0, 1, -1]}]  # fmt: skip
+    batch = collator("eojeol", seed=0, sep_token_id=SEP, cls_token_id=CLS, packing="documents-continuous",
+                     max_length=9, mlm_probability=0.01)(rows)  # fmt: skip
+    packed = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                   position_ids=batch["position_ids"]).logits[0]  # fmt: skip
+    for number in (1, 2):
+        span = torch.nonzero(batch["attention_mask"][0].eq(number)).squeeze(1)
+        alone = model(input_ids=batch["input_ids"][:, span], position_ids=span[None]).logits[0]
+        torch.testing.assert_close(packed[span], alone, rtol=1e-5, atol=1e-5)
+    restarted = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[0]
+    second = torch.nonzero(batch["attention_mask"][0].eq(2)).squeeze(1)
+    assert not torch.allclose(packed[second], restarted[second])  # its positions are no longer 0, 1, ...
+
+
 def test_curriculum_cuts_blocks_into_framed_pieces_then_returns_whole_blocks():
     data = features(count=4, length=120)
     pieces = packer(max_length=120, schedule=[(32, 0), (120, 2)])

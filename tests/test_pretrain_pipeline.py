@@ -44,7 +44,7 @@ def test_dataloader_workers_give_the_same_loss_curve(corpus, tmp_path):
 
 
 def test_packing_modes_both_train_and_sop_needs_whole_blocks(corpus, tmp_path):
-    for packing in ("documents", "concatenate"):
+    for packing in ("documents", "documents-continuous", "concatenate"):
         metrics = pretrain_mlm(
             arguments(corpus, tmp_path / packing, packing=packing, max_steps=10, eval_every=10)
         )

@@ -367,9 +367,9 @@ class PretrainArguments(RecipeArguments):
     mlm_probability: float = option(0.15, "Share of tokens to predict.", below=1)
     packing: str = option(
         "auto",
-        "documents (attention stays in each document) | concatenate (RoBERTa) | auto "
-        "(documents; concatenate for mlm+sop).",
-        choices=("auto", "documents", "concatenate"),
+        "documents (attention and positions restart in each document) | documents-continuous (attention in each, "
+        "positions across the row) | concatenate (RoBERTa) | auto (documents; concatenate for mlm+sop).",
+        choices=("auto", "documents", "documents-continuous", "concatenate"),
     )
     curriculum: str | None = option(
         None,

@@ -8,8 +8,11 @@ Per batch, in this order:
    documents, the tail of a corpus, curriculum pieces) are packed first-fit into rows of
    `max_length` instead of being padded, and `attention_mask` holds document numbers 1, 2, ... (a
    new document after every [SEP]), so attention never crosses documents and positions restart in
-   each (`AttentionMask`). `packing="concatenate"` keeps RoBERTa's FULL-SENTENCES: one row per block,
-   attention across the documents in it (needed by sentence-order prediction).
+   each (`AttentionMask`). `packing="documents-continuous"` packs the same way but numbers positions
+   across the whole row (`position_ids` 0 .. width - 1; Megatron's `reset_position_ids=False`), so that
+   short documents train every row of a learned table, attention still inside each document.
+   `packing="concatenate"` keeps RoBERTa's FULL-SENTENCES: one row per block, attention across the
+   documents in it (needed by sentence-order prediction).
 3. **Masking** on the whole batch as tensors (`masking.select` / `masking.replace`).
 
 Seeds: with a `seed`, batch k of a stream is masked from a generator seeded by (seed, stream, k), so
@@ -35,7 +38,7 @@ import torch
 
 from kolong.training.masking import GRANULARITIES, replace, select, span_length_distribution
 
-PACKINGS = ("documents", "concatenate")
+PACKINGS = ("documents", "documents-continuous", "concatenate")
 GROUP_KEYS = {"eojeol": "eojeol_ids", "morpheme": "morpheme_ids", "span": "eojeol_ids"}
 
 
@@ -90,7 +93,7 @@ class MaskingCollator:
                 "curriculum pieces would keep apart: use packing='concatenate' and no curriculum with mlm+sop"
             )
         if (
-            self.packing == "documents" or self.schedule or self.sentence_order
+            self.packing != "concatenate" or self.schedule or self.sentence_order
         ) and self.sep_token_id is None:
             raise ValueError(
                 "packing documents, a curriculum and sentence-order prediction need sep_token_id"
@@ -159,7 +162,7 @@ class MaskingCollator:
         if length is not None:
             rows = [piece for row in rows for piece in self._pieces(row, length)]
         width = max(len(ids) for ids, _ in rows)
-        if self.packing == "documents":
+        if self.packing != "concatenate":
             width = max(width, length or self.max_length or 0)
             rows = _pack(rows, width)
         if self.pad_to_multiple_of:
@@ -176,6 +179,8 @@ class MaskingCollator:
             "attention_mask": self._attention_mask(input_ids, real),
             "labels": labels,
         }
+        if self.packing == "documents-continuous":
+            batch["position_ids"] = torch.arange(width).repeat(len(rows), 1)
         if order_labels is not None:
             batch["token_type_ids"] = torch.zeros_like(input_ids)
             for row, feature in enumerate(features):
@@ -214,7 +219,7 @@ class MaskingCollator:
         return torch.from_numpy(input_ids), torch.from_numpy(groups)
 
     def _attention_mask(self, input_ids: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
-        if self.packing != "documents":
+        if self.packing == "concatenate":
             return real.long()
         # A new document starts after every [SEP]: numbers 1, 2, ... per row, 0 on padding.
         after_sep = torch.nn.functional.pad(input_ids[:, :-1].eq(self.sep_token_id), (1, 0))

@@ -117,10 +117,10 @@ def prepare(args: PretrainArguments):
     model.set_attn_implementation(args.attn_implementation)
     sentence_order = args.objective == "mlm+sop"
     packing = args.packing if args.packing != "auto" else ("concatenate" if sentence_order else "documents")
-    if sentence_order and (packing == "documents" or args.curriculum):
+    if sentence_order and (packing != "concatenate" or args.curriculum):
         raise ConfigError("--objective mlm+sop pairs the two halves of whole blocks: it needs --packing "
                           "concatenate and no --curriculum")  # fmt: skip
-    if packing == "documents" and model.config.position_encoding == "memn2n":
+    if packing != "concatenate" and model.config.position_encoding == "memn2n":
         raise ConfigError("--position-encoding memn2n weighs positions by the whole row's length: packed documents "
                           "need --packing concatenate")  # fmt: skip
     schedule = []
