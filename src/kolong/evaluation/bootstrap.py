@@ -82,3 +82,9 @@ def verdict(claim_holds: bool, a: dict, b: dict) -> str:
     if not separated(a, b):
         return "inconclusive"
     return "reproduced" if claim_holds else "refuted"
+
+
+def agreed(verdicts) -> str:
+    """The verdict every run (seed) gives, else inconclusive."""
+    distinct = set(verdicts)
+    return distinct.pop() if len(distinct) == 1 else "inconclusive"

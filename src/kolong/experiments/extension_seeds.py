@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from kolong.evaluation.bootstrap import agreed
 from kolong.experiments.extension_init import ExtensionInitArguments, run_extension_init
 from kolong.experiments.extension_report import SET_TITLES
 from kolong.io import atomic_write_json, atomic_write_text
@@ -61,8 +62,7 @@ def across_seeds(outcomes: dict[int, dict]) -> dict:
                 entry["seeds"][str(seed)] = {k: c[k] for k in ("difference", "verdict", "paired_verdict")}
     for comparisons in sets.values():
         for entry in comparisons.values():
-            verdicts = {one["verdict"] for one in entry["seeds"].values()}
-            entry["verdict"] = verdicts.pop() if len(verdicts) == 1 else "inconclusive"
+            entry["verdict"] = agreed(one["verdict"] for one in entry["seeds"].values())
             entry["mean_difference"] = float(
                 np.mean([one["difference"]["mean"] for one in entry["seeds"].values()])
             )

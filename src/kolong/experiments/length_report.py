@@ -141,14 +141,15 @@ def _difference(difference: dict | None) -> str:
     if not difference:
         return ""
     text = f"{difference['mean']:+.2f} [{difference['low']:+.2f}, {difference['high']:+.2f}]"
-    beyond = [difference["low"] > 0 or difference["high"] < 0]
-    if "article_low" in difference:  # absent from results written before article intervals were recorded
+    by_questions = difference["low"] > 0 or difference["high"] < 0
+    by_articles = False  # unknown in results written before article intervals were recorded
+    if "article_low" in difference:
         low, high = difference["article_low"], difference["article_high"]
         text += f" {{{low:+.2f}, {high:+.2f}; {difference['articles']}}}"
-        beyond.append(low > 0 or high < 0)
-    if all(beyond) and len(beyond) == 2:
+        by_articles = low > 0 or high < 0
+    if by_questions and by_articles:
         return f"**{text}**"
-    return f"*{text}*" if any(beyond) else text
+    return f"*{text}*" if by_questions or by_articles else text
 
 
 def _with_interval(scores: dict, name: str) -> str:

@@ -14,14 +14,14 @@ from collections.abc import Callable
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from kolong.evaluation.bootstrap import paired_difference, verdict
+from kolong.evaluation.bootstrap import agreed, paired_difference, verdict
 from kolong.experiments.positions import PositionStudyArguments, run_position_study
 from kolong.experiments.stages import run_stage
 from kolong.io import atomic_write_json, atomic_write_text
 from kolong.plots.figures import save_figure
 
 BASELINE = "learned"
-# (metric, where in a run's results, scale to percent, higher is better)
+# (title, task in a run's results, metric, scale to percent); higher is better for both
 DOWNSTREAM = (("NSMC-style accuracy", "nsmc", "accuracy", 100.0), ("KorQuAD F1", "korquad", "f1", 1.0))
 MASK_DRAWS = 4  # masks per held-out row: a row's loss averages them, so the comparison is not about one draw
 
@@ -136,8 +136,7 @@ def across_seeds(outcomes: dict[int, dict]) -> dict:
 
 
 def _across(per_seed: dict) -> str:
-    verdicts = {one["verdict"] for one in per_seed.values()}
-    return verdicts.pop() if len(verdicts) == 1 else "inconclusive"
+    return agreed(one["verdict"] for one in per_seed.values())
 
 
 def _claims(name: str, against: str, runs: dict, rows: dict | None) -> list[dict]:
