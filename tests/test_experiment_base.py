@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -125,6 +126,38 @@ def test_blocks_and_chunked_reading_match_the_whole_model(kolong_config):
     np.testing.assert_allclose(
         halves[:, 8:15], token_losses(model, second, second_masks, 4, 2)[:, 1:-1], rtol=1e-5
     )
+
+
+def test_base_phases_read_the_packing_their_settings_name(tmp_path, monkeypatch):
+    import kolong.experiments.base as base
+    import kolong.training.pretrain as pretrain
+
+    with pytest.raises(ValueError, match="full_rows_packing='sentences' is not one of documents"):
+        base.settings_of("tiny", {"full_rows_packing": "sentences"})
+    work = tmp_path / "base"
+    work.mkdir()
+    for stage in ("documents", "tokenizer", "corpus"):  # finished stages are read back, not rebuilt
+        (work / f"stage-{stage}.json").write_text(json.dumps({"documents": 3, "characters": 30}))
+    phases = []
+
+    def pretrain_mlm(arguments, callbacks=()):
+        phases.append((arguments.output_dir, arguments.packing, arguments.learning_rate))
+        Path(arguments.output_dir).mkdir(parents=True)
+        return {"steps": arguments.max_steps, "eval_loss": 4.0, "train_loss": 4.5}
+
+    monkeypatch.setattr(pretrain, "pretrain_mlm", pretrain_mlm)
+    monkeypatch.setattr(base, "_plot_phases", lambda *args: None)
+    messages = []
+    overrides = {"full_rows_packing": "documents-continuous", "full_rows_learning_rate": 2e-3}
+    summary = base.build_base_model(base.BaseModelArguments(work_dir=str(work), scale="tiny", overrides=overrides),
+                                    on_step=messages.append)  # fmt: skip
+    assert summary["finished"] and summary["settings"]["full_rows_packing"] == "documents-continuous"
+    assert phases == [
+        (str(work / "pretrain-documents"), "documents", 1e-3),
+        (str(work / "model"), "documents-continuous", 2e-3),
+    ]
+    assert any("positions numbered across each 512-token row" in m for m in messages)
+    assert "positions numbered across each 512-token row" in (work / "model" / "README.md").read_text()
 
 
 @pytest.mark.shared_data

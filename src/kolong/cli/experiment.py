@@ -167,7 +167,8 @@ def base(
     overrides: list[str] = typer.Option(
         None,
         "--set",
-        help="Override a scale setting: --set steps=2000 (documents phase), --set full_rows_steps=400, --set reviews=...",
+        help="Override a scale setting: --set steps=2000 (documents phase), --set full_rows_steps=400, "
+        "--set full_rows_packing=documents-continuous (the second phase's --packing), --set reviews=...",
     ),
     seed: int = typer.Option(42, min=0, max=2**32 - 1, help="Seed of the article split and of training."),
 ) -> None:

@@ -33,22 +33,34 @@ from pathlib import Path
 from kolong.experiments.stages import run_stage
 from kolong.io import atomic_write_json, atomic_write_text
 
+# `kolong pretrain mlm --packing` of each phase; `full_rows_packing="documents-continuous"` also trains every
+# row, keeping attention inside each document (positions numbered across the packed row)
+PACKING = dict(packing="documents", full_rows_packing="concatenate")
+READS = {
+    "documents": "packed documents, positions restarting in each",
+    "documents-continuous": "packed documents, positions numbered across each 512-token row",
+    "concatenate": "contiguous 512-token blocks",
+}
 SCALES = {
     # tokens per step = batch_size x 512 (4x the rows while the curriculum is at 128); steps: the documents
     # phase, then full_rows_steps on contiguous blocks
     "tiny": dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
                  vocab_size=600, reviews=300, steps=4, batch_size=2, learning_rate=1e-3, curriculum="128:0.5,512",
-                 eval_blocks=8, full_rows_steps=2, full_rows_learning_rate=5e-4),
+                 eval_blocks=8, full_rows_steps=2, full_rows_learning_rate=5e-4,
+                 **PACKING),
     "cpu": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024,
                 vocab_size=16000, reviews=100000, steps=1600, batch_size=8, learning_rate=1e-3,
-                curriculum="128:0.8,512", eval_blocks=200, full_rows_steps=400, full_rows_learning_rate=5e-4),
+                curriculum="128:0.8,512", eval_blocks=200, full_rows_steps=400, full_rows_learning_rate=5e-4,
+                **PACKING),
     # about 27M parameters: fits the 64 MiB carry limit in bf16, and 25 minutes of one H100
     "gpu-mini": dict(hidden_size=512, num_hidden_layers=6, num_attention_heads=8, intermediate_size=2048,
                      vocab_size=16000, reviews=639599, steps=5000, batch_size=32, learning_rate=7e-4,
-                     curriculum="128:0.8,512", eval_blocks=1000, full_rows_steps=1000, full_rows_learning_rate=3e-4),
+                     curriculum="128:0.8,512", eval_blocks=1000, full_rows_steps=1000, full_rows_learning_rate=3e-4,
+                     **PACKING),
     "gpu": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
                 vocab_size=32000, reviews=639599, steps=25000, batch_size=64, learning_rate=5e-4,
-                curriculum="128:0.9,512", eval_blocks=2000, full_rows_steps=5000, full_rows_learning_rate=2e-4),
+                curriculum="128:0.9,512", eval_blocks=2000, full_rows_steps=5000, full_rows_learning_rate=2e-4,
+                **PACKING),
 }  # fmt: skip
 MODEL_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
 
@@ -74,7 +86,11 @@ def settings_of(scale: str, overrides: dict) -> dict:
     unknown = set(overrides) - set(SCALES[scale])
     if unknown:
         raise ValueError(f"unknown setting {sorted(unknown)[0]!r}; settings: {', '.join(SCALES[scale])}")
-    return {**SCALES[scale], **overrides}
+    settings = {**SCALES[scale], **overrides}
+    for name in PACKING:
+        if settings[name] not in READS:
+            raise ValueError(f"setting {name}={settings[name]!r} is not one of {', '.join(READS)}")
+    return settings
 
 
 def heldout_articles(shared_data: str | Path, fraction: float, seed: int) -> tuple[list, list]:
@@ -160,21 +176,23 @@ def build_base_model(args: BaseModelArguments, on_step: Callable[[str], None] = 
 
     total = settings["steps"] + settings["full_rows_steps"]
     on_step(
-        f"4/5 pre-training: {settings['steps']:,} steps of {settings['batch_size'] * 512:,} tokens, documents packed"
+        f"4/5 pre-training: {settings['steps']:,} steps of {settings['batch_size'] * 512:,} tokens, "
+        f"{_reads(settings['packing'])}"
     )
     first = _stage(work, "pretrain", phase(
         "pretrain-documents", preset="tiny", overrides={k: settings[k] for k in MODEL_FIELDS},
         curriculum=settings["curriculum"], max_steps=settings["steps"], learning_rate=settings["learning_rate"],
-        packing="documents", warmup_ratio=0.05,
+        packing=settings["packing"], warmup_ratio=0.05,
     ))  # fmt: skip
     second = None
     if first["finished"]:
         on_step(
-            f"4/5 then {settings['full_rows_steps']:,} steps on contiguous 512-token blocks (all position rows)"
+            f"4/5 then {settings['full_rows_steps']:,} steps on {_reads(settings['full_rows_packing'])} "
+            "(all position rows)"
         )
         second = _stage(work, "pretrain-full-rows", phase(
             "model", model=str(work / "pretrain-documents"), max_steps=settings["full_rows_steps"],
-            learning_rate=settings["full_rows_learning_rate"], packing="concatenate", warmup_ratio=0.1,
+            learning_rate=settings["full_rows_learning_rate"], packing=settings["full_rows_packing"], warmup_ratio=0.1,
         ))  # fmt: skip
     if second is None or not second["finished"]:
         done = first["steps"] + (second["steps"] if second else 0)
@@ -196,6 +214,10 @@ def build_base_model(args: BaseModelArguments, on_step: Callable[[str], None] = 
     return summary
 
 
+def _reads(packing: str) -> str:
+    return READS.get(packing, f"--packing {packing}")
+
+
 def _plot_phases(work: Path, settings: dict, scale: str) -> None:
     """MODEL/loss.png over both phases (the second phase's steps continue the first's)."""
     from kolong.training.pretrain import plot_losses, read_log
@@ -203,7 +225,8 @@ def _plot_phases(work: Path, settings: dict, scale: str) -> None:
     first = read_log(work / "pretrain-documents")["log_history"]
     second = [{**h, "step": h["step"] + settings["steps"]} for h in read_log(work / "model")["log_history"]]
     plot_losses(first + second, work / "model" / "loss.png",
-                title=f"base ({scale}): packed documents, then contiguous from {settings['steps']:,}")  # fmt: skip
+                title=f"base ({scale}): {settings['packing']}, then {settings['full_rows_packing']} "
+                      f"from {settings['steps']:,}")  # fmt: skip
 
 
 def model_card(summary: dict) -> str:
@@ -213,9 +236,10 @@ def model_card(summary: dict) -> str:
         "---", "language: ko", "library_name: transformers", "tags: [kolong, fill-mask, korean]", "---", "",
         f"# kolong Korean base ({summary['scale']})", "",
         f"A MeCab-morpheme WordPiece encoder with 512 learned positions, pre-trained from scratch by "
-        f"`kolong experiment base --scale {summary['scale']}` (masked language modelling, packed documents, "
-        f"length curriculum {s['curriculum']} on packed documents, then {s['full_rows_steps']:,} steps on contiguous "
-        f"512-token blocks so that every position row is trained). Load it with `AutoModelForMaskedLM.from_pretrained` after `import kolong`.",
+        f"`kolong experiment base --scale {summary['scale']}` (masked language modelling: length curriculum "
+        f"{s['curriculum']} on {_reads(s['packing'])}, then {s['full_rows_steps']:,} steps on "
+        f"{_reads(s['full_rows_packing'])} so that every position row is trained). "
+        "Load it with `AutoModelForMaskedLM.from_pretrained` after `import kolong`.",
         "",
         f"- model: hidden {s['hidden_size']}, {s['num_hidden_layers']} layers, {s['num_attention_heads']} heads, "
         f"FFN {s['intermediate_size']}; vocabulary {s['vocab_size']:,} (MeCab-ko + WordPiece)",
