@@ -198,9 +198,12 @@ def test_base_model_resumes_and_the_extension_study_reports(shared_data, tmp_pat
                                    review_blocks=3)  # fmt: skip
     study.max_minutes = 1e-6  # continued pre-training stops at a checkpoint; the rerun resumes it
     assert run_extension_init(study, on_step=lambda message: None) == {"finished": False}
-    # the base's documents phase, its contiguous phase, and the study's continued pre-training
-    contiguous = packings.index("concatenate")
-    assert set(packings[:contiguous]) == {"documents"} and set(packings[contiguous:]) == {"concatenate"}
+    # the base's documents phase, its all-rows phase, and the study's continued pre-training on contiguous blocks
+    rows, contiguous = packings.index("documents-continuous"), packings.index("concatenate")
+    assert set(packings[:rows]) == {"documents"} and set(packings[rows:contiguous]) == {
+        "documents-continuous"
+    }
+    assert set(packings[contiguous:]) == {"concatenate"}
     study.max_minutes = 0
     results = run_extension_init(study, on_step=lambda message: None)
     assert results["finished"] and set(results["sets"]) == {"articles", "reviews"}

@@ -8,13 +8,14 @@ experiment evaluates on them.
 
 Pre-training runs in two phases of `kolong pretrain mlm`. First `steps` with documents packed and
 positions restarting in each (`packing="documents"`, attention inside each review or article): short
-documents teach local context fast. Then `full_rows_steps` on contiguous 512-token blocks across
-documents (`packing="concatenate"`, RoBERTa's FULL-SENTENCES), so that every one of the 512 position
-rows is trained: almost every text here is a review or a sentence far shorter than 512 tokens, so with
-restarting positions alone the rows past ~300 would stay near their random start, and a base whose late
-rows are noise cannot say how new rows should start. Contiguous blocks alone from the start stayed at
-the unigram plateau in 2,000 CPU steps (shuffling the tokens of a held-out block changed its loss by
-0.001 nats), so the first phase is not optional at this scale.
+documents teach local context fast. Then `full_rows_steps` with the same packing but positions numbered
+across each 512-token row (`full_rows_packing="documents-continuous"`, Megatron's reset_position_ids=False),
+so that every one of the 512 position rows is trained: almost every text here is a review or a sentence far
+shorter than 512 tokens, so with restarting positions alone the rows past ~128 stay near their random start,
+and a base whose late rows are noise cannot say how new rows should start. Contiguous blocks across
+documents (`full_rows_packing="concatenate"`, RoBERTa's FULL-SENTENCES, the recipe before 2026-11-25) moved
+the late rows without giving them structure at the CPU scale, and contiguous blocks alone from the start
+stayed at the unigram plateau in 2,000 CPU steps, so the first phase is not optional at this scale.
 
 Stages (each resumable; a rerun skips what is done and `--max-minutes` stops pre-training at a checkpoint
 so one call fits a slot): documents -> tokenizer -> corpus -> pre-training (two phases) -> model card. The result is a
@@ -33,9 +34,8 @@ from pathlib import Path
 from kolong.experiments.stages import run_stage
 from kolong.io import atomic_write_json, atomic_write_text
 
-# `kolong pretrain mlm --packing` of each phase; `full_rows_packing="documents-continuous"` also trains every
-# row, keeping attention inside each document (positions numbered across the packed row)
-PACKING = dict(packing="documents", full_rows_packing="concatenate")
+# `kolong pretrain mlm --packing` of each phase
+PACKING = dict(packing="documents", full_rows_packing="documents-continuous")
 READS = {
     "documents": "packed documents, positions restarting in each",
     "documents-continuous": "packed documents, positions numbered across each 512-token row",
@@ -43,14 +43,14 @@ READS = {
 }
 SCALES = {
     # tokens per step = batch_size x 512 (4x the rows while the curriculum is at 128); steps: the documents
-    # phase, then full_rows_steps on contiguous blocks
+    # phase, then full_rows_steps with positions numbered across each row
     "tiny": dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
                  vocab_size=600, reviews=300, steps=4, batch_size=2, learning_rate=1e-3, curriculum="128:0.5,512",
                  eval_blocks=8, full_rows_steps=2, full_rows_learning_rate=5e-4,
                  **PACKING),
     "cpu": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024,
                 vocab_size=16000, reviews=100000, steps=1600, batch_size=8, learning_rate=1e-3,
-                curriculum="128:0.8,512", eval_blocks=200, full_rows_steps=400, full_rows_learning_rate=5e-4,
+                curriculum="128:0.8,512", eval_blocks=200, full_rows_steps=800, full_rows_learning_rate=1e-3,
                 **PACKING),
     # about 27M parameters: fits the 64 MiB carry limit in bf16, and 25 minutes of one H100
     "gpu-mini": dict(hidden_size=512, num_hidden_layers=6, num_attention_heads=8, intermediate_size=2048,
