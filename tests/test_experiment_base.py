@@ -128,6 +128,24 @@ def test_blocks_and_chunked_reading_match_the_whole_model(kolong_config):
     )
 
 
+def test_continued_pre_training_keeps_a_checkpoint_at_every_listed_step(tmp_path):
+    from transformers import TrainerControl, TrainerState
+
+    from kolong.experiments.extension_init import _checkpoint, save_at
+
+    callback, saved = save_at((0, 200, 1000)), []
+    for step in range(1, 1001):  # steps far apart: a rotation limit had dropped checkpoint-200
+        control = callback.on_step_end(None, TrainerState(global_step=step), TrainerControl())
+        if control.should_save:
+            saved.append(step)
+    assert saved == [200, 1000]
+    (tmp_path / "checkpoint-1000").mkdir()
+    (tmp_path / "checkpoint-1000" / "config.json").write_text("{}")
+    assert _checkpoint(tmp_path, 1000) == tmp_path / "checkpoint-1000"
+    with pytest.raises(ValueError, match=r"checkpoint-200 is missing .*delete .* and rerun"):
+        _checkpoint(tmp_path, 200)
+
+
 def test_base_phases_read_the_packing_their_settings_name(tmp_path, monkeypatch):
     import kolong.experiments.base as base
     import kolong.training.pretrain as pretrain

@@ -161,27 +161,53 @@ def _trained_steps(out: Path) -> int:
     return json.loads(log.read_text(encoding="utf-8"))["metrics"]["steps"] if log.is_file() else 0
 
 
+def save_at(steps) -> object:
+    """A Trainer callback that saves a checkpoint at each of `steps`, however far apart they are."""
+    from transformers import TrainerCallback
+
+    wanted = {int(step) for step in steps if step > 0}
+
+    class SaveAt(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step in wanted:
+                control.should_save = True
+            return control
+
+    return SaveAt()
+
+
 def _continue(
     model: Path, corpus: Path, work: Path, method: str, args: ExtensionInitArguments
 ) -> Path | None:
-    """The continued pre-training run of one variant (None: stopped by the time budget, rerun to resume)."""
+    """The continued pre-training run of one variant (None: stopped by the time budget, rerun to resume).
+
+    Checkpoints are saved at the listed steps only and none is rotated away: the study evaluates each of them
+    after the run (a rotation limit had removed checkpoint-200 of --steps 0,200,1000)."""
     from kolong.training.common import time_budget
     from kolong.training.pretrain import PretrainArguments, pretrain_mlm
 
     out = work / f"continued-{method}"
-    every = min(s for s in args.steps if s > 0)
-    if _trained_steps(out) < max(args.steps):
+    last = max(args.steps)
+    if _trained_steps(out) < last:
         budget = [time_budget(args.max_minutes * 60)] if args.max_minutes else []
         pretrain_mlm(PretrainArguments(
-            corpus=str(corpus), output_dir=str(out), model=str(model), max_steps=max(args.steps),
+            corpus=str(corpus), output_dir=str(out), model=str(model), max_steps=last,
             batch_size=args.batch_size, learning_rate=args.learning_rate, warmup_ratio=0.1, seed=args.seed,
             packing="concatenate",  # Longformer's recipe: contiguous text, so every new row is trained
-            eval_every=str(every), save_steps=every, save_total_limit=len(args.steps) + 1, logging_steps=max(1, every // 5),
-            extra={"disable_tqdm": True},
-        ), callbacks=budget)  # fmt: skip
+            eval_every=str(min(s for s in args.steps if s > 0)), save_steps=last, save_total_limit=None,
+            logging_steps=max(1, min(s for s in args.steps if s > 0) // 5), extra={"disable_tqdm": True},
+        ), callbacks=[save_at(args.steps), *budget])  # fmt: skip
         if budget and budget[0].stopped:
             return None
     return out
+
+
+def _checkpoint(continued: Path, steps: int) -> Path:
+    path = continued / f"checkpoint-{steps}"
+    if not (path / "config.json").is_file():
+        raise ValueError(f"{path} is missing (removed after training?): delete {continued} and rerun to train "
+                         "that variant again")  # fmt: skip
+    return path
 
 
 def run_extension_init(args: ExtensionInitArguments, on_step: Callable[[str], None] = print) -> dict:
@@ -269,7 +295,7 @@ def run_extension_init(args: ExtensionInitArguments, on_step: Callable[[str], No
                 if continued is None:
                     on_step(f"stopped by --max-minutes during {method}: run the same command to resume")
                     return {"finished": False}
-                path = continued / f"checkpoint-{steps}"
+                path = _checkpoint(continued, steps)
             record(f"{method}@{steps}", lambda p=path: token_losses(
                 AutoModelForMaskedLM.from_pretrained(p).eval(), ids, masks, tokenizer.mask_token_id, batch))  # fmt: skip
     results = {
