@@ -215,7 +215,7 @@ def build_base_model(args: BaseModelArguments, on_step: Callable[[str], None] = 
 
 
 def _reads(packing: str) -> str:
-    return READS.get(packing, f"--packing {packing}")
+    return READS[packing]  # settings_of admits only these
 
 
 def _plot_phases(work: Path, settings: dict, scale: str) -> None:

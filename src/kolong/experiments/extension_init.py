@@ -187,15 +187,15 @@ def _continue(
     from kolong.training.pretrain import PretrainArguments, pretrain_mlm
 
     out = work / f"continued-{method}"
-    last = max(args.steps)
+    every, last = min(s for s in args.steps if s > 0), max(args.steps)
     if _trained_steps(out) < last:
         budget = [time_budget(args.max_minutes * 60)] if args.max_minutes else []
         pretrain_mlm(PretrainArguments(
             corpus=str(corpus), output_dir=str(out), model=str(model), max_steps=last,
             batch_size=args.batch_size, learning_rate=args.learning_rate, warmup_ratio=0.1, seed=args.seed,
             packing="concatenate",  # Longformer's recipe: contiguous text, so every new row is trained
-            eval_every=str(min(s for s in args.steps if s > 0)), save_steps=last, save_total_limit=None,
-            logging_steps=max(1, min(s for s in args.steps if s > 0) // 5), extra={"disable_tqdm": True},
+            eval_every=str(every), save_steps=last, save_total_limit=None, logging_steps=max(1, every // 5),
+            extra={"disable_tqdm": True},
         ), callbacks=[save_at(args.steps), *budget])  # fmt: skip
         if budget and budget[0].stopped:
             return None
