@@ -10,16 +10,15 @@ import pytest
 import torch
 
 from kolong.evaluation.bootstrap import interval, paired_difference, separated, verdict
-from kolong.experiments.extension_init import (
-    ExtensionInitArguments,
-    bucket_edges,
+from kolong.experiments.extension_eval import (
     bucket_means,
     chunked_losses,
     evaluation_blocks,
     neighbour_cosine,
-    run_extension_init,
     token_losses,
 )
+from kolong.experiments.extension_init import ExtensionInitArguments, run_extension_init
+from kolong.experiments.extension_report import bucket_edges
 from kolong.experiments.extension_seeds import across_seeds, run_extension_init_seeds
 
 
@@ -146,6 +145,14 @@ def test_continued_pre_training_keeps_a_checkpoint_at_every_listed_step(tmp_path
         _checkpoint(tmp_path, 200)
 
 
+def test_the_control_reads_as_many_tokens_per_step_as_the_extended_variants():
+    from kolong.experiments.extension_init import control_rows
+
+    assert control_rows(ExtensionInitArguments(batch_size=4, length=1024)) == 8
+    assert control_rows(ExtensionInitArguments(batch_size=2, length=2048)) == 8
+    assert control_rows(ExtensionInitArguments(batch_size=1, length=600)) == 1  # whole rows, at least one
+
+
 def test_base_phases_read_the_packing_their_settings_name(tmp_path, monkeypatch):
     import kolong.experiments.base as base
     import kolong.training.pretrain as pretrain
@@ -235,8 +242,14 @@ def test_base_model_resumes_and_the_extension_study_reports(shared_data, tmp_pat
         "random@0",
         "random@2",
         "interpolate-keep-short@0",
+        "512-continued@2",  # the control: the 512 base trained as long, reading chunks
     }
     assert set(articles["rows"]) == set(reviews["rows"]) == names
+    control = AutoModelForMaskedLM.from_pretrained(tmp_path / "study" / "continued-512" / "checkpoint-2")
+    assert control.config.max_position_embeddings == 512  # the base itself, not an extended variant
+    assert articles["rows"]["512-continued@2"]["0-511"] != articles["rows"]["512-chunks"]["0-511"]
+    assert {(c["steps"], c["method"]) for c in articles["context"]} == {(2, "copy"), (2, "random")}
+    assert all(c["control"] == articles["rows"]["512-continued@2"][c["bucket"]] for c in articles["context"])
     assert articles["blocks"] == 4 and reviews["blocks"] == 3 and reviews["order_sensitivity"]["n"] == 3
     markdown = (tmp_path / "study" / "results.md").read_text()
     assert markdown.count("Word order: shuffling") == 2 and "review streams" in markdown
@@ -247,7 +260,8 @@ def test_base_model_resumes_and_the_extension_study_reports(shared_data, tmp_pat
     assert {c["against"] for c in articles["comparisons"]} == {"copy"}
     assert json.loads((tmp_path / "study" / "results.json").read_text())["sets"]["articles"]["blocks"] == 4
     assert (tmp_path / "study" / "extension_init.png").is_file()
-    assert "| random | 2 |" in markdown
+    assert "| random | 2 |" in markdown and "| 512-continued | 2 |" in markdown
+    assert "Longer context or more training?" in markdown and "| 2 | 512-1023 | copy |" in markdown
     assert set(results["position_rows"]["std"]) == {"0-127", "128-255", "256-383", "384-511"}
     assert "position rows, standard deviation by range" in markdown
     assert set(results["position_rows"]["neighbour_cosine"]) == set(results["position_rows"]["std"])
@@ -263,6 +277,9 @@ def test_base_model_resumes_and_the_extension_study_reports(shared_data, tmp_pat
         tmp_path / "seeds" / "seeds.md"
     ).is_file()
     assert set(across["sets"]["reviews"][0]["seeds"]) == {"1", "2"}
+    assert not (
+        tmp_path / "seeds" / "corpus-512"
+    ).exists()  # no continued steps: nothing for a control to match
     with pytest.raises(ValueError, match="at least two"):
         run_extension_init_seeds(seeded, (1,), on_step=lambda message: None)
     with pytest.raises(ValueError, match="unknown method"):

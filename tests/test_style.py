@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_ruff_check():
-    ruff = shutil.which("ruff")
+    # beside the interpreter first: `.venv/bin/python -m pytest` runs without .venv/bin on PATH
+    beside = Path(sys.executable).parent / "ruff"
+    ruff = str(beside) if beside.is_file() else shutil.which("ruff")
     if ruff is None:
         pytest.skip("ruff is not installed (it is in the test extras)")
     result = subprocess.run([ruff, "check", "src", "tests"], cwd=ROOT, capture_output=True, text=True)

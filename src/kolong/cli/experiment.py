@@ -222,6 +222,11 @@ def extension_init(
         min=0,
         help="Stop continued pre-training at a checkpoint after this many minutes; rerun to resume.",
     ),
+    control: bool = typer.Option(
+        True,
+        help="Also continue the 512 base the same steps and tokens (rows of 512) and read the blocks in chunks: "
+        "whether extended variants gain from longer context or only from more training.",
+    ),
     seed: int = typer.Option(42, min=0, max=2**32 - 1),
     seeds: str = typer.Option(
         "",
@@ -247,7 +252,7 @@ def extension_init(
         base_dir=str(base_dir), work_dir=str(work_dir), length=length,
         methods=tuple(m.strip() for m in methods.split(",") if m.strip()), steps=step_list,
         batch_size=batch_size, learning_rate=learning_rate, max_blocks=max_blocks, review_blocks=review_blocks,
-        max_minutes=max_minutes, seed=seed,
+        max_minutes=max_minutes, seed=seed, control=control,
     )  # fmt: skip
     with user_errors(), console.status("extension-init study") as status:
         try:

@@ -17,13 +17,17 @@ pre-training documents, beside the 512 base reading each block in 510-token chun
 each block's tokens shuffled (whether the base uses word order at all: if not, no initialisation can
 matter). Intervals: bootstrap 95% over blocks; `random` against `copy`/`interpolate` is also compared
 block by block (paired).
+
+The control (`control`, on by default): the 512 base continued the same steps on the same documents with
+the same tokens per step (rows of 512), reading each block in chunks. Extended variants that beat the 512
+base after continued pre-training might only have had more training; beating this control they read
+longer context better.
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
-import itertools
 import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -31,7 +35,16 @@ from pathlib import Path
 
 import numpy as np
 
-from kolong.experiments.extension_report import CHUNKED, SHUFFLED, _label, bucket_edges, plot, to_markdown
+from kolong.experiments.extension_eval import (
+    bucket_means,
+    chunked_losses,
+    evaluation_blocks,
+    heldout_reviews,
+    position_row_spread,
+    token_losses,
+    unique_contexts,
+)
+from kolong.experiments.extension_report import CHUNKED, CONTINUED, SHUFFLED, plot, to_markdown
 from kolong.io import atomic_write_bytes, atomic_write_json, atomic_write_text
 
 METHODS = ("interpolate", "copy", "last", "random", "interpolate-keep-short")
@@ -58,91 +71,10 @@ class ExtensionInitArguments:
     review_blocks: int = 200
     """Blocks of held-out review streams to read besides the articles (0: articles only)."""
     seed: int = 42
+    control: bool = True
+    """Also continue the 512 base the same steps and tokens (rows of 512) and read the blocks in chunks."""
     corpus_dir: str = ""
     """Where the continued pre-training corpus is built (empty: WORK/corpus-LENGTH); shared across seeds."""
-
-
-def _contexts(examples) -> list[str]:
-    return list(dict.fromkeys(e.context for e in examples))
-
-
-def evaluation_blocks(
-    tokenizer, texts: list[str], length: int, mask_rate: float, seed: int, limit: int, stream: bool = False
-):
-    """[CLS] tokens [SEP] blocks of exactly `length` from each text, and a fixed mask per block.
-
-    With `stream`, the texts are one stream with [SEP] after each (how the pre-training corpus packs
-    documents) and reading stops once `limit` blocks are full, so `texts` may be a long iterator.
-    """
-    body = length - 2
-    blocks, pending = [], []
-    for text in texts:
-        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-        if stream:
-            pending += [*ids, tokenizer.sep_token_id]
-            while len(pending) >= body and not (limit and len(blocks) >= limit):
-                blocks.append([tokenizer.cls_token_id, *pending[:body], tokenizer.sep_token_id])
-                pending = pending[body:]
-            if limit and len(blocks) >= limit:
-                break
-        else:
-            blocks += [[tokenizer.cls_token_id, *ids[i : i + body], tokenizer.sep_token_id]
-                       for i in range(0, len(ids) - body + 1, body)]  # fmt: skip
-    if limit:
-        blocks = blocks[:limit]
-    rng = np.random.default_rng(seed)
-    masks = rng.random((len(blocks), length)) < mask_rate
-    masks[:, 0] = masks[:, -1] = False
-    return np.array(blocks, dtype=np.int64).reshape(-1, length), masks
-
-
-def heldout_reviews(shared_data: str | Path, trained: int):
-    """NSMC reviews after the base's first `trained` ones, skipping any text it trained on (a generator)."""
-    from kolong.data.corpus import read_documents
-
-    documents = read_documents(["nsmc"], shared_data)
-    seen = set(itertools.islice(documents, trained))
-    return (text for text in documents if text not in seen)
-
-
-def token_losses(model, ids: np.ndarray, masks: np.ndarray, mask_id: int, batch: int) -> np.ndarray:
-    """Cross-entropy at every masked token (NaN elsewhere), (blocks, n)."""
-    import torch
-
-    out = np.full(ids.shape, np.nan)
-    with torch.inference_mode():
-        for start in range(0, len(ids), batch):
-            target = torch.from_numpy(ids[start : start + batch])
-            mask = torch.from_numpy(masks[start : start + batch])
-            logits = model(input_ids=torch.where(mask, mask_id, target)).logits.float()
-            loss = torch.nn.functional.cross_entropy(logits.transpose(1, 2), target, reduction="none")
-            out[start : start + batch] = torch.where(mask, loss, torch.nan).numpy()
-    return out
-
-
-def chunked_losses(model, ids: np.ndarray, masks: np.ndarray, mask_id: int, chunk: int, batch: int):
-    """The same blocks read by a `chunk`-position model in [CLS] piece [SEP] chunks, mapped back."""
-    cls, sep = ids[0, 0], ids[0, -1]
-    body, masks_body = ids[:, 1:-1], masks[:, 1:-1]
-    out = np.full(ids.shape, np.nan)
-    width = chunk - 2
-    for start in range(0, body.shape[1], width):
-        piece = body[:, start : start + width]
-        rows = np.concatenate([np.full((len(ids), 1), cls), piece, np.full((len(ids), 1), sep)], axis=1)
-        row_masks = np.pad(masks_body[:, start : start + width], ((0, 0), (1, 1)))
-        losses = token_losses(model, rows, row_masks, mask_id, batch)
-        out[:, 1 + start : 1 + start + piece.shape[1]] = losses[:, 1:-1]
-    return out
-
-
-def bucket_means(losses: np.ndarray, length: int) -> dict[str, np.ndarray]:
-    """Per bucket, each block's mean loss over its masked tokens in the bucket."""
-    means = {}
-    for edge in bucket_edges(length):
-        part = losses[:, edge[0] : edge[1]]
-        counted = ~np.isnan(part)
-        means[_label(edge)] = np.nansum(part, axis=1) / np.maximum(counted.sum(axis=1), 1)
-    return means
 
 
 def _variant(base_model: str, work: Path, method: str, length: int, seed: int) -> Path:
@@ -177,12 +109,13 @@ def save_at(steps) -> object:
 
 
 def _continue(
-    model: Path, corpus: Path, work: Path, method: str, args: ExtensionInitArguments
+    model: Path, corpus: Path, work: Path, method: str, args: ExtensionInitArguments, rows: int = 0
 ) -> Path | None:
     """The continued pre-training run of one variant (None: stopped by the time budget, rerun to resume).
 
-    Checkpoints are saved at the listed steps only and none is rotated away: the study evaluates each of them
-    after the run (a rotation limit had removed checkpoint-200 of --steps 0,200,1000)."""
+    `rows`: rows per step (0: `args.batch_size`). Checkpoints are saved at the listed steps only and none is
+    rotated away: the study evaluates each of them after the run (a rotation limit had removed
+    checkpoint-200 of --steps 0,200,1000)."""
     from kolong.training.common import time_budget
     from kolong.training.pretrain import PretrainArguments, pretrain_mlm
 
@@ -192,7 +125,7 @@ def _continue(
         budget = [time_budget(args.max_minutes * 60)] if args.max_minutes else []
         pretrain_mlm(PretrainArguments(
             corpus=str(corpus), output_dir=str(out), model=str(model), max_steps=last,
-            batch_size=args.batch_size, learning_rate=args.learning_rate, warmup_ratio=0.1, seed=args.seed,
+            batch_size=rows or args.batch_size, learning_rate=args.learning_rate, warmup_ratio=0.1, seed=args.seed,
             packing="concatenate",  # Longformer's recipe: contiguous text, so every new row is trained
             eval_every=str(every), save_steps=last, save_total_limit=None, logging_steps=max(1, every // 5),
             extra={"disable_tqdm": True},
@@ -200,6 +133,11 @@ def _continue(
         if budget and budget[0].stopped:
             return None
     return out
+
+
+def control_rows(args: ExtensionInitArguments) -> int:
+    """Rows of 512 per step of the control: the extended variants' tokens per step, in whole rows."""
+    return max(1, round(args.batch_size * args.length / 512))
 
 
 def _checkpoint(continued: Path, steps: int) -> Path:
@@ -233,7 +171,7 @@ def run_extension_init(args: ExtensionInitArguments, on_step: Callable[[str], No
     shared = base.get("shared_data", "../shared/data")
     _, held_out = heldout_articles(shared, base["heldout_fraction"], base["seed"])
     on_step("held-out blocks")
-    sets = {"articles": evaluation_blocks(tokenizer, _contexts(held_out), args.length, args.mask_rate, args.seed,
+    sets = {"articles": evaluation_blocks(tokenizer, unique_contexts(held_out), args.length, args.mask_rate, args.seed,
                                           args.max_blocks)}  # fmt: skip
     if len(sets["articles"][0]) == 0:
         raise ValueError(f"no held-out article has {args.length} tokens: choose a smaller --length")
@@ -298,6 +236,23 @@ def run_extension_init(args: ExtensionInitArguments, on_step: Callable[[str], No
                 path = _checkpoint(continued, steps)
             record(f"{method}@{steps}", lambda p=path: token_losses(
                 AutoModelForMaskedLM.from_pretrained(p).eval(), ids, masks, tokenizer.mask_token_id, batch))  # fmt: skip
+    trained = [steps for steps in args.steps if steps > 0]
+    if args.control and trained:
+        short_corpus, rows = corpus.parent / "corpus-512", control_rows(args)
+        if not (short_corpus / "corpus.json").is_file():
+            on_step(f"{CONTINUED}: corpus of 512-token rows (the same documents)")
+            build_corpus([str(base_dir / "documents.txt")], base["model"], short_corpus, max_length=512,
+                         held_out=0.0, seed=args.seed, overwrite=True)  # fmt: skip
+        for steps in trained:
+            on_step(f"{CONTINUED}: the 512 base after {steps} steps of {rows} x 512 tokens, read in chunks")
+            if f"{CONTINUED}@{steps}" not in stored:
+                continued = _continue(Path(base["model"]), short_corpus, work, "512", args, rows=rows)
+                if continued is None:
+                    on_step(f"stopped by --max-minutes during {CONTINUED}: run the same command to resume")
+                    return {"finished": False}
+                model = AutoModelForMaskedLM.from_pretrained(_checkpoint(continued, steps)).eval()
+                record(f"{CONTINUED}@{steps}", lambda m=model: chunked_losses(
+                    m, ids, masks, tokenizer.mask_token_id, 512, batch * args.length // 512))  # fmt: skip
     results = {
         "finished": True,
         **summarise(stored, args, parts),
@@ -309,37 +264,9 @@ def run_extension_init(args: ExtensionInitArguments, on_step: Callable[[str], No
     return results
 
 
-def position_row_spread(model_path: str, group: int = 128) -> dict:
-    """How trained the base's position rows are, per range of `group` rows.
-
-    `std`: the rows' standard deviation beside the initializer_range. `neighbour_cosine`: the mean cosine
-    similarity of each row with the next one. Trained tables are smooth (neighbouring positions get similar
-    rows, BERT's about 0.9) while independently initialised rows give about 0. Rows still random were
-    barely trained: extending from them (interpolate, last) is then no better than random rows."""
-    from transformers import AutoModelForMaskedLM
-
-    from kolong.extension.position_table import find_position_table
-
-    model = AutoModelForMaskedLM.from_pretrained(model_path)
-    rows = find_position_table(model).real_rows().float()
-    ranges = [(a, min(a + group, len(rows))) for a in range(0, len(rows), group)]
-    neighbours = neighbour_cosine(rows)
-    return {
-        "std": {f"{a}-{b - 1}": float(rows[a:b].std()) for a, b in ranges},
-        "neighbour_cosine": {f"{a}-{b - 1}": float(neighbours[a : b - 1].mean()) for a, b in ranges},
-        "initializer_range": float(getattr(model.config, "initializer_range", 0.02)),
-    }
-
-
-def neighbour_cosine(rows):
-    """(n - 1,) cosine similarity of row i with row i + 1 of an (n, d) table."""
-    import torch
-
-    return torch.nn.functional.cosine_similarity(rows[:-1], rows[1:], dim=-1)
-
-
 def summarise(stored: dict, args: ExtensionInitArguments, parts: dict[str, slice]) -> dict:
-    """Per evaluation set (articles, reviews): rows, random-vs-copied comparisons, word-order sensitivity."""
+    """Per evaluation set (articles, reviews): rows, random-vs-copied comparisons, extended variants against the
+    512 control, word-order sensitivity."""
     sets = {
         name: _summarise_set({k: v[part] for k, v in stored.items()}, args) for name, part in parts.items()
     }
@@ -347,7 +274,7 @@ def summarise(stored: dict, args: ExtensionInitArguments, parts: dict[str, slice
 
 
 def _summarise_set(stored: dict, args: ExtensionInitArguments) -> dict:
-    from kolong.evaluation.bootstrap import interval, paired_difference, verdict
+    from kolong.evaluation.bootstrap import interval, paired_difference
 
     per_block = {name: bucket_means(losses, args.length) for name, losses in stored.items()}
     rows = {
@@ -360,18 +287,41 @@ def _summarise_set(stored: dict, args: ExtensionInitArguments) -> dict:
             a, b = f"random@{steps}", f"{reference}@{steps}"
             if a in per_block and b in per_block:
                 for bucket in per_block[a]:
-                    difference = paired_difference(per_block[a][bucket], per_block[b][bucket], seed=args.seed)
                     claim = rows[a][bucket]["mean"] > rows[b][bucket]["mean"]  # copied rows start better
                     comparisons.append({
                         "steps": steps, "bucket": bucket, "random": rows[a][bucket], reference: rows[b][bucket],
-                        "against": reference, "difference": difference,
-                        "verdict": verdict(claim, rows[a][bucket], rows[b][bucket]),
-                        "paired_verdict": "separated" if difference["low"] > 0 or difference["high"] < 0 else "overlapping",
+                        "against": reference, **_compared(per_block, rows, a, b, bucket, claim, args.seed),
+                    })  # fmt: skip
+    context = []  # an extended variant against the 512 base continued as long: longer context, not more training
+    for steps in args.steps:
+        control = f"{CONTINUED}@{steps}"
+        for method in args.methods:
+            a = f"{method}@{steps}"
+            if control in per_block and a in per_block:
+                for bucket in per_block[a]:
+                    claim = (
+                        rows[a][bucket]["mean"] < rows[control][bucket]["mean"]
+                    )  # longer context reads better
+                    context.append({
+                        "steps": steps, "bucket": bucket, "method": method, "extended": rows[a][bucket],
+                        "control": rows[control][bucket], **_compared(per_block, rows, a, control, bucket, claim, args.seed),
                     })  # fmt: skip
     blocks = len(next(iter(stored.values()))) if stored else 0
-    summary = {"blocks": blocks, "rows": rows, "comparisons": comparisons}
+    summary = {"blocks": blocks, "rows": rows, "comparisons": comparisons, "context": context}
     if CHUNKED in stored and SHUFFLED in stored:  # per block, all masked tokens
         summary["order_sensitivity"] = paired_difference(
             np.nanmean(stored[SHUFFLED], axis=1), np.nanmean(stored[CHUNKED], axis=1), seed=args.seed
         )
     return summary
+
+
+def _compared(per_block: dict, rows: dict, a: str, b: str, bucket: str, claim: bool, seed: int) -> dict:
+    """`a` minus `b` block by block (paired), and the verdict of the claim from the unpaired intervals."""
+    from kolong.evaluation.bootstrap import paired_difference, verdict
+
+    difference = paired_difference(per_block[a][bucket], per_block[b][bucket], seed=seed)
+    return {
+        "difference": difference,
+        "verdict": verdict(claim, rows[a][bucket], rows[b][bucket]),
+        "paired_verdict": "separated" if difference["low"] > 0 or difference["high"] < 0 else "overlapping",
+    }

@@ -7,6 +7,7 @@ from pathlib import Path
 from kolong.plots.figures import save_figure
 
 CHUNKED = "512-chunks"
+CONTINUED = "512-continued"  # the control: the 512 base continued as long as the variants, read in chunks
 SHUFFLED = "512-chunks-shuffled"  # the same, each block's tokens in a random order: the no-word-order floor
 
 
@@ -67,6 +68,18 @@ def to_markdown(results: dict) -> str:
                 d = c["difference"]
                 lines.append(f"| {c['steps']} | {c['bucket']} | {c['against']} | {d['mean']:+.3f} [{d['low']:+.3f}, "
                              f"{d['high']:+.3f}] | {c['paired_verdict']} | {c['verdict']} |")  # fmt: skip
+        if part.get("context"):
+            lines += [
+                "", f"Longer context or more training? Each extended variant minus `{CONTINUED}` (the 512 base "
+                "continued the same steps and tokens, reading the blocks in 512-token chunks); claim: the extended "
+                "model reads better (negative).", "",
+                "| steps | bucket | variant | paired difference [95%] | paired | unpaired intervals |",
+                "|---:|---|---|---|---|---|",
+            ]  # fmt: skip
+            for c in part["context"]:
+                d = c["difference"]
+                lines.append(f"| {c['steps']} | {c['bucket']} | {c['method']} | {d['mean']:+.3f} [{d['low']:+.3f}, "
+                             f"{d['high']:+.3f}] | {c['paired_verdict']} | {c['verdict']} |")  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
@@ -88,7 +101,7 @@ def plot(results: dict, path: Path) -> Path:
             max(r["high"] for r in shown),
         )  # differences are tenths of a nat
         for axis, steps in zip(axes_row, args["steps"], strict=True):
-            names = [CHUNKED] + [f"{m}@{steps}" for m in args["methods"]]
+            names = [CHUNKED, f"{CONTINUED}@{steps}"] + [f"{m}@{steps}" for m in args["methods"]]
             width = 0.8 / len(names)
             for index, name in enumerate(n for n in names if n in part["rows"]):
                 row = part["rows"][name]

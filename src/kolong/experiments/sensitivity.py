@@ -128,7 +128,7 @@ class QuantizedGroup:
 def _mlm_scorer(args, path: str) -> tuple[object, Callable[[], np.ndarray]]:
     """The model and a function returning its mean masked-token loss per held-out block."""
     from kolong.checkpoints import load_model, load_tokenizer
-    from kolong.experiments.extension_init import evaluation_blocks, heldout_reviews, token_losses
+    from kolong.experiments.extension_eval import evaluation_blocks, heldout_reviews, token_losses
 
     model, tokenizer = load_model(path).eval(), load_tokenizer(path)
     ids, masks = evaluation_blocks(tokenizer, heldout_reviews(args.shared_data, args.trained_reviews),
