@@ -69,6 +69,22 @@ def test_verdicts_across_seeds_hold_only_when_every_seed_agrees():
         0
     ]
     assert split["verdict"] == "inconclusive" and set(split["seeds"]) == {"1", "2"}
+    assert split["comparison"] == "random - copy"
+
+    def with_control(verdict, mean):
+        both = outcome("reproduced", 0.3)
+        difference = {"mean": mean, "low": mean - 0.1, "high": mean + 0.1, "n": 9}
+        both["sets"]["reviews"]["context"] = [{"steps": 400, "bucket": "512-1023", "method": "copy",
+                                               "difference": difference, "verdict": verdict,
+                                               "paired_verdict": "separated"}]  # fmt: skip
+        return both
+
+    control = across_seeds({1: with_control("reproduced", -0.3), 2: with_control("refuted", 0.2)})["sets"][
+        "reviews"
+    ]
+    assert [c["comparison"] for c in control] == ["random - copy", "copy - 512-continued"]
+    assert control[1]["steps"] == 400 and control[1]["verdict"] == "inconclusive"
+    assert control[1]["mean_difference"] == pytest.approx(-0.05)
 
 
 def test_neighbour_cosine_golden_values():

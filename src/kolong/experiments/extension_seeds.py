@@ -15,7 +15,7 @@ import numpy as np
 
 from kolong.evaluation.bootstrap import agreed
 from kolong.experiments.extension_init import ExtensionInitArguments, run_extension_init
-from kolong.experiments.extension_report import SET_TITLES
+from kolong.experiments.extension_report import CONTINUED, SET_TITLES
 from kolong.io import atomic_write_json, atomic_write_text
 
 
@@ -50,14 +50,18 @@ def run_extension_init_seeds(
 
 
 def across_seeds(outcomes: dict[int, dict]) -> dict:
-    """Per set and comparison (steps, bucket, reference): each seed's paired difference and verdicts."""
+    """Per set and comparison (steps, bucket, which two variants): each seed's paired difference and verdicts.
+
+    The comparisons: `random` minus `copy` / `interpolate`, and each extended variant minus the 512 control."""
     sets = {}
     for seed, outcome in outcomes.items():
         for set_name, part in outcome["sets"].items():
-            for c in part["comparisons"]:
-                key = f"{c['steps']}|{c['bucket']}|{c['against']}"
+            labelled = [(f"random - {c['against']}", c) for c in part["comparisons"]]
+            labelled += [(f"{c['method']} - {CONTINUED}", c) for c in part.get("context", [])]
+            for comparison, c in labelled:
+                key = f"{c['steps']}|{c['bucket']}|{comparison}"
                 entry = sets.setdefault(set_name, {}).setdefault(
-                    key, {"steps": c["steps"], "bucket": c["bucket"], "against": c["against"], "seeds": {}}
+                    key, {"steps": c["steps"], "bucket": c["bucket"], "comparison": comparison, "seeds": {}}
                 )
                 entry["seeds"][str(seed)] = {k: c[k] for k in ("difference", "verdict", "paired_verdict")}
     for comparisons in sets.values():
@@ -73,12 +77,13 @@ def seeds_markdown(results: dict) -> str:
     seeds = results["arguments"]["seeds"]
     lines = [
         f"# kolong experiment extension-init across seeds {', '.join(map(str, seeds))}", "",
-        "random minus copied/interpolated rows, MLM loss (nats): each seed's paired difference [95% over blocks] "
-        "and verdict from the unpaired intervals; across seeds: the verdict when all seeds agree, else inconclusive.",
+        f"Differences of MLM loss (nats): random minus copied/interpolated rows, and extended variants minus "
+        f"{CONTINUED} (the 512 base continued as long); each seed's paired difference [95% over blocks] and verdict "
+        "from the unpaired intervals; across seeds: the verdict when all seeds agree, else inconclusive.",
     ]  # fmt: skip
     for set_name, comparisons in results["sets"].items():
         lines += ["", f"## {SET_TITLES.get(set_name, set_name)}", "",
-                  "| steps | bucket | random vs | " + " | ".join(f"seed {s}" for s in seeds) + " | across seeds |",
+                  "| steps | bucket | comparison | " + " | ".join(f"seed {s}" for s in seeds) + " | across seeds |",
                   "|---:|---|---|" + "---|" * len(seeds) + "---|"]  # fmt: skip
         for entry in comparisons:
             cells = []
@@ -86,6 +91,6 @@ def seeds_markdown(results: dict) -> str:
                 one = entry["seeds"][str(seed)]
                 d = one["difference"]
                 cells.append(f"{d['mean']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}] {one['verdict']}")
-            lines.append(f"| {entry['steps']} | {entry['bucket']} | {entry['against']} | " + " | ".join(cells)
+            lines.append(f"| {entry['steps']} | {entry['bucket']} | {entry['comparison']} | " + " | ".join(cells)
                          + f" | {entry['mean_difference']:+.3f} {entry['verdict']} |")  # fmt: skip
     return "\n".join(lines) + "\n"
