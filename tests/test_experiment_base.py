@@ -276,6 +276,7 @@ def test_base_model_resumes_and_the_extension_study_reports(shared_data, tmp_pat
     assert {c["against"] for c in articles["comparisons"]} == {"copy"}
     assert json.loads((tmp_path / "study" / "results.json").read_text())["sets"]["articles"]["blocks"] == 4
     assert (tmp_path / "study" / "extension_init.png").is_file()
+    assert (tmp_path / "study" / "extension_init_steps.png").is_file()  # loss against continued steps
     assert "| random | 2 |" in markdown and "| 512-continued | 2 |" in markdown
     assert "Longer context or more training?" in markdown and "| 2 | 512-1023 | copy |" in markdown
     assert set(results["position_rows"]["std"]) == {"0-127", "128-255", "256-383", "384-511"}

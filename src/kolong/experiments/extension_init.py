@@ -44,7 +44,7 @@ from kolong.experiments.extension_eval import (
     token_losses,
     unique_contexts,
 )
-from kolong.experiments.extension_report import CHUNKED, CONTINUED, SHUFFLED, plot, to_markdown
+from kolong.experiments.extension_report import CHUNKED, CONTINUED, SHUFFLED, plot, plot_steps, to_markdown
 from kolong.io import atomic_write_bytes, atomic_write_json, atomic_write_text
 
 METHODS = ("interpolate", "copy", "last", "random", "interpolate-keep-short")
@@ -261,6 +261,8 @@ def run_extension_init(args: ExtensionInitArguments, on_step: Callable[[str], No
     atomic_write_json(work / "results.json", results)
     atomic_write_text(work / "results.md", to_markdown(results))
     plot(results, work / "extension_init.png")
+    if len(args.steps) > 1:
+        plot_steps(results, work / "extension_init_steps.png")
     return results
 
 

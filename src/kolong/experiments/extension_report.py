@@ -102,20 +102,61 @@ def plot(results: dict, path: Path) -> Path:
         )  # differences are tenths of a nat
         for axis, steps in zip(axes_row, args["steps"], strict=True):
             names = [CHUNKED, f"{CONTINUED}@{steps}"] + [f"{m}@{steps}" for m in args["methods"]]
-            width = 0.8 / len(names)
-            for index, name in enumerate(n for n in names if n in part["rows"]):
+            present = [name for name in names if name in part["rows"]]  # no control before continued training
+            width = 0.8 / len(present)
+            for index, name in enumerate(present):
                 row = part["rows"][name]
                 means = [row[b]["mean"] for b in buckets]
                 errors = [
                     [row[b]["mean"] - row[b]["low"] for b in buckets],
                     [row[b]["high"] - row[b]["mean"] for b in buckets],
                 ]
-                x = [i + (index - (len(names) - 1) / 2) * width for i in range(len(buckets))]
-                axis.bar(x, means, width, yerr=errors, capsize=2, label=name.partition("@")[0])
+                x = [i + (index - (len(present) - 1) / 2) * width for i in range(len(buckets))]
+                colour = f"C{names.index(name)}"  # one colour per variant in every panel
+                axis.bar(x, means, width, yerr=errors, capsize=2, color=colour, label=name.partition("@")[0])
             axis.set_ylim(low - 0.1 * (high - low), high + 0.1 * (high - low))
             axis.set_xticks(range(len(buckets)), buckets)
             axis.set_xlabel("position bucket")
             axis.set_ylabel("MLM loss")
             axis.set_title(f"{set_name} ({part['blocks']} blocks), after {steps} steps at {args['length']}")
+            axis.legend(fontsize=7)
+    return save_figure(figure, path)
+
+
+def plot_steps(results: dict, path: Path) -> Path:
+    """MLM loss on each new-position bucket against continued pre-training steps: every variant, the 512
+    base's chunks (a level line) and the 512 control trained as long (whether the extended ones catch up)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    args = results["arguments"]
+    new_buckets = [_label(e) for e in bucket_edges(args["length"])][1:]
+    sets = results["sets"]
+    figure, axes = plt.subplots(len(sets), len(new_buckets), figsize=(6.5 * len(new_buckets), 4.2 * len(sets)),
+                                squeeze=False)  # fmt: skip
+    for axes_row, (set_name, part) in zip(axes, sets.items(), strict=True):
+        rows = part["rows"]
+        for axis, bucket in zip(axes_row, new_buckets, strict=True):
+            for index, variant in enumerate([CONTINUED, *args["methods"]]):
+                points = [
+                    (s, rows[f"{variant}@{s}"][bucket]) for s in args["steps"] if f"{variant}@{s}" in rows
+                ]
+                if variant == CONTINUED and CHUNKED in rows:  # the control starts as the base itself
+                    points = [(0, rows[CHUNKED][bucket]), *points]
+                if len(points) < 2:
+                    continue
+                steps, cells = zip(*points, strict=True)
+                axis.errorbar(steps, [c["mean"] for c in cells], capsize=3, marker="o", color=f"C{index + 1}",
+                              yerr=[[c["mean"] - c["low"] for c in cells], [c["high"] - c["mean"] for c in cells]],
+                              label=variant)  # fmt: skip
+            if CHUNKED in rows:
+                axis.axhline(
+                    rows[CHUNKED][bucket]["mean"], color="C0", linestyle="--", label=f"{CHUNKED} (base)"
+                )
+            axis.set_xlabel(f"continued pre-training steps at {args['length']}")
+            axis.set_ylabel(f"MLM loss, positions {bucket}")
+            axis.set_title(f"{set_name} ({part['blocks']} blocks)")
             axis.legend(fontsize=7)
     return save_figure(figure, path)
