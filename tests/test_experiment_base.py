@@ -99,6 +99,17 @@ def test_neighbour_cosine_golden_values():
     assert float(neighbour_cosine(smooth).mean()) > 0.8
 
 
+def test_boundary_means_read_the_tokens_next_to_each_512_cut():
+    from kolong.experiments.extension_eval import boundary_means
+
+    losses = np.full((2, 2048), np.nan)
+    losses[0, [511, 512, 1000, 1100, 1535, 1600]] = [1.0, 3.0, 100.0, 5.0, 7.0, 9.0]
+    losses[1, 100] = 4.0  # nothing masked near a cut: counted as 0, not NaN
+    # near 512, 1024 and 1536 (±64): 511, 512, 1000 (1024 - 24), 1535; not 1100 or 1600
+    np.testing.assert_allclose(boundary_means(losses, 2048), [(1 + 3 + 100 + 7) / 4, 0.0])
+    assert boundary_means(losses[:, :1024], 1024, reach=1)[0] == pytest.approx(2.0)  # 511 and 512
+
+
 def test_position_buckets():
     assert bucket_edges(1024) == [(0, 512), (512, 1024)]
     assert bucket_edges(4096) == [(0, 512), (512, 1024), (1024, 2048), (2048, 4096)]
@@ -265,11 +276,13 @@ def test_base_model_resumes_and_the_extension_study_reports(shared_data, tmp_pat
     assert control.config.max_position_embeddings == 512  # the base itself, not an extended variant
     assert articles["rows"]["512-continued@2"]["0-511"] != articles["rows"]["512-chunks"]["0-511"]
     assert {(c["steps"], c["method"]) for c in articles["context"]} == {(2, "copy"), (2, "random")}
+    assert {c["bucket"] for c in articles["context"]} == {"0-511", "512-1023", "512-boundaries ±64"}
+    assert {c["bucket"] for c in articles["comparisons"]} == {"0-511", "512-1023"}
     assert all(c["control"] == articles["rows"]["512-continued@2"][c["bucket"]] for c in articles["context"])
     assert articles["blocks"] == 4 and reviews["blocks"] == 3 and reviews["order_sensitivity"]["n"] == 3
     markdown = (tmp_path / "study" / "results.md").read_text()
     assert markdown.count("Word order: shuffling") == 2 and "review streams" in markdown
-    assert set(articles["rows"]["copy@0"]) == {"0-511", "512-1023"}
+    assert set(articles["rows"]["copy@0"]) == {"0-511", "512-1023", "512-boundaries ±64"}
     # copied rows keep the first 512 positions: the same losses there as the 512 base reading chunks
     first = articles["rows"]["copy@0"]["0-511"]["mean"], articles["rows"]["512-chunks"]["0-511"]["mean"]
     assert first[0] == pytest.approx(first[1], abs=0.05)

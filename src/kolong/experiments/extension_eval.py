@@ -98,6 +98,25 @@ def bucket_means(losses: np.ndarray, length: int) -> dict[str, np.ndarray]:
     return means
 
 
+BOUNDARY_REACH = 64
+
+
+def boundary_label(reach: int = BOUNDARY_REACH) -> str:
+    return f"512-boundaries ±{reach}"
+
+
+def boundary_means(losses: np.ndarray, length: int, reach: int = BOUNDARY_REACH) -> np.ndarray:
+    """Each block's mean loss over its masked tokens within `reach` of a multiple of 512 inside the block.
+
+    There a 512 model reading chunks has lost the most context (the tokens past the cut), so an extended
+    model that uses context across 512 tokens gains most there."""
+    near = np.zeros(length, dtype=bool)
+    for cut in range(512, length, 512):
+        near[max(0, cut - reach) : cut + reach] = True
+    part = losses[:, near]
+    return np.nansum(part, axis=1) / np.maximum((~np.isnan(part)).sum(axis=1), 1)
+
+
 def position_row_spread(model_path: str, group: int = 128) -> dict:
     """How trained the base's position rows are, per range of `group` rows.
 
