@@ -85,7 +85,8 @@ class ExtensionInitArguments:
     control: bool = True
     """Also continue the 512 base the same steps and tokens (rows of 512) and read the blocks in chunks."""
     corpus_dir: str = ""
-    """Where the continued pre-training corpus is built (empty: WORK/corpus-LENGTH); shared across seeds."""
+    """Where the continued pre-training corpus is built (empty: WORK/corpus-LENGTH); shared across seeds. The
+    control's corpus of 512-token rows goes beside it (corpus-512)."""
 
 
 def _variant(base_model: str, work: Path, method: str, length: int, seed: int) -> Path:
