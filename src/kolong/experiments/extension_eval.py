@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kolong.experiments.extension_report import _label, bucket_edges
+from kolong.experiments.extension_report import bucket_edges, bucket_labels
 
 
 def unique_contexts(examples) -> list[str]:
@@ -90,19 +90,12 @@ def chunked_losses(model, ids: np.ndarray, masks: np.ndarray, mask_id: int, chun
 
 def bucket_means(losses: np.ndarray, length: int) -> dict[str, np.ndarray]:
     """Per bucket, each block's mean loss over its masked tokens in the bucket."""
-    means = {}
-    for edge in bucket_edges(length):
-        part = losses[:, edge[0] : edge[1]]
-        counted = ~np.isnan(part)
-        means[_label(edge)] = np.nansum(part, axis=1) / np.maximum(counted.sum(axis=1), 1)
-    return means
+    edges = zip(bucket_labels(length), bucket_edges(length), strict=True)
+    return {label: _masked_mean(losses[:, low:high]) for label, (low, high) in edges}
 
 
 BOUNDARY_REACH = 64
-
-
-def boundary_label(reach: int = BOUNDARY_REACH) -> str:
-    return f"512-boundaries ±{reach}"
+BOUNDARY = f"512-boundaries ±{BOUNDARY_REACH}"  # the positions boundary_means reads, as a bucket name
 
 
 def boundary_means(losses: np.ndarray, length: int, reach: int = BOUNDARY_REACH) -> np.ndarray:
@@ -113,7 +106,11 @@ def boundary_means(losses: np.ndarray, length: int, reach: int = BOUNDARY_REACH)
     near = np.zeros(length, dtype=bool)
     for cut in range(512, length, 512):
         near[max(0, cut - reach) : cut + reach] = True
-    part = losses[:, near]
+    return _masked_mean(losses[:, near])
+
+
+def _masked_mean(part: np.ndarray) -> np.ndarray:
+    """Each row's mean over its scored (not NaN) entries; 0 for a row with none."""
     return np.nansum(part, axis=1) / np.maximum((~np.isnan(part)).sum(axis=1), 1)
 
 

@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from kolong.experiments.extension_eval import (
-    boundary_label,
+    BOUNDARY,
     boundary_means,
     bucket_means,
     chunked_losses,
@@ -50,8 +50,7 @@ from kolong.experiments.extension_report import (
     CHUNKED,
     CONTINUED,
     SHUFFLED,
-    _label,
-    bucket_edges,
+    bucket_labels,
     plot,
     plot_steps,
     to_markdown,
@@ -290,9 +289,9 @@ def summarise(stored: dict, args: ExtensionInitArguments, parts: dict[str, slice
 def _summarise_set(stored: dict, args: ExtensionInitArguments) -> dict:
     from kolong.evaluation.bootstrap import interval, paired_difference
 
-    buckets = [_label(edge) for edge in bucket_edges(args.length)]
+    buckets = bucket_labels(args.length)
     per_block = {
-        name: {**bucket_means(losses, args.length), boundary_label(): boundary_means(losses, args.length)}
+        name: {**bucket_means(losses, args.length), BOUNDARY: boundary_means(losses, args.length)}
         for name, losses in stored.items()
     }
     rows = {

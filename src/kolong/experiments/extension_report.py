@@ -24,6 +24,11 @@ def _label(edge: tuple[int, int]) -> str:
     return f"{edge[0]}-{edge[1] - 1}"
 
 
+def bucket_labels(length: int) -> list[str]:
+    """ "0-511", "512-1023", ...: the names of `bucket_edges(length)`."""
+    return [_label(edge) for edge in bucket_edges(length)]
+
+
 SET_TITLES = {
     "articles": "held-out KorQuAD articles (long documents; out of the base's main domain)",
     "reviews": "held-out NSMC review streams (the base's domain and block format)",
@@ -32,7 +37,7 @@ SET_TITLES = {
 
 def to_markdown(results: dict) -> str:
     args = results["arguments"]
-    buckets = [_label(e) for e in bucket_edges(args["length"])]
+    buckets = bucket_labels(args["length"])
     lines = [f"# kolong experiment extension-init: 512 -> {args['length']}", "",
              "MLM loss at masked tokens by position bucket, mean [95% bootstrap interval over blocks]."]  # fmt: skip
     if "position_rows" in results:
@@ -90,7 +95,7 @@ def plot(results: dict, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     args = results["arguments"]
-    buckets = [_label(e) for e in bucket_edges(args["length"])]
+    buckets = bucket_labels(args["length"])
     sets = results["sets"]
     figure, axes = plt.subplots(len(sets), len(args["steps"]), figsize=(6 * len(args["steps"]), 4.5 * len(sets)),
                                 squeeze=False)  # fmt: skip
@@ -132,7 +137,7 @@ def plot_steps(results: dict, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     args = results["arguments"]
-    new_buckets = [_label(e) for e in bucket_edges(args["length"])][1:]
+    new_buckets = bucket_labels(args["length"])[1:]
     sets = results["sets"]
     figure, axes = plt.subplots(len(sets), len(new_buckets), figsize=(6.5 * len(new_buckets), 4.2 * len(sets)),
                                 squeeze=False)  # fmt: skip
