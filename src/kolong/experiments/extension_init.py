@@ -26,6 +26,7 @@ longer context better.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import json
@@ -214,18 +215,23 @@ def run_extension_init(args: ExtensionInitArguments, on_step: Callable[[str], No
                 np.savez_compressed(buffer, blocks=np.array(fingerprint), **stored)
                 atomic_write_bytes(losses_path, buffer.getvalue())
 
+    chunk_batch = (
+        batch * args.length // 512
+    )  # 512-token chunks: as many tokens per forward pass as a block batch
+    base_model = functools.cache(lambda: AutoModelForMaskedLM.from_pretrained(base["model"]).eval())
     on_step(f"{CHUNKED}: the 512 base on {len(ids)} blocks")
-    record(CHUNKED, lambda: chunked_losses(AutoModelForMaskedLM.from_pretrained(base["model"]).eval(), ids, masks,
-                                           tokenizer.mask_token_id, 512, batch * args.length // 512))  # fmt: skip
+    record(
+        CHUNKED, lambda: chunked_losses(base_model(), ids, masks, tokenizer.mask_token_id, 512, chunk_batch)
+    )
     on_step(f"{SHUFFLED}: does the base use word order at all?")
     order = np.concatenate(
         [[0], 1 + np.random.default_rng(args.seed).permutation(args.length - 2), [args.length - 1]]
     )
 
     def shuffled() -> np.ndarray:
-        model = AutoModelForMaskedLM.from_pretrained(base["model"]).eval()
-        losses = chunked_losses(model, ids[:, order], masks[:, order], tokenizer.mask_token_id, 512,
-                                batch * args.length // 512)  # fmt: skip
+        losses = chunked_losses(
+            base_model(), ids[:, order], masks[:, order], tokenizer.mask_token_id, 512, chunk_batch
+        )
         restored = np.empty_like(losses)
         restored[:, order] = losses  # back to each token's own position
         return restored
@@ -263,7 +269,7 @@ def run_extension_init(args: ExtensionInitArguments, on_step: Callable[[str], No
                     return {"finished": False}
                 model = AutoModelForMaskedLM.from_pretrained(_checkpoint(continued, steps)).eval()
                 record(f"{CONTINUED}@{steps}", lambda m=model: chunked_losses(
-                    m, ids, masks, tokenizer.mask_token_id, 512, batch * args.length // 512))  # fmt: skip
+                    m, ids, masks, tokenizer.mask_token_id, 512, chunk_batch))  # fmt: skip
     results = {
         "finished": True,
         **summarise(stored, args, parts),
