@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from kolong.bench.extension import reference_row_loop_doubling
 from kolong.bench.harness import write_results
 from kolong.bench.qa import QABenchmark, run_qa_benchmark, to_markdown
@@ -96,6 +98,46 @@ def test_a_new_benchmark_is_one_class_and_the_harness_writes_it(tmp_path):
     assert json.loads(json_path.read_text())["timings"][0]["rounds"] == 2
     text = markdown_path.read_text()
     assert text.startswith("# squares") and "Machine: " in text and "| n 1000 | loop (reference) |" in text
+
+
+def test_a_run_cut_short_leaves_its_finished_cases_and_a_complete_run_replaces_them(tmp_path):
+    """On a lent GPU a call that reaches its time limit is killed: the cases it finished must be on disk."""
+    import json
+
+    from kolong.bench.harness import Benchmark, Case, run, write_results
+
+    class Stops(Benchmark):
+        name = "stops"
+
+        def sizes(self, args):
+            return [{"n": n} for n in (1, 2, 3)]
+
+        def setup(self, args, size):
+            if size["n"] == args["stop_at"]:
+                raise KeyboardInterrupt  # the limit's signal, or any failure
+            return Case({"noop": lambda: None}, repeats=1, warmup=0)
+
+        def summarise(self, args, rows):  # needs every case, as a cross-case ratio would
+            return {"last_over_first": rows[2]["n"] / rows[0]["n"]}
+
+        def to_markdown(self, result):
+            return f"# stops {result['last_over_first']}\n"
+
+    def write(result):
+        return write_results(Stops(), result, tmp_path)
+
+    with pytest.raises(KeyboardInterrupt):
+        run(Stops(), {"stop_at": 3}, on_partial=write)
+    partial = json.loads((tmp_path / "stops.partial.json").read_text())
+    assert partial["partial"] == {"cases": 2, "of": 3} and [t["n"] for t in partial["timings"]] == [1, 2]
+    assert "last_over_first" not in partial  # the summary needed case 3: the timings alone stand
+    text = (tmp_path / "stops.partial.md").read_text()
+    assert text.startswith("**Partial: 2 of 3 cases measured**") and "| n 2 | noop |" in text
+    assert not (tmp_path / "stops.json").exists()  # a complete result from before would be kept as it is
+
+    write(run(Stops(), {"stop_at": 0}, on_partial=write))
+    assert json.loads((tmp_path / "stops.json").read_text())["last_over_first"] == 3.0
+    assert not list(tmp_path.glob("stops.partial.*"))
 
 
 def test_every_benchmark_is_a_generated_command_with_its_options():

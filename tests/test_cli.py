@@ -174,9 +174,41 @@ def _documented_commands(page: str) -> list[list[str]]:
     return [found.split() for found in re.findall(r"`kolong ([^`]+)`", text)]
 
 
-@pytest.mark.parametrize("words", _documented_commands("gpu.md"), ids=lambda words: " ".join(words[:2]))
+def _gpu_step_commands() -> list[list[str]]:
+    """The `kolong ...` commands of every step of `.ci/gpu-step`, as its dry run prints them."""
+    import subprocess
+    from pathlib import Path
+
+    script = Path(__file__).parent.parent / ".ci" / "gpu-step"
+    printed = subprocess.run(
+        ["bash", str(script), "--dry-run", "all"], capture_output=True, text=True, check=True
+    )
+    prefix = "+ python3 -m kolong "
+    return [
+        line.removeprefix(prefix).split() for line in printed.stdout.splitlines() if line.startswith(prefix)
+    ]
+
+
+def test_the_gpu_step_script_lists_its_steps_and_refuses_unknown_ones():
+    import subprocess
+    from pathlib import Path
+
+    script = str(Path(__file__).parent.parent / ".ci" / "gpu-step")
+    listed = subprocess.run(["bash", script, "list"], capture_output=True, text=True, check=True).stdout
+    assert "pretrain-bench       issue 16" in listed and "needs: mecab nsmc korquad klue" in listed
+    refused = subprocess.run(
+        ["bash", script, "pretrain-bench", "no-such-step"], capture_output=True, text=True
+    )
+    assert refused.returncode == 2 and "unknown step 'no-such-step'" in refused.stderr
+    assert "== pretrain-bench" not in refused.stdout  # refused before anything ran
+    assert len(_gpu_step_commands()) >= 10
+
+
+@pytest.mark.parametrize(
+    "words", _documented_commands("gpu.md") + _gpu_step_commands(), ids=lambda words: " ".join(words[:2])
+)
 def test_gpu_runbook_commands_name_real_options(words):
-    """docs/gpu.md's commands are run in a paid GPU slot: every option they name must exist."""
+    """docs/gpu.md's and .ci/gpu-step's commands run in a paid GPU slot: every option they name must exist."""
     command = [w for w in words[:2] if not w.startswith("-")]
     result = run(*command, "--help")
     assert result.exit_code == 0, result.output

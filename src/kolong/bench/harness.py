@@ -15,7 +15,9 @@ read. A step may time itself (a Trainer run reports its logged throughput, a sub
 by returning a `Measured` (its seconds and other per-round figures, such as peak memory); other steps
 are timed from outside, whatever they return. Each timing keeps every round: median, min and max are reported.
 `write_results` adds the machine, the versions, the date and a table of every timing to what the
-benchmark wrote, atomically, as JSON and markdown.
+benchmark wrote, atomically, as JSON and markdown. After each case the command also writes what it
+has measured so far to `NAME.partial.{json,md}` (removed when the run completes), so that a run cut short,
+as on a lent GPU with a time limit, still returns its finished cases.
 """
 
 from __future__ import annotations
@@ -150,14 +152,22 @@ class Benchmark:
         raise NotImplementedError
 
 
-def run(benchmark: Benchmark, args, on_step: Callable[[str], None] | None = None) -> dict:
-    """Every case of `benchmark`, timed; its summary plus the machine, the date and every timing."""
+def run(
+    benchmark: Benchmark, args, on_step: Callable[[str], None] | None = None,
+    on_partial: Callable[[dict], None] | None = None,
+) -> dict:  # fmt: skip
+    """Every case of `benchmark`, timed; its summary plus the machine, the date and every timing.
+
+    `on_partial` receives the result so far after each case but the last (marked `partial`), so that a
+    run cut short (a lent GPU's time limit) still leaves what it measured."""
     from kolong.bench.machine import describe_machine
 
     step = on_step or (lambda message: None)
-    rows = []
+    machine = describe_machine(with_torch=not benchmark.light_machine)
+    rows: list[dict] = []
     try:
-        for size in benchmark.sizes(args):
+        sizes = list(benchmark.sizes(args))
+        for number, size in enumerate(sizes, 1):
             label = ", ".join(f"{k} {v}" for k, v in size.items())
             step(f"{benchmark.name}: setting up {label}".rstrip(", "))
             case = benchmark.setup(args, size)
@@ -169,22 +179,36 @@ def run(benchmark: Benchmark, args, on_step: Callable[[str], None] | None = None
             rows.append(
                 {**size, **case.facts, "size": size, "timings": timings, "references": list(case.references)}
             )
+            if on_partial is not None and number < len(sizes):
+                on_partial(_partial_result(benchmark, args, rows, machine, len(sizes)))
     finally:
         benchmark.teardown()
-    result = benchmark.summarise(args, rows)
+    return _result(benchmark, args, rows, benchmark.summarise(args, rows), machine)
+
+
+def _result(benchmark: Benchmark, args, rows: list[dict], summary: dict, machine: dict) -> dict:
     arguments = asdict(args) if is_dataclass(args) else args
     return {
         "benchmark": benchmark.name,
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "machine": describe_machine(with_torch=not benchmark.light_machine),
-        **result,
-        "arguments": result.get("arguments", arguments),
+        "machine": machine,
+        **summary,
+        "arguments": summary.get("arguments", arguments),
         "timings": [
             {**row["size"], "step": name,
              "reference": name in row["references"], **timing.as_dict()}
             for row in rows for name, timing in row["timings"].items()
         ],
     }  # fmt: skip
+
+
+def _partial_result(benchmark: Benchmark, args, rows: list[dict], machine: dict, total: int) -> dict:
+    """The result of the cases measured so far; the timings alone if the summary needs every case."""
+    try:
+        summary = benchmark.summarise(args, list(rows))
+    except Exception:  # a summary may compare cases not measured yet; the timings still stand
+        summary = {}
+    return {**_result(benchmark, args, rows, summary, machine), "partial": {"cases": len(rows), "of": total}}
 
 
 def machine_line(result: dict) -> str:
@@ -218,11 +242,35 @@ def timings_markdown(result: dict) -> str:
 def write_results(
     benchmark: Benchmark, result: dict, output_dir: str | Path, stem: str | None = None
 ) -> tuple[Path, Path]:
-    """`output_dir/NAME.json` and `NAME.md` (the benchmark's tables, the machine, every timing), atomically."""
+    """`output_dir/NAME.json` and `NAME.md` (the benchmark's tables, the machine, every timing), atomically.
+
+    A partial result (see `run`) goes to `NAME.partial.{json,md}` instead, so that a run cut short never
+    replaces a complete one; the complete result removes them."""
     output_dir, stem = Path(output_dir), stem or benchmark.name
+    partial = result.get("partial")
+    if partial:
+        return _write_partial(benchmark, result, output_dir / f"{stem}.partial")
     markdown = "\n".join([benchmark.to_markdown(result).rstrip("\n"), "", machine_line(result), "",
                           timings_markdown(result)])  # fmt: skip
-    return (
+    written = (
         atomic_write_json(output_dir / f"{stem}.json", result),
         atomic_write_text(output_dir / f"{stem}.md", markdown.rstrip("\n") + "\n"),
+    )
+    for suffix in (".partial.json", ".partial.md"):
+        (output_dir / f"{stem}{suffix}").unlink(missing_ok=True)
+    return written
+
+
+def _write_partial(benchmark: Benchmark, result: dict, stem: Path) -> tuple[Path, Path]:
+    partial = result["partial"]
+    try:
+        tables = benchmark.to_markdown(result).rstrip("\n")
+    except Exception:  # the tables may need every case; the timings below are the measurement
+        tables = f"# kolong bench {benchmark.name}"
+    note = (f"**Partial: {partial['cases']} of {partial['of']} cases measured** (the run was stopped or is "
+            "still going; a complete run replaces this file).")  # fmt: skip
+    markdown = "\n".join([note, "", tables, "", machine_line(result), "", timings_markdown(result)])
+    return (
+        atomic_write_json(stem.with_name(stem.name + ".json"), result),
+        atomic_write_text(stem.with_name(stem.name + ".md"), markdown.rstrip("\n") + "\n"),
     )

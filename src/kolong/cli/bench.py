@@ -28,8 +28,10 @@ def _command(name: str, target: str, arguments: type):
 
         with user_errors(), console.status("benchmarking") as status:
             benchmark = load_benchmark(target)
-            result = run(benchmark, args, on_step=status.update)
-            json_path, markdown_path = write_results(benchmark, result, Path(args.output_dir))
+            output_dir = Path(args.output_dir)
+            result = run(benchmark, args, on_step=status.update,
+                         on_partial=lambda partial: write_results(benchmark, partial, output_dir))  # fmt: skip
+            json_path, markdown_path = write_results(benchmark, result, output_dir)
         console.print(markdown_path.read_text(encoding="utf-8"), highlight=False)
         console.print(f"[green]wrote[/] {json_path} and {markdown_path}")
 
