@@ -154,3 +154,14 @@ def test_every_benchmark_is_a_generated_command_with_its_options():
     assert refused.exit_code == 2 and "512 * 2^m" in " ".join(refused.output.split())
     refused = runner.invoke(app, ["bench", "encoder", "--lengths", "1x"])
     assert refused.exit_code == 2 and "--lengths" in refused.output
+    import torch
+
+    if not torch.cuda.is_available():  # every benchmark with --device refuses cuda the same way
+        for name in ("encoder", "long-attention", "pretrain", "gbst", "compress", "qa"):
+            if "--device" in runner.invoke(app, ["bench", name, "--help"]).output:
+                refused = runner.invoke(
+                    app, ["bench", name, "--device", "cuda", "--output-dir", "/nonexistent"]
+                )
+                assert (
+                    refused.exit_code != 0 and "--device cuda: no CUDA device is visible" in refused.output
+                ), name

@@ -204,6 +204,35 @@ def test_the_gpu_step_script_lists_its_steps_and_refuses_unknown_ones():
     assert len(_gpu_step_commands()) >= 10
 
 
+def test_the_gpu_step_script_checks_needs_before_measuring_and_reports_failed_commands(tmp_path):
+    """On a lent machine every minute counts: a missing dataset stops the call before any measuring, and
+    a command that fails makes the call fail (its step named), not pass silently."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import torch
+
+    root = Path(__file__).parent.parent
+    (tmp_path / ".ci").mkdir()  # a tree with no carried wheels or data: the script runs from its root
+    script = shutil.copy(root / ".ci" / "gpu-step", tmp_path / ".ci" / "gpu-step")
+    (tmp_path / "src").symlink_to(root / "src")
+    bin_dir = str(Path(sys.executable).parent)  # python3 of this interpreter
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "OUT": str(tmp_path / "out"),
+           "KOLONG_GPU_SITE": str(tmp_path / "site"), "KOLONG_GPU_DATA": str(tmp_path / "data")}  # fmt: skip
+    missing = subprocess.run(["bash", str(script), "gbst-bench"], capture_output=True, text=True, env=env)
+    assert missing.returncode == 3, missing.stdout + missing.stderr
+    assert "step gbst-bench cannot run: missing korquad data (carry .shared/data/korquad)" in missing.stderr
+    assert "+ python3 -m kolong" not in missing.stdout
+    if torch.cuda.is_available():
+        return  # the step below would measure for minutes
+    failed = subprocess.run(["bash", str(script), "encoder-bench"], capture_output=True, text=True, env=env)
+    assert failed.returncode == 1 and "failed: encoder-bench" in failed.stderr
+    assert "no CUDA device" in failed.stdout + failed.stderr
+
+
 @pytest.mark.parametrize(
     "words", _documented_commands("gpu.md") + _gpu_step_commands(), ids=lambda words: " ".join(words[:2])
 )

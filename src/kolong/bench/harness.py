@@ -163,6 +163,8 @@ def run(
     from kolong.bench.machine import describe_machine
 
     step = on_step or (lambda message: None)
+    if isinstance(getattr(args, "device", None), str):
+        resolve_device(args.device)  # --device cuda without a GPU: refused before any case, naming the option
     machine = describe_machine(with_torch=not benchmark.light_machine)
     rows: list[dict] = []
     try:
