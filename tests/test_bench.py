@@ -154,6 +154,12 @@ def test_every_benchmark_is_a_generated_command_with_its_options():
     assert refused.exit_code == 2 and "512 * 2^m" in " ".join(refused.output.split())
     refused = runner.invoke(app, ["bench", "encoder", "--lengths", "1x"])
     assert refused.exit_code == 2 and "--lengths" in refused.output
+    for name, option in (
+        ("compress", "--variants"),
+        ("encoder", "--implementations"),
+    ):  # one line, no traceback
+        refused = runner.invoke(app, ["bench", name, option, "nonsense", "--output-dir", "/nonexistent"])
+        assert refused.exit_code == 2 and f"{option}: unknown 'nonsense'" in refused.output, refused.output
     import torch
 
     if not torch.cuda.is_available():  # every benchmark with --device refuses cuda the same way

@@ -120,3 +120,29 @@ def test_pretraining_with_the_gpu_settings_gives_the_eager_loss_curve(position, 
         pretrain_mlm(args)
     for (step, a), (_, b) in zip(losses(tmp_path / "eager"), losses(tmp_path / "compiled"), strict=True):
         assert a == pytest.approx(b, rel=2e-3, abs=2e-3), f"step {step}"
+
+
+def test_bench_compress_times_the_pytorch_variants_on_cuda_and_refuses_onnxruntime_there(tmp_path):
+    """`bench compress --device cuda`: fp32 and int8 run on the GPU; onnxruntime (CPU package) is left out of
+    `all` and refused by name."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from kolong.cli import app
+    from test_compress import _hf_qa_with_tokenizer
+
+    pytest.importorskip("torchao")
+    _hf_qa_with_tokenizer(tmp_path / "qa")
+    common = ["bench", "compress", "--model", str(tmp_path / "qa"), "--length", "64", "--repeats", "1",
+              "--device", "cuda", "--output-dir", str(tmp_path / "out")]  # fmt: skip
+    result = CliRunner().invoke(app, [*common, "--variants", "fp32,int8,student"])
+    assert result.exit_code == 0, result.output
+    saved = json.loads((tmp_path / "out" / "compress.json").read_text())
+    assert saved["device"] == "cuda" and {v["variant"] for v in saved["variants"]} == {
+        "fp32",
+        "int8",
+        "student",
+    }
+    refused = CliRunner().invoke(app, [*common, "--variants", "fp32,ort-int8"])
+    assert refused.exit_code != 0 and "ort-int8 runs on the CPU only" in refused.output

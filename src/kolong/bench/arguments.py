@@ -215,6 +215,8 @@ class CompressBenchArguments(BenchArguments):
                                  kind="list")  # fmt: skip
     repeats: int = option(3, "Interleaved timed rounds (the median is reported).")
     threads: int | None = option(None, "torch and onnxruntime threads (default: torch's).")
+    device: str = option("cpu", "cpu or cuda (the PyTorch variants; onnxruntime's run on the CPU and are "
+                         "left out of `all` on cuda).", choices=("cpu", "cuda"))  # fmt: skip
 
 
 # `kolong bench NAME` -> (the Benchmark class, imported when the command runs; its arguments)

@@ -1,5 +1,6 @@
 """`kolong bench compress`: what int8 quantization, onnxruntime and a distilled student buy for QA on long
-windows on CPU, each variant timed against the fp32 PyTorch model in the same run.
+windows on CPU (or, for the PyTorch variants, a GPU), each variant timed against the fp32 PyTorch model in
+the same run.
 
 | variant | what runs |
 |---|---|
@@ -10,7 +11,9 @@ windows on CPU, each variant timed against the fp32 PyTorch model in the same ru
 | student, student-int8-compiled, student-ort-int8 | the student with half the layers, the same ways |
 
 Each step is one forward of one window of `length` tokens. Peak memory is one call's growth of this
-process's resident memory. onnxruntime's threads are told not to spin between calls, so that they do not
+process's resident memory (on a GPU: of allocated device memory). onnxruntime's variants run on the CPU
+only (kolong depends on onnxruntime's CPU package), so `--device cuda` leaves them out of `all` and
+refuses them by name. onnxruntime's threads are told not to spin between calls, so that they do not
 steal the cores of the PyTorch steps interleaved with them. With --eval, every variant answers the same
 questions (sliding windows of the model's length) and its F1 is reported with the paired change from fp32.
 """
@@ -23,7 +26,8 @@ from pathlib import Path
 
 from kolong.bench.arguments import CompressBenchArguments
 from kolong.bench.encoder import peak_growth_mb
-from kolong.bench.harness import Benchmark, Case
+from kolong.bench.harness import Benchmark, Case, cuda_sync
+from kolong.errors import ConfigError
 
 VARIANTS = ("fp32", "fp32-compiled", "int8", "int8-compiled", "ort-fp32", "ort-int8", "student",
             "student-int8-compiled", "student-ort-int8")  # fmt: skip
@@ -87,11 +91,17 @@ class CompressBenchmark(Benchmark):
         from kolong.compress.distill import make_student
 
         if args.eval and not args.model:
-            raise ValueError("--eval needs a fine-tuned --model (the built-in model is random)")
+            raise ConfigError("--eval needs a fine-tuned --model (the built-in model is random)")
         names = list(VARIANTS) if args.variants in (["all"], []) else list(args.variants)
         unknown = sorted(set(names) - set(VARIANTS))
         if unknown:
-            raise ValueError(f"--variants: unknown {unknown[0]!r}; choose from {', '.join(VARIANTS)}")
+            raise ConfigError(f"--variants: unknown {unknown[0]!r}; choose from {', '.join(VARIANTS)}")
+        on_cpu_only = [name for name in names if "ort-" in name]
+        if args.device == "cuda" and on_cpu_only:
+            if args.variants not in (["all"], []):
+                raise ConfigError(f"--variants: {on_cpu_only[0]} runs on the CPU only (onnxruntime's CPU "
+                                 "package); leave it out with --device cuda")  # fmt: skip
+            names = [name for name in names if name not in on_cpu_only]
         if args.threads:
             self.threads = torch.get_num_threads()
             torch.set_num_threads(args.threads)
@@ -118,20 +128,21 @@ class CompressBenchmark(Benchmark):
                 session, sizes[name] = _session(base, scratch, name.split("-")[0], quantize, args.threads)
                 runners[name] = ("ort", session)
                 continue
-            module = _int8(base) if "int8" in name else base
+            module = _int8(base.to(args.device)) if "int8" in name else base.to(args.device)
             sizes[name] = _bytes(module)
             runners[name] = ("torch", torch.compile(module) if name.endswith("compiled") else module)
-        steps = {name: _step(runner, feed) for name, runner in runners.items()}
-        memory = {name: peak_growth_mb(step, cuda=False) for name, step in steps.items()}  # also warms up
+        steps = {name: _step(runner, feed, args.device) for name, runner in runners.items()}
+        memory = {name: peak_growth_mb(step, cuda=args.device == "cuda") for name, step in steps.items()}
         facts = {"weights_mb": {n: b / 2**20 for n, b in sizes.items()}, "peak_growth_mb": memory,
                  "layers": model.config.num_hidden_layers, "student_layers": student.config.num_hidden_layers,
-                 "hidden_size": model.config.hidden_size}  # fmt: skip
+                 "hidden_size": model.config.hidden_size, "device": args.device}  # fmt: skip
         if args.eval:
             # a student made from picked layers was never trained: its F1 would say nothing
             scored = {n: r for n, r in runners.items() if args.student or not n.startswith("student")}
             facts["accuracy"] = _accuracy(args, model, scored)
         reference = {name: steps.pop(name) for name in ["fp32"] if name in steps}
-        return Case(steps=steps, references=reference, repeats=args.repeats, warmup=1, facts=facts)
+        return Case(steps=steps, references=reference, repeats=args.repeats, warmup=1, facts=facts,
+                    sync=cuda_sync(args.device))  # fmt: skip
 
     def teardown(self) -> None:
         import torch
@@ -152,13 +163,14 @@ class CompressBenchmark(Benchmark):
             if "accuracy" in row:
                 entry.update(row["accuracy"].get(name, {}))
             variants.append(entry)
-        return {"arguments": vars(args), "length": args.length, "layers": row["layers"],
+        return {"arguments": vars(args), "length": args.length, "layers": row["layers"], "device": row["device"],
                 "student_layers": row["student_layers"], "hidden_size": row["hidden_size"], "variants": variants}  # fmt: skip
 
     def to_markdown(self, result: dict) -> str:
         model = result["arguments"]["model"] or "a random BERT-base-sized kolong encoder (12 x 768)"
         lines = [f"# kolong bench compress ({result['date']})", "",
-                 f"QA forward of one {result['length']}-token window: {model}, {result['layers']} layers; student "
+                 f"QA forward of one {result['length']}-token window on {result.get('device', 'cpu')}: {model}, "
+                 f"{result['layers']} layers; student "
                  f"{result['student_layers']} layers. Median of {result['arguments']['repeats']} interleaved rounds.", "",
                  "| variant | ms per window | speed-up vs fp32 | weights MB | peak growth MB | F1 | F1 change [95%] |",
                  "|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
@@ -171,7 +183,7 @@ class CompressBenchmark(Benchmark):
         return "\n".join(lines) + "\n"
 
 
-def _run(runner, feed: dict):
+def _run(runner, feed: dict, device: str = "cpu"):
     """One forward of a ("torch", module) or ("ort", session) runner on numpy inputs: (start, end) logits."""
     import torch
 
@@ -180,12 +192,12 @@ def _run(runner, feed: dict):
         wanted = {i.name for i in target.get_inputs()}
         return target.run(None, {k: v for k, v in feed.items() if k in wanted})
     with torch.inference_mode():
-        output = target(**{k: torch.from_numpy(v) for k, v in feed.items()})
-    return output.start_logits.float().numpy(), output.end_logits.float().numpy()
+        output = target(**{k: torch.from_numpy(v).to(device) for k, v in feed.items()})
+    return output.start_logits.float().cpu().numpy(), output.end_logits.float().cpu().numpy()
 
 
-def _step(runner, feed: dict):
-    return lambda: _run(runner, feed)
+def _step(runner, feed: dict, device: str = "cpu"):
+    return lambda: _run(runner, feed, device)
 
 
 def _accuracy(args, model, runners: dict) -> dict:
@@ -208,7 +220,7 @@ def _accuracy(args, model, runners: dict) -> dict:
     inputs = {k: np.asarray(v, dtype=np.int64) for k, v in features.model_inputs(False).items()}
     scores = {}
     for name, runner in runners.items():
-        pieces = [_run(runner, {k: v[first : first + 8] for k, v in inputs.items()})
+        pieces = [_run(runner, {k: v[first : first + 8] for k, v in inputs.items()}, args.device)
                   for first in range(0, len(inputs["input_ids"]), 8)]  # fmt: skip
         start, end = (np.concatenate([piece[i] for piece in pieces]) for i in (0, 1))
         predictions, _ = decode_answers(examples, features, start, end)

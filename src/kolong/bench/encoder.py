@@ -27,6 +27,7 @@ from dataclasses import asdict
 
 from kolong.bench.arguments import EncoderBenchArguments
 from kolong.bench.harness import Benchmark, Case, cuda_sync
+from kolong.errors import ConfigError
 
 __all__ = ["EncoderBenchArguments", "EncoderBenchmark", "implementations", "to_markdown"]
 
@@ -188,7 +189,7 @@ def _resolved(args: EncoderBenchArguments) -> list[str]:
     names = list(known) if args.implementations in (["all"], []) else list(args.implementations)
     unknown = sorted(set(names) - set(known))
     if unknown:
-        raise ValueError(f"--implementations: unknown {unknown[0]!r}; choose from {', '.join(known)}")
+        raise ConfigError(f"--implementations: unknown {unknown[0]!r}; choose from {', '.join(known)}")
     return names
 
 
