@@ -237,6 +237,12 @@ def _field_cases(path: tuple, cls: type) -> list:
             continue
         flag, kind = f"--{spec.name}", number_kind(hints[spec.name])
         values = ["x1", *_out_of_range(kind, metadata)] if kind else []
+        if typing.get_origin(hints[spec.name]) is list:  # comma-separated: each item is checked
+            item_kind = number_kind(typing.get_args(hints[spec.name])[0])
+            if item_kind:
+                values += ["64,x1", *(f"64,{bad}" for bad in _out_of_range(item_kind, metadata))]
+            elif metadata.get("check"):
+                values.append("learned,bogus")
         if metadata.get("choices"):
             values.append("bogus")
         for value in values:

@@ -123,6 +123,10 @@ def test_a_run_cut_short_leaves_its_finished_cases_and_a_complete_run_replaces_t
         def to_markdown(self, result):
             return f"# stops {result['last_over_first']}\n"
 
+        def figures(self, result, output_dir):  # drawn for a complete result only
+            (output_dir / "stops.png").write_bytes(b"complete")
+            return [output_dir / "stops.png"]
+
     def write(result):
         return write_results(Stops(), result, tmp_path)
 
@@ -133,10 +137,11 @@ def test_a_run_cut_short_leaves_its_finished_cases_and_a_complete_run_replaces_t
     assert "last_over_first" not in partial  # the summary needed case 3: the timings alone stand
     text = (tmp_path / "stops.partial.md").read_text()
     assert text.startswith("**Partial: 2 of 3 cases measured**") and "| n 2 | noop |" in text
-    assert not (tmp_path / "stops.json").exists()  # a complete result from before would be kept as it is
+    assert not (tmp_path / "stops.json").exists() and not (tmp_path / "stops.png").exists()
 
     write(run(Stops(), {"stop_at": 0}, on_partial=write))
-    assert json.loads((tmp_path / "stops.json").read_text())["last_over_first"] == 3.0
+    complete = json.loads((tmp_path / "stops.json").read_text())
+    assert complete["last_over_first"] == 3.0 and complete["figures"] == [str(tmp_path / "stops.png")]
     assert not list(tmp_path.glob("stops.partial.*"))
 
 

@@ -10,6 +10,17 @@ from kolong.training.options import CheckedArguments, option
 KORQUAD_DEV = "../shared/data/korquad/KorQuAD_v1.0_dev.shared.json"
 
 
+def known_schemes(flag: str, names: list[str]) -> None:
+    from kolong.errors import ConfigError
+    from kolong.positions.registry import scheme_names
+
+    unknown = [name for name in names if name not in scheme_names()]
+    if unknown:
+        raise ConfigError(
+            f"{flag}: {unknown[0]!r} is not a position scheme; choose from {', '.join(scheme_names())}"
+        )
+
+
 @dataclass(kw_only=True)
 class BenchArguments(CheckedArguments):
     output_dir: str = option("benchmarks/results", "Where to write NAME.json and NAME.md.")
@@ -106,7 +117,8 @@ class PretrainBenchArguments(BenchArguments):
     DataCollatorForLanguageModeling + Trainer run of the same size; plus the padding that packing saves."""
 
     lengths: list[int] = option([128, 512, 2048], "Comma-separated block lengths.", kind="ints")
-    positions: list[str] = option(["learned", "shaw"], "Comma-separated position schemes.", kind="list")
+    positions: list[str] = option(["learned", "shaw"], "Comma-separated position schemes.", kind="list",
+                                  check=known_schemes)  # fmt: skip
     tokens_per_step: int = option(4096, "Tokens per optimiser step (batch = tokens / length).")
     steps: int = option(12, "Steps per run; the first quarter is warm-up and not timed.", min=4)
     rounds: int = option(2, "Interleaved rounds of the three pipelines (the median is reported).")

@@ -151,6 +151,10 @@ class Benchmark:
     def to_markdown(self, result: dict) -> str:
         raise NotImplementedError
 
+    def figures(self, result: dict, output_dir: Path) -> list[Path]:
+        """Figures of a complete result, drawn into `output_dir` (never for a partial one)."""
+        return []
+
 
 def run(
     benchmark: Benchmark, args, on_step: Callable[[str], None] | None = None,
@@ -252,6 +256,9 @@ def write_results(
     partial = result.get("partial")
     if partial:
         return _write_partial(benchmark, result, output_dir / f"{stem}.partial")
+    figures = benchmark.figures(result, output_dir)
+    if figures:
+        result = {**result, "figures": [str(path) for path in figures]}
     markdown = "\n".join([benchmark.to_markdown(result).rstrip("\n"), "", machine_line(result), "",
                           timings_markdown(result)])  # fmt: skip
     written = (

@@ -166,10 +166,12 @@ class LongAttentionBenchmark(Benchmark):
         self.models = {}
 
     def summarise(self, args: LongAttentionBenchArguments, rows: list[dict]) -> dict:
-        results = summarise(args, rows)
+        return summarise(args, rows)
+
+    def figures(self, result: dict, output_dir: Path) -> list[Path]:
         with contextlib.suppress(ImportError):  # matplotlib is in the base install; a plot is a bonus
-            results["figure"] = str(plot(results, Path(args.output_dir) / "long-attention.png"))
-        return results
+            return [plot(result, output_dir / "long-attention.png")]
+        return []
 
     def to_markdown(self, result: dict) -> str:
         return to_markdown(result)

@@ -86,7 +86,14 @@ def check_fields(instance: Any) -> None:
             continue
         metadata = field_metadata(cls, spec.name)
         flag = f"--{spec.name}"
-        _check_value(flag, value, number_kind(hints[spec.name]), metadata)
+        hint = hints[spec.name]
+        if typing.get_origin(hint) is list and isinstance(
+            value, list
+        ):  # each item, as a single value would be
+            for item in value:
+                _check_value(flag, item, number_kind(typing.get_args(hint)[0]), metadata)
+        else:
+            _check_value(flag, value, number_kind(hint), metadata)
         if metadata.get("check"):
             metadata["check"](flag, value)
 
