@@ -467,6 +467,8 @@ def sweep_cases() -> list:
                      ("none.json",), id="evaluate qa: missing data"),
         pytest.param(lambda w: ["experiment", "length", "-o", out(w), "--variants", "512-nope"], ("512-nope",),
                      id="experiment length: bad variant"),
+        pytest.param(lambda w: ["experiment", "length", "-o", out(w), "--overwrite", "--max-minutes", "5"],
+                     ("--overwrite", "--max-minutes"), id="experiment length: overwrite with a deadline"),
         pytest.param(lambda w: ["experiment", "positions", "--work-dir", out(w), "--set", "nope=1"], ("nope",),
                      id="experiment positions: unknown setting"),
         pytest.param(lambda w: ["experiment", "base", "--work-dir", out(w), "--set", "nope=1"], ("nope",),

@@ -51,8 +51,21 @@ def test_bad_settings():
 def test_study_runs_resumes_and_reports(shared_data, tmp_path):
     args = GbstStudyArguments(work_dir=str(tmp_path / "work"), results=str(tmp_path / "results.json"),
                               figures=str(tmp_path), scale="tiny", tasks=("klue-nli", "korquad"),
-                              shared_data=str(shared_data))  # fmt: skip
+                              shared_data=str(shared_data), max_minutes=1e-6)  # fmt: skip
+    # out of time: pre-training stops at a checkpoint, nothing is stored, and the same call resumes it
+    assert run_gbst_study(args, on_step=lambda message: None) == {
+        "finished": False,
+        "stopped_during": "byte-pretrained",
+    }
+    assert (
+        list((tmp_path / "work" / "byte-pretrained").glob("checkpoint-1"))
+        and not (tmp_path / "results.json").exists()
+    )
+    args.max_minutes = 0
     results = run_gbst_study(args, on_step=lambda message: None)
+    assert (
+        results["finished"] and results["pretrain"]["resumed"] and not results["uptrain"]["gbst"]["resumed"]
+    )
     assert results["uptrain"]["gbst"]["gbst"] and not results["uptrain"]["plain"]["gbst"]
     assert results["uptrain"]["gbst"]["parameters"] > results["uptrain"]["plain"]["parameters"]
     assert results["uptrain"]["plain"]["steps"] == results["uptrain"]["gbst"]["steps"] == 2

@@ -179,3 +179,25 @@ def test_default_reference_is_the_shortest_sliding_variant():
 
     assert default_reference(("512-truncate", "1024-sliding", "512-sliding", "4096-sparse")) == "512-sliding"
     assert default_reference(("2048-copy", "4096-sparse")) == "2048-copy"
+
+
+def test_max_minutes_stops_fine_tuning_at_a_checkpoint_and_the_rerun_resumes(tmp_path):
+    data = tmp_path / "qa.json"
+    data.write_text(json.dumps(korean_qa_dataset(), ensure_ascii=False), encoding="utf-8")
+    model = build_tiny_bert_checkpoint(tmp_path / "tiny", max_position_embeddings=64)
+    out = tmp_path / "run"
+    arguments = ["experiment", "length", "-o", str(out), "--model", str(model), "--data", str(data),
+                 "--variants", "64-truncate,128-copy", "--train-questions", "0", "--eval-questions", "0", "--epochs", "3"]  # fmt: skip
+    result = CliRunner().invoke(app, [*arguments, "--max-minutes", "0.000001"])
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.output.split())  # as the console wrapped it
+    assert "stopped by --max-minutes during 64-truncate: fine-tuning: run the same command to resume" in said
+    state = json.loads((out / "64-truncate" / "model" / "checkpoint-1" / "trainer_state.json").read_text())
+    assert state["global_step"] == 1 < state["max_steps"]  # one step, saved, stopped
+    assert not (out / "results.json").exists() and not (out / "64-truncate" / "predictions.json").exists()
+    result = CliRunner().invoke(app, arguments)
+    assert result.exit_code == 0, result.output
+    rows = json.loads((out / "results.json").read_text())["variants"]
+    assert [row["variant"] for row in rows] == ["64-truncate", "128-copy"]
+    results = json.loads((out / "64-truncate" / "model" / "kolong_qa_results.json").read_text())
+    assert results["metrics"]["resumed_from"].endswith("checkpoint-1")

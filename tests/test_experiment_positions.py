@@ -19,8 +19,21 @@ TOY = dict(steps=4, reviews=300, nsmc_limit=60, qa_train_questions=6, qa_eval_qu
 def test_study_runs_resumes_and_reports(shared_data, tmp_path):
     args = PositionStudyArguments(work_dir=str(tmp_path / "work"), results=str(tmp_path / "results.json"),
                                   figures=str(tmp_path), schemes=("shaw",), shared_data=str(shared_data),
-                                  overrides=TOY, vocab_speed_sizes=(500, 1000), qa_max_length=128)  # fmt: skip
+                                  overrides=TOY, vocab_speed_sizes=(500, 1000), qa_max_length=128,
+                                  max_minutes=1e-6)  # fmt: skip
+    # a call that runs out of time stops every training run at a checkpoint: one step per call, and the
+    # same command, repeated, finishes the study (as in a GPU slot of a few minutes per call)
+    stops = []
+    while not stops or stops[-1].startswith("shaw"):
+        assert len(stops) < 30, stops
+        stops.append(run_position_study(args, on_step=lambda message: None)["stopped_during"])
+    assert stops[0] == "shaw: pre-training" and {"shaw: NSMC", "shaw: KorQuAD"} <= set(stops)
+    assert stops[-1] == "learned-wordpiece: pre-training"
+    args.max_minutes = 0
     results = run_position_study(args, on_step=lambda message: None)
+    assert results["finished"]
+    assert results["runs"]["shaw"]["mlm"]["resumed"] and "*: resumed" in to_markdown(results)
+    assert results["runs"]["shaw"]["mlm"]["held_out"][-1][0] == TOY["steps"]
     assert set(results["runs"]) == {"shaw", "learned-wordpiece"}
     for run in results["runs"].values():
         assert run["mlm"]["held_out"][0][0] == 0  # the curve starts at step 0

@@ -8,6 +8,14 @@ import typer
 
 from kolong.cli.common import console, one_of, positive, user_errors
 
+MAX_MINUTES = typer.Option(
+    0.0,
+    "--max-minutes",
+    min=0,
+    help="Stop training at a checkpoint once this call has run this many minutes (0: no limit); run the same "
+    "command again to resume there.",
+)
+
 app = typer.Typer(
     help="Run the experiments documented in docs/reproductions.md.",
     no_args_is_help=True,
@@ -64,6 +72,7 @@ def length(
     overwrite: bool = typer.Option(
         False, "--overwrite", help="Redo finished variants instead of skipping them."
     ),
+    max_minutes: float = MAX_MINUTES,
 ) -> None:
     """512-truncate vs 512-sliding vs extended 1024/2048 (interpolate, copy) on article-level KorQuAD."""
     from kolong.experiments.length import LengthExperimentArguments, run_length_experiment
@@ -84,9 +93,15 @@ def length(
         seed=seed,
         reference=reference,
         overwrite=overwrite,
+        max_minutes=max_minutes,
     )
     with user_errors(), console.status("starting") as status:
-        run_length_experiment(arguments, on_step=lambda message: status.update(message))
+        outcome = run_length_experiment(arguments, on_step=lambda message: status.update(message))
+    if not outcome["finished"]:
+        console.print(
+            f"stopped by --max-minutes during {outcome['stopped_during']}: run the same command to resume"
+        )
+        return
     console.print((output / "results.md").read_text(encoding="utf-8"))
     console.print(
         f"[green]wrote[/] {output / 'results.json'}, {output / 'results.md'}, {output / 'f1_by_length.png'}"
@@ -116,6 +131,7 @@ def positions(
         help="Comma-separated seeds: the study once per seed (WORK/seed-S) and each claim across them "
         "(--results and its .md); empty: one run with --seed.",
     ),
+    max_minutes: float = MAX_MINUTES,
 ) -> None:
     """Relative vs absolute positions (and MeCab vs plain WordPiece) for a small Korean encoder: pre-train,
     then fine-tune on NSMC-style sentiment and article-level KorQuAD; resumable."""
@@ -131,7 +147,7 @@ def positions(
     args = PositionStudyArguments(
         work_dir=str(work_dir), results=str(results), figures=str(figures), scale=scale,
         schemes=tuple(s.strip() for s in schemes.split(",")), shared_data=str(shared_data),
-        learning_rate=learning_rate, seed=seed, overrides={},
+        learning_rate=learning_rate, seed=seed, max_minutes=max_minutes, overrides={},
     )  # fmt: skip
     with user_errors(), console.status("position study") as status:
         args.overrides = parse_pairs("--set", overrides)
@@ -144,6 +160,11 @@ def positions(
             if type(error) is not ValueError:
                 raise
             raise typer.BadParameter(str(error)) from None
+    if not outcome["finished"]:
+        console.print(
+            f"stopped by --max-minutes during {outcome['stopped_during']}: run the same command to resume"
+        )
+        return
     console.print(seeds_markdown(outcome) if seed_list else to_markdown(outcome))
     console.print(f"[green]wrote[/] {results}" + (f", {results.with_suffix('.md')}" if seed_list else ""))
 
@@ -300,6 +321,7 @@ def gbst(
         None, "--set", help="Override a scale setting: --set pretrain_steps=1000."
     ),
     seed: int = typer.Option(42, min=0, max=2**32 - 1, help="Seed of the splits and of training."),
+    max_minutes: float = MAX_MINUTES,
 ) -> None:
     """GBST's accuracy next to its speed (the Korean token-free paper): one byte model pre-trained, then
     uptrained with and without GBST for equal steps, fine-tuned on KLUE-NER, KLUE-DP, KLUE-NLI and KorQuAD
@@ -311,7 +333,7 @@ def gbst(
     _run_study("GBST study", lambda: GbstStudyArguments(
         work_dir=str(work_dir), results=str(results), figures=str(figures), scale=scale,
         tasks=tuple(t.strip() for t in tasks.split(",") if t.strip()), shared_data=str(shared_data),
-        eval_fraction=eval_fraction, seed=seed, overrides=parse_pairs("--set", overrides),
+        eval_fraction=eval_fraction, seed=seed, max_minutes=max_minutes, overrides=parse_pairs("--set", overrides),
     ), run_gbst_study, to_markdown, results)  # fmt: skip
 
 
@@ -365,6 +387,8 @@ def _run_study(title: str, make_args, run, to_markdown, results: Path, *also_wri
             if type(error) is not ValueError:
                 raise
             raise typer.BadParameter(str(error)) from None
+    if not outcome.get("finished", True):
+        return  # the study said where it stopped (--max-minutes) and how to resume
     table = to_markdown(outcome)
     atomic_write_text(results.with_suffix(".md"), table)
     console.print(table)

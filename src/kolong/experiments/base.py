@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kolong.experiments.stages import run_stage
+from kolong.experiments.stages import Deadline, run_stage
 from kolong.io import atomic_write_json, atomic_write_text
 
 # `kolong pretrain mlm --packing` of each phase
@@ -119,13 +119,13 @@ def build_base_model(args: BaseModelArguments, on_step: Callable[[str], None] = 
     """Run (or resume) every stage; returns the summary (also in WORK/base.json)."""
     from kolong.data.corpus import build_corpus
     from kolong.tokenizers.training import save_tokenizer, train_tokenizer
-    from kolong.training.common import time_budget
     from kolong.training.pretrain import PretrainArguments, pretrain_mlm
 
     settings = settings_of(args.scale, args.overrides)
     work = Path(args.work_dir)
     work.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
+    deadline = Deadline(args.max_minutes)  # one limit for both phases: the call must return within it
 
     def documents() -> dict:
         texts = _documents(args, settings)
@@ -155,7 +155,6 @@ def build_base_model(args: BaseModelArguments, on_step: Callable[[str], None] = 
 
     def phase(name: str, **arguments) -> Callable[[], dict]:
         def run() -> dict:
-            budget = [time_budget(args.max_minutes * 60)] if args.max_minutes else []
             steps = arguments["max_steps"]
             metrics = pretrain_mlm(
                 PretrainArguments(
@@ -164,9 +163,9 @@ def build_base_model(args: BaseModelArguments, on_step: Callable[[str], None] = 
                     logging_steps=max(1, steps // 100), eval_blocks=settings["eval_blocks"], save_total_limit=2,
                     extra={"disable_tqdm": True}, **arguments,
                 ),
-                callbacks=budget,
+                callbacks=deadline.callbacks(),
             )  # fmt: skip
-            finished = not (budget and budget[0].stopped)
+            finished = metrics.get("finished", True)
             if finished:  # resuming needs them no more, and a model must fit a slot's carry limit
                 for checkpoint in (work / name).glob("checkpoint-*"):
                     shutil.rmtree(checkpoint)

@@ -56,6 +56,7 @@ from kolong.experiments.extension_report import (
     plot_steps,
     to_markdown,
 )
+from kolong.experiments.stages import Deadline
 from kolong.io import atomic_write_bytes, atomic_write_json, atomic_write_text
 
 METHODS = ("interpolate", "copy", "last", "random", "interpolate-keep-short")
@@ -121,28 +122,32 @@ def save_at(steps) -> object:
 
 
 def _continue(
-    model: Path, corpus: Path, work: Path, method: str, args: ExtensionInitArguments, rows: int = 0
+    model: Path,
+    corpus: Path,
+    work: Path,
+    method: str,
+    args: ExtensionInitArguments,
+    deadline: Deadline,
+    rows: int = 0,
 ) -> Path | None:
-    """The continued pre-training run of one variant (None: stopped by the time budget, rerun to resume).
+    """The continued pre-training run of one variant (None: stopped by the call's deadline, rerun to resume).
 
     `rows`: rows per step (0: `args.batch_size`). Checkpoints are saved at the listed steps only and none is
     rotated away: the study evaluates each of them after the run (a rotation limit had removed
     checkpoint-200 of --steps 0,200,1000)."""
-    from kolong.training.common import time_budget
     from kolong.training.pretrain import PretrainArguments, pretrain_mlm
 
     out = work / f"continued-{method}"
     every, last = min(s for s in args.steps if s > 0), max(args.steps)
     if _trained_steps(out) < last:
-        budget = [time_budget(args.max_minutes * 60)] if args.max_minutes else []
         pretrain_mlm(PretrainArguments(
             corpus=str(corpus), output_dir=str(out), model=str(model), max_steps=last,
             batch_size=rows or args.batch_size, learning_rate=args.learning_rate, warmup_ratio=0.1, seed=args.seed,
             packing="concatenate",  # Longformer's recipe: contiguous text, so every new row is trained
             eval_every=str(every), save_steps=last, save_total_limit=None, logging_steps=max(1, every // 5),
             extra={"disable_tqdm": True},
-        ), callbacks=[save_at(args.steps), *budget])  # fmt: skip
-        if budget and budget[0].stopped:
+        ), callbacks=[save_at(args.steps), *deadline.callbacks()])  # fmt: skip
+        if deadline.stopped:
             return None
     return out
 
@@ -160,7 +165,11 @@ def _checkpoint(continued: Path, steps: int) -> Path:
     return path
 
 
-def run_extension_init(args: ExtensionInitArguments, on_step: Callable[[str], None] = print) -> dict:
+def run_extension_init(
+    args: ExtensionInitArguments, on_step: Callable[[str], None] = print, deadline: Deadline | None = None
+) -> dict:
+    """Run (or resume) the study; `deadline` (default: `args.max_minutes` from now) is shared by the calls of
+    `--seeds`, so the whole command stops within it."""
     from transformers import AutoModelForMaskedLM
 
     import kolong  # noqa: F401  (Auto classes)
@@ -172,6 +181,7 @@ def run_extension_init(args: ExtensionInitArguments, on_step: Callable[[str], No
     if unknown:
         raise ValueError(f"unknown method {sorted(unknown)[0]!r}; choose from {', '.join(METHODS)}")
     base_dir, work = Path(args.base_dir), Path(args.work_dir)
+    deadline = deadline or Deadline(args.max_minutes)  # one limit for every continued run of this call
     summary_path = base_dir / "base.json"
     if not summary_path.is_file():
         raise FileNotFoundError(
@@ -246,7 +256,7 @@ def run_extension_init(args: ExtensionInitArguments, on_step: Callable[[str], No
             if steps == 0:
                 path = extended
             elif f"{method}@{steps}" not in stored:
-                continued = _continue(extended, corpus, work, method, args)
+                continued = _continue(extended, corpus, work, method, args, deadline)
                 if continued is None:
                     on_step(f"stopped by --max-minutes during {method}: run the same command to resume")
                     return {"finished": False}
@@ -263,7 +273,9 @@ def run_extension_init(args: ExtensionInitArguments, on_step: Callable[[str], No
         for steps in trained:
             on_step(f"{CONTINUED}: the 512 base after {steps} steps of {rows} x 512 tokens, read in chunks")
             if f"{CONTINUED}@{steps}" not in stored:
-                continued = _continue(Path(base["model"]), short_corpus, work, "512", args, rows=rows)
+                continued = _continue(
+                    Path(base["model"]), short_corpus, work, "512", args, deadline, rows=rows
+                )
                 if continued is None:
                     on_step(f"stopped by --max-minutes during {CONTINUED}: run the same command to resume")
                     return {"finished": False}

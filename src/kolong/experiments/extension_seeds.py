@@ -16,6 +16,7 @@ import numpy as np
 from kolong.evaluation.bootstrap import agreed
 from kolong.experiments.extension_init import ExtensionInitArguments, run_extension_init
 from kolong.experiments.extension_report import CONTINUED, SET_TITLES
+from kolong.experiments.stages import Deadline
 from kolong.io import atomic_write_json, atomic_write_text
 
 
@@ -30,12 +31,13 @@ def run_extension_init_seeds(
     if len(set(seeds)) < 2:
         raise ValueError("--seeds: give at least two different seeds (one seed: use --seed)")
     work = Path(args.work_dir)
+    deadline = Deadline(args.max_minutes)  # one limit for the whole command, every seed's runs included
     outcomes = {}
     for seed in seeds:
         on_step(f"seed {seed} ({len(outcomes) + 1} of {len(seeds)})")
         one = replace(args, seed=seed, work_dir=str(work / f"seed-{seed}"),
                       corpus_dir=args.corpus_dir or str(work / f"corpus-{args.length}"))  # fmt: skip
-        outcome = run_extension_init(one, on_step)
+        outcome = run_extension_init(one, on_step, deadline)
         if not outcome["finished"]:
             return outcome
         outcomes[seed] = outcome

@@ -14,7 +14,9 @@ one model at a size the machine allows, every variant on the same budget:
 4. scores with bootstrap 95% intervals over evaluation examples, and the paired GBST - plain difference
    (same examples resampled for both), beside training and inference samples/s of every run.
 
-Every stage stores its result when it ends and a rerun skips finished stages, so the study resumes.
+Every stage stores its result when it ends and a rerun skips finished stages, so the study resumes;
+`--max-minutes` stops the call's training at a checkpoint and a rerun resumes it there (the samples/s of a
+resumed run are those of the call that finished it).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from kolong.experiments.stages import run_stage
+from kolong.experiments.stages import Deadline, StoppedByDeadline, fresh_start, run_stage
 from kolong.io import atomic_write_json, atomic_write_text
 
 SCALES = {
@@ -65,6 +67,8 @@ class GbstStudyArguments:
     eval_fraction: float = 0.2
     """Share of each shared dev file held out for evaluation (seeded split)."""
     seed: int = 42
+    max_minutes: float = 0.0
+    """Stop training at a checkpoint after this many minutes of the call (0: no limit); rerun to resume."""
     overrides: dict = field(default_factory=dict)
     """Scale fields to override (pretrain_steps, hidden_size, ...)."""
 
@@ -108,7 +112,15 @@ def _corpus(work: Path, args: GbstStudyArguments, settings: dict) -> Path:
 
 
 def _span(
-    work: Path, name: str, start: Path, corpus: Path, steps: int, add_gbst: bool, args, settings
+    work: Path,
+    name: str,
+    start: Path,
+    corpus: Path,
+    steps: int,
+    add_gbst: bool,
+    args,
+    settings,
+    deadline: Deadline,
 ) -> dict:
     from kolong.training.span import SpanPretrainArguments, pretrain_span
 
@@ -118,30 +130,33 @@ def _span(
         max_length=settings["max_length"], noise_density=0.2, mean_span_length=27.0, eval_fraction=0.02,
         batch_size=settings["batch_size"], eval_batch_size=settings["batch_size"], eval_every=str(steps + 1),
         save_steps=steps, learning_rate=settings["learning_rate"], warmup_ratio=0.05, seed=args.seed,
-        overwrite=True, quiet=True, extra={"disable_tqdm": True},
-    ))  # fmt: skip
+        overwrite=fresh_start(out), quiet=True, extra={"disable_tqdm": True},
+    ), callbacks=deadline.callbacks())  # fmt: skip
+    deadline.check(name)
     keep = ("train_loss", "eval_loss", "steps", "train_samples_per_second", "parameters", "gbst")
-    return {"model": str(out), **{k: metrics.get(k) for k in keep}}
+    return {"model": str(out), **{k: metrics.get(k) for k in keep}, "resumed": bool(metrics["resumed_from"])}
 
 
-def _finetune(work: Path, task: str, variant: str, model: str, args, settings) -> dict:
+def _finetune(work: Path, task: str, variant: str, model: str, args, settings, deadline: Deadline) -> dict:
     from kolong.training.seq2seq import Seq2SeqFinetuneArguments, finetune_seq2seq
 
-    steps = settings["finetune_steps"]
+    steps, out = settings["finetune_steps"], work / f"{task}-{variant}"
     source, target = TASK_LENGTHS[task]
     metrics = finetune_seq2seq(Seq2SeqFinetuneArguments(
-        task=task, model=model, output_dir=str(work / f"{task}-{variant}"), max_steps=steps,
+        task=task, model=model, output_dir=str(out), max_steps=steps,
         # no evaluation inside the training loop, so the Trainer's rate times training alone (the recipe's own
         # evaluation after training is not used: `_generate` scores and times the model in its own stage)
         eval_every=str(steps + 1), batch_size=settings["batch_size"],
         eval_batch_size=2 * settings["batch_size"], learning_rate=settings["learning_rate"], warmup_ratio=0.05,
         max_source_length=source, max_target_length=target, max_new_tokens=target, seed=args.seed,
-        eval_fraction=args.eval_fraction, limit=settings["task_limit"] or None, overwrite=True, quiet=True,
-        extra={"disable_tqdm": True},
-    ))  # fmt: skip
+        eval_fraction=args.eval_fraction, limit=settings["task_limit"] or None, overwrite=fresh_start(out),
+        quiet=True, extra={"disable_tqdm": True},
+    ), callbacks=deadline.callbacks())  # fmt: skip
+    deadline.check(f"{task}: fine-tuning {variant}")
     return {
         "train_samples_per_second": metrics["train_samples_per_second"],
         "train_loss": metrics["train_loss"],
+        "resumed": bool(metrics["resumed_from"]),
     }
 
 
@@ -267,7 +282,16 @@ def _answer_kept(task, max_bytes: int) -> float:
 
 
 def run_gbst_study(args: GbstStudyArguments, on_step: Callable[[str], None] = print) -> dict:
-    """Run (or resume) every stage; returns the results (also written to `args.results`)."""
+    """Run (or resume) every stage; returns the results (also written to `args.results`), or
+    ``{"finished": False}`` when `--max-minutes` stopped a training run of this call (rerun to resume)."""
+    try:
+        return _study(args, on_step, Deadline(args.max_minutes))
+    except StoppedByDeadline as stop:
+        on_step(str(stop))
+        return {"finished": False, "stopped_during": stop.stage}
+
+
+def _study(args: GbstStudyArguments, on_step: Callable[[str], None], deadline: Deadline) -> dict:
     from kolong.bench.machine import describe_machine
     from kolong.data.text_to_text import load_task
     from kolong.experiments.gbst_report import plot_study
@@ -280,26 +304,26 @@ def run_gbst_study(args: GbstStudyArguments, on_step: Callable[[str], None] = pr
     start = _fresh_model(work, args, settings)
     on_step("pre-training (span corruption)")
     pretrained = run_stage(work / "stage-pretrain.json", lambda: _span(
-        work, "byte-pretrained", start, corpus, settings["pretrain_steps"], False, args, settings))  # fmt: skip
+        work, "byte-pretrained", start, corpus, settings["pretrain_steps"], False, args, settings, deadline))  # fmt: skip
     uptrained = {}
     for variant in VARIANTS:
         on_step(f"uptraining: {variant}")
         uptrained[variant] = run_stage(work / f"stage-uptrain-{variant}.json", lambda v=variant: _span(
             work, f"byte-{v}", Path(pretrained["model"]), corpus, settings["uptrain_steps"], v == "gbst",
-            args, settings))  # fmt: skip
-    results = {"arguments": asdict(args), "machine": describe_machine(), "settings": settings,
+            args, settings, deadline))  # fmt: skip
+    results = {"finished": True, "arguments": asdict(args), "machine": describe_machine(), "settings": settings,
                "pretrain": pretrained, "uptrain": uptrained, "tasks": {}}  # fmt: skip
     for task_name in args.tasks:
         runs = {}
         for variant in VARIANTS:
             on_step(f"{task_name}: fine-tuning {variant}")
             trained = run_stage(work / f"stage-{task_name}-{variant}.json", lambda t=task_name, v=variant:
-                                _finetune(work, t, v, uptrained[v]["model"], args, settings))  # fmt: skip
+                                _finetune(work, t, v, uptrained[v]["model"], args, settings, deadline))  # fmt: skip
             on_step(f"{task_name}: generating with {variant}")
             generated = run_stage(work / f"stage-{task_name}-{variant}-generate.json", lambda t=task_name, v=variant:
                                   _generate(work, t, v, args, settings))  # fmt: skip
-            keep = ("train_samples_per_second", "train_loss")
-            runs[variant] = {**{k: trained[k] for k in keep}, **generated}
+            keep = ("train_samples_per_second", "train_loss", "resumed")
+            runs[variant] = {**{k: trained.get(k) for k in keep}, **generated}
         on_step(f"{task_name}: bootstrap intervals")
         task = load_task(task_name, seed=args.seed, eval_fraction=args.eval_fraction,
                          limit=settings["task_limit"] or None)  # fmt: skip

@@ -89,10 +89,15 @@ def to_markdown(results: dict) -> str:
     for task, entry in results["tasks"].items():
         rows.append((f"{task} training", entry["runs"], "train_samples_per_second"))
         rows.append((f"{task} inference (greedy generation)", entry["runs"], "inference_samples_per_second"))
+    resumed = False
     for name, runs, key in rows:
         plain, gbst = runs["plain"].get(key), runs["gbst"].get(key)
         ratio = f"{gbst / plain:.2f}x" if plain and gbst else "-"
-        lines.append(f"| {name} | {plain or 0:.2f} | {gbst or 0:.2f} | {ratio} |")
+        marks = ["*" if key.startswith("train") and runs[v].get("resumed") else "" for v in ("plain", "gbst")]
+        resumed = resumed or any(marks)
+        lines.append(f"| {name} | {plain or 0:.2f}{marks[0]} | {gbst or 0:.2f}{marks[1]} | {ratio} |")
+    if resumed:
+        lines += ["", "*: a resumed run (--max-minutes); its rate is that of the call that finished it."]
     if "korquad" in results["tasks"]:
         lines += ["", f"KorQuAD: {results['tasks']['korquad']['answer_in_input']:.1f}% of evaluation questions have "
                   f"a gold answer within the first {results['tasks']['korquad'].get('input_bytes', 1024)} input bytes (the ceiling of EM)."]  # fmt: skip

@@ -15,7 +15,8 @@ QA. This recipe repeats that comparison with a correct pipeline, for one base ch
 - metrics: official KorQuAD EM/F1 overall and by the document's length in tokens.
 
 Each variant's results are written as soon as it finishes, and a rerun skips finished variants, so an
-interrupted experiment resumes.
+interrupted experiment resumes; `--max-minutes` stops the call's fine-tuning at a checkpoint, and a rerun
+resumes that variant there.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from kolong.experiments.length_report import (
     plot_f1_by_length,
     to_markdown,
 )
+from kolong.experiments.stages import Deadline, StoppedByDeadline
 from kolong.io import atomic_write_json, atomic_write_text
 
 DEFAULT_VARIANTS = (
@@ -87,6 +89,8 @@ class LengthExperimentArguments:
     reference: str | None = None
     """Variant the others are compared with question by question (default: the shortest N-sliding, else the first)."""
     overwrite: bool = False
+    max_minutes: float = 0.0
+    """Stop fine-tuning at a checkpoint after this many minutes of the call (0: no limit); rerun to resume."""
     extra_training: dict = field(default_factory=dict)
 
 
@@ -145,6 +149,10 @@ def run_length_experiment(
     from kolong.training.qa import QAFinetuneArguments, finetune_qa
 
     step = on_step or (lambda message: None)
+    if args.overwrite and args.max_minutes:
+        raise DataError("--overwrite redoes every variant on each call, so a run stopped by --max-minutes could "
+                        "never resume: drop one of them")  # fmt: skip
+    deadline = Deadline(args.max_minutes)
     variants = [(name, *parse_variant(name)) for name in args.variants]
     reference = args.reference or default_reference(args.variants)
     if reference not in args.variants:
@@ -219,7 +227,10 @@ def run_length_experiment(
             extra=args.extra_training,
         )
         step(f"{name}: fine-tuning")
-        train_metrics = finetune_qa(finetune_args)
+        train_metrics = finetune_qa(finetune_args, callbacks=deadline.callbacks())
+        if deadline.stopped:
+            step(str(StoppedByDeadline(f"{name}: fine-tuning")))
+            return {"finished": False, "stopped_during": f"{name}: fine-tuning"}
         step(f"{name}: evaluating")
         rows.append(_evaluate_variant(name, length, kind, finetune_args, evaluation, context_tokens))
         rows[-1]["train"] = {k: train_metrics[k] for k in ("train_loss", "train_windows")}
@@ -231,7 +242,7 @@ def run_length_experiment(
     _write(results_path, args, rows, paired)
     atomic_write_text(out / "results.md", to_markdown(rows, args, model, paired))
     plot_f1_by_length(rows, out / "f1_by_length.png", paired)
-    return {"variants": rows, "paired_f1_difference": paired}
+    return {"finished": True, "variants": rows, "paired_f1_difference": paired}
 
 
 def _evaluate_variant(name, length, kind, finetune_args, evaluation, context_tokens) -> dict:

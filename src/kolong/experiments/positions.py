@@ -18,7 +18,8 @@ every variant:
 5. vocabulary size vs training speed: MLM tokens/s of the same model at 32k / 64k / 128k entries.
 
 Every stage writes its result as soon as it ends and a rerun skips finished stages, so an interrupted
-study resumes. Results: JSON + markdown + plots (held-out MLM loss curves, downstream scores).
+study resumes; `--max-minutes` stops the call's training at a checkpoint and a rerun resumes it there.
+Results: JSON + markdown + plots (held-out MLM loss curves, downstream scores).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from kolong.experiments.stages import run_stage
+from kolong.experiments.stages import Deadline, StoppedByDeadline, fresh_start, run_stage
 from kolong.io import atomic_write_json, atomic_write_text
 from kolong.plots.figures import save_figure
 
@@ -68,6 +69,8 @@ class PositionStudyArguments:
     qa_max_length: int = 256
     seed: int = 42
     vocab_speed_sizes: tuple[int, ...] = (32000, 64000, 128000)
+    max_minutes: float = 0.0
+    """Stop training at a checkpoint after this many minutes of the call (0: no limit); rerun to resume."""
     overrides: dict = field(default_factory=dict)
     """Scale fields to override (steps, hidden_size, ...)."""
 
@@ -137,10 +140,11 @@ def _run(work: Path, name: str, stage: Callable[..., dict], *stage_args) -> dict
     return run_stage(work / f"{name}.json", lambda: stage(*stage_args))
 
 
-def _pretrain(work, name, corpus, scheme, args, settings) -> dict:
+def _pretrain(work, name, corpus, scheme, args, settings, deadline: Deadline) -> dict:
     from kolong.training.pretrain import PretrainArguments, pretrain_mlm, read_log
 
     out = work / f"mlm-{name}"
+    resumed = not fresh_start(out)
     model = {
         k: settings[k]
         for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
@@ -150,12 +154,15 @@ def _pretrain(work, name, corpus, scheme, args, settings) -> dict:
         corpus=str(corpus), output_dir=str(out), preset="tiny", position_encoding=scheme, overrides=model,
         max_steps=settings["steps"], batch_size=settings["batch_size"], learning_rate=args.learning_rate,
         warmup_ratio=0.05, eval_every=max(50, settings["steps"] // 10), save_steps=max(50, settings["steps"] // 4),
-        logging_steps=max(10, settings["steps"] // 40), seed=args.seed, extra={"disable_tqdm": True},
-    ))  # fmt: skip
+        logging_steps=max(10, settings["steps"] // 40), seed=args.seed, overwrite=not resumed,
+        extra={"disable_tqdm": True},
+    ), callbacks=deadline.callbacks())  # fmt: skip
+    deadline.check(f"{name}: pre-training")
     history = read_log(out)["log_history"]
     return {
         "model": str(out),
-        "minutes": (time.perf_counter() - started) / 60,
+        "minutes": (time.perf_counter() - started) / 60,  # of the call that finished it
+        "resumed": resumed,
         "final": metrics,
         "held_out": [(h["step"], h["eval_loss"]) for h in history if "eval_loss" in h],
         "train": [(h["step"], h["loss"]) for h in history if "loss" in h],
@@ -163,25 +170,29 @@ def _pretrain(work, name, corpus, scheme, args, settings) -> dict:
     }
 
 
-def _nsmc(work, name, model, args, settings) -> dict:
+def _nsmc(work, name, model, args, settings, deadline: Deadline) -> dict:
     from kolong.training.classification import ClassificationArguments, finetune_cls
 
+    out = work / f"nsmc-{name}"
     metrics = finetune_cls(ClassificationArguments(
-        model=model, data="nsmc", output_dir=str(work / f"nsmc-{name}"), shared_data=args.shared_data,
+        model=model, data="nsmc", output_dir=str(out), shared_data=args.shared_data,
         max_length=64, epochs=2, learning_rate=3e-4, batch_size=32, limit=settings["nsmc_limit"], seed=args.seed,
-        overwrite=True, extra={"disable_tqdm": True},
-    ))  # fmt: skip
+        overwrite=fresh_start(out), extra={"disable_tqdm": True},
+    ), callbacks=deadline.callbacks())  # fmt: skip
+    deadline.check(f"{name}: NSMC")
     return {k: metrics[k] for k in ("accuracy", "macro_f1", "train_examples", "eval_examples", "intervals")}
 
 
-def _korquad(work, name, model, args, train, evaluation) -> dict:
+def _korquad(work, name, model, args, train, evaluation, deadline: Deadline) -> dict:
     from kolong.training.qa import QAFinetuneArguments, finetune_qa
 
+    out = work / f"korquad-{name}"
     metrics = finetune_qa(QAFinetuneArguments(
-        model=model, train=str(train), eval=str(evaluation), output_dir=str(work / f"korquad-{name}"),
+        model=model, train=str(train), eval=str(evaluation), output_dir=str(out),
         max_length=args.qa_max_length, doc_stride=args.qa_max_length // 4, epochs=2, learning_rate=3e-4,
-        batch_size=16, seed=args.seed, overwrite=True, extra={"disable_tqdm": True},
-    ))  # fmt: skip
+        batch_size=16, seed=args.seed, overwrite=fresh_start(out), extra={"disable_tqdm": True},
+    ), callbacks=deadline.callbacks())  # fmt: skip
+    deadline.check(f"{name}: KorQuAD")
     pick = {k.removeprefix("eval_"): v for k, v in metrics.items() if k in ("eval_exact_match", "eval_f1")}
     return {**pick, "train_windows": metrics["train_windows"], "intervals": metrics["intervals"]}
 
@@ -220,7 +231,19 @@ def _vocab_rows(args, settings) -> dict:
     return {"rows": _vocab_speed(args, settings)}
 
 
-def run_position_study(args: PositionStudyArguments, on_step: Callable[[str], None] = print) -> dict:
+def run_position_study(
+    args: PositionStudyArguments, on_step: Callable[[str], None] = print, deadline: Deadline | None = None
+) -> dict:
+    """Run (or resume) every stage; the results (also in `args.results`), or ``{"finished": False}`` when the
+    call's `--max-minutes` (or `deadline`, shared by the seeds of `--seeds`) stopped a training run."""
+    try:
+        return _study(args, on_step, deadline or Deadline(args.max_minutes))
+    except StoppedByDeadline as stop:
+        on_step(str(stop))
+        return {"finished": False, "stopped_during": stop.stage}
+
+
+def _study(args: PositionStudyArguments, on_step: Callable[[str], None], deadline: Deadline) -> dict:
     settings = _settings(args)
     work = Path(args.work_dir)
     work.mkdir(parents=True, exist_ok=True)
@@ -236,18 +259,28 @@ def run_position_study(args: PositionStudyArguments, on_step: Callable[[str], No
         corpora[analyser] = _corpus(work, analyser, tokenizer, documents)
     train_qa, eval_qa = _qa_data(work, args, settings)
     runs = [(scheme, "mecab", scheme) for scheme in args.schemes] + [("learned-wordpiece", "none", "learned")]
-    results = {"arguments": asdict(args), "settings": settings, "runs": {}}
+    results = {"finished": True, "arguments": asdict(args), "settings": settings, "runs": {}}
     for name, analyser, scheme in runs:
         on_step(f"{name}: pre-training")
         pretrained = _run(
-            work, f"result-mlm-{name}", _pretrain, work, name, corpora[analyser], scheme, args, settings
+            work,
+            f"result-mlm-{name}",
+            _pretrain,
+            work,
+            name,
+            corpora[analyser],
+            scheme,
+            args,
+            settings,
+            deadline,
         )
         on_step(f"{name}: NSMC")
-        nsmc = _run(work, f"result-nsmc-{name}", _nsmc, work, name, pretrained["model"], args, settings)
-        on_step(f"{name}: KorQuAD")
-        korquad = _run(
-            work, f"result-korquad-{name}", _korquad, work, name, pretrained["model"], args, train_qa, eval_qa
+        nsmc = _run(
+            work, f"result-nsmc-{name}", _nsmc, work, name, pretrained["model"], args, settings, deadline
         )
+        on_step(f"{name}: KorQuAD")
+        korquad = _run(work, f"result-korquad-{name}", _korquad, work, name, pretrained["model"], args, train_qa,
+                       eval_qa, deadline)  # fmt: skip
         results["runs"][name] = {"scheme": scheme, "vocabulary": analyser, "mlm": pretrained, "nsmc": nsmc,
                                  "korquad": korquad}  # fmt: skip
         atomic_write_json(args.results, results)
@@ -316,10 +349,16 @@ def to_markdown(results: dict) -> str:
     for name, run in results["runs"].items():
         held = run["mlm"]["held_out"]
         lines.append(
-            f"| {name} | {held[0][1]:.3f} -> {held[-1][1]:.3f} | {run['mlm']['minutes']:.1f} | "
+            f"| {name} | {held[0][1]:.3f} -> {held[-1][1]:.3f} | {run['mlm']['minutes']:.1f}"
+            f"{'*' if run['mlm'].get('resumed') else ''} | "
             f"{_cell(run['nsmc'], 'accuracy', 100)} | {_cell(run['nsmc'], 'macro_f1', 100)} | "
             f"{_cell(run['korquad'], 'exact_match')} | {_cell(run['korquad'], 'f1')} |"
         )
+    if any(run["mlm"].get("resumed") for run in results["runs"].values()):
+        lines += [
+            "",
+            "*: resumed; minutes of the call that finished pre-training (earlier calls trained part).",
+        ]
     if results.get("vocab_speed"):
         base = results["vocab_speed"][0]["tokens_per_second"]
         lines += [

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from kolong.evaluation.bootstrap import agreed, paired_difference, verdict
 from kolong.experiments.positions import PositionStudyArguments, run_position_study
-from kolong.experiments.stages import run_stage
+from kolong.experiments.stages import Deadline, run_stage
 from kolong.io import atomic_write_json, atomic_write_text
 from kolong.plots.figures import save_figure
 
@@ -37,18 +37,25 @@ def run_position_study_seeds(
     if len(set(seeds)) < 2:
         raise ValueError("--seeds: give at least two different seeds (one seed: use --seed)")
     work = Path(args.work_dir)
+    deadline = Deadline(args.max_minutes)  # one limit for the whole command, every seed's runs included
     outcomes = {}
     for index, seed in enumerate(seeds):
         folder = work / f"seed-{seed}"
         one = replace(args, seed=seed, work_dir=str(folder), results=str(folder / "results.json"),
                       figures=str(folder), vocab_speed_sizes=args.vocab_speed_sizes if index == 0 else ())  # fmt: skip
         outcomes[seed] = run_position_study(
-            one, on_step=lambda message, s=seed: on_step(f"seed {s}: {message}")
+            one, on_step=lambda message, s=seed: on_step(f"seed {s}: {message}"), deadline=deadline
         )
+        if not outcomes[seed]["finished"]:
+            return outcomes[seed]
         on_step(f"seed {seed}: held-out loss row by row")
         outcomes[seed]["row_losses"] = run_stage(folder / "result-heldout-rows.json",
                                                  lambda o=outcomes[seed], f=folder, s=seed: heldout_rows(o, f, s))  # fmt: skip
-    summary = {"arguments": {**asdict(args), "seeds": list(seeds)}, **across_seeds(outcomes)}
+    summary = {
+        "finished": True,
+        "arguments": {**asdict(args), "seeds": list(seeds)},
+        **across_seeds(outcomes),
+    }
     summary["vocab_speed"] = outcomes[seeds[0]].get("vocab_speed", [])
     atomic_write_json(args.results, summary)
     atomic_write_text(Path(args.results).with_suffix(".md"), seeds_markdown(summary))

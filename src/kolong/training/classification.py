@@ -22,6 +22,7 @@ from kolong.training.common import (
     resume_checkpoint,
     run_train_loss,
     save_run,
+    stopped_by_budget,
     train_or_finish,
 )
 
@@ -95,10 +96,11 @@ def _encode(tokenizer, data: ClassificationData, max_length: int):
 
 
 @writes_output("args", "output_dir")
-def finetune_cls(args: ClassificationArguments, wrap_trainer=None) -> dict:
+def finetune_cls(args: ClassificationArguments, wrap_trainer=None, callbacks: list | None = None) -> dict:
     """Fine-tune, evaluate (with bootstrap intervals), save to `args.output_dir`; returns the metrics.
 
-    `wrap_trainer(cls) -> subclass` changes the Trainer (`kolong distill` adds its loss)."""
+    `wrap_trainer(cls) -> subclass` changes the Trainer (`kolong distill` adds its loss); `callbacks` are
+    added to the Trainer's (a `time_budget` among them may end the call early: see `stopped_by_budget`)."""
     from transformers import (
         AutoModelForSequenceClassification,
         DataCollatorWithPadding,
@@ -134,7 +136,9 @@ def finetune_cls(args: ClassificationArguments, wrap_trainer=None) -> dict:
         last.update(predictions=prediction.predictions, labels=prediction.label_ids)
         return classification_metrics(prediction.predictions, prediction.label_ids, data.is_regression)
 
-    callbacks = [EarlyStoppingCallback(args.early_stopping_patience)] if args.early_stopping_patience else []
+    callbacks = list(callbacks or [])
+    if args.early_stopping_patience:
+        callbacks.append(EarlyStoppingCallback(args.early_stopping_patience))
     trainer = (wrap_trainer(Trainer) if wrap_trainer else Trainer)(
         model=model,
         args=training_arguments(args, evaluating=True, metric=main_metric),
@@ -147,6 +151,8 @@ def finetune_cls(args: ClassificationArguments, wrap_trainer=None) -> dict:
     )
     quiet_trainer(trainer, args.quiet)
     output = train_or_finish(trainer, resume_from)
+    if stopped_by_budget(callbacks):
+        return {"finished": False, "steps": trainer.state.global_step}
     metrics = {key.removeprefix("eval_"): value for key, value in trainer.evaluate().items()}
     metrics["intervals"] = classification_intervals(
         last["predictions"], last["labels"], data.is_regression, args.seed

@@ -255,6 +255,12 @@ def time_budget(seconds: float):
     return TimeBudget()
 
 
+def stopped_by_budget(callbacks: list | None) -> bool:
+    """Whether a `time_budget` among `callbacks` ended this call before the run's last step: the recipe
+    then returns at that checkpoint, without evaluating or saving a final model, for a rerun to resume."""
+    return any(getattr(callback, "stopped", False) for callback in callbacks or [])
+
+
 def train_eval_items(read, default_path: Path, args) -> tuple[list, list]:
     """A KLUE-file recipe's data: `read(--train)` (default: the shared dev set), and `read(--eval)` or a seeded
     `--eval-fraction` of the training items held out; `--limit` caps training (evaluation: a quarter of it)."""

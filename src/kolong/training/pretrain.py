@@ -30,6 +30,7 @@ from kolong.training.common import (
     resume_checkpoint,
     run_train_loss,
     save_run,
+    stopped_by_budget,
     train_or_finish,
 )
 from kolong.training.presets import preset
@@ -235,6 +236,8 @@ def pretrain_mlm(args: PretrainArguments, callbacks: list | None = None) -> dict
     )
     quiet_trainer(trainer, args.quiet)
     output = train_or_finish(trainer, resume_from)
+    if stopped_by_budget(callbacks):
+        return {"finished": False, "steps": trainer.state.global_step}
     metrics = {"train_loss": run_train_loss(trainer, output), "steps": trainer.state.global_step}
     if evaluation is not None:
         metrics.update({k: v for k, v in trainer.evaluate().items() if k in ("eval_loss", "eval_perplexity")})

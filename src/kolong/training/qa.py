@@ -37,6 +37,7 @@ from kolong.training.common import (
     resume_checkpoint,
     run_train_loss,
     save_run,
+    stopped_by_budget,
     train_or_finish,
 )
 
@@ -88,10 +89,11 @@ def make_qa_trainer_class():
 
 
 @writes_output("args", "output_dir")
-def finetune_qa(args: QAFinetuneArguments, wrap_trainer=None) -> dict:
+def finetune_qa(args: QAFinetuneArguments, wrap_trainer=None, callbacks: list | None = None) -> dict:
     """Fine-tune, evaluate, save model + tokenizer to `args.output_dir`; returns the final metrics.
 
-    `wrap_trainer(cls) -> subclass` changes the Trainer (`kolong distill` adds its loss)."""
+    `wrap_trainer(cls) -> subclass` changes the Trainer (`kolong distill` adds its loss); `callbacks` are
+    added to the Trainer's (a `time_budget` among them may end the call early: see `stopped_by_budget`)."""
     from transformers import AutoModelForQuestionAnswering, EarlyStoppingCallback, default_data_collator
 
     if args.strategy not in STRATEGIES:
@@ -118,7 +120,7 @@ def finetune_qa(args: QAFinetuneArguments, wrap_trainer=None) -> dict:
         )
 
     training_args = training_arguments(args, evaluating=bool(args.eval), metric="f1" if args.eval else None)
-    callbacks = []
+    callbacks = list(callbacks or [])
     if args.early_stopping_patience:
         callbacks.append(EarlyStoppingCallback(early_stopping_patience=args.early_stopping_patience))
     trainer_class = make_qa_trainer_class()
@@ -136,6 +138,8 @@ def finetune_qa(args: QAFinetuneArguments, wrap_trainer=None) -> dict:
     )
     quiet_trainer(trainer, args.quiet)
     train_output = train_or_finish(trainer, resume_from)
+    if stopped_by_budget(callbacks):
+        return {"finished": False, "steps": trainer.state.global_step}
     metrics = {
         "train_loss": run_train_loss(trainer, train_output),
         "train_examples": len(train_set),

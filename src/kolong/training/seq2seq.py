@@ -27,6 +27,7 @@ from kolong.training.common import (
     resume_checkpoint,
     run_train_loss,
     save_run,
+    stopped_by_budget,
     train_or_finish,
 )
 from kolong.training.span import pretrain_span
@@ -91,8 +92,10 @@ def make_text_to_text_trainer_class():
 
 
 @writes_output("args", "output_dir")
-def finetune_seq2seq(args: Seq2SeqFinetuneArguments) -> dict:
-    """Fine-tune a byte model on a text-to-text task, evaluate by generation, save model and predictions."""
+def finetune_seq2seq(args: Seq2SeqFinetuneArguments, callbacks: list | None = None) -> dict:
+    """Fine-tune a byte model on a text-to-text task, evaluate by generation, save model and predictions.
+
+    `callbacks` are added to the Trainer's (a `time_budget` among them may end the call early)."""
     from transformers import DataCollatorForSeq2Seq, EarlyStoppingCallback
 
     check_eval_every(args.eval_every)
@@ -108,7 +111,7 @@ def finetune_seq2seq(args: Seq2SeqFinetuneArguments) -> dict:
     training_args = training_arguments(
         args, evaluating=True, metric=task.main_metric, seq2seq=True, predict_with_generate=True
     )
-    callbacks = []
+    callbacks = list(callbacks or [])
     if args.early_stopping_patience:
         callbacks.append(EarlyStoppingCallback(early_stopping_patience=args.early_stopping_patience))
     trainer = make_text_to_text_trainer_class()(
@@ -125,6 +128,8 @@ def finetune_seq2seq(args: Seq2SeqFinetuneArguments) -> dict:
     )
     quiet_trainer(trainer, args.quiet)
     output = train_or_finish(trainer, resume_from)
+    if stopped_by_budget(callbacks):
+        return {"finished": False, "steps": trainer.state.global_step}
     metrics = {
         "task": task.name,
         "train_loss": run_train_loss(trainer, output),

@@ -26,6 +26,7 @@ from kolong.training.common import (
     resume_checkpoint,
     run_train_loss,
     save_run,
+    stopped_by_budget,
     train_or_finish,
 )
 
@@ -92,6 +93,8 @@ def pretrain_span(
     step("training")
     quiet_trainer(trainer, args.quiet)
     output = train_or_finish(trainer, resume_from)
+    if stopped_by_budget(callbacks):
+        return {"finished": False, "steps": trainer.state.global_step}
     metrics = {
         "train_loss": run_train_loss(trainer, output),
         "steps": trainer.state.global_step,

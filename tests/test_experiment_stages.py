@@ -1,0 +1,67 @@
+"""Experiment stages and the call's deadline (`--max-minutes`): stop at a checkpoint, resume on the rerun."""
+
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from kolong.experiments.stages import Deadline, StoppedByDeadline, fresh_start, run_stage
+
+
+def _step(callback, step: int, max_steps: int = 10):
+    control = SimpleNamespace(should_save=False, should_training_stop=False)
+    callback.on_step_end(None, SimpleNamespace(global_step=step, max_steps=max_steps), control)
+    return control
+
+
+def test_no_limit_adds_no_callback_and_never_stops():
+    deadline = Deadline(0)
+    assert deadline.callbacks() == [] and not deadline.stopped
+    deadline.check("anything")  # no exception
+
+
+def test_one_limit_is_shared_by_every_run_of_the_call():
+    deadline = Deadline(0.5 / 60)  # half a second for the whole call
+    (first,) = deadline.callbacks()
+    assert not _step(first, 1).should_training_stop  # within the limit: train on
+    time.sleep(0.6)
+    control = _step(first, 2)
+    assert control.should_save and control.should_training_stop  # a checkpoint, then stop
+    with pytest.raises(
+        StoppedByDeadline, match="during pre-training: run the same command to resume"
+    ) as caught:
+        deadline.check("pre-training")
+    assert caught.value.stage == "pre-training"
+    # a later run of the same call gets no time of its own: it trains one step, saves and stops
+    later = Deadline(0.5 / 60)
+    time.sleep(0.6)
+    (second,) = later.callbacks()
+    assert _step(second, 1).should_training_stop and later.stopped
+
+
+def test_the_last_step_is_never_cut():
+    deadline = Deadline(1e-9)
+    (budget,) = deadline.callbacks()
+    time.sleep(0.01)
+    assert not _step(budget, 10, max_steps=10).should_training_stop  # the run ends anyway: nothing to resume
+    assert not deadline.stopped
+
+
+def test_fresh_start_unless_a_checkpoint_waits(tmp_path):
+    assert fresh_start(tmp_path / "missing") and fresh_start(tmp_path)
+    (tmp_path / "runs").mkdir()  # logs of a run killed before its first checkpoint: start again
+    assert fresh_start(tmp_path)
+    (tmp_path / "checkpoint-3").mkdir()
+    assert not fresh_start(tmp_path)
+
+
+def test_unfinished_stages_are_not_stored(tmp_path):
+    assert run_stage(tmp_path / "a.json", lambda: {"finished": False, "steps": 1}) == {
+        "finished": False,
+        "steps": 1,
+    }
+    assert not (tmp_path / "a.json").exists()
+    assert run_stage(tmp_path / "a.json", lambda: {"value": 2}) == {"value": 2}
+    assert run_stage(tmp_path / "a.json", lambda: {"value": 3}) == {"value": 2}  # read back, not made again
