@@ -96,12 +96,9 @@ def length(
         max_minutes=max_minutes,
     )
     with user_errors(), console.status("starting") as status:
-        outcome = run_length_experiment(arguments, on_step=lambda message: status.update(message))
+        outcome = run_length_experiment(arguments, on_step=_printed(status))
     if not outcome["finished"]:
-        console.print(
-            f"stopped by --max-minutes during {outcome['stopped_during']}: run the same command to resume"
-        )
-        return
+        return  # the study said where it stopped (--max-minutes) and how to resume
     console.print((output / "results.md").read_text(encoding="utf-8"))
     console.print(
         f"[green]wrote[/] {output / 'results.json'}, {output / 'results.md'}, {output / 'f1_by_length.png'}"
@@ -153,18 +150,15 @@ def positions(
         args.overrides = parse_pairs("--set", overrides)
         try:
             if seed_list:
-                outcome = run_position_study_seeds(args, seed_list, on_step=status.update)
+                outcome = run_position_study_seeds(args, seed_list, on_step=_printed(status))
             else:
-                outcome = run_position_study(args, on_step=status.update)
+                outcome = run_position_study(args, on_step=_printed(status))
         except ValueError as error:
             if type(error) is not ValueError:
                 raise
             raise typer.BadParameter(str(error)) from None
     if not outcome["finished"]:
-        console.print(
-            f"stopped by --max-minutes during {outcome['stopped_during']}: run the same command to resume"
-        )
-        return
+        return  # the study said where it stopped (--max-minutes) and how to resume
     console.print(seeds_markdown(outcome) if seed_list else to_markdown(outcome))
     console.print(f"[green]wrote[/] {results}" + (f", {results.with_suffix('.md')}" if seed_list else ""))
 
@@ -204,9 +198,7 @@ def base(
             seed=seed, overrides=parse_pairs("--set", overrides),
         )  # fmt: skip
         try:
-            summary = build_base_model(
-                args, on_step=lambda message: console.print(message) or status.update(message)
-            )
+            summary = build_base_model(args, on_step=_printed(status))
         except ValueError as error:
             if type(error) is not ValueError:
                 raise
@@ -277,7 +269,7 @@ def extension_init(
     )  # fmt: skip
     with user_errors(), console.status("extension-init study") as status:
         try:
-            report = lambda message: console.print(message) or status.update(message)  # noqa: E731
+            report = _printed(status)
             if seed_list:
                 outcome = run_extension_init_seeds(args, seed_list, on_step=report)
             else:
@@ -382,7 +374,7 @@ def _run_study(title: str, make_args, run, to_markdown, results: Path, *also_wri
     with user_errors(), console.status(title) as status:
         args = make_args()
         try:
-            outcome = run(args, on_step=lambda message: console.print(message) or status.update(message))
+            outcome = run(args, on_step=_printed(status))
         except ValueError as error:
             if type(error) is not ValueError:
                 raise
@@ -395,3 +387,8 @@ def _run_study(title: str, make_args, run, to_markdown, results: Path, *also_wri
     console.print(
         f"[green]wrote[/] {', '.join(str(p) for p in (results, results.with_suffix('.md'), *also_written))}"
     )
+
+
+def _printed(status):
+    """on_step for a study: each step printed as it starts (a log of what is done) and shown in the status line."""
+    return lambda message: console.print(message) or status.update(message)
