@@ -497,6 +497,10 @@ def sweep_cases() -> list:
                      id="experiment extension-init: bad steps"),
         pytest.param(lambda w: ["experiment", "extension-init", "--work-dir", out(w), "--seeds", "1,two"], ("--seeds",),
                      id="experiment extension-init: bad seeds"),
+        pytest.param(lambda w: ["experiment", "extension-init", "--work-dir", out(w), "--merge-from", w["root"]],
+                     ("--merge-from", "no losses.npz"), id="experiment extension-init: nothing to merge"),
+        pytest.param(lambda w: ["experiment", "extension-init", "--work-dir", out(w), "--merge-from", w["root"],
+                                "--seeds", "1,2"], ("--merge-from", "--seeds"), id="experiment extension-init: merge seeds"),
         # data
         pytest.param(lambda w: ["finetune", "cls", "--model", w["model"], "--data", w["cls_latin1"], "-o", out(w)],
                      ("latin1.tsv:3", "not UTF-8"), id="finetune cls: non-UTF-8 TSV"),

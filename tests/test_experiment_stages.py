@@ -65,3 +65,47 @@ def test_unfinished_stages_are_not_stored(tmp_path):
     assert not (tmp_path / "a.json").exists()
     assert run_stage(tmp_path / "a.json", lambda: {"value": 2}) == {"value": 2}
     assert run_stage(tmp_path / "a.json", lambda: {"value": 3}) == {"value": 2}  # read back, not made again
+
+
+def _work_dir(path, blocks: str, losses: dict, folders=()):
+    import numpy as np
+
+    path.mkdir(parents=True)
+    np.savez_compressed(path / "losses.npz", blocks=np.array(blocks), **losses)
+    for folder in folders:
+        (path / folder).mkdir()
+        (path / folder / "from").write_text(path.name)
+    return path
+
+
+def test_side_by_side_extension_runs_merge_into_one_study(tmp_path):
+    import numpy as np
+
+    from kolong.experiments.extension_merge import merge_work_dirs
+
+    base, copy, control = np.ones((3, 4)), np.full((3, 4), 2.0), np.full((3, 4), 3.0)
+    one = _work_dir(tmp_path / "copy", "abc", {"512-chunks": base, "copy@2000": copy},
+                    ("extended-copy", "continued-copy", "corpus-1024", "runs"))  # fmt: skip
+    two = _work_dir(tmp_path / "control", "abc", {"512-chunks": base, "512-continued@2000": control},
+                    ("continued-512", "corpus-1024", "corpus-512"))  # fmt: skip
+    target = tmp_path / "all"
+    assert merge_work_dirs(target, [one, two]) == ["512-chunks", "512-continued@2000", "copy@2000"]
+    merged = dict(np.load(target / "losses.npz"))
+    assert str(merged.pop("blocks")) == "abc"
+    np.testing.assert_array_equal(merged["copy@2000"], copy)
+    np.testing.assert_array_equal(merged["512-continued@2000"], control)
+    linked = {entry.name: (entry / "from").read_text() for entry in target.iterdir() if entry.is_symlink()}
+    assert linked == {"extended-copy": "copy", "continued-copy": "copy", "corpus-1024": "copy",
+                      "continued-512": "control", "corpus-512": "control"}  # fmt: skip
+    # merging again (the target's own losses included) changes nothing
+    assert merge_work_dirs(target, [one, two]) == ["512-chunks", "512-continued@2000", "copy@2000"]
+
+    other_masks = _work_dir(tmp_path / "seed-43", "xyz", {"copy@2000": copy})
+    with pytest.raises(ValueError, match="--merge-from .*seed-43: it scored other held-out blocks or masks"):
+        merge_work_dirs(tmp_path / "bad", [one, other_masks])
+    clash = _work_dir(tmp_path / "clash", "abc", {"512-chunks": base + 1})
+    with pytest.raises(ValueError, match="its 512-chunks losses differ"):
+        merge_work_dirs(tmp_path / "bad", [one, clash])
+    with pytest.raises(ValueError, match="no losses.npz there"):
+        merge_work_dirs(tmp_path / "bad", [one, tmp_path / "copy" / "runs"])
+    assert not (tmp_path / "bad").exists()  # refused before anything is written

@@ -174,11 +174,7 @@ def base(
         Path("runs/base"), help="Documents, tokenizer, corpus, checkpoints; the model goes to WORK_DIR/model."
     ),
     shared_data: Path = typer.Option(Path("../shared/data"), help="NSMC reviews, KorQuAD, KLUE dev sets."),
-    max_minutes: float = typer.Option(
-        0.0,
-        min=0,
-        help="Stop pre-training at a checkpoint after this many minutes; rerun to resume (0: no limit).",
-    ),
+    max_minutes: float = MAX_MINUTES,
     overrides: list[str] = typer.Option(
         None,
         "--set",
@@ -230,11 +226,7 @@ def extension_init(
         help="Blocks of held-out NSMC reviews (back to back, the base's own domain) to evaluate as well "
         "(0: articles only).",
     ),
-    max_minutes: float = typer.Option(
-        0.0,
-        min=0,
-        help="Stop continued pre-training at a checkpoint after this many minutes; rerun to resume.",
-    ),
+    max_minutes: float = MAX_MINUTES,
     control: bool = typer.Option(
         True,
         help="Also continue the 512 base the same steps and tokens (rows of 512) and read the blocks in chunks: "
@@ -245,6 +237,11 @@ def extension_init(
         "",
         help="Comma-separated seeds: run the study once per seed (WORK/seed-S) and compare verdicts across "
         "them (WORK/seeds.md); empty: one run with --seed.",
+    ),
+    merge_from: str = typer.Option(
+        "",
+        help="Comma-separated work directories of the same study run side by side (e.g. one method each): "
+        "their stored losses are merged into --work-dir and their models linked there first.",
     ),
 ) -> None:
     """How to initialise new position rows (the Longformer paper's Table 5 for the extension paper's claim):
@@ -270,6 +267,13 @@ def extension_init(
     with user_errors(), console.status("extension-init study") as status:
         try:
             report = _printed(status)
+            if merge_from:
+                from kolong.experiments.extension_merge import merge_work_dirs
+
+                if seed_list:
+                    raise ValueError("--merge-from works on one seed's directories: drop --seeds")
+                merged = merge_work_dirs(work_dir, [d.strip() for d in merge_from.split(",") if d.strip()])
+                report(f"merged {', '.join(merged)} into {work_dir}")
             if seed_list:
                 outcome = run_extension_init_seeds(args, seed_list, on_step=report)
             else:
