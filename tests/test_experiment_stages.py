@@ -84,6 +84,7 @@ def test_side_by_side_extension_runs_merge_into_one_study(tmp_path):
     from kolong.experiments.extension_merge import merge_work_dirs
 
     base, copy, control = np.ones((3, 4)), np.full((3, 4), 2.0), np.full((3, 4), 3.0)
+    base[:, 1] = np.nan  # a token that was not masked has no loss, as in the study's arrays
     one = _work_dir(tmp_path / "copy", "abc", {"512-chunks": base, "copy@2000": copy},
                     ("extended-copy", "continued-copy", "corpus-1024", "runs"))  # fmt: skip
     two = _work_dir(tmp_path / "control", "abc", {"512-chunks": base, "512-continued@2000": control},
@@ -101,11 +102,11 @@ def test_side_by_side_extension_runs_merge_into_one_study(tmp_path):
     assert merge_work_dirs(target, [one, two]) == ["512-chunks", "512-continued@2000", "copy@2000"]
 
     other_masks = _work_dir(tmp_path / "seed-43", "xyz", {"copy@2000": copy})
-    with pytest.raises(ValueError, match="--merge-from .*seed-43: it scored other held-out blocks or masks"):
+    with pytest.raises(ValueError, match=r"--merge-from .*seed-43: it scored other held-out blocks or masks"):
         merge_work_dirs(tmp_path / "bad", [one, other_masks])
     clash = _work_dir(tmp_path / "clash", "abc", {"512-chunks": base + 1})
     with pytest.raises(ValueError, match="its 512-chunks losses differ"):
         merge_work_dirs(tmp_path / "bad", [one, clash])
-    with pytest.raises(ValueError, match="no losses.npz there"):
+    with pytest.raises(ValueError, match=r"no losses\.npz there"):
         merge_work_dirs(tmp_path / "bad", [one, tmp_path / "copy" / "runs"])
     assert not (tmp_path / "bad").exists()  # refused before anything is written

@@ -43,7 +43,7 @@ def merge_work_dirs(target: str | Path, sources: list[str | Path]) -> list[str]:
             )
         blocks, first = fingerprint, first or source
         for name, losses in stored.items():
-            if name in merged and not np.array_equal(merged[name], losses):
+            if name in merged and not np.array_equal(merged[name], losses, equal_nan=True):  # NaN: unmasked
                 raise ValueError(f"--merge-from {source}: its {name} losses differ from {first}'s")
             merged[name] = losses
     target.mkdir(parents=True, exist_ok=True)
