@@ -122,13 +122,13 @@ class CompressBenchmark(Benchmark):
             feed["token_type_ids"] = torch.zeros_like(ids).numpy()
         runners, sizes = {}, {}  # name -> ("ort", session) or ("torch", module)
         for name in names:
-            base = student if name.startswith("student") else model
+            base = (student if name.startswith("student") else model).to(args.device)  # ort: only on the CPU
             if name.endswith(("ort-fp32", "ort-int8")):
                 quantize = name.endswith("int8")
                 session, sizes[name] = _session(base, scratch, name.split("-")[0], quantize, args.threads)
                 runners[name] = ("ort", session)
                 continue
-            module = _int8(base.to(args.device)) if "int8" in name else base.to(args.device)
+            module = _int8(base) if "int8" in name else base
             sizes[name] = _bytes(module)
             runners[name] = ("torch", torch.compile(module) if name.endswith("compiled") else module)
         steps = {name: _step(runner, feed, args.device) for name, runner in runners.items()}

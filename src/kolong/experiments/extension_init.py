@@ -56,7 +56,7 @@ from kolong.experiments.extension_report import (
     plot_steps,
     to_markdown,
 )
-from kolong.experiments.stages import Deadline
+from kolong.experiments.stages import Deadline, stopped_message
 from kolong.io import atomic_write_bytes, atomic_write_json, atomic_write_text
 
 METHODS = ("interpolate", "copy", "last", "random", "interpolate-keep-short")
@@ -258,7 +258,7 @@ def run_extension_init(
             elif f"{method}@{steps}" not in stored:
                 continued = _continue(extended, corpus, work, method, args, deadline)
                 if continued is None:
-                    on_step(f"stopped by --max-minutes during {method}: run the same command to resume")
+                    on_step(stopped_message(method))
                     return {"finished": False}
                 path = _checkpoint(continued, steps)
             record(f"{method}@{steps}", lambda p=path: token_losses(
@@ -277,7 +277,7 @@ def run_extension_init(
                     Path(base["model"]), short_corpus, work, "512", args, deadline, rows=rows
                 )
                 if continued is None:
-                    on_step(f"stopped by --max-minutes during {CONTINUED}: run the same command to resume")
+                    on_step(stopped_message(CONTINUED))
                     return {"finished": False}
                 model = AutoModelForMaskedLM.from_pretrained(_checkpoint(continued, steps)).eval()
                 record(f"{CONTINUED}@{steps}", lambda m=model: chunked_losses(

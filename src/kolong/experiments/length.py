@@ -44,7 +44,7 @@ from kolong.experiments.length_report import (
     plot_f1_by_length,
     to_markdown,
 )
-from kolong.experiments.stages import Deadline, StoppedByDeadline
+from kolong.experiments.stages import Deadline, stopped_message
 from kolong.io import atomic_write_json, atomic_write_text
 
 DEFAULT_VARIANTS = (
@@ -229,7 +229,7 @@ def run_length_experiment(
         step(f"{name}: fine-tuning")
         train_metrics = finetune_qa(finetune_args, callbacks=deadline.callbacks())
         if deadline.stopped:
-            step(str(StoppedByDeadline(f"{name}: fine-tuning")))
+            step(stopped_message(f"{name}: fine-tuning"))
             return {"finished": False, "stopped_during": f"{name}: fine-tuning"}
         step(f"{name}: evaluating")
         rows.append(_evaluate_variant(name, length, kind, finetune_args, evaluation, context_tokens))

@@ -22,11 +22,15 @@ def run_stage(path: str | Path, make: Callable[[], dict]) -> dict:
     return result
 
 
+def stopped_message(stage: str) -> str:
+    return f"stopped by --max-minutes during {stage}: run the same command to resume"
+
+
 class StoppedByDeadline(Exception):
     """A training run stopped at a checkpoint because the call's `--max-minutes` ran out; rerun to resume."""
 
     def __init__(self, stage: str) -> None:
-        super().__init__(f"stopped by --max-minutes during {stage}: run the same command to resume")
+        super().__init__(stopped_message(stage))
         self.stage = stage
 
 
