@@ -1,6 +1,8 @@
 """kolong on a CUDA device: same outputs as on the CPU for every position scheme, and a training step.
 
-Marked `gpu`: skipped without CUDA (see conftest.py), run by the suite on a GPU machine.
+Marked `gpu`: skipped without CUDA (see conftest.py), run by the suite on a GPU machine. Ordered by what a
+short GPU slot must learn first (.ci/gpu-step gpu-tests may stop part-way): CUDA parity, then compiled
+pre-training (which decides compile's default), then the fused and sparse attention paths.
 """
 
 from __future__ import annotations
@@ -27,6 +29,25 @@ def test_cuda_matches_cpu(scheme):
         expected = model(input_ids=ids, attention_mask=mask).last_hidden_state
         actual = model.cuda()(input_ids=ids.cuda(), attention_mask=mask.cuda()).last_hidden_state
     torch.testing.assert_close(actual.cpu(), expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("position", ["learned", "shaw"])
+def test_pretraining_with_the_gpu_settings_gives_the_eager_loss_curve(position, tmp_path):
+    """On CUDA, `pretrain mlm` compiles the model, masks in loader workers, packs documents (flex block masks)
+    and uses fused AdamW: in fp32 without dropout its loss curve is the uncompiled run's."""
+    from kolong.training.pretrain import pretrain_mlm
+    from test_pretrain import arguments, build_mlm_corpus, losses
+
+    corpus = build_mlm_corpus(tmp_path)
+    common = dict(position_encoding=position, max_steps=8, eval_every=100, save_steps=100, bf16="no",
+                  overrides={"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0})  # fmt: skip
+    eager = arguments(corpus, tmp_path / "eager", compile="no", **common)
+    compiled = arguments(corpus, tmp_path / "compiled", **common)  # compile auto: on
+    for args in (eager, compiled):
+        args.extra = {"disable_tqdm": True}  # the CUDA device, not use_cpu
+        pretrain_mlm(args)
+    for (step, a), (_, b) in zip(losses(tmp_path / "eager"), losses(tmp_path / "compiled"), strict=True):
+        assert a == pytest.approx(b, rel=2e-3, abs=2e-3), f"step {step}"
 
 
 def test_bf16_training_step_on_cuda_lowers_the_loss():
@@ -101,25 +122,6 @@ def test_local_global_attention_on_cuda_matches_the_reference_with_gradients(nam
     for key, grad in expected_grads.items():
         scale = grad.abs().max().item() + 1e-6
         torch.testing.assert_close(actual_grads[key] / scale, grad / scale, rtol=1e-3, atol=1e-3, msg=key)
-
-
-@pytest.mark.parametrize("position", ["learned", "shaw"])
-def test_pretraining_with_the_gpu_settings_gives_the_eager_loss_curve(position, tmp_path):
-    """On CUDA, `pretrain mlm` compiles the model, masks in loader workers, packs documents (flex block masks)
-    and uses fused AdamW: in fp32 without dropout its loss curve is the uncompiled run's."""
-    from kolong.training.pretrain import pretrain_mlm
-    from test_pretrain import arguments, build_mlm_corpus, losses
-
-    corpus = build_mlm_corpus(tmp_path)
-    common = dict(position_encoding=position, max_steps=8, eval_every=100, save_steps=100, bf16="no",
-                  overrides={"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0})  # fmt: skip
-    eager = arguments(corpus, tmp_path / "eager", compile="no", **common)
-    compiled = arguments(corpus, tmp_path / "compiled", **common)  # compile auto: on
-    for args in (eager, compiled):
-        args.extra = {"disable_tqdm": True}  # the CUDA device, not use_cpu
-        pretrain_mlm(args)
-    for (step, a), (_, b) in zip(losses(tmp_path / "eager"), losses(tmp_path / "compiled"), strict=True):
-        assert a == pytest.approx(b, rel=2e-3, abs=2e-3), f"step {step}"
 
 
 def test_bench_compress_times_the_pytorch_variants_on_cuda_and_refuses_onnxruntime_there(tmp_path):
