@@ -102,5 +102,9 @@ def test_throughput_settings_on_cpu_and_what_extra_overrides(corpus, tmp_path, m
     monkeypatch.setattr("kolong.training.common.has_gpu", lambda: True)
     gpu = throughput_settings(args)
     assert gpu["optim"] == "adamw_torch_fused" and gpu["torch_compile"] and gpu["dataloader_num_workers"] >= 1
+    # a compiled run keeps one batch shape: the short last batch goes, unless the split is shorter than a batch
+    assert throughput_settings(args, train_rows=100, batch_rows=32)["dataloader_drop_last"]
+    assert "dataloader_drop_last" not in throughput_settings(args, train_rows=10, batch_rows=32)
     args.compile = "no"
     assert not throughput_settings(args)["torch_compile"]
+    assert "dataloader_drop_last" not in throughput_settings(args, train_rows=100, batch_rows=32)

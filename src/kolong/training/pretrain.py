@@ -222,7 +222,7 @@ def pretrain_mlm(args: PretrainArguments, callbacks: list | None = None) -> dict
         eval_on_start=evaluation is not None and resume_from is None,  # the curve starts at step 0
         remove_unused_columns=False,  # the collator reads eojeol_ids / morpheme_ids
         prediction_loss_only=True,
-        **throughput_settings(args),
+        **throughput_settings(args, len(train), training["batch_size"] * args.gradient_accumulation_steps),
     )
     trainer = make_trainer_class()(
         model=model,
@@ -250,18 +250,27 @@ def pretrain_mlm(args: PretrainArguments, callbacks: list | None = None) -> dict
     return metrics
 
 
-def throughput_settings(args: PretrainArguments) -> dict:
+def throughput_settings(args: PretrainArguments, train_rows: int = 0, batch_rows: int = 0) -> dict:
     """TrainingArguments that keep a GPU busy (`args.extra` still wins): fused AdamW, masking in
-    DataLoader workers, torch.compile, and no per-step host synchronisation to filter NaN losses."""
+    DataLoader workers, torch.compile, and no per-step host synchronisation to filter NaN losses.
+
+    A compiled run drops each epoch's short last batch (when the split holds a whole batch): a new batch
+    shape would recompile the model, the second time with dynamic shapes for the rest of the run.
+    Workers are not persistent: the collator numbers each epoch's batches from the epoch's start (seeded
+    masks, exact resume), which workers kept from the last epoch would not."""
     from kolong.training.common import has_gpu
 
     gpu = has_gpu()
-    return {
+    compiled = args.compile == "yes" or (args.compile == "auto" and gpu)
+    settings = {
         "optim": "adamw_torch_fused" if gpu else "adamw_torch",
         "dataloader_num_workers": min(4, max(1, (os.cpu_count() or 2) - 1)) if gpu else 0,
-        "torch_compile": args.compile == "yes" or (args.compile == "auto" and gpu),
+        "torch_compile": compiled,
         "logging_nan_inf_filter": False,
     }
+    if compiled and 0 < batch_rows <= train_rows:
+        settings["dataloader_drop_last"] = True
+    return settings
 
 
 def plot_losses(history: list[dict], output: Path, title: str = "") -> Path | None:

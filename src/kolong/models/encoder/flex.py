@@ -6,7 +6,10 @@ block mask, the scale and the scheme's tensors, defines its `score_mod` inside a
 compiled function matters: a new closure passed in from outside at every call makes dynamo
 recompile until its limit (8) and then fall back, silently, to an unfused path that materialises
 (b, h, n, n) scores. Block masks are built outside per forward; their mask_mods capture tensors,
-which dynamo lifts to inputs without recompiling.
+which dynamo lifts to inputs without recompiling. Shapes are static (`dynamic=False`, as PyTorch advises
+for FlexAttention): a new length or scheme setting recompiles, because under dynamic shapes a changed int
+read inside a score_mod (Shaw's max_distance, T5's bucket bounds) becomes a symbol that inductor cannot
+lower (seen on an H200 with torch 2.11, and on CPU). Inside a compiled model the model's compile decides.
 
 FlexAttention has a forward but no backward on CPU, and no attention dropout anywhere.
 """
@@ -29,7 +32,7 @@ def flex_call(function: Callable, *args):
         return function(*args)
     compiled = _compiled.get(function)
     if compiled is None:
-        compiled = _compiled[function] = torch.compile(function)
+        compiled = _compiled[function] = torch.compile(function, dynamic=False)
     return compiled(*args)
 
 

@@ -1,0 +1,48 @@
+"""The attention paths inside `torch.compile` on the CPU, where a GPU run compiles them too.
+
+Both cases failed on an H200 (torch 2.11) before the fixes they guard: compiled FlexAttention whose
+score_mod reads an int that changed between calls (Shaw's max_distance, T5's buckets), and the chunked
+exact path traced with dropout once the compiled model's shapes turned dynamic.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import random_ids, tiny_kolong_config
+from kolong.models import KolongForMaskedLM, KolongModel
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+
+def test_compiled_flex_attention_follows_each_scheme_setting_and_length():
+    """One compiled function per scheme serves every model: a new max_distance or length recompiles it
+    (static shapes) instead of lowering the int as a symbol, which inductor cannot do inside a score_mod."""
+    for max_distance, length in ((16, 16), (4, 40)):
+        torch.manual_seed(0)
+        config = tiny_kolong_config(position_encoding="shaw", position_kwargs={"max_distance": max_distance},
+                                    max_position_embeddings=64)  # fmt: skip
+        model = KolongModel(config).eval()
+        ids = random_ids(2, length)
+        with torch.no_grad():
+            expected = model(input_ids=ids).last_hidden_state
+            model.set_attn_implementation("flex_attention")
+            actual = model(input_ids=ids).last_hidden_state
+        torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_a_compiled_model_trains_through_the_chunked_path_with_dropout_as_lengths_change():
+    """Shaw positions with attention dropout take the chunked exact path, which runs eagerly between the
+    compiled graphs (`torch.compiler.disable`); the third length reuses the dynamic graph."""
+    torch.manual_seed(0)
+    config = tiny_kolong_config(position_encoding="shaw", attention_probs_dropout_prob=0.1)
+    model = KolongForMaskedLM(config).train()
+    compiled = torch.compile(model)
+    for length in (16, 24, 32):
+        ids = random_ids(2, length)
+        loss = compiled(input_ids=ids, labels=ids).loss
+        loss.backward()
+        assert torch.isfinite(loss)
+        assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
+        model.zero_grad(set_to_none=True)
