@@ -12,6 +12,7 @@ import torch
 
 from conftest import random_ids, tiny_kolong_config
 from kolong.models import KolongForMaskedLM, KolongModel
+from kolong.models.encoder.masks import exporting
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -46,3 +47,17 @@ def test_a_compiled_model_trains_through_the_chunked_path_with_dropout_as_length
         assert torch.isfinite(loss)
         assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
         model.zero_grad(set_to_none=True)
+
+
+def test_exporting_is_false_under_compile_and_true_under_export():
+    """torch 2.11's `is_exporting()` read True in every compiled trace, so compiled pre-training ignored
+    packed documents: kolong's check must tell the two apart on every supported torch."""
+
+    class Branch(torch.nn.Module):
+        def forward(self, x):
+            return x + 1 if exporting() else x - 1
+
+    x = torch.zeros(1)
+    assert not exporting()
+    assert torch.compile(Branch(), backend="eager")(x).item() == -1
+    assert torch.export.export(Branch(), (x,)).module()(x).item() == 1

@@ -71,6 +71,11 @@ FUSED = {"shaw": {"max_distance": 4}, "shaw-value": {"max_distance": 4, "value":
          "t5": {"num_buckets": 8, "max_distance": 24}, "alibi": {}, "rope": {}}  # fmt: skip
 
 
+def _named(key: str, scale: float):
+    """assert_close's own report (how far, where), headed by the parameter and its gradient's scale."""
+    return lambda report: f"{key} (largest gradient {scale:.3g}): {report}"
+
+
 def _outputs_and_grads(model, ids, mask, implementation, dtype=None):
     model.set_attn_implementation(implementation)
     model.zero_grad(set_to_none=True)
@@ -100,7 +105,11 @@ def test_fused_paths_match_the_reference_on_cuda_with_gradients(name, implementa
         for key, grad in expected_grads.items():
             scale = grad.abs().max().item() + 1e-6
             torch.testing.assert_close(
-                actual_grads[key] / scale, grad / scale, rtol=tolerance, atol=tolerance, msg=key
+                actual_grads[key] / scale,
+                grad / scale,
+                rtol=tolerance,
+                atol=tolerance,
+                msg=_named(key, scale),
             )
 
 
@@ -121,7 +130,9 @@ def test_local_global_attention_on_cuda_matches_the_reference_with_gradients(nam
     torch.testing.assert_close(actual, expected, rtol=1e-3, atol=1e-3)
     for key, grad in expected_grads.items():
         scale = grad.abs().max().item() + 1e-6
-        torch.testing.assert_close(actual_grads[key] / scale, grad / scale, rtol=1e-3, atol=1e-3, msg=key)
+        torch.testing.assert_close(
+            actual_grads[key] / scale, grad / scale, rtol=1e-3, atol=1e-3, msg=_named(key, scale)
+        )
 
 
 def test_bench_compress_times_the_pytorch_variants_on_cuda_and_refuses_onnxruntime_there(tmp_path):

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from kolong.models.encoder.chunked import attention_dropout_mask, chunked_attention
-from kolong.models.encoder.masks import AttentionMask
+from kolong.models.encoder.masks import AttentionMask, exporting
 from kolong.positions import PositionEncoding
 
 IMPLEMENTATIONS = ("eager", "sdpa", "flex_attention")
@@ -73,9 +73,7 @@ class KolongAttention(nn.Module):
             # padding (b, 1, 1, n), packed documents (b, 1, n, n), or None
             allowed = mask.additive(k.shape[2], q.dtype, q.device)
             return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=dropout_p)
-        if (
-            torch.compiler.is_exporting()
-        ):  # the chunked path loops over row blocks: one graph needs the reference
+        if exporting():  # the chunked path loops over row blocks: one graph needs the reference
             return self._attend_explicitly(q, k, v, mask, positions, layer, state, dropout_p)[0]
         if q.device.type == "cuda" and dropout_p == 0 and not positions.needs_probabilities:
             return self._attend_flex(q, k, v, mask, positions, layer, state, dropout_p, explicit=False)

@@ -18,6 +18,17 @@ from dataclasses import dataclass, field
 import torch
 
 
+def exporting() -> bool:
+    """True only under torch.export (ONNX), never under torch.compile.
+
+    `torch.compiler.is_exporting()` reads True inside every torch.compile trace of torch 2.11 (dynamo folds
+    it to a constant; 2.13 reads the flag): a compiled model then dropped packed documents' masks and took
+    the materialised attention path (seen on an H200, 2026-11-26). The flag it returns is read directly.
+    """
+    flag = getattr(torch.compiler, "_is_exporting_flag", None)
+    return torch.compiler.is_exporting() if flag is None else bool(flag)
+
+
 @dataclass
 class AttentionMask:
     real: torch.Tensor | None = None  # (b, n) bool: keys that are tokens, not padding
@@ -44,7 +55,7 @@ class AttentionMask:
                 f"for tokens, got shape {tuple(attention_mask.shape)}"
             )
         real = attention_mask != 0
-        if torch.compiler.is_exporting():  # a graph for every input (ONNX): no host reads, padding only
+        if exporting():  # a graph for every input (ONNX): no host reads, padding only
             return cls(real=real, window=window, global_tokens=global_tokens)
         # One host read for both facts (on a GPU each read waits for the queued work).
         flags = torch.stack([real.all(), (attention_mask > 1).any()]).tolist()
