@@ -71,9 +71,18 @@ FUSED = {"shaw": {"max_distance": 4}, "shaw-value": {"max_distance": 4, "value":
          "t5": {"num_buckets": 8, "max_distance": 24}, "alibi": {}, "rope": {}}  # fmt: skip
 
 
-def _named(key: str, scale: float):
-    """assert_close's own report (how far, where), headed by the parameter and its gradient's scale."""
-    return lambda report: f"{key} (largest gradient {scale:.3g}): {report}"
+def _assert_gradients_close(actual: dict, expected: dict, tolerance: float) -> None:
+    """Every parameter's gradient, relative to its largest entry, or to a hundredth of the model's largest
+    gradient where that is more: a sum over every token can cancel to rounding noise (the token-type
+    embedding's largest entry was 1e-6 on an H200, its fp32 differences 6e-9), and noise over noise is no
+    comparison."""
+    floor = 1e-2 * max(grad.abs().max().item() for grad in expected.values())
+    for key, grad in expected.items():
+        scale = max(grad.abs().max().item(), floor)
+        torch.testing.assert_close(
+            actual[key] / scale, grad / scale, rtol=tolerance, atol=tolerance,
+            msg=lambda report, key=key, scale=scale: f"{key} (gradient scale {scale:.3g}): {report}",
+        )  # fmt: skip
 
 
 def _outputs_and_grads(model, ids, mask, implementation, dtype=None):
@@ -102,15 +111,7 @@ def test_fused_paths_match_the_reference_on_cuda_with_gradients(name, implementa
         expected, expected_grads = _outputs_and_grads(model, ids, mask, "eager", dtype)
         actual, actual_grads = _outputs_and_grads(model, ids, mask, implementation, dtype)
         torch.testing.assert_close(actual, expected, rtol=tolerance, atol=tolerance)
-        for key, grad in expected_grads.items():
-            scale = grad.abs().max().item() + 1e-6
-            torch.testing.assert_close(
-                actual_grads[key] / scale,
-                grad / scale,
-                rtol=tolerance,
-                atol=tolerance,
-                msg=_named(key, scale),
-            )
+        _assert_gradients_close(actual_grads, expected_grads, tolerance)
 
 
 @pytest.mark.parametrize("name", ["learned", *FUSED])
@@ -128,11 +129,7 @@ def test_local_global_attention_on_cuda_matches_the_reference_with_gradients(nam
     expected, expected_grads = _outputs_and_grads(model, ids, mask, "eager")
     actual, actual_grads = _outputs_and_grads(model, ids, mask, "sdpa")
     torch.testing.assert_close(actual, expected, rtol=1e-3, atol=1e-3)
-    for key, grad in expected_grads.items():
-        scale = grad.abs().max().item() + 1e-6
-        torch.testing.assert_close(
-            actual_grads[key] / scale, grad / scale, rtol=1e-3, atol=1e-3, msg=_named(key, scale)
-        )
+    _assert_gradients_close(actual_grads, expected_grads, 1e-3)
 
 
 def test_bench_compress_times_the_pytorch_variants_on_cuda_and_refuses_onnxruntime_there(tmp_path):
