@@ -54,6 +54,27 @@ def test_pretrain_benchmark_measures_the_three_pipelines_and_the_padding(tmp_pat
     assert json_path.name == "pretrain.json"
 
 
+def test_bench_pretrain_profile_traces_one_untimed_run_of_each_pipeline():
+    """--profile: one more run of each pipeline, traced and untimed, says where a step's time goes."""
+    from kolong.bench.pretrain import PIPELINES, run_pretrain_benchmark
+    from kolong.bench.pretrain import to_markdown as pretrain_markdown
+
+    result = run_pretrain_benchmark(lengths=[32], positions=["learned"], tokens_per_step=128, steps=4, rounds=1,
+                                    hidden_size=32, layers=1, device="cpu", profile=True, on_step=lambda m: None)  # fmt: skip
+    traces = {t["pipeline"]: t for t in result["traces"]}
+    assert set(traces) == set(PIPELINES)
+    for trace in traces.values():
+        assert trace["steps"] == 3 and trace["ms_per_step"] > 0  # the 3 steps after the warm-up step
+        assert trace["device_busy"] is None and trace["syncs_per_step"] is None  # CPU: no device to wait for
+        assert trace["costliest_host_ops"] and all(ms >= 0 for _, ms in trace["costliest_host_ops"])
+    # kolong's sparse prediction head reads how many tokens are masked (boolean indexing) at every step
+    assert traces["raw step"]["host_reads_per_step"] >= 1
+    assert all(
+        rate > 0 for rate in result["cells"][0]["tokens_per_second"].values()
+    )  # timed apart from the trace
+    assert "Where the time goes" in pretrain_markdown(result)
+
+
 def test_the_timer_interleaves_warms_up_and_takes_self_reported_times():
     from kolong.bench.harness import Measured, time_interleaved
 

@@ -133,6 +133,8 @@ class PretrainBenchArguments(BenchArguments):
     shared_data: str = option("../shared/data", "The shared data folder, for --text nsmc,korquad.")
     max_documents: int = option(20000, "Documents read from --text.")
     peak_tflops: float | None = option(None, "Peak TFLOP/s of the device for MFU (known GPUs: looked up).")
+    profile: bool = option(False, "Also trace one more, untimed run of each pipeline (torch.profiler): device "
+                           "busy time, host reads and syncs per step, the costliest host operations.")  # fmt: skip
 
 
 @dataclass(kw_only=True)

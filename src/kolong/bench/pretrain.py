@@ -31,6 +31,7 @@ from pathlib import Path
 from kolong.bench.arguments import PretrainBenchArguments
 from kolong.bench.encoder import device_peak_flops
 from kolong.bench.harness import Benchmark, Case, Measured, resolve_device, run
+from kolong.bench.trace import StepTrace, to_markdown_rows
 
 PIPELINES = ("raw step", "kolong pretrain mlm", "HF BertForMaskedLM")
 
@@ -52,9 +53,10 @@ def _documents(args: PretrainBenchArguments, root: Path) -> list[str]:
 
 
 class StepClock:
-    """A TrainerCallback timing the steps after `warmup` (the device synchronised at both ends)."""
+    """A TrainerCallback timing the steps after `warmup` (the device synchronised at both ends), and tracing
+    them when given a `StepTrace`."""
 
-    def __init__(self, warmup: int, device: str):
+    def __init__(self, warmup: int, device: str, trace=None):
         from transformers import TrainerCallback
 
         clock = self
@@ -64,8 +66,12 @@ class StepClock:
                 if state.global_step in (clock.warmup, state.max_steps):
                     _sync(clock.device)
                     clock.marks.append((state.global_step, time.perf_counter()))
+                    if clock.trace is not None and state.global_step == clock.warmup:
+                        clock.trace.start()
+                    elif clock.trace is not None:
+                        clock.trace.stop(state.global_step - clock.warmup)
 
-        self.warmup, self.device, self.marks = warmup, device, []
+        self.warmup, self.device, self.marks, self.trace = warmup, device, [], trace
         self.callback = Callback()
 
     def seconds_per_step(self) -> float:
@@ -103,7 +109,7 @@ class PretrainBenchmark(Benchmark):
             self._scratch = tempfile.TemporaryDirectory()
             self._root, self._corpora, self._runs = Path(self._scratch.name), {}, 0
             self._texts = _documents(args, self._root)
-            self.padding = None
+            self.padding, self.traces = None, {}
         device, length = resolve_device(args.device), size["length"]
         corpus = self._corpus(args, length)
         if self.padding is None:
@@ -125,18 +131,31 @@ class PretrainBenchmark(Benchmark):
                 extra={"use_cpu": device == "cpu", "save_strategy": "no"},
             )  # fmt: skip
 
-        steps = {
-            "raw step": lambda: Measured(raw_step(arguments(), device, warmup)),
-            "kolong pretrain mlm": lambda: Measured(kolong_pipeline(arguments(), device, warmup)),
-        }
+        def traced(name: str, pipeline):
+            """Timed calls of `pipeline`; with --profile, its first call (the untimed warm-up) is traced."""
+            pending = [args.profile]
+
+            def call() -> Measured:
+                if not pending[0]:
+                    return Measured(pipeline(arguments(), device, warmup))
+                pending[0] = False
+                trace = StepTrace(device)
+                pipeline(arguments(), device, warmup, trace)
+                self.traces[(size["position"], length, name)] = trace.summary
+                return Measured(0.0)
+
+            return call
+
+        steps = {"raw step": traced("raw step", raw_step),
+                 "kolong pretrain mlm": traced("kolong pretrain mlm", kolong_pipeline)}  # fmt: skip
         references = {}
         if size["position"] == args.positions[0]:  # one HF run per length: it has learned positions only
-            references["HF BertForMaskedLM"] = lambda: Measured(hf_pipeline(arguments(), device, warmup))
+            references["HF BertForMaskedLM"] = traced("HF BertForMaskedLM", hf_pipeline)
         counts = json.loads((corpus / "corpus.json").read_text(encoding="utf-8"))
         # Past one epoch the pipeline's timed steps include an epoch's end (new loader workers, a short batch):
         # a cost real runs pay once per epoch of thousands of steps.
         epochs = args.steps * batch / max(1, counts["blocks"]["train"])
-        return Case(steps, references, repeats=args.rounds, warmup=0,
+        return Case(steps, references, repeats=args.rounds, warmup=1 if args.profile else 0,
                     facts={"batch": batch, "device": device, "warmup_steps": warmup, "vocab": counts["vocab_size"],
                            "epochs_per_run": epochs})  # fmt: skip
 
@@ -162,15 +181,18 @@ class PretrainBenchmark(Benchmark):
         for cell in cells:
             if cell["length"] in hf:
                 cell["versus_hf"] = cell["tokens_per_second"]["kolong pretrain mlm"] / hf[cell["length"]]
+        traces = [{"position": position, "length": length, "pipeline": name, **summary}
+                  for (position, length, name), summary in getattr(self, "traces", {}).items()]  # fmt: skip
         return {"settings": {k: getattr(args, k) for k in ("tokens_per_step", "steps", "rounds", "hidden_size",
                                                             "layers", "compile", "text", "tokenizer")},
-                "device": rows[0]["device"] if rows else None, "cells": cells, "padding": self.padding}  # fmt: skip
+                "device": rows[0]["device"] if rows else None, "cells": cells, "padding": self.padding,
+                "traces": traces}  # fmt: skip
 
     def to_markdown(self, result: dict) -> str:
         return to_markdown(result)
 
 
-def raw_step(args, device: str, warmup: int) -> float:
+def raw_step(args, device: str, warmup: int, trace=None) -> float:
     """Seconds per step of kolong's model on pre-collated batches already on the device."""
     import torch
 
@@ -192,6 +214,8 @@ def raw_step(args, device: str, warmup: int) -> float:
         if index == warmup:
             _sync(device)
             start = time.perf_counter()
+            if trace is not None:
+                trace.start()
         with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
             loss = forward(**inputs).loss
         loss.backward()
@@ -199,18 +223,21 @@ def raw_step(args, device: str, warmup: int) -> float:
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
     _sync(device)
-    return (time.perf_counter() - start) / (steps - warmup)
+    seconds = (time.perf_counter() - start) / (steps - warmup)
+    if trace is not None:
+        trace.stop(steps - warmup)
+    return seconds
 
 
-def kolong_pipeline(args, device: str, warmup: int) -> float:
+def kolong_pipeline(args, device: str, warmup: int, trace=None) -> float:
     from kolong.training.pretrain import pretrain_mlm
 
-    clock = StepClock(warmup, device)
+    clock = StepClock(warmup, device, trace)
     pretrain_mlm(args, callbacks=[clock.callback])
     return clock.seconds_per_step()
 
 
-def hf_pipeline(args, device: str, warmup: int) -> float:
+def hf_pipeline(args, device: str, warmup: int, trace=None) -> float:
     """BertForMaskedLM of kolong's size, HF's MLM collator and the Trainer's defaults on the same blocks."""
     import torch
     from transformers import (
@@ -236,7 +263,7 @@ def hf_pipeline(args, device: str, warmup: int) -> float:
                                  learning_rate=args.learning_rate, report_to="none", save_strategy="no", disable_tqdm=True,
                                  logging_steps=args.logging_steps, use_cpu=device == "cpu", seed=args.seed,
                                  bf16=device == "cuda" and torch.cuda.is_bf16_supported())  # fmt: skip
-    clock = StepClock(warmup, device)
+    clock = StepClock(warmup, device, trace)
     trainer = Trainer(model=BertForMaskedLM(config), args=training, train_dataset=train,
                       data_collator=DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15),
                       callbacks=[clock.callback])  # fmt: skip
@@ -318,6 +345,14 @@ def to_markdown(result: dict) -> str:
                   "timed steps include an epoch's end, which real runs pay once per epoch; give more `--max-documents`."]  # fmt: skip
     lines += ["", "Goals (issue 16): pipeline overhead < 10% at every length; on GPU, kolong >= 1.5x the HF baseline at "
               "512 and MFU >= 40% for the base preset at 2048.", ""]  # fmt: skip
+    if result.get("traces"):
+        lines += ["## Where the time goes (one more, untimed run of each pipeline, traced by torch.profiler)", "",
+                  "| position, length, pipeline | ms per step (traced) | device busy | host reads per step | "
+                  "syncs per step | costliest host operations (ms per step) |", "|---|---:|---:|---:|---:|---|"]  # fmt: skip
+        lines += [
+            to_markdown_rows(f"{t['position']}, {t['length']}, {t['pipeline']}", t) for t in result["traces"]
+        ]
+        lines.append("")
     padding = result.get("padding")
     if padding:
         lines += [

@@ -1,0 +1,71 @@
+"""Where a training step's time goes: a torch.profiler trace of the timed steps of one run, summarised.
+
+A pipeline slower than its raw step on a GPU either keeps the device idle (host work between kernels,
+host reads that wait for the queue to drain) or makes it do more. The summary gives both sides: the
+device's busy fraction (kernel and copy time over wall time), the host reads per step
+(`.item()`/`.tolist()`, boolean indexing: each waits for every queued kernel), the device
+synchronisations per step, and the host operations that cost most.
+"""
+
+from __future__ import annotations
+
+import time
+
+# .item() / .tolist() / float(tensor), and boolean indexing (a data-dependent size): each is a host read
+HOST_READS = ("aten::_local_scalar_dense", "aten::nonzero")
+DEVICE_SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize")
+
+
+class StepTrace:
+    """`start()` at the first timed step, `stop(steps)` after the last; then `summary`."""
+
+    def __init__(self, device: str):
+        from torch.profiler import ProfilerActivity, profile
+
+        self.cuda = device == "cuda"
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.cuda else [])
+        self._profiler = profile(activities=activities)
+        self._started = 0.0
+        self.summary: dict | None = None
+
+    def start(self) -> None:
+        self._profiler.start()
+        self._started = time.perf_counter()
+
+    def stop(self, steps: int) -> None:
+        import torch
+
+        if self.cuda:
+            torch.cuda.synchronize()
+        wall = time.perf_counter() - self._started
+        self._profiler.stop()
+        self.summary = summarise(self._profiler, max(1, steps), wall, self.cuda)
+
+
+def summarise(profiler, steps: int, wall: float, cuda: bool, top: int = 6) -> dict:
+    from torch.autograd import DeviceType
+
+    averages = profiler.key_averages()
+    counts = {a.key: a.count for a in averages}
+    # device-side events (kernels, copies, memsets) only: the host ops' "device time" would count them twice
+    device_us = sum(e.time_range.elapsed_us() for e in profiler.events() if e.device_type == DeviceType.CUDA)
+    costliest = sorted(averages, key=lambda a: a.self_cpu_time_total, reverse=True)[:top]
+    return {
+        "steps": steps,
+        "ms_per_step": 1e3 * wall / steps,
+        "device_busy": device_us * 1e-6 / wall if cuda else None,
+        "host_reads_per_step": sum(counts.get(name, 0) for name in HOST_READS) / steps,
+        "syncs_per_step": sum(counts.get(name, 0) for name in DEVICE_SYNCS) / steps if cuda else None,
+        "costliest_host_ops": [[a.key, a.self_cpu_time_total / 1e3 / steps] for a in costliest],
+    }
+
+
+def to_markdown_rows(label: str, summary: dict) -> str:
+    """One table row: label | ms per step | device busy | host reads | syncs | costliest host ops (ms)."""
+    busy = f"{summary['device_busy']:.0%}" if summary["device_busy"] is not None else "—"
+    syncs = f"{summary['syncs_per_step']:.1f}" if summary["syncs_per_step"] is not None else "—"
+    ops = ", ".join(f"{name} {ms:.2f}" for name, ms in summary["costliest_host_ops"][:3])
+    return (
+        f"| {label} | {summary['ms_per_step']:.2f} | {busy} | {summary['host_reads_per_step']:.1f} | {syncs} "
+        f"| {ops} |"
+    )
