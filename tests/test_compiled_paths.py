@@ -61,3 +61,18 @@ def test_exporting_is_false_under_compile_and_true_under_export():
     assert not exporting()
     assert torch.compile(Branch(), backend="eager")(x).item() == -1
     assert torch.export.export(Branch(), (x,)).module()(x).item() == 1
+
+
+def test_a_compiled_model_takes_the_collators_host_facts_as_bounds_change():
+    """The sparse head with a labelled bound (a fixed shape, no host read) compiles, and gives the eager loss
+    for every bound, including one that changes between batches."""
+    torch.manual_seed(0)
+    model = KolongForMaskedLM(tiny_kolong_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
+    compiled = torch.compile(model)
+    for bound, labelled in ((6, 5), (9, 9), (12, 7)):
+        ids = random_ids(2, 16)
+        labels = torch.full_like(ids, -100)
+        labels.view(-1)[torch.randperm(ids.numel())[:labelled]] = ids.view(-1)[:labelled]
+        expected = model(input_ids=ids, labels=labels).loss
+        actual = compiled(input_ids=ids, labels=labels, mask_layout=(True, False), labelled_bound=bound).loss
+        torch.testing.assert_close(actual, expected)

@@ -108,3 +108,47 @@ def test_throughput_settings_on_cpu_and_what_extra_overrides(corpus, tmp_path, m
     args.compile = "no"
     assert not throughput_settings(args)["torch_compile"]
     assert "dataloader_drop_last" not in throughput_settings(args, train_rows=100, batch_rows=32)
+
+
+@pytest.mark.parametrize("masking", ["token", "span"])
+def test_host_facts_leave_the_loss_unchanged_and_the_device_unread(corpus, tmp_path, masking):
+    """The collator's `mask_layout` and `labelled_bound` stand in for the two reads a GPU forward would wait
+    on (the mask's layout, and boolean indexing of the labelled tokens): same loss, no scalar read."""
+    import torch
+    from torch.profiler import profile
+
+    model, _, train, _, collator, _, _ = prepare(arguments(corpus, tmp_path / "x", masking=masking,
+                                                           packing="documents"))  # fmt: skip
+    model.eval()
+    batch = collator([train[i] for i in range(8)])
+    layout, bound = batch.pop("mask_layout"), batch.pop("labelled_bound")
+    labelled = int(batch["labels"].ne(-100).sum())
+    assert 0 < labelled <= bound <= 8 * round(batch["input_ids"].shape[1] * collator.mlm_probability)
+    assert layout == (bool(batch["attention_mask"].ne(0).all()), bool(batch["attention_mask"].gt(1).any()))
+    assert layout[1]  # these rows pack several documents
+    with torch.no_grad():
+        reference = model(**batch)
+        with profile() as traced:
+            hinted = model(
+                **batch, mask_layout=list(layout), labelled_bound=bound
+            )  # a loader's pin makes a list
+    torch.testing.assert_close(hinted.loss, reference.loss)
+    torch.testing.assert_close(hinted.logits[:labelled], reference.logits)  # the labelled rows come first
+    reads = {
+        e.key: e.count
+        for e in traced.key_averages()
+        if e.key in ("aten::_local_scalar_dense", "aten::nonzero")
+    }
+    assert not reads, reads
+
+
+def test_the_bound_grows_past_the_budget_rather_than_drop_a_label():
+    import torch
+
+    from kolong.training.mlm_collator import MaskingCollator
+
+    collator = MaskingCollator(mask_token_id=4, pad_token_id=0, vocab_size=50, special_ids=(0, 1, 2, 3, 4))
+    labels = torch.full((2, 10), -100)
+    labels[:, :3] = 7  # 6 labelled, where round(10 x 0.15) = 2 per row allows 4
+    assert collator._labelled_bound(labels, 2, 10) == 64
+    assert collator._labelled_bound(labels[:, :10].masked_fill(labels.ne(-100), -100), 2, 10) == 4

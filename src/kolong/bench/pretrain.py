@@ -204,7 +204,12 @@ def raw_step(args, device: str, warmup: int, trace=None) -> float:
     batches = []
     for step in range(steps):
         rows = [train[order[(step * batch + i) % len(order)]] for i in range(batch)]
-        batches.append({k: v.to(device, non_blocking=True) for k, v in collator(rows).items()})
+        collated = collator(
+            rows
+        )  # tensors to the device; the collator's host facts (mask layout, bound) stay
+        batches.append(
+            {k: v.to(device, non_blocking=True) if hasattr(v, "to") else v for k, v in collated.items()}
+        )
     model.to(device).train()
     settings = throughput_settings(args)
     forward = torch.compile(model) if settings["torch_compile"] else model

@@ -72,6 +72,10 @@ class MaskingCollator:
     """Width of packed rows (the corpus's block length); without it, the longest row of the batch."""
     schedule: list[tuple[int, int]] = field(default_factory=list)
     """Curriculum: (row length, first batch index) per stage, in order (see `curriculum.py`)."""
+    host_facts: bool = False
+    """Also give what this host-side collator knows and the model would read back from the device:
+    `mask_layout` (every token real, documents packed) and `labelled_bound` (a fixed upper bound of the
+    labelled tokens, so the sparse prediction head keeps one shape). For kolong's MLM models only."""
 
     def __post_init__(self) -> None:
         self._calls = {"train": self.calls}
@@ -179,6 +183,9 @@ class MaskingCollator:
             "attention_mask": self._attention_mask(input_ids, real),
             "labels": labels,
         }
+        if self.host_facts:
+            batch["mask_layout"] = (bool(real.all()), bool(batch["attention_mask"].gt(1).any()))
+            batch["labelled_bound"] = self._labelled_bound(labels, len(rows), width)
         if self.packing == "documents-continuous":
             batch["position_ids"] = torch.arange(width).repeat(len(rows), 1)
         if order_labels is not None:
@@ -188,6 +195,13 @@ class MaskingCollator:
                 batch["token_type_ids"][row, : len(types)] = torch.as_tensor(types)
             batch["sentence_order_label"] = torch.tensor(order_labels)
         return batch
+
+    def _labelled_bound(self, labels: torch.Tensor, rows: int, width: int) -> int:
+        """round(width x rate) per row (at least 1), the most a row's budget can be; rounded up to a multiple of
+        64 in the rare batch whose spans overshoot it, so that no label is ever dropped."""
+        bound = rows * max(1, round(width * self.mlm_probability))
+        labelled = int(labels.ne(-100).sum())
+        return bound if labelled <= bound else -(-labelled // 64) * 64
 
     def _columns(self, feature: dict, key: str | None) -> tuple[np.ndarray, np.ndarray]:
         ids = np.asarray(feature["input_ids"], dtype=np.int64)

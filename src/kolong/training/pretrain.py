@@ -132,6 +132,7 @@ def prepare(args: PretrainArguments):
     collator = MaskingCollator.for_tokenizer(
         tokenizer, granularity=args.masking, mlm_probability=args.mlm_probability, seed=args.seed + 7919 * rank,
         sentence_order=sentence_order, packing=packing, max_length=metadata["max_length"], schedule=schedule,
+        host_facts=True,  # kolong's MLM models read nothing back from the device with them
     )  # fmt: skip
     # numpy rows: the collator stacks them without a Python loop over tokens
     train, evaluation = (datasets[split].with_format("numpy") for split in ("train", "validation"))

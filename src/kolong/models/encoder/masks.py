@@ -45,8 +45,12 @@ class AttentionMask:
         *,
         window: int | None = None,
         global_tokens: torch.Tensor | None = None,
+        layout: tuple[bool, bool] | list[bool] | None = None,
     ) -> AttentionMask:
-        """HF's (b, n) mask, 0 for padding and 1 (or document numbers 1, 2, ...) for tokens."""
+        """HF's (b, n) mask, 0 for padding and 1 (or document numbers 1, 2, ...) for tokens.
+
+        `layout` = (every token is real, documents are packed), when the caller knows both on the host (the
+        pre-training collator does): the device is then not read."""
         if attention_mask is None:
             return cls(window=window, global_tokens=global_tokens)
         if attention_mask.dim() != 2:
@@ -57,8 +61,12 @@ class AttentionMask:
         real = attention_mask != 0
         if exporting():  # a graph for every input (ONNX): no host reads, padding only
             return cls(real=real, window=window, global_tokens=global_tokens)
-        # One host read for both facts (on a GPU each read waits for the queued work).
-        flags = torch.stack([real.all(), (attention_mask > 1).any()]).tolist()
+        # One host read for both facts (on a GPU each read waits for the queued work), unless given.
+        flags = (
+            list(layout)
+            if layout is not None
+            else torch.stack([real.all(), (attention_mask > 1).any()]).tolist()
+        )
         packed = not attention_mask.dtype.is_floating_point and flags[1]
         return cls(
             real=None if flags[0] else real,

@@ -187,10 +187,13 @@ class KolongModel(KolongPreTrainedModel):
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
         global_attention_mask: torch.Tensor | None = None,
+        mask_layout: tuple[bool, bool] | None = None,
     ) -> BaseModelOutputWithPooling | tuple:
+        """`mask_layout`: (every token is real, documents are packed) when the caller knows them on the host,
+        so that the forward reads nothing back from the device (the pre-training collator gives it)."""
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("pass exactly one of input_ids and inputs_embeds")
-        mask = AttentionMask.from_attention_mask(attention_mask)
+        mask = AttentionMask.from_attention_mask(attention_mask, layout=mask_layout)
         length = (input_ids if input_ids is not None else inputs_embeds).shape[1]
         device = (input_ids if input_ids is not None else inputs_embeds).device
         local = local_mask(self.config, mask, global_attention_mask, length, device)  # None: all layers full
@@ -241,8 +244,19 @@ class KolongLMHead(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.decoder(self.norm(self.act(self.dense(x))))  # (b, n, V)
 
-    def logits_and_loss(self, hidden, labels, sparse: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Logits and MLM loss; `sparse`: only the labelled positions go through the vocabulary projection."""
+    def logits_and_loss(
+        self, hidden, labels, sparse: bool, labelled_bound: int | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Logits and MLM loss; `sparse`: only the labelled positions go through the vocabulary projection.
+
+        With `labelled_bound` (at least the labelled count, known to the collator on the host) the rows are
+        the labelled positions in order, then unlabelled ones up to the bound: a fixed shape, and no host
+        read of the count (boolean indexing waits for every queued kernel). The loss is the same."""
+        if labels is not None and sparse and labelled_bound is not None:
+            flat = labels.view(-1)
+            rows = flat.eq(-100).to(torch.int8).argsort(stable=True)[:labelled_bound]  # labelled first
+            logits = self(hidden.reshape(-1, hidden.shape[-1]).index_select(0, rows))  # (bound, V)
+            return logits, F.cross_entropy(logits.float(), flat.index_select(0, rows), ignore_index=-100)
         if labels is not None and sparse:
             labelled = labels.view(-1).ne(-100)
             logits = self(hidden.reshape(-1, hidden.shape[-1])[labelled])  # (labelled, V)
@@ -278,12 +292,15 @@ class KolongForMaskedLM(KolongPreTrainedModel):
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
                 inputs_embeds=None, labels=None, output_attentions=None, output_hidden_states=None,
-                return_dict=None, global_attention_mask=None) -> MaskedLMOutput | tuple:  # fmt: skip
+                return_dict=None, global_attention_mask=None, mask_layout=None,
+                labelled_bound=None) -> MaskedLMOutput | tuple:  # fmt: skip
+        """`mask_layout` and `labelled_bound`: what the pre-training collator knows of the batch on the host
+        (see `KolongModel.forward` and `KolongLMHead.logits_and_loss`); with both, nothing is read back."""
         outputs = self.kolong(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
                               output_attentions, output_hidden_states,
-                              global_attention_mask=global_attention_mask)  # fmt: skip
+                              global_attention_mask=global_attention_mask, mask_layout=mask_layout)  # fmt: skip
         logits, loss = self.lm_head.logits_and_loss(
-            outputs.last_hidden_state, labels, self.config.sparse_prediction
+            outputs.last_hidden_state, labels, self.config.sparse_prediction, labelled_bound
         )
         output = MaskedLMOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
@@ -324,14 +341,17 @@ class KolongForPreTraining(KolongPreTrainedModel):
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
                 inputs_embeds=None, labels=None, sentence_order_label=None, output_attentions=None,
-                output_hidden_states=None, return_dict=None, global_attention_mask=None) -> KolongForPreTrainingOutput | tuple:  # fmt: skip
+                output_hidden_states=None, return_dict=None, global_attention_mask=None, mask_layout=None,
+                labelled_bound=None) -> KolongForPreTrainingOutput | tuple:  # fmt: skip
         outputs = self.kolong(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
                               output_attentions, output_hidden_states,
-                              global_attention_mask=global_attention_mask)  # fmt: skip
+                              global_attention_mask=global_attention_mask, mask_layout=mask_layout)  # fmt: skip
         hidden = outputs.last_hidden_state  # (b, n, d)
         pooled = outputs.pooler_output if outputs.pooler_output is not None else hidden[:, 0]
         sop_logits = self.sop_classifier(pooled)  # (b, 2)
-        logits, loss = self.lm_head.logits_and_loss(hidden, labels, self.config.sparse_prediction)
+        logits, loss = self.lm_head.logits_and_loss(
+            hidden, labels, self.config.sparse_prediction, labelled_bound
+        )
         if sentence_order_label is not None:
             sop_loss = F.cross_entropy(sop_logits.float(), sentence_order_label.view(-1))
             loss = sop_loss if loss is None else loss + sop_loss
