@@ -204,9 +204,8 @@ def raw_step(args, device: str, warmup: int, trace=None) -> float:
     batches = []
     for step in range(steps):
         rows = [train[order[(step * batch + i) % len(order)]] for i in range(batch)]
-        collated = collator(
-            rows
-        )  # tensors to the device; the collator's host facts (mask layout, bound) stay
+        # tensors to the device; the collator's host facts (mask layout, labelled bound) stay as they are
+        collated = collator(rows)
         batches.append(
             {k: v.to(device, non_blocking=True) if hasattr(v, "to") else v for k, v in collated.items()}
         )
