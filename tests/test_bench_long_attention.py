@@ -66,3 +66,34 @@ def test_gradient_checkpointing_option_recomputes_layers_with_the_same_gradients
         grads.append([p.grad for p in model.parameters() if p.grad is not None])
     for plain, recomputed in zip(*grads, strict=True):
         torch.testing.assert_close(recomputed, plain)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_flex_pattern_reads_the_same_document_and_is_timed_only_for_inference_on_cpu(tmp_path):
+    """`local+global-flex` is local + global through compiled FlexAttention (block masks built compiled):
+    the same outputs as the chunked path, and no training row on CPU, where flex has no backward."""
+    from kolong.bench.arguments import LongAttentionBenchArguments
+    from kolong.bench.long_attention import build_model, make_step
+
+    args = LongAttentionBenchArguments(lengths=[300], window=16, global_tokens=4, hidden_size=32,
+                                       num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)  # fmt: skip
+    ids = torch.randint(5, 8000, (1, 300), generator=torch.Generator().manual_seed(0))
+    question = torch.zeros_like(ids)
+    question[:, :4] = 1
+    outputs = []
+    for pattern in ("local+global", "local+global-flex"):
+        model = build_model(pattern, args).eval()
+        make_step(model, pattern, args, 300, training=False)()  # the bench's own step runs
+        with torch.no_grad():
+            outputs.append(model(input_ids=ids, global_attention_mask=question).last_hidden_state)
+    torch.testing.assert_close(outputs[1], outputs[0], rtol=1e-4, atol=1e-4)
+
+    result = CliRunner().invoke(app, [
+        "bench", "long-attention", "--lengths", "300", "--window", "16", "--global-tokens", "4",
+        "--patterns", "local+global,local+global-flex", "--hidden-size", "32", "--layers", "1", "--heads", "2",
+        "--intermediate-size", "64", "--repeats", "1", "--no-memory", "--output-dir", str(tmp_path),
+    ])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    seconds = json.loads((tmp_path / "long-attention.json").read_text())["seconds"]
+    assert set(seconds["inference"]) == {"local+global", "local+global-flex"}
+    assert set(seconds["training"]) == {"local+global"}

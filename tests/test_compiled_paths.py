@@ -76,3 +76,58 @@ def test_a_compiled_model_takes_the_collators_host_facts_as_bounds_change():
         expected = model(input_ids=ids, labels=labels).loss
         actual = compiled(input_ids=ids, labels=labels, mask_layout=(True, False), labelled_bound=bound).loss
         torch.testing.assert_close(actual, expected)
+
+
+def _block_mask_parts(block_mask) -> tuple[torch.Tensor, ...]:
+    """The block counts and indices (partial and full blocks) that decide which blocks flex visits."""
+    return tuple(part for part in block_mask.as_tuple()[2:6] if part is not None)
+
+
+def test_block_masks_are_built_compiled_and_equal_the_eager_ones():
+    """Every kind of mask (padding, packed documents, window with global tokens), and a second length
+    that reuses the (now dynamic) compiled builder: the same blocks as eager create_block_mask."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    from kolong.models.encoder import flex
+    from kolong.models.encoder.masks import AttentionMask
+
+    for length in (300, 520):
+        real = torch.ones(2, length, dtype=torch.bool)
+        real[1, -37:] = False
+        documents = torch.ones(2, length, dtype=torch.long)
+        documents[0, 100:] = 2
+        documents[1, -37:] = 0
+        global_tokens = torch.zeros(2, length, dtype=torch.bool)
+        global_tokens[:, :5] = True
+        global_tokens[0, 250] = True
+        for mask in (
+            AttentionMask(real=real),
+            AttentionMask(real=real, documents=documents),
+            AttentionMask(real=real, window=64, global_tokens=global_tokens),
+        ):
+            eager = create_block_mask(mask.mask_mod(), 2, None, length, length, device="cpu")
+            built = mask.block_mask(2, length, "cpu")
+            assert flex._compiled_block_mask not in (None, False)  # the compiled builder made it
+            for actual, expected in zip(_block_mask_parts(built), _block_mask_parts(eager), strict=True):
+                torch.testing.assert_close(actual, expected, rtol=0, atol=0)
+
+
+def test_a_block_mask_builder_that_fails_to_compile_falls_back_to_eager(monkeypatch, caplog):
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    from kolong.models.encoder import flex
+    from kolong.models.encoder.masks import AttentionMask
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no C++ compiler")
+
+    monkeypatch.setattr(flex, "_compiled_block_mask", broken)
+    real = torch.ones(1, 200, dtype=torch.bool)
+    real[0, -20:] = False
+    mask = AttentionMask(real=real)
+    with caplog.at_level("WARNING", logger="kolong.models.encoder.flex"):
+        built = mask.block_mask(1, 200, "cpu")
+    assert "no C++ compiler" in caplog.text and flex._compiled_block_mask is False  # eager from now on
+    eager = create_block_mask(mask.mask_mod(), 1, None, 200, 200, device="cpu")
+    for actual, expected in zip(_block_mask_parts(built), _block_mask_parts(eager), strict=True):
+        torch.testing.assert_close(actual, expected, rtol=0, atol=0)

@@ -3,6 +3,8 @@
 - `full`: every token attends to every token (SDPA, or the chunked exact path for relative schemes);
 - `local+global`: each token attends to `window` tokens each side, the first `global_tokens` tokens (a
   question) attend to and are seen by all (`attention_pattern="local+global"`);
+- `local+global-flex`: the same pattern through compiled FlexAttention with a block mask (CUDA's default
+  path for it; on CPU an option for inference, `attn_implementation="flex_attention"`, with no backward);
 - `sliding`: the same full-attention model reading `sliding_length`-token windows that overlap by
   `sliding_overlap` tokens, as QA does past the model's length (every window is one batch row).
 
@@ -25,8 +27,13 @@ from kolong.bench.arguments import LongAttentionBenchArguments
 from kolong.bench.encoder import peak_growth_mb, run_worker
 from kolong.bench.harness import Benchmark, Case, cuda_sync
 
-PATTERNS = ("full", "local+global", "sliding")
-COLOURS = {"full": "tab:red", "local+global": "tab:blue", "sliding": "tab:green"}
+PATTERNS = ("full", "local+global", "local+global-flex", "sliding")
+COLOURS = {
+    "full": "tab:red",
+    "local+global": "tab:blue",
+    "local+global-flex": "tab:purple",
+    "sliding": "tab:green",
+}
 
 
 def build_model(pattern: str, args: LongAttentionBenchArguments):
@@ -41,9 +48,12 @@ def build_model(pattern: str, args: LongAttentionBenchArguments):
         num_attention_heads=args.num_attention_heads, intermediate_size=args.intermediate_size,
         max_position_embeddings=max(args.lengths), position_encoding=args.position_encoding,
         hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-        attention_pattern="local+global" if pattern == "local+global" else "full", attention_window=args.window,
+        attention_pattern="local+global" if pattern.startswith("local+global") else "full",
+        attention_window=args.window,
     )  # fmt: skip
     model = KolongModel(config, add_pooling_layer=False).to(args.device)
+    if pattern == "local+global-flex":
+        model.set_attn_implementation("flex_attention")
     if args.gradient_checkpointing:
         # transformers' newer name (the older one warns there); releases before it have only the older one
         enable = (
@@ -74,7 +84,7 @@ def make_step(model, pattern: str, args: LongAttentionBenchArguments, length: in
     global_mask = None
     if pattern == "sliding":
         ids = sliding_windows(ids, args.sliding_length, args.sliding_overlap)
-    elif pattern == "local+global":
+    elif pattern.startswith("local+global"):
         global_mask = torch.zeros_like(ids)
         global_mask[:, : args.global_tokens] = 1
         global_mask = global_mask.to(args.device)
@@ -106,6 +116,8 @@ def measure_memory(pattern: str, length: int, args: LongAttentionBenchArguments)
     model = build_model(pattern, args)
     row = {"pattern": pattern, "length": length}
     for mode in args.modes:
+        if skipped(pattern, length, mode, args):
+            continue
         step = make_step(model, pattern, args, length, training=mode == "training")
         row[f"{mode}_peak_mb"] = peak_growth_mb(step, args.device.startswith("cuda"))
     return row
@@ -114,6 +126,13 @@ def measure_memory(pattern: str, length: int, args: LongAttentionBenchArguments)
 def _memory_worker(pattern: str, length: int, args: LongAttentionBenchArguments) -> dict:
     payload = {"pattern": pattern, "length": length, "args": asdict(args)}
     return run_worker("kolong.bench.long_attention", payload, {"pattern": pattern, "length": length})
+
+
+def skipped(pattern: str, length: int, mode: str, args: LongAttentionBenchArguments) -> bool:
+    """Full attention past --max-full-length; FlexAttention's training on CPU, where it has no backward."""
+    if pattern == "full":
+        return length > args.max_full_length
+    return pattern == "local+global-flex" and mode == "training" and args.device == "cpu"
 
 
 def growth_exponent(lengths: list[int], values: list[float]) -> float | None:
@@ -149,12 +168,9 @@ class LongAttentionBenchmark(Benchmark):
         modes = [*args.modes, *(["memory"] if args.memory else [])]
         return [{"length": length, "mode": mode} for length in args.lengths for mode in modes]
 
-    def _skipped(self, pattern: str, length: int, args) -> bool:
-        return pattern == "full" and length > args.max_full_length
-
     def setup(self, args: LongAttentionBenchArguments, size: dict) -> Case:
         length, mode = size["length"], size["mode"]
-        patterns = [p for p in args.patterns if not self._skipped(p, length, args)]
+        patterns = [p for p in args.patterns if not skipped(p, length, mode, args)]
         if mode == "memory":
             return Case(steps={}, facts={"memory": [_memory_worker(p, length, args) for p in patterns]})
         steps = {p: make_step(self.models[p], p, args, length, mode == "training") for p in patterns}

@@ -179,13 +179,13 @@ class AttentionMask:
     def block_mask(self, batch: int, length: int, device):
         """FlexAttention's BlockMask (blocks with no allowed entry are skipped), or None if all allowed.
 
-        Built on first use and kept: every layer of one forward shares it.
+        Built on first use (compiled, see `flex.block_mask`) and kept: every layer of one forward shares it.
         """
         mask_mod = self.mask_mod()
         if mask_mod is None:
             return None
         if self._block_mask is None:
-            from torch.nn.attention.flex_attention import create_block_mask
+            from kolong.models.encoder import flex
 
-            self._block_mask = create_block_mask(mask_mod, batch, None, length, length, device=device)
+            self._block_mask = flex.block_mask(mask_mod, batch, length, device)
         return self._block_mask
