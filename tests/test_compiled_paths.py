@@ -131,3 +131,19 @@ def test_a_block_mask_builder_that_fails_to_compile_falls_back_to_eager(monkeypa
     eager = create_block_mask(mask.mask_mod(), 1, None, 200, 200, device="cpu")
     for actual, expected in zip(_block_mask_parts(built), _block_mask_parts(eager), strict=True):
         torch.testing.assert_close(actual, expected, rtol=0, atol=0)
+
+
+def test_a_wrong_mask_raises_its_own_error_and_keeps_the_compiled_builder(monkeypatch):
+    """A mask that fails eagerly too (global tokens for one row of a batch of two) is the caller's error:
+    it surfaces as such, and compiling is not switched off for the rest of the process."""
+    from kolong.models.encoder import flex
+    from kolong.models.encoder.masks import AttentionMask
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("index out of bounds")
+
+    monkeypatch.setattr(flex, "_compiled_block_mask", broken)
+    one_row = torch.zeros(1, 200, dtype=torch.bool)
+    with pytest.raises(IndexError):
+        AttentionMask(window=10, global_tokens=one_row).block_mask(2, 200, "cpu")
+    assert flex._compiled_block_mask is broken

@@ -47,6 +47,29 @@ def test_a_window_as_wide_as_the_input_is_full_attention(name):
     assert not torch.allclose(narrow, full)
 
 
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+def test_flex_reads_every_rows_global_tokens_without_padding(monkeypatch):
+    """Batches without padding and without `global_attention_mask` ([CLS] global): FlexAttention's mask_mod
+    reads the global tokens of row b, so they must exist for every row (a (1, n) row crashed with
+    batch 2, on CUDA's default path too); a (1, n) `global_attention_mask` is shared by every row."""
+    from kolong.models.encoder import flex
+
+    monkeypatch.setattr(flex, "COMPILE", False)
+    model = sparse_model("learned", length=300, attention_window=16).eval()
+    ids = random_ids(2, 300)
+    question = torch.zeros(1, 300, dtype=torch.long)
+    question[:, :7] = 1
+    for global_attention_mask in (None, question):
+        outputs = {}
+        for implementation in ("eager", "flex_attention"):
+            model.set_attn_implementation(implementation)
+            with torch.no_grad():
+                outputs[implementation] = model.kolong(
+                    ids, global_attention_mask=global_attention_mask
+                ).last_hidden_state
+        torch.testing.assert_close(outputs["flex_attention"], outputs["eager"], rtol=1e-4, atol=1e-4)
+
+
 def test_a_local_token_sees_only_its_window_and_the_global_tokens():
     """Changing a token far from i (outside the window, not global) leaves position i's output alone in
     a one-layer local model; changing a global token does not."""
@@ -107,8 +130,10 @@ def test_patterns_save_load_and_bad_values_are_named(tmp_path):
         tiny_kolong_config(attention_pattern="sliding")
     with pytest.raises(ValueError, match="attention_window must be an integer >= 1"):
         tiny_kolong_config(attention_window=0)
-    with pytest.raises(ValueError, match="global_attention_mask must be \\(batch, 5\\)"):
+    with pytest.raises(ValueError, match="global_attention_mask must be \\(1, 5\\)"):
         model.kolong(random_ids(1, 5), global_attention_mask=torch.ones(1, 4))
+    with pytest.raises(ValueError, match="global_attention_mask must be \\(3, 5\\) \\(or \\(1, 5\\)"):
+        model.kolong(random_ids(3, 5), global_attention_mask=torch.ones(2, 5))
 
 
 def test_convert_makes_a_long_sparse_model_that_loads_with_the_auto_classes(tmp_path):

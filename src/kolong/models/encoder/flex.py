@@ -58,9 +58,11 @@ def block_mask(mask_mod: Callable, batch: int, length: int, device):
     try:
         return _compiled_block_mask(mask_mod, batch, None, length, length, device=device)
     except Exception as error:  # a compiler that fails here must not stop inference: eager is exact
+        # A mask that is itself wrong raises here, eagerly, with its own message (and compiling stays on).
+        built = create_block_mask(mask_mod, batch, None, length, length, device=device)
         logger.warning("compiling create_block_mask failed, building block masks eagerly: %s", error)
         _compiled_block_mask = False
-        return create_block_mask(mask_mod, batch, None, length, length, device=device)
+        return built
 
 
 def plain_flex(q, k, v, block_mask, scale):

@@ -194,9 +194,9 @@ class KolongModel(KolongPreTrainedModel):
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("pass exactly one of input_ids and inputs_embeds")
         mask = AttentionMask.from_attention_mask(attention_mask, layout=mask_layout)
-        length = (input_ids if input_ids is not None else inputs_embeds).shape[1]
+        batch, length = (input_ids if input_ids is not None else inputs_embeds).shape[:2]
         device = (input_ids if input_ids is not None else inputs_embeds).device
-        local = local_mask(self.config, mask, global_attention_mask, length, device)  # None: all layers full
+        local = local_mask(self.config, mask, global_attention_mask, batch, length, device)  # None: all full
         real = attention_mask if mask.documents is None else attention_mask.ne(0).long()
         if position_ids is None and mask.documents is not None:  # positions restart in each packed document
             position_ids = self.positions.packed_position_ids(mask.document_positions(), real)

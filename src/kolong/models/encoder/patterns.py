@@ -30,12 +30,12 @@ def attends_locally(config, depth: int) -> bool:
 
 
 def local_mask(
-    config, mask: AttentionMask, global_attention_mask, length: int, device
+    config, mask: AttentionMask, global_attention_mask, batch: int, length: int, device
 ) -> AttentionMask | None:
     """The mask of the local layers (None when every layer is full): the same padding and documents,
-    plus the window and the global tokens."""
+    plus the window and the global tokens, one row per batch row (FlexAttention's mask_mod reads row b)."""
     if global_attention_mask is not None:
-        global_attention_mask = _checked(global_attention_mask, length)
+        global_attention_mask = _checked(global_attention_mask, batch, length)
     if not any(attends_locally(config, depth) for depth in range(config.num_hidden_layers)):
         return None
     if config.attention_window >= length - 1:  # the window covers the input: full attention, same kernels
@@ -43,21 +43,22 @@ def local_mask(
     global_tokens = None
     if config.attention_pattern == "local+global":
         if global_attention_mask is None:
-            global_tokens = torch.zeros(1, length, dtype=torch.bool, device=device)
+            global_tokens = torch.zeros(batch, length, dtype=torch.bool, device=device)
             global_tokens[:, 0] = True  # [CLS]
         else:
-            global_tokens = global_attention_mask
+            global_tokens = global_attention_mask.expand(batch, length)
         if mask.real is not None:
             global_tokens = global_tokens & mask.real  # padding is never global
     return replace(mask, window=config.attention_window, global_tokens=global_tokens, _block_mask=None,
                    _global_positions=None)  # fmt: skip
 
 
-def _checked(global_attention_mask: torch.Tensor, length: int) -> torch.Tensor:
-    if global_attention_mask.dim() != 2 or global_attention_mask.shape[1] != length:
+def _checked(global_attention_mask: torch.Tensor, batch: int, length: int) -> torch.Tensor:
+    shape = tuple(global_attention_mask.shape)
+    if len(shape) != 2 or shape[1] != length or shape[0] not in (1, batch):
         raise ValueError(
-            f"global_attention_mask must be (batch, {length}) with 1 for global tokens, "
-            f"got shape {tuple(global_attention_mask.shape)}"
+            f"global_attention_mask must be ({batch}, {length}) (or (1, {length}) for every row) with 1 for "
+            f"global tokens, got shape {shape}"
         )
     return global_attention_mask != 0
 
