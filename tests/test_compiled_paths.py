@@ -147,3 +147,30 @@ def test_a_wrong_mask_raises_its_own_error_and_keeps_the_compiled_builder(monkey
     with pytest.raises(IndexError):
         AttentionMask(window=10, global_tokens=one_row).block_mask(2, 200, "cpu")
     assert flex._compiled_block_mask is broken
+
+
+def test_compiled_flex_serves_more_lengths_than_dynamos_default_limit(monkeypatch):
+    """Past dynamo's recompile limit a compiled function runs unfused, which for flex materialises
+    (b, h, n, n) scores. flex_call raises the limit for its calls: with the process-wide limit at 1, each
+    new length still compiles a kernel (a cache entry of plain_flex) instead of falling back."""
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+    from kolong.models.encoder import flex
+
+    def kernels() -> int:
+        return len(_debug_get_cache_entry_list(flex.plain_flex.__code__))
+
+    torch.manual_seed(0)
+    config = tiny_kolong_config(attention_pattern="local", attention_window=16, max_position_embeddings=400)
+    model = KolongModel(config).eval()
+    model.set_attn_implementation("flex_attention")
+    counts = []
+    # dynamo's own patch: monkeypatch's undo would delete the option from its config module
+    with torch._dynamo.config.patch(recompile_limit=1):
+        for length in (200, 264, 328):
+            if length == 328:  # the counter-check: at flex's own limit, no new kernel
+                monkeypatch.setattr(flex, "RECOMPILE_LIMIT", kernels())
+            with torch.no_grad():
+                model(input_ids=random_ids(1, length))
+            counts.append(kernels())
+    assert counts[1] == counts[0] + 1 and counts[2] == counts[1]

@@ -182,6 +182,53 @@ def test_window_collator_pads_batches_on_the_right_to_their_longest_window(token
     assert batch["input_ids"].shape[1] == lengths[1]
 
 
+def test_coarse_padding_takes_few_widths_each_less_than_a_quarter_wider():
+    """For compiled FlexAttention (a kernel per input length): multiples of 128 up to 512, then four widths
+    per doubling, never past the model's positions."""
+    from kolong.data.qa_features import padded_width
+
+    golden = {
+        1: 128,
+        128: 128,
+        129: 256,
+        500: 512,
+        513: 640,
+        1025: 1280,
+        3000: 3072,
+        9000: 10240,
+        16000: 16384,
+    }
+    assert {n: padded_width(n, 16384) for n in golden} == golden
+    assert padded_width(700, 700) == 700 and padded_width(600, 700) == 640 and padded_width(690, 700) == 700
+    widths = {padded_width(n, 16384) for n in range(1, 16385)}
+    assert len(widths) == 24
+    assert all(n <= padded_width(n, 16384) < n + max(128, n / 4) for n in range(1, 16385))
+
+
+def test_window_collator_pads_coarsely_for_compiled_flex_models(tokenizer):
+    from kolong.data.qa_features import WindowCollator
+
+    rows = [{"input_ids": [2] + [7] * n + [3], "attention_mask": [1] * (n + 2)} for n in (150, 298)]
+    assert WindowCollator(tokenizer, 4096)(rows)["input_ids"].shape == (2, 304)
+    batch = WindowCollator(tokenizer, 4096, coarse=True)(rows)
+    assert batch["input_ids"].shape == (2, 384) and batch["attention_mask"][1].sum() == 300
+
+
+def test_only_kolong_models_that_run_compiled_flex_on_cuda_pad_coarsely():
+    from conftest import tiny_kolong_config
+    from kolong.models import KolongForQuestionAnswering
+    from kolong.models.encoder.flex import compiles_per_length
+
+    sparse = KolongForQuestionAnswering(
+        tiny_kolong_config(attention_pattern="local+global", attention_window=8)
+    )
+    t5 = KolongForQuestionAnswering(tiny_kolong_config(position_encoding="t5"))
+    learned = KolongForQuestionAnswering(tiny_kolong_config())
+    assert compiles_per_length(sparse, "cuda") and compiles_per_length(t5, "cuda")
+    assert not compiles_per_length(learned, "cuda") and not compiles_per_length(sparse, "cpu")
+    assert not compiles_per_length(object(), "cuda")  # not a kolong model (HF's): never coarse
+
+
 class PrefixOnlyTokenizer:
     """What tokenizers 0.23.1 / 0.23.2 do: a truncating call tokenizes only a prefix of each context, so the
     overflow windows cover that prefix; the untruncated call still sees the whole context."""

@@ -72,7 +72,11 @@ class LongDocumentQAPipeline(Pipeline):
         return {"examples": examples, "features": features, "max_length": length}
 
     def _forward(self, model_inputs):
-        collate = WindowCollator(self.tokenizer, model_inputs["max_length"])
+        from kolong.models.encoder.flex import compiles_per_length
+
+        collate = WindowCollator(
+            self.tokenizer, model_inputs["max_length"], compiles_per_length(self.model, self.device)
+        )
         starts, ends = [], []
         for batch in window_batches(model_inputs["features"], self._batch_size or 16, collate):
             output = self.model(**{name: tensor.to(self.device) for name, tensor in batch.items()})

@@ -57,23 +57,39 @@ class WindowCollator:
     """The `data_collator` of QA windows built with `padding=False`: each batch padded on the right to its
     longest window (rounded up to a multiple of 8 while that stays within `max_length`), so a 16k-position
     model reading a 3k-token article pays for 3k tokens, not 16k. Right padding keeps token i of a window at
-    column i of its logits, where its offsets say it is, whatever the tokenizer's `padding_side`."""
+    column i of its logits, where its offsets say it is, whatever the tokenizer's `padding_side`.
+
+    `coarse` (a model whose attention runs compiled FlexAttention, which compiles a kernel per input length;
+    `kolong.models.encoder.flex.compiles_per_length`) pads to one of a few widths instead: `padded_width`."""
 
     tokenizer: object
     max_length: int
+    coarse: bool = False
 
     def __call__(self, rows: list[dict]) -> dict:
         from transformers.data.data_collator import pad_without_fast_tokenizer_warning
 
         longest = max(len(row["input_ids"]) for row in rows)
+        if self.coarse:
+            width = padded_width(longest, self.max_length)
+            padding = {"padding": "max_length", "max_length": width}
+        else:
+            padding = {
+                "padding": "longest",
+                "pad_to_multiple_of": 8 if -(-longest // 8) * 8 <= self.max_length else None,
+            }
         return pad_without_fast_tokenizer_warning(
-            self.tokenizer,
-            rows,
-            padding="longest",
-            pad_to_multiple_of=8 if -(-longest // 8) * 8 <= self.max_length else None,
-            padding_side="right",
-            return_tensors="pt",
+            self.tokenizer, rows, **padding, padding_side="right", return_tensors="pt"
         )
+
+
+def padded_width(longest: int, max_length: int) -> int:
+    """The width a batch whose longest window has `longest` tokens is padded to under `coarse` padding:
+    multiples of 128 (FlexAttention's block) up to 512, then four widths per doubling (640, 768, 896, 1024,
+    1280, ...), never past `max_length` (nor below `longest`). At most 24 widths up to 16,384 tokens, each less
+    than 128 tokens or a quarter wider than the batch needs."""
+    step = max(128, (1 << max(0, longest - 1).bit_length()) // 8)
+    return max(longest, min(-(-longest // step) * step, max_length))
 
 
 def window_batches(features: QAFeatures, batch_size: int, collate) -> Iterator[dict]:

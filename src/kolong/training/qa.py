@@ -96,6 +96,8 @@ def finetune_qa(args: QAFinetuneArguments, wrap_trainer=None, callbacks: list | 
     added to the Trainer's (a `time_budget` among them may end the call early: see `stopped_by_budget`)."""
     from transformers import AutoModelForQuestionAnswering, EarlyStoppingCallback, default_data_collator
 
+    from kolong.models.encoder.flex import compiles_per_length
+
     if args.strategy not in STRATEGIES:
         raise DataError(f"unknown strategy {args.strategy!r}; choose one of {', '.join(STRATEGIES)}")
     if args.early_stopping_patience and not args.eval:
@@ -129,7 +131,11 @@ def finetune_qa(args: QAFinetuneArguments, wrap_trainer=None, callbacks: list | 
         args=training_args,
         train_dataset=_dataset(train_features, with_labels=True),
         eval_dataset=_dataset(eval_features, with_labels=False) if eval_features is not None else None,
-        data_collator=default_data_collator if padding else WindowCollator(tokenizer, args.max_length),
+        data_collator=default_data_collator
+        if padding
+        else WindowCollator(
+            tokenizer, args.max_length, coarse=compiles_per_length(model, training_args.device)
+        ),
         processing_class=tokenizer,
         callbacks=callbacks,
         eval_examples=eval_examples,
@@ -167,8 +173,15 @@ def predict_logits(
 
     from transformers import Trainer, TrainingArguments, default_data_collator
 
-    collate = WindowCollator(tokenizer, model_max_length(model)) if tokenizer else default_data_collator
-    if getattr(model, "is_quantized", False) or compile:
+    from kolong.models.encoder.flex import compiles_per_length
+
+    plainly = getattr(model, "is_quantized", False) or compile
+    device = model.device if plainly or not has_gpu() else "cuda"  # where the Trainer would put it
+    coarse = compiles_per_length(model, device)
+    collate = (
+        WindowCollator(tokenizer, model_max_length(model), coarse) if tokenizer else default_data_collator
+    )
+    if plainly:
         import torch
 
         runner = torch.compile(model) if compile else model

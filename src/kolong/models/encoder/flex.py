@@ -26,6 +26,9 @@ logger = logging.getLogger(__name__)
 
 # Tests turn compilation off to run the same score_mods through eager flex_attention on CPU.
 COMPILE = True
+# Input shapes one compiled flex function serves. Past dynamo's default (8) it would run the function
+# unfused, silently materialising (b, h, n, n) scores: whole-article QA meets dozens of lengths.
+RECOMPILE_LIMIT = 64
 _compiled: dict[Callable, Callable] = {}
 _compiled_block_mask: Callable | bool | None = None  # False: compiling failed once, build eagerly
 
@@ -37,7 +40,10 @@ def flex_call(function: Callable, *args):
     compiled = _compiled.get(function)
     if compiled is None:
         compiled = _compiled[function] = torch.compile(function, dynamic=False)
-    return compiled(*args)
+    if torch.compiler.is_compiling():  # inside a compiled model: its compile decides
+        return compiled(*args)
+    with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
+        return compiled(*args)
 
 
 def block_mask(mask_mod: Callable, batch: int, length: int, device):
@@ -63,6 +69,17 @@ def block_mask(mask_mod: Callable, batch: int, length: int, device):
         logger.warning("compiling create_block_mask failed, building block masks eagerly: %s", error)
         _compiled_block_mask = False
         return built
+
+
+def compiles_per_length(model, device) -> bool:
+    """Whether `model`'s attention on `device` runs compiled FlexAttention (kolong on CUDA with a local
+    pattern or a position scheme with a logit bias), which compiles a kernel per input length: callers
+    with inputs of many lengths pad them to a few widths (`kolong.data.qa_features.padded_width`)."""
+    config = getattr(model, "config", None)
+    if torch.device(device).type != "cuda" or getattr(config, "model_type", None) != "kolong":
+        return False
+    positions = getattr(getattr(model, "base_model", model), "positions", None)
+    return config.attention_pattern != "full" or bool(getattr(positions, "has_logit_bias", False))
 
 
 def plain_flex(q, k, v, block_mask, scale):
