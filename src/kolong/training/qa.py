@@ -125,17 +125,15 @@ def finetune_qa(args: QAFinetuneArguments, wrap_trainer=None, callbacks: list | 
     callbacks = list(callbacks or [])
     if args.early_stopping_patience:
         callbacks.append(EarlyStoppingCallback(early_stopping_patience=args.early_stopping_patience))
+    coarse = compiles_per_length(model, training_args.device)
+    collator = default_data_collator if padding else WindowCollator(tokenizer, args.max_length, coarse)
     trainer_class = make_qa_trainer_class()
     trainer = (wrap_trainer(trainer_class) if wrap_trainer else trainer_class)(
         model=model,
         args=training_args,
         train_dataset=_dataset(train_features, with_labels=True),
         eval_dataset=_dataset(eval_features, with_labels=False) if eval_features is not None else None,
-        data_collator=default_data_collator
-        if padding
-        else WindowCollator(
-            tokenizer, args.max_length, coarse=compiles_per_length(model, training_args.device)
-        ),
+        data_collator=collator,
         processing_class=tokenizer,
         callbacks=callbacks,
         eval_examples=eval_examples,

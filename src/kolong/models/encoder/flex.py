@@ -5,11 +5,12 @@ block mask, the scale and the scheme's tensors, defines its `score_mod` inside a
 `flex_attention`. `flex_call` compiles each such function once. Building the score_mod inside the
 compiled function matters: a new closure passed in from outside at every call makes dynamo
 recompile until its limit (8) and then fall back, silently, to an unfused path that materialises
-(b, h, n, n) scores. Block masks are built outside per forward, by `block_mask` (also compiled); their
-mask_mods capture tensors, which dynamo lifts to inputs without recompiling. Shapes are static (`dynamic=False`, as PyTorch advises
-for FlexAttention): a new length or scheme setting recompiles, because under dynamic shapes a changed int
-read inside a score_mod (Shaw's max_distance, T5's bucket bounds) becomes a symbol that inductor cannot
-lower (seen on an H200 with torch 2.11, and on CPU). Inside a compiled model the model's compile decides.
+(b, h, n, n) scores. Block masks are built outside per forward, by `block_mask` (also compiled);
+their mask_mods capture tensors, which dynamo lifts to inputs without recompiling. Shapes are static
+(`dynamic=False`, as PyTorch advises for FlexAttention): a new length or scheme setting recompiles
+(up to RECOMPILE_LIMIT lengths), because under dynamic shapes a changed int read inside a score_mod
+(Shaw's max_distance, T5's bucket bounds) becomes a symbol that inductor cannot lower (seen on an H200
+with torch 2.11, and on CPU). Inside a compiled model the model's compile decides.
 
 FlexAttention has a forward but no backward on CPU, and no attention dropout anywhere.
 """
