@@ -50,6 +50,11 @@ def test_pretrain_benchmark_measures_the_three_pipelines_and_the_padding(tmp_pat
     assert all(0 < c["epochs_per_run"] < 1 for c in cells.values()) and "shorter than one run" not in markdown
     cells["learned", 64]["epochs_per_run"] = 1.7  # as on an H200 with 20,000 NSMC reviews: the table says so
     assert "The corpus is shorter than one run at length 64" in pretrain_markdown(result)
+    # uncompiled on the CPU: no graph compiled in any timed step, and no warning; one that was is named
+    assert all(n == 0 for c in cells.values() for n in c["compiled_in_timed_steps"].values())
+    assert "compiled during timed steps" not in markdown
+    cells["learned", 32]["compiled_in_timed_steps"]["raw step"] = 3  # as on an H100, 2026-11-26
+    assert "learned 32 raw step (3)" in pretrain_markdown(result)
     json_path, _ = write_results(PretrainBenchmark(), result, tmp_path)
     assert json_path.name == "pretrain.json"
 
@@ -201,3 +206,17 @@ def test_every_benchmark_is_a_generated_command_with_its_options():
                 assert (
                     refused.exit_code != 0 and "--device cuda: no CUDA device is visible" in refused.output
                 ), name
+
+
+def test_graphs_compiled_are_counted_as_a_new_shape_recompiles():
+    import torch
+
+    from kolong.bench.pretrain import _graphs_compiled
+
+    function = torch.compile(lambda x: x.sin() + 1, backend="eager", dynamic=False)
+    before = _graphs_compiled()
+    function(torch.zeros(3))
+    function(torch.ones(3))
+    assert _graphs_compiled() - before == 1
+    function(torch.zeros(5))
+    assert _graphs_compiled() - before == 2

@@ -174,3 +174,43 @@ def test_compiled_flex_serves_more_lengths_than_dynamos_default_limit(monkeypatc
                 model(input_ids=random_ids(1, length))
             counts.append(kernels())
     assert counts[1] == counts[0] + 1 and counts[2] == counts[1]
+
+
+def test_a_compiled_model_trains_on_packed_documents_with_dropout_as_lengths_change():
+    """Learned positions with packed documents and attention dropout take the explicit path on CPU, whose
+    dropout mask must trace once a compiled model's shapes turn dynamic (its `randint` of a symbolic shape
+    did not: seen in `bench pretrain` when a second run in the same process met a new batch shape)."""
+    torch.manual_seed(0)
+    model = KolongForMaskedLM(tiny_kolong_config(attention_probs_dropout_prob=0.1)).train()
+    compiled = torch.compile(model)
+    for batch, length in ((2, 16), (3, 24), (2, 32)):
+        ids = random_ids(batch, length)
+        documents = torch.ones_like(ids)
+        documents[:, length // 2 :] = 2
+        loss = compiled(input_ids=ids, attention_mask=documents, labels=ids, mask_layout=(False, True)).loss
+        loss.backward()
+        assert torch.isfinite(loss)
+        model.zero_grad(set_to_none=True)
+
+
+@pytest.mark.parametrize("fresh", [True, False])
+def test_each_compiled_run_compiles_its_model_for_its_own_shapes(fresh):
+    """Dynamo keys its caches on code: without a fresh state, a second model of another length reuses the first
+    one's guards and compiles with symbolic shapes (and after 8 models the forward runs eagerly)."""
+    from kolong.training.common import fresh_compile_state
+
+    symbolic = []
+
+    def backend(graph, example_inputs):
+        symbolic.append(any(isinstance(x, torch.SymInt) or (isinstance(x, torch.Tensor) and any(
+            isinstance(d, torch.SymInt) for d in x.shape)) for x in example_inputs))  # fmt: skip
+        return graph.forward
+
+    torch._dynamo.reset()
+    for length in (8, 12):
+        if fresh:
+            fresh_compile_state()
+        model = KolongModel(tiny_kolong_config()).eval()
+        with torch.no_grad():
+            torch.compile(model, backend=backend)(input_ids=random_ids(2, length))
+    assert symbolic == [False, not fresh]

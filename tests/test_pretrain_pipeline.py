@@ -59,7 +59,7 @@ def test_packing_modes_both_train_and_sop_needs_whole_blocks(corpus, tmp_path):
 
 
 @pytest.mark.slow
-def test_compiled_model_gives_the_eager_loss_curve(tmp_path):
+def test_compiled_model_gives_the_eager_loss_curve(tmp_path, monkeypatch):
     """torch.compile (on by default on CUDA) trains as eager does; dropout off, since compiled kernels draw
     their own random numbers. No held-out split: evaluation would compile a second graph. On CPU the graphs
     go through AOTAutograd without inductor's code generation (half a minute here); tests/test_gpu.py runs
@@ -74,10 +74,17 @@ def test_compiled_model_gives_the_eager_loss_curve(tmp_path):
     build_corpus([str(text)], str(tokenizer), tmp_path / "corpus", max_length=32, held_out=0.0)
     no_dropout = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
     common = dict(max_steps=4, save_steps=100, logging_steps=1, overrides=no_dropout)
+    from kolong.training import common as training_common
+
+    fresh_states = []
+    monkeypatch.setattr("kolong.training.pretrain.fresh_compile_state",
+                        lambda: fresh_states.append(1) or training_common.fresh_compile_state())  # fmt: skip
     pretrain_mlm(arguments(tmp_path / "corpus", tmp_path / "eager", compile="no", **common))
+    assert not fresh_states
     compiled = arguments(tmp_path / "corpus", tmp_path / "compiled", compile="yes", **common)
     compiled.extra = {**compiled.extra, "torch_compile_backend": "aot_eager"}
     pretrain_mlm(compiled)
+    assert fresh_states == [1]  # a compiled run starts from a fresh dynamo state
     eager, compiled = losses(tmp_path / "eager"), losses(tmp_path / "compiled")
     assert len(eager) == len(compiled) == 4
     for (step, a), (_, b) in zip(eager, compiled, strict=True):
@@ -124,8 +131,8 @@ def test_host_facts_leave_the_loss_unchanged_and_the_device_unread(corpus, tmp_p
     layout, bound = batch.pop("mask_layout"), batch.pop("labelled_bound")
     labelled = int(batch["labels"].ne(-100).sum())
     assert 0 < labelled <= bound <= 8 * round(batch["input_ids"].shape[1] * collator.mlm_probability)
-    assert layout == (bool(batch["attention_mask"].ne(0).all()), bool(batch["attention_mask"].gt(1).any()))
-    assert layout[1]  # these rows pack several documents
+    assert layout == (False, True)  # packing: one layout for every batch, so a compiled model sees one graph
+    assert batch["attention_mask"].gt(1).any()  # these rows pack several documents
     with torch.no_grad():
         reference = model(**batch)
         with profile() as traced:
@@ -152,3 +159,23 @@ def test_the_bound_grows_past_the_budget_rather_than_drop_a_label():
     labels[:, :3] = 7  # 6 labelled, where round(10 x 0.15) = 2 per row allows 4
     assert collator._labelled_bound(labels, 2, 10) == 64
     assert collator._labelled_bound(labels[:, :10].masked_fill(labels.ne(-100), -100), 2, 10) == 4
+
+
+@pytest.mark.parametrize("position_encoding", ["learned", "shaw"])
+def test_the_packing_layout_changes_nothing_for_a_full_batch_of_single_documents(position_encoding):
+    """Packing collators say (not every token real, documents packed) for every batch; for a batch with no
+    padding and one document per row that is a mask of ones: the same loss as the layout read from it."""
+    import torch
+
+    from conftest import random_ids, tiny_kolong_config
+    from kolong.models import KolongForMaskedLM
+
+    torch.manual_seed(0)
+    model = KolongForMaskedLM(tiny_kolong_config(position_encoding=position_encoding)).eval()
+    ids = random_ids(3, 16)
+    ones = torch.ones_like(ids)
+    with torch.no_grad():
+        read = model(input_ids=ids, attention_mask=ones, labels=ids)
+        declared = model(input_ids=ids, attention_mask=ones, labels=ids, mask_layout=(False, True))
+    torch.testing.assert_close(declared.loss, read.loss)
+    torch.testing.assert_close(declared.logits, read.logits)

@@ -197,3 +197,17 @@ def test_resume_from_a_chosen_checkpoint(qa_workspace):
     assert refused.exit_code == 2 and "not a Trainer checkpoint" in flat(refused.output)
     both = finetune(model, data, out, "--resume_from_checkpoint", chosen, "--overwrite")
     assert both.exit_code == 2 and "contradict" in flat(both.output)
+
+
+def test_batches_reach_a_gpu_by_non_blocking_copies_from_pinned_memory(monkeypatch):
+    """A blocking copy from pinned memory waits for the queued work: one wait per tensor of every batch."""
+    from kolong.training.arguments import QAFinetuneArguments
+
+    args = QAFinetuneArguments(model="m", train="t.json", output_dir="o")
+    cpu = training_arguments(args, evaluating=False)
+    assert not cpu.dataloader_pin_memory and not cpu.accelerator_config.non_blocking
+    monkeypatch.setattr("kolong.training.common.has_gpu", lambda: True)
+    gpu = training_arguments(args, evaluating=False)
+    assert gpu.dataloader_pin_memory and gpu.accelerator_config.non_blocking
+    args.extra = {"accelerator_config": {"non_blocking": False}}  # the user's setting wins
+    assert not training_arguments(args, evaluating=False).accelerator_config.non_blocking

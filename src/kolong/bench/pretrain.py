@@ -43,6 +43,14 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+def _graphs_compiled() -> int:
+    """Graphs torch.compile has made in this process so far (the difference across the timed steps says
+    whether their time includes compiling)."""
+    from torch._dynamo.utils import counters
+
+    return counters["stats"]["unique_graphs"]
+
+
 def _documents(args: PretrainBenchArguments, root: Path) -> list[str]:
     from kolong.data.corpus import read_documents
     from kolong.data.samples import korean_document
@@ -65,7 +73,7 @@ class StepClock:
             def on_step_end(self, args, state, control, **kwargs):
                 if state.global_step in (clock.warmup, state.max_steps):
                     _sync(clock.device)
-                    clock.marks.append((state.global_step, time.perf_counter()))
+                    clock.marks.append((state.global_step, time.perf_counter(), _graphs_compiled()))
                     if clock.trace is not None and state.global_step == clock.warmup:
                         clock.trace.start()
                     elif clock.trace is not None:
@@ -74,9 +82,10 @@ class StepClock:
         self.warmup, self.device, self.marks, self.trace = warmup, device, [], trace
         self.callback = Callback()
 
-    def seconds_per_step(self) -> float:
-        (first, start), (last, end) = self.marks[0], self.marks[-1]
-        return (end - start) / (last - first)
+    def measured(self) -> Measured:
+        """Seconds per timed step, and the graphs compiled during them."""
+        (first, start, graphs_before), (last, end, graphs_after) = self.marks[0], self.marks[-1]
+        return Measured((end - start) / (last - first), {"compiled_graphs": graphs_after - graphs_before})
 
 
 class PretrainBenchmark(Benchmark):
@@ -137,7 +146,7 @@ class PretrainBenchmark(Benchmark):
 
             def call() -> Measured:
                 if not pending[0]:
-                    return Measured(pipeline(arguments(), device, warmup))
+                    return pipeline(arguments(), device, warmup)
                 pending[0] = False
                 trace = StepTrace(device)
                 pipeline(arguments(), device, warmup, trace)
@@ -174,6 +183,8 @@ class PretrainBenchmark(Benchmark):
                 "position": row["position"], "length": row["length"], "batch": row["batch"], "tokens_per_second": rates,
                 "epochs_per_run": row.get("epochs_per_run"),
                 "overhead": 1 - rates["kolong pretrain mlm"] / rates["raw step"],
+                "compiled_in_timed_steps": {name: int(sum(timing.extras.get("compiled_graphs", [])))
+                                            for name, timing in row["timings"].items()},
                 "mfu": {name: rate * flops / peak for name, rate in rates.items()} if peak else None,
             })  # fmt: skip
         hf = {c["length"]: c["tokens_per_second"]["HF BertForMaskedLM"] for c in cells
@@ -192,10 +203,12 @@ class PretrainBenchmark(Benchmark):
         return to_markdown(result)
 
 
-def raw_step(args, device: str, warmup: int, trace=None) -> float:
-    """Seconds per step of kolong's model on pre-collated batches already on the device."""
+def raw_step(args, device: str, warmup: int, trace=None) -> Measured:
+    """Seconds per step of kolong's model on pre-collated batches already on the device (and the graphs
+    compiled during the timed steps)."""
     import torch
 
+    from kolong.training.common import fresh_compile_state
     from kolong.training.pretrain import prepare, throughput_settings
 
     model, _, train, _, collator, training, _ = prepare(args)
@@ -211,13 +224,15 @@ def raw_step(args, device: str, warmup: int, trace=None) -> float:
         )
     model.to(device).train()
     settings = throughput_settings(args)
+    if settings["torch_compile"]:
+        fresh_compile_state()
     forward = torch.compile(model) if settings["torch_compile"] else model
     optimizer = torch.optim.AdamW(model.parameters(), lr=training["learning_rate"], fused=device == "cuda")
     bf16 = device == "cuda" and torch.cuda.is_bf16_supported()
     for index, inputs in enumerate(batches):
         if index == warmup:
             _sync(device)
-            start = time.perf_counter()
+            start, graphs = time.perf_counter(), _graphs_compiled()
             if trace is not None:
                 trace.start()
         with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
@@ -230,18 +245,18 @@ def raw_step(args, device: str, warmup: int, trace=None) -> float:
     seconds = (time.perf_counter() - start) / (steps - warmup)
     if trace is not None:
         trace.stop(steps - warmup)
-    return seconds
+    return Measured(seconds, {"compiled_graphs": _graphs_compiled() - graphs})
 
 
-def kolong_pipeline(args, device: str, warmup: int, trace=None) -> float:
+def kolong_pipeline(args, device: str, warmup: int, trace=None) -> Measured:
     from kolong.training.pretrain import pretrain_mlm
 
     clock = StepClock(warmup, device, trace)
     pretrain_mlm(args, callbacks=[clock.callback])
-    return clock.seconds_per_step()
+    return clock.measured()
 
 
-def hf_pipeline(args, device: str, warmup: int, trace=None) -> float:
+def hf_pipeline(args, device: str, warmup: int, trace=None) -> Measured:
     """BertForMaskedLM of kolong's size, HF's MLM collator and the Trainer's defaults on the same blocks."""
     import torch
     from transformers import (
@@ -272,7 +287,7 @@ def hf_pipeline(args, device: str, warmup: int, trace=None) -> float:
                       data_collator=DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15),
                       callbacks=[clock.callback])  # fmt: skip
     trainer.train()
-    return clock.seconds_per_step()
+    return clock.measured()
 
 
 def model_flops_per_token(args: PretrainBenchArguments, length: int, vocab: int) -> float:
@@ -347,6 +362,11 @@ def to_markdown(result: dict) -> str:
     if crossing:
         lines += ["", f"**The corpus is shorter than one run at length {', '.join(map(str, crossing))}**: the pipeline's "
                   "timed steps include an epoch's end, which real runs pay once per epoch; give more `--max-documents`."]  # fmt: skip
+    compiled = [f"{c['position']} {c['length']} {name} ({count})" for c in result["cells"]
+                for name, count in c.get("compiled_in_timed_steps", {}).items() if count]  # fmt: skip
+    if compiled:
+        lines += ["", "**Graphs were compiled during timed steps** (their time is in the median): "
+                  f"{', '.join(compiled)}. A batch of a new shape or layout recompiled the model."]  # fmt: skip
     lines += ["", "Goals (issue 16): pipeline overhead < 10% at every length; on GPU, kolong >= 1.5x the HF baseline at "
               "512 and MFU >= 40% for the base preset at 2048.", ""]  # fmt: skip
     if result.get("traces"):

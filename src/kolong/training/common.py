@@ -30,13 +30,34 @@ def use_bf16(option: str) -> bool:
 
 
 def device_settings(bf16: str) -> dict:
-    """TrainingArguments that depend on the device: precision, pinned memory, CPU-only mode."""
-    return {
+    """TrainingArguments that depend on the device: precision, pinned memory and non-blocking copies of each
+    batch to the GPU, CPU-only mode.
+
+    A blocking copy from pinned memory makes the host wait for the work queued before it: one wait per
+    tensor of every batch (4 per step of `kolong pretrain mlm` on an H100, 2026-11-26)."""
+    gpu = has_gpu()
+    settings = {
         "bf16": use_bf16(bf16),
-        "dataloader_pin_memory": has_gpu(),
+        "dataloader_pin_memory": gpu,
         # On CPU, accelerate only forms the torchrun process group (gloo) when told the run is CPU-only.
-        "use_cpu": not has_gpu(),
+        "use_cpu": not gpu,
     }
+    if gpu:
+        settings["accelerator_config"] = {"non_blocking": True}
+    return settings
+
+
+def fresh_compile_state() -> None:
+    """Forget what torch.compile learnt from earlier runs in this process; called before each compiled run.
+
+    Dynamo keys its caches on code, not on models: every run's new model adds guards to the same `forward`,
+    and after `recompile_limit` (8) of them that forward runs eagerly without a word (seen on an H100 in the
+    ninth compiled run of `bench pretrain`); a run after one of another length meets shapes already marked
+    dynamic (other kernels, and code that does not trace with symbolic shapes). Experiments and benchmarks
+    train many models in one process. Other compiled code in the process compiles again when next called."""
+    import torch
+
+    torch._dynamo.reset()
 
 
 def checkpoint_problem(checkpoint: Path) -> str | None:

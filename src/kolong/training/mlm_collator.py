@@ -184,7 +184,7 @@ class MaskingCollator:
             "labels": labels,
         }
         if self.host_facts:
-            batch["mask_layout"] = (bool(real.all()), bool(batch["attention_mask"].gt(1).any()))
+            batch["mask_layout"] = self._mask_layout(real)
             batch["labelled_bound"] = self._labelled_bound(labels, len(rows), width)
         if self.packing == "documents-continuous":
             batch["position_ids"] = torch.arange(width).repeat(len(rows), 1)
@@ -195,6 +195,15 @@ class MaskingCollator:
                 batch["token_type_ids"][row, : len(types)] = torch.as_tensor(types)
             batch["sentence_order_label"] = torch.tensor(order_labels)
         return batch
+
+    def _mask_layout(self, real: torch.Tensor) -> tuple[bool, bool]:
+        """(every token is real, documents are packed) as the model reads them. Packing modes say (False, True)
+        for every batch, even one that is full or holds one document per row (a padding mask of ones and one
+        document number change nothing): a compiled model then sees one layout, where batches that differed
+        recompiled it mid-run (seen on an H100 with 60,000 reviews packed to 128 tokens)."""
+        if self.packing == "concatenate":
+            return bool(real.all()), False
+        return False, True
 
     def _labelled_bound(self, labels: torch.Tensor, rows: int, width: int) -> int:
         """round(width x rate) per row (at least 1), the most a row's budget can be; rounded up to a multiple of

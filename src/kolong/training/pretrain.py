@@ -26,6 +26,7 @@ from kolong.training.arguments import (
     training_arguments,
 )
 from kolong.training.common import (
+    fresh_compile_state,
     quiet_trainer,
     resume_checkpoint,
     run_train_loss,
@@ -225,6 +226,8 @@ def pretrain_mlm(args: PretrainArguments, callbacks: list | None = None) -> dict
         prediction_loss_only=True,
         **throughput_settings(args, len(train), training["batch_size"] * args.gradient_accumulation_steps),
     )
+    if training_args.torch_compile:
+        fresh_compile_state()
     trainer = make_trainer_class()(
         model=model,
         args=training_args,

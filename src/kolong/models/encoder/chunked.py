@@ -72,8 +72,12 @@ def attention_dropout_mask(shape, p: float, device, generator=None) -> tuple[tor
 
     Drawn as 16-bit integers (2-3x cheaper on CPU than `bernoulli_` on floats): P(drop) is p rounded
     to a multiple of 1/65536, and the returned keep probability is the rounded one, so the expected
-    output is unchanged.
+    output is unchanged. Inside a compiled graph, a float draw against p.
     """
+    if torch.compiler.is_compiling() and generator is None:
+        # randint of a symbolic shape does not trace (torch 2.11-2.13, once a compiled model's shapes turn
+        # dynamic); rand does, and inductor draws it inside the kernel that uses it.
+        return torch.rand(shape, device=device) < p, 1.0 - p
     threshold = round(p * 65536)
     bits = torch.randint(-32768, 32768, shape, dtype=torch.int16, device=device, generator=generator)
     return bits < threshold - 32768, 1.0 - threshold / 65536
