@@ -97,3 +97,16 @@ def test_flex_pattern_reads_the_same_document_and_is_timed_only_for_inference_on
     seconds = json.loads((tmp_path / "long-attention.json").read_text())["seconds"]
     assert set(seconds["inference"]) == {"local+global", "local+global-flex"}
     assert set(seconds["training"]) == {"local+global"}
+
+
+def test_memory_is_measured_on_a_model_already_built_as_on_cuda():
+    """CUDA reads memory from the models already timed (tests/test_gpu.py checks that no worker starts);
+    the same measurement on a given model, here on the CPU."""
+    from kolong.bench.arguments import LongAttentionBenchArguments
+    from kolong.bench.long_attention import build_model, measure_memory
+
+    args = LongAttentionBenchArguments(lengths=[64], window=8, global_tokens=4, hidden_size=32,
+                                       num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)  # fmt: skip
+    row = measure_memory("local+global", 64, args, build_model("local+global", args))
+    assert row["pattern"] == "local+global" and row["length"] == 64
+    assert row["inference_peak_mb"] >= 0 and row["training_peak_mb"] >= 0

@@ -156,3 +156,27 @@ def test_bench_compress_times_the_pytorch_variants_on_cuda_and_refuses_onnxrunti
     }
     refused = CliRunner().invoke(app, [*common, "--variants", "fp32,ort-int8"])
     assert refused.exit_code != 0 and "ort-int8 runs on the CPU only" in refused.output
+
+
+def test_bench_long_attention_measures_memory_in_this_process_on_cuda(tmp_path, monkeypatch):
+    """On CUDA the allocator's peak resets, so memory is read from the models already timed: no worker
+    process, which would compile FlexAttention again for every pattern and length."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from kolong.bench import long_attention
+    from kolong.cli import app
+
+    monkeypatch.setattr(long_attention, "_memory_worker", lambda *a: pytest.fail("a worker was started"))
+    result = CliRunner().invoke(app, [
+        "bench", "long-attention", "--device", "cuda", "--dtype", "bf16", "--lengths", "256,512", "--window", "32",
+        "--global-tokens", "8", "--sliding-length", "128", "--sliding-overlap", "32", "--hidden-size", "64",
+        "--layers", "1", "--heads", "2", "--intermediate-size", "128", "--repeats", "1", "--output-dir", str(tmp_path),
+    ])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    data = json.loads((tmp_path / "long-attention.json").read_text())
+    assert not data["memory_errors"]
+    for mode in ("inference", "training"):
+        for pattern in ("full", "local+global", "sliding"):
+            assert all(mb > 0 for mb in data["memory_mb"][mode][pattern].values()), (mode, pattern)

@@ -206,7 +206,11 @@ class LongAttentionBenchArguments(BenchArguments):
     device: str = option("cpu", "cpu or cuda.", choices=("cpu", "cuda"))
     dtype: str = option("fp32", "fp32, or bf16 under autocast.", choices=("fp32", "bf16"))
     repeats: int = option(3, "Interleaved timed rounds per length and mode (the median is reported).")
-    memory: bool = option(True, "Also measure peak memory, one fresh worker process per pattern and length.")
+    memory: bool = option(
+        True,
+        "Also measure peak memory: one fresh worker process per pattern and length "
+        "(on CUDA, in this process: the allocator's peak resets).",
+    )
     gradient_checkpointing: bool = option(
         False, "Training: recompute each layer in the backward, keeping only the layers' inputs (as "
         "`finetune qa --gradient-checkpointing` does for 16k-token articles).",

@@ -9,7 +9,8 @@
   `sliding_overlap` tokens, as QA does past the model's length (every window is one batch row).
 
 The three share one set of weights. Per length and mode (forward; forward + backward) they are timed
-interleaved in this process; peak memory comes from one fresh worker process per pattern and length.
+interleaved in this process; peak memory comes from one fresh worker process per pattern and length on CPU
+(its resident set cannot be reset), and from this process on CUDA, where the allocator's peak resets.
 The growth exponent is the least-squares slope of log(time) (and log(memory)) against log(n): 2 for
 full attention at long lengths, 1 for local attention and sliding windows.
 """
@@ -108,12 +109,14 @@ def make_step(model, pattern: str, args: LongAttentionBenchArguments, length: in
     return step
 
 
-def measure_memory(pattern: str, length: int, args: LongAttentionBenchArguments) -> dict:
-    """Run in the worker process: peak memory growth of each mode's call, in MB."""
+def measure_memory(pattern: str, length: int, args: LongAttentionBenchArguments, model=None) -> dict:
+    """Peak memory growth of each mode's call, in MB: in a worker process (a model of its own), or on CUDA in
+    this one with the model already timed (the allocator's peak resets; a worker would compile again)."""
     from kolong.runtime import tune_allocator
 
-    tune_allocator()
-    model = build_model(pattern, args)
+    if model is None:
+        tune_allocator()
+        model = build_model(pattern, args)
     row = {"pattern": pattern, "length": length}
     for mode in args.modes:
         if skipped(pattern, length, mode, args):
@@ -121,6 +124,16 @@ def measure_memory(pattern: str, length: int, args: LongAttentionBenchArguments)
         step = make_step(model, pattern, args, length, training=mode == "training")
         row[f"{mode}_peak_mb"] = peak_growth_mb(step, args.device.startswith("cuda"))
     return row
+
+
+def _memory_here(pattern: str, length: int, args: LongAttentionBenchArguments, model) -> dict:
+    import torch
+
+    try:
+        return measure_memory(pattern, length, args, model)
+    except torch.cuda.OutOfMemoryError:
+        torch.cuda.empty_cache()
+        return {"pattern": pattern, "length": length, "error": "CUDA out of memory"}
 
 
 def _memory_worker(pattern: str, length: int, args: LongAttentionBenchArguments) -> dict:
@@ -172,7 +185,11 @@ class LongAttentionBenchmark(Benchmark):
         length, mode = size["length"], size["mode"]
         patterns = [p for p in args.patterns if not skipped(p, length, mode, args)]
         if mode == "memory":
-            return Case(steps={}, facts={"memory": [_memory_worker(p, length, args) for p in patterns]})
+            if args.device.startswith("cuda"):
+                rows = [_memory_here(p, length, args, self.models[p]) for p in patterns]
+            else:
+                rows = [_memory_worker(p, length, args) for p in patterns]
+            return Case(steps={}, facts={"memory": rows})
         steps = {p: make_step(self.models[p], p, args, length, mode == "training") for p in patterns}
         # full attention is the reference the sparse patterns are compared with
         references = {"full": steps.pop("full")} if "full" in steps and len(steps) > 1 else {}
