@@ -52,7 +52,8 @@ SCALES = {
                 vocab_size=16000, reviews=100000, steps=1600, batch_size=8, learning_rate=1e-3,
                 curriculum="128:0.8,512", eval_blocks=200, full_rows_steps=800, full_rows_learning_rate=1e-3,
                 **PACKING),
-    # about 27M parameters: fits the 64 MiB carry limit in bf16, and 25 minutes of one H100
+    # about 27M parameters: fits the 64 MiB carry limit in bf16; planned at 25 minutes of one H100, estimated at
+    # under 10 (docs/gpu.md)
     "gpu-mini": dict(hidden_size=512, num_hidden_layers=6, num_attention_heads=8, intermediate_size=2048,
                      vocab_size=16000, reviews=639599, steps=5000, batch_size=32, learning_rate=7e-4,
                      curriculum="128:0.8,512", eval_blocks=1000, full_rows_steps=1000, full_rows_learning_rate=3e-4,
