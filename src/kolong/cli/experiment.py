@@ -168,7 +168,7 @@ def base(
     scale: str = typer.Option(
         "cpu",
         callback=one_of("tiny", "cpu", "gpu-mini", "gpu"),
-        help="tiny (a smoke test) | cpu (~40 min on 2 cores) | gpu-mini (25 min on one H100, to measure) | gpu.",
+        help="tiny (a smoke test) | cpu (~40 min on 2 cores) | gpu-mini (planned at 25 min of one H100, estimated under 10; not yet run) | gpu.",
     ),
     work_dir: Path = typer.Option(
         Path("runs/base"), help="Documents, tokenizer, corpus, checkpoints; the model goes to WORK_DIR/model."
