@@ -34,12 +34,13 @@ def test_cuda_matches_cpu(scheme):
 @pytest.mark.parametrize("position", ["learned", "shaw"])
 def test_pretraining_with_the_gpu_settings_gives_the_eager_loss_curve(position, tmp_path):
     """On CUDA, `pretrain mlm` compiles the model, masks in loader workers, packs documents (flex block masks)
-    and uses fused AdamW: in fp32 without dropout its loss curve is the uncompiled run's."""
+    and uses fused AdamW: in fp32 without dropout its loss curve is the uncompiled run's, across a curriculum's
+    length switch too (a static graph per length: with symbolic lengths flex's score_mods failed to lower)."""
     from kolong.training.pretrain import pretrain_mlm
     from test_pretrain import arguments, build_mlm_corpus, losses
 
     corpus = build_mlm_corpus(tmp_path)
-    common = dict(position_encoding=position, max_steps=8, eval_every=100, save_steps=100, bf16="no",
+    common = dict(position_encoding=position, max_steps=8, eval_every=100, save_steps=100, bf16="no", curriculum="16:0.5,32",
                   overrides={"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0})  # fmt: skip
     eager = arguments(corpus, tmp_path / "eager", compile="no", **common)
     compiled = arguments(corpus, tmp_path / "compiled", **common)  # compile auto: on

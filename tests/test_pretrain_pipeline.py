@@ -179,3 +179,31 @@ def test_the_packing_layout_changes_nothing_for_a_full_batch_of_single_documents
         declared = model(input_ids=ids, attention_mask=ones, labels=ids, mask_layout=(False, True))
     torch.testing.assert_close(declared.loss, read.loss)
     torch.testing.assert_close(declared.logits, read.logits)
+
+
+def test_a_compiled_curriculum_run_compiles_static_graphs_for_each_length(corpus, tmp_path, monkeypatch):
+    """Compiled runs use static shapes (as PyTorch advises for FlexAttention, whose score_mods failed to lower
+    with symbolic lengths on an H200): the curriculum's second length is a graph of its own, not a dynamic
+    one made from the first. The model is compiled as accelerate does it, with a backend that records."""
+    import torch
+
+    symbolic, compile_calls = [], []
+
+    def recorder(graph, example_inputs):
+        symbolic.append(any(isinstance(x, torch.SymInt) or (isinstance(x, torch.Tensor) and any(
+            isinstance(d, torch.SymInt) for d in x.shape)) for x in example_inputs))  # fmt: skip
+        return graph.forward
+
+    original = torch.compile
+
+    def compile_recording(model, **kwargs):
+        compile_calls.append(kwargs)
+        return original(model, **{**kwargs, "backend": recorder, "mode": None})
+
+    monkeypatch.setattr(torch, "compile", compile_recording)
+    args = arguments(corpus, tmp_path / "run", curriculum="16:0.5,32", max_steps=8, eval_every=100, save_steps=100,
+                     compile="yes", overrides={"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0})  # fmt: skip
+    args.extra = {**args.extra, "eval_strategy": "no"}
+    pretrain_mlm(args)
+    assert compile_calls and compile_calls[0].get("dynamic") is False
+    assert len(symbolic) >= 2 and not any(symbolic), symbolic

@@ -226,7 +226,7 @@ def raw_step(args, device: str, warmup: int, trace=None) -> Measured:
     settings = throughput_settings(args)
     if settings["torch_compile"]:
         fresh_compile_state()
-    forward = torch.compile(model) if settings["torch_compile"] else model
+    forward = torch.compile(model, dynamic=False) if settings["torch_compile"] else model  # as the Trainer
     optimizer = torch.optim.AdamW(model.parameters(), lr=training["learning_rate"], fused=device == "cuda")
     bf16 = device == "cuda" and torch.cuda.is_bf16_supported()
     for index, inputs in enumerate(batches):

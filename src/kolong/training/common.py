@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -45,6 +46,26 @@ def device_settings(bf16: str) -> dict:
     if gpu:
         settings["accelerator_config"] = {"non_blocking": True}
     return settings
+
+
+@contextlib.contextmanager
+def static_compile_shapes():
+    """Trainers built inside compile their model with static shapes (`torch.compile(dynamic=False)`), unless
+    ACCELERATE_DYNAMO_USE_DYNAMIC says otherwise.
+
+    With dynamo's default a second batch shape (a curriculum's next length, the last evaluation batch) turns the
+    lengths symbolic, and FlexAttention's score_mods failed to lower with symbolic lengths (an H200, torch 2.11):
+    PyTorch advises static shapes for it. Each shape is then a graph of its own. HF's Trainer leaves `dynamic`
+    unset, and accelerate reads this variable when it is."""
+    name = "ACCELERATE_DYNAMO_USE_DYNAMIC"
+    if name in os.environ:
+        yield
+        return
+    os.environ[name] = "false"
+    try:
+        yield
+    finally:
+        os.environ.pop(name, None)
 
 
 def fresh_compile_state() -> None:

@@ -31,6 +31,7 @@ from kolong.training.common import (
     resume_checkpoint,
     run_train_loss,
     save_run,
+    static_compile_shapes,
     stopped_by_budget,
     train_or_finish,
 )
@@ -228,16 +229,17 @@ def pretrain_mlm(args: PretrainArguments, callbacks: list | None = None) -> dict
     )
     if training_args.torch_compile:
         fresh_compile_state()
-    trainer = make_trainer_class()(
-        model=model,
-        args=training_args,
-        train_dataset=train,
-        eval_dataset=evaluation,
-        data_collator=collator,
-        processing_class=tokenizer,
-        callbacks=[_resume_masking_callback(collator), *(callbacks or [])],
-        tokens_per_step=tokens_per_step,
-    )
+    with static_compile_shapes():  # read when the Trainer makes its accelerator
+        trainer = make_trainer_class()(
+            model=model,
+            args=training_args,
+            train_dataset=train,
+            eval_dataset=evaluation,
+            data_collator=collator,
+            processing_class=tokenizer,
+            callbacks=[_resume_masking_callback(collator), *(callbacks or [])],
+            tokens_per_step=tokens_per_step,
+        )
     quiet_trainer(trainer, args.quiet)
     output = train_or_finish(trainer, resume_from)
     if stopped_by_budget(callbacks):
