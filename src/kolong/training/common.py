@@ -35,7 +35,7 @@ def device_settings(bf16: str) -> dict:
     batch to the GPU, CPU-only mode.
 
     A blocking copy from pinned memory makes the host wait for the work queued before it: one wait per
-    tensor of every batch (4 per step of `kolong pretrain mlm` on an H100, 2026-11-26)."""
+    tensor of every batch (3 of the 4 waits per step traced in `kolong pretrain mlm` on an H100, 2026-11-26)."""
     gpu = has_gpu()
     settings = {
         "bf16": use_bf16(bf16),
