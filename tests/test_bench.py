@@ -220,3 +220,71 @@ def test_graphs_compiled_are_counted_as_a_new_shape_recompiles():
     assert _graphs_compiled() - before == 1
     function(torch.zeros(5))
     assert _graphs_compiled() - before == 2
+
+
+def test_a_resumable_benchmark_rerun_keeps_the_cases_the_interrupted_run_measured(tmp_path):
+    """A lent GPU's call stops a benchmark part-way; the next call with the same options on the same machine
+    measures only the cases left, and the result holds every case as if run at once."""
+    import json
+
+    from kolong.bench.harness import Benchmark, Case, Measured, run, write_results
+
+    class Resumes(Benchmark):
+        name, resumable, stop_at, set_up = "resumes", True, 3, []
+
+        def sizes(self, args):
+            return [{"n": n} for n in (1, 2, 3)]
+
+        def setup(self, args, size):
+            if size["n"] == self.stop_at:
+                raise KeyboardInterrupt  # the call's time limit
+            Resumes.set_up.append(size["n"])
+            return Case({"step": lambda: Measured(0.1 * size["n"], {"graphs": size["n"]})}, repeats=2, warmup=0,
+                        facts={"square": size["n"] ** 2, "trace": {"ms": [1, 2]}})  # fmt: skip
+
+        def summarise(self, args, rows):
+            return {"squares": [row["square"] for row in rows], "traces": [row["trace"] for row in rows],
+                    "seconds": [row["timings"]["step"].seconds for row in rows],
+                    "graphs": [row["timings"]["step"].extras["graphs"] for row in rows]}  # fmt: skip
+
+        def to_markdown(self, result):
+            return "# resumes\n"
+
+    args = {"scale": 1}
+    with pytest.raises(KeyboardInterrupt):
+        run(Resumes(), args, on_partial=lambda result: write_results(Resumes(), result, tmp_path))
+    partial = json.loads((tmp_path / "resumes.partial.json").read_text())
+    assert Resumes.set_up == [1, 2] and len(partial["resume"]["rows"]) == 2
+    Resumes.stop_at = 0
+
+    Resumes.set_up = []
+    run(Resumes(), {"scale": 2}, resume=partial)  # other options: every case again
+    elsewhere = json.loads(json.dumps(partial))
+    elsewhere["resume"]["machine"]["gpu"] = "another GPU"
+    run(Resumes(), args, resume=elsewhere)  # another machine: every case again
+    assert Resumes.set_up == [1, 2, 3, 1, 2, 3]
+
+    Resumes.set_up, messages = [], []
+    result = run(Resumes(), args, resume=partial, on_step=messages.append)
+    assert Resumes.set_up == [3] and sum("kept" in message for message in messages) == 2
+    assert result["squares"] == [1, 4, 9] and result["traces"] == [{"ms": [1, 2]}] * 3
+    assert result["seconds"] == [[0.1, 0.1], [0.2, 0.2], [0.30000000000000004] * 2]
+    assert result["graphs"] == [[1.0, 1.0], [2.0, 2.0], [3.0, 3.0]] and "partial" not in result
+
+
+def test_bench_commands_read_the_partial_result_only_when_asked_and_readable(tmp_path):
+    from types import SimpleNamespace
+
+    from kolong.bench.long_attention import LongAttentionBenchmark
+    from kolong.bench.qa import QABenchmark
+    from kolong.cli.bench import _partial
+
+    args = SimpleNamespace(output_dir=str(tmp_path), resume=True)
+    assert _partial(LongAttentionBenchmark(), args) is None  # nothing there
+    (tmp_path / "long-attention.partial.json").write_text('{"partial": {"cases": 1, "of": 2}}')
+    assert _partial(LongAttentionBenchmark(), args) == {"partial": {"cases": 1, "of": 2}}
+    assert _partial(LongAttentionBenchmark(), SimpleNamespace(output_dir=str(tmp_path), resume=False)) is None
+    (tmp_path / "qa.partial.json").write_text("{}")
+    assert _partial(QABenchmark(), args) is None  # not a resumable benchmark
+    (tmp_path / "long-attention.partial.json").write_text('{"cut short')
+    assert _partial(LongAttentionBenchmark(), args) is None  # unreadable: every case is measured

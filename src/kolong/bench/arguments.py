@@ -24,6 +24,11 @@ def known_schemes(flag: str, names: list[str]) -> None:
 @dataclass(kw_only=True)
 class BenchArguments(CheckedArguments):
     output_dir: str = option("benchmarks/results", "Where to write NAME.json and NAME.md.")
+    resume: bool = option(
+        True,
+        "Keep the cases that an interrupted run with the same options on this machine left in "
+        "OUTPUT_DIR/NAME.partial.json, and measure the rest (pre-training and long-attention benchmarks).",
+    )
 
 
 @dataclass(kw_only=True)

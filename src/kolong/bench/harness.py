@@ -22,6 +22,7 @@ as on a lent GPU with a time limit, still returns its finished cases.
 
 from __future__ import annotations
 
+import json
 import statistics
 import time
 from collections.abc import Callable, Iterable
@@ -135,6 +136,7 @@ class Benchmark:
     name: str = ""
     arguments: type = object
     light_machine: bool = False  # describe the machine without importing torch (the start-up benchmark)
+    resumable: bool = False  # a rerun keeps the cases an interrupted run measured (see `run`)
 
     def sizes(self, args) -> Iterable[dict]:
         return [{}]
@@ -158,23 +160,30 @@ class Benchmark:
 
 def run(
     benchmark: Benchmark, args, on_step: Callable[[str], None] | None = None,
-    on_partial: Callable[[dict], None] | None = None,
+    on_partial: Callable[[dict], None] | None = None, resume: dict | None = None,
 ) -> dict:  # fmt: skip
     """Every case of `benchmark`, timed; its summary plus the machine, the date and every timing.
 
     `on_partial` receives the result so far after each case but the last (marked `partial`), so that a
-    run cut short (a lent GPU's time limit) still leaves what it measured."""
+    run cut short (a lent GPU's time limit) still leaves what it measured. Given such a partial result as
+    `resume`, a resumable benchmark keeps its cases when it came from the same arguments on the same machine
+    (`kept_cases`) and measures only the others."""
     from kolong.bench.machine import describe_machine
 
     step = on_step or (lambda message: None)
     if isinstance(getattr(args, "device", None), str):
         resolve_device(args.device)  # --device cuda without a GPU: refused before any case, naming the option
     machine = describe_machine(with_torch=not benchmark.light_machine)
+    kept = {_key(row["size"]): _restored(row) for row in kept_cases(benchmark, args, machine, resume)}
     rows: list[dict] = []
     try:
         sizes = list(benchmark.sizes(args))
         for number, size in enumerate(sizes, 1):
             label = ", ".join(f"{k} {v}" for k, v in size.items())
+            if _key(size) in kept:
+                step(f"{benchmark.name}: {label} measured by the interrupted run, kept".rstrip(", "))
+                rows.append(kept[_key(size)])
+                continue
             step(f"{benchmark.name}: setting up {label}".rstrip(", "))
             case = benchmark.setup(args, size)
             both = {**case.steps, **case.references}
@@ -190,6 +199,56 @@ def run(
     finally:
         benchmark.teardown()
     return _result(benchmark, args, rows, benchmark.summarise(args, rows), machine)
+
+
+_SAME_MACHINE = ("cpu", "cpu_count", "gpu", "cuda", "python", "torch", "transformers")
+
+
+def _key(size: dict) -> str:
+    return json.dumps(size, sort_keys=True, default=str)
+
+
+def _settings(args) -> dict:
+    """The arguments that decide what is measured (not where it is written, nor whether to resume)."""
+    arguments = asdict(args) if is_dataclass(args) else dict(args)
+    kept = {k: v for k, v in arguments.items() if k not in ("output_dir", "resume")}
+    return json.loads(json.dumps(kept, default=str))
+
+
+def _stored(row: dict) -> dict | None:
+    """A row as JSON (its facts and every round's seconds), or None when a fact is not JSON."""
+    size = row["size"]
+    stored = {"size": size, "references": row["references"],
+              "facts": {k: v for k, v in row.items() if k not in ("size", "timings", "references") and k not in size},
+              "timings": {name: {"seconds": t.seconds, "extras": t.extras} for name, t in row["timings"].items()}}  # fmt: skip
+    try:
+        return json.loads(json.dumps(stored))
+    except (TypeError, ValueError):
+        return None
+
+
+def _restored(stored: dict) -> dict:
+    timings = {name: Timing(list(t["seconds"]), {k: list(v) for k, v in t["extras"].items()})
+               for name, t in stored["timings"].items()}  # fmt: skip
+    size = stored["size"]
+    return {**size, **stored["facts"], "size": size, "timings": timings, "references": stored["references"]}
+
+
+def kept_cases(benchmark: Benchmark, args, machine: dict, partial: dict | None) -> list[dict]:
+    """The stored rows of `partial` that a rerun keeps: a resumable benchmark's interrupted run with the same
+    arguments on a machine described the same way; otherwise none."""
+    if not (
+        benchmark.resumable
+        and partial
+        and partial.get("partial")
+        and partial.get("benchmark") == benchmark.name
+    ):
+        return []
+    resume = partial.get("resume") or {}
+    same_machine = all(resume.get("machine", {}).get(k) == machine.get(k) for k in _SAME_MACHINE)
+    if not same_machine or resume.get("arguments") != _settings(args):
+        return []
+    return list(resume.get("rows") or [])
 
 
 def _result(benchmark: Benchmark, args, rows: list[dict], summary: dict, machine: dict) -> dict:
@@ -214,7 +273,14 @@ def _partial_result(benchmark: Benchmark, args, rows: list[dict], machine: dict,
         summary = benchmark.summarise(args, list(rows))
     except Exception:  # a summary may compare cases not measured yet; the timings still stand
         summary = {}
-    return {**_result(benchmark, args, rows, summary, machine), "partial": {"cases": len(rows), "of": total}}
+    result = {
+        **_result(benchmark, args, rows, summary, machine),
+        "partial": {"cases": len(rows), "of": total},
+    }
+    stored = [_stored(row) for row in rows]
+    if benchmark.resumable and all(row is not None for row in stored):
+        result["resume"] = {"arguments": _settings(args), "machine": machine, "rows": stored}
+    return result
 
 
 def machine_line(result: dict) -> str:

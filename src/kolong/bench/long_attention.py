@@ -160,6 +160,7 @@ def growth_exponent(lengths: list[int], values: list[float]) -> float | None:
 
 
 class LongAttentionBenchmark(Benchmark):
+    resumable = True  # a lent GPU's call may stop it part-way; the next call measures the rest
     name = "long-attention"
     arguments = LongAttentionBenchArguments
 

@@ -89,6 +89,7 @@ class StepClock:
 
 
 class PretrainBenchmark(Benchmark):
+    resumable = True  # a lent GPU's call may stop it part-way; the next call measures the rest
     name = "pretrain"
     arguments = PretrainBenchArguments
 
@@ -118,7 +119,7 @@ class PretrainBenchmark(Benchmark):
             self._scratch = tempfile.TemporaryDirectory()
             self._root, self._corpora, self._runs = Path(self._scratch.name), {}, 0
             self._texts = _documents(args, self._root)
-            self.padding, self.traces = None, {}
+            self.padding = None
         device, length = resolve_device(args.device), size["length"]
         corpus = self._corpus(args, length)
         if self.padding is None:
@@ -140,6 +141,8 @@ class PretrainBenchmark(Benchmark):
                 extra={"use_cpu": device == "cpu", "save_strategy": "no"},
             )  # fmt: skip
 
+        traces: dict[str, dict] = {}  # a fact of the case, filled by the traced calls
+
         def traced(name: str, pipeline):
             """Timed calls of `pipeline`; with --profile, its first call (the untimed warm-up) is traced."""
             pending = [args.profile]
@@ -150,7 +153,7 @@ class PretrainBenchmark(Benchmark):
                 pending[0] = False
                 trace = StepTrace(device)
                 pipeline(arguments(), device, warmup, trace)
-                self.traces[(size["position"], length, name)] = trace.summary
+                traces[name] = trace.summary
                 return Measured(0.0)
 
             return call
@@ -166,7 +169,7 @@ class PretrainBenchmark(Benchmark):
         epochs = args.steps * batch / max(1, counts["blocks"]["train"])
         return Case(steps, references, repeats=args.rounds, warmup=1 if args.profile else 0,
                     facts={"batch": batch, "device": device, "warmup_steps": warmup, "vocab": counts["vocab_size"],
-                           "epochs_per_run": epochs})  # fmt: skip
+                           "epochs_per_run": epochs, "traces": traces})  # fmt: skip
 
     def teardown(self) -> None:
         if getattr(self, "_scratch", None) is not None:
@@ -192,8 +195,8 @@ class PretrainBenchmark(Benchmark):
         for cell in cells:
             if cell["length"] in hf:
                 cell["versus_hf"] = cell["tokens_per_second"]["kolong pretrain mlm"] / hf[cell["length"]]
-        traces = [{"position": position, "length": length, "pipeline": name, **summary}
-                  for (position, length, name), summary in getattr(self, "traces", {}).items()]  # fmt: skip
+        traces = [{"position": row["position"], "length": row["length"], "pipeline": name, **summary}
+                  for row in rows for name, summary in row.get("traces", {}).items()]  # fmt: skip
         return {"settings": {k: getattr(args, k) for k in ("tokens_per_step", "steps", "rounds", "hidden_size",
                                                             "layers", "compile", "text", "tokenizer")},
                 "device": rows[0]["device"] if rows else None, "cells": cells, "padding": self.padding,

@@ -21,6 +21,20 @@ app = typer.Typer(
 )
 
 
+def _partial(benchmark, args) -> dict | None:
+    """What an interrupted run left in OUTPUT_DIR/NAME.partial.json, when --resume and it reads as JSON."""
+    import json
+
+    path = Path(args.output_dir) / f"{benchmark.name}.partial.json"
+    if not (args.resume and benchmark.resumable and path.is_file()):
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        console.print(f"[yellow]{path} is not readable JSON: measuring every case[/]")
+        return None
+
+
 def _command(name: str, target: str, arguments: type):
     def command(args) -> None:
         from kolong.bench.arguments import load_benchmark
@@ -29,7 +43,7 @@ def _command(name: str, target: str, arguments: type):
         with user_errors(), console.status("benchmarking") as status:
             benchmark = load_benchmark(target)
             output_dir = Path(args.output_dir)
-            result = run(benchmark, args, on_step=status.update,
+            result = run(benchmark, args, on_step=status.update, resume=_partial(benchmark, args),
                          on_partial=lambda partial: write_results(benchmark, partial, output_dir))  # fmt: skip
             json_path, markdown_path = write_results(benchmark, result, output_dir)
         console.print(markdown_path.read_text(encoding="utf-8"), highlight=False)
