@@ -270,6 +270,11 @@ def test_a_resumable_benchmark_rerun_keeps_the_cases_the_interrupted_run_measure
     assert result["squares"] == [1, 4, 9] and result["traces"] == [{"ms": [1, 2]}] * 3
     assert result["seconds"] == [[0.1, 0.1], [0.2, 0.2], [0.30000000000000004] * 2]
     assert result["graphs"] == [[1.0, 1.0], [2.0, 2.0], [3.0, 3.0]] and "partial" not in result
+    assert result["resumed"] == {"cases": 2, "from": partial["date"]}  # said beside the tables
+    _, markdown = write_results(Resumes(), result, tmp_path)
+    assert f"2 case(s) were kept from an interrupted run of {partial['date']}" in markdown.read_text()
+    assert not list(tmp_path.glob("resumes.partial.*"))
+    assert "resumed" not in run(Resumes(), args)
 
 
 def test_bench_commands_read_the_partial_result_only_when_asked_and_readable(tmp_path):

@@ -182,7 +182,7 @@ def run(
             label = ", ".join(f"{k} {v}" for k, v in size.items())
             if _key(size) in kept:
                 step(f"{benchmark.name}: {label} measured by the interrupted run, kept".rstrip(", "))
-                rows.append(kept[_key(size)])
+                rows.append({**kept[_key(size)], "kept": True})
                 continue
             step(f"{benchmark.name}: setting up {label}".rstrip(", "))
             case = benchmark.setup(args, size)
@@ -195,10 +195,17 @@ def run(
                 {**size, **case.facts, "size": size, "timings": timings, "references": list(case.references)}
             )
             if on_partial is not None and number < len(sizes):
-                on_partial(_partial_result(benchmark, args, rows, machine, len(sizes)))
+                on_partial(_partial_result(benchmark, args, rows, machine, len(sizes), resume))
     finally:
         benchmark.teardown()
-    return _result(benchmark, args, rows, benchmark.summarise(args, rows), machine)
+    result = _result(benchmark, args, rows, benchmark.summarise(args, rows), machine)
+    return {**result, **_resumed(rows, resume)}
+
+
+def _resumed(rows: list[dict], resume: dict | None) -> dict:
+    """How many cases were kept from an interrupted run, and its date: said beside the tables."""
+    count = sum(1 for row in rows if row.get("kept"))
+    return {"resumed": {"cases": count, "from": (resume or {}).get("date")}} if count else {}
 
 
 _SAME_MACHINE = ("cpu", "cpu_count", "gpu", "cuda", "python", "torch", "transformers")
@@ -219,7 +226,8 @@ def _stored(row: dict) -> dict | None:
     """A row as JSON (its facts and every round's seconds), or None when a fact is not JSON."""
     size = row["size"]
     stored = {"size": size, "references": row["references"],
-              "facts": {k: v for k, v in row.items() if k not in ("size", "timings", "references") and k not in size},
+              "facts": {k: v for k, v in row.items() if k not in ("size", "timings", "references", "kept")
+                        and k not in size},
               "timings": {name: {"seconds": t.seconds, "extras": t.extras} for name, t in row["timings"].items()}}  # fmt: skip
     try:
         return json.loads(json.dumps(stored))
@@ -267,7 +275,9 @@ def _result(benchmark: Benchmark, args, rows: list[dict], summary: dict, machine
     }  # fmt: skip
 
 
-def _partial_result(benchmark: Benchmark, args, rows: list[dict], machine: dict, total: int) -> dict:
+def _partial_result(
+    benchmark: Benchmark, args, rows: list[dict], machine: dict, total: int, resume: dict | None = None
+) -> dict:
     """The result of the cases measured so far; the timings alone if the summary needs every case."""
     try:
         summary = benchmark.summarise(args, list(rows))
@@ -276,11 +286,22 @@ def _partial_result(benchmark: Benchmark, args, rows: list[dict], machine: dict,
     result = {
         **_result(benchmark, args, rows, summary, machine),
         "partial": {"cases": len(rows), "of": total},
+        **_resumed(rows, resume),
     }
     stored = [_stored(row) for row in rows]
     if benchmark.resumable and all(row is not None for row in stored):
         result["resume"] = {"arguments": _settings(args), "machine": machine, "rows": stored}
     return result
+
+
+def _with_machine(tables: str, result: dict) -> str:
+    """The tables, then the cases kept from an interrupted run (if any), the machine and every timing."""
+    parts = [tables]
+    resumed = result.get("resumed")
+    if resumed:
+        parts.append(f"**{resumed['cases']} case(s) were kept from an interrupted run of {resumed['from']}** "
+                     "(the same options on a machine described the same way; `--no-resume` measures every case).")  # fmt: skip
+    return "\n\n".join([*parts, machine_line(result), timings_markdown(result)])
 
 
 def machine_line(result: dict) -> str:
@@ -325,8 +346,7 @@ def write_results(
     figures = benchmark.figures(result, output_dir)
     if figures:
         result = {**result, "figures": [str(path) for path in figures]}
-    markdown = "\n".join([benchmark.to_markdown(result).rstrip("\n"), "", machine_line(result), "",
-                          timings_markdown(result)])  # fmt: skip
+    markdown = _with_machine(benchmark.to_markdown(result).rstrip("\n"), result)
     written = (
         atomic_write_json(output_dir / f"{stem}.json", result),
         atomic_write_text(output_dir / f"{stem}.md", markdown.rstrip("\n") + "\n"),
@@ -344,7 +364,7 @@ def _write_partial(benchmark: Benchmark, result: dict, stem: Path) -> tuple[Path
         tables = f"# kolong bench {benchmark.name}"
     note = (f"**Partial: {partial['cases']} of {partial['of']} cases measured** (the run was stopped or is "
             "still going; a complete run replaces this file).")  # fmt: skip
-    markdown = "\n".join([note, "", tables, "", machine_line(result), "", timings_markdown(result)])
+    markdown = _with_machine(f"{note}\n\n{tables}", result)
     return (
         atomic_write_json(stem.with_name(stem.name + ".json"), result),
         atomic_write_text(stem.with_name(stem.name + ".md"), markdown.rstrip("\n") + "\n"),
