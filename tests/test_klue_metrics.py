@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kolong.evaluation import klue
 
@@ -25,6 +27,31 @@ def test_ner_entity_macro_over_types_and_the_joined_sequence():
     # KLUE-baseline joins the sentences into one sequence: an I- opening a sentence continues the last entity
     assert klue.ner_entity_macro_f1([["B-PS"], ["I-PS"]], [["B-PS"], ["I-PS"]]) == 100.0
     assert klue.ner_entity_macro_f1([["B-PS"], ["B-PS"]], [["B-PS"], ["I-PS"]]) == 0.0
+
+
+TAGS = ["O", "B-PS", "I-PS", "B-LC", "I-LC"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.lists(st.tuples(st.sampled_from(TAGS), st.sampled_from(TAGS)), max_size=6), min_size=1, max_size=8
+    )
+)
+def test_ner_entity_f1_in_runs_equals_the_flat_sequence(sentences):
+    """Scored in runs that no entity crosses (linear), the entity F1 is seqeval's on the one flat sequence."""
+    from seqeval.metrics import f1_score
+    from seqeval.scheme import IOB2
+
+    predicted = [[p for p, _ in sentence] for sentence in sentences]
+    gold = [[g for _, g in sentence] for sentence in sentences]
+    flat_predicted, flat_gold = [t for s in predicted for t in s], [t for s in gold for t in s]
+    expected = 100.0 * float(
+        f1_score([flat_gold], [flat_predicted], average="macro", mode="strict", scheme=IOB2)
+    )
+    assert klue.ner_entity_macro_f1(predicted, gold) == pytest.approx(
+        expected, nan_ok=True
+    )  # no entity: nan in both
 
 
 def test_ner_character_macro_counts_o_and_absent_labels_as_the_baseline():

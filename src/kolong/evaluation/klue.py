@@ -104,11 +104,33 @@ def _flat(what: str, predicted: Sequence[Sequence[str]], gold: Sequence[Sequence
 
 
 def ner_entity_macro_f1(predicted: Sequence[Sequence[str]], gold: Sequence[Sequence[str]]) -> float:
+    """seqeval's strict IOB2 macro F1 over the sentences as one flat sequence, as KLUE-baseline scores it."""
     from seqeval.metrics import f1_score
     from seqeval.scheme import IOB2
 
-    flat_predicted, flat_gold = _flat("ner", predicted, gold)
-    return 100.0 * float(f1_score([flat_gold], [flat_predicted], average="macro", mode="strict", scheme=IOB2))
+    _flat("ner", predicted, gold)  # the same checks
+    runs_predicted, runs_gold = _entity_runs(predicted, gold)
+    return 100.0 * float(f1_score(runs_gold, runs_predicted, average="macro", mode="strict", scheme=IOB2))
+
+
+def _entity_runs(predicted, gold) -> tuple[list[list[str]], list[list[str]]]:
+    """The sentences joined into the shortest runs that no entity crosses, in both tag lists.
+
+    In the flat sequence an I- tag at a sentence's start continues the entity before it; seqeval copies the
+    rest of its sequence at every entity, which is quadratic in one flat sequence (28 s for KLUE-NER's 5,000
+    dev sentences). A sentence that starts with no I- tag in either list starts a run: strict IOB2 begins
+    entities at B- tags only, so every run holds the flat sequence's entities (tested against it)."""
+    runs_predicted: list[list[str]] = []
+    runs_gold: list[list[str]] = []
+    for tags_predicted, tags_gold in zip(predicted, gold, strict=True):
+        continues = any(tags and str(tags[0]).startswith("I") for tags in (tags_predicted, tags_gold))
+        if runs_gold and (continues or not tags_gold):
+            runs_predicted[-1].extend(tags_predicted)
+            runs_gold[-1].extend(tags_gold)
+        else:
+            runs_predicted.append(list(tags_predicted))
+            runs_gold.append(list(tags_gold))
+    return runs_predicted or [[]], runs_gold or [[]]
 
 
 def ner_char_macro_f1(predicted: Sequence[Sequence[str]], gold: Sequence[Sequence[str]],
