@@ -95,11 +95,15 @@ def sts_f1(predictions: Sequence[float], labels: Sequence[float], threshold: flo
     return 100.0 * float(f1_score(binary[0], binary[1], average="binary"))
 
 
-def _flat(what: str, predicted: Sequence[Sequence[str]], gold: Sequence[Sequence[str]]) -> tuple[list, list]:
+def _check_tags(what: str, predicted: Sequence[Sequence[str]], gold: Sequence[Sequence[str]]) -> None:
     _check_lengths(what, predicted, gold)
     for i, (p, g) in enumerate(zip(predicted, gold, strict=True)):
         if len(p) != len(g):
             raise ValueError(f"{what}: sentence {i} has {len(p)} predicted tags but {len(g)} gold tags")
+
+
+def _flat(what: str, predicted: Sequence[Sequence[str]], gold: Sequence[Sequence[str]]) -> tuple[list, list]:
+    _check_tags(what, predicted, gold)
     return [t for tags in predicted for t in tags], [t for tags in gold for t in tags]
 
 
@@ -108,7 +112,7 @@ def ner_entity_macro_f1(predicted: Sequence[Sequence[str]], gold: Sequence[Seque
     from seqeval.metrics import f1_score
     from seqeval.scheme import IOB2
 
-    _flat("ner", predicted, gold)  # the same checks
+    _check_tags("ner", predicted, gold)
     runs_predicted, runs_gold = _entity_runs(predicted, gold)
     return 100.0 * float(f1_score(runs_gold, runs_predicted, average="macro", mode="strict", scheme=IOB2))
 

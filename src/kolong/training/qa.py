@@ -125,8 +125,11 @@ def finetune_qa(args: QAFinetuneArguments, wrap_trainer=None, callbacks: list | 
     callbacks = list(callbacks or [])
     if args.early_stopping_patience:
         callbacks.append(EarlyStoppingCallback(early_stopping_patience=args.early_stopping_patience))
-    coarse = compiles_per_length(model, training_args.device)
-    collator = default_data_collator if padding else WindowCollator(tokenizer, args.max_length, coarse)
+    collator = (
+        default_data_collator
+        if padding
+        else WindowCollator(tokenizer, args.max_length, compiles_per_length(model, training_args.device))
+    )
     trainer_class = make_qa_trainer_class()
     trainer = (wrap_trainer(trainer_class) if wrap_trainer else trainer_class)(
         model=model,
