@@ -293,3 +293,15 @@ def test_bench_commands_read_the_partial_result_only_when_asked_and_readable(tmp
     assert _partial(QABenchmark(), args) is None  # not a resumable benchmark
     (tmp_path / "long-attention.partial.json").write_text('{"cut short')
     assert _partial(LongAttentionBenchmark(), args) is None  # unreadable: every case is measured
+
+
+def test_only_resumable_benchmarks_offer_resume():
+    from dataclasses import fields
+
+    from kolong.bench.arguments import BENCHMARKS, load_benchmark
+
+    offered = {
+        name for name, (_, arguments) in BENCHMARKS.items() if "resume" in {f.name for f in fields(arguments)}
+    }
+    resumable = {name for name, (target, _) in BENCHMARKS.items() if load_benchmark(target).resumable}
+    assert offered == resumable == {"pretrain", "long-attention"}

@@ -24,10 +24,16 @@ def known_schemes(flag: str, names: list[str]) -> None:
 @dataclass(kw_only=True)
 class BenchArguments(CheckedArguments):
     output_dir: str = option("benchmarks/results", "Where to write NAME.json and NAME.md.")
+
+
+@dataclass(kw_only=True)
+class ResumableBenchArguments(BenchArguments):
+    """The options of a benchmark whose `Benchmark.resumable` is True (a test checks that the two agree)."""
+
     resume: bool = option(
         True,
         "Keep the cases that an interrupted run with the same options on this machine left in "
-        "OUTPUT_DIR/NAME.partial.json, and measure the rest (pre-training and long-attention benchmarks).",
+        "OUTPUT_DIR/NAME.partial.json, and measure the rest.",
     )
 
 
@@ -116,7 +122,7 @@ class TokenizerBenchArguments(BenchArguments):
 
 
 @dataclass(kw_only=True)
-class PretrainBenchArguments(BenchArguments):
+class PretrainBenchArguments(ResumableBenchArguments):
     """Training tokens/s, MFU and pipeline overhead of `kolong pretrain mlm` next to its raw training step
     (same model, batches and optimiser, no data pipeline) and a plain HF BertForMaskedLM +
     DataCollatorForLanguageModeling + Trainer run of the same size; plus the padding that packing saves."""
@@ -181,7 +187,7 @@ class GBSTBenchArguments(BenchArguments):
 
 
 @dataclass(kw_only=True)
-class LongAttentionBenchArguments(BenchArguments):
+class LongAttentionBenchArguments(ResumableBenchArguments):
     """Time and peak memory of one encoder reading 1k-16k tokens with full attention, local + global attention
     and 512-token sliding windows: forward, and forward + backward; the growth exponent of each."""
 

@@ -26,7 +26,7 @@ def _partial(benchmark, args) -> dict | None:
     import json
 
     path = Path(args.output_dir) / f"{benchmark.name}.partial.json"
-    if not (args.resume and benchmark.resumable and path.is_file()):
+    if not (getattr(args, "resume", False) and benchmark.resumable and path.is_file()):
         return None
     try:
         return json.loads(path.read_text(encoding="utf-8"))
