@@ -181,3 +181,52 @@ def test_convert_makes_a_long_sparse_model_that_loads_with_the_auto_classes(tmp_
         result = convert(tmp_path / "long", "-o", tmp_path / "bad", "--no-tokenizer", *bad)
         assert result.exit_code == 2 and message in " ".join(result.output.split()), result.output
         assert not (tmp_path / "bad").exists()
+
+
+@pytest.mark.parametrize("documents", [False, True])
+@pytest.mark.parametrize("window", [1, 3, 8])
+def test_banded_path_equals_dense_attention_in_outputs_and_gradients(window, documents, monkeypatch):
+    """SDPA over key bands: padding (rows with no key at all get 0), packed documents, global tokens that
+    differ per row, inside and outside the bands, and blocks that do not divide the length."""
+    from kolong.models.encoder import banded
+    from kolong.models.encoder.masks import AttentionMask
+    from test_attention_paths import dense_reference
+
+    monkeypatch.setattr(banded, "MIN_BLOCK_ROWS", 4)
+    torch.manual_seed(0)
+    length = 37
+    q, k, v = (torch.randn(2, 2, length, 4, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    real = torch.ones(2, length, dtype=torch.bool)
+    real[1, 20:] = False  # queries 21 + window on see no key in the local pattern
+    global_tokens = torch.zeros(2, length, dtype=torch.bool)
+    global_tokens[:, 0] = True
+    global_tokens[0, 30] = True  # global in one row only
+    global_tokens[1, 12] = True
+    numbers = (torch.arange(length) // 11 + 1).repeat(2, 1) * real if documents else None
+    for tokens in (None, global_tokens & real):
+        mask = AttentionMask(real=real, documents=numbers, window=window, global_tokens=tokens)
+        out = banded.banded_attention(q, k, v, mask)
+        expected = dense_reference(q, k, v, mask, None).nan_to_num(0.0)  # the reference's empty rows: nan
+        torch.testing.assert_close(out, expected)
+        d_out = torch.randn_like(out)
+        grads = torch.autograd.grad(out, (q, k, v), d_out)
+        expected_grads = torch.autograd.grad(chunked.chunked_attention(q, k, v, mask), (q, k, v), d_out)
+        for got, want in zip(grads, expected_grads, strict=True):
+            torch.testing.assert_close(got, want)
+
+
+def test_local_layers_take_the_banded_path_unless_a_bias_or_dropout_needs_the_chunked_one(monkeypatch):
+    from kolong.models.encoder import attention
+
+    taken = []
+    for path in ("banded_attention", "chunked_attention"):
+        original = getattr(attention, path)
+        monkeypatch.setattr(
+            attention, path, lambda *a, _f=original, _p=path, **kw: taken.append(_p) or _f(*a, **kw)
+        )
+    ids = random_ids(1, 64)
+    for name, dropout, expected in (("learned", 0.0, "banded_attention"), ("alibi", 0.0, "chunked_attention"),
+                                    ("rope", 0.1, "chunked_attention")):  # fmt: skip
+        taken.clear()
+        sparse_model(name, attention_probs_dropout_prob=dropout, num_hidden_layers=1).train()(ids)
+        assert taken == [expected], name

@@ -195,8 +195,9 @@ class LongAttentionBenchArguments(ResumableBenchArguments):
         [1024, 2048, 4096, 8192, 16384], "Comma-separated input lengths.", kind="ints"
     )
     patterns: list[str] = option(["full", "local+global", "sliding"], "Comma-separated subset of: full, "
-                                 "local+global, local+global-flex (the same through compiled FlexAttention; "
-                                 "inference only on CPU), sliding (512-token windows of the full model).",
+                                 "local+global, local+global-chunked (the same through the chunked path: CPU's before the banded one), "
+                                 "local+global-flex (the same through compiled FlexAttention; inference only on CPU), "
+                                 "sliding (512-token windows of the full model).",
                                  kind="list")  # fmt: skip
     window: int = option(256, "Local window: tokens each side a token attends to.")
     global_tokens: int = option(64, "Global tokens at the start (a question), for local+global.", min=0)

@@ -3,6 +3,8 @@
 - `full`: every token attends to every token (SDPA, or the chunked exact path for relative schemes);
 - `local+global`: each token attends to `window` tokens each side, the first `global_tokens` tokens (a
   question) attend to and are seen by all (`attention_pattern="local+global"`);
+- `local+global-chunked`: the same pattern through the chunked exact path, the CPU path before the banded
+  one (`banded.py`, which `local+global` takes on CPU for schemes without a logit bias);
 - `local+global-flex`: the same pattern through compiled FlexAttention with a block mask (CUDA's default
   path for it; on CPU an option for inference, `attn_implementation="flex_attention"`, with no backward);
 - `sliding`: the same full-attention model reading `sliding_length`-token windows that overlap by
@@ -28,10 +30,11 @@ from kolong.bench.arguments import LongAttentionBenchArguments
 from kolong.bench.encoder import peak_growth_mb, run_worker
 from kolong.bench.harness import Benchmark, Case, cuda_sync
 
-PATTERNS = ("full", "local+global", "local+global-flex", "sliding")
+PATTERNS = ("full", "local+global", "local+global-chunked", "local+global-flex", "sliding")
 COLOURS = {
     "full": "tab:red",
     "local+global": "tab:blue",
+    "local+global-chunked": "tab:cyan",
     "local+global-flex": "tab:purple",
     "sliding": "tab:green",
 }
@@ -80,6 +83,8 @@ def make_step(model, pattern: str, args: LongAttentionBenchArguments, length: in
     """One forward (or forward + backward) over one document of `length` tokens."""
     import torch
 
+    from kolong.models.encoder import attention
+
     generator = torch.Generator().manual_seed(0)
     ids = torch.randint(5, 8000, (1, length), generator=generator)
     global_mask = None
@@ -97,14 +102,18 @@ def make_step(model, pattern: str, args: LongAttentionBenchArguments, length: in
 
     def step():
         model.train(training)
-        with autocast:
-            if training:
-                hidden = model(input_ids=ids, global_attention_mask=global_mask).last_hidden_state
-                hidden.float().square().mean().backward()
-                model.zero_grad(set_to_none=True)
-            else:
-                with torch.inference_mode():
-                    model(input_ids=ids, global_attention_mask=global_mask)
+        attention.BANDED_LOCAL_ATTENTION = pattern != "local+global-chunked"
+        try:
+            with autocast:
+                if training:
+                    hidden = model(input_ids=ids, global_attention_mask=global_mask).last_hidden_state
+                    hidden.float().square().mean().backward()
+                    model.zero_grad(set_to_none=True)
+                else:
+                    with torch.inference_mode():
+                        model(input_ids=ids, global_attention_mask=global_mask)
+        finally:
+            attention.BANDED_LOCAL_ATTENTION = True
 
     return step
 
@@ -175,6 +184,9 @@ class LongAttentionBenchmark(Benchmark):
                 raise ConfigError(
                     f"{flag}: {unknown[0] if unknown else 'nothing'!r}; choose from {', '.join(known)}"
                 )
+        if "local+global-chunked" in args.patterns and args.device != "cpu":
+            raise ConfigError("--patterns: local+global-chunked is CPU's earlier path; on CUDA local+global "
+                              "runs FlexAttention (compare it with local+global-flex)")  # fmt: skip
         if args.sliding_overlap >= args.sliding_length:
             raise ConfigError("--sliding-overlap must be smaller than --sliding-length")
         tune_allocator()

@@ -1,0 +1,121 @@
+"""Local + global attention as one batched SDPA call over query blocks and their key bands (CPU's fast path).
+
+    queries of block i:  rows [i c, (i + 1) c)                       (c = max(window, 128))
+    its keys:            the band [i c - w, (i + 1) c + w)  +  every global key outside it
+    allowed(row, key):   |row - key| <= w, or the key is global       (and the key is real, same document)
+    global rows:         attend to every key (one more SDPA call over the whole input)
+
+Longformer's "sliding chunks", with the band cut out by `unfold` (a view) and the mask shared by every block:
+the work is n (c + 2w + g) scores rather than n^2, in SDPA's fused CPU kernel, with autograd's backward.
+The chunked path (`chunked.py`) computes the same thing block by block in plain PyTorch, at about twice the
+time on CPU; it stays the path for logit biases (shaw, t5, alibi) and for attention dropout, which SDPA's CPU
+kernel would apply to a materialised (blocks, h, c, band) tensor. Exactness against the dense reference, in
+outputs and gradients, is tested for padding, packed documents and per-row global tokens.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from kolong.models.encoder.masks import AttentionMask
+
+MIN_BLOCK_ROWS = 128  # below this SDPA's per-block overhead outweighs the band's wasted scores (measured)
+
+
+def _blocks(x: torch.Tensor, rows: int, padded: int) -> torch.Tensor:
+    """(b, n, ...) -> (b, blocks, rows, ...): the rows of each query block, the end padded with zeros."""
+    x = F.pad(x, [0, 0] * (x.dim() - 2) + [0, padded - x.shape[1]])
+    return x.unflatten(1, (padded // rows, rows))
+
+
+def _bands(x: torch.Tensor, rows: int, window: int, padded: int) -> torch.Tensor:
+    """(b, n, ...) -> (b, blocks, rows + 2 window, ...): the keys each query block can reach (zeros outside)."""
+    x = F.pad(x, [0, 0] * (x.dim() - 2) + [window, window + padded - x.shape[1]])
+    return x.unfold(1, rows + 2 * window, rows).movedim(-1, 2)
+
+
+def _band_mask(mask: AttentionMask, length: int, rows: int, padded: int, device) -> torch.Tensor:
+    """(b|1, blocks, rows, span) bool: which band keys each query may attend to."""
+    window = mask.window
+    span = rows + 2 * window
+    offset = torch.arange(span, device=device)[None, :] - torch.arange(rows, device=device)[:, None]
+    near = (offset >= 0) & (offset <= 2 * window)  # |query - key| <= window, in band coordinates
+    blocks = padded // rows
+    key = torch.arange(blocks, device=device)[:, None] * rows - window + torch.arange(span, device=device)
+    allowed = near[None, None] & ((key >= 0) & (key < length))[None, :, None, :]  # (1, blocks, rows, span)
+    if mask.real is not None:
+        allowed = allowed & _bands(mask.real, rows, window, padded)[:, :, None, :]
+    if mask.documents is not None:
+        documents = mask.documents
+        allowed = allowed & (
+            _blocks(documents, rows, padded)[..., None] == _bands(documents, rows, window, padded)[:, :, None]
+        )
+    return allowed
+
+
+def _global_key_mask(mask: AttentionMask, positions: torch.Tensor, rows: int, padded: int, device):
+    """(b, blocks, rows, g) bool: a global key outside the query's band, in the query's document."""
+    query = torch.arange(padded, device=device).view(padded // rows, rows)
+    outside = (positions[None, None, :] - query[..., None]).abs() > mask.window  # inside: the band has it
+    allowed = outside[None] & mask.global_tokens[:, positions][:, None, None, :]
+    if mask.documents is not None:
+        allowed = allowed & (
+            _blocks(mask.documents, rows, padded)[..., None] == mask.documents[:, positions][:, None, None, :]
+        )
+    return allowed
+
+
+def _global_rows(q, k, v, mask: AttentionMask, positions: torch.Tensor) -> torch.Tensor:
+    """(b, h, g, d_h): the global queries attend to every real key of their document."""
+    allowed = None if mask.real is None else mask.real[:, None, None, :]
+    if mask.documents is not None:
+        same = mask.documents[:, positions][:, None, :, None] == mask.documents[:, None, None, :]
+        allowed = same if allowed is None else allowed & same
+    return F.scaled_dot_product_attention(q[:, :, positions], k, v, attn_mask=allowed)
+
+
+def _heads_first(x: torch.Tensor) -> torch.Tensor:
+    """(b, blocks, m, h, d_h) -> (b * blocks, h, m, d_h): one SDPA batch row per query block."""
+    return x.flatten(0, 1).transpose(1, 2)
+
+
+@torch.compiler.disable  # reads the global positions on the host; inside a compiled model it runs eagerly
+def banded_attention(q, k, v, mask: AttentionMask) -> torch.Tensor:
+    """softmax(q k^T / sqrt(d) + mask) v under a local (+ global) mask: (b, h, n, d_h), exact.
+
+    Queries with no allowed key (padding far from any token) get 0, as on the other paths: SDPA's softmax
+    gives empty rows 0 since torch 2.5 (tested through this function)."""
+    batch, heads, length, head_dim = q.shape
+    window = mask.window
+    rows = max(window, MIN_BLOCK_ROWS)
+    padded = -(-length // rows) * rows
+    blocks = padded // rows
+    q_, k_, v_ = (x.transpose(1, 2) for x in (q, k, v))  # (b, n, h, d_h): the sequence axis next to the batch
+    queries = _blocks(q_, rows, padded)  # (b, blocks, rows, h, d_h)
+    keys, values = (
+        _bands(k_, rows, window, padded),
+        _bands(v_, rows, window, padded),
+    )  # (b, blocks, span, h, d_h)
+    allowed = _band_mask(mask, length, rows, padded, q.device).expand(batch, -1, -1, -1)
+    positions = mask.global_positions().to(q.device)
+    if positions.numel():  # every block also reads the global keys (masked where its band holds them)
+        keys = torch.cat([keys, k_[:, positions][:, None].expand(-1, blocks, -1, -1, -1)], 2)
+        values = torch.cat([values, v_[:, positions][:, None].expand(-1, blocks, -1, -1, -1)], 2)
+        allowed = torch.cat([allowed, _global_key_mask(mask, positions, rows, padded, q.device)], -1)
+    out = F.scaled_dot_product_attention(
+        _heads_first(queries),
+        _heads_first(keys),
+        _heads_first(values),
+        attn_mask=allowed.flatten(0, 1)[:, None],
+    )  # (b * blocks, h, rows, d_h)
+    out = (
+        out.unflatten(0, (batch, blocks))
+        .transpose(1, 2)
+        .reshape(batch, heads, padded, head_dim)[:, :, :length]
+    )
+    if positions.numel():
+        is_global = mask.global_tokens[:, positions][:, None, :, None]  # (b, 1, g, 1): global in this row
+        rows_out = torch.where(is_global, _global_rows(q, k, v, mask, positions), out[:, :, positions])
+        out = out.index_copy(2, positions, rows_out)
+    return out
