@@ -110,3 +110,44 @@ def test_memory_is_measured_on_a_model_already_built_as_on_cuda():
     row = measure_memory("local+global", 64, args, build_model("local+global", args))
     assert row["pattern"] == "local+global" and row["length"] == 64
     assert row["inference_peak_mb"] >= 0 and row["training_peak_mb"] >= 0
+
+
+def test_chunked_pattern_times_the_chunked_path_on_the_same_model(tmp_path, monkeypatch):
+    """`local+global-chunked` reads the document through the chunked path (local+global: the banded one), the
+    switch is put back after each step, and CUDA (where local + global runs FlexAttention) refuses the pattern."""
+    from kolong.bench.arguments import LongAttentionBenchArguments
+    from kolong.bench.long_attention import build_model, make_step
+    from kolong.models.encoder import attention
+
+    taken = []
+    for path in ("banded_attention", "chunked_attention"):
+        original = getattr(attention, path)
+        monkeypatch.setattr(attention, path, lambda *a, _f=original, _p=path: taken.append(_p) or _f(*a))
+    args = LongAttentionBenchArguments(lengths=[300], window=16, global_tokens=4, hidden_size=32,
+                                       num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)  # fmt: skip
+    model = build_model("local+global", args)
+    for pattern in ("local+global", "local+global-chunked"):
+        taken.clear()
+        make_step(model, pattern, args, 300, training=True)()
+        assert taken == ["banded_attention" if pattern == "local+global" else "chunked_attention"]
+        assert attention.BANDED_LOCAL_ATTENTION
+
+    options = ["--lengths", "300", "--window", "16", "--global-tokens", "4", "--hidden-size", "32", "--layers",
+               "1", "--heads", "2", "--intermediate-size", "64", "--repeats", "1", "--no-memory",
+               "--output-dir", str(tmp_path), "--patterns", "local+global,local+global-chunked"]  # fmt: skip
+    result = CliRunner().invoke(app, ["bench", "long-attention", *options])
+    assert result.exit_code == 0, result.output
+    assert set(json.loads((tmp_path / "long-attention.json").read_text())["seconds"]["training"]) == {
+        "local+global",
+        "local+global-chunked",
+    }
+    assert (
+        "`local+global-chunked`: local + global through the chunked"
+        in (tmp_path / "long-attention.md").read_text()
+    )
+    from kolong.bench.long_attention import LongAttentionBenchmark
+    from kolong.errors import ConfigError
+
+    args.patterns, args.device = ["local+global-chunked"], "cuda"  # (the options refuse cuda without a GPU)
+    with pytest.raises(ConfigError, match="local\\+global-chunked is CPU's"):
+        LongAttentionBenchmark().sizes(args)

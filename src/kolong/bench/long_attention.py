@@ -39,6 +39,11 @@ COLOURS = {
     "sliding": "tab:green",
 }
 
+VARIANTS = {  # the patterns that read the same model through another attention path
+    "local+global-chunked": "local + global through the chunked exact path (CPU's path before the banded one)",
+    "local+global-flex": "local + global through compiled FlexAttention (`attn_implementation='flex_attention'`)",
+}
+
 
 def build_model(pattern: str, args: LongAttentionBenchArguments):
     """The benchmark's encoder with `pattern`'s attention; the same weights for every pattern (seed 0)."""
@@ -262,6 +267,7 @@ def to_markdown(result: dict) -> str:
         f"(window {args['window']} each side, {args['global_tokens']} global tokens) and {args['sliding_length']}-token "
         f"sliding windows (overlap {args['sliding_overlap']}). Median seconds per call; peak memory growth in MB"
         f"{'; training with gradient checkpointing' if args.get('gradient_checkpointing') else ''}.",
+        *[f"`{pattern}`: {VARIANTS[pattern]}." for pattern in args["patterns"] if pattern in VARIANTS],
     ]  # fmt: skip
     for kind, unit in (("seconds", "s"), ("memory_mb", "MB")):
         for mode, by_pattern in result[kind].items():
