@@ -118,18 +118,16 @@ def test_chunked_pattern_times_the_chunked_path_on_the_same_model(tmp_path, monk
     from kolong.bench.arguments import LongAttentionBenchArguments
     from kolong.bench.long_attention import build_model, make_step
     from kolong.models.encoder import attention
+    from test_sparse_attention import record_paths
 
-    taken = []
-    for path in ("banded_attention", "chunked_attention"):
-        original = getattr(attention, path)
-        monkeypatch.setattr(attention, path, lambda *a, _f=original, _p=path: taken.append(_p) or _f(*a))
+    taken = record_paths(monkeypatch)
     args = LongAttentionBenchArguments(lengths=[300], window=16, global_tokens=4, hidden_size=32,
                                        num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)  # fmt: skip
     model = build_model("local+global", args)
     for pattern in ("local+global", "local+global-chunked"):
         taken.clear()
         make_step(model, pattern, args, 300, training=True)()
-        assert taken == ["banded_attention" if pattern == "local+global" else "chunked_attention"]
+        assert taken == ["banded" if pattern == "local+global" else "chunked"]
         assert attention.BANDED_LOCAL_ATTENTION
 
     options = ["--lengths", "300", "--window", "16", "--global-tokens", "4", "--hidden-size", "32", "--layers",

@@ -183,19 +183,38 @@ def test_convert_makes_a_long_sparse_model_that_loads_with_the_auto_classes(tmp_
         assert not (tmp_path / "bad").exists()
 
 
+def bias_for(name: str, heads: int, length: int):
+    """A distance-only logit bias of the chunked path's form (T5's table with a gradient), or None."""
+    from kolong.positions.alibi import ALiBiChunkBias
+    from kolong.positions.t5 import T5ChunkBias
+
+    if name == "alibi":
+        return ALiBiChunkBias(0.5 ** torch.arange(1, heads + 1, dtype=torch.float64))
+    if name == "t5":
+        return T5ChunkBias(torch.randn(heads, 2 * length - 1, dtype=torch.float64, requires_grad=True))
+    return None
+
+
+@pytest.mark.parametrize("bias_name", ["none", "alibi", "t5"])
 @pytest.mark.parametrize("documents", [False, True])
 @pytest.mark.parametrize("window", [1, 3, 8])
-def test_banded_path_equals_dense_attention_in_outputs_and_gradients(window, documents, monkeypatch):
+def test_banded_path_equals_dense_attention_in_outputs_and_gradients(
+    window, documents, bias_name, monkeypatch
+):
     """SDPA over key bands: padding (rows with no key at all get 0), packed documents, global tokens that
-    differ per row, inside and outside the bands, and blocks that do not divide the length."""
+    differ per row, inside and outside the bands, blocks that do not divide the length, and the distance-only
+    biases (ALiBi; T5 with its table's gradient) as SDPA's float mask."""
     from kolong.models.encoder import banded
     from kolong.models.encoder.masks import AttentionMask
     from test_attention_paths import dense_reference
 
     monkeypatch.setattr(banded, "MIN_BLOCK_ROWS", 4)
+    monkeypatch.setattr(banded, "MASK_ENTRIES", 1)  # a bias's float mask: one block per SDPA call
     torch.manual_seed(0)
     length = 37
     q, k, v = (torch.randn(2, 2, length, 4, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    bias = bias_for(bias_name, 2, length)
+    inputs = (q, k, v, *(bias.tensors if bias is not None else ()))
     real = torch.ones(2, length, dtype=torch.bool)
     real[1, 20:] = False  # queries 21 + window on see no key in the local pattern
     global_tokens = torch.zeros(2, length, dtype=torch.bool)
@@ -205,28 +224,54 @@ def test_banded_path_equals_dense_attention_in_outputs_and_gradients(window, doc
     numbers = (torch.arange(length) // 11 + 1).repeat(2, 1) * real if documents else None
     for tokens in (None, global_tokens & real):
         mask = AttentionMask(real=real, documents=numbers, window=window, global_tokens=tokens)
-        out = banded.banded_attention(q, k, v, mask)
-        expected = dense_reference(q, k, v, mask, None).nan_to_num(0.0)  # the reference's empty rows: nan
+        out = banded.banded_attention(q, k, v, mask, bias)
+        expected = dense_reference(q, k, v, mask, bias).nan_to_num(0.0)  # the reference's empty rows: nan
         torch.testing.assert_close(out, expected)
         d_out = torch.randn_like(out)
-        grads = torch.autograd.grad(out, (q, k, v), d_out)
-        expected_grads = torch.autograd.grad(chunked.chunked_attention(q, k, v, mask), (q, k, v), d_out)
+        grads = torch.autograd.grad(out, inputs, d_out)
+        expected_grads = torch.autograd.grad(chunked.chunked_attention(q, k, v, mask, bias), inputs, d_out)
         for got, want in zip(grads, expected_grads, strict=True):
             torch.testing.assert_close(got, want)
 
 
-def test_local_layers_take_the_banded_path_unless_a_bias_or_dropout_needs_the_chunked_one(monkeypatch):
-    from kolong.models.encoder import attention
+def record_paths(monkeypatch) -> list[str]:
+    """The attention calls of local layers from now on: "banded" or "chunked", in order."""
+    from kolong.models.encoder import attention, banded
 
     taken = []
-    for path in ("banded_attention", "chunked_attention"):
-        original = getattr(attention, path)
-        monkeypatch.setattr(
-            attention, path, lambda *a, _f=original, _p=path, **kw: taken.append(_p) or _f(*a, **kw)
-        )
+    original_banded, original_chunked = banded.banded_attention, attention.chunked_attention
+    monkeypatch.setattr(banded, "banded_attention", lambda *a: taken.append("banded") or original_banded(*a))
+    monkeypatch.setattr(
+        attention, "chunked_attention", lambda *a: taken.append("chunked") or original_chunked(*a)
+    )
+    return taken
+
+
+def test_local_layers_take_the_banded_path_unless_the_chunked_one_is_needed(monkeypatch):
+    """Banded: no bias, or a distance-only bias without gradients. Chunked: Shaw's query-dependent terms,
+    attention dropout, and training with a bias (the float mask would be kept per layer)."""
+    taken = record_paths(monkeypatch)
     ids = random_ids(1, 64)
-    for name, dropout, expected in (("learned", 0.0, "banded_attention"), ("alibi", 0.0, "chunked_attention"),
-                                    ("rope", 0.1, "chunked_attention")):  # fmt: skip
+    cases = [("learned", 0.0, True, "banded"), ("rope", 0.1, True, "chunked"), ("alibi", 0.0, True, "chunked"),
+             ("alibi", 0.0, False, "banded"), ("t5", 0.0, False, "banded"), ("t5", 0.0, True, "chunked"),
+             ("shaw", 0.0, False, "chunked")]  # fmt: skip
+    for name, dropout, training, expected in cases:
         taken.clear()
-        sparse_model(name, attention_probs_dropout_prob=dropout, num_hidden_layers=1).train()(ids)
-        assert taken == [expected], name
+        model = sparse_model(name, attention_probs_dropout_prob=dropout, num_hidden_layers=1).train(training)
+        with torch.set_grad_enabled(training):
+            model(ids)
+        assert taken == [expected], (name, dropout, training)
+
+
+@pytest.mark.parametrize("name", ["alibi", "t5", "t5-per-layer"])
+def test_biased_local_inference_on_the_banded_path_matches_the_reference(name):
+    ids, mask = padded_batch(61)
+    model = sparse_model(name, full_attention_every=2).eval()
+    outputs = {}
+    for implementation in ("eager", "sdpa"):
+        model.set_attn_implementation(implementation)
+        with torch.no_grad():
+            outputs[implementation] = (
+                model.kolong(ids, attention_mask=mask).last_hidden_state * mask[..., None]
+            )
+    torch.testing.assert_close(outputs["sdpa"], outputs["eager"])

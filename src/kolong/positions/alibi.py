@@ -72,8 +72,13 @@ def alibi_flex(q, k, v, block_mask, scale, slopes):
 
 
 class ALiBiChunkBias(ChunkBias):
+    by_distance = True
+
     def __init__(self, slopes):
         self.slopes = slopes  # constants: no gradient
+
+    def distances(self, tensors, distance, length):
+        return -self.slopes.view(-1, *[1] * distance.dim()) * distance.abs()  # (h, ...)
 
     def scores(self, tensors, start, stop, length, keys=None):
         device = self.slopes.device

@@ -151,8 +151,14 @@ def t5_flex(q, k, v, block_mask, scale, table, num_buckets, boundaries):
 class T5ChunkBias(ChunkBias):
     """Row blocks of the (h, 2n-1) per-distance bias; the gradient summed along diagonals."""
 
+    by_distance = True
+
     def __init__(self, per_distance):
         self.tensors = (per_distance,)
+
+    def distances(self, tensors, distance, length):
+        # distances past the input (a band's keys beyond either end) are masked; clamp them into the table
+        return tensors[0][:, (distance + length - 1).clamp(0, 2 * length - 2)]  # (h, ...)
 
     def scores(self, tensors, start, stop, length, keys=None):
         device = tensors[0].device

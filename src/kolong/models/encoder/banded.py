@@ -7,10 +7,12 @@
 
 Longformer's "sliding chunks", with the band cut out by `unfold` (a view) and the mask shared by every block:
 the work is n (c + 2w + g) scores rather than n^2, in SDPA's fused CPU kernel, with autograd's backward.
-The chunked path (`chunked.py`) computes the same thing block by block in plain PyTorch, at about twice the
-time on CPU; it stays the path for logit biases (shaw, t5, alibi) and for attention dropout, which SDPA's CPU
-kernel would apply to a materialised (blocks, h, c, band) tensor. Exactness against the dense reference, in
-outputs and gradients, is tested for padding, packed documents and per-row global tokens.
+A logit bias that depends on the distance j - i alone (T5, ALiBi: `ChunkBias.by_distance`) joins as SDPA's
+float mask, built from one (h, c, band) block of distances shared by every block. The chunked path
+(`chunked.py`) computes the same thing block by block in plain PyTorch, at about twice the time on CPU; it
+stays the path for Shaw's query-dependent terms, for attention dropout (which SDPA's CPU kernel would apply
+to a materialised (blocks, h, c, band) tensor) and for training with a bias (`fits`). Exactness against the
+dense reference, in outputs and gradients, is tested for padding, packed documents and per-row global tokens.
 """
 
 from __future__ import annotations
@@ -18,9 +20,24 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from kolong.models.encoder.chunked import ChunkBias
 from kolong.models.encoder.masks import AttentionMask
 
 MIN_BLOCK_ROWS = 128  # below this SDPA's per-block overhead outweighs the band's wasted scores (measured)
+# Entries of a bias's float mask per SDPA call (16 MiB in fp32): at 16k tokens, ALiBi's peak inference memory
+# was 1.04 GB in one call, 0.83 GB at 2^24 entries and 0.56 GB at 2^22 (the chunked path: 0.37 GB), same time.
+MASK_ENTRIES = 2**22
+
+
+def fits(q: torch.Tensor, bias: ChunkBias | None) -> bool:
+    """Whether the banded path takes this call: always without a bias; with one that depends on distance
+    alone, only when no gradient is asked, since the float mask (b * blocks, h, c, band) and its gradient
+    would be kept per layer for the backward (the chunked path keeps nothing of the kind)."""
+    if bias is None:
+        return True
+    if not bias.by_distance:
+        return False
+    return not torch.is_grad_enabled() or not any(t.requires_grad for t in (q, *bias.tensors))
 
 
 def _blocks(x: torch.Tensor, rows: int, padded: int) -> torch.Tensor:
@@ -66,13 +83,30 @@ def _global_key_mask(mask: AttentionMask, positions: torch.Tensor, rows: int, pa
     return allowed
 
 
-def _global_rows(q, k, v, mask: AttentionMask, positions: torch.Tensor) -> torch.Tensor:
+def _scores(
+    bias: ChunkBias, allowed: torch.Tensor, distance: torch.Tensor, length: int, dtype
+) -> torch.Tensor:
+    """SDPA's float mask: the bias at each distance (h, *distance.shape) where allowed, -inf elsewhere."""
+    scores = bias.distances(bias.tensors, distance, length).to(dtype)
+    return torch.where(allowed.unsqueeze(-3), scores.movedim(0, -3), float("-inf"))
+
+
+def _global_rows(
+    q, k, v, mask: AttentionMask, positions: torch.Tensor, bias: ChunkBias | None
+) -> torch.Tensor:
     """(b, h, g, d_h): the global queries attend to every real key of their document."""
-    allowed = None if mask.real is None else mask.real[:, None, None, :]
+    length = k.shape[2]
+    allowed = torch.ones(1, 1, length, dtype=torch.bool, device=q.device)  # (b|1, g|1, n)
+    if mask.real is not None:
+        allowed = allowed & mask.real[:, None, :]
     if mask.documents is not None:
-        same = mask.documents[:, positions][:, None, :, None] == mask.documents[:, None, None, :]
-        allowed = same if allowed is None else allowed & same
-    return F.scaled_dot_product_attention(q[:, :, positions], k, v, attn_mask=allowed)
+        allowed = allowed & (mask.documents[:, positions][:, :, None] == mask.documents[:, None, :])
+    if bias is None:
+        attn_mask = allowed[:, None]  # (b|1, 1, g|1, n)
+    else:
+        distance = torch.arange(length, device=q.device)[None, :] - positions[:, None]  # (g, n)
+        attn_mask = _scores(bias, allowed, distance, length, q.dtype)  # (b|1, h, g, n)
+    return F.scaled_dot_product_attention(q[:, :, positions], k, v, attn_mask=attn_mask)
 
 
 def _heads_first(x: torch.Tensor) -> torch.Tensor:
@@ -81,11 +115,12 @@ def _heads_first(x: torch.Tensor) -> torch.Tensor:
 
 
 @torch.compiler.disable  # reads the global positions on the host; inside a compiled model it runs eagerly
-def banded_attention(q, k, v, mask: AttentionMask) -> torch.Tensor:
-    """softmax(q k^T / sqrt(d) + mask) v under a local (+ global) mask: (b, h, n, d_h), exact.
+def banded_attention(q, k, v, mask: AttentionMask, bias: ChunkBias | None = None) -> torch.Tensor:
+    """softmax(q k^T / sqrt(d) + bias + mask) v under a local (+ global) mask: (b, h, n, d_h), exact.
 
-    Queries with no allowed key (padding far from any token) get 0, as on the other paths: SDPA's softmax
-    gives empty rows 0 since torch 2.5 (tested through this function)."""
+    `bias`, if any, depends on distance alone (`ChunkBias.by_distance`). Queries with no allowed key
+    (padding far from any token) get 0, as on the other paths: SDPA's softmax gives empty rows 0 since
+    torch 2.5 (tested through this function)."""
     batch, heads, length, head_dim = q.shape
     window = mask.window
     rows = max(window, MIN_BLOCK_ROWS)
@@ -103,19 +138,32 @@ def banded_attention(q, k, v, mask: AttentionMask) -> torch.Tensor:
         keys = torch.cat([keys, k_[:, positions][:, None].expand(-1, blocks, -1, -1, -1)], 2)
         values = torch.cat([values, v_[:, positions][:, None].expand(-1, blocks, -1, -1, -1)], 2)
         allowed = torch.cat([allowed, _global_key_mask(mask, positions, rows, padded, q.device)], -1)
-    out = F.scaled_dot_product_attention(
-        _heads_first(queries),
-        _heads_first(keys),
-        _heads_first(values),
-        attn_mask=allowed.flatten(0, 1)[:, None],
-    )  # (b * blocks, h, rows, d_h)
-    out = (
-        out.unflatten(0, (batch, blocks))
-        .transpose(1, 2)
-        .reshape(batch, heads, padded, head_dim)[:, :, :length]
-    )
+    if bias is None:
+        out = F.scaled_dot_product_attention(
+            _heads_first(queries), _heads_first(keys), _heads_first(values),
+            attn_mask=allowed.flatten(0, 1)[:, None],  # (b * blocks, 1, rows, span [+ g]): shared by the heads
+        ).unflatten(0, (batch, blocks))  # fmt: skip
+    else:
+        row, key = torch.arange(rows, device=q.device), torch.arange(rows + 2 * window, device=q.device)
+        distance = (key[None, :] - window - row[:, None]).expand(blocks, -1, -1)  # key - query, every block
+        if positions.numel():
+            query = torch.arange(padded, device=q.device).view(blocks, rows)
+            distance = torch.cat([distance, positions - query[..., None]], -1)  # (blocks, rows, span + g)
+        # The float mask has a value per head: blocks go to SDPA in groups of about MASK_ENTRIES of them.
+        group = max(1, MASK_ENTRIES // (batch * heads * rows * distance.shape[-1]))
+        parts = []
+        for start in range(0, blocks, group):
+            part = slice(start, start + group)
+            attn_mask = _scores(bias, allowed[:, part], distance[part], length, q.dtype)  # (b, g, h, rows, .)
+            parts.append(F.scaled_dot_product_attention(
+                _heads_first(queries[:, part]), _heads_first(keys[:, part]), _heads_first(values[:, part]),
+                attn_mask=attn_mask.flatten(0, 1),
+            ).unflatten(0, (batch, -1)))  # fmt: skip
+        out = torch.cat(parts, 1)
+    # (b, blocks, h, rows, d_h) -> (b, h, n, d_h)
+    out = out.transpose(1, 2).reshape(batch, heads, padded, head_dim)[:, :, :length]
     if positions.numel():
         is_global = mask.global_tokens[:, positions][:, None, :, None]  # (b, 1, g, 1): global in this row
-        rows_out = torch.where(is_global, _global_rows(q, k, v, mask, positions), out[:, :, positions])
+        rows_out = torch.where(is_global, _global_rows(q, k, v, mask, positions, bias), out[:, :, positions])
         out = out.index_copy(2, positions, rows_out)
     return out

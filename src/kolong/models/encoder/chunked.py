@@ -33,9 +33,15 @@ class ChunkBias:
 
     tensors: tuple[torch.Tensor, ...] = ()
     has_values: bool = False  # Shaw's value term: O += reduce(P') W^V
+    by_distance: bool = False  # the bias depends on j - i alone (`distances`): the banded path can take it
 
     def scores(self, tensors, start: int, stop: int, length: int, keys=None) -> torch.Tensor:
         """Additive logits of query rows start..stop-1: (b|1, h, c, n), or at the `keys` positions only."""
+        raise NotImplementedError
+
+    def distances(self, tensors, distance: torch.Tensor, length: int) -> torch.Tensor:
+        """The bias at key - query = `distance` (any shape, |distance| may exceed the input): (h, *shape).
+        Only for `by_distance` schemes."""
         raise NotImplementedError
 
     def score_grads(self, tensors, start: int, stop: int, d_scores: torch.Tensor, grads: list) -> None:
