@@ -334,3 +334,62 @@ def test_memn2n_refuses_packed_documents_and_learned_padding_rows_restart():
     mask = AttentionMask.from_attention_mask(torch.tensor([[1, 1, 1, 2, 2, 0]]))
     restart = model.positions.packed_position_ids(mask.document_positions(), mask.documents.ne(0))
     assert restart.tolist() == [[1, 2, 3, 1, 2, 0]]  # RoBERTa rows: p + pad + 1, padding on pad's row
+
+
+@pytest.mark.parametrize("name", ["t5", "t5-per-layer", "alibi"])
+def test_distance_biases_at_inference_take_sdpa_per_row_block_and_match_the_reference(name, monkeypatch):
+    """Full attention, no gradient: T5 and ALiBi run SDPA per block of query rows with the bias as its float
+    mask (`rowwise.py`), in fp32 and under bf16 autocast; with gradients, the chunked path."""
+    from kolong.models.encoder import attention, rowwise
+
+    monkeypatch.setattr(rowwise, "MASK_ENTRIES", 1)  # blocks of 16 rows: three blocks
+    taken = []
+    monkeypatch.setattr(
+        attention, "rowwise_attention", lambda *a: taken.append(1) or rowwise.rowwise_attention(*a)
+    )
+    model = model_for(name).eval()
+    ids, mask = padded_batch(37)
+    with torch.no_grad():
+        expected = run_forward(model, "eager", ids, mask)
+        torch.testing.assert_close(run_forward(model, "sdpa", ids, mask), expected)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            low = run_forward(model, "sdpa", ids, mask)
+        torch.testing.assert_close(low.float(), expected, rtol=0.05, atol=0.05)
+    assert len(taken) == 2 * model.config.num_hidden_layers
+    run_path(model.train(), "sdpa", ids, mask)
+    assert len(taken) == 2 * model.config.num_hidden_layers  # training: not this path
+
+
+@pytest.mark.parametrize("bias_name", ["alibi", "t5"])
+def test_rowwise_attention_equals_dense_attention_with_gradients(bias_name):
+    """Padding (a row with no real key gets 0) and packed documents; T5's table gets its gradient too."""
+    from kolong.models.encoder.rowwise import rowwise_attention
+    from test_sparse_attention import bias_for
+
+    torch.manual_seed(0)
+    length = 29
+    q, k, v = (torch.randn(2, 2, length, 4, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    bias = bias_for(bias_name, 2, length)
+    inputs = (q, k, v, *bias.tensors)
+    real = torch.ones(2, length, dtype=torch.bool)
+    real[1, 20:] = False
+    documents = (torch.arange(length) // 9 + 1).repeat(2, 1) * real
+    for mask in (AttentionMask(real=real), AttentionMask(real=real, documents=documents)):
+        out = rowwise_attention(q, k, v, mask, bias)
+        torch.testing.assert_close(out, dense_reference(q, k, v, mask, bias).nan_to_num(0.0))
+        d_out = torch.randn_like(out)
+        expected = torch.autograd.grad(chunked.chunked_attention(q, k, v, mask, bias), inputs, d_out)
+        for got, want in zip(torch.autograd.grad(out, inputs, d_out), expected, strict=True):
+            torch.testing.assert_close(got, want)
+
+
+def test_toeplitz_rows_read_the_bias_of_each_distance():
+    """Entry (i, j) of rows start..stop-1 is per_distance[:, j - i + n - 1], for any block, and for the
+    transposed (non-contiguous) tables T5 builds."""
+    from kolong.models.encoder.chunked import toeplitz_rows
+
+    length = 11
+    per_distance = torch.randn(2 * length - 1, 3).T  # (h, 2n - 1), transposed
+    for start, stop in ((0, 11), (0, 4), (4, 9), (10, 11)):
+        index = torch.arange(length)[None, :] - torch.arange(start, stop)[:, None] + length - 1
+        assert torch.equal(toeplitz_rows(per_distance, start, stop, length), per_distance[:, index])

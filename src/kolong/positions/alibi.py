@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch.nn.attention.flex_attention import flex_attention
 
-from kolong.models.encoder.chunked import ChunkBias
+from kolong.models.encoder.chunked import ChunkBias, toeplitz_rows
 from kolong.positions.base import PositionEncoding
 
 
@@ -82,6 +82,8 @@ class ALiBiChunkBias(ChunkBias):
 
     def scores(self, tensors, start, stop, length, keys=None):
         device = self.slopes.device
-        key = torch.arange(length, device=device) if keys is None else keys
-        distance = key[None, :] - torch.arange(start, stop, device=device)[:, None]
-        return (-self.slopes[:, None, None] * distance.abs())[None]  # (1, h, c, n)
+        if keys is None:  # the (h, 2n - 1) bias of every distance, read as a Toeplitz block
+            distance = torch.arange(1 - length, length, device=device, dtype=self.slopes.dtype)
+            return toeplitz_rows(self.distances(tensors, distance, length), start, stop, length)[None]
+        distance = keys[None, :] - torch.arange(start, stop, device=device)[:, None]
+        return self.distances(tensors, distance, length)[None]  # (1, h, c, len(keys))

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 from torch.nn.attention.flex_attention import flex_attention
 
-from kolong.models.encoder.chunked import ChunkBias
+from kolong.models.encoder.chunked import ChunkBias, toeplitz_rows
 from kolong.positions.base import PositionEncoding, kwarg_error, positive_int, table_count
 
 
@@ -94,7 +94,8 @@ class T5Positions(PositionEncoding):
 
     def per_distance(self, layer, state, dtype) -> torch.Tensor:
         """The bias of every distance j - i = 1-n .. n-1 for every head: (h, 2n-1)."""
-        return self.bias_tables[self._layer(layer)][state["buckets"]].T.to(dtype)
+        # contiguous: every path reads it along the distances (a transposed view strides by h there)
+        return self.bias_tables[self._layer(layer)][state["buckets"]].T.to(dtype).contiguous()
 
     def _layer(self, layer):
         return 0 if self.bias_tables.shape[0] == 1 else layer
@@ -161,10 +162,10 @@ class T5ChunkBias(ChunkBias):
         return tensors[0][:, (distance + length - 1).clamp(0, 2 * length - 2)]  # (h, ...)
 
     def scores(self, tensors, start, stop, length, keys=None):
-        device = tensors[0].device
-        key = torch.arange(length, device=device) if keys is None else keys
-        index = key[None, :] - torch.arange(start, stop, device=device)[:, None]
-        return tensors[0][:, index + length - 1][None]  # (1, h, c, n)
+        if keys is None:
+            return toeplitz_rows(tensors[0], start, stop, length)[None]  # (1, h, c, n)
+        index = keys[None, :] - torch.arange(start, stop, device=keys.device)[:, None]
+        return tensors[0][:, index + length - 1][None]  # (1, h, c, len(keys))
 
     def score_grads(self, tensors, start, stop, d_scores, grads):
         if grads[0] is None:

@@ -8,8 +8,9 @@
   skips the blocks between documents; local windows: flex on CUDA, else SDPA over key bands (`banded.py`)
   without dropout and the chunked path with it). Schemes
   with one (shaw, t5, alibi) run through FlexAttention on CUDA when there is no attention dropout to
-  apply, and otherwise through the chunked exact path (`chunked.py`: linear memory, no scatter); under a
-  local window, t5 and alibi (a bias by distance alone) take the banded path when no gradient is asked.
+  apply, and otherwise through the chunked exact path (`chunked.py`: linear memory, no scatter); on CPU,
+  t5 and alibi (a bias by distance alone) take SDPA with the bias as its float mask when no gradient is
+  asked: per block of query rows (`rowwise.py`), or over key bands under a local window (`banded.py`).
 - `flex_attention`: FlexAttention always (forward-only on CPU; no attention dropout), except Shaw's
   value term, which has no flex form and takes the chunked path.
 
@@ -27,6 +28,7 @@ from torch import nn
 from kolong.models.encoder import banded
 from kolong.models.encoder.chunked import attention_dropout_mask, chunked_attention
 from kolong.models.encoder.masks import AttentionMask, exporting
+from kolong.models.encoder.rowwise import rowwise_attention
 from kolong.positions import PositionEncoding
 
 IMPLEMENTATIONS = ("eager", "sdpa", "flex_attention")
@@ -85,8 +87,11 @@ class KolongAttention(nn.Module):
             return self._attend_flex(q, k, v, mask, positions, layer, state, dropout_p, explicit=False)
         # The bias is built only here, once the path is known (flex builds its own from the same tables).
         bias = positions.chunk_bias(layer, q, state)
-        if BANDED_LOCAL_ATTENTION and mask.window is not None and dropout_p == 0 and banded.fits(q, bias):
-            return banded.banded_attention(q, k, v, mask, bias)  # SDPA over key bands: ~2x the chunked speed
+        if dropout_p == 0 and banded.fits(q, bias):  # SDPA's fused kernel: about twice the chunked speed
+            if mask.window is not None and BANDED_LOCAL_ATTENTION:
+                return banded.banded_attention(q, k, v, mask, bias)  # over key bands
+            if mask.window is None and bias is not None:
+                return rowwise_attention(q, k, v, None if mask.empty else mask, bias)  # over row blocks
         return chunked_attention(q, k, v, None if mask.empty else mask, bias, dropout_p)
 
     def _attend_flex(self, q, k, v, mask, positions, layer, state, dropout_p, explicit: bool):
