@@ -5,8 +5,8 @@
         out[s : s + c] = SDPA(q[s : s + c], k, v, mask)
 
 The chunked path (`chunked.py`) computes the same rows with a matmul, the bias, a log-sum-exp and a second
-matmul; SDPA's fused CPU kernel does the last three in one pass, at a third to a half of the time (measured
-in `kolong bench encoder`). Memory stays linear in n: one block's mask, about MASK_ENTRIES entries, at a time.
+matmul; SDPA's fused CPU kernel does the last three in one pass (one call at 2,048 tokens and 12 heads took
+0.17x the chunked path's time with ALiBi, 0.3x with T5; model-level numbers: `kolong bench encoder`). Memory stays linear in n: one block's mask, about MASK_ENTRIES entries, at a time.
 Gradients would keep every block's mask, so training keeps the chunked path (`banded.fits`).
 """
 
