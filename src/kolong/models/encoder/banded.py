@@ -30,9 +30,9 @@ MASK_ENTRIES = 2**22
 
 
 def fits(q: torch.Tensor, bias: ChunkBias | None) -> bool:
-    """Whether the banded path takes this call: always without a bias; with one that depends on distance
-    alone, only when no gradient is asked, since the float mask (b * blocks, h, c, band) and its gradient
-    would be kept per layer for the backward (the chunked path keeps nothing of the kind)."""
+    """Whether an SDPA path (this one, or `rowwise.py` for full attention) takes this call: always without a
+    bias; with one that depends on distance alone, only when no gradient is asked, since its float mask and
+    that mask's gradient would be kept per layer for the backward (the chunked path keeps nothing of the kind)."""
     if bias is None:
         return True
     if not bias.by_distance:
@@ -132,12 +132,16 @@ def banded_attention(q, k, v, mask: AttentionMask, bias: ChunkBias | None = None
         _bands(k_, rows, window, padded),
         _bands(v_, rows, window, padded),
     )  # (b, blocks, span, h, d_h)
-    allowed = _band_mask(mask, length, rows, padded, q.device).expand(batch, -1, -1, -1)
     positions = mask.global_positions().to(q.device)
     if positions.numel():  # every block also reads the global keys (masked where its band holds them)
         keys = torch.cat([keys, k_[:, positions][:, None].expand(-1, blocks, -1, -1, -1)], 2)
         values = torch.cat([values, v_[:, positions][:, None].expand(-1, blocks, -1, -1, -1)], 2)
-        allowed = torch.cat([allowed, _global_key_mask(mask, positions, rows, padded, q.device)], -1)
+    if mask._band_allowed is None:  # built once per forward, shared by the layers (as flex's block mask)
+        allowed = _band_mask(mask, length, rows, padded, q.device).expand(batch, -1, -1, -1)
+        if positions.numel():
+            allowed = torch.cat([allowed, _global_key_mask(mask, positions, rows, padded, q.device)], -1)
+        mask._band_allowed = allowed
+    allowed = mask._band_allowed  # (b, blocks, rows, span [+ g])
     if bias is None:
         out = F.scaled_dot_product_attention(
             _heads_first(queries), _heads_first(keys), _heads_first(values),

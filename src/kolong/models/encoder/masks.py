@@ -37,6 +37,7 @@ class AttentionMask:
     global_tokens: torch.Tensor | None = None  # (b, n) bool: see and are seen by every token
     _block_mask: object = field(default=None, repr=False, compare=False)
     _global_positions: torch.Tensor | None = field(default=None, repr=False, compare=False)
+    _band_allowed: torch.Tensor | None = field(default=None, repr=False, compare=False)  # banded.py's mask
 
     @classmethod
     def from_attention_mask(
