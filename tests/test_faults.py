@@ -21,7 +21,7 @@ from kolong.data.corpus import build_corpus
 from kolong.data.samples import KOREAN_PARAGRAPHS, korean_document
 from kolong.errors import KolongWarning
 
-KILLS = 5
+KILLS = 3  # per test: one SIGKILL in each third of a run past start-up
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
 
 
@@ -33,13 +33,15 @@ def run(*arguments) -> subprocess.CompletedProcess:
     return subprocess.run(kolong(*arguments), env=ENV, capture_output=True, text=True, timeout=300)
 
 
-def kill_at_random_point(arguments: list, seconds: float, rng: random.Random) -> None:
-    """Start `kolong ARGUMENTS` and SIGKILL it after a random share of a full run's `seconds`, skewed past the
-    interpreter's start-up (where nothing is written yet)."""
+def kill_at_random_point(arguments: list, seconds: float, rng: random.Random, stratum: int) -> None:
+    """Start `kolong ARGUMENTS` and SIGKILL it after a random share of a full run's `seconds`: in 0.4-1.0 of
+    it, past the interpreter's start-up (where nothing is written yet), and there in the `stratum`-th of
+    KILLS equal parts, so a test's kills spread over the run."""
     process = subprocess.Popen(
         kolong(*arguments), env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
-    time.sleep(seconds * rng.uniform(0.4, 1.0))
+    part = 0.6 / KILLS
+    time.sleep(seconds * rng.uniform(0.4 + part * stratum, 0.4 + part * (stratum + 1)))
     process.send_signal(signal.SIGKILL)
     process.wait()
 
@@ -98,8 +100,8 @@ def test_killed_writers_leave_the_previous_output_intact(inputs, tmp_path, comma
     if "data" in command(inputs, out):  # datasets writes fresh fingerprints: compare what the data holds
         before = {k: v for k, v in before.items() if k.endswith((".arrow", "corpus.json"))}
     rng = random.Random(14)
-    for _ in range(KILLS):
-        kill_at_random_point(command(inputs, out), seconds, rng)
+    for stratum in range(KILLS):
+        kill_at_random_point(command(inputs, out), seconds, rng, stratum)
         restored = out if out.exists() else next(tmp_path.glob(".out.old-*"))  # killed between two renames
         after = fingerprint(restored)
         assert {k: after.get(k) for k in before} == before
@@ -118,8 +120,8 @@ def test_killed_pretraining_resumes_onto_the_uninterrupted_loss_curve(inputs, tm
     seconds = time.perf_counter() - started
     assert straight.returncode == 0, straight.stderr
     rng = random.Random(1414)
-    for _ in range(KILLS):
-        kill_at_random_point(command(tmp_path / "killed"), seconds, rng)
+    for stratum in range(KILLS):
+        kill_at_random_point(command(tmp_path / "killed"), seconds, rng, stratum)
     resumed = run(*command(tmp_path / "killed"))
     assert resumed.returncode == 0, resumed.stderr
 

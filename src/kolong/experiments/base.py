@@ -43,25 +43,25 @@ READS = {
 }
 SCALES = {
     # tokens per step = batch_size x 512 (4x the rows while the curriculum is at 128); steps: the documents
-    # phase, then full_rows_steps with positions numbered across each row
+    # phase, then full_rows_steps with positions numbered across each row; klue_sentences None: all 12k
     "tiny": dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
-                 vocab_size=600, reviews=300, steps=4, batch_size=2, learning_rate=1e-3, curriculum="128:0.5,512",
-                 eval_blocks=8, full_rows_steps=2, full_rows_learning_rate=5e-4,
+                 vocab_size=600, reviews=300, klue_sentences=2000, steps=4, batch_size=2, learning_rate=1e-3,
+                 curriculum="128:0.5,512", eval_blocks=8, full_rows_steps=2, full_rows_learning_rate=5e-4,
                  **PACKING),
     "cpu": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024,
-                vocab_size=16000, reviews=100000, steps=1600, batch_size=8, learning_rate=1e-3,
-                curriculum="128:0.8,512", eval_blocks=200, full_rows_steps=800, full_rows_learning_rate=1e-3,
-                **PACKING),
+                vocab_size=16000, reviews=100000, klue_sentences=None, steps=1600, batch_size=8,
+                learning_rate=1e-3, curriculum="128:0.8,512", eval_blocks=200, full_rows_steps=800,
+                full_rows_learning_rate=1e-3, **PACKING),
     # about 27M parameters: fits the 64 MiB carry limit in bf16; planned at 25 minutes of one H100, estimated at
     # under 10 (docs/gpu.md)
     "gpu-mini": dict(hidden_size=512, num_hidden_layers=6, num_attention_heads=8, intermediate_size=2048,
-                     vocab_size=16000, reviews=639599, steps=5000, batch_size=32, learning_rate=7e-4,
-                     curriculum="128:0.8,512", eval_blocks=1000, full_rows_steps=1000, full_rows_learning_rate=3e-4,
-                     **PACKING),
+                     vocab_size=16000, reviews=639599, klue_sentences=None, steps=5000, batch_size=32,
+                     learning_rate=7e-4, curriculum="128:0.8,512", eval_blocks=1000, full_rows_steps=1000,
+                     full_rows_learning_rate=3e-4, **PACKING),
     "gpu": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
-                vocab_size=32000, reviews=639599, steps=25000, batch_size=64, learning_rate=5e-4,
-                curriculum="128:0.9,512", eval_blocks=2000, full_rows_steps=5000, full_rows_learning_rate=2e-4,
-                **PACKING),
+                vocab_size=32000, reviews=639599, klue_sentences=None, steps=25000, batch_size=64,
+                learning_rate=5e-4, curriculum="128:0.9,512", eval_blocks=2000, full_rows_steps=5000,
+                full_rows_learning_rate=2e-4, **PACKING),
 }  # fmt: skip
 MODEL_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
 
@@ -109,7 +109,8 @@ def _documents(args: BaseModelArguments, settings: dict) -> list[str]:
     trained_on, _ = heldout_articles(args.shared_data, args.heldout_fraction, args.seed)
     articles = list(dict.fromkeys(e.context for e in trained_on))  # whole articles, paragraphs joined
     reviews = list(read_documents(["nsmc"], args.shared_data, limit=settings["reviews"]))
-    return reviews + articles + list(read_documents(["klue"], args.shared_data))
+    klue = read_documents(["klue"], args.shared_data, limit=settings["klue_sentences"])
+    return reviews + articles + list(klue)
 
 
 def _stage(work: Path, name: str, make: Callable[[], dict]) -> dict:
