@@ -179,7 +179,8 @@ def base(
         None,
         "--set",
         help="Override a scale setting: --set steps=2000 (documents phase), --set full_rows_steps=400, "
-        "--set full_rows_packing=documents-continuous (the second phase's --packing), --set reviews=...",
+        "--set full_rows_packing=documents-continuous (the second phase's --packing), --set reviews=..., "
+        "--set klue_sentences=2000 (null: all).",
     ),
     seed: int = typer.Option(42, min=0, max=2**32 - 1, help="Seed of the article split and of training."),
 ) -> None:
