@@ -95,6 +95,19 @@ def ws(tmp_path_factory):
     paths["pairs_latin1"] = root / "pairs-latin1.tsv"
     paths["pairs_latin1"].write_bytes(b"input\ttarget\ncaf\xe9\tx\n")
 
+    paths["foreign_predictions"] = root / "foreign.json"
+    paths["foreign_predictions"].write_text(json.dumps({"other-1": "x", "other-2": "y"}))
+    paths["no_predictions"] = root / "none.json"
+    paths["no_predictions"].write_text("{}")
+    paths["blank"] = root / "blank.txt"
+    paths["blank"].write_text("\n  \n")
+    paths["latin1_yaml"] = root / "latin1.yaml"
+    paths["latin1_yaml"].write_bytes(b"max_length: 64\n# caf\xe9\n")
+    paths["short_text"] = root / "short.txt"
+    paths["short_text"].write_text("가\n나\n", encoding="utf-8")
+    paths["not_gzip"] = root / "reviews.tsv"
+    paths["not_gzip"].write_bytes(b"id\tdocument\tlabel\n1\t\xff\xfe\t0\n")
+
     from kolong.data.corpus import build_corpus
 
     paths["corpus"] = root / "packed"
@@ -501,7 +514,29 @@ def sweep_cases() -> list:
                      ("--merge-from", "no losses.npz"), id="experiment extension-init: nothing to merge"),
         pytest.param(lambda w: ["experiment", "extension-init", "--work-dir", out(w), "--merge-from", w["root"],
                                 "--seeds", "1,2"], ("--merge-from", "--seeds"), id="experiment extension-init: merge seeds"),
+        pytest.param(lambda w: ["extend", w["root"] / "deep" / "no-model", "-n", 128, "-o", out(w)],
+                     ("no such directory",), id="extend: a missing path that is no hub name"),
+        pytest.param(lambda w: ["predict", "qa", "--model", w["file"], "--data", w["squad"], "-o", out(w) / "p.json"],
+                     ("is a file, not a model directory",), id="predict qa: model is a file"),
         # data
+        pytest.param(lambda w: ["finetune", "qa", "--config", w["latin1_yaml"], "-o", out(w)],
+                     ("latin1.yaml:2", "not UTF-8"), id="--config not UTF-8"),
+        pytest.param(lambda w: ["finetune", "qa", "--config", w["text"], "-o", out(w)], (".json, .yaml",),
+                     id="--config of another type"),
+        pytest.param(lambda w: ["data", "corpus", w["short_text"], "-t", w["model"], "-o", out(w),
+                                "--max-length", 64], ("no block",), id="data corpus: too short for a block"),
+        pytest.param(lambda w: ["predict", "ner", "--model", w["model"], "--data", w["blank"], "-o",
+                                out(w) / "p.json"], ("holds no sentence",), id="predict ner: no sentence"),
+        pytest.param(lambda w: ["evaluate", "qa", "--data", w["squad"], "--predictions", w["foreign_predictions"]],
+                     ("another file",), id="evaluate qa: predictions of another file"),
+        pytest.param(lambda w: ["evaluate", "qa", "--data", w["squad"], "--predictions", w["no_predictions"]],
+                     ("holds no prediction",), id="evaluate qa: no prediction"),
+        pytest.param(lambda w: ["evaluate", "klue", "mrc", "--data", w["squad"], "--predictions",
+                                w["foreign_predictions"]], ("another file",), id="evaluate klue mrc: another file"),
+        pytest.param(lambda w: ["bench", "tokenizer", "--data", w["not_gzip"], "--output-dir", out(w)],
+                     ("reviews.tsv:2", "not UTF-8"), id="bench tokenizer: reviews not UTF-8"),
+        pytest.param(lambda w: ["bench", "tokenizer", "--data", w["blank"], "--output-dir", out(w)],
+                     ("no review text",), id="bench tokenizer: no review"),
         pytest.param(lambda w: ["finetune", "cls", "--model", w["model"], "--data", w["cls_latin1"], "-o", out(w)],
                      ("latin1.tsv:3", "not UTF-8"), id="finetune cls: non-UTF-8 TSV"),
         pytest.param(lambda w: ["finetune", "cls", "--model", w["model"], "--data", w["cls_mixed"], "-o", out(w)],

@@ -13,15 +13,25 @@ from kolong.constants import POSITION_SCALING_KEY
 from kolong.errors import CheckpointError, DataError
 
 
-def load_config(model_or_path: str) -> PretrainedConfig:
+def _not_a_hub_name(name: str) -> bool:
+    """A hub name is `model` or `namespace/model`: an absolute, home or dotted path, or deeper, is local."""
+    return name.startswith(("/", ".", "~")) or name.count("/") > 1 or "\\" in name
+
+
+def _check_local(model_or_path: str, expected: str) -> Path:
+    """The path of a local checkpoint folder; a file, or a missing path that cannot be a hub name, refused."""
     path = Path(model_or_path)
-    if path.exists():
-        if not path.is_dir():
-            raise CheckpointError(
-                f"{path} is a file, not a model directory (expected a folder with config.json)"
-            )
-        if not (path / "config.json").is_file():
-            raise CheckpointError(f"{path} is not a model directory: it has no config.json")
+    if path.exists() and not path.is_dir():
+        raise CheckpointError(f"{path} is a file, not a model directory (expected a folder with {expected})")
+    if not path.exists() and _not_a_hub_name(str(model_or_path)):
+        raise CheckpointError(f"{path}: no such directory (expected a folder with {expected})")
+    return path
+
+
+def load_config(model_or_path: str) -> PretrainedConfig:
+    path = _check_local(model_or_path, "config.json")
+    if path.exists() and not (path / "config.json").is_file():
+        raise CheckpointError(f"{path} is not a model directory: it has no config.json")
     try:
         return AutoConfig.from_pretrained(model_or_path)
     except (OSError, ValueError) as error:
@@ -92,7 +102,7 @@ def load_tokenizer(model_or_path: str | Path, hint: str = ""):
         from kolong.tokenizers.byte import ByteTokenizer
 
         return ByteTokenizer()
-    path = Path(model_or_path)
+    path = _check_local(str(model_or_path), "tokenizer files")
     if path.is_dir() and not any(
         (path / name).is_file() for name in ("tokenizer_config.json", "tokenizer.json")
     ):

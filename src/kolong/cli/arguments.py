@@ -164,7 +164,15 @@ def read_config_file(path: str) -> dict:
     file = Path(path)
     if not file.is_file():
         raise ConfigError(f"--config {file}: no such file")
-    text = file.read_text(encoding="utf-8")
+    if file.suffix not in (".json", ".yaml", ".yml"):
+        raise ConfigError(f"--config {file}: expected a .json, .yaml or .yml file")
+    from kolong.data.sources import utf8_text
+    from kolong.errors import DataError
+
+    try:
+        text = utf8_text(file)
+    except DataError as error:
+        raise ConfigError(f"--config {error}") from None
     if file.suffix in (".yaml", ".yml"):
         import yaml
 
@@ -172,13 +180,11 @@ def read_config_file(path: str) -> dict:
             payload = yaml.safe_load(text)
         except yaml.YAMLError as error:
             raise ConfigError(f"--config {file}: not valid YAML ({error})") from None
-    elif file.suffix == ".json":
+    else:
         try:
             payload = json.loads(text)
         except json.JSONDecodeError as error:
             raise ConfigError(f"--config {file}: not valid JSON ({error})") from None
-    else:
-        raise ConfigError(f"--config {file}: expected a .json, .yaml or .yml file")
     if not isinstance(payload, dict):
         raise ConfigError(f"--config {file}: expected a mapping of option names to values")
     return payload

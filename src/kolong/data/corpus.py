@@ -347,6 +347,10 @@ def build_corpus(
             if isinstance(cause, ValueError):
                 raise cause from None
             raise
+        except ValueError:
+            if sum(stats.blocks.values()):
+                raise
+            everything = []  # datasets refuses a generator that yields nothing ("corresponds to no data")
         if len(everything) == 0:
             raise DataError(
                 f"the corpus ({', '.join(sources)}) produced no block of at least {max_length // 2} tokens"

@@ -46,6 +46,9 @@ def score_klue_files(
     gold = _GOLD[task](gold_path)
     extra = len(set(predictions) - set(gold))
     if task == "mrc":
+        from kolong.evaluation.korquad import unscored_predictions
+
+        unscored_predictions(predictions, gold, predictions_path, gold_path)
         return {**klue.mrc_scores({k: str(v) for k, v in predictions.items()}, gold, missing), "extra": extra}
     absent = [key for key in gold if key not in predictions]
     if absent:

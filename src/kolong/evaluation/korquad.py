@@ -142,10 +142,33 @@ def read_predictions(path) -> dict[str, str]:
     return payload
 
 
+def unscored_predictions(predictions: dict, questions, predictions_path, data) -> list[str]:
+    """The prediction ids that answer no question (warned about); a file that answers none is refused: an
+    empty one, or one for another data file, would score 0 on every question without saying why."""
+    from kolong.errors import DataError, warn
+
+    questions = list(questions)
+    unscored = sorted(set(predictions) - set(questions))
+    if not predictions:
+        raise DataError(f"{predictions_path} holds no prediction")
+    if len(unscored) == len(predictions):
+        raise DataError(
+            f"none of the {len(predictions)} predictions of {predictions_path} answers a question of {data} "
+            f"(prediction ids such as {unscored[0]!r}, question ids such as {questions[0]!r}): "
+            "predictions of another file?"
+        )
+    if unscored:
+        warn(
+            f"{len(unscored)} of {len(predictions)} predictions answer no question of {data} and are not "
+            f"scored (e.g. {', '.join(map(repr, unscored[:3]))})"
+        )
+    return unscored
+
+
 def evaluate_files(data, predictions_path, metric: str = "korquad", on_bad_example: str = "error") -> dict:
     """`kolong evaluate qa`: score a predictions file against a SQuAD/KorQuAD file (no torch needed)."""
     from kolong.data.squad import read_squad
-    from kolong.errors import DataError, warn
+    from kolong.errors import DataError
 
     dataset = read_squad(data, on_bad_example)
     gold = dataset.gold()
@@ -154,12 +177,9 @@ def evaluate_files(data, predictions_path, metric: str = "korquad", on_bad_examp
             f"{data} holds no question to score" + (" (every one was skipped)" if dataset.skipped else "")
         )
     predictions = read_predictions(predictions_path)
-    unscored = sorted(set(predictions) - {question_id for question_id, *_ in gold})
-    if unscored:
-        warn(
-            f"{len(unscored)} of {len(predictions)} predictions answer no question of {data} and are not "
-            f"scored (e.g. {', '.join(map(repr, unscored[:3]))})"
-        )
+    unscored = unscored_predictions(
+        predictions, [question_id for question_id, *_ in gold], predictions_path, data
+    )
     scores = score_questions(gold, predictions, metric)
     scores["skipped_examples"] = len(dataset.skipped)
     scores["unscored_predictions"] = len(unscored)

@@ -184,10 +184,16 @@ class NERPredictArguments(CheckedArguments):
 def _texts(path: str) -> dict[str, str]:
     from kolong.data.klue_ner import read_klue_ner
     from kolong.data.sources import utf8_text
+    from kolong.errors import DataError
 
     if Path(path).suffix == ".tsv":
         return {s.id: s.text for s in read_klue_ner(path)}
-    return {f"line-{n}": line for n, line in enumerate(utf8_text(path).splitlines(), 1) if line.strip()}
+    if not Path(path).is_file():
+        raise DataError(f"{path} does not exist or is not a file")
+    texts = {f"line-{n}": line for n, line in enumerate(utf8_text(path).splitlines(), 1) if line.strip()}
+    if not texts:
+        raise DataError(f"{path} holds no sentence (expected one per line, or a KLUE-NER .tsv)")
+    return texts
 
 
 def predict_ner(args: NERPredictArguments) -> dict:
