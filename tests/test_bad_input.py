@@ -105,6 +105,13 @@ def ws(tmp_path_factory):
     paths["latin1_yaml"].write_bytes(b"max_length: 64\n# caf\xe9\n")
     paths["short_text"] = root / "short.txt"
     paths["short_text"].write_text("가\n나\n", encoding="utf-8")
+    paths["dp"] = root / "dp.tsv"
+    paths["dp"].write_text(
+        "## dp-1\t나는 간다\n1\t나는\t나 는\tNP+JX\t2\tNP_SBJ\n2\t간다\t가 ㄴ다\tVV+EF\t0\tVP\n\n",
+        encoding="utf-8",
+    )
+    paths["mrc_numbers"] = root / "mrc-numbers.json"
+    paths["mrc_numbers"].write_text(json.dumps({i: 5 for i in ids}))
     paths["not_gzip"] = root / "reviews.tsv"
     paths["not_gzip"].write_bytes(b"id\tdocument\tlabel\n1\t\xff\xfe\t0\n")
 
@@ -533,6 +540,19 @@ def sweep_cases() -> list:
                      ("holds no prediction",), id="evaluate qa: no prediction"),
         pytest.param(lambda w: ["evaluate", "klue", "mrc", "--data", w["squad"], "--predictions",
                                 w["foreign_predictions"]], ("another file",), id="evaluate klue mrc: another file"),
+        pytest.param(lambda w: ["evaluate", "klue", "mrc", "--data", w["squad"], "--predictions", w["mrc_numbers"]],
+                     ("expected the answer text",), id="evaluate klue mrc: numbers for answers"),
+        pytest.param(lambda w: ["predict", "cls", "--model", w["model"], "--data", w["cls"], "-o", out(w) / "p.json"],
+                     ("finetune cls",), id="predict cls: untrained head"),
+        pytest.param(lambda w: ["predict", "ner", "--model", w["qa_model"], "--data", w["text"], "-o",
+                                out(w) / "p.json"], ("finetune ner",), id="predict ner: a QA model"),
+        pytest.param(lambda w: ["predict", "dp", "--model", w["model"], "--data", w["dp"], "-o", out(w) / "p.json"],
+                     ("not a dependency parser",), id="predict dp: not a parser"),
+        pytest.param(lambda w: ["experiment", "sensitivity", "--work-dir", out(w), "--results", out(w) / "r.json",
+                                "--mlm", f"a={w['qa_model']}"], ("ForMaskedLM",), id="experiment sensitivity: QA as MLM"),
+        pytest.param(lambda w: ["experiment", "sensitivity", "--work-dir", out(w), "--results", out(w) / "r.json",
+                                "--qa", f"a={w['qa_model']}", "--qa-eval", w["squad"]], ("--qa-length 256",),
+                     id="experiment sensitivity: window past the model"),
         pytest.param(lambda w: ["bench", "tokenizer", "--data", w["not_gzip"], "--output-dir", out(w)],
                      ("reviews.tsv:2", "not UTF-8"), id="bench tokenizer: reviews not UTF-8"),
         pytest.param(lambda w: ["bench", "tokenizer", "--data", w["blank"], "--output-dir", out(w)],

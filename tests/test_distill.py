@@ -145,7 +145,7 @@ def test_distill_refuses_a_teacher_with_another_head(tmp_path):
     from kolong.compress.distill import distill
 
     teacher = _teacher(tmp_path, "kolong")
-    with pytest.raises(CheckpointError, match="needs a modelForSequenceClassification teacher"):
+    with pytest.raises(CheckpointError, match=r"needs a \*ForSequenceClassification teacher"):
         distill(
             ClassificationDistillArguments(teacher=str(teacher), data="nsmc", output_dir=str(tmp_path / "s"))
         )

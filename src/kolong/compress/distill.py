@@ -164,7 +164,7 @@ def distill(args: QADistillArguments | ClassificationDistillArguments) -> dict:
     wanted = "ForQuestionAnswering" if qa else "ForSequenceClassification"
     if not head.endswith(wanted):
         raise CheckpointError(f"{args.teacher} is a {head}; `kolong distill {'qa' if qa else 'cls'}` needs a "
-                              f"model{wanted} teacher")  # fmt: skip
+                              f"*{wanted} teacher (fine-tuned with `kolong finetune {'qa' if qa else 'cls'}`)")  # fmt: skip
     if args.model:
         student, picked = load_model(args.model), None
         layers = student.config.num_hidden_layers

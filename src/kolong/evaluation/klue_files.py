@@ -49,7 +49,12 @@ def score_klue_files(
         from kolong.evaluation.korquad import unscored_predictions
 
         unscored_predictions(predictions, gold, predictions_path, gold_path)
-        return {**klue.mrc_scores({k: str(v) for k, v in predictions.items()}, gold, missing), "extra": extra}
+        wrong = next((k for k, v in predictions.items() if not isinstance(v, str)), None)
+        if wrong is not None:
+            raise DataError(
+                f"{predictions_path}: {wrong}: expected the answer text, got {predictions[wrong]!r}"
+            )
+        return {**klue.mrc_scores(predictions, gold, missing), "extra": extra}
     absent = [key for key in gold if key not in predictions]
     if absent:
         raise DataError(

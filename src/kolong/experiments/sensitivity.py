@@ -125,12 +125,28 @@ class QuantizedGroup:
                 self.parameters[name].copy_(original)
 
 
+def _loaded(path: str, head: str, option: str, length: int, length_option: str):
+    """The checkpoint's model, refused unless it has the `head` the study scores and reads `length` tokens."""
+    from kolong.checkpoints import load_model
+    from kolong.errors import CheckpointError, DataError
+    from kolong.positions.reach import model_max_length
+
+    model = load_model(path).eval()
+    if not type(model).__name__.endswith(head):
+        raise CheckpointError(f"{option} {path} is a {type(model).__name__}, not a *{head} checkpoint")
+    limit = model_max_length(model)
+    if length > limit:
+        raise DataError(f"{length_option} {length} exceeds the {limit} positions of {path}")
+    return model
+
+
 def _mlm_scorer(args, path: str) -> tuple[object, Callable[[], np.ndarray]]:
     """The model and a function returning its mean masked-token loss per held-out block."""
-    from kolong.checkpoints import load_model, load_tokenizer
+    from kolong.checkpoints import load_tokenizer
     from kolong.experiments.extension_eval import evaluation_blocks, heldout_reviews, token_losses
 
-    model, tokenizer = load_model(path).eval(), load_tokenizer(path)
+    model = _loaded(path, "ForMaskedLM", "--mlm", args.block_length, "--block-length")
+    tokenizer = load_tokenizer(path)
     ids, masks = evaluation_blocks(tokenizer, heldout_reviews(args.shared_data, args.trained_reviews),
                                    args.block_length, 0.15, args.seed, args.blocks, stream=True)  # fmt: skip
     return model, lambda: np.nanmean(token_losses(model, ids, masks, tokenizer.mask_token_id, 16), axis=1)
@@ -138,14 +154,15 @@ def _mlm_scorer(args, path: str) -> tuple[object, Callable[[], np.ndarray]]:
 
 def _qa_scorer(args, path: str) -> tuple[object, Callable[[], np.ndarray]]:
     """The model and a function returning its F1 (%) per evaluation question."""
-    from kolong.checkpoints import load_model, load_tokenizer
+    from kolong.checkpoints import load_tokenizer
     from kolong.data.qa_features import build_features
     from kolong.data.squad import gold_answers, read_squad
     from kolong.evaluation.korquad import question_scores
     from kolong.evaluation.qa_postprocess import decode_answers
     from kolong.training.qa import predict_logits
 
-    model, tokenizer = load_model(path).eval(), load_tokenizer(path)
+    model = _loaded(path, "ForQuestionAnswering", "--qa", args.qa_length, "--qa-length")
+    tokenizer = load_tokenizer(path)
     examples = read_squad(args.qa_eval, split="validation").examples
     features = build_features(tokenizer, examples, args.qa_length, "sliding-window", args.qa_length // 4)
 
@@ -162,6 +179,7 @@ def _study(work: Path, kind: str, name: str, path: str, args) -> dict:
     from kolong.evaluation.bootstrap import paired_difference
 
     model, score = (_mlm_scorer if kind == "mlm" else _qa_scorer)(args, path)
+    work.mkdir(parents=True, exist_ok=True)  # after the checks: a refused model leaves no folder behind
     base = run_stage(work / f"{kind}-{name}-float.json", lambda: {"scores": score().tolist()})["scores"]
     rows, parameters = [], dict(model.named_parameters())
     for group, members in parameter_groups(model, args.trained_length).items():
@@ -189,7 +207,6 @@ def run_sensitivity(args: SensitivityArguments, on_step: Callable[[str], None] =
     if args.qa_models and not args.qa_eval:
         raise ValueError("--qa models need --qa-eval, the questions to score them on")
     work = Path(args.work_dir)
-    work.mkdir(parents=True, exist_ok=True)
     results = {"arguments": asdict(args), "machine": describe_machine(), "studies": {}}
     for kind, models in (("mlm", args.mlm_models), ("qa", args.qa_models)):
         for name, path in models.items():

@@ -230,15 +230,22 @@ def predict_dp(args: DPPredictArguments) -> dict:
     """Write {id: {"heads": [...], "labels": [...]}} for every sentence (every eojeol, cut ones included)."""
     import torch
 
-    from kolong.checkpoints import load_tokenizer
+    from kolong.checkpoints import load_config, load_model, load_tokenizer
     from kolong.data.klue_dp import read_klue_dp
+    from kolong.errors import CheckpointError
     from kolong.io import atomic_output_file, atomic_write_json, check_output_file
-    from kolong.models.parsing import BiaffineDependencyParser
+    from kolong.models.parsing import BiaffineDependencyParser, DependencyParserConfig
 
     check_output_file(args.output, args.overwrite)
     sentences = read_klue_dp(args.data)
     tokenizer = load_tokenizer(args.model)
-    model = BiaffineDependencyParser.from_pretrained(args.model).eval()
+    config = load_config(args.model)
+    if config.model_type != DependencyParserConfig.model_type:
+        raise CheckpointError(
+            f"{args.model} is a {config.model_type!r} model, not a dependency parser: train one with "
+            "`kolong finetune dp`"
+        )
+    model = load_model(args.model, BiaffineDependencyParser).eval()
     names = {int(k): v for k, v in model.config.id2label.items()}
     collate, parses = DPCollator(tokenizer), {}
     for start in range(0, len(sentences), args.batch_size):

@@ -208,7 +208,11 @@ def predict_ner(args: NERPredictArguments) -> dict:
     check_output_file(args.output, args.overwrite)
     texts = _texts(args.data)
     tokenizer = load_tokenizer(args.model)
-    model = load_model(args.model, AutoModelForTokenClassification).eval()
+    model = load_model(
+        args.model,
+        AutoModelForTokenClassification,
+        all_weights="fine-tune it first with `kolong finetune ner`",
+    ).eval()
     id2label = {int(k): v for k, v in model.config.id2label.items()}
     markups, items = {}, list(texts.items())
     for start in range(0, len(items), args.batch_size):

@@ -54,7 +54,11 @@ def predict_cls(args: ClassificationPredictArguments) -> dict:
     check_output_file(args.output, args.overwrite)
     examples = _examples(args)
     tokenizer = load_tokenizer(args.model)
-    model = load_model(args.model, AutoModelForSequenceClassification).eval()
+    model = load_model(
+        args.model,
+        AutoModelForSequenceClassification,
+        all_weights="fine-tune it first with `kolong finetune cls`",
+    ).eval()
     regression = model.config.num_labels == 1
     names = {int(k): v for k, v in model.config.id2label.items()}
     predictions = {}
