@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from types import SimpleNamespace
 
@@ -110,3 +111,20 @@ def test_side_by_side_extension_runs_merge_into_one_study(tmp_path):
     with pytest.raises(ValueError, match=r"no losses\.npz there"):
         merge_work_dirs(tmp_path / "bad", [one, tmp_path / "copy" / "runs"])
     assert not (tmp_path / "bad").exists()  # refused before anything is written
+
+
+def test_scale_settings_check_each_override_against_the_scales_types():
+    from kolong.experiments.scales import scale_settings
+
+    scales = {"tiny": {"steps": 4, "rate": 1e-3, "limit": 20, "name": "a", "flag": False},
+              "full": {"steps": 400, "rate": 5e-4, "limit": None, "name": "b", "flag": True}}  # fmt: skip
+    assert scale_settings(scales, "tiny", {"steps": 8, "rate": 1, "limit": None, "flag": True})["rate"] == 1
+    for overrides, named in [({"steps": "abc"}, "steps='abc': expected a whole number"),
+                             ({"steps": 2.0}, "expected a whole number"), ({"steps": True}, "expected a whole"),
+                             ({"rate": "fast"}, "expected a number"), ({"name": 3}, "expected text"),
+                             ({"flag": 1}, "expected true or false"), ({"steps": None}, "steps=None"),
+                             ({"limit": [1]}, "expected a whole number (or null)"), ({"nope": 1}, "'nope'")]:  # fmt: skip
+        with pytest.raises(ValueError, match=re.escape(named)):
+            scale_settings(scales, "tiny", overrides)
+    with pytest.raises(ValueError, match="scale 'huge'"):
+        scale_settings(scales, "huge", {})

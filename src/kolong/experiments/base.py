@@ -82,12 +82,9 @@ class BaseModelArguments:
 
 
 def settings_of(scale: str, overrides: dict) -> dict:
-    if scale not in SCALES:
-        raise ValueError(f"scale {scale!r} is not one of {', '.join(SCALES)}")
-    unknown = set(overrides) - set(SCALES[scale])
-    if unknown:
-        raise ValueError(f"unknown setting {sorted(unknown)[0]!r}; settings: {', '.join(SCALES[scale])}")
-    settings = {**SCALES[scale], **overrides}
+    from kolong.experiments.scales import scale_settings
+
+    settings = scale_settings(SCALES, scale, overrides)
     for name in PACKING:
         if settings[name] not in READS:
             raise ValueError(f"setting {name}={settings[name]!r} is not one of {', '.join(READS)}")

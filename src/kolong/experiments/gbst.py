@@ -74,17 +74,13 @@ class GbstStudyArguments:
 
 
 def settings_of(args: GbstStudyArguments) -> dict:
-    if args.scale not in SCALES:
-        raise ValueError(f"scale {args.scale!r} is not one of {', '.join(SCALES)}")
-    unknown = set(args.overrides) - set(SCALES[args.scale])
-    if unknown:
-        raise ValueError(
-            f"unknown study setting {sorted(unknown)[0]!r}; settings: {', '.join(SCALES[args.scale])}"
-        )
+    from kolong.experiments.scales import scale_settings
+
+    settings = scale_settings(SCALES, args.scale, args.overrides, "study setting")
     bad = [task for task in args.tasks if task not in TASK_LENGTHS]
     if bad:
         raise ValueError(f"task {bad[0]!r} is not one of {', '.join(TASK_LENGTHS)}")
-    return {**SCALES[args.scale], **args.overrides}
+    return settings
 
 
 def _fresh_model(work: Path, args: GbstStudyArguments, settings: dict) -> Path:

@@ -76,15 +76,9 @@ class PositionStudyArguments:
 
 
 def _settings(args: PositionStudyArguments) -> dict:
-    if args.scale not in SCALES:
-        raise ValueError(f"scale {args.scale!r} is not one of {', '.join(SCALES)}")
-    settings = {**SCALES[args.scale], **args.overrides}
-    unknown = set(args.overrides) - set(SCALES[args.scale])
-    if unknown:
-        raise ValueError(
-            f"unknown study setting {sorted(unknown)[0]!r}; settings: {', '.join(SCALES[args.scale])}"
-        )
-    return settings
+    from kolong.experiments.scales import scale_settings
+
+    return scale_settings(SCALES, args.scale, args.overrides, "study setting")
 
 
 def _documents(args, settings) -> list[str]:
