@@ -112,6 +112,17 @@ def ws(tmp_path_factory):
     )
     paths["mrc_numbers"] = root / "mrc-numbers.json"
     paths["mrc_numbers"].write_text(json.dumps({i: 5 for i in ids}))
+    from kolong.checkpoints import load_byte_model
+    from kolong.models.parsing import BiaffineDependencyParser
+
+    for part in load_byte_model(init="tiny"):  # the model and its byte tokenizer
+        part.save_pretrained(root / "byte-model")
+    paths["byte_model"] = root / "byte-model"
+    parser = BiaffineDependencyParser.from_encoder(
+        str(paths["model"]), num_labels=3, arc_size=8, label_size=8
+    )
+    parser.save_pretrained(root / "parser")
+    paths["parser"] = root / "parser"
     paths["not_gzip"] = root / "reviews.tsv"
     paths["not_gzip"].write_bytes(b"id\tdocument\tlabel\n1\t\xff\xfe\t0\n")
 
@@ -557,6 +568,14 @@ def sweep_cases() -> list:
         pytest.param(lambda w: ["experiment", "sensitivity", "--work-dir", out(w), "--results", out(w) / "r.json",
                                 "--qa", f"a={w['qa_model']}", "--qa-eval", w["squad"]], ("--qa-length 256",),
                      id="experiment sensitivity: window past the model"),
+        pytest.param(lambda w: ["quantize", w["parser"], "-o", out(w)], ("a dependency parser",),
+                     id="quantize: a parser"),
+        pytest.param(lambda w: ["export", "onnx", w["parser"], "-o", out(w) / "m.onnx"], ("a dependency parser",),
+                     id="export onnx: a parser"),
+        pytest.param(lambda w: ["finetune", "dp", "--model", w["byte_model"], "--train", w["dp"], "-o", out(w)],
+                     ("an encoder-decoder",), id="finetune dp: a byte model"),
+        pytest.param(lambda w: ["pretrain", "mlm", "--corpus", w["corpus"], "--model", w["model"], "-o", out(w)],
+                     ("kolong convert",), id="pretrain mlm: --model not a kolong encoder"),
         pytest.param(lambda w: ["bench", "tokenizer", "--data", w["not_gzip"], "--output-dir", out(w)],
                      ("reviews.tsv:2", "not UTF-8"), id="bench tokenizer: reviews not UTF-8"),
         pytest.param(lambda w: ["bench", "tokenizer", "--data", w["blank"], "--output-dir", out(w)],

@@ -192,3 +192,17 @@ def test_windows_padded_per_batch_answer_as_windows_padded_to_max_length(workspa
             torch.testing.assert_close(torch.from_numpy(short[window, : len(ids)]),
                                        torch.from_numpy(full[window, : len(ids)]), atol=1e-5, rtol=1e-5)  # fmt: skip
     assert ragged_answers == padded_answers and np.isfinite(ragged_starts).all()
+
+
+def test_fine_tuning_starts_from_a_checkpoint_with_another_head(workspace):
+    """A tagger's checkpoint (13 labels) gets a fresh 2-logit span head, not one sized by its labels."""
+    from transformers import AutoModelForQuestionAnswering, AutoModelForTokenClassification
+
+    root, data, model = workspace
+    tagger = root / "tagger"
+    AutoModelForTokenClassification.from_pretrained(model, num_labels=13).save_pretrained(tagger)
+    for name in ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.json"):
+        if (model / name).is_file():
+            (tagger / name).write_bytes((model / name).read_bytes())
+    finetune(tagger, data, root / "from-tagger", "--max-steps", 1)
+    assert AutoModelForQuestionAnswering.from_pretrained(root / "from-tagger").qa_outputs.out_features == 2

@@ -45,6 +45,19 @@ def load_config(model_or_path: str) -> PretrainedConfig:
         ) from error
 
 
+def require_encoder(config: PretrainedConfig, source, command: str) -> None:
+    """Refuse an encoder-decoder or a dependency parser where `kolong COMMAND` takes an encoder (with any head)."""
+    if getattr(config, "is_encoder_decoder", False):
+        what = f"an encoder-decoder ({config.model_type})"
+    elif config.model_type == "kolong-dependency-parser":
+        what = "a dependency parser"
+    else:
+        return
+    raise CheckpointError(
+        f"{source} is {what}; `kolong {command}` takes an encoder checkpoint (BERT-like or kolong)"
+    )
+
+
 def model_class_for(config: PretrainedConfig):
     """The class named first in `config.architectures` (keeps a task head), else the bare `AutoModel`."""
 

@@ -54,11 +54,12 @@ def output_names(model) -> tuple[str, ...]:
 
 
 def _check_exportable(model, source: str) -> None:
+    from kolong.checkpoints import require_encoder
+
     config = model.config
     if getattr(config, "quantization_config", None):
         raise CheckpointError(f"{source} is quantized; export its float checkpoint, then use --quantize int8")
-    if getattr(config, "is_encoder_decoder", False):
-        raise CheckpointError(f"{source} is an encoder-decoder; kolong export onnx takes encoders")
+    require_encoder(config, source, "export onnx")
     if getattr(config, "attention_pattern", "full") != "full":
         raise CheckpointError(
             f"{source} uses {config.attention_pattern!r} attention, which ONNX cannot express (its banded "

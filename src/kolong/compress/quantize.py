@@ -102,7 +102,7 @@ def quantize_checkpoint(
     written as OUTPUT/kolong_quantization.json)."""
     from transformers import TorchAoConfig
 
-    from kolong.checkpoints import load_config, load_model, load_tokenizer, model_class_for
+    from kolong.checkpoints import load_config, load_model, load_tokenizer, model_class_for, require_encoder
     from kolong.io import atomic_output_dir, atomic_write_json
 
     quantization = require_torchao()
@@ -112,10 +112,7 @@ def quantize_checkpoint(
         method = config.quantization_config
         method = method.get("quant_method") if isinstance(method, dict) else type(method).__name__
         raise CheckpointError(f"{model_path} is already quantized ({method}); quantize its float checkpoint")
-    if getattr(config, "is_encoder_decoder", False):
-        raise CheckpointError(
-            f"{model_path} is an encoder-decoder ({config.model_type}); kolong quantize takes encoders"
-        )
+    require_encoder(config, model_path, "quantize")
     model = load_model(model_path)
     plan, kept = _plan(model, scheme, include_embeddings, group_size)
     if not plan:

@@ -152,12 +152,14 @@ def dp_intervals(heads, labels, sentences, seed: int = 0) -> dict:
 
 
 def _parser(model: str, arc_size: int, label_size: int):
-    from kolong.checkpoints import load_config
+    from kolong.checkpoints import load_config, require_encoder
     from kolong.evaluation.klue import DP_LABELS
     from kolong.models.parsing import BiaffineDependencyParser
 
-    if getattr(load_config(model), "model_type", None) == "kolong-dependency-parser":
+    config = load_config(model)
+    if config.model_type == "kolong-dependency-parser":
         return BiaffineDependencyParser.from_pretrained(model)
+    require_encoder(config, model, "finetune dp")
     return BiaffineDependencyParser.from_encoder(model, num_labels=len(DP_LABELS), id2label=dict(enumerate(DP_LABELS)),
                                                  arc_size=arc_size, label_size=label_size)  # fmt: skip
 

@@ -18,7 +18,7 @@ import os
 import time
 from pathlib import Path
 
-from kolong.errors import ConfigError, DataError
+from kolong.errors import CheckpointError, ConfigError, DataError
 from kolong.io import writes_output
 from kolong.plots.figures import save_figure
 from kolong.training.arguments import (
@@ -54,7 +54,7 @@ def _split_overrides(overrides: dict, model_fields: dict, training_fields: dict)
 
 def prepare(args: PretrainArguments):
     """Everything before training: (model, tokenizer, datasets, collator, training settings); raises on bad input."""
-    from kolong.checkpoints import load_model, load_tokenizer
+    from kolong.checkpoints import load_config, load_model, load_tokenizer
     from kolong.data.corpus import load_corpus
     from kolong.models import KolongConfig, KolongForMaskedLM, KolongForPreTraining
     from kolong.training.curriculum import batch_schedule, parse_length_curriculum
@@ -91,6 +91,16 @@ def prepare(args: PretrainArguments):
 
     set_seed(args.seed)  # the fresh model's initial weights follow the run's seed
     if args.model:
+        model_type = load_config(args.model).model_type
+        if model_type != KolongConfig.model_type:
+            from kolong.models.encoder.convert import SUPPORTED
+
+            advice = (f"convert it first (kolong convert {args.model} --head masked-lm -o KOLONG)"
+                      if model_type in SUPPORTED else f"kolong convert takes {', '.join(SUPPORTED)}")  # fmt: skip
+            raise CheckpointError(
+                f"--model {args.model} is a {model_type!r} checkpoint; `kolong pretrain mlm` continues kolong "
+                f"encoders: {advice}"
+            )
         model = load_model(args.model, model_class)
         if model.config.vocab_size != len(tokenizer):
             raise DataError(

@@ -106,7 +106,8 @@ def finetune_qa(args: QAFinetuneArguments, wrap_trainer=None, callbacks: list | 
     resume_from = resume_checkpoint(args)
 
     tokenizer = load_tokenizer(args.model)  # a bad path or tokenizer is named, never a traceback
-    model = load_model(args.model, AutoModelForQuestionAnswering)
+    # start and end logits: a checkpoint with another head (a tagger's 13 labels) would size qa_outputs by it
+    model = load_model(args.model, AutoModelForQuestionAnswering, num_labels=2)
     check_length(model, args.max_length, args.model)
 
     train_set = read_squad(args.train, args.on_bad_example)
