@@ -43,6 +43,15 @@ def ws(tmp_path_factory):
         if (paths["model"] / name).is_file():
             (root / "qa-model" / name).write_bytes((paths["model"] / name).read_bytes())
     paths["qa_model"] = root / "qa-model"
+    from transformers import AutoModelForSequenceClassification
+
+    AutoModelForSequenceClassification.from_pretrained(paths["model"], num_labels=2).save_pretrained(
+        root / "cls-model"
+    )
+    for name in ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.json"):
+        if (paths["model"] / name).is_file():
+            (root / "cls-model" / name).write_bytes((paths["model"] / name).read_bytes())
+    paths["cls_model"] = root / "cls-model"
     no_tokenizer = root / "no-tokenizer"
     no_tokenizer.mkdir()
     for name in ("config.json", "model.safetensors"):
@@ -568,6 +577,11 @@ def sweep_cases() -> list:
         pytest.param(lambda w: ["experiment", "sensitivity", "--work-dir", out(w), "--results", out(w) / "r.json",
                                 "--qa", f"a={w['qa_model']}", "--qa-eval", w["squad"]], ("--qa-length 256",),
                      id="experiment sensitivity: window past the model"),
+        pytest.param(lambda w: ["distill", "cls", "--teacher", w["cls_model"], "--data", w["cls"], "--model",
+                                w["qa_model"], "-o", out(w)], ("BertForQuestionAnswering",),
+                     id="distill cls: a student with another task's head"),
+        pytest.param(lambda w: ["distill", "cls", "--teacher", w["cls_model"], "--data", w["cls"], "--model",
+                                w["parser"], "-o", out(w)], ("a dependency parser",), id="distill cls: a parser student"),
         pytest.param(lambda w: ["quantize", w["parser"], "-o", out(w)], ("a dependency parser",),
                      id="quantize: a parser"),
         pytest.param(lambda w: ["export", "onnx", w["parser"], "-o", out(w) / "m.onnx"], ("a dependency parser",),

@@ -153,6 +153,22 @@ def _recipe_arguments(args, student_dir: Path):
     return base(**values)
 
 
+def _check_student(path: str, wanted: str, task: str) -> None:
+    """A student is an encoder, bare or with a masked-LM or the task's own head: another task's head (a
+    tagger's classifier) would clash with the one the recipe gives it."""
+    from kolong.checkpoints import load_config, require_encoder
+
+    config = load_config(path)
+    require_encoder(config, path, f"distill {task}")
+    heads = [name for name in config.architectures or [] if "For" in name]
+    other = [name for name in heads if not name.endswith((wanted, "ForMaskedLM", "ForPreTraining"))]
+    if other:
+        raise CheckpointError(
+            f"--model {path} is a {other[0]}; a student of `kolong distill {task}` is an encoder without a task "
+            f"head, with a masked-LM head or a *{wanted} one"
+        )
+
+
 def distill(args: QADistillArguments | ClassificationDistillArguments) -> dict:
     """Build the student from the teacher and train it with `finetune qa` / `finetune cls` and the
     distillation loss; returns the recipe's metrics with the student's layers and size."""
@@ -166,6 +182,7 @@ def distill(args: QADistillArguments | ClassificationDistillArguments) -> dict:
         raise CheckpointError(f"{args.teacher} is a {head}; `kolong distill {'qa' if qa else 'cls'}` needs a "
                               f"*{wanted} teacher (fine-tuned with `kolong finetune {'qa' if qa else 'cls'}`)")  # fmt: skip
     if args.model:
+        _check_student(args.model, wanted, "qa" if qa else "cls")
         student, picked = load_model(args.model), None
         layers = student.config.num_hidden_layers
     else:
