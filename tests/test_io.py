@@ -60,6 +60,7 @@ def test_allocator_tuning_can_be_switched_off(monkeypatch):
 def test_outputs_follow_the_umask(tmp_path):
     import os
     import stat
+    import tempfile
 
     from kolong.io import atomic_output_file
 
@@ -67,6 +68,8 @@ def test_outputs_follow_the_umask(tmp_path):
     try:
         with atomic_output_dir(tmp_path / "model") as staging:
             (staging / "weights").write_text("w")
+            os.close(tempfile.mkstemp(dir=staging, prefix="private-")[0])  # as transformers 5 saves weights
+            tempfile.mkdtemp(dir=staging, prefix="folder-")
         with atomic_output_file(tmp_path / "p.json") as staged:
             staged.write_text("{}")
         atomic_write_json(tmp_path / "r.json", {})
@@ -74,6 +77,8 @@ def test_outputs_follow_the_umask(tmp_path):
         os.umask(old)
     mode = lambda path: stat.S_IMODE(path.stat().st_mode)  # noqa: E731
     assert mode(tmp_path / "model") == 0o750
+    assert [mode(p) for p in (tmp_path / "model").glob("private-*")] == [0o640]
+    assert [mode(p) for p in (tmp_path / "model").glob("folder-*")] == [0o750]
     assert mode(tmp_path / "p.json") == mode(tmp_path / "r.json") == 0o640
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "model",

@@ -75,6 +75,25 @@ def test_interrupt_and_resume_gives_the_same_loss_curve(corpus, tmp_path):
         assert a == pytest.approx(b, rel=1e-4, abs=1e-4), f"step {step}"
 
 
+def test_weights_and_checkpoints_get_the_modes_the_umask_gives(corpus, tmp_path):
+    """transformers writes model.safetensors through mkstemp (0600): the model and each checkpoint follow the
+    umask as every other output does."""
+    import os
+    import stat
+
+    old = os.umask(0o027)
+    try:
+        pretrain_mlm(arguments(corpus, tmp_path / "run", max_steps=4, eval_every="4", save_steps=2))
+    finally:
+        os.umask(old)
+    written = [p for p in (tmp_path / "run").rglob("*") if p.is_file()]
+    assert {p.name for p in written} >= {"model.safetensors", "config.json", "trainer_state.json"}
+    assert {
+        p.relative_to(tmp_path): stat.S_IMODE(p.stat().st_mode) for p in written if p.suffix != ".lock"
+    } == {p.relative_to(tmp_path): 0o640 for p in written if p.suffix != ".lock"}
+    assert {stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "run").glob("checkpoint-*")} == {0o750}
+
+
 def test_fused_attention_gives_the_reference_loss_curve(corpus, tmp_path):
     """`pretrain mlm --position shaw`: the default (chunked exact) path and the eager reference train alike."""
     curves = {}

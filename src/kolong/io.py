@@ -9,7 +9,8 @@ Every command that writes an artefact goes through here, so they share one behav
 - the output is staged beside its destination (`.NAME.tmp-*`) and renamed into place in one step, so a
   killed run leaves the previous output intact; staging left by a killed run is removed by the next run
   that takes the lock;
-- new files and directories get the modes the user's umask gives, as `open`/`mkdir` would.
+- new files and directories get the modes the user's umask gives, as `open`/`mkdir` would (also those a
+  library wrote owner-only: transformers 5 writes weights through `mkstemp`, mode 0600; `follow_umask`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import json
 import os
 import shutil
 import socket
+import stat
 import sys
 import tempfile
 import time
@@ -32,6 +34,21 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def follow_umask(root: str | Path) -> None:
+    """Give what a library wrote owner-only under `root` (`mkstemp`'s 0600 files, `mkdtemp`'s 0700 folders) the
+    modes the umask gives, as every other output gets; other modes are left as their writer chose."""
+    mask = _umask()
+    root = Path(root)
+    for path in [root, *root.rglob("*")]:
+        if path.is_symlink():
+            continue
+        mode = stat.S_IMODE(path.stat().st_mode)
+        if path.is_dir() and mode == 0o700:
+            os.chmod(path, 0o777 & ~mask)
+        elif path.is_file() and mode == 0o600:
+            os.chmod(path, 0o666 & ~mask)
 
 
 def check_output_parent(path: str | Path) -> None:
@@ -224,6 +241,7 @@ def atomic_output_dir(path: str | Path, overwrite: bool = False) -> Iterator[Pat
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
+        follow_umask(staging)
         backup = None
         if path.exists():
             backup = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-", dir=path.parent))

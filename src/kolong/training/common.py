@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 
 from kolong.errors import ConfigError, OutputExistsError, warn
+from kolong.io import follow_umask
 
 
 def has_gpu() -> bool:
@@ -161,6 +162,7 @@ def save_final(trainer, tokenizer, output_dir: Path) -> None:
         return
     try:
         tokenizer.save_pretrained(str(staging))
+        follow_umask(staging)
         for item in staging.iterdir():
             os.replace(item, output_dir / item.name)
     finally:
@@ -220,6 +222,20 @@ def quiet_trainer(trainer, quiet: bool) -> None:
         trainer.remove_callback(ProgressCallback)
 
 
+def _checkpoint_modes():
+    from transformers import TrainerCallback
+
+    class CheckpointModes(TrainerCallback):
+        """Each checkpoint, once saved, gets the modes the umask gives (`follow_umask`)."""
+
+        def on_save(self, args, state, control, **kwargs):
+            checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+            if state.is_world_process_zero and checkpoint.is_dir():
+                follow_umask(checkpoint)
+
+    return CheckpointModes
+
+
 def train_or_finish(trainer, resume_from: str | None):
     """`trainer.train(resume_from_checkpoint=resume_from)`, except when that checkpoint already ends the run
     (a run killed after its last checkpoint, before its final save): resuming there, the Trainer takes one
@@ -227,6 +243,7 @@ def train_or_finish(trainer, resume_from: str | None):
     from transformers import TrainerState
     from transformers.trainer_utils import TrainOutput
 
+    trainer.add_callback(_checkpoint_modes()())
     if resume_from:
         state_file = Path(resume_from) / "trainer_state.json"
         state = json.loads(state_file.read_text(encoding="utf-8"))
