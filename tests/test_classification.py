@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from kolong.checkpoints import build_tiny_bert_checkpoint
 from kolong.data.classification import load_classification_data, read_file
-from kolong.errors import DataError
+from kolong.errors import DataError, KolongWarning
 from kolong.training.classification import (
     ClassificationArguments,
     classification_intervals,
@@ -80,6 +80,32 @@ def test_finetuning_beats_the_majority_class(checkpoint, tmp_path, kolong_model)
     from transformers import AutoConfig
 
     assert AutoConfig.from_pretrained(tmp_path / "out").id2label == {0: "negative", 1: "positive"}
+
+
+def test_a_head_of_another_shape_starts_fresh_and_other_mismatches_are_refused(checkpoint, tmp_path):
+    """A tagger's 13-label classifier cannot serve 2 classes: fine-tuning starts that head fresh and says so;
+    weights of another shape outside the head (a config that lies about the vocabulary) stay refused."""
+    from transformers import AutoModelForTokenClassification
+
+    from kolong.checkpoints import CLASSIFIER_HEADS, load_model
+    from kolong.errors import CheckpointError
+
+    tagger = tmp_path / "tagger"
+    AutoModelForTokenClassification.from_pretrained(checkpoint, num_labels=13).save_pretrained(tagger)
+    for name in ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.json"):
+        if (checkpoint / name).is_file():
+            (tagger / name).write_bytes((checkpoint / name).read_bytes())
+    with pytest.warns(KolongWarning, match="classifier.bias, classifier.weight had another shape"):
+        metrics = finetune_cls(ClassificationArguments(
+            model=str(tagger), data=str(write_sentiment(tmp_path / "train.tsv", count=32)),
+            output_dir=str(tmp_path / "out"), max_steps=1, batch_size=16, max_length=32, extra={"disable_tqdm": True},
+        ))  # fmt: skip
+    assert "accuracy" in metrics
+
+    config = json.loads((tagger / "config.json").read_text())
+    (tagger / "config.json").write_text(json.dumps({**config, "vocab_size": config["vocab_size"] + 7}))
+    with pytest.raises(CheckpointError, match="word_embeddings"):
+        load_model(tagger, new_head=CLASSIFIER_HEADS, num_labels=2)
 
 
 def test_regression_file_reports_correlations(checkpoint, tmp_path):

@@ -10,7 +10,7 @@ import transformers
 from transformers import AutoConfig, AutoModel, AutoTokenizer, PretrainedConfig
 
 from kolong.constants import POSITION_SCALING_KEY
-from kolong.errors import CheckpointError, DataError
+from kolong.errors import CheckpointError, DataError, warn
 
 
 def _not_a_hub_name(name: str) -> bool:
@@ -72,14 +72,27 @@ def model_class_for(config: PretrainedConfig):
     return AutoModel
 
 
+# Where BERT-like models keep a classification head (BERT, RoBERTa, ELECTRA, XLM-R, kolong: `classifier`;
+# decoder-style classifiers: `score`): the modules a fine-tuning recipe may start fresh (`new_head`).
+CLASSIFIER_HEADS = ("classifier", "score")
+
+
 def load_model(
-    model_or_path: str | Path, model_class=None, *, all_weights: str | None = None, **config_overrides
+    model_or_path: str | Path,
+    model_class=None,
+    *,
+    all_weights: str | None = None,
+    new_head: tuple[str, ...] = (),
+    **config_overrides,
 ):
     """Load a model with its head (or as `model_class`) and its own dtype; `config_overrides` (e.g. a new head's
     `num_labels`, `id2label`) are set on its config first.
 
     `all_weights` (advice, e.g. "train it first with `kolong finetune qa`"): the caller needs every weight
-    from the checkpoint, so weights it lacks (a head that would start random) are refused, naming them."""
+    from the checkpoint, so weights it lacks (a head that would start random) are refused, naming them.
+    `new_head` (module names, e.g. ("classifier",)): a fine-tuning recipe gives the model a head of its own,
+    so a checkpoint's head of another shape there (a tagger's 13 labels for 2 classes) starts fresh, with a
+    warning; a mismatch anywhere else is still refused."""
     model_or_path = str(model_or_path)
     config = load_config(model_or_path)
     for name, value in config_overrides.items():
@@ -87,7 +100,11 @@ def load_model(
     cls = model_class or model_class_for(config)
     try:
         model, info = cls.from_pretrained(
-            model_or_path, config=config, dtype="auto", output_loading_info=True
+            model_or_path,
+            config=config,
+            dtype="auto",
+            output_loading_info=True,
+            ignore_mismatched_sizes=bool(new_head),
         )
     except Exception as error:  # OSError, ValueError, safetensors' own error on a cut-short file, ...
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
@@ -95,6 +112,18 @@ def load_model(
             f"cannot load model weights from {model_or_path!r} (a missing, cut-short or mismatched weights "
             f"file?): {reason}"
         ) from error
+    mismatched = [
+        entry[0] if isinstance(entry, tuple | list) else entry for entry in info.get("mismatched_keys") or []
+    ]
+    outside = [key for key in mismatched if not any(f"{head}." in f".{key}" for head in new_head)]
+    if outside:
+        raise CheckpointError(
+            f"{model_or_path}: weights of another shape than its config gives: {', '.join(outside[:4])}"
+        )
+    if mismatched:
+        warn(
+            f"{model_or_path}: its {', '.join(sorted(mismatched))} had another shape (another task's head): started fresh"
+        )
     missing = sorted(info.get("missing_keys") or [])
     if all_weights and missing:
         shown = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")

@@ -108,7 +108,7 @@ def finetune_cls(args: ClassificationArguments, wrap_trainer=None, callbacks: li
         Trainer,
     )
 
-    from kolong.checkpoints import load_model, load_tokenizer
+    from kolong.checkpoints import CLASSIFIER_HEADS, load_model, load_tokenizer
     from kolong.training.qa import check_length
 
     output_dir = Path(args.output_dir)
@@ -121,7 +121,9 @@ def finetune_cls(args: ClassificationArguments, wrap_trainer=None, callbacks: li
         else dict(num_labels=len(data.labels), id2label=dict(enumerate(data.labels)),
                   label2id={name: i for i, name in enumerate(data.labels)}, problem_type="single_label_classification")
     )  # fmt: skip
-    model = load_model(args.model, AutoModelForSequenceClassification, **label_settings)
+    model = load_model(
+        args.model, AutoModelForSequenceClassification, new_head=CLASSIFIER_HEADS, **label_settings
+    )
     check_length(model, args.max_length, args.model)
     train, evaluation = _encode(tokenizer, data, args.max_length)
     if data.is_regression:

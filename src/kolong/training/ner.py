@@ -111,7 +111,7 @@ def ner_intervals(predicted: list[list[str]], sentences, seed: int = 0, resample
 def finetune_ner(args: NERFinetuneArguments) -> dict:
     from transformers import AutoModelForTokenClassification, DataCollatorForTokenClassification, Trainer
 
-    from kolong.checkpoints import load_model, load_tokenizer
+    from kolong.checkpoints import CLASSIFIER_HEADS, load_model, load_tokenizer
     from kolong.data.klue_ner import read_klue_ner
     from kolong.evaluation import klue
     from kolong.evaluation.klue import NER_LABELS
@@ -135,7 +135,7 @@ def finetune_ner(args: NERFinetuneArguments) -> dict:
     if not getattr(tokenizer, "is_fast", False):
         raise ValueError(f"{args.model}: finetune ner needs a fast tokenizer (character offsets)")
     model = load_model(args.model, AutoModelForTokenClassification, num_labels=len(NER_LABELS),
-                       id2label=id2label, label2id=label2id)  # fmt: skip
+                       id2label=id2label, label2id=label2id, new_head=CLASSIFIER_HEADS)  # fmt: skip
     check_length(model, args.max_length, args.model)
     train_set, _ = _encode(tokenizer, training, args.max_length, label2id)
     eval_set, eval_offsets = _encode(tokenizer, evaluation, args.max_length, label2id)
