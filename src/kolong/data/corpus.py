@@ -353,7 +353,8 @@ def build_corpus(
             everything = []  # datasets refuses a generator that yields nothing ("corresponds to no data")
         if len(everything) == 0:
             raise DataError(
-                f"the corpus ({', '.join(sources)}) produced no block of at least {max_length // 2} tokens"
+                f"the corpus ({', '.join(sources)}) produced no block of at least {max_length // 2} tokens (half "
+                f"of --max-length {max_length}): give more text or a shorter --max-length"
             )
         splits = {}
         for split in ("train", "validation"):
