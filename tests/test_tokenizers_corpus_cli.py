@@ -23,9 +23,10 @@ def run(*args):
     return runner.invoke(app, [str(a) for a in args])
 
 
-def flat(result) -> str:
-    """The output with the terminal's line wrapping undone."""
-    return " ".join(result.output.split())
+def shows(result, text: str) -> bool:
+    """Whether the output holds `text`, whitespace aside: rich wraps at the terminal's width, inside a long
+    path too, so where a line breaks depends on how long the temporary folder's name is."""
+    return "".join(text.split()) in "".join(result.output.split())
 
 
 @pytest.fixture
@@ -74,12 +75,12 @@ def test_train_and_stats_commands(corpus, tmp_path):
         "--on-bad-line", "skip", "--vocab-size", 120, "--min-frequency", 1, "-o", out,
     )  # fmt: skip
     assert result.exit_code == 0, result.output
-    assert "skipped 1 lines" in flat(result) and "bad.txt:2" in flat(result)
+    assert shows(result, "skipped 1 lines") and shows(result, "bad.txt:2")
     tokenizer = AutoTokenizer.from_pretrained(out)
     assert tokenizer.tokenize("국가의 발전") == ["국가", "##의", "발전"]
 
     refused = run("tokenizer", "train", "--corpus", corpus["plain"], "--vocab-size", 120, "-o", out)
-    assert refused.exit_code == 2 and "--overwrite" in flat(refused)
+    assert refused.exit_code == 2 and shows(refused, "--overwrite")
 
     numbers = tmp_path / "stats.json"
     result = run(
@@ -103,20 +104,20 @@ def test_train_and_stats_commands(corpus, tmp_path):
 )
 def test_train_refusals_are_one_line(corpus, tmp_path, args, message):
     result = run("tokenizer", "train", "--corpus", corpus["plain"], "-o", tmp_path / "x", *args)
-    assert result.exit_code == 2 and message in flat(result) and "Traceback" not in flat(result)
+    assert result.exit_code == 2 and shows(result, message) and not shows(result, "Traceback")
 
 
 def test_bad_corpus_and_empty_corpus_exit_2(corpus, tmp_path):
     bad = run("tokenizer", "train", "--corpus", corpus["bad"], "-o", tmp_path / "x")
-    assert bad.exit_code == 2 and "bad.txt:2" in flat(bad)
+    assert bad.exit_code == 2 and shows(bad, "bad.txt:2")
     empty = run("tokenizer", "train", "--corpus", corpus["empty"], "-o", tmp_path / "y")
-    assert empty.exit_code == 2 and "no documents" in flat(empty)
+    assert empty.exit_code == 2 and shows(empty, "no documents")
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
     missing = run("tokenizer", "stats", "--tokenizer", tmp_path, "--corpus", corpus["plain"])
-    assert missing.exit_code == 2 and "not a tokenizer directory" in flat(missing)
+    assert missing.exit_code == 2 and shows(missing, "not a tokenizer directory")
 
 
 @pytest.mark.parametrize("command", [["tokenizer"], ["tokenizer", "train"], ["tokenizer", "stats"]])
 def test_help(command):
     result = run(*command, "--help")
-    assert result.exit_code == 0 and "Usage" in flat(result)
+    assert result.exit_code == 0 and shows(result, "Usage")
