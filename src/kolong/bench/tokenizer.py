@@ -19,7 +19,6 @@ show what the analysis buys over plain WordPiece on the same vocabulary.
 
 from __future__ import annotations
 
-import gzip
 import os
 import time
 from collections.abc import Callable
@@ -34,25 +33,20 @@ DEFAULT_DATA = Path("../shared/data/nsmc/reviews.shared.tsv.gz")
 
 def nsmc_reviews(path: Path, limit: int) -> list[str]:
     """The non-empty `document` fields of NSMC's review TSV (plain or gzip), in file order."""
+    from kolong.data.nsmc import tsv_fields
+
     if not path.is_file():
         raise TokenizerError(f"NSMC reviews not found at {path} (pass --data)")
-    with path.open("rb") as raw:
-        opener = gzip.open if raw.read(2) == b"\x1f\x8b" else open
     reviews, column = [], None
-    with opener(path, "rb") as handle:
-        for number, line in enumerate(handle, 1):
-            try:
-                fields = line.decode("utf-8").rstrip("\r\n").split("\t")
-            except UnicodeDecodeError as error:
-                raise TokenizerError(f"{path}:{number}: not UTF-8 text ({error.reason})") from None
-            if column is None:  # the header names the column; without one, the text is the last field
-                column = fields.index("document") if "document" in fields else len(fields) - 1
-                if "document" in fields:
-                    continue
-            if len(fields) > column and fields[column].strip():
-                reviews.append(fields[column])
-                if len(reviews) >= limit:
-                    break
+    for _, fields in tsv_fields(path):
+        if column is None:  # the header names the column; without one, the text is the last field
+            column = fields.index("document") if "document" in fields else len(fields) - 1
+            if "document" in fields:
+                continue
+        if len(fields) > column and fields[column].strip():
+            reviews.append(fields[column])
+            if len(reviews) >= limit:
+                break
     if not reviews:
         raise TokenizerError(f"{path} holds no review text (expected NSMC's TSV with a document column)")
     return reviews

@@ -59,8 +59,9 @@ class NSMCSplit:
         return [r.text for r in reviews], [r.label for r in reviews], [r.movie_id for r in reviews]
 
 
-def read_reviews(path: str | Path) -> Iterator[NSMCReview]:
-    """The labelled reviews of a raw NSMC TSV (plain or gzip), ratings 5-8 and empty documents skipped."""
+def tsv_fields(path: str | Path) -> Iterator[tuple[int, list[str]]]:
+    """(line number, fields) of a TSV, plain or gzip, split at the first three tabs (NSMC's document, last,
+    keeps any tab of its own); a line that is not UTF-8 stops the read naming file and line."""
     path = _existing(Path(path))
     with path.open("rb") as raw:
         compressed = raw.read(2) == b"\x1f\x8b"
@@ -71,27 +72,30 @@ def read_reviews(path: str | Path) -> Iterator[NSMCReview]:
                 line = raw_line.decode("utf-8")
             except UnicodeDecodeError as error:
                 raise DataError(f"{path}:{number}: not UTF-8 text ({error.reason})") from None
-            fields = line.rstrip("\r\n").split("\t", 3)
-            if number == 1 and tuple(fields) == HEADER:
-                continue
-            if len(fields) != 4:
-                raise DataError(
-                    f"{path}:{number}: expected 4 tab-separated fields {HEADER}, got {len(fields)}"
-                )
-            review_id, movie_id, rating_text, document = fields
-            try:
-                rating = int(rating_text)
-            except ValueError:
-                raise DataError(
-                    f"{path}:{number}: review {review_id}: rating {rating_text!r} is not an integer"
-                ) from None
-            if not 1 <= rating <= 10:
-                raise DataError(f"{path}:{number}: review {review_id}: rating {rating} is outside 1-10")
-            label = label_of(rating)
-            text = document.strip()
-            if label is None or not text:
-                continue
-            yield NSMCReview(review_id, movie_id, rating, text, label)
+            yield number, line.rstrip("\r\n").split("\t", 3)
+
+
+def read_reviews(path: str | Path) -> Iterator[NSMCReview]:
+    """The labelled reviews of a raw NSMC TSV (plain or gzip), ratings 5-8 and empty documents skipped."""
+    for number, fields in tsv_fields(path):
+        if number == 1 and tuple(fields) == HEADER:
+            continue
+        if len(fields) != 4:
+            raise DataError(f"{path}:{number}: expected 4 tab-separated fields {HEADER}, got {len(fields)}")
+        review_id, movie_id, rating_text, document = fields
+        try:
+            rating = int(rating_text)
+        except ValueError:
+            raise DataError(
+                f"{path}:{number}: review {review_id}: rating {rating_text!r} is not an integer"
+            ) from None
+        if not 1 <= rating <= 10:
+            raise DataError(f"{path}:{number}: review {review_id}: rating {rating} is outside 1-10")
+        label = label_of(rating)
+        text = document.strip()
+        if label is None or not text:
+            continue
+        yield NSMCReview(review_id, movie_id, rating, text, label)
 
 
 def _existing(path: Path) -> Path:
