@@ -115,7 +115,7 @@ def load_model(
     mismatched = [
         entry[0] if isinstance(entry, tuple | list) else entry for entry in info.get("mismatched_keys") or []
     ]
-    outside = [key for key in mismatched if not any(f"{head}." in f".{key}" for head in new_head)]
+    outside = [key for key in mismatched if not any(f".{head}." in f".{key}" for head in new_head)]
     if outside:
         raise CheckpointError(
             f"{model_or_path}: weights of another shape than its config gives: {', '.join(outside[:4])}"

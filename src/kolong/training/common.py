@@ -222,18 +222,17 @@ def quiet_trainer(trainer, quiet: bool) -> None:
         trainer.remove_callback(ProgressCallback)
 
 
-def _checkpoint_modes():
+def checkpoint_modes():
+    """A Trainer callback giving each checkpoint, once saved, the modes the umask gives (`follow_umask`)."""
     from transformers import TrainerCallback
 
     class CheckpointModes(TrainerCallback):
-        """Each checkpoint, once saved, gets the modes the umask gives (`follow_umask`)."""
-
         def on_save(self, args, state, control, **kwargs):
             checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
             if state.is_world_process_zero and checkpoint.is_dir():
                 follow_umask(checkpoint)
 
-    return CheckpointModes
+    return CheckpointModes()
 
 
 def train_or_finish(trainer, resume_from: str | None):
@@ -243,7 +242,7 @@ def train_or_finish(trainer, resume_from: str | None):
     from transformers import TrainerState
     from transformers.trainer_utils import TrainOutput
 
-    trainer.add_callback(_checkpoint_modes()())
+    trainer.add_callback(checkpoint_modes())
     if resume_from:
         state_file = Path(resume_from) / "trainer_state.json"
         state = json.loads(state_file.read_text(encoding="utf-8"))
