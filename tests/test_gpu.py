@@ -115,6 +115,36 @@ def test_fused_paths_match_the_reference_on_cuda_with_gradients(name, implementa
         _assert_gradients_close(actual_grads, expected_grads, tolerance)
 
 
+@pytest.mark.parametrize("name", ["learned-local", "shaw", "t5", "alibi"])
+def test_attention_dropout_runs_in_flex_on_cuda_as_the_reference_drops(name, monkeypatch):
+    """Training with attention dropout: the default path on CUDA (compiled FlexAttention, two passes, the
+    hashed mask in the kernel) against eager told to drop the same entries; the chunked path it replaced
+    would draw other drops and fail this. fp32 and bf16."""
+    from kolong.models.encoder import attention, flex_dropout
+
+    torch.manual_seed(0)
+    keys = flex_dropout.draw_keys(3, 2, "cuda")
+    monkeypatch.setattr(flex_dropout, "draw_keys", lambda *args: keys)
+
+    def same_drops(shape, p, device, generator=None):
+        return ~flex_dropout.keep_mask(keys, p, shape[-2], shape[-1]).expand(shape), 1.0 - p
+
+    monkeypatch.setattr(attention, "attention_dropout_mask", same_drops)
+    local = {"attention_pattern": "local+global", "attention_window": 16} if name == "learned-local" else {}
+    config = tiny_kolong_config(position_encoding=name.split("-")[0], position_kwargs=FUSED.get(name, {}),
+                                initializer_range=0.2, attention_probs_dropout_prob=0.2,
+                                max_position_embeddings=150, **local)  # fmt: skip
+    model = KolongModel(config).cuda().train()
+    ids = random_ids(3, 150).cuda()
+    mask = torch.ones_like(ids)
+    mask[1, 90:] = 0
+    for dtype, tolerance in ((None, 1e-3), (torch.bfloat16, 3e-2)):
+        expected, expected_grads = _outputs_and_grads(model, ids, mask, "eager", dtype)
+        actual, actual_grads = _outputs_and_grads(model, ids, mask, "sdpa", dtype)
+        torch.testing.assert_close(actual, expected, rtol=tolerance, atol=tolerance)
+        _assert_gradients_close(actual_grads, expected_grads, tolerance)
+
+
 @pytest.mark.parametrize("name", ["learned", *FUSED])
 def test_local_global_attention_on_cuda_matches_the_reference_with_gradients(name):
     """FlexAttention block masks (and the banded chunked path for Shaw's value term) with a local window and

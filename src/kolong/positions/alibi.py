@@ -15,9 +15,9 @@ import math
 
 import numpy as np
 import torch
-from torch.nn.attention.flex_attention import flex_attention
 
 from kolong.models.encoder.chunked import ChunkBias, toeplitz_rows
+from kolong.models.encoder.flex import attend
 from kolong.positions.base import PositionEncoding
 
 
@@ -64,11 +64,11 @@ class ALiBiPositions(PositionEncoding):
         return alibi_flex, (state["slopes"],)
 
 
-def alibi_flex(q, k, v, block_mask, scale, slopes):
+def alibi_flex(q, k, v, block_mask, scale, dropout, slopes):
     def score_mod(score, b, h, q_idx, kv_idx):
         return score - slopes[h] * (q_idx - kv_idx).abs()
 
-    return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
+    return attend(q, k, v, score_mod, block_mask, scale, dropout)
 
 
 class ALiBiChunkBias(ChunkBias):

@@ -16,8 +16,10 @@ bias also gives the fused paths the same terms without any (n, n) tensor:
 
 - `chunk_bias(layer, query, state)`: a `ChunkBias` (kolong.models.encoder.chunked) that builds the
   bias one block of query rows at a time and reduces the gradient back onto its inputs;
-- `flex_score(layer, query, state)`: `(function, tensors)`, a module-level function that defines a
-  FlexAttention `score_mod` over `tensors` and calls `flex_attention` (compiled once per function).
+- `flex_score(layer, query, state)`: `(function, tensors)`, a module-level function
+  `function(q, k, v, block_mask, scale, dropout, *tensors)` that defines a FlexAttention `score_mod` over
+  `tensors` and returns `kolong.models.encoder.flex.attend(q, k, v, score_mod, block_mask, scale, dropout)`
+  (compiled once per function; `attend` adds attention dropout when `dropout` is not None).
 
 `prepare(length, device, dtype)` runs once per forward and returns whatever the layers share (an
 index of clipped distances, cos/sin tables, a bias that every layer reuses).

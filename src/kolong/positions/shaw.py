@@ -23,9 +23,9 @@ from typing import Any, ClassVar
 
 import torch
 from torch import nn
-from torch.nn.attention.flex_attention import flex_attention
 
 from kolong.models.encoder.chunked import ChunkBias
+from kolong.models.encoder.flex import attend
 from kolong.positions.base import PositionEncoding, kwarg_error, positive_int, table_count
 
 
@@ -136,7 +136,7 @@ class MaterialisedShawPositions(ShawPositions):
         return torch.einsum("bhij,ijd->bhid", probs, relative_values)
 
 
-def shaw_flex(q, k, v, block_mask, scale, profile, max_distance):
+def shaw_flex(q, k, v, block_mask, scale, dropout, profile, max_distance):
     """FlexAttention with Shaw's key term read from the (b, h, n, 2k+1) profile inside the kernel.
 
     The index is clamped, so it stays in range on masked entries too (an unclamped one measured 20x slower).
@@ -146,7 +146,7 @@ def shaw_flex(q, k, v, block_mask, scale, profile, max_distance):
         bucket = (kv_idx - q_idx).clamp(-max_distance, max_distance) + max_distance
         return score + profile[b, h, q_idx, bucket]
 
-    return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
+    return attend(q, k, v, score_mod, block_mask, scale, dropout)
 
 
 class ShawChunkBias(ChunkBias):

@@ -20,9 +20,9 @@ from typing import Any, ClassVar
 
 import torch
 from torch import nn
-from torch.nn.attention.flex_attention import flex_attention
 
 from kolong.models.encoder.chunked import ChunkBias, toeplitz_rows
+from kolong.models.encoder.flex import attend
 from kolong.positions.base import PositionEncoding, kwarg_error, positive_int, table_count
 
 
@@ -132,7 +132,7 @@ def bucket_boundaries(num_buckets: int, max_distance: int) -> tuple[int, ...]:
     )
 
 
-def t5_flex(q, k, v, block_mask, scale, table, num_buckets, boundaries):
+def t5_flex(q, k, v, block_mask, scale, dropout, table, num_buckets, boundaries):
     """FlexAttention with T5's bias: the bucket of j - i computed from the bucket boundaries in the kernel."""
     half = num_buckets // 2
     exact = half // 2
@@ -146,7 +146,7 @@ def t5_flex(q, k, v, block_mask, scale, table, num_buckets, boundaries):
         bucket = bucket + (relative > 0).to(bucket.dtype) * half
         return score + table[bucket, h]
 
-    return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
+    return attend(q, k, v, score_mod, block_mask, scale, dropout)
 
 
 class T5ChunkBias(ChunkBias):

@@ -6,13 +6,13 @@
   logit bias (learned, sinusoidal, memn2n, rope, none) call `scaled_dot_product_attention` (packed
   documents: with their (b, 1, n, n) mask; on CUDA without dropout, FlexAttention, whose block mask
   skips the blocks between documents; local windows: flex on CUDA, else SDPA over key bands (`banded.py`)
-  without dropout and the chunked path with it). Schemes
-  with one (shaw, t5, alibi) run through FlexAttention on CUDA when there is no attention dropout to
-  apply, and otherwise through the chunked exact path (`chunked.py`: linear memory, no scatter); on CPU,
-  t5 and alibi (a bias by distance alone) take SDPA with the bias as its float mask when no gradient is
-  asked: per block of query rows (`rowwise.py`), or over key bands under a local window (`banded.py`).
-- `flex_attention`: FlexAttention always (forward-only on CPU; no attention dropout), except Shaw's
-  value term, which has no flex form and takes the chunked path.
+  without dropout and the chunked path with it). Schemes with one (shaw, t5, alibi) run through
+  FlexAttention on CUDA, attention dropout included (`flex_dropout.py`: two passes), and on CPU through
+  the chunked exact path (`chunked.py`: linear memory, no scatter), except that t5 and alibi (a bias by
+  distance alone) take SDPA with the bias as its float mask when no gradient is asked: per block of query
+  rows (`rowwise.py`), or over key bands under a local window (`banded.py`).
+- `flex_attention`: FlexAttention always (forward-only on CPU), except Shaw's value term, which has no
+  flex form and takes the chunked path.
 
 Every path reads the same `AttentionMask` (padding, packed documents, local + global windows).
 """
@@ -35,6 +35,9 @@ IMPLEMENTATIONS = ("eager", "sdpa", "flex_attention")
 # Local windows without a logit bias or dropout take the banded path; `kolong bench long-attention` turns
 # this off for its `local+global-chunked` pattern, to time the chunked path beside it.
 BANDED_LOCAL_ATTENTION = True
+# Attention dropout on CUDA through FlexAttention in two passes (`flex_dropout`) rather than the chunked exact
+# path (off: the path before it, for comparisons).
+FLEX_DROPOUT = True
 __all__ = ["IMPLEMENTATIONS", "KolongAttention", "attention_dropout_mask"]
 
 
@@ -83,7 +86,7 @@ class KolongAttention(nn.Module):
             return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=dropout_p)
         if exporting():  # the chunked path loops over row blocks: one graph needs the reference
             return self._attend_explicitly(q, k, v, mask, positions, layer, state, dropout_p)[0]
-        if q.device.type == "cuda" and dropout_p == 0 and not positions.needs_probabilities:
+        if q.device.type == "cuda" and not positions.needs_probabilities and (dropout_p == 0 or FLEX_DROPOUT):
             return self._attend_flex(q, k, v, mask, positions, layer, state, dropout_p, explicit=False)
         # The bias is built only here, once the path is known (flex builds its own from the same tables).
         bias = positions.chunk_bias(layer, q, state)
@@ -101,14 +104,15 @@ class KolongAttention(nn.Module):
             bias = positions.chunk_bias(layer, q, state)
             return chunked_attention(q, k, v, None if mask.empty else mask, bias, dropout_p)
         if explicit:
-            flex.check_flex(q, dropout_p)
+            flex.check_flex(q)
         block_mask = mask.block_mask(q.shape[0], k.shape[2], q.device)  # built once, shared by the layers
         scale = 1.0 / math.sqrt(self.head_dim)
+        dropout = flex.dropout_for(q, dropout_p)
         score = positions.flex_score(layer, q, state)
         if score is None:
-            return flex.flex_call(flex.plain_flex, q, k, v, block_mask, scale)
+            return flex.flex_call(flex.plain_flex, q, k, v, block_mask, scale, dropout)
         function, tensors = score
-        return flex.flex_call(function, q, k, v, block_mask, scale, *tensors)
+        return flex.flex_call(function, q, k, v, block_mask, scale, dropout, *tensors)
 
     def _attend_explicitly(self, q, k, v, mask, positions, layer, state, dropout_p):
         """The reference: everything materialised. Returns the context and the attention probabilities."""

@@ -12,7 +12,9 @@ their mask_mods capture tensors, which dynamo lifts to inputs without recompilin
 (Shaw's max_distance, T5's bucket bounds) becomes a symbol that inductor cannot lower (seen on an H200
 with torch 2.11, and on CPU). Inside a compiled model the model's compile decides.
 
-FlexAttention has a forward but no backward on CPU, and no attention dropout anywhere.
+A scheme's flex function takes `dropout` after the scale (None, or a `(keys, p)` pair from `dropout_for`)
+and passes its score_mod to `attend`, which applies attention dropout exactly in two passes
+(`flex_dropout`). FlexAttention has a forward but no backward on CPU.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from collections.abc import Callable
 
 import torch
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+from kolong.models.encoder import flex_dropout
 
 logger = logging.getLogger(__name__)
 
@@ -83,18 +87,27 @@ def compiles_per_length(model, device) -> bool:
     return config.attention_pattern != "full" or bool(getattr(positions, "has_logit_bias", False))
 
 
-def plain_flex(q, k, v, block_mask, scale):
+def dropout_for(q: torch.Tensor, dropout_p: float) -> tuple[torch.Tensor, float] | None:
+    """The `dropout` argument of a flex function: None without dropout, else fresh (b, h) hash keys and p."""
+    if dropout_p <= 0:
+        return None
+    return flex_dropout.draw_keys(q.shape[0], q.shape[1], q.device), float(dropout_p)
+
+
+def attend(q, k, v, score_mod, block_mask, scale, dropout):
+    """`flex_attention` with `score_mod` (or None) and, when `dropout` is a (keys, p) pair, attention dropout."""
+    if dropout is None:
+        return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
+    return flex_dropout.attend(q, k, v, score_mod, block_mask, scale, *dropout)
+
+
+def plain_flex(q, k, v, block_mask, scale, dropout):
     """No position term: only the mask (packed documents, local + global patterns)."""
-    return flex_attention(q, k, v, block_mask=block_mask, scale=scale)
+    return attend(q, k, v, None, block_mask, scale, dropout)
 
 
-def check_flex(q: torch.Tensor, dropout_p: float) -> None:
+def check_flex(q: torch.Tensor) -> None:
     """FlexAttention's limits, as errors that say what to do instead."""
-    if dropout_p > 0:
-        raise ValueError(
-            "attn_implementation='flex_attention' has no attention dropout: use it for inference (model.eval()), "
-            "set attention_probs_dropout_prob=0, or use attn_implementation='sdpa' (kolong's default)"
-        )
     if q.device.type == "cpu" and torch.is_grad_enabled() and q.requires_grad:
         raise ValueError(
             "attn_implementation='flex_attention' has no backward on CPU: train on CPU with "

@@ -1,0 +1,84 @@
+"""Attention dropout inside FlexAttention, which has none: exact, in two passes over the scores.
+
+Attention dropout as BERT and SDPA apply it zeroes each probability with probability p and scales the
+rest by 1 / (1 - p):
+
+    z_i = sum_j m_ij p_ij v_j / (1 - p),   p_ij = exp(s_ij) / Z_i,   Z_i = sum_j exp(s_ij)
+
+A score_mod that sends dropped scores to -inf makes FlexAttention normalise over the kept entries:
+
+    z'_i = sum_j m_ij exp(s_ij) v_j / Z'_i,   Z'_i = sum_j m_ij exp(s_ij)
+
+so z_i = z'_i * exp(lse'_i - lse_i) / (1 - p), where lse' = log Z' and lse = log Z come from a pass with
+and a pass without the drops (FlexAttention returns both; its backward takes their gradients). The second
+pass doubles the attention's arithmetic, which on CUDA still costs a fraction of the chunked exact path
+that relative schemes took with dropout before (docs/encoder.md, "Attention dropout in FlexAttention").
+
+The mask m is a counter-based hash of (a random key per batch row and head, i, j), evaluated inside the
+score_mod: the backward recomputes the same drops from the same keys, nothing of shape (n, n) is stored,
+and `keep_mask` draws the identical mask on any device for the reference. The arithmetic is int64 on
+values below 2^32 with multipliers below 2^31, so no product overflows and every backend gives the same bits.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.nn.attention.flex_attention import AuxRequest, flex_attention
+
+KEEP_BITS = 24  # the keep decision compares 24 hash bits with round(p * 2^24)
+_LOW32 = 0xFFFFFFFF
+
+
+def draw_keys(batch: int, heads: int, device) -> torch.Tensor:
+    """(b, h) random int64 keys in [0, 2^32): one dropout stream per batch row and head, from torch's generator."""
+    return torch.randint(0, 2**32, (batch, heads), device=device, dtype=torch.int64)
+
+
+def _mix(x: torch.Tensor) -> torch.Tensor:
+    """A 32-bit finaliser (xor-shift-multiply, as in Wellons' lowbias32) on int64 values in [0, 2^32)."""
+    x = x ^ (x >> 16)
+    x = (x * 0x7FEB352D) & _LOW32
+    x = x ^ (x >> 15)
+    x = (x * 0x1B873593) & _LOW32
+    return x ^ (x >> 16)
+
+
+def keep_bits(key: torch.Tensor, q_idx: torch.Tensor, kv_idx: torch.Tensor, keys_length: int) -> torch.Tensor:
+    """KEEP_BITS uniform bits for entry (i, j) of the stream `key` (broadcasting)."""
+    counter = q_idx.to(torch.int64) * keys_length + kv_idx.to(torch.int64)
+    return _mix(_mix(key ^ counter)) & ((1 << KEEP_BITS) - 1)
+
+
+def threshold(p: float) -> int:
+    return round(p * (1 << KEEP_BITS))
+
+
+def keep_mask(keys: torch.Tensor, p: float, queries: int, keys_length: int) -> torch.Tensor:
+    """(b, h, n_q, n_k) bool: the entries `attend` keeps, for the reference and the tests."""
+    rows = torch.arange(queries, device=keys.device)[:, None]
+    columns = torch.arange(keys_length, device=keys.device)[None, :]
+    return keep_bits(keys[:, :, None, None], rows, columns, keys_length) >= threshold(p)
+
+
+def attend(q, k, v, score_mod, block_mask, scale, keys: torch.Tensor, p: float):
+    """FlexAttention of (b, h, n, d_h) q, k, v with `score_mod` and attention dropout p (module docstring)."""
+    cut = threshold(p)
+    keys_length = k.shape[2]
+
+    def dropping(score, b, h, q_idx, kv_idx):
+        if score_mod is not None:
+            score = score_mod(score, b, h, q_idx, kv_idx)
+        kept = keep_bits(keys[b, h], q_idx, kv_idx, keys_length) >= cut
+        return torch.where(kept, score, -float("inf"))
+
+    lse = AuxRequest(lse=True)
+    kept_context, kept = flex_attention(q, k, v, score_mod=dropping, block_mask=block_mask, scale=scale,
+                                        return_aux=lse)  # fmt: skip
+    _, every = flex_attention(
+        q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale, return_aux=lse
+    )
+    # A row whose every entry was dropped has lse' = -inf and context 0: its ratio is 0, and no NaN reaches
+    # the gradient (the -inf goes in after the difference, not through it).
+    log_ratio = torch.where(torch.isfinite(kept.lse), kept.lse - every.lse, -float("inf"))  # (b, h, n)
+    ratio = log_ratio.exp() / (1.0 - p)
+    return kept_context * ratio[..., None].to(kept_context.dtype)

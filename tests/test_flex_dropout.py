@@ -1,0 +1,169 @@
+"""Attention dropout inside FlexAttention (`flex_dropout`): the hashed mask, and the two-pass output and
+gradients against the reference that drops the same entries.
+
+FlexAttention has no backward on CPU behind its public check; its eager reference (the math path the
+compiled kernels are tested against upstream) does, so these tests lift the check to compare gradients,
+log-sum-exp gradients included. The compiled CUDA kernels are compared in test_gpu.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.attention.flex_attention as flex_api
+
+from conftest import random_ids, tiny_kolong_config
+from kolong.models import KolongModel
+from kolong.models.encoder import attention, chunked, flex, flex_dropout
+
+pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+
+
+@pytest.fixture
+def eager_flex_with_backward(monkeypatch):
+    monkeypatch.setattr(flex, "COMPILE", False)
+    monkeypatch.setattr(flex_api, "_validate_device", lambda *tensors: None)
+    monkeypatch.setattr(flex, "check_flex", lambda q: None)
+
+
+def test_the_hash_is_pinned():
+    """Golden bits: the CUDA kernels and the CPU reference must draw these same values."""
+    key = torch.tensor(12345)
+    bits = [int(flex_dropout.keep_bits(key, torch.tensor(i), torch.tensor(j), 100)) for i, j in
+            [(0, 0), (0, 1), (1, 0), (7, 93)]]  # fmt: skip
+    assert bits == GOLDEN_BITS
+
+
+GOLDEN_BITS = [12396986, 13765329, 11308814, 1126467]
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5])
+def test_the_mask_keeps_one_minus_p_of_the_entries_independently(p):
+    torch.manual_seed(0)
+    keys = flex_dropout.draw_keys(2, 3, "cpu")
+    kept = flex_dropout.keep_mask(keys, p, 128, 128).double()
+    assert abs(kept.mean().item() - (1 - p)) < 0.005
+    for stream in kept.flatten(0, 1):  # every (batch row, head) stream, every row and column on its own
+        assert abs(stream.mean().item() - (1 - p)) < 0.02
+    # neighbours are independent: P(both kept) = (1 - p)^2 along rows, columns and between heads
+    for both in (
+        kept[..., 1:] * kept[..., :-1],
+        kept[..., 1:, :] * kept[..., :-1, :],
+        kept[:, 1:] * kept[:, :-1],
+    ):
+        assert abs(both.mean().item() - (1 - p) ** 2) < 0.01
+    assert not torch.equal(kept[0, 0], kept[0, 1]) and not torch.equal(kept[0, 0], kept[1, 0])
+
+
+def reference(q, k, v, bias, allowed, keys, p):
+    """Materialised attention dropping the entries `keep_mask` drops."""
+    scores = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5 + bias
+    scores = scores.masked_fill(~allowed, -float("inf"))
+    probs = scores.softmax(-1).nan_to_num(0.0)
+    kept = flex_dropout.keep_mask(keys, p, q.shape[2], k.shape[2])
+    return (probs * kept / (1 - p)) @ v
+
+
+def windowed(window):
+    def mask_mod(b, h, q_idx, kv_idx):
+        return (q_idx - kv_idx).abs() <= window
+
+    return mask_mod
+
+
+@pytest.mark.parametrize("window", [None, 2, 0])
+@pytest.mark.parametrize("p", [0.2, 0.9])
+def test_two_passes_equal_the_reference_in_outputs_and_gradients(eager_flex_with_backward, window, p):
+    """With a bias read inside the score_mod (a trained tensor: its gradient too), with and without a block
+    mask; window 0 with p = 0.9 drops every entry of many rows (context 0, no NaN)."""
+    torch.manual_seed(0)
+    b, h, n, d = 2, 3, 24, 8
+    q, k, v = (torch.randn(b, h, n, d, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    slopes = torch.rand(h, dtype=torch.float64, requires_grad=True)
+    keys = flex_dropout.draw_keys(b, h, "cpu")
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        return score - slopes[h] * (q_idx - kv_idx).abs()
+
+    block_mask = None
+    position = torch.arange(n)
+    allowed = torch.ones(n, n, dtype=torch.bool)
+    if window is not None:
+        block_mask = flex_api.create_block_mask(
+            windowed(window), None, None, n, n, device="cpu", BLOCK_SIZE=8
+        )
+        allowed = (position[:, None] - position[None, :]).abs() <= window
+    bias = -slopes[:, None, None] * (position[:, None] - position[None, :]).abs()
+    actual = flex_dropout.attend(q, k, v, score_mod, block_mask, d**-0.5, keys, p)
+    expected = reference(q, k, v, bias, allowed, keys, p)
+    torch.testing.assert_close(actual, expected)
+    gradients = [torch.autograd.grad(out.square().sum(), (q, k, v, slopes)) for out in (actual, expected)]
+    for got, want, name in zip(*gradients, "qkv", strict=False):
+        assert torch.isfinite(got).all(), name
+        torch.testing.assert_close(got, want, msg=name)
+    if window == 0 and p == 0.9:
+        dropped_rows = ~flex_dropout.keep_mask(keys, p, n, n).diagonal(dim1=-2, dim2=-1)
+        assert dropped_rows.sum() > 10 and (actual[dropped_rows] == 0).all()
+
+
+def test_no_dropout_is_one_plain_pass():
+    q = k = v = torch.randn(1, 2, 16, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(flex.attend(q, k, v, None, None, 0.5, None),
+                                   torch.nn.functional.scaled_dot_product_attention(q, k, v, scale=0.5))  # fmt: skip
+    assert flex.dropout_for(q, 0.0) is None
+    keys, p = flex.dropout_for(q, 0.1)
+    assert keys.shape == (1, 2) and keys.dtype == torch.int64 and p == 0.1
+
+
+SCHEMES = {
+    "learned": {"attention_pattern": "local+global", "attention_window": 3},
+    "shaw": {"position_kwargs": {"max_distance": 3}},
+    "t5": {"position_kwargs": {"num_buckets": 8, "max_distance": 20}},
+    "alibi": {},
+}
+
+
+@pytest.mark.parametrize("scheme", list(SCHEMES))
+def test_a_model_trains_with_flex_dropout_as_the_reference_drops(
+    eager_flex_with_backward, monkeypatch, scheme
+):
+    """The model's FlexAttention path with attention dropout against the eager path told to drop the same
+    entries: outputs and every parameter's gradient."""
+    torch.manual_seed(0)
+    p, (batch, length) = 0.3, (2, 21)
+    keys = flex_dropout.draw_keys(batch, 2, "cpu")
+    monkeypatch.setattr(flex_dropout, "draw_keys", lambda *args: keys)
+
+    def same_drops(shape, dropout_p, device, generator=None):
+        return ~flex_dropout.keep_mask(keys, dropout_p, shape[-2], shape[-1]).expand(shape), 1.0 - dropout_p
+
+    monkeypatch.setattr(attention, "attention_dropout_mask", same_drops)
+    monkeypatch.setattr(chunked, "attention_dropout_mask", same_drops)
+    config = tiny_kolong_config(
+        position_encoding=scheme,
+        attention_probs_dropout_prob=p,
+        max_position_embeddings=32,
+        **SCHEMES[scheme],
+    )
+    model = KolongModel(config, add_pooling_layer=False).train()
+    ids = random_ids(batch, length)
+    mask = torch.ones_like(ids)
+    mask[1, 15:] = 0
+    results = []
+    for implementation in ("flex_attention", "eager"):
+        model.set_attn_implementation(implementation)
+        model.zero_grad(set_to_none=True)
+        hidden = model(ids, attention_mask=mask).last_hidden_state * mask[..., None]
+        hidden.square().mean().backward()
+        results.append(
+            (
+                hidden.detach(),
+                {name: w.grad.clone() for name, w in model.named_parameters() if w.grad is not None},
+            )
+        )
+    (actual, actual_grads), (expected, expected_grads) = results
+    torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-5)
+    assert actual_grads.keys() == expected_grads.keys()
+    for name, grad in expected_grads.items():
+        torch.testing.assert_close(actual_grads[name], grad, rtol=1e-4, atol=1e-5, msg=name)
