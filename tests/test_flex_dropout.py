@@ -167,3 +167,18 @@ def test_a_model_trains_with_flex_dropout_as_the_reference_drops(
     assert actual_grads.keys() == expected_grads.keys()
     for name, grad in expected_grads.items():
         torch.testing.assert_close(actual_grads[name], grad, rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_compiled_flex_on_cpu_drops_through_the_chunked_path():
+    """Compiled FlexAttention on CPU returns no log-sum-exp (torch 2.11-2.13): training-mode forwards with
+    dropout there take the chunked exact path instead of failing to compile."""
+    torch.manual_seed(0)
+    config = tiny_kolong_config(position_encoding="alibi", attention_probs_dropout_prob=0.3,
+                                attn_implementation="flex_attention")  # fmt: skip
+    model = KolongModel(config, add_pooling_layer=False)
+    ids = random_ids(2, 12)
+    with torch.no_grad():
+        dropped = model.train()(ids).last_hidden_state
+        plain = model.eval()(ids).last_hidden_state
+    assert torch.isfinite(dropped).all() and not torch.allclose(dropped, plain)
+    assert not flex.drops_here(torch.zeros(1)) and flex.drops_here(torch.zeros(1, device="meta"))

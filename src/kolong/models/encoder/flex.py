@@ -94,6 +94,12 @@ def dropout_for(q: torch.Tensor, dropout_p: float) -> tuple[torch.Tensor, float]
     return flex_dropout.draw_keys(q.shape[0], q.shape[1], q.device), float(dropout_p)
 
 
+def drops_here(q: torch.Tensor) -> bool:
+    """Whether attention dropout can run in FlexAttention for `q`: not compiled on CPU, whose kernel does not
+    return the log-sum-exp that `flex_dropout` needs (eager, as the tests run it, does)."""
+    return q.device.type != "cpu" or not COMPILE
+
+
 def attend(q, k, v, score_mod, block_mask, scale, dropout):
     """`flex_attention` with `score_mod` (or None) and, when `dropout` is a (keys, p) pair, attention dropout."""
     if dropout is None:
