@@ -159,3 +159,20 @@ def test_chunked_pattern_times_the_chunked_path_on_the_same_model(tmp_path, monk
     args.patterns, args.device = ["local+global-chunked"], "cuda"  # (the options refuse cuda without a GPU)
     with pytest.raises(ConfigError, match="local\\+global-chunked is CPU's"):
         LongAttentionBenchmark().sizes(args)
+
+
+def test_profile_says_where_a_call_spends_its_time(tmp_path):
+    """--profile traces each pattern's calls: the time under kolong's ranges (block mask, FlexAttention)."""
+    result = CliRunner().invoke(app, [
+        "bench", "long-attention", "--lengths", "64", "--patterns", "full,local+global-flex", "--modes", "inference",
+        "--window", "8", "--global-tokens", "4", "--hidden-size", "32", "--layers", "1", "--heads", "2",
+        "--intermediate-size", "64", "--repeats", "1", "--no-memory", "--profile", "--output-dir", str(tmp_path),
+    ])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    traces = {t["pattern"]: t for t in json.loads((tmp_path / "long-attention.json").read_text())["traces"]}
+    assert set(traces) == {"full", "local+global-flex"} and traces["full"]["labelled_ms"] == {}
+    ranges = traces["local+global-flex"]["labelled_ms"]
+    assert set(ranges) == {"block mask", "flex attention"} and all(host > 0 for host, _ in ranges.values())
+    assert traces["full"]["ms_per_step"] > 0 and traces["full"]["costliest_host_ops"]
+    table = (tmp_path / "long-attention.md").read_text()
+    assert "| local+global-flex, 64, inference |" in table and "flex attention" in table

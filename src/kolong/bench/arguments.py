@@ -223,6 +223,10 @@ class LongAttentionBenchArguments(ResumableBenchArguments):
         "Also measure peak memory: one fresh worker process per pattern and length "
         "(on CUDA, in this process: the allocator's peak resets).",
     )
+    profile: bool = option(
+        False, "Also trace 3 more calls of each pattern per length and mode (torch.profiler): device busy, "
+        "syncs, the time spent building block masks and in FlexAttention, and the costliest kernels.",
+    )  # fmt: skip
     gradient_checkpointing: bool = option(
         False, "Training: recompute each layer in the backward, keeping only the layers' inputs (as "
         "`finetune qa --gradient-checkpointing` does for 16k-token articles).",

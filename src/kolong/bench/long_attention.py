@@ -140,6 +140,26 @@ def measure_memory(pattern: str, length: int, args: LongAttentionBenchArguments,
     return row
 
 
+def traced_calls(models: dict, args: LongAttentionBenchArguments, length: int, calls: int = 3) -> list[dict]:
+    """Each pattern's calls at `length` in each mode, traced by torch.profiler after one untraced call."""
+    from kolong.bench.trace import StepTrace
+
+    rows = []
+    for mode in args.modes:
+        for pattern, model in models.items():
+            if skipped(pattern, length, mode, args):
+                continue
+            step = make_step(model, pattern, args, length, training=mode == "training")
+            step()  # compiled already by the timed case, unless this call resumed after it
+            trace = StepTrace("cuda" if args.device.startswith("cuda") else "cpu")
+            trace.start()
+            for _ in range(calls):
+                step()
+            trace.stop(calls)
+            rows.append({"pattern": pattern, "length": length, "mode": mode, **trace.summary})
+    return rows
+
+
 def _memory_here(pattern: str, length: int, args: LongAttentionBenchArguments, model) -> dict:
     import torch
 
@@ -196,7 +216,7 @@ class LongAttentionBenchmark(Benchmark):
             raise ConfigError("--sliding-overlap must be smaller than --sliding-length")
         tune_allocator()
         self.models = {pattern: build_model(pattern, args) for pattern in args.patterns}
-        modes = [*args.modes, *(["memory"] if args.memory else [])]
+        modes = [*args.modes, *(["memory"] if args.memory else []), *(["profile"] if args.profile else [])]
         return [{"length": length, "mode": mode} for length in args.lengths for mode in modes]
 
     def setup(self, args: LongAttentionBenchArguments, size: dict) -> Case:
@@ -208,6 +228,8 @@ class LongAttentionBenchmark(Benchmark):
             else:
                 rows = [_memory_worker(p, length, args) for p in patterns]
             return Case(steps={}, facts={"memory": rows})
+        if mode == "profile":
+            return Case(steps={}, facts={"traces": traced_calls(self.models, args, length)})
         steps = {p: make_step(self.models[p], p, args, length, mode == "training") for p in patterns}
         # full attention is the reference the sparse patterns are compared with
         references = {"full": steps.pop("full")} if "full" in steps and len(steps) > 1 else {}
@@ -232,6 +254,8 @@ def summarise(args: LongAttentionBenchArguments, rows: list[dict]) -> dict:
     seconds: dict[str, dict[str, dict[int, float]]] = {}
     memory: dict[str, dict[str, dict[int, float]]] = {}
     for row in rows:
+        if row["mode"] == "profile":
+            continue
         if row["mode"] == "memory":
             for measured in row["memory"]:
                 for mode in args.modes:
@@ -248,8 +272,9 @@ def summarise(args: LongAttentionBenchArguments, rows: list[dict]) -> dict:
         for kind, table in (("seconds", seconds), ("memory_mb", memory))
     }  # fmt: skip
     errors = [m for row in rows if row["mode"] == "memory" for m in row["memory"] if "error" in m]
+    traces = [trace for row in rows if row["mode"] == "profile" for trace in row["traces"]]
     return {"arguments": asdict(args), "seconds": _keyed(seconds), "memory_mb": _keyed(memory),
-            "exponents": exponents, "memory_errors": errors}  # fmt: skip
+            "exponents": exponents, "memory_errors": errors, "traces": traces}  # fmt: skip
 
 
 def _keyed(table: dict) -> dict:
@@ -285,7 +310,31 @@ def to_markdown(result: dict) -> str:
                 )
     for error in result.get("memory_errors", []):
         lines.append(f"\nMemory of {error['pattern']} at {error['length']}: {error['error']}")
+    if result.get("traces"):
+        lines += ["", *trace_markdown(result["traces"])]
     return "\n".join(lines) + "\n"
+
+
+def trace_markdown(traces: list[dict]) -> list[str]:
+    """Where each call's time goes: traced ms per call, device busy, syncs, kolong's ranges, top kernels."""
+    lines = ["## Where the time goes (3 traced calls per pattern, length and mode)", "",
+             "Ranges: ms per call inside kolong's profiler ranges, host / device (the device time of the "
+             "kernels launched inside).", "",
+             "| pattern, length, mode | ms per call (traced) | device busy | syncs per call | kolong's ranges: "
+             "host / device ms | costliest kernels (device ms per call) | costliest host operations (ms) |",
+             "|---|---:|---:|---:|---|---|---|"]  # fmt: skip
+    for trace in traces:
+        busy = "—" if trace["device_busy"] is None else f"{trace['device_busy']:.0%}"
+        syncs = "—" if trace["syncs_per_step"] is None else f"{trace['syncs_per_step']:.1f}"
+        ranges = ", ".join(
+            f"{name} {host:.2f} / {'—' if device is None else f'{device:.2f}'}"
+            for name, (host, device) in trace["labelled_ms"].items()
+        )
+        kernels = ", ".join(f"{name[:60]} {ms:.2f}" for name, ms in trace["costliest_kernels"][:3]) or "—"
+        host = ", ".join(f"{name[:60]} {ms:.2f}" for name, ms in trace["costliest_host_ops"][:3])
+        lines.append(f"| {trace['pattern']}, {trace['length']}, {trace['mode']} | {trace['ms_per_step']:.2f} "
+                     f"| {busy} | {syncs} | {ranges or '—'} | {kernels} | {host} |")  # fmt: skip
+    return lines
 
 
 def plot(result: dict, path: Path) -> Path:

@@ -42,6 +42,9 @@ class StepTrace:
         self.summary = summarise(self._profiler, max(1, steps), wall, self.cuda)
 
 
+LABEL = "kolong: "  # the prefix of kolong's own profiler ranges (`kolong.models.encoder.flex.labelled`)
+
+
 def summarise(profiler, steps: int, wall: float, cuda: bool, top: int = 6) -> dict:
     from torch.autograd import DeviceType
 
@@ -50,6 +53,16 @@ def summarise(profiler, steps: int, wall: float, cuda: bool, top: int = 6) -> di
     # device-side events (kernels, copies, memsets) only: the host ops' "device time" would count them twice
     device_us = sum(e.time_range.elapsed_us() for e in profiler.events() if e.device_type == DeviceType.CUDA)
     costliest = sorted(averages, key=lambda a: a.self_cpu_time_total, reverse=True)[:top]
+    kernels = sorted((a for a in averages if a.device_type == DeviceType.CUDA),
+                     key=lambda a: a.self_device_time_total, reverse=True)[:top]  # fmt: skip
+    labelled = {  # host time inside each kolong range, and the device time of the kernels it launched
+        a.key[len(LABEL) :]: [
+            a.cpu_time_total / 1e3 / steps,
+            a.device_time_total / 1e3 / steps if cuda else None,
+        ]
+        for a in averages
+        if a.key.startswith(LABEL)
+    }
     return {
         "steps": steps,
         "ms_per_step": 1e3 * wall / steps,
@@ -57,6 +70,8 @@ def summarise(profiler, steps: int, wall: float, cuda: bool, top: int = 6) -> di
         "host_reads_per_step": sum(counts.get(name, 0) for name in HOST_READS) / steps,
         "syncs_per_step": sum(counts.get(name, 0) for name in DEVICE_SYNCS) / steps if cuda else None,
         "costliest_host_ops": [[a.key, a.self_cpu_time_total / 1e3 / steps] for a in costliest],
+        "costliest_kernels": [[a.key, a.self_device_time_total / 1e3 / steps] for a in kernels],
+        "labelled_ms": labelled,
     }
 
 

@@ -19,6 +19,7 @@ and passes its score_mod to `attend`, which applies attention dropout exactly in
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 
@@ -38,6 +39,14 @@ _compiled: dict[Callable, Callable] = {}
 _compiled_block_mask: Callable | bool | None = None  # False: compiling failed once, build eagerly
 
 
+def labelled(name: str):
+    """A torch.profiler range named "kolong: NAME" (`bench ... --profile` reports the time inside it); none
+    inside a compiled graph."""
+    if torch.compiler.is_compiling():
+        return contextlib.nullcontext()
+    return torch.profiler.record_function(f"kolong: {name}")
+
+
 def flex_call(function: Callable, *args):
     """`function(*args)`, compiled on first use (one compiled function per scheme)."""
     if not COMPILE:
@@ -47,7 +56,7 @@ def flex_call(function: Callable, *args):
         compiled = _compiled[function] = torch.compile(function, dynamic=False)
     if torch.compiler.is_compiling():  # inside a compiled model: its compile decides
         return compiled(*args)
-    with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
+    with labelled("flex attention"), torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
         return compiled(*args)
 
 

@@ -188,5 +188,6 @@ class AttentionMask:
         if self._block_mask is None:
             from kolong.models.encoder import flex
 
-            self._block_mask = flex.block_mask(mask_mod, batch, length, device)
+            with flex.labelled("block mask"):
+                self._block_mask = flex.block_mask(mask_mod, batch, length, device)
         return self._block_mask
