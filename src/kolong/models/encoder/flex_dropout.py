@@ -16,8 +16,8 @@ that relative schemes took with dropout before (docs/encoder.md, "Attention drop
 
 The mask m is a counter-based hash of (a random key per batch row and head, i, j), evaluated inside the
 score_mod: the backward recomputes the same drops from the same keys, nothing of shape (n, n) is stored,
-and `keep_mask` draws the identical mask on any device for the reference. The arithmetic is int64 on
-values below 2^32 with multipliers below 2^31, so no product overflows and every backend gives the same bits.
+and `keep_mask` draws the identical mask on any device for the reference. The arithmetic is int32 with
+wrapping products and masked (logical) shifts, so every backend gives the same bits.
 """
 
 from __future__ import annotations
@@ -26,27 +26,30 @@ import torch
 from torch.nn.attention.flex_attention import AuxRequest, flex_attention
 
 KEEP_BITS = 24  # the keep decision compares 24 hash bits with round(p * 2^24)
-_LOW32 = 0xFFFFFFFF
 
 
 def draw_keys(batch: int, heads: int, device) -> torch.Tensor:
-    """(b, h) random int64 keys in [0, 2^32): one dropout stream per batch row and head, from torch's generator."""
-    return torch.randint(0, 2**32, (batch, heads), device=device, dtype=torch.int64)
+    """(b, h) random int32 keys: one dropout stream per batch row and head, from torch's generator."""
+    return torch.randint(-(2**31), 2**31, (batch, heads), device=device, dtype=torch.int32)
 
 
-def _mix(x: torch.Tensor) -> torch.Tensor:
-    """A 32-bit finaliser (xor-shift-multiply, as in Wellons' lowbias32) on int64 values in [0, 2^32)."""
-    x = x ^ (x >> 16)
-    x = (x * 0x7FEB352D) & _LOW32
-    x = x ^ (x >> 15)
-    x = (x * 0x1B873593) & _LOW32
-    return x ^ (x >> 16)
+def _shift(x: torch.Tensor, bits: int) -> torch.Tensor:
+    """Logical right shift of int32 (the mask clears the sign bits an arithmetic shift copies in)."""
+    return (x >> bits) & ((1 << (32 - bits)) - 1)
 
 
-def keep_bits(key: torch.Tensor, q_idx: torch.Tensor, kv_idx: torch.Tensor, keys_length: int) -> torch.Tensor:
-    """KEEP_BITS uniform bits for entry (i, j) of the stream `key` (broadcasting)."""
-    counter = q_idx.to(torch.int64) * keys_length + kv_idx.to(torch.int64)
-    return _mix(_mix(key ^ counter)) & ((1 << KEEP_BITS) - 1)
+def keep_bits(key: torch.Tensor, q_idx: torch.Tensor, kv_idx: torch.Tensor) -> torch.Tensor:
+    """KEEP_BITS uniform bits for entry (i, j) of the stream `key` (broadcasting).
+
+    One multiply per index and three xor-shift-multiply rounds in int32, whose products wrap modulo 2^32 on
+    every backend: the hash runs for every score in the kernel, so it is kept to about 14 integer operations
+    (a 64-bit version took 40), and its output is checked for uniformity and independence by the tests."""
+    i, j = q_idx.to(torch.int32), kv_idx.to(torch.int32)
+    x = key ^ (i * 0x27D4EB2D) ^ (j * 0x165667B1)
+    x = (x ^ _shift(x, 15)) * 0x2C1B3C6D
+    x = (x ^ _shift(x, 12)) * 0x297A2D39
+    x = x ^ _shift(x, 15)
+    return _shift(x, 32 - KEEP_BITS)
 
 
 def threshold(p: float) -> int:
@@ -57,18 +60,17 @@ def keep_mask(keys: torch.Tensor, p: float, queries: int, keys_length: int) -> t
     """(b, h, n_q, n_k) bool: the entries `attend` keeps, for the reference and the tests."""
     rows = torch.arange(queries, device=keys.device)[:, None]
     columns = torch.arange(keys_length, device=keys.device)[None, :]
-    return keep_bits(keys[:, :, None, None], rows, columns, keys_length) >= threshold(p)
+    return keep_bits(keys[:, :, None, None], rows, columns) >= threshold(p)
 
 
 def attend(q, k, v, score_mod, block_mask, scale, keys: torch.Tensor, p: float):
     """FlexAttention of (b, h, n, d_h) q, k, v with `score_mod` and attention dropout p (module docstring)."""
     cut = threshold(p)
-    keys_length = k.shape[2]
 
     def dropping(score, b, h, q_idx, kv_idx):
         if score_mod is not None:
             score = score_mod(score, b, h, q_idx, kv_idx)
-        kept = keep_bits(keys[b, h], q_idx, kv_idx, keys_length) >= cut
+        kept = keep_bits(keys[b, h], q_idx, kv_idx) >= cut
         return torch.where(kept, score, -float("inf"))
 
     lse = AuxRequest(lse=True)
