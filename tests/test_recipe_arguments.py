@@ -211,3 +211,35 @@ def test_batches_reach_a_gpu_by_non_blocking_copies_from_pinned_memory(monkeypat
     assert gpu.dataloader_pin_memory and gpu.accelerator_config.non_blocking
     args.extra = {"accelerator_config": {"non_blocking": False}}  # the user's setting wins
     assert not training_arguments(args, evaluating=False).accelerator_config.non_blocking
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["pretrain", "mlm", "--bf16", "--compile"], ["pretrain", "mlm", "--bf16", "yes", "--compile", "yes"]),
+        (["pretrain", "mlm", "--bf16", "no", "--compile", "-c", "x"],
+         ["pretrain", "mlm", "--bf16", "no", "--compile", "yes", "-c", "x"]),
+        (["finetune", "cls", "--compile", "--bf16"], ["finetune", "cls", "--compile", "--bf16", "yes"]),  # a bool
+        (["bench", "pretrain", "--compile"], ["bench", "pretrain", "--compile", "yes"]),
+        (["tokenizer", "--help"], ["tokenizer", "--help"]),
+        (["--version"], ["--version"]),
+        (["nonsense", "--bf16"], ["nonsense", "--bf16"]),
+    ],
+)  # fmt: skip
+def test_bare_auto_yes_no_options_read_as_yes(argv, expected):
+    from kolong.cli import app
+    from kolong.cli.arguments import bare_yes
+
+    assert bare_yes(app, argv) == expected
+
+
+def test_the_kolong_command_takes_a_bare_bf16(monkeypatch, capsys):
+    """Through `main`, as the installed `kolong` runs: the bare flag parses, and the next missing option is
+    what the command reports (before: "Option '--bf16' requires an argument")."""
+    import kolong.cli
+
+    monkeypatch.setattr("sys.argv", ["kolong", "pretrain", "mlm", "--bf16"])
+    with pytest.raises(SystemExit) as stop:
+        kolong.cli.main()
+    assert stop.value.code != 0
+    assert "--output_dir is required" in capsys.readouterr().err

@@ -136,7 +136,7 @@ class PretrainBenchArguments(ResumableBenchArguments):
     hidden_size: int = option(256, "Hidden size (heads = hidden / 64, FFN = 4 x hidden).")
     layers: int = option(4, "Encoder layers.")
     device: str = option("auto", "auto | cpu | cuda.", choices=("auto", "cpu", "cuda"))
-    compile: str = option("auto", "torch.compile kolong's model: auto (on CUDA) | yes | no.",
+    compile: str = option("auto", "torch.compile kolong's model: auto (on CUDA) | yes | no; bare: yes.",
                           choices=("auto", "yes", "no"))  # fmt: skip
     text: list[str] = option([], "Text files or shared names (nsmc, korquad) to build the corpora from "
                              "(default: the built-in Korean sample).", kind="list")  # fmt: skip

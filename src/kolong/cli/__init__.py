@@ -100,4 +100,6 @@ def main() -> None:
     _quiet_torchao()
     # Only commands that need transformers import it; they find it quiet.
     after_import("transformers.utils.logging", _quiet_transformers)
-    app()
+    from kolong.cli.arguments import bare_yes
+
+    app(args=bare_yes(app, sys.argv[1:]))

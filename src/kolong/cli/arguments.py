@@ -288,6 +288,43 @@ class GeneratedCommand:
         return {p.name: p.annotation for p in self.__signature__.parameters.values()}
 
 
+def bare_yes(app: typer.Typer, argv: list[str]) -> list[str]:
+    """`argv` with `yes` after each bare auto|yes|no option (`--bf16`, `--compile`): one at the end or followed
+    by another option reads as HF's bare `--bf16` flag does, where click would take the next option as its
+    value or ask for one. Found from the typer apps' registries and the command's dataclass (no click tree
+    is built, nothing is imported)."""
+    command = _leaf_command(app, argv)
+    if not isinstance(command, GeneratedCommand):
+        return argv
+    bare = {
+        flag
+        for option in _options(command.cls, hf_fields=False)
+        if "yes" in (_metadata(command.cls, option.field).get("choices") or ())
+        for flag in option.flags
+    }
+    normalised = []
+    for index, token in enumerate(argv):
+        normalised.append(token)
+        if token in bare and (index + 1 == len(argv) or argv[index + 1].startswith("-")):
+            normalised.append("yes")
+    return normalised
+
+
+def _leaf_command(app: typer.Typer, argv: list[str]):
+    """The callback of the (sub)command `argv` names, or None."""
+    current = app
+    for token in (token for token in argv if not token.startswith("-")):
+        commands = {info.name or info.callback.__name__.replace("_", "-"): info.callback
+                    for info in current.registered_commands}  # fmt: skip
+        groups = {info.name: info.typer_instance for info in current.registered_groups}
+        if token in commands:
+            return commands[token]
+        if token not in groups:
+            return None
+        current = groups[token]
+    return None
+
+
 def command_from(cls: type, hf_fields: bool = True) -> Callable[[Callable], GeneratedCommand]:
     """Decorate `run(args: cls)` into a typer command whose options are `cls`'s fields (and HF's)."""
     return lambda run: GeneratedCommand(run, cls, hf_fields)

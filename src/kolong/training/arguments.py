@@ -70,7 +70,7 @@ class RecipeArguments(CheckedArguments):
         42, "Seed of initialisation, data order and sampling.", hf="seed", min=0, max=2**32 - 1
     )
     bf16: str = option(
-        "auto", "auto (on where the GPU supports it) | yes | no.", choices=("auto", "yes", "no")
+        "auto", "auto (on where the GPU supports it) | yes | no; bare: yes.", choices=("auto", "yes", "no")
     )
     eval_every: str = option(
         "epoch",
@@ -376,9 +376,8 @@ class PretrainArguments(RecipeArguments):
         'Row lengths with step shares, e.g. "128:0.9,512" (BERT\'s recipe); '
         "the corpus's blocks are cut into such rows.",
     )
-    compile: str = option(
-        "auto", "torch.compile the model: auto (on CUDA) | yes | no.", choices=("auto", "yes", "no")
-    )
+    compile: str = option("auto", "torch.compile the model: auto (on CUDA) | yes | no; bare: yes.",
+                          choices=("auto", "yes", "no"))  # fmt: skip
     overrides: dict = option(
         {},
         "Override a preset field: --set hidden_size=256 (repeat).",
