@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conftest import random_ids, tiny_kolong_config
 from kolong.models import KolongForMaskedLM, KolongModel
@@ -83,70 +85,91 @@ def _block_mask_parts(block_mask) -> tuple[torch.Tensor, ...]:
     return tuple(part for part in block_mask.as_tuple()[2:6] if part is not None)
 
 
-def test_block_masks_are_built_compiled_and_equal_the_eager_ones():
-    """Every kind of mask (padding, packed documents, window with global tokens), and a second length
-    that reuses the (now dynamic) compiled builder: the same blocks as eager create_block_mask."""
+def _example_masks(length: int):
+    from kolong.models.encoder.masks import AttentionMask
+
+    real = torch.ones(2, length, dtype=torch.bool)
+    real[1, -37:] = False
+    documents = torch.ones(2, length, dtype=torch.long)
+    documents[0, 100:] = 2
+    documents[0, 290:] = 3
+    documents[1, -37:] = 0
+    global_tokens = torch.zeros(2, length, dtype=torch.bool)
+    global_tokens[:, :5] = True
+    global_tokens[0, 250] = True
+    return {
+        "padding": AttentionMask(real=real),
+        "documents": AttentionMask(real=real, documents=documents),
+        "window": AttentionMask(window=64),
+        "window+global": AttentionMask(real=real, window=64, global_tokens=global_tokens),
+        "everything": AttentionMask(real=real, documents=documents, window=150, global_tokens=global_tokens),
+    }
+
+
+@pytest.mark.parametrize("length", [300, 512, 520])
+def test_block_masks_from_the_structure_equal_create_block_masks(length):
+    """Block by block, the same empty / partial / full blocks as evaluating the mask_mod at every entry."""
     from torch.nn.attention.flex_attention import create_block_mask
 
-    from kolong.models.encoder import flex
+    for name, mask in _example_masks(length).items():
+        expected = create_block_mask(mask.mask_mod(), 2, None, length, length, device="cpu")
+        built = mask.block_mask(2, length, "cpu")
+        assert built.seq_lengths == (length, length), name
+        for actual, wanted in zip(_block_mask_parts(built), _block_mask_parts(expected), strict=True):
+            torch.testing.assert_close(actual, wanted, rtol=0, atol=0, msg=name)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    cuts=st.lists(st.integers(1, 399), max_size=6, unique=True),
+    padding=st.integers(0, 200),
+    window=st.one_of(st.none(), st.integers(0, 300)),
+    global_positions=st.lists(st.integers(0, 399), max_size=3),
+)
+def test_block_masks_never_skip_an_allowed_entry(cuts, padding, window, global_positions):
+    """Any documents, padding, window and global tokens: every block create_block_mask visits is visited,
+    no block is called full that is not, and FlexAttention's output is the same (the classification may
+    only ever be conservative)."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
     from kolong.models.encoder.masks import AttentionMask
 
-    for length in (300, 520):
-        real = torch.ones(2, length, dtype=torch.bool)
-        real[1, -37:] = False
-        documents = torch.ones(2, length, dtype=torch.long)
-        documents[0, 100:] = 2
-        documents[1, -37:] = 0
-        global_tokens = torch.zeros(2, length, dtype=torch.bool)
-        global_tokens[:, :5] = True
-        global_tokens[0, 250] = True
-        for mask in (
-            AttentionMask(real=real),
-            AttentionMask(real=real, documents=documents),
-            AttentionMask(real=real, window=64, global_tokens=global_tokens),
-        ):
-            eager = create_block_mask(mask.mask_mod(), 2, None, length, length, device="cpu")
-            built = mask.block_mask(2, length, "cpu")
-            assert flex._compiled_block_mask not in (None, False)  # the compiled builder made it
-            for actual, expected in zip(_block_mask_parts(built), _block_mask_parts(eager), strict=True):
-                torch.testing.assert_close(actual, expected, rtol=0, atol=0)
+    length = 400
+    documents = torch.ones(1, length, dtype=torch.long)
+    for cut in sorted(cuts):
+        documents[0, cut:] += 1
+    documents[0, length - padding :] = 0
+    global_tokens = torch.zeros(1, length, dtype=torch.bool)
+    global_tokens[0, global_positions] = True
+    mask = AttentionMask(real=documents > 0, documents=documents, window=window,
+                         global_tokens=global_tokens if window is not None else None)  # fmt: skip
+    expected = create_block_mask(mask.mask_mod(), 1, None, length, length, device="cpu")
+    built = mask.block_mask(1, length, "cpu")
+    visited, full = (block.to_dense().bool() for block in (built, _full_only(built)))
+    wanted_visited, wanted_full = (block.to_dense().bool() for block in (expected, _full_only(expected)))
+    assert (wanted_visited <= visited).all() and (full <= wanted_full).all()
+    q, k, v = (torch.randn(1, 2, length, 8, generator=torch.Generator().manual_seed(i)) for i in range(3))
+    torch.testing.assert_close(
+        flex_attention(q, k, v, block_mask=built), flex_attention(q, k, v, block_mask=expected)
+    )
 
 
-def test_a_block_mask_builder_that_fails_to_compile_falls_back_to_eager(monkeypatch, caplog):
-    from torch.nn.attention.flex_attention import create_block_mask
+def _full_only(block_mask):
+    """The BlockMask of the full blocks alone (counts and indices of full blocks as if they were all)."""
+    from torch.nn.attention.flex_attention import BlockMask
 
-    from kolong.models.encoder import flex
+    counts, indices = block_mask.full_kv_num_blocks, block_mask.full_kv_indices
+    return BlockMask.from_kv_blocks(
+        counts, indices, BLOCK_SIZE=block_mask.BLOCK_SIZE, seq_lengths=block_mask.seq_lengths
+    )
+
+
+def test_a_global_mask_of_another_batch_size_is_refused():
     from kolong.models.encoder.masks import AttentionMask
 
-    def broken(*args, **kwargs):
-        raise RuntimeError("no C++ compiler")
-
-    monkeypatch.setattr(flex, "_compiled_block_mask", broken)
-    real = torch.ones(1, 200, dtype=torch.bool)
-    real[0, -20:] = False
-    mask = AttentionMask(real=real)
-    with caplog.at_level("WARNING", logger="kolong.models.encoder.flex"):
-        built = mask.block_mask(1, 200, "cpu")
-    assert "no C++ compiler" in caplog.text and flex._compiled_block_mask is False  # eager from now on
-    eager = create_block_mask(mask.mask_mod(), 1, None, 200, 200, device="cpu")
-    for actual, expected in zip(_block_mask_parts(built), _block_mask_parts(eager), strict=True):
-        torch.testing.assert_close(actual, expected, rtol=0, atol=0)
-
-
-def test_a_wrong_mask_raises_its_own_error_and_keeps_the_compiled_builder(monkeypatch):
-    """A mask that fails eagerly too (global tokens for one row of a batch of two) is the caller's error:
-    it surfaces as such, and compiling is not switched off for the rest of the process."""
-    from kolong.models.encoder import flex
-    from kolong.models.encoder.masks import AttentionMask
-
-    def broken(*args, **kwargs):
-        raise RuntimeError("index out of bounds")
-
-    monkeypatch.setattr(flex, "_compiled_block_mask", broken)
     one_row = torch.zeros(1, 200, dtype=torch.bool)
-    with pytest.raises(IndexError):
+    with pytest.raises(ValueError, match=r"global_tokens is \(1, 200\), not \(batch, length\)"):
         AttentionMask(window=10, global_tokens=one_row).block_mask(2, 200, "cpu")
-    assert flex._compiled_block_mask is broken
 
 
 def test_compiled_flex_serves_more_lengths_than_dynamos_default_limit(monkeypatch):

@@ -5,8 +5,8 @@ block mask, the scale and the scheme's tensors, defines its `score_mod` inside a
 `flex_attention`. `flex_call` compiles each such function once. Building the score_mod inside the
 compiled function matters: a new closure passed in from outside at every call makes dynamo
 recompile until its limit (8) and then fall back, silently, to an unfused path that materialises
-(b, h, n, n) scores. Block masks are built outside per forward, by `block_mask` (also compiled);
-their mask_mods capture tensors, which dynamo lifts to inputs without recompiling. Shapes are static
+(b, h, n, n) scores. Block masks are built outside, once per forward (`block_masks.py`); their
+mask_mods capture tensors, which dynamo lifts to inputs without recompiling. Shapes are static
 (`dynamic=False`, as PyTorch advises for FlexAttention): a new length or scheme setting recompiles
 (up to RECOMPILE_LIMIT lengths), because under dynamic shapes a changed int read inside a score_mod
 (Shaw's max_distance, T5's bucket bounds) becomes a symbol that inductor cannot lower (seen on an H200
@@ -20,15 +20,12 @@ and passes its score_mod to `attend`, which applies attention dropout exactly in
 from __future__ import annotations
 
 import contextlib
-import logging
 from collections.abc import Callable
 
 import torch
-from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+from torch.nn.attention.flex_attention import flex_attention
 
 from kolong.models.encoder import flex_dropout
-
-logger = logging.getLogger(__name__)
 
 # Tests turn compilation off to run the same score_mods through eager flex_attention on CPU.
 COMPILE = True
@@ -36,7 +33,6 @@ COMPILE = True
 # unfused, silently materialising (b, h, n, n) scores: whole-article QA meets dozens of lengths.
 RECOMPILE_LIMIT = 64
 _compiled: dict[Callable, Callable] = {}
-_compiled_block_mask: Callable | bool | None = None  # False: compiling failed once, build eagerly
 
 
 def labelled(name: str):
@@ -58,31 +54,6 @@ def flex_call(function: Callable, *args):
         return compiled(*args)
     with labelled("flex attention"), torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
         return compiled(*args)
-
-
-def block_mask(mask_mod: Callable, batch: int, length: int, device):
-    """FlexAttention's BlockMask of `mask_mod` over (batch, length, length), compiled when flex is.
-
-    Eager `create_block_mask` materialises the (b, n, n) mask and every intermediate of the mask_mod
-    (an int64 tensor per document lookup): 2-10 s at 8k-12k tokens on 2 CPU cores against 0.2-0.8 s
-    compiled, and on a GPU many small kernels where one fused one does. Compiled as PyTorch advises
-    (`torch.compile(create_block_mask)`), with shapes left to dynamo (static first, dynamic after a
-    new length), so a new length does not recompile each time. Inside a compiled model it is traced with
-    the model; if compiling fails, masks are built eagerly from then on (same result, slower).
-    """
-    global _compiled_block_mask
-    if not COMPILE or _compiled_block_mask is False or torch.compiler.is_compiling():
-        return create_block_mask(mask_mod, batch, None, length, length, device=device)
-    if _compiled_block_mask is None:
-        _compiled_block_mask = torch.compile(create_block_mask)
-    try:
-        return _compiled_block_mask(mask_mod, batch, None, length, length, device=device)
-    except Exception as error:  # a compiler that fails here must not stop inference: eager is exact
-        # A mask that is itself wrong raises here, eagerly, with its own message (and compiling stays on).
-        built = create_block_mask(mask_mod, batch, None, length, length, device=device)
-        logger.warning("compiling create_block_mask failed, building block masks eagerly: %s", error)
-        _compiled_block_mask = False
-        return built
 
 
 def compiles_per_length(model, device) -> bool:

@@ -180,14 +180,15 @@ class AttentionMask:
     def block_mask(self, batch: int, length: int, device):
         """FlexAttention's BlockMask (blocks with no allowed entry are skipped), or None if all allowed.
 
-        Built on first use (compiled, see `flex.block_mask`) and kept: every layer of one forward shares it.
+        Built on first use from the mask's structure (`block_masks.py`: one decision per block pair, not per
+        entry) and kept: every layer of one forward shares it.
         """
-        mask_mod = self.mask_mod()
-        if mask_mod is None:
+        if self.mask_mod() is None:
             return None
         if self._block_mask is None:
             from kolong.models.encoder import flex
+            from kolong.models.encoder.block_masks import structured_block_mask
 
             with flex.labelled("block mask"):
-                self._block_mask = flex.block_mask(mask_mod, batch, length, device)
+                self._block_mask = structured_block_mask(self, batch, length, device)
         return self._block_mask
