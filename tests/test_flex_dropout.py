@@ -196,3 +196,21 @@ def test_compiled_flex_on_cpu_drops_through_the_chunked_path():
         plain = model.eval()(ids).last_hidden_state
     assert torch.isfinite(dropped).all() and not torch.allclose(dropped, plain)
     assert not flex.drops_here(torch.zeros(1)) and flex.drops_here(torch.zeros(1, device="meta"))
+
+
+def test_gradient_checkpointing_recomputes_the_same_drops():
+    """The drops come from keys drawn from torch's generator, which checkpointing restores for the backward's
+    recomputation: the same keys, so the same drops. (A model-level comparison runs on CUDA, test_gpu.py:
+    FlexAttention's eager CPU backward evaluates score_mods under vmap, where the recomputation cannot draw.)"""
+    from torch.utils.checkpoint import checkpoint
+
+    query = torch.zeros(2, 3, 8, 4)
+    drawn = []
+
+    def layer(x):
+        drawn.append(flex.dropout_for(query, 0.1)[0])
+        return x.sin() * x  # saves tensors: the backward recomputes this function
+
+    x = torch.randn(3, requires_grad=True)
+    checkpoint(layer, x, use_reentrant=False).sum().backward()
+    assert len(drawn) == 2 and torch.equal(drawn[0], drawn[1])

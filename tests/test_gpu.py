@@ -141,6 +141,24 @@ def test_attention_dropout_runs_in_flex_on_cuda_as_the_reference_drops(name, mon
     _assert_path_matches_eager(KolongModel(config).cuda().train(), "sdpa")
 
 
+def test_attention_dropout_in_flex_on_cuda_survives_gradient_checkpointing():
+    """The backward's recomputation draws the same hash keys (the RNG state is restored): the same
+    gradients with and without checkpointing."""
+    config = tiny_kolong_config(position_encoding="shaw", position_kwargs=FUSED["shaw"],
+                                attention_probs_dropout_prob=0.3)  # fmt: skip
+    ids = random_ids(2, 64).cuda()
+    gradients = []
+    for checkpointing in (False, True):
+        torch.manual_seed(0)
+        model = KolongModel(config, add_pooling_layer=False).cuda().train()
+        if checkpointing:
+            model.gradient_checkpointing_enable({"use_reentrant": False})
+        torch.manual_seed(1)
+        model(ids).last_hidden_state.square().mean().backward()
+        gradients.append({name: w.grad for name, w in model.named_parameters() if w.grad is not None})
+    _assert_gradients_close(gradients[1], gradients[0], 1e-4)
+
+
 @pytest.mark.parametrize("name", ["learned", *FUSED])
 def test_local_global_attention_on_cuda_matches_the_reference_with_gradients(name):
     """FlexAttention block masks (and the banded chunked path for Shaw's value term) with a local window and
