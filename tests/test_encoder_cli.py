@@ -142,3 +142,32 @@ def test_encoder_benchmark_measures_memory_in_a_worker_process_per_cell():
 def test_encoder_benchmark_rejects_unknown_implementations():
     with pytest.raises(ValueError, match="--implementations: unknown 'bert'"):
         run_benchmark(EncoderBenchmark(), EncoderBenchArguments(implementations=["bert"], memory=False))
+
+
+def test_chunked_references_train_with_dropout_outside_flex_attention():
+    """`shaw-chunked` / `t5-chunked` steps run with FlexAttention's dropout off (the path before it), and
+    leave it on for every other step."""
+    from kolong.bench.encoder import EncoderBenchArguments, build_model, implementations, make_step
+    from kolong.models.encoder import attention
+
+    args = EncoderBenchArguments(lengths=[16], hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                 intermediate_size=64, tokens_per_step=32, attention_dropout=0.1)  # fmt: skip
+    assert implementations()["shaw-chunked"][0] == "shaw" and implementations()["t5-chunked"][0] == "t5"
+    seen = []
+    for name in ("shaw-chunked", "shaw"):
+        model = build_model(name, args, 16)
+        model.register_forward_hook(lambda *_: seen.append(attention.FLEX_DROPOUT))
+        make_step(model, args, 16, training=True, chunked=name.endswith("-chunked"))()
+    assert seen == [False, True] and attention.FLEX_DROPOUT
+
+
+def test_encoder_benchmark_modes_and_their_refusal(tmp_path):
+    args = ["bench", "encoder", "--implementations", "learned", "--lengths", "16", "--hidden-size", "32", "--layers",
+            "1", "--heads", "2", "--intermediate-size", "64", "--tokens-per-step", "32", "--repeats", "1",
+            "--no-memory", "--output-dir", str(tmp_path)]  # fmt: skip
+    result = run(*args, "--modes", "training")
+    assert result.exit_code == 0, result.output
+    assert "Training tokens/s" in (tmp_path / "encoder.md").read_text()
+    assert "Inference tokens/s" not in (tmp_path / "encoder.md").read_text()
+    refused = run(*args, "--modes", "backward")
+    assert refused.exit_code == 2 and "--modes: 'backward'" in refused.output

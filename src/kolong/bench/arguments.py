@@ -79,7 +79,8 @@ class EncoderBenchArguments(BenchArguments):
     implementations: list[str] = option(
         ["all"], "Comma-separated subset of: hf-bert, hf-modernbert (HF's encoders), every registered position "
         "scheme (kolong's default attention path), shaw-value, shaw-eager, t5-eager (the reference path), "
-        "shaw-naive, shaw-value-naive ((n, n, d_h) relation tensors); all: every one.", kind="list",
+        "shaw-naive, shaw-value-naive ((n, n, d_h) relation tensors), shaw-chunked, t5-chunked (attention dropout "
+        "through the chunked path, not FlexAttention); all: every one.", kind="list",
     )  # fmt: skip
     hidden_size: int = option(256, "Hidden size of every model.")
     num_hidden_layers: int = option(4, "Encoder layers.", "--layers")
@@ -89,7 +90,8 @@ class EncoderBenchArguments(BenchArguments):
     tokens_per_step: int = option(4096, "Tokens per step; batch = tokens / length.")
     attention_dropout: float = option(
         0.0,
-        "Attention dropout in training (FlexAttention has none; ModernBERT trains without).",
+        "Attention dropout in training (on CUDA applied inside FlexAttention in two passes; ModernBERT trains "
+        "without).",
         min=0,
         below=1,
     )
@@ -101,6 +103,8 @@ class EncoderBenchArguments(BenchArguments):
     memory: bool = option(
         True, "Also measure peak memory, one fresh worker process per implementation and length."
     )
+    modes: list[str] = option(["training", "inference"], "training (forward + backward) and/or inference.",
+                              kind="list")  # fmt: skip
     naive_max_length: int = option(
         2048, "Longest length for the materialised Shaw reference ((n, n, d_h) per layer)."
     )

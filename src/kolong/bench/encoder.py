@@ -13,7 +13,9 @@ on CUDA `torch.cuda.max_memory_allocated`.
 
 References: HF `BertModel` (`attn_implementation="sdpa"`) and HF `ModernBertModel` of the same
 sizes; the `eager` path of shaw and t5 (kolong's gathered (b, h, n, n) bias, the reference the
-fused paths are tested against); Shaw materialising (n, n, d_h) relation tensors (`-naive`).
+fused paths are tested against); Shaw materialising (n, n, d_h) relation tensors (`-naive`); Shaw and T5
+training with attention dropout through the chunked exact path instead of FlexAttention (`-chunked`, CUDA's
+path before dropout moved into FlexAttention; the same as the plain scheme on CPU).
 """
 
 from __future__ import annotations
@@ -39,6 +41,9 @@ REFERENCES: dict[str, tuple[str, dict, str]] = {
     "t5-eager": ("t5", {}, "eager"),
     "shaw-naive": ("shaw", {"max_distance": 16}, "eager"),
     "shaw-value-naive": ("shaw", {"max_distance": 16, "value": True}, "eager"),
+    # attention dropout on CUDA through the chunked exact path, as before it moved into FlexAttention
+    "shaw-chunked": ("shaw", {"max_distance": 16}, "sdpa"),
+    "t5-chunked": ("t5", {}, "sdpa"),
 }
 # Dense bf16 / fp32 peak FLOP/s by GPU name, for MFU (`--peak-tflops` overrides).
 PEAK_TFLOPS = {"H100": {"bf16": 989.4, "fp32": 494.7}, "H200": {"bf16": 989.4, "fp32": 494.7},
@@ -87,9 +92,12 @@ def build_model(name: str, args: EncoderBenchArguments, length: int):
     return torch.compile(model) if args.compile else model
 
 
-def make_step(model, args: EncoderBenchArguments, length: int, training: bool):
-    """One training (forward + backward) or inference call on a fixed random batch."""
+def make_step(model, args: EncoderBenchArguments, length: int, training: bool, chunked: bool = False):
+    """One training (forward + backward) or inference call on a fixed random batch; `chunked`: attention
+    dropout through the chunked path rather than FlexAttention (the `-chunked` references)."""
     import torch
+
+    from kolong.models.encoder import attention
 
     batch = max(1, args.tokens_per_step // length)
     generator = torch.Generator().manual_seed(0)
@@ -104,13 +112,19 @@ def make_step(model, args: EncoderBenchArguments, length: int, training: bool):
 
     def step():
         model.train(training)
-        with autocast:
-            if training:
-                model(input_ids=ids, attention_mask=mask).last_hidden_state.float().square().mean().backward()
-                model.zero_grad(set_to_none=True)
-            else:
-                with torch.inference_mode():
-                    model(input_ids=ids, attention_mask=mask)
+        attention.FLEX_DROPOUT = not chunked
+        try:
+            with autocast:
+                if training:
+                    model(
+                        input_ids=ids, attention_mask=mask
+                    ).last_hidden_state.float().square().mean().backward()
+                    model.zero_grad(set_to_none=True)
+                else:
+                    with torch.inference_mode():
+                        model(input_ids=ids, attention_mask=mask)
+        finally:
+            attention.FLEX_DROPOUT = True
 
     return step
 
@@ -140,7 +154,7 @@ def measure_memory(name: str, length: int, args: EncoderBenchArguments) -> dict:
     model = build_model(name, args, length)
     row = {"implementation": name, "length": length}
     for mode in ("inference", "training"):
-        step = make_step(model, args, length, training=mode == "training")
+        step = make_step(model, args, length, training=mode == "training", chunked=name.endswith("-chunked"))
         row[f"{mode}_peak_mb"] = peak_growth_mb(step, args.device.startswith("cuda"))
     return row
 
@@ -212,7 +226,12 @@ class EncoderBenchmark(Benchmark):
 
         tune_allocator()
         self.models, self.models_length = {}, None
-        modes = ("training", "inference") + (("memory",) if args.memory else ())
+        unknown = [mode for mode in args.modes if mode not in ("training", "inference")]
+        if unknown or not args.modes:
+            raise ConfigError(
+                f"--modes: {unknown[0] if unknown else 'nothing'!r}; choose from training, inference"
+            )
+        modes = (*args.modes, *(("memory",) if args.memory else ()))
         return [{"length": length, "mode": mode} for length in args.lengths for mode in modes]
 
     def setup(self, args: EncoderBenchArguments, size: dict) -> Case:
@@ -230,7 +249,9 @@ class EncoderBenchmark(Benchmark):
             self.models_length = length
         steps, errors = {}, dict(skipped)
         for name, model in self.models.items():
-            step = make_step(model, args, length, training=mode == "training")
+            step = make_step(
+                model, args, length, training=mode == "training", chunked=name.endswith("-chunked")
+            )
             try:
                 step()  # compiles, and finds what does not fit before the timed rounds
             except (RuntimeError, ValueError) as error:  # out of memory, unsupported
