@@ -43,7 +43,8 @@ def keep_bits(key: torch.Tensor, q_idx: torch.Tensor, kv_idx: torch.Tensor) -> t
 
     One multiply per index and three xor-shift-multiply rounds in int32, whose products wrap modulo 2^32 on
     every backend: the hash runs for every score in the kernel, so it is kept to about 14 integer operations
-    (a 64-bit version took 40), and its output is checked for uniformity and independence by the tests."""
+    (a first, 64-bit version had about 40), and its output is checked for uniformity and independence by the
+    tests."""
     i, j = q_idx.to(torch.int32), kv_idx.to(torch.int32)
     x = key ^ (i * 0x27D4EB2D) ^ (j * 0x165667B1)
     x = (x ^ _shift(x, 15)) * 0x2C1B3C6D
