@@ -25,8 +25,8 @@ import tempfile
 from pathlib import Path
 
 from kolong.bench.arguments import CompressBenchArguments
-from kolong.bench.encoder import peak_growth_mb
 from kolong.bench.harness import Benchmark, Case, cuda_sync
+from kolong.bench.memory import peak_growth_mb
 from kolong.errors import ConfigError
 
 VARIANTS = ("fp32", "fp32-compiled", "int8", "int8-compiled", "ort-fp32", "ort-int8", "student",

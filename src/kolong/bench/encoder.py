@@ -22,13 +22,12 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import subprocess
 import sys
 from dataclasses import asdict
 
 from kolong.bench.arguments import EncoderBenchArguments
 from kolong.bench.harness import Benchmark, Case, cuda_sync
+from kolong.bench.memory import peak_growth_mb, run_worker
 from kolong.errors import ConfigError
 
 __all__ = ["EncoderBenchArguments", "EncoderBenchmark", "implementations", "to_markdown"]
@@ -129,22 +128,6 @@ def make_step(model, args: EncoderBenchArguments, length: int, training: bool, c
     return step
 
 
-def _status_mb(field: str) -> float:
-    """A memory figure of this process from /proc/self/status (VmRSS now, VmHWM its peak), in MB."""
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) / 1024
-    return 0.0
-
-
-def _reset_peak() -> None:
-    # Linux resets VmHWM to the current RSS on "5" (getrusage's ru_maxrss cannot be reset, and it carries the
-    # parent's peak across fork + exec: a worker started by a parent holding every model would report that).
-    with open("/proc/self/clear_refs", "w") as clear:
-        clear.write("5")
-
-
 def measure_memory(name: str, length: int, args: EncoderBenchArguments) -> dict:
     """Run in the worker process: peak memory growth of one inference call, then of one training step."""
 
@@ -157,37 +140,6 @@ def measure_memory(name: str, length: int, args: EncoderBenchArguments) -> dict:
         step = make_step(model, args, length, training=mode == "training", chunked=name.endswith("-chunked"))
         row[f"{mode}_peak_mb"] = peak_growth_mb(step, args.device.startswith("cuda"))
     return row
-
-
-def peak_growth_mb(step, cuda: bool) -> float:
-    """How far one call of `step` raises this process's memory above where it started, in MB (CUDA: the
-    allocator's peak; CPU: VmHWM after resetting it to the current RSS)."""
-    import torch
-
-    if cuda:
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
-    else:
-        _reset_peak()
-        base = _status_mb("VmRSS")
-    step()
-    if cuda:
-        torch.cuda.synchronize()
-        return (torch.cuda.max_memory_allocated() - base) / 2**20
-    return _status_mb("VmHWM") - base
-
-
-def run_worker(module: str, payload: dict, row: dict) -> dict:
-    """`python -m module PAYLOAD` in a fresh process (this one's import path): the JSON row it prints last,
-    or `row` with the error that ended it."""
-    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    process = subprocess.run([sys.executable, "-m", module, json.dumps(payload)], capture_output=True,
-                             text=True, check=False, env=environment)  # fmt: skip
-    if process.returncode != 0:
-        reason = (process.stderr.strip().splitlines() or ["killed (out of memory?)"])[-1]
-        return {**row, "error": reason[-300:]}
-    return json.loads(process.stdout.strip().splitlines()[-1])
 
 
 def _memory_worker(name: str, length: int, args: EncoderBenchArguments) -> dict:

@@ -27,8 +27,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from kolong.bench.arguments import LongAttentionBenchArguments
-from kolong.bench.encoder import peak_growth_mb, run_worker
 from kolong.bench.harness import Benchmark, Case, cuda_sync
+from kolong.bench.memory import peak_growth_mb, run_worker
 
 PATTERNS = ("full", "local+global", "local+global-chunked", "local+global-flex", "sliding")
 COLOURS = {
