@@ -20,7 +20,6 @@ path before dropout moved into FlexAttention; the same as the plain scheme on CP
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sys
 from dataclasses import asdict
@@ -28,6 +27,7 @@ from dataclasses import asdict
 from kolong.bench.arguments import EncoderBenchArguments
 from kolong.bench.harness import Benchmark, Case, cuda_sync
 from kolong.bench.memory import peak_growth_mb, run_worker
+from kolong.bench.steps import encoder_step
 from kolong.errors import ConfigError
 
 __all__ = ["EncoderBenchArguments", "EncoderBenchmark", "implementations", "to_markdown"]
@@ -96,36 +96,12 @@ def make_step(model, args: EncoderBenchArguments, length: int, training: bool, c
     dropout through the chunked path rather than FlexAttention (the `-chunked` references)."""
     import torch
 
-    from kolong.models.encoder import attention
-
     batch = max(1, args.tokens_per_step // length)
     generator = torch.Generator().manual_seed(0)
     ids = torch.randint(5, args.vocab_size, (batch, length), generator=generator).to(args.device)
-    mask = torch.ones_like(ids)
-    device_type = "cuda" if args.device.startswith("cuda") else "cpu"
-    autocast = (
-        torch.autocast(device_type, dtype=torch.bfloat16)
-        if args.dtype == "bf16"
-        else contextlib.nullcontext()
-    )
-
-    def step():
-        model.train(training)
-        attention.FLEX_DROPOUT = not chunked
-        try:
-            with autocast:
-                if training:
-                    model(
-                        input_ids=ids, attention_mask=mask
-                    ).last_hidden_state.float().square().mean().backward()
-                    model.zero_grad(set_to_none=True)
-                else:
-                    with torch.inference_mode():
-                        model(input_ids=ids, attention_mask=mask)
-        finally:
-            attention.FLEX_DROPOUT = True
-
-    return step
+    inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    flags = {"FLEX_DROPOUT": False} if chunked else None
+    return encoder_step(model, inputs, training, args.device, args.dtype, flags)
 
 
 def measure_memory(name: str, length: int, args: EncoderBenchArguments) -> dict:

@@ -29,6 +29,7 @@ from pathlib import Path
 from kolong.bench.arguments import LongAttentionBenchArguments
 from kolong.bench.harness import Benchmark, Case, cuda_sync
 from kolong.bench.memory import peak_growth_mb, run_worker
+from kolong.bench.steps import encoder_step
 
 PATTERNS = ("full", "local+global", "local+global-chunked", "local+global-flex", "sliding")
 COLOURS = {
@@ -88,8 +89,6 @@ def make_step(model, pattern: str, args: LongAttentionBenchArguments, length: in
     """One forward (or forward + backward) over one document of `length` tokens."""
     import torch
 
-    from kolong.models.encoder import attention
-
     generator = torch.Generator().manual_seed(0)
     ids = torch.randint(5, 8000, (1, length), generator=generator)
     global_mask = None
@@ -99,28 +98,9 @@ def make_step(model, pattern: str, args: LongAttentionBenchArguments, length: in
         global_mask = torch.zeros_like(ids)
         global_mask[:, : args.global_tokens] = 1
         global_mask = global_mask.to(args.device)
-    ids = ids.to(args.device)
-    device_type = "cuda" if args.device.startswith("cuda") else "cpu"
-    autocast = (
-        torch.autocast(device_type, torch.bfloat16) if args.dtype == "bf16" else contextlib.nullcontext()
-    )
-
-    def step():
-        model.train(training)
-        attention.BANDED_LOCAL_ATTENTION = pattern != "local+global-chunked"
-        try:
-            with autocast:
-                if training:
-                    hidden = model(input_ids=ids, global_attention_mask=global_mask).last_hidden_state
-                    hidden.float().square().mean().backward()
-                    model.zero_grad(set_to_none=True)
-                else:
-                    with torch.inference_mode():
-                        model(input_ids=ids, global_attention_mask=global_mask)
-        finally:
-            attention.BANDED_LOCAL_ATTENTION = True
-
-    return step
+    inputs = {"input_ids": ids.to(args.device), "global_attention_mask": global_mask}
+    flags = {"BANDED_LOCAL_ATTENTION": pattern != "local+global-chunked"}
+    return encoder_step(model, inputs, training, args.device, args.dtype, flags)
 
 
 def measure_memory(pattern: str, length: int, args: LongAttentionBenchArguments, model=None) -> dict:
