@@ -214,3 +214,17 @@ def test_gradient_checkpointing_recomputes_the_same_drops():
     x = torch.randn(3, requires_grad=True)
     checkpoint(layer, x, use_reentrant=False).sum().backward()
     assert len(drawn) == 2 and torch.equal(drawn[0], drawn[1])
+
+
+def test_the_environment_can_turn_flex_dropout_off():
+    """KOLONG_FLEX_DROPOUT=0 sends attention dropout back to the chunked path (a way around a torch release
+    whose FlexAttention cannot compile it)."""
+    import os
+    import subprocess
+    import sys
+
+    read = "from kolong.models.encoder import attention; print(attention.FLEX_DROPOUT)"
+    environment = {**os.environ, "KOLONG_FLEX_DROPOUT": "0"}
+    shown = subprocess.run([sys.executable, "-c", read], env=environment, capture_output=True, text=True)
+    assert shown.stdout.strip() == "False", shown.stderr
+    assert attention.FLEX_DROPOUT == (os.environ.get("KOLONG_FLEX_DROPOUT", "1") != "0")  # on unless set

@@ -20,6 +20,7 @@ Every path reads the same `AttentionMask` (padding, packed documents, local + gl
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 import torch.nn.functional as F
@@ -36,8 +37,9 @@ IMPLEMENTATIONS = ("eager", "sdpa", "flex_attention")
 # this off for its `local+global-chunked` pattern, to time the chunked path beside it.
 BANDED_LOCAL_ATTENTION = True
 # Attention dropout on CUDA through FlexAttention in two passes (`flex_dropout`) rather than the chunked exact
-# path (off: the path before it, for comparisons).
-FLEX_DROPOUT = True
+# path; off (also KOLONG_FLEX_DROPOUT=0 in the environment): the path before it, for comparisons, or a way
+# around a torch release whose FlexAttention cannot compile it.
+FLEX_DROPOUT = os.environ.get("KOLONG_FLEX_DROPOUT", "1") != "0"
 __all__ = ["IMPLEMENTATIONS", "KolongAttention", "attention_dropout_mask"]
 
 
