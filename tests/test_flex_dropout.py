@@ -195,6 +195,10 @@ def test_compiled_flex_on_cpu_drops_through_the_chunked_path():
         dropped = model.train()(ids).last_hidden_state
         plain = model.eval()(ids).last_hidden_state
     assert torch.isfinite(dropped).all() and not torch.allclose(dropped, plain)
+    with pytest.raises(
+        ValueError, match="no backward on CPU"
+    ):  # training asked for flex: refused, as without dropout
+        model.train()(ids)
     assert not flex.drops_here(torch.zeros(1)) and flex.drops_here(torch.zeros(1, device="meta"))
 
 

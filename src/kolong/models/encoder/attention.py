@@ -102,13 +102,13 @@ class KolongAttention(nn.Module):
     def _attend_flex(self, q, k, v, mask, positions, layer, state, dropout_p, explicit: bool):
         from kolong.models.encoder import flex
 
+        if explicit:
+            flex.check_flex(q)
         # Shaw's value term has no flex form; compiled flex on CPU returns no log-sum-exp for dropout's second
         # pass (torch 2.11-2.13). Both take the chunked exact path.
         if positions.needs_probabilities or (dropout_p > 0 and not flex.drops_here(q)):
             bias = positions.chunk_bias(layer, q, state)
             return chunked_attention(q, k, v, None if mask.empty else mask, bias, dropout_p)
-        if explicit:
-            flex.check_flex(q)
         block_mask = mask.block_mask(q.shape[0], k.shape[2], q.device)  # built once, shared by the layers
         scale = 1.0 / math.sqrt(self.head_dim)
         dropout = flex.dropout_for(q, dropout_p)
