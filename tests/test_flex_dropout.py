@@ -231,4 +231,5 @@ def test_the_environment_can_turn_flex_dropout_off():
     environment = {**os.environ, "KOLONG_FLEX_DROPOUT": "0"}
     shown = subprocess.run([sys.executable, "-c", read], env=environment, capture_output=True, text=True)
     assert shown.stdout.strip() == "False", shown.stderr
-    assert attention.FLEX_DROPOUT == (os.environ.get("KOLONG_FLEX_DROPOUT", "1") != "0")  # on unless set
+    on_unless_set = os.environ.get("KOLONG_FLEX_DROPOUT", "1") != "0"
+    assert attention.FLEX_DROPOUT is on_unless_set
