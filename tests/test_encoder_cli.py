@@ -147,12 +147,16 @@ def test_encoder_benchmark_rejects_unknown_implementations():
 def test_chunked_references_train_with_dropout_outside_flex_attention():
     """`shaw-chunked` / `t5-chunked` steps run with FlexAttention's dropout off (the path before it), and
     leave it on for every other step."""
-    from kolong.bench.encoder import EncoderBenchArguments, build_model, implementations, make_step
+    from kolong.bench.encoder import EncoderBenchArguments, _resolved, build_model, implementations, make_step
     from kolong.models.encoder import attention
 
     args = EncoderBenchArguments(lengths=[16], hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
                                  intermediate_size=64, tokens_per_step=32, attention_dropout=0.1)  # fmt: skip
     assert implementations()["shaw-chunked"][0] == "shaw" and implementations()["t5-chunked"][0] == "t5"
+    assert "shaw-chunked" not in _resolved(args)  # `all` on CPU: the same path as shaw
+    args.device = "cuda"
+    assert {"shaw-chunked", "t5-chunked"} <= set(_resolved(args))
+    args.device = "cpu"
     seen = []
     for name in ("shaw-chunked", "shaw"):
         model = build_model(name, args, 16)

@@ -128,7 +128,9 @@ def _memory_worker(name: str, length: int, args: EncoderBenchArguments) -> dict:
 
 def _resolved(args: EncoderBenchArguments) -> list[str]:
     known = implementations()
-    names = list(known) if args.implementations in (["all"], []) else list(args.implementations)
+    # `all` leaves out the -chunked references off CUDA, where they are their scheme's own path
+    every = [name for name in known if args.device.startswith("cuda") or not name.endswith("-chunked")]
+    names = every if args.implementations in (["all"], []) else list(args.implementations)
     unknown = sorted(set(names) - set(known))
     if unknown:
         raise ConfigError(f"--implementations: unknown {unknown[0]!r}; choose from {', '.join(known)}")
