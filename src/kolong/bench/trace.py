@@ -42,11 +42,10 @@ class StepTrace:
         self.summary = summarise(self._profiler, max(1, steps), wall, self.cuda)
 
 
-LABEL = "kolong: "  # the prefix of kolong's own profiler ranges (`kolong.models.encoder.flex.labelled`)
-
-
 def summarise(profiler, steps: int, wall: float, cuda: bool, top: int = 6) -> dict:
     from torch.autograd import DeviceType
+
+    from kolong.models.encoder.flex import PROFILER_PREFIX
 
     averages = profiler.key_averages()
     counts = {a.key: a.count for a in averages}
@@ -56,12 +55,12 @@ def summarise(profiler, steps: int, wall: float, cuda: bool, top: int = 6) -> di
     kernels = sorted((a for a in averages if a.device_type == DeviceType.CUDA),
                      key=lambda a: a.self_device_time_total, reverse=True)[:top]  # fmt: skip
     labelled = {  # host time inside each kolong range, and the device time of the kernels it launched
-        a.key[len(LABEL) :]: [
+        a.key[len(PROFILER_PREFIX) :]: [
             a.cpu_time_total / 1e3 / steps,
             a.device_time_total / 1e3 / steps if cuda else None,
         ]
         for a in averages
-        if a.key.startswith(LABEL)
+        if a.key.startswith(PROFILER_PREFIX)
     }
     return {
         "steps": steps,

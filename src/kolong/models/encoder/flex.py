@@ -35,12 +35,14 @@ RECOMPILE_LIMIT = 64
 _compiled: dict[Callable, Callable] = {}
 
 
+PROFILER_PREFIX = "kolong: "  # kolong's own profiler ranges, which `bench ... --profile` reports by name
+
+
 def labelled(name: str):
-    """A torch.profiler range named "kolong: NAME" (`bench ... --profile` reports the time inside it); none
-    inside a compiled graph."""
+    """A torch.profiler range named PROFILER_PREFIX + NAME; none inside a compiled graph."""
     if torch.compiler.is_compiling():
         return contextlib.nullcontext()
-    return torch.profiler.record_function(f"kolong: {name}")
+    return torch.profiler.record_function(PROFILER_PREFIX + name)
 
 
 def flex_call(function: Callable, *args):
