@@ -154,10 +154,10 @@ def dp_intervals(heads, labels, sentences, seed: int = 0) -> dict:
 def _parser(model: str, arc_size: int, label_size: int):
     from kolong.checkpoints import load_config, require_encoder
     from kolong.evaluation.klue import DP_LABELS
-    from kolong.models.parsing import BiaffineDependencyParser
+    from kolong.models.parsing import BiaffineDependencyParser, DependencyParserConfig
 
     config = load_config(model)
-    if config.model_type == "kolong-dependency-parser":
+    if config.model_type == DependencyParserConfig.model_type:
         return BiaffineDependencyParser.from_pretrained(model)
     require_encoder(config, model, "finetune dp")
     return BiaffineDependencyParser.from_encoder(model, num_labels=len(DP_LABELS), id2label=dict(enumerate(DP_LABELS)),
