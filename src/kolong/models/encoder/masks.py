@@ -183,7 +183,7 @@ class AttentionMask:
         Built on first use from the mask's structure (`block_masks.py`: one decision per block pair, not per
         entry) and kept: every layer of one forward shares it.
         """
-        if self.mask_mod() is None:
+        if self.empty:  # every key allowed: no mask_mod either
             return None
         if self._block_mask is None:
             from kolong.models.encoder import flex
