@@ -35,6 +35,27 @@ def test_compiled_flex_attention_follows_each_scheme_setting_and_length():
         torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("head_dim", [8, 16, 64])
+def test_compiled_cpu_flex_attention_is_exact_for_small_heads_at_any_length(head_dim):
+    """torch 2.13's compiled CPU kernel got the last (batch, head) pair wrong for heads of 16 or less at
+    lengths that are not multiples of 16 (one thread, AVX2): flex_call pads such heads with zeros."""
+    from kolong.models.encoder import flex
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for length in (24, 40):
+            torch.manual_seed(length)
+            q, k, v = (torch.randn(2, 4, length, head_dim) for _ in range(3))
+            with torch.no_grad():
+                actual = flex.flex_call(flex.plain_flex, q, k, v, None, head_dim**-0.5, None)
+            expected = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+            assert actual.shape == expected.shape
+            torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5, msg=f"length {length}")
+    finally:
+        torch.set_num_threads(threads)
+
+
 def test_a_compiled_model_trains_through_the_chunked_path_with_dropout_as_lengths_change():
     """Shaw positions with attention dropout take the chunked exact path, which runs eagerly between the
     compiled graphs (`torch.compiler.disable`); the third length reuses the dynamic graph."""

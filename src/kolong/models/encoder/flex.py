@@ -33,6 +33,10 @@ COMPILE = True
 # unfused, silently materialising (b, h, n, n) scores: whole-article QA meets dozens of lengths.
 RECOMPILE_LIMIT = 64
 _compiled: dict[Callable, Callable] = {}
+# Inductor's CPU FlexAttention kernel (torch 2.13, seen on an AVX2 AMD EPYC, 2026-11-26) returns wrong values,
+# or NaN, for the last (batch, head) pair when the head dimension is 16 or less and the length is not a
+# multiple of 16; from 32 up it was exact at every length tried. Smaller heads are padded with zeros to this.
+CPU_MIN_HEAD_DIM = 32
 
 
 PROFILER_PREFIX = "kolong: "  # kolong's own profiler ranges, which `bench ... --profile` reports by name
@@ -45,17 +49,22 @@ def labelled(name: str):
     return torch.profiler.record_function(PROFILER_PREFIX + name)
 
 
-def flex_call(function: Callable, *args):
-    """`function(*args)`, compiled on first use (one compiled function per scheme)."""
+def flex_call(function: Callable, q, k, v, *args):
+    """`function(q, k, v, *args)`, compiled on first use (one compiled function per scheme)."""
     if not COMPILE:
-        return function(*args)
+        return function(q, k, v, *args)
     compiled = _compiled.get(function)
     if compiled is None:
         compiled = _compiled[function] = torch.compile(function, dynamic=False)
+    head_dim = q.shape[-1]
+    if q.device.type == "cpu" and head_dim < CPU_MIN_HEAD_DIM:
+        # Zero columns leave every score q.k (the scale is passed explicitly) and the output's first head_dim
+        # columns as they are.
+        q, k, v = (torch.nn.functional.pad(t, (0, CPU_MIN_HEAD_DIM - head_dim)) for t in (q, k, v))
     if torch.compiler.is_compiling():  # inside a compiled model: its compile decides
-        return compiled(*args)
+        return compiled(q, k, v, *args)[..., :head_dim]
     with labelled("flex attention"), torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
-        return compiled(*args)
+        return compiled(q, k, v, *args)[..., :head_dim]
 
 
 def compiles_per_length(model, device) -> bool:
