@@ -8,6 +8,10 @@ from pathlib import Path
 # Tests never reach the hub: a name that is not local fails at once instead of waiting on the network.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+# Under pytest-xdist each worker takes its share of the cores, and so do the processes its tests start.
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    _threads = max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
+    os.environ["OMP_NUM_THREADS"] = str(_threads)
 
 import pytest
 import torch
@@ -147,29 +151,3 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
-
-
-def pylint_duplicates_command() -> list[str]:
-    """pylint's duplicate-code check over src/kolong, blocks of 6 or more lines (comments, docstrings, imports
-    ignored)."""
-    import sys
-
-    source = Path(__file__).resolve().parents[1] / "src" / "kolong"
-    return [sys.executable, "-m", "pylint", "--disable=all", "--enable=duplicate-code", "--min-similarity-lines=6",
-            "--score=n", str(source)]  # fmt: skip
-
-
-def pytest_collection_finish(session):
-    """The duplicate-code check takes a minute or two of one core: start it now, beside the other tests, and let
-    tests/test_structure.py collect its result (it runs the check itself when it was not started here)."""
-    import importlib.util
-    import subprocess
-
-    wanted = any(item.name == "test_little_repeated_code" for item in session.items)
-    if wanted and importlib.util.find_spec("pylint") is not None:
-        session.config.stash[PYLINT_KEY] = subprocess.Popen(
-            pylint_duplicates_command(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
-        )
-
-
-PYLINT_KEY = pytest.StashKey["subprocess.Popen"]()
