@@ -27,6 +27,18 @@ from kolong.training.options import field_metadata, number_kind
 runner = CliRunner()
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_command_tree():
+    """typer builds the click command of every kolong command at each invoke (0.13 s, a minute over this file's
+    ~1,000 cases); nothing here changes the app, so the cases share one."""
+    import typer.testing
+
+    built = typer.main.get_command(app)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(typer.testing, "_get_command", lambda _app: built)
+        yield
+
+
 # -- one workspace of real, valid inputs; each case spoils one thing ------------------------------------
 
 

@@ -104,3 +104,31 @@ def test_startup_benchmark_times_help_and_evaluate(tmp_path):
     # A help page must not carry torch: a process that imported it holds well over 150 MB.
     assert rows["kolong --help"]["peak_rss_mb"] < 150
     assert "| `kolong evaluate qa` |" in to_markdown(result)
+
+
+def test_the_named_command_alone_reads_as_the_whole_app():
+    """`kolong` builds only the command it runs: every help page, a usage error and an unknown command's error
+    read the same as through the whole app."""
+    import typer
+    from typer.testing import CliRunner
+
+    from kolong.cli import app
+    from kolong.cli.arguments import only_the_named_command
+
+    command = typer.main.get_command(app)
+    paths, pending = [], [([], command)]
+    while pending:
+        path, node = pending.pop()
+        paths.append([*path, "--help"])
+        if hasattr(node, "commands"):
+            pending += [([*path, name], child) for name, child in node.commands.items()]
+    paths += [["finetune", "qx"], ["bench", "encoder", "--lengths", "x"], ["extend"], ["nonsense", "--help"]]
+    runner = CliRunner()
+    for argv in paths:
+        pruned = only_the_named_command(app, argv)
+        whole, alone = runner.invoke(app, argv), runner.invoke(pruned, argv)
+        assert (alone.exit_code, alone.output) == (whole.exit_code, whole.output), argv
+    assert len(paths) > 30
+    leaf = only_the_named_command(app, ["finetune", "qa", "--model", "m"])
+    assert [g.name for g in leaf.registered_groups] == ["finetune"] and not leaf.registered_commands
+    assert len(leaf.registered_groups[0].typer_instance.registered_commands) == 1

@@ -100,6 +100,7 @@ def main() -> None:
     _quiet_torchao()
     # Only commands that need transformers import it; they find it quiet.
     after_import("transformers.utils.logging", _quiet_transformers)
-    from kolong.cli.arguments import bare_yes
+    from kolong.cli.arguments import bare_yes, only_the_named_command
 
-    app(args=bare_yes(app, sys.argv[1:]))
+    argv = sys.argv[1:]
+    only_the_named_command(app, argv)(args=bare_yes(app, argv), prog_name="kolong")
