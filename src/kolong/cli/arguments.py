@@ -321,8 +321,7 @@ def only_the_named_command(app: typer.Typer, argv: list[str]) -> typer.Typer:
     if not tokens:
         return app
     token, rest = tokens[0], argv[argv.index(tokens[0]) + 1 :]
-    command = [info for info in app.registered_commands
-               if (info.name or info.callback.__name__.replace("_", "-")) == token]  # fmt: skip
+    command = [info for info in app.registered_commands if _command_name(info) == token]
     group = [info for info in app.registered_groups if info.name == token]
     if not command and not group:
         return app
@@ -336,12 +335,16 @@ def only_the_named_command(app: typer.Typer, argv: list[str]) -> typer.Typer:
     return pruned
 
 
+def _command_name(info) -> str:
+    """A registered command's name on the command line (typer's rule: the function's, with dashes)."""
+    return info.name or info.callback.__name__.replace("_", "-")
+
+
 def _leaf_command(app: typer.Typer, argv: list[str]):
     """The callback of the (sub)command `argv` names, or None."""
     current = app
     for token in (token for token in argv if not token.startswith("-")):
-        commands = {info.name or info.callback.__name__.replace("_", "-"): info.callback
-                    for info in current.registered_commands}  # fmt: skip
+        commands = {_command_name(info): info.callback for info in current.registered_commands}
         groups = {info.name: info.typer_instance for info in current.registered_groups}
         if token in commands:
             return commands[token]
