@@ -132,6 +132,24 @@ def test_quantized_model_predicts_through_kolong_predict_qa(tmp_path):
     assert json.loads((tmp_path / "compiled.json").read_text(encoding="utf-8")).keys() == predictions.keys()
 
 
+def test_the_cli_hides_torchaos_missing_compile_cache_key_and_nothing_else():
+    import warnings
+
+    from kolong.cli import _quiet_torchao
+
+    # torch 2.15 warns so once per quantized model that `predict qa --compile` compiles (torchao 0.18)
+    missing_key = (
+        "Int8Tensor does not implement _stable_hash_for_caching. For PT2-compatible tensor subclasses, it is "
+        "recommended to implement _stable_hash_for_caching(self) -> str for stable AOT autograd caching."
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _quiet_torchao()
+        warnings.warn(missing_key, UserWarning, stacklevel=1)
+        warnings.warn("the model's weights were not all used", UserWarning, stacklevel=1)
+    assert [str(warning.message) for warning in caught] == ["the model's weights were not all used"]
+
+
 def test_quantize_refusals(tmp_path, kolong_config):
     from transformers import AutoModelForMaskedLM
 

@@ -35,7 +35,8 @@ RECOMPILE_LIMIT = 64
 _compiled: dict[Callable, Callable] = {}
 # Inductor's CPU FlexAttention kernel (torch 2.13, seen on an AVX2 AMD EPYC, 2026-11-26) returns wrong values,
 # or NaN, for the last (batch, head) pair when the head dimension is 16 or less and the length is not a
-# multiple of 16; from 32 up it was exact at every length tried. Smaller heads are padded with zeros to this.
+# multiple of 16 (torch 2.15.0 too); from 32 up it was exact at every length tried. Smaller heads are padded
+# with zeros to this.
 CPU_MIN_HEAD_DIM = 32
 
 
