@@ -59,6 +59,24 @@ def test_pretrain_benchmark_measures_the_three_pipelines_and_the_padding(tmp_pat
     assert json_path.name == "pretrain.json"
 
 
+def test_a_step_trace_says_nothing_while_it_traces():
+    import warnings
+
+    import torch
+
+    from kolong.bench.trace import StepTrace
+
+    trace = StepTrace("cpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter(
+            "error"
+        )  # torch 2.11's profiler warned of events cleared per cycle at each start
+        trace.start()
+        torch.ones(8).sum().item()
+        trace.stop(steps=1)
+    assert trace.summary["steps"] == 1 and trace.summary["host_reads_per_step"] >= 1
+
+
 def test_bench_pretrain_profile_traces_one_untimed_run_of_each_pipeline():
     """--profile: one more run of each pipeline, traced and untimed, says where a step's time goes."""
     from kolong.bench.pretrain import PIPELINES, run_pretrain_benchmark

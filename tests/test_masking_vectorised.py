@@ -12,6 +12,7 @@ from reference_masking import MaskingCollator as ReferenceCollator
 from test_masking import CLS, MASK, PAD, SEP, UNK, VOCAB, collator, features
 
 SPECIALS = (PAD, UNK, CLS, SEP, MASK)
+SEEDS = range(12)
 
 
 def reference(granularity, **kwargs):
@@ -19,7 +20,7 @@ def reference(granularity, **kwargs):
                              granularity=granularity, **kwargs)  # fmt: skip
 
 
-def statistics(make, granularity, key, seeds=range(12)):
+def statistics(make, granularity, key, seeds=SEEDS):
     """Per-row chosen rate (mean, std), share of chosen groups by size 1..4, [MASK] share of chosen."""
     rates, sizes, masked = [], torch.zeros(4), []
     data = features()

@@ -24,7 +24,8 @@ class StepTrace:
 
         self.cuda = device == "cuda"
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.cuda else [])
-        self._profiler = profile(activities=activities)
+        # one cycle, so keeping events across cycles changes nothing; torch 2.11 warns at every start without it
+        self._profiler = profile(activities=activities, acc_events=True)
         self._started = 0.0
         self.summary: dict | None = None
 
