@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from kolong.checkpoints import build_tiny_bert_checkpoint
 from kolong.data.qa_features import build_features
 from kolong.data.squad import Answer, QAExample
-from kolong.errors import DataError
+from kolong.errors import ConfigError, DataError
 from kolong.evaluation.qa_postprocess import decode_answers
 
 
@@ -97,10 +97,12 @@ def test_answer_at_window_edges_and_in_the_overlap(tokenizer):
 
 def test_bad_arguments(tokenizer):
     example = example_with_answer(tokenizer, 0)
-    with pytest.raises(ValueError, match="unknown strategy"):
+    # refusals the CLI shows as one line (KolongError), and ValueErrors for code that catches those
+    with pytest.raises(ConfigError, match="--strategy 'chunks'"):
         build_features(tokenizer, [example], 24, "chunks")
-    with pytest.raises(ValueError, match="doc-stride"):
-        build_features(tokenizer, [example], 24, "sliding-window", doc_stride=20)
+    with pytest.raises(ConfigError, match=r"--doc_stride .* half the 24-token window \(12\), got 12"):
+        build_features(tokenizer, [example], 24, "sliding-window", doc_stride=12)
+    assert issubclass(ConfigError, ValueError)
     long_question = QAExample("q", "질문 " * 40, example.context, example.answers)
     with pytest.raises(DataError, match="cannot build 24-token windows"):
         build_features(tokenizer, [long_question], 24, "sliding-window", doc_stride=4)

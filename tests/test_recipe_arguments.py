@@ -62,7 +62,7 @@ def test_hf_flag_names_and_fields_reach_training_arguments(monkeypatch, tmp_path
     args = captured(
         monkeypatch, "kolong.training.qa", "finetune_qa",
         "finetune", "qa", "--model_name_or_path", "m", "--train_file", "t.json", "--output_dir", str(tmp_path),
-        "--max_seq_length", "256", "--n_best_size", "5", "--num_train_epochs", "1.5", "--lr", "1e-4",
+        "--max_seq_length", "256", "--doc_stride", "64", "--n_best_size", "5", "--num_train_epochs", "1.5", "--lr", "1e-4",
         "--gradient_checkpointing", "--lr_scheduler_type", "cosine", "--save_total_limit", "1", "--push_to_hub",
         "--report_to", "tensorboard", "--optim_target_modules", "a,b",
     )  # fmt: skip

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kolong.data.squad import QAExample
-from kolong.errors import DataError
+from kolong.errors import ConfigError, DataError, TokenizerError
 
 STRATEGIES = ("truncate", "sliding-window")
 
@@ -110,15 +110,18 @@ def stack_logits(chunks: list[np.ndarray], fill: float = -1e4) -> np.ndarray:
 
 
 def _check_arguments(tokenizer, max_length: int, strategy: str, doc_stride: int) -> None:
+    # ConfigError / TokenizerError are ValueErrors too; the CLI shows them as one line (the window length
+    # may be the model's, known only here, so the options' own check cannot catch every stride)
     if strategy not in STRATEGIES:
-        raise ValueError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
+        raise ConfigError(f"--strategy {strategy!r} is not one of {', '.join(STRATEGIES)}")
     if not getattr(tokenizer, "is_fast", False):
-        raise ValueError(
+        raise TokenizerError(
             "QA features need a fast tokenizer (offset mappings); got " + type(tokenizer).__name__
         )
     if strategy == "sliding-window" and not 0 <= doc_stride < max_length // 2:
-        raise ValueError(
-            f"--doc-stride must be between 0 and max_length / 2 ({max_length // 2}), got {doc_stride}"
+        raise ConfigError(
+            f"--doc_stride must be from 0 to less than half the {max_length}-token window "
+            f"({max_length // 2}), got {doc_stride}: lower --doc_stride or raise --max_length"
         )
 
 

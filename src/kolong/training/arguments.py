@@ -170,7 +170,7 @@ class QAFinetuneArguments(RecipeArguments):
         "--max_seq_length",
     )
     strategy: str = option("sliding-window", "truncate | sliding-window.", choices=STRATEGIES)
-    doc_stride: int = option(128, "Overlap between consecutive windows, in tokens (HF `stride`).", min=0)
+    doc_stride: int = option(128, "Tokens windows share (HF `stride`); under half a window.", min=0)
     pad_to_max_length: bool = option(
         False,
         "Pad every window to --max-length (static shapes); default: each batch to its longest window, so a "
@@ -206,7 +206,7 @@ class QAPredictArguments(CheckedArguments):
         None, "Window length (default: the model's positions).", "--max_seq_length"
     )
     strategy: str = option("sliding-window", "truncate | sliding-window.", choices=STRATEGIES)
-    doc_stride: int = option(128, "Overlap between consecutive windows, in tokens.", min=0)
+    doc_stride: int = option(128, "Tokens consecutive windows share; under half a window.", min=0)
     pad_to_max_length: bool = option(
         False,
         "Pad every window to --max-length (static shapes); default: each batch to its longest window, so a "
