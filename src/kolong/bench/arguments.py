@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kolong.training.options import CheckedArguments, option
+from kolong.training.options import CheckedArguments, check_windows, option
 
 KORQUAD_DEV = "../shared/data/korquad/KorQuAD_v1.0_dev.shared.json"
 
@@ -66,6 +66,10 @@ class QABenchArguments(BenchArguments):
     questions: int = option(400, "Article-level KorQuAD questions to use.")
     repeats: int = option(3, "Timed rounds (the median is reported).")
     data: str | None = option(None, f"KorQuAD JSON (default: {KORQUAD_DEV}; a built-in sample when absent).")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_windows(self.max_length, self.doc_stride, "sliding-window")
 
 
 @dataclass(kw_only=True)
