@@ -100,6 +100,7 @@ def quantize_checkpoint(
 ) -> dict:
     """Quantize MODEL's Linear layers (and optionally embeddings) into OUTPUT; returns the report (also
     written as OUTPUT/kolong_quantization.json)."""
+    import torch
     from transformers import TorchAoConfig
 
     from kolong.checkpoints import load_config, load_model, load_tokenizer, model_class_for, require_encoder
@@ -116,6 +117,12 @@ def quantize_checkpoint(
     model = load_model(model_path)
     plan, kept = _plan(model, scheme, include_embeddings, group_size)
     if not plan:
+        widths = sorted({m.in_features for m in model.modules() if isinstance(m, torch.nn.Linear)})
+        if scheme == "int4-weight-only" and widths:
+            raise ConfigError(
+                f"--group-size {group_size} divides none of {model_path}'s Linear input widths "
+                f"({', '.join(map(str, widths))}): int4 groups must tile a row; try 32 or another divisor"
+            )
         raise CheckpointError(f"{model_path} has no Linear layer that {scheme} can quantize")
     quantized = model_class_for(config).from_pretrained(
         model_path,
