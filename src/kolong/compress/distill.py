@@ -188,6 +188,11 @@ def distill(args: QADistillArguments | ClassificationDistillArguments) -> dict:
     else:
         layers = args.student_layers or (teacher.config.num_hidden_layers + 1) // 2
         student, picked = make_student(teacher, layers)
+    if qa:  # here, where the message can name the user's models, not the student's scratch copy below
+        from kolong.training.qa import check_length
+
+        check_length(teacher, args.max_length, args.teacher)
+        check_length(student, args.max_length, args.model or f"the student of {args.teacher}")
     for parameter in teacher.parameters():
         parameter.requires_grad_(False)
     tokenizer = load_tokenizer(args.teacher)
