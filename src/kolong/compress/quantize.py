@@ -20,6 +20,7 @@ embeddings (a masked-LM decoder) stays in float with them.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from kolong.errors import CheckpointError, ConfigError
@@ -119,9 +120,13 @@ def quantize_checkpoint(
     if not plan:
         widths = sorted({m.in_features for m in model.modules() if isinstance(m, torch.nn.Linear)})
         if scheme == "int4-weight-only" and widths:
+            fitting = [size for size in (32, 64, 128, 16, 8) if math.gcd(*widths) % size == 0]
+            hint = (
+                f"--group-size {fitting[0]} fits them all" if fitting else "no group size of 8 or more fits"
+            )
             raise ConfigError(
                 f"--group-size {group_size} divides none of {model_path}'s Linear input widths "
-                f"({', '.join(map(str, widths))}): int4 groups must tile a row; try 32 or another divisor"
+                f"({', '.join(map(str, widths))}): int4 groups must tile a row; {hint}"
             )
         raise CheckpointError(f"{model_path} has no Linear layer that {scheme} can quantize")
     quantized = model_class_for(config).from_pretrained(

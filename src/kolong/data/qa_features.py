@@ -120,7 +120,7 @@ def _check_arguments(tokenizer, max_length: int, strategy: str, doc_stride: int)
         )
     if strategy == "sliding-window" and not 0 <= doc_stride < max_length // 2:
         raise ConfigError(
-            f"--doc_stride must be from 0 to less than half the {max_length}-token window "
+            f"--doc_stride must be 0 or more and under half the {max_length}-token window "
             f"({max_length // 2}), got {doc_stride}: lower --doc_stride or raise --max_length"
         )
 
