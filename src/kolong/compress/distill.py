@@ -192,7 +192,8 @@ def distill(args: QADistillArguments | ClassificationDistillArguments) -> dict:
         from kolong.training.qa import check_length
 
         check_length(teacher, args.max_length, args.teacher)
-        check_length(student, args.max_length, args.model or f"the student of {args.teacher}")
+        if args.model:  # a student made here has the teacher's positions
+            check_length(student, args.max_length, args.model)
     for parameter in teacher.parameters():
         parameter.requires_grad_(False)
     tokenizer = load_tokenizer(args.teacher)

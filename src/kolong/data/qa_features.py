@@ -118,7 +118,13 @@ def _check_arguments(tokenizer, max_length: int, strategy: str, doc_stride: int)
         raise TokenizerError(
             "QA features need a fast tokenizer (offset mappings); got " + type(tokenizer).__name__
         )
-    if strategy == "sliding-window" and not 0 <= doc_stride < max_length // 2:
+    if strategy == "sliding-window":
+        check_stride(max_length, doc_stride)
+
+
+def check_stride(max_length: int, doc_stride: int) -> None:
+    """Sliding windows advance by more than they share: the stride is under half the window."""
+    if not 0 <= doc_stride < max_length // 2:
         raise ConfigError(
             f"--doc_stride must be 0 or more and under half the {max_length}-token window "
             f"({max_length // 2}), got {doc_stride}: lower --doc_stride or raise --max_length"

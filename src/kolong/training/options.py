@@ -132,12 +132,10 @@ def check_windows(max_length: int | None, doc_stride: int, strategy: str) -> Non
         raise ConfigError(
             f"--max_length must be at least 8 tokens (question, context and specials), got {max_length}"
         )
-    if max_length is not None and strategy == "sliding-window" and doc_stride >= max_length // 2:
-        # as `data.qa_features` demands: windows advance by more than half their length
-        raise ConfigError(
-            f"--doc_stride ({doc_stride}) must be less than half of --max_length ({max_length} // 2 = "
-            f"{max_length // 2})"
-        )
+    if max_length is not None and strategy == "sliding-window":
+        from kolong.data.qa_features import check_stride
+
+        check_stride(max_length, doc_stride)
 
 
 # transformers 5.23 renamed gradient checkpointing to activation checkpointing; the old names warn and go in v6.
