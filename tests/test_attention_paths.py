@@ -247,7 +247,8 @@ def test_chunked_gradients_are_exact_with_dropout_and_shaw_value_term():
 
 
 def quadratic_saved_tensors(output: torch.Tensor, length: int) -> list[str]:
-    """Tensors the autograd graph of `output` keeps for the backward that have two axes of size `length`."""
+    """Tensors the autograd graph of `output` keeps for the backward that have two axes of size `length` and
+    own that many entries (a strided view of a vector, as `rowwise.py`'s bias, owns a vector's)."""
     found, seen, stack = [], set(), [output.grad_fn]
     while stack:
         node = stack.pop()
@@ -258,14 +259,19 @@ def quadratic_saved_tensors(output: torch.Tensor, length: int) -> list[str]:
             if name.startswith("_saved_") or name == "saved_tensors":
                 saved = getattr(node, name)
                 for tensor in saved if isinstance(saved, tuple) else [saved]:
-                    if isinstance(tensor, torch.Tensor) and list(tensor.shape).count(length) >= 2:
+                    if (
+                        isinstance(tensor, torch.Tensor)
+                        and list(tensor.shape).count(length) >= 2
+                        and tensor.untyped_storage().nbytes() >= length * length * tensor.element_size()
+                    ):
                         found.append(f"{node.name()}.{name} {tuple(tensor.shape)}")
         stack.extend(next_node for next_node, _ in node.next_functions)
     return found
 
 
 @pytest.mark.parametrize("name", ["shaw-value", "t5", "alibi"])
-def test_chunked_attention_saves_nothing_quadratic_for_the_backward(name):
+def test_sdpa_attention_with_a_bias_saves_nothing_quadratic_for_the_backward(name):
+    """Shaw and T5 train on the chunked path, ALiBi through SDPA with its bias as a view (`rowwise.py`)."""
     model = model_for(name, length=16)
     ids, mask = padded_batch(72)
     for implementation, quadratic in (("eager", True), ("sdpa", False)):
@@ -336,50 +342,92 @@ def test_memn2n_refuses_packed_documents_and_learned_padding_rows_restart():
 
 
 @pytest.mark.parametrize("name", ["t5", "t5-per-layer", "alibi"])
-def test_distance_biases_at_inference_take_sdpa_per_row_block_and_match_the_reference(name, monkeypatch):
-    """Full attention, no gradient: T5 and ALiBi run SDPA per block of query rows with the bias as its float
-    mask (`rowwise.py`), in fp32 and under bf16 autocast; with gradients, the chunked path."""
-    from kolong.models.encoder import attention, rowwise
+def test_distance_biases_take_sdpa_with_the_bias_as_a_view_and_match_the_reference(name, monkeypatch):
+    """Full attention: T5 and ALiBi infer through SDPA with the bias as a Hankel view (`rowwise.py`), in fp32
+    and under bf16 autocast, one call per row length; packed documents per block of query rows. Training:
+    ALiBi (no bias gradient) the same way, T5 (a table to train) the chunked path."""
+    from kolong.models.encoder import rowwise
 
-    monkeypatch.setattr(rowwise, "MASK_ENTRIES", 1)  # blocks of 16 rows: three blocks
-    taken = []
-    monkeypatch.setattr(
-        attention, "rowwise_attention", lambda *a: taken.append(1) or rowwise.rowwise_attention(*a)
-    )
+    monkeypatch.setattr(rowwise, "MASK_ENTRIES", 1)  # row blocks of 16 rows: three blocks
+    calls = {"_hankel": [], "_row_blocks": []}
+    for function, seen in calls.items():
+        original = getattr(rowwise, function)
+        monkeypatch.setattr(rowwise, function, lambda *a, _f=original, _s=seen: _s.append(1) or _f(*a))
     model = model_for(name).eval()
-    ids, mask = padded_batch(37)
+    layers = model.config.num_hidden_layers
+    ids, mask = padded_batch(37)  # rows of 37, 18 and 34 tokens
     with torch.no_grad():
         expected = run_forward(model, "eager", ids, mask)
         torch.testing.assert_close(run_forward(model, "sdpa", ids, mask), expected)
         with torch.autocast("cpu", dtype=torch.bfloat16):
             low = run_forward(model, "sdpa", ids, mask)
         torch.testing.assert_close(low.float(), expected, rtol=0.05, atol=0.05)
-    assert len(taken) == 2 * model.config.num_hidden_layers
-    run_path(model.train(), "sdpa", ids, mask)
-    assert len(taken) == 2 * model.config.num_hidden_layers  # training: not this path
+        assert (len(calls["_hankel"]), len(calls["_row_blocks"])) == (2 * 3 * layers, 0)
+        packed = mask * (1 + (torch.arange(37) >= 9))  # two documents per row
+        torch.testing.assert_close(
+            run_forward(model, "sdpa", ids, packed), run_forward(model, "eager", ids, packed)
+        )
+        assert len(calls["_row_blocks"]) == layers
+    expected, expected_grads = run_path(model.train(), "eager", ids, mask)
+    actual, actual_grads = run_path(model, "sdpa", ids, mask)
+    torch.testing.assert_close(actual, expected)
+    for key, grad in expected_grads.items():
+        torch.testing.assert_close(actual_grads[key], grad, msg=key)
+    assert len(calls["_hankel"]) == 2 * 3 * layers + (3 * layers if name == "alibi" else 0)
 
 
 @pytest.mark.parametrize("bias_name", ["alibi", "t5"])
-def test_rowwise_attention_equals_dense_attention_with_gradients(bias_name):
-    """Padding (a row with no real key gets 0) and packed documents; T5's table gets its gradient too."""
-    from kolong.models.encoder.rowwise import rowwise_attention
+def test_distance_attention_equals_dense_attention_with_gradients(bias_name):
+    """Every row full; padding at the rows' ends (one row with no real key gets 0); padding first and packed
+    documents (per block of query rows at inference; with gradients, None: the chunked path's case)."""
+    from kolong.models.encoder.rowwise import distance_attention
     from test_sparse_attention import bias_for
 
     torch.manual_seed(0)
     length = 29
-    q, k, v = (torch.randn(2, 2, length, 4, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    q, k, v = (torch.randn(3, 2, length, 4, dtype=torch.float64, requires_grad=True) for _ in range(3))
     bias = bias_for(bias_name, 2, length)
     inputs = (q, k, v, *bias.tensors)
-    real = torch.ones(2, length, dtype=torch.bool)
-    real[1, 20:] = False
-    documents = (torch.arange(length) // 9 + 1).repeat(2, 1) * real
-    for mask in (AttentionMask(real=real), AttentionMask(real=real, documents=documents)):
-        out = rowwise_attention(q, k, v, mask, bias)
-        torch.testing.assert_close(out, dense_reference(q, k, v, mask, bias).nan_to_num(0.0))
+    ends = torch.ones(3, length, dtype=torch.bool)
+    ends[1, 20:] = False
+    ends[2, :] = False
+    documents = (torch.arange(length) // 9 + 1).repeat(3, 1) * ends
+    first = ends.flip(1)
+    every = AttentionMask(real=torch.ones_like(ends))
+    for mask, reference in ((None, every), (AttentionMask(), every), (AttentionMask(real=ends), None)):
+        reference = reference or mask
+        out = distance_attention(q, k, v, mask, bias)
+        torch.testing.assert_close(out, dense_reference(q, k, v, reference, bias).nan_to_num(0.0))
         d_out = torch.randn_like(out)
-        expected = torch.autograd.grad(chunked.chunked_attention(q, k, v, mask, bias), inputs, d_out)
+        expected = torch.autograd.grad(chunked.chunked_attention(q, k, v, reference, bias), inputs, d_out)
         for got, want in zip(torch.autograd.grad(out, inputs, d_out), expected, strict=True):
             torch.testing.assert_close(got, want)
+    for mask in (AttentionMask(real=first), AttentionMask(real=ends, documents=documents)):
+        assert distance_attention(q, k, v, mask, bias) is None
+        with torch.no_grad():
+            out = distance_attention(q, k, v, mask, bias)
+        torch.testing.assert_close(out, dense_reference(q, k, v, mask, bias).nan_to_num(0.0))
+
+
+def test_the_bias_view_keeps_sdpa_fused_and_linear_in_memory():
+    """The Hankel view reaches SDPA's fused CPU kernel (not the unfused path, which would materialise the
+    (b, h, n, n) scores) with and without a gradient for q, k and v; its storage is the (h, 2n - 1) vector."""
+    from kolong.models.encoder import rowwise
+    from test_sparse_attention import bias_for
+
+    length, heads = 64, 2
+    reverse = bias_for("alibi", heads, length).distances((), torch.arange(1 - length, length), length).float()
+    view = reverse.flip(-1).as_strided((1, heads, length, length), (0, 2 * length - 1, 1, 1))
+    q, k, v = (torch.randn(2, heads, length, 8, requires_grad=True) for _ in range(3))
+    assert view.untyped_storage().nbytes() == heads * (2 * length - 1) * 4
+    flash = torch._fused_sdp_choice(q, k, v, view)
+    assert (
+        flash
+        == torch._fused_sdp_choice(q, k, v, None)
+        != torch._fused_sdp_choice(q, k, v, view.requires_grad_())
+    )
+    out = rowwise._hankel(q, k, v, reverse.flip(-1).contiguous(), length)
+    assert "Flash" in out.grad_fn.name()
 
 
 def test_toeplitz_rows_read_the_bias_of_each_distance():

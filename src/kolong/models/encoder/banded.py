@@ -30,9 +30,9 @@ MASK_ENTRIES = 2**22
 
 
 def fits(q: torch.Tensor, bias: ChunkBias | None) -> bool:
-    """Whether an SDPA path (this one, or `rowwise.py` for full attention) takes this call: always without a
-    bias; with one that depends on distance alone, only when no gradient is asked, since its float mask and
-    that mask's gradient would be kept per layer for the backward (the chunked path keeps nothing of the kind)."""
+    """Whether the banded path takes this call: always without a bias; with one that depends on distance
+    alone, only when no gradient is asked, since its float mask, materialised per band, and that mask's
+    gradient would be kept per layer for the backward (the chunked path keeps nothing of the kind)."""
     if bias is None:
         return True
     if not bias.by_distance:

@@ -1,13 +1,24 @@
-"""Full attention with a bias by distance alone (T5, ALiBi) on CPU inference: SDPA per block of query rows.
+"""Full attention with a bias by distance alone (T5, ALiBi) on CPU: SDPA's fused kernel, the bias as a view.
 
-    for each block of c query rows [s, s + c):
-        mask  = bias(j - i) where allowed(i, j), else -inf        (h, c, n): SDPA's float mask
-        out[s : s + c] = SDPA(q[s : s + c], k, v, mask)
+The bias is Toeplitz, B[i, j] = b[j - i + n - 1] for a vector b of (h, 2n - 1). Read over a row's L real
+keys in reverse order (key j' is key L - 1 - j'), it becomes Hankel, constant along anti-diagonals:
 
-The chunked path (`chunked.py`) computes the same rows with a matmul, the bias, a log-sum-exp and a second
-matmul; SDPA's fused CPU kernel does the last three in one pass (one call at 2,048 tokens and 12 heads took
-0.17x the chunked path's time with ALiBi, 0.3x with T5; model-level numbers: `kolong bench encoder`). Memory stays linear in n: one block's mask, about MASK_ENTRIES entries, at a time.
-Gradients would keep every block's mask, so training keeps the chunked path (`banded.fits`).
+    B[i, L - 1 - j'] = r[n - L + i + j']         r = b reversed
+
+so every query row's bias is a consecutive window of r, and the whole (h, n, L) bias is a strided view of
+r (strides 2n - 1, 1, 1) with no copy. SDPA's fused CPU kernel reads its float mask through strides, so
+
+    out = SDPA(q, reverse(k[:L]), reverse(v[:L]), attn_mask=that view)
+
+is one call with nothing quadratic in memory (reversing the keys with their values leaves attention as it
+is). At 2,048 tokens and 12 heads it took about the time of SDPA without a mask; building each block of the
+Toeplitz bias instead (the path before) cost about as much again. The view needs no gradient when the bias
+tensors need none (ALiBi), so training runs the kernel's backward too; a bias with a gradient (T5's table)
+would send SDPA to its unfused path, which materialises (b, h, n, n) scores, so T5 trains on the chunked path.
+
+Rows padded at their end are grouped by length, one call per length. Packed documents, or padding
+elsewhere, take SDPA per block of query rows with the block's bias built and masked (-inf), at inference
+only (autograd would keep every block's mask); with a gradient asked the caller takes the chunked path.
 """
 
 from __future__ import annotations
@@ -20,16 +31,72 @@ from kolong.models.encoder.chunked import ChunkBias
 from kolong.models.encoder.masks import AttentionMask
 
 
-@torch.compiler.disable  # a loop over row blocks; inside a compiled model it runs eagerly, as the chunked path
-def rowwise_attention(q, k, v, mask: AttentionMask | None, bias: ChunkBias) -> torch.Tensor:
-    """softmax(q k^T / sqrt(d) + bias + mask) v: (b, h, n, d_h), exact; rows with no allowed key get 0."""
+def fits(q: torch.Tensor, bias: ChunkBias | None) -> bool:
+    """Whether `distance_attention` can take this call: a bias by distance alone, and no gradient for it
+    (inference; or ALiBi, whose bias has no parameters)."""
+    if bias is None or not bias.by_distance:
+        return False
+    return not torch.is_grad_enabled() or not any(t.requires_grad for t in bias.tensors)
+
+
+@torch.compiler.disable  # reads row lengths on the host; inside a compiled model it runs eagerly
+def distance_attention(q, k, v, mask: AttentionMask | None, bias: ChunkBias) -> torch.Tensor | None:
+    """softmax(q k^T / sqrt(d) + bias + mask) v: (b, h, n, d_h), exact; rows with no allowed key get 0.
+    None when a gradient is asked and the mask is not padding at the rows' ends (the chunked path's case)."""
+    length = q.shape[2]
+    ends = _row_ends(mask, length)
+    if ends is None:
+        if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+            return None
+        return _row_blocks(q, k, v, mask, bias)
+    distance = torch.arange(1 - length, length, device=q.device)
+    reverse = bias.distances(bias.tensors, distance, length).to(q.dtype).flip(-1)  # (h, 2n - 1), contiguous
+    if len(set(ends)) == 1:
+        return _hankel(q, k, v, reverse, ends[0])
+    groups: dict[int, list[int]] = {}
+    for row, end in enumerate(ends):
+        groups.setdefault(end, []).append(row)
+    parts, order = [], []
+    for end, rows in groups.items():
+        index = torch.tensor(rows, device=q.device)
+        parts.append(_hankel(q[index], k[index], v[index], reverse, end))
+        order.extend(rows)
+    return torch.cat(parts)[torch.tensor(order, device=q.device).argsort()]
+
+
+def _row_ends(mask: AttentionMask | None, length: int) -> list[int] | None:
+    """Each row's number of real tokens when they come first (padding at the end only), else None."""
+    if mask is None or mask.empty:
+        return [length]
+    if not mask.keys_only:  # packed documents (or a window, which never comes here)
+        return None
+    real = mask.real
+    ends = real.sum(1)
+    if not bool((real == (torch.arange(length, device=real.device) < ends[:, None])).all()):
+        return None
+    return ends.tolist()
+
+
+def _hankel(q, k, v, reverse: torch.Tensor, end: int) -> torch.Tensor:
+    """Attention of every query to the first `end` keys, the bias read from `reverse` as a Hankel view."""
+    if end == 0:
+        return torch.zeros_like(q)
+    heads, length = reverse.shape[0], q.shape[2]
+    bias = reverse.as_strided(
+        (1, heads, length, end), (0, reverse.stride(0), 1, 1), reverse.storage_offset() + length - end
+    )  # bias[0, h, i, j'] = reverse[h, n - end + i + j']: the bias between query i and key end - 1 - j'
+    return F.scaled_dot_product_attention(q, k[:, :, :end].flip(2), v[:, :, :end].flip(2), attn_mask=bias)
+
+
+def _row_blocks(q, k, v, mask: AttentionMask, bias: ChunkBias) -> torch.Tensor:
+    """SDPA per block of query rows, each block's bias built (h, c, n) and masked: about MASK_ENTRIES at a time."""
     batch, heads, length, _ = q.shape
     rows = max(16, MASK_ENTRIES // (batch * heads * length))
     out = torch.empty_like(q)
     for start in range(0, length, rows):
         stop = min(start + rows, length)
         scores = bias.scores(bias.tensors, start, stop, length).to(q.dtype)  # (1, h, c, n)
-        allowed = None if mask is None else mask.rows(start, stop, length, q.device)  # (b|1, 1, c|1, n)
+        allowed = mask.rows(start, stop, length, q.device)  # (b|1, 1, c|1, n)
         if allowed is not None:
             scores = torch.where(allowed, scores, float("-inf"))
         out[:, :, start:stop] = F.scaled_dot_product_attention(q[:, :, start:stop], k, v, attn_mask=scores)
