@@ -142,10 +142,11 @@ class _ChunkedAttention(torch.autograd.Function):
         mask, bias, dropout_p, rows = ctx.mask, ctx.bias, ctx.dropout_p, ctx.rows
         length, scale = q.shape[2], 1.0 / math.sqrt(q.shape[-1])
         exact = _exact(q)
+        # contiguous, so `_add_products` accumulates into them in place
         d_q, d_k, d_v = (
             torch.zeros_like(q),
-            torch.zeros_like(k, dtype=exact),
-            torch.zeros_like(v, dtype=exact),
+            k.new_zeros(k.shape, dtype=exact),
+            v.new_zeros(v.shape, dtype=exact),
         )
         grads = [torch.zeros_like(t) if t.requires_grad else None for t in tensors]
         for index, start in enumerate(range(0, length, rows)):
@@ -164,24 +165,30 @@ class _ChunkedAttention(torch.autograd.Function):
                 full = _scatter_keys(kept, keys, length)
                 d_value = bias.value_grads(tensors, start, stop, full, d_block, grads)
                 d_kept += d_value if keys is None else d_value.index_select(-1, keys)
-            _add_keys(d_v, keys, torch.matmul(kept.transpose(-1, -2), d_block))
+            _add_products(d_v, keys, kept.transpose(-1, -2), d_block)
             d_probs = d_kept.masked_fill_(dropped, 0.0).mul_(1.0 / keep) if dropout_p > 0 else d_kept
             # dS = P * (dP - sum_j P dP): the softmax backward, in place on dP.
             d_scores = d_probs.sub_((probs * d_probs).sum(-1, keepdim=True)).mul_(probs)
-            q_block = q[:, :, start:stop].to(exact)
+            q_block = q[:, :, start:stop].to(exact) * scale  # (b, h, c, d_h): the scale on c rows, not on n
             d_q[:, :, start:stop] = (torch.matmul(d_scores, k_block) * scale).to(q.dtype)
-            _add_keys(d_k, keys, torch.matmul(d_scores.transpose(-1, -2), q_block) * scale)
+            _add_products(d_k, keys, d_scores.transpose(-1, -2), q_block)
             if bias is not None:
                 bias.score_grads(tensors, start, stop, _scatter_keys(d_scores, keys, length), grads)
         return (d_q, d_k.to(k.dtype), d_v.to(v.dtype), None, None, None, *grads)
 
 
-def _add_keys(total: torch.Tensor, keys: torch.Tensor | None, block: torch.Tensor) -> None:
-    """total[:, :, keys] += block (all keys when None)."""
-    if keys is None:
-        total += block
+def _add_products(
+    total: torch.Tensor, keys: torch.Tensor | None, left: torch.Tensor, right: torch.Tensor
+) -> None:
+    """total[:, :, keys] += left @ right (all keys when None; then in place, no (b, h, n, d_h) temporary per
+    block, which cost more than the product itself once blocks are a few rows tall)."""
+    if keys is None and total.is_contiguous():
+        # in place under autocast too, where the backward's products come in bf16
+        total.flatten(0, 1).baddbmm_(left.flatten(0, 1).to(total.dtype), right.flatten(0, 1).to(total.dtype))
+    elif keys is None:
+        total += torch.matmul(left, right)
     else:
-        total.index_add_(2, keys, block.to(total.dtype))
+        total.index_add_(2, keys, torch.matmul(left, right).to(total.dtype))
 
 
 def _probabilities(q, k, mask, bias, tensors, start, stop, scale, keys=None, lse=None):
