@@ -349,7 +349,7 @@ def test_distance_biases_take_sdpa_with_the_bias_as_a_view_and_match_the_referen
     from kolong.models.encoder import rowwise
 
     monkeypatch.setattr(rowwise, "MASK_ENTRIES", 1)  # row blocks of 16 rows: three blocks
-    calls = {"_hankel": [], "_row_blocks": []}
+    calls = {"_hankel": [], "row_block_attention": []}
     for function, seen in calls.items():
         original = getattr(rowwise, function)
         monkeypatch.setattr(rowwise, function, lambda *a, _f=original, _s=seen: _s.append(1) or _f(*a))
@@ -362,18 +362,52 @@ def test_distance_biases_take_sdpa_with_the_bias_as_a_view_and_match_the_referen
         with torch.autocast("cpu", dtype=torch.bfloat16):
             low = run_forward(model, "sdpa", ids, mask)
         torch.testing.assert_close(low.float(), expected, rtol=0.05, atol=0.05)
-        assert (len(calls["_hankel"]), len(calls["_row_blocks"])) == (2 * 3 * layers, 0)
+        assert (len(calls["_hankel"]), len(calls["row_block_attention"])) == (2 * 3 * layers, 0)
         packed = mask * (1 + (torch.arange(37) >= 9))  # two documents per row
         torch.testing.assert_close(
             run_forward(model, "sdpa", ids, packed), run_forward(model, "eager", ids, packed)
         )
-        assert len(calls["_row_blocks"]) == layers
+        assert len(calls["row_block_attention"]) == layers
     expected, expected_grads = run_path(model.train(), "eager", ids, mask)
     actual, actual_grads = run_path(model, "sdpa", ids, mask)
     torch.testing.assert_close(actual, expected)
     for key, grad in expected_grads.items():
         torch.testing.assert_close(actual_grads[key], grad, msg=key)
     assert len(calls["_hankel"]) == 2 * 3 * layers + (3 * layers if name == "alibi" else 0)
+
+
+@pytest.mark.parametrize("name", ["shaw", "shaw-shared", "shaw-value"])
+def test_shaw_infers_through_sdpa_per_row_block_and_matches_the_reference(name, monkeypatch):
+    """Shaw's key term at inference: SDPA per block of query rows with its bias (`rowwise.py`), padding and
+    packed documents, fp32 and bf16; its value term (which needs the probabilities) and training: chunked."""
+    from kolong.models.encoder import attention, rowwise
+
+    monkeypatch.setattr(rowwise, "MASK_ENTRIES", 1)  # row blocks of 16 rows: three blocks
+    taken = []
+    monkeypatch.setattr(
+        rowwise, "row_block_attention", lambda *a, _f=rowwise.row_block_attention: taken.append(1) or _f(*a)
+    )
+    chunked_calls = []
+    monkeypatch.setattr(
+        attention,
+        "chunked_attention",
+        lambda *a, _f=attention.chunked_attention: chunked_calls.append(1) or _f(*a),
+    )
+    model = model_for(name).eval()
+    layers = model.config.num_hidden_layers
+    ids, mask = padded_batch(37)
+    packed = mask * (1 + (torch.arange(37) >= 9))
+    with torch.no_grad():
+        for attention_mask in (mask, packed):
+            expected = run_forward(model, "eager", ids, attention_mask)
+            torch.testing.assert_close(run_forward(model, "sdpa", ids, attention_mask), expected)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            low = run_forward(model, "sdpa", ids, mask)
+        torch.testing.assert_close(low.float(), run_forward(model, "eager", ids, mask), rtol=0.05, atol=0.05)
+    values = name == "shaw-value"
+    assert (len(taken), len(chunked_calls)) == ((0, 3 * layers) if values else (3 * layers, 0))
+    run_path(model.train(), "sdpa", ids, mask)
+    assert len(taken) == (0 if values else 3 * layers)  # training: the chunked path
 
 
 @pytest.mark.parametrize("bias_name", ["alibi", "t5"])

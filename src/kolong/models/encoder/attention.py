@@ -11,7 +11,8 @@
   the chunked exact path (`chunked.py`: linear memory, no scatter), except that t5 and alibi (a bias by
   distance alone) take SDPA with the bias as its float mask when the bias needs no gradient (inference;
   ALiBi's training too) and there is no attention dropout: the whole bias as a strided view of one vector
-  (`rowwise.py`), or over key bands under a local window (`banded.py`, inference).
+  (`rowwise.py`), or over key bands under a local window (`banded.py`, inference); Shaw's key term (without
+  its value term) takes SDPA per block of query rows at inference (`rowwise.py`).
 - `flex_attention`: FlexAttention always (forward-only on CPU), except Shaw's value term, which has no
   flex form and takes the chunked path.
 
@@ -97,6 +98,10 @@ class KolongAttention(nn.Module):
             context = rowwise.distance_attention(q, k, v, None if mask.empty else mask, bias)
             if context is not None:
                 return context
+        if (
+            dropout_p == 0 and mask.window is None and rowwise.fits_row_blocks(q, k, v, bias)
+        ):  # Shaw, inference
+            return rowwise.row_block_attention(q, k, v, None if mask.empty else mask, bias)
         if dropout_p == 0 and mask.window is not None and BANDED_LOCAL_ATTENTION and banded.fits(q, bias):
             return banded.banded_attention(q, k, v, mask, bias)  # over key bands
         return chunked_attention(q, k, v, None if mask.empty else mask, bias, dropout_p)
