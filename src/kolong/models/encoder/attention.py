@@ -93,18 +93,18 @@ class KolongAttention(nn.Module):
             return self._attend_flex(q, k, v, mask, positions, layer, state, dropout_p, explicit=False)
         # The bias is built only here, once the path is known (flex builds its own from the same tables).
         bias = positions.chunk_bias(layer, q, state)
-        # SDPA's fused kernel where it can take the bias: about twice the chunked path's speed, or more
-        if dropout_p == 0 and mask.window is None and rowwise.fits(q, bias):
-            context = rowwise.distance_attention(q, k, v, None if mask.empty else mask, bias)
-            if context is not None:
-                return context
-        if (
-            dropout_p == 0 and mask.window is None and rowwise.fits_row_blocks(q, k, v, bias)
-        ):  # Shaw, inference
-            return rowwise.row_block_attention(q, k, v, None if mask.empty else mask, bias)
+        # SDPA's fused kernel wherever it can take the bias: 1.5-2.5x the chunked path's speed on CPU
+        given = None if mask.empty else mask
+        if dropout_p == 0 and mask.window is None:
+            if rowwise.fits_distance(bias):  # T5, ALiBi: the bias as one strided view
+                context = rowwise.distance_attention(q, k, v, given, bias)
+                if context is not None:
+                    return context
+            elif rowwise.fits_row_blocks(q, k, v, bias):  # Shaw's key term at inference
+                return rowwise.row_block_attention(q, k, v, given, bias)
         if dropout_p == 0 and mask.window is not None and BANDED_LOCAL_ATTENTION and banded.fits(q, bias):
             return banded.banded_attention(q, k, v, mask, bias)  # over key bands
-        return chunked_attention(q, k, v, None if mask.empty else mask, bias, dropout_p)
+        return chunked_attention(q, k, v, given, bias, dropout_p)
 
     def _attend_flex(self, q, k, v, mask, positions, layer, state, dropout_p, explicit: bool):
         from kolong.models.encoder import flex

@@ -34,7 +34,7 @@ from kolong.models.encoder.chunked import ChunkBias
 from kolong.models.encoder.masks import AttentionMask
 
 
-def fits(q: torch.Tensor, bias: ChunkBias | None) -> bool:
+def fits_distance(bias: ChunkBias | None) -> bool:
     """Whether `distance_attention` can take this call: a bias by distance alone, and no gradient for it
     (inference; or ALiBi, whose bias has no parameters)."""
     if bias is None or not bias.by_distance:
