@@ -450,8 +450,10 @@ def test_the_bias_view_keeps_sdpa_fused_and_linear_in_memory():
     from test_sparse_attention import bias_for
 
     length, heads = 64, 2
-    reverse = bias_for("alibi", heads, length).distances((), torch.arange(1 - length, length), length).float()
-    view = reverse.flip(-1).as_strided((1, heads, length, length), (0, 2 * length - 1, 1, 1))
+    per_distance = (
+        bias_for("alibi", heads, length).distances((), torch.arange(1 - length, length), length).float()
+    )
+    view = per_distance.flip(-1).as_strided((1, heads, length, length), (0, 2 * length - 1, 1, 1))
     q, k, v = (torch.randn(2, heads, length, 8, requires_grad=True) for _ in range(3))
     assert view.untyped_storage().nbytes() == heads * (2 * length - 1) * 4
     flash = torch._fused_sdp_choice(q, k, v, view)
@@ -460,8 +462,37 @@ def test_the_bias_view_keeps_sdpa_fused_and_linear_in_memory():
         == torch._fused_sdp_choice(q, k, v, None)
         != torch._fused_sdp_choice(q, k, v, view.requires_grad_())
     )
-    out = rowwise._hankel(q, k, v, reverse.flip(-1).contiguous(), length)
+    out = rowwise._hankel(q, k, v, per_distance, length)
     assert "Flash" in out.grad_fn.name()
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_t5_chunked_forward_in_the_fused_kernel_gives_the_same_outputs_and_gradients(dtype, monkeypatch):
+    """Without mask or dropout, T5's chunked attention takes its output and log-sum-exp from SDPA's fused CPU
+    kernel (the bias as a Hankel view) and keeps its own backward: equal to the row-block forward and to the
+    dense reference, the table's gradient included."""
+    from test_sparse_attention import bias_for
+
+    torch.manual_seed(0)
+    length = 29
+    q, k, v = (torch.randn(2, 2, length, 4, dtype=dtype, requires_grad=True) for _ in range(3))
+    bias = bias_for("t5", 2, length)
+    bias.tensors = (bias.tensors[0].detach().to(dtype).requires_grad_(),)
+    inputs = (q, k, v, *bias.tensors)
+    taken = []
+    fused = chunked._fused_forward
+    monkeypatch.setattr(chunked, "_fused_forward", lambda *a: taken.append(1) or fused(*a))
+    out = chunked.chunked_attention(q, k, v, None, bias)
+    assert taken
+    d_out = torch.randn_like(out)
+    grads = torch.autograd.grad(out, inputs, d_out)
+    monkeypatch.setattr(chunked, "_fused_forward", lambda *a: None)
+    expected = chunked.chunked_attention(q, k, v, None, bias)
+    torch.testing.assert_close(out, expected)
+    every = AttentionMask(real=torch.ones(2, length, dtype=torch.bool))
+    torch.testing.assert_close(out, dense_reference(q, k, v, every, bias))
+    for got, want in zip(grads, torch.autograd.grad(expected, inputs, d_out), strict=True):
+        torch.testing.assert_close(got, want)
 
 
 def test_toeplitz_rows_read_the_bias_of_each_distance():

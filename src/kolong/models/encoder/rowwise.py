@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from kolong.models.encoder.banded import MASK_ENTRIES
-from kolong.models.encoder.chunked import ChunkBias
+from kolong.models.encoder.chunked import ChunkBias, hankel_view
 from kolong.models.encoder.masks import AttentionMask
 
 
@@ -60,16 +60,16 @@ def distance_attention(q, k, v, mask: AttentionMask | None, bias: ChunkBias) -> 
             return None
         return row_block_attention(q, k, v, mask, bias)
     distance = torch.arange(1 - length, length, device=q.device)
-    reverse = bias.distances(bias.tensors, distance, length).to(q.dtype).flip(-1)  # (h, 2n - 1), contiguous
+    per_distance = bias.distances(bias.tensors, distance, length).to(q.dtype)  # (h, 2n - 1)
     if len(set(ends)) == 1:
-        return _hankel(q, k, v, reverse, ends[0])
+        return _hankel(q, k, v, per_distance, ends[0])
     groups: dict[int, list[int]] = {}
     for row, end in enumerate(ends):
         groups.setdefault(end, []).append(row)
     parts, order = [], []
     for end, rows in groups.items():
         index = torch.tensor(rows, device=q.device)
-        parts.append(_hankel(q[index], k[index], v[index], reverse, end))
+        parts.append(_hankel(q[index], k[index], v[index], per_distance, end))
         order.extend(rows)
     return torch.cat(parts)[torch.tensor(order, device=q.device).argsort()]
 
@@ -87,14 +87,11 @@ def _row_ends(mask: AttentionMask | None, length: int) -> list[int] | None:
     return ends.tolist()
 
 
-def _hankel(q, k, v, reverse: torch.Tensor, end: int) -> torch.Tensor:
-    """Attention of every query to the first `end` keys, the bias read from `reverse` as a Hankel view."""
+def _hankel(q, k, v, per_distance: torch.Tensor, end: int) -> torch.Tensor:
+    """Attention of every query to the first `end` keys, the bias read as a Hankel view (`hankel_view`)."""
     if end == 0:
         return torch.zeros_like(q)
-    heads, length = reverse.shape[0], q.shape[2]
-    bias = reverse.as_strided(
-        (1, heads, length, end), (0, reverse.stride(0), 1, 1), reverse.storage_offset() + length - end
-    )  # bias[0, h, i, j'] = reverse[h, n - end + i + j']: the bias between query i and key end - 1 - j'
+    bias = hankel_view(per_distance, q.shape[2], end)
     return F.scaled_dot_product_attention(q, k[:, :, :end].flip(2), v[:, :, :end].flip(2), attn_mask=bias)
 
 
