@@ -8,7 +8,7 @@ distances share the last bucket. The function matches HF's `T5Attention._relativ
 
 The bias depends on j - i only, so every path starts from one vector per head over the 2n - 1
 distances. The reference (`eager`) indexes it into (1, h, n, n); the chunked path builds row blocks
-and sums the gradient along diagonals (a pad-and-reshape skew, no scatter); FlexAttention computes
+and sums the gradient along diagonals (a skewed write into a zero buffer, no scatter); FlexAttention computes
 the bucket in its kernel from the bucket boundaries (`t5_flex`) and reads the small (buckets, h) table.
 Buckets are computed on the CPU once, so every device and path agrees with HF's function exactly.
 """
@@ -170,12 +170,13 @@ class T5ChunkBias(ChunkBias):
     def score_grads(self, tensors, start, stop, d_scores, grads):
         if grads[0] is None:
             return
-        x = d_scores.sum(0)  # (h, c, n)
-        heads, rows, length = x.shape
-        # Skew: padding each row on the left by c and re-reading the rows with width n + c + 1 puts
-        # entry (i, j) in column j - i + c, so the column sums are the sums along diagonals.
-        skewed = torch.nn.functional.pad(x, (rows, 0)).reshape(heads, -1)
-        skewed = torch.nn.functional.pad(skewed, (0, rows)).reshape(heads, rows, length + rows + 1)
+        _, heads, rows, length = d_scores.shape
+        # Skew: entry (i, j) of the batch's sum goes to column j - i + c of a zero (h, c, n + c + 1) buffer, written
+        # through a view whose rows step n + c (one less than the buffer's), so the column sums are the sums
+        # along diagonals. One zero fill and one strided write; no padded copies.
+        skewed = d_scores.new_zeros(heads, rows, length + rows + 1)
+        view = skewed.as_strided((heads, rows, length), (skewed.stride(0), length + rows, 1), rows)
+        torch.sum(d_scores, 0, out=view)
         diagonals = skewed.sum(1)  # (h, n + c + 1): column col holds local distance col - c
         offset = length - 1 - rows - start  # index into the 2n - 1 distances of column 0
         low, high = max(0, -offset), min(length + rows + 1, 2 * length - 1 - offset)
