@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from kolong.models.encoder.chunked import ChunkBias
+from kolong.models.encoder.chunked import ChunkBias, asks_gradient
 from kolong.models.encoder.masks import AttentionMask
 
 MIN_BLOCK_ROWS = 128  # below this SDPA's per-block overhead outweighs the band's wasted scores (measured)
@@ -37,7 +37,7 @@ def fits(q: torch.Tensor, bias: ChunkBias | None) -> bool:
         return True
     if not bias.by_distance:
         return False
-    return not torch.is_grad_enabled() or not any(t.requires_grad for t in (q, *bias.tensors))
+    return not asks_gradient(q, *bias.tensors)
 
 
 def _blocks(x: torch.Tensor, rows: int, padded: int) -> torch.Tensor:

@@ -56,6 +56,11 @@ class ChunkBias:
         raise NotImplementedError
 
 
+def asks_gradient(*tensors: torch.Tensor) -> bool:
+    """Whether autograd will want a gradient through any of `tensors` (the SDPA paths' deciding question)."""
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
 def toeplitz_rows(per_distance: torch.Tensor, start: int, stop: int, length: int) -> torch.Tensor:
     """Rows start..stop-1 of the (h, n, n) bias whose entry (i, j) is per_distance[:, j - i + n - 1]: (h, c, n).
 
@@ -205,9 +210,10 @@ def _fused_forward(q, k, v, mask, bias, dropout_p, tensors) -> tuple[torch.Tenso
     (the bias's gradient) stays the chunked one; forward + backward took 0.7x the time at 2,048 tokens and 12
     heads. None where it does not apply. The kernel's operator is private (the same from torch 2.11 to 2.15)."""
     kernel = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
-    if kernel is None or mask is not None or dropout_p > 0 or bias is None or not bias.by_distance:
-        return None
-    if q.device.type != "cpu":
+    usable = (
+        bias is not None and bias.by_distance and mask is None and dropout_p == 0 and q.device.type == "cpu"
+    )
+    if kernel is None or not usable:
         return None
     length = q.shape[2]
     per_distance = bias.distances(tensors, torch.arange(1 - length, length, device=q.device), length)

@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from kolong.models.encoder.banded import MASK_ENTRIES
-from kolong.models.encoder.chunked import ChunkBias, hankel_view
+from kolong.models.encoder.chunked import ChunkBias, asks_gradient, hankel_view
 from kolong.models.encoder.masks import AttentionMask
 
 
@@ -39,14 +39,14 @@ def fits_distance(bias: ChunkBias | None) -> bool:
     (inference; or ALiBi, whose bias has no parameters)."""
     if bias is None or not bias.by_distance:
         return False
-    return not torch.is_grad_enabled() or not any(t.requires_grad for t in bias.tensors)
+    return not asks_gradient(*bias.tensors)
 
 
 def fits_row_blocks(q, k, v, bias: ChunkBias | None) -> bool:
     """Whether `row_block_attention` can take this call: a bias without a value term, no gradient asked."""
     if bias is None or bias.has_values:
         return False
-    return not torch.is_grad_enabled() or not any(t.requires_grad for t in (q, k, v, *bias.tensors))
+    return not asks_gradient(q, k, v, *bias.tensors)
 
 
 @torch.compiler.disable  # reads row lengths on the host; inside a compiled model it runs eagerly
@@ -56,7 +56,7 @@ def distance_attention(q, k, v, mask: AttentionMask | None, bias: ChunkBias) -> 
     length = q.shape[2]
     ends = _row_ends(mask, length)
     if ends is None:
-        if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+        if asks_gradient(q, k, v):
             return None
         return row_block_attention(q, k, v, mask, bias)
     distance = torch.arange(1 - length, length, device=q.device)
