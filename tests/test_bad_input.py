@@ -201,6 +201,7 @@ REQUIRED = {
     ("demo",): [],
     ("plot", "positions"): ["--scheme", "sinusoidal", "-o", "OUT.png"],
     ("data", "long-docs"): ["SQUAD", "-o", "OUT.json"],
+    ("data", "split"): ["SQUAD", "-o", "OUT"],
     ("data", "corpus"): ["TEXT", "-t", "MODEL", "-o", "OUT"],
     ("evaluate", "qa"): ["--data", "SQUAD", "--predictions", "PRED"],
     ("evaluate", "klue"): ["nli", "--predictions", "PRED"],
@@ -341,6 +342,7 @@ DIRECTORY_OUTPUTS = {  # commands whose -o is a directory
     "extend": lambda w: ["extend", w["model"], "-n", 128],
     "convert": lambda w: ["convert", w["model"]],
     "data corpus": lambda w: ["data", "corpus", w["text"], "-t", w["model"], "--max-length", 16],
+    "data split": lambda w: ["data", "split", w["squad"]],
     "tokenizer train": lambda w: [
         "tokenizer",
         "train",

@@ -83,6 +83,19 @@ def test_resume_from_the_last_checkpoint(workspace):
     assert json.loads(results.read_text())["metrics"]["resumed_from"].endswith("checkpoint-4")
 
 
+def test_sample_limits_and_stage_lines(workspace):
+    """HF run_qa's --max_train_samples / --max_eval_samples take the first N questions; the preparation's
+    stages are reported on stderr, so stdout stays the results."""
+    root, data, model = workspace
+    out = root / "limited"
+    result = finetune(model, data, out, "--eval", data, "--max-steps", 1, "--max-train-samples", 3,
+                      "--max_eval_samples", 2)  # fmt: skip
+    metrics = json.loads((out / "kolong_qa_results.json").read_text())["metrics"]
+    assert metrics["train_examples"] == 3 and metrics["intervals"]["f1"]["n"] == 2
+    assert "training: 3 questions" in result.stderr and "evaluation: 2 questions" in result.stderr
+    assert "windows in" in result.stderr and "training: 3 questions" not in result.stdout
+
+
 def test_refusals(workspace):
     root, data, model = workspace
     result = runner.invoke(

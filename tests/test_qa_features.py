@@ -44,10 +44,30 @@ def test_truncate_keeps_one_window_and_sliding_covers_the_context(tokenizer):
     assert len(truncated) == 1
     assert len(sliding) > 1 and set(sliding.example_index) == {0}
     covered = set()
-    for offsets in sliding.offsets:
-        covered.update(span for span in offsets if span is not None)
-    all_spans = build_features(tokenizer, [example], 512, "truncate").offsets[0]
+    for window in range(len(sliding)):
+        covered.update(span for span in sliding.spans(window) if span is not None)
+    all_spans = build_features(tokenizer, [example], 512, "truncate").spans(0)
     assert covered == {span for span in all_spans if span is not None}
+
+
+def test_features_built_over_several_calls_equal_one_call(tokenizer, monkeypatch):
+    """Long inputs are tokenised a few contexts per call (bounded memory); the windows do not change."""
+    from kolong.data import qa_features
+
+    examples = [example_with_answer(tokenizer, start) for start in range(10)]
+    whole = build_features(tokenizer, examples, 24, "sliding-window", doc_stride=6)
+    monkeypatch.setattr(qa_features, "CHARACTERS_PER_CALL", 250)  # two or three contexts per call
+    split = build_features(tokenizer, examples, 24, "sliding-window", doc_stride=6)
+    assert len(list(qa_features._calls(examples))) >= 4
+    assert split.example_index == whole.example_index and len(set(whole.example_index)) == 10
+    assert (split.start_positions, split.end_positions) == (whole.start_positions, whole.end_positions)
+    for name in ("input_ids", "attention_mask", "token_type_ids", "offsets"):
+        for a, b in zip(getattr(split, name), getattr(whole, name), strict=True):
+            np.testing.assert_array_equal(a, b)
+    ids, offsets = whole.input_ids[0], whole.offsets[0]
+    assert ids.dtype == np.int32 and whole.attention_mask[0].dtype == np.int8
+    assert (offsets[whole.token_type_ids[0] == 0] == -1).all()  # question and specials: no span
+    assert [span is None for span in whole.spans(0)] == (offsets[:, 0] < 0).tolist()
 
 
 def test_answer_outside_the_truncated_window_is_labelled_cls_not_clamped(tokenizer):
@@ -63,11 +83,11 @@ def test_labels_point_at_the_answer_in_every_window_that_holds_it(tokenizer):
         holding = 0
         for window in range(len(features)):
             s, e = features.start_positions[window], features.end_positions[window]
-            spans = [span for span in features.offsets[window] if span is not None]
+            spans = [span for span in features.spans(window) if span is not None]
             inside = spans[0][0] <= example.answers[0].start and spans[-1][1] >= example.answers[0].end
             if inside:
                 holding += 1
-                offsets = features.offsets[window]
+                offsets = features.spans(window)
                 assert example.context[offsets[s][0] : offsets[e][1]] == example.answers[0].text
             else:
                 assert (s, e) == (0, 0)
@@ -77,7 +97,7 @@ def test_labels_point_at_the_answer_in_every_window_that_holds_it(tokenizer):
 def test_answer_at_window_edges_and_in_the_overlap(tokenizer):
     example = example_with_answer(tokenizer, 0, length=1)  # first context token
     features = build_features(tokenizer, [example], 24, "sliding-window", doc_stride=8)
-    offsets = features.offsets[0]
+    offsets = features.spans(0)
     first_context = offsets.index(next(s for s in offsets if s is not None))
     start, end = features.start_positions[0], features.end_positions[0]
     assert start == first_context
@@ -87,7 +107,7 @@ def test_answer_at_window_edges_and_in_the_overlap(tokenizer):
     example = example_with_answer(tokenizer, last_word, length=1)  # last context token
     features = build_features(tokenizer, [example], 24, "sliding-window", doc_stride=8)
     last_window = len(features) - 1
-    offsets = features.offsets[last_window]
+    offsets = features.spans(last_window)
     last_context = max(i for i, s in enumerate(offsets) if s is not None)
     assert features.end_positions[last_window] == last_context
     # Windows that overlap on the answer label it in each of them.
@@ -149,7 +169,7 @@ def test_question_and_padding_tokens_cannot_crowd_the_answer_out_of_the_n_best(t
     n best are taken among context tokens only, so the answer is still found, with n_best = 1."""
     example = example_with_answer(tokenizer, 4, context="짧은 문맥 하나에 정답이 들어 있다")
     features = build_features(tokenizer, [example], 48, "truncate")
-    outside = np.array([span is None for span in features.offsets[0]])
+    outside = np.array([span is None for span in features.spans(0)])
     assert outside.sum() > 1 and features.attention_mask[0][-1] == 0  # question, specials and padding
     start_logits, end_logits = np.where(outside, 5.0, 0.0)[None], np.where(outside, 5.0, 0.0)[None]
     start_logits[0, features.start_positions[0]] = end_logits[0, features.end_positions[0]] = 1.0
@@ -175,7 +195,7 @@ def test_window_collator_pads_batches_on_the_right_to_their_longest_window(token
         tokenizer.padding_side = side
     assert batch["input_ids"].shape == (2, -(-lengths[1] // 8) * 8)  # rounded up to a multiple of 8
     for row, length in enumerate(lengths):  # real tokens first, where their offsets say they are
-        assert batch["input_ids"][row, :length].tolist() == features.input_ids[row]
+        assert batch["input_ids"][row, :length].tolist() == features.input_ids[row].tolist()
         assert batch["attention_mask"][row].tolist() == [1] * length + [0] * (
             batch["input_ids"].shape[1] - length
         )
@@ -276,6 +296,6 @@ def test_sliding_windows_cover_every_context_token(
     example = QAExample("q", " ".join(["질문"] * question_words), context, [Answer(context.split()[0], 0)])
     stride = int(stride_fraction * max_length) // 2
     features = build_features(tokenizer, [example], max_length, "sliding-window", doc_stride=stride)
-    covered = {span for offsets in features.offsets for span in offsets if span is not None}
+    covered = {span for w in range(len(features)) for span in features.spans(w) if span is not None}
     alone = tokenizer(context, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
     assert covered == {tuple(span) for span in alone}

@@ -52,7 +52,7 @@ def test_every_hf_field_is_an_option_of_every_training_command(command):
 def captured(monkeypatch, module: str, function: str, *arguments: str):
     """The arguments dataclass a command builds (the recipe itself replaced by a recorder)."""
     seen = []
-    monkeypatch.setattr(f"{module}.{function}", lambda args: seen.append(args) or {"data": "x"})
+    monkeypatch.setattr(f"{module}.{function}", lambda args, **_: seen.append(args) or {"data": "x"})
     result = runner.invoke(app, list(arguments))
     assert result.exit_code == 0, result.output
     return seen[0]

@@ -129,3 +129,29 @@ def test_korquad_long_documents(shared_data, tmp_path):
     dataset = read_squad(out)
     assert len(dataset) == 4916
     assert max(len(e.context) for e in dataset.examples) > 40_000
+
+
+def test_split_by_article_writes_disjoint_train_and_dev_files(tmp_path):
+    source = tmp_path / "qa.json"
+    source.write_text(json.dumps(korean_qa_dataset(), ensure_ascii=False), encoding="utf-8")
+    result = CliRunner().invoke(
+        app, ["data", "split", str(source), "-o", str(tmp_path / "split"), "--eval-share", "0.3"]
+    )
+    assert result.exit_code == 0, result.output
+    train, dev = (read_squad(tmp_path / "split" / name).examples for name in ("train.json", "dev.json"))
+    titles = [{e.title for e in part} for part in (train, dev)]
+    assert len(titles[1]) == 1 and titles[0].isdisjoint(titles[1])  # 30% of 3 articles: one goes to dev
+    everything = read_squad(source).examples
+    assert sorted(e.id for e in train + dev) == sorted(e.id for e in everything)
+    again = CliRunner().invoke(
+        app, ["data", "split", str(source), "-o", str(tmp_path / "again"), "--eval-share", "0.3"]
+    )
+    assert (
+        again.exit_code == 0
+        and (tmp_path / "again" / "dev.json").read_text() == (tmp_path / "split" / "dev.json").read_text()
+    )  # the seed decides
+
+    one = tmp_path / "one.json"
+    one.write_text(json.dumps({"version": "1", "data": korean_qa_dataset()["data"][:1]}, ensure_ascii=False))
+    refused = CliRunner().invoke(app, ["data", "split", str(one), "-o", str(tmp_path / "x")])
+    assert refused.exit_code != 0 and "needs two or more" in refused.output and not (tmp_path / "x").exists()

@@ -68,7 +68,7 @@ def test_pairs_stride_overflow_and_the_qa_pipeline():
     features = build_features(tokenizer, [example], 48, "sliding-window", 8)
     assert len(features) > 1
     labelled = [
-        (features.offsets[i][s][0], features.offsets[i][e][1])
+        (features.spans(i)[s][0], features.spans(i)[e][1])
         for i, (s, e) in enumerate(zip(features.start_positions, features.end_positions, strict=True))
         if s != 0
     ]

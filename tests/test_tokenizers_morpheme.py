@@ -274,6 +274,31 @@ def test_large_batches_on_worker_processes_match_the_serial_result(mecab, monkey
     assert pooled_pairs["overflow_to_sample_mapping"] == pairs["overflow_to_sample_mapping"]
 
 
+def test_repeated_contexts_are_analysed_once_with_the_same_encodings(mecab, monkeypatch):
+    """QA pairs repeat a context for each of its questions: each distinct text is analysed once."""
+    questions = [f"{i}번째 질문은 무엇인가?" for i in range(12)]
+    contexts = [CORPUS[i % 3] * 3 for i in range(12)]
+    arguments = dict(truncation="only_second", max_length=24, stride=4, return_overflowing_tokens=True,
+                     return_offsets_mapping=True)  # fmt: skip
+    alone = [mecab(q, c, **arguments) for q, c in zip(questions, contexts, strict=True)]
+    analysed, rewrite_one = [], parallel._rewrite_one
+    monkeypatch.setattr(
+        parallel, "_rewrite_one", lambda item, *a: analysed.append(item[0]) or rewrite_one(item, *a)
+    )
+    batch = mecab(questions, contexts, **arguments)
+    assert sorted(analysed) == sorted(set(questions) | set(contexts))
+    rows = [(i, k) for i, one in enumerate(alone) for k in range(len(one["input_ids"]))]
+    assert batch["overflow_to_sample_mapping"] == [i for i, _ in rows]
+    for row, (i, k) in enumerate(rows):
+        assert batch["input_ids"][row] == alone[i]["input_ids"][k]
+        assert batch["offset_mapping"][row] == alone[i]["offset_mapping"][k]
+        assert batch.sequence_ids(row) == alone[i].sequence_ids(k)
+    assert parallel.distinct([("a", None), ("b", [0]), ("a", None), ("b", [0]), ("b", None)]) == (
+        [("a", None), ("b", [0]), ("b", None)],
+        [0, 1, 0, 1, 2],
+    )
+
+
 def test_bad_inputs_are_clear_errors(mecab):
     with pytest.raises(TokenizerError, match="expected a string"):
         mecab([1, 2])

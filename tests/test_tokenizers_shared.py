@@ -51,7 +51,7 @@ def test_qa_windows_label_exactly_the_answer_characters(tokenizer, korquad):
         if start == 0:
             continue
         example = examples[features.example_index[i]]
-        span = (features.offsets[i][start][0], features.offsets[i][end][1])
+        span = (features.spans(i)[start][0], features.spans(i)[end][1])
         if example.id not in aligned:
             assert span == (example.answers[0].start, example.answers[0].end)
         found.add(example.id)

@@ -98,6 +98,11 @@ def show_kolong_warnings() -> None:
         warnings.showwarning = show
 
 
+def report(message: str) -> None:
+    """One line of a command's progress, on stderr: stdout keeps what the command produces."""
+    errors.print(message, style="dim", highlight=False, markup=False, soft_wrap=True)
+
+
 def step_progress(total: int) -> Progress:
     return Progress(
         SpinnerColumn(),

@@ -46,6 +46,42 @@ def long_docs(
     report_skipped(dataset.skipped)
 
 
+@app.command("split")
+def split(
+    source: Path = typer.Argument(..., help="SQuAD v1 / KorQuAD 1.0 JSON (paragraph- or article-level)."),
+    output: Path = typer.Option(..., "--output", "-o", help="Directory to write train.json and dev.json to."),
+    eval_share: float = typer.Option(
+        0.2, "--eval-share", callback=share, help="Share of articles for dev.json (at least one article)."
+    ),
+    seed: int = typer.Option(0, min=0, max=2**32 - 1, help="Seed of the draw of dev articles."),
+    on_bad_example: str = typer.Option(
+        "error", callback=one_of("error", "skip"), help="error | skip: what to do with an invalid example."
+    ),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty output directory."),
+) -> None:
+    """Split questions into train.json and dev.json by article: no context is on both sides (the questions
+    of one article share facts and wording, so a split by question would leak answers)."""
+    from kolong.data.squad import read_squad, split_by_article, write_squad
+    from kolong.errors import DataError
+    from kolong.io import atomic_output_dir
+
+    names = ("train.json", "dev.json")
+    with user_errors(), atomic_output_dir(output, overwrite) as staging:
+        dataset = read_squad(source, on_bad_example)
+        articles = {e.article for e in dataset.examples}
+        if len(articles) < 2:
+            raise DataError(
+                f"{source} has {len(articles)} article(s) with questions; a split needs two or more"
+            )
+        parts = split_by_article(dataset.examples, eval_share, seed)
+        for name, examples in zip(names, parts, strict=True):
+            write_squad(examples, staging / name, version=f"{dataset.version} (kolong split, seed {seed})")
+    for name, examples in zip(names, parts, strict=True):
+        console.print(f"[green]wrote[/] {output / name}: {len({e.article for e in examples})} articles, "
+                      f"{len(examples)} questions")  # fmt: skip
+    report_skipped(dataset.skipped)
+
+
 def report_skipped(skipped: list[tuple[str, str]]) -> None:
     if skipped:
         console.print(

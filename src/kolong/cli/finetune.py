@@ -7,7 +7,7 @@ import json
 import typer
 
 from kolong.cli.arguments import command_from
-from kolong.cli.common import console
+from kolong.cli.common import console, report
 from kolong.training.arguments import (
     ClassificationArguments,
     QAFinetuneArguments,
@@ -32,7 +32,7 @@ def finetune_qa(args: QAFinetuneArguments) -> None:
     """
     from kolong.training.qa import finetune_qa as run
 
-    console.print_json(json.dumps(run(args), ensure_ascii=False))
+    console.print_json(json.dumps(run(args, report=report), ensure_ascii=False))
 
 
 @app.command("cls")
@@ -110,7 +110,7 @@ def predict_qa(args: QAPredictArguments) -> None:
     """
     from kolong.training.qa import predict_qa as run
 
-    summary = run(args)
+    summary = run(args, report)
     console.print(
         f"[green]wrote[/] {args.output}: {summary['questions']} questions, {summary['windows']} windows "
         f"of {summary['max_length']} tokens"

@@ -11,6 +11,7 @@ count and ids.
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -238,3 +239,15 @@ def build_long_documents(dataset: SquadDataset, separator: str = "\n") -> list[Q
             )
         )
     return long_examples
+
+
+def split_by_article(examples: list[QAExample], eval_fraction: float, seed: int):
+    """(train, evaluation) examples with whole articles on each side: a share `eval_fraction` of the articles
+    (at least one), drawn with `seed`, goes to evaluation, so no context is seen on both sides."""
+    articles = sorted({e.article for e in examples})
+    random.Random(seed).shuffle(articles)
+    eval_count = max(1, round(len(articles) * eval_fraction))
+    eval_articles = set(articles[:eval_count])
+    train = [e for e in examples if e.article not in eval_articles]
+    evaluation = [e for e in examples if e.article in eval_articles]
+    return train, evaluation

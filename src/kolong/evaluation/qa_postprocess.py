@@ -47,14 +47,14 @@ def decode_answers(
             cls_index = 0
             score = float(starts[cls_index] + ends[cls_index])
             null_score = score if null_score is None else max(null_score, score)
-            context = np.flatnonzero([span is not None for span in offsets])  # (context tokens,)
+            context = np.flatnonzero(offsets[:, 0] >= 0)  # (context tokens,)
             top_starts = context[np.argsort(starts[context], kind="stable")[::-1][:n_best]]
             top_ends = context[np.argsort(ends[context], kind="stable")[::-1][:n_best]]
             for s in top_starts:
                 for e in top_ends:
                     if e < s or e - s + 1 > max_answer_length:
                         continue
-                    start_char, end_char = offsets[s][0], offsets[e][1]
+                    start_char, end_char = int(offsets[s, 0]), int(offsets[e, 1])
                     candidates.append(
                         {
                             "text": example.context[start_char:end_char],

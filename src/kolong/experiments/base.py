@@ -93,8 +93,7 @@ def settings_of(scale: str, overrides: dict) -> dict:
 
 def heldout_articles(shared_data: str | Path, fraction: float, seed: int) -> tuple[list, list]:
     """Article-level KorQuAD examples split by article: (pre-training articles, held-out articles)."""
-    from kolong.data.squad import build_long_documents, read_squad
-    from kolong.experiments.length import split_by_article
+    from kolong.data.squad import build_long_documents, read_squad, split_by_article
 
     dataset = read_squad(Path(shared_data) / "korquad" / "KorQuAD_v1.0_dev.shared.json")
     return split_by_article(build_long_documents(dataset), fraction, seed)

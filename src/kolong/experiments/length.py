@@ -33,6 +33,7 @@ from kolong.data.squad import (
     build_long_documents,
     gold_answers,
     read_squad,
+    split_by_article,
     write_squad,
 )
 from kolong.evaluation.korquad import score_intervals, score_questions
@@ -109,16 +110,6 @@ def default_data_path() -> Path:
         / "korquad"
         / "KorQuAD_v1.0_dev.shared.json"
     )
-
-
-def split_by_article(examples: list[QAExample], eval_fraction: float, seed: int):
-    articles = sorted({e.article for e in examples})
-    random.Random(seed).shuffle(articles)
-    eval_count = max(1, round(len(articles) * eval_fraction))
-    eval_articles = set(articles[:eval_count])
-    train = [e for e in examples if e.article not in eval_articles]
-    evaluation = [e for e in examples if e.article in eval_articles]
-    return train, evaluation
 
 
 def split_capped(examples: list[QAExample], eval_fraction: float, seed: int, article_tokens: dict, cap: int):

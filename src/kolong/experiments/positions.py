@@ -110,8 +110,7 @@ def _corpus(work: Path, name: str, tokenizer: Path, documents: list[str]) -> Pat
 
 
 def _qa_data(work: Path, args, settings) -> tuple[Path, Path]:
-    from kolong.data.squad import build_long_documents, read_squad, write_squad
-    from kolong.experiments.length import split_by_article
+    from kolong.data.squad import build_long_documents, read_squad, split_by_article, write_squad
 
     train_path, eval_path = work / "korquad-train.json", work / "korquad-eval.json"
     if not eval_path.is_file():

@@ -40,23 +40,21 @@ class MappedEncoding:
 
     def _compute(self) -> None:
         # One sequence: its tokens' morphemes are None exactly on the special tokens.
+        encoding = self._encoding
         if len(self._alignments) == 1:
             self._offsets, self._word_ids = self._alignments[0].token_spans(
-                self._encoding.offsets, self._encoding.word_ids
+                encoding.offsets, encoding.word_ids
             )
             return
-        offsets, word_ids = [], []
-        alignments = self._alignments
-        for (a, b), piece, sequence in zip(
-            self._encoding.offsets, self._encoding.word_ids, self._encoding.sequence_ids, strict=True
-        ):
-            if piece is None or sequence is None:
-                offsets.append((0, 0))
-                word_ids.append(None)
-            else:
-                alignment = alignments[sequence]
-                offsets.append(alignment.span(piece, a, b))
-                word_ids.append(alignment.word[piece])
+        # A pair: each sequence's tokens through its own alignment; special tokens (no sequence) get (0, 0).
+        offsets: list = [(0, 0)] * len(encoding)
+        word_ids: list = [None] * len(encoding)
+        marked, pieces = encoding.offsets, encoding.word_ids
+        for sequence, alignment in enumerate(self._alignments):
+            tokens = [i for i, s in enumerate(encoding.sequence_ids) if s == sequence]
+            spans, words = alignment.token_spans([marked[i] for i in tokens], [pieces[i] for i in tokens])
+            for i, span, word in zip(tokens, spans, words, strict=True):
+                offsets[i], word_ids[i] = span, word
         self._offsets, self._word_ids = offsets, word_ids
 
     @property

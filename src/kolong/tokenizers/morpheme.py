@@ -27,6 +27,7 @@ from kolong.tokenizers.analysers import ANALYSERS, FORMS
 from kolong.tokenizers.encoding import MappedEncoding
 from kolong.tokenizers.parallel import (
     one_encoding_thread,
+    repetitive,
     rewrite_chunks,
     rewrite_many,
     start_background,
@@ -225,10 +226,17 @@ class MorphemeTokenizer(PreTrainedTokenizerFast):
         if seconds is not None:
             lists.append(self._items(seconds, is_split_into_words))
         background, mapped = None, None
-        if padding_strategy == PaddingStrategy.DO_NOT_PAD and return_tensors is None:
+        # Repeated texts (QA: one context per question) are analysed once each, in one pass before encoding.
+        repeated = any(repetitive(items) for items in lists)
+        if padding_strategy == PaddingStrategy.DO_NOT_PAD and return_tensors is None and not repeated:
             # Without padding, rows are independent: encode the head while worker processes rewrite the tail.
             background = start_background(lists, *config)
-        if background is None and _plain(backend_arguments) and len(lists[0]) >= 2 * PIPELINE_CHUNK:
+        if (
+            background is None
+            and not repeated
+            and _plain(backend_arguments)
+            and len(lists[0]) >= 2 * PIPELINE_CHUNK
+        ):
             rewritten, encoded, mapped = self._pipelined(
                 lists, config, backend_arguments, return_offsets_mapping
             )

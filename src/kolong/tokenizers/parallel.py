@@ -153,11 +153,36 @@ def _get_pool(size: int):
     return _pool
 
 
+def distinct(items: list) -> tuple[list, list[int]]:
+    """The distinct (text, word_starts) items in first-seen order, and the index of each item among them."""
+    index: dict = {}
+    unique, order = [], []
+    for item in items:
+        text, starts = item
+        key = (text, None if starts is None else tuple(starts))
+        if key not in index:
+            index[key] = len(unique)
+            unique.append(item)
+        order.append(index[key])
+    return unique, order
+
+
+def repetitive(items: list) -> bool:
+    """Whether at most half the items are distinct: QA pairs repeat each context for every question (an
+    article-level KorQuAD article 43 times on average)."""
+    return len(items) >= 4 and 2 * len(distinct(items)[0]) <= len(items)
+
+
 def rewrite_many(items, analyser: str, forms: str, normalization: str, pattern: str | None) -> list:
     """`rewrite` of every (text, word_starts) item, in order; on several processes for large batches.
 
+    Each distinct item is analysed once (repeated items share the result, whose alignment is read-only).
     With n cores, n - 1 forked workers take (n - 1) / n of the batch while this process does the rest.
     """
+    unique, order = distinct(items)
+    if len(unique) < len(items):
+        done = rewrite_many(unique, analyser, forms, normalization, pattern)
+        return [done[k] for k in order]
     cores = available_workers()
     if cores > 1 and len(items) >= 2 * cores and sum(len(t) for t, _ in items) >= MIN_CHARACTERS:
         get_analyser(analyser)  # load it once here: the workers inherit it

@@ -151,6 +151,12 @@ def training_arguments(
 # -- the recipes -------------------------------------------------------------------------------------------
 
 
+PADDING_HELP = (
+    "Pad every window to --max-length (static shapes); default: each batch to its longest window, so a long "
+    "model reading short documents pays for their length only."
+)
+
+
 @dataclass(kw_only=True)
 class QAFinetuneArguments(RecipeArguments):
     """`kolong finetune qa` (flag names of HF's run_qa.py accepted too)."""
@@ -171,16 +177,14 @@ class QAFinetuneArguments(RecipeArguments):
     )
     strategy: str = option("sliding-window", "truncate | sliding-window.", choices=STRATEGIES)
     doc_stride: int = option(128, "Tokens windows share (HF `stride`); under half a window.", min=0)
-    pad_to_max_length: bool = option(
-        False,
-        "Pad every window to --max-length (static shapes); default: each batch to its longest window, so a "
-        "long model reading short documents pays for their length only.",
-    )
+    pad_to_max_length: bool = option(False, PADDING_HELP)
     n_best: int = option(20, "Candidate spans per window kept when decoding answers.", "--n_best_size")
     max_answer_length: int = option(30, "Longest answer, in tokens.")
     on_bad_example: str = option(
         "error", "error | skip an example whose answer is not in its context.", choices=ON_BAD
     )
+    max_train_samples: int | None = option(None, "Train on the first N questions only (a quick trial run).")
+    max_eval_samples: int | None = option(None, "Evaluate on the first N questions only.")
     epochs: float = option(2.0)
     learning_rate: float = option(3e-5)
     warmup_ratio: float = option(0.1)
@@ -207,11 +211,7 @@ class QAPredictArguments(CheckedArguments):
     )
     strategy: str = option("sliding-window", "truncate | sliding-window.", choices=STRATEGIES)
     doc_stride: int = option(128, "Tokens consecutive windows share; under half a window.", min=0)
-    pad_to_max_length: bool = option(
-        False,
-        "Pad every window to --max-length (static shapes); default: each batch to its longest window, so a "
-        "long model reading short documents pays for their length only.",
-    )
+    pad_to_max_length: bool = option(False, PADDING_HELP)
     batch_size: int = option(16, "Windows per forward pass.", "--per_device_eval_batch_size")
     n_best: int = option(20, "Candidate spans per window.", "--n_best_size")
     max_answer_length: int = option(30, "Longest answer, in tokens.")

@@ -7,6 +7,8 @@ stopping and "best model" use eval F1, not a token-level proxy.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -88,12 +90,34 @@ def make_qa_trainer_class():
     return QATrainer
 
 
+def windows(
+    tokenizer, examples: list, args, max_length: int, what: str, report: Callable[[str], None]
+) -> QAFeatures:
+    """`build_features` of `examples` with `args`' strategy, stride and padding, reported before and after:
+    tokenising thousands of long documents takes minutes on a CPU."""
+    started = time.perf_counter()
+    characters = sum(len(e.context) for e in examples)
+    report(f"{what}: {len(examples):,} questions ({characters:,} context characters) into windows of up to "
+           f"{max_length} tokens")  # fmt: skip
+    features = build_features(
+        tokenizer, examples, max_length, args.strategy, args.doc_stride, args.pad_to_max_length
+    )
+    report(f"{what}: {len(features):,} windows in {time.perf_counter() - started:.1f} s")
+    return features
+
+
 @writes_output("args", "output_dir")
-def finetune_qa(args: QAFinetuneArguments, wrap_trainer=None, callbacks: list | None = None) -> dict:
+def finetune_qa(
+    args: QAFinetuneArguments,
+    wrap_trainer=None,
+    callbacks: list | None = None,
+    report: Callable[[str], None] = lambda message: None,
+) -> dict:
     """Fine-tune, evaluate, save model + tokenizer to `args.output_dir`; returns the final metrics.
 
     `wrap_trainer(cls) -> subclass` changes the Trainer (`kolong distill` adds its loss); `callbacks` are
-    added to the Trainer's (a `time_budget` among them may end the call early: see `stopped_by_budget`)."""
+    added to the Trainer's (a `time_budget` among them may end the call early: see `stopped_by_budget`);
+    `report` receives a line at each stage of the preparation (the command prints them)."""
     from transformers import AutoModelForQuestionAnswering, EarlyStoppingCallback, default_data_collator
 
     from kolong.models.encoder.flex import compiles_per_length
@@ -111,16 +135,14 @@ def finetune_qa(args: QAFinetuneArguments, wrap_trainer=None, callbacks: list | 
     check_length(model, args.max_length, args.model)
 
     train_set = read_squad(args.train, args.on_bad_example)
-    padding = args.pad_to_max_length
-    train_features = build_features(
-        tokenizer, train_set.examples, args.max_length, args.strategy, args.doc_stride, padding
-    )
+    train_examples = train_set.examples[: args.max_train_samples]
+    train_features = windows(tokenizer, train_examples, args, args.max_length, "training", report)
     eval_examples = eval_features = None
     if args.eval:
         eval_examples = read_squad(args.eval, args.on_bad_example, split="validation").examples
-        eval_features = build_features(
-            tokenizer, eval_examples, args.max_length, args.strategy, args.doc_stride, padding
-        )
+        eval_examples = eval_examples[: args.max_eval_samples]
+        eval_features = windows(tokenizer, eval_examples, args, args.max_length, "evaluation", report)
+    padding = args.pad_to_max_length
 
     training_args = training_arguments(args, evaluating=bool(args.eval), metric="f1" if args.eval else None)
     callbacks = list(callbacks or [])
@@ -150,7 +172,7 @@ def finetune_qa(args: QAFinetuneArguments, wrap_trainer=None, callbacks: list | 
         return {"finished": False, "steps": trainer.state.global_step}
     metrics = {
         "train_loss": run_train_loss(trainer, train_output),
-        "train_examples": len(train_set),
+        "train_examples": len(train_examples),
         "train_windows": len(train_features),
         "skipped_examples": [qid for qid, _ in train_set.skipped],
         "resumed_from": resume_from,
@@ -213,7 +235,7 @@ def _predict_plainly(model, device, features, batch_size: int, collate) -> tuple
     return stack_logits(starts), stack_logits(ends)
 
 
-def predict_qa(args: QAPredictArguments) -> dict:
+def predict_qa(args: QAPredictArguments, report: Callable[[str], None] = lambda message: None) -> dict:
     """Write {id: answer} (and optionally the n-best lists) for every question of `args.data`; existing
     output files are refused unless `args.overwrite`, and both are written whole or not at all."""
     import contextlib
@@ -226,14 +248,14 @@ def predict_qa(args: QAPredictArguments) -> dict:
     with contextlib.ExitStack() as stack:
         # checked and locked before the slow part
         staged = [stack.enter_context(atomic_output_file(path, args.overwrite)) for path in outputs]
-        predictions, nbest, summary = _predict(args)
+        predictions, nbest, summary = _predict(args, report)
         atomic_write_json(staged[0], predictions)
         if args.nbest_output:
             atomic_write_json(staged[1], nbest)
     return summary
 
 
-def _predict(args: QAPredictArguments) -> tuple[dict, dict, dict]:
+def _predict(args: QAPredictArguments, report: Callable[[str], None]) -> tuple[dict, dict, dict]:
     from transformers import AutoModelForQuestionAnswering
 
     dataset = read_squad(args.data, args.on_bad_example, split="validation", questions_only=True)
@@ -243,10 +265,7 @@ def _predict(args: QAPredictArguments) -> tuple[dict, dict, dict]:
     ).eval()
     max_length = args.max_length or min(model_max_length(model), tokenizer.model_max_length)
     check_length(model, max_length, args.model)
-    padding = args.pad_to_max_length
-    features = build_features(
-        tokenizer, dataset.examples, max_length, args.strategy, args.doc_stride, padding
-    )
+    features = windows(tokenizer, dataset.examples, args, max_length, "prediction", report)
     start_logits, end_logits = predict_logits(model, features, args.batch_size, args.compile, tokenizer)
     predictions, nbest = decode_answers(
         dataset.examples,
