@@ -12,6 +12,7 @@ to the window edge.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -211,19 +212,18 @@ def _add_windows(features: QAFeatures, encoded, examples: list[QAExample], first
     sample_map = encoded["overflow_to_sample_mapping"] if sliding else range(len(examples))
     rows = encoded["input_ids"]
     bounds = np.cumsum([0] + [len(row) for row in rows])  # (windows + 1,)
-    columns = {"input_ids": np.empty(bounds[-1], np.int32), "attention_mask": np.empty(bounds[-1], np.int8)}
-    types = encoded.get("token_type_ids")
-    if types is not None:
-        columns["token_type_ids"] = np.empty(bounds[-1], np.int8)
-    offsets = np.empty((bounds[-1], 2), np.int32)  # (tokens, 2)
-    in_context = np.empty(bounds[-1], bool)
-    for window in range(len(rows)):
-        here = slice(bounds[window], bounds[window + 1])
-        for name, column in columns.items():
-            column[here] = encoded[name][window]
-        offsets[here] = encoded["offset_mapping"][window]
-        in_context[here] = [i == 1 for i in encoded.sequence_ids(window)]
-    offsets[~in_context] = -1
+    total = int(bounds[-1])
+
+    def flat(rows, dtype) -> np.ndarray:  # (total,)
+        return np.concatenate([np.asarray(row, dtype) for row in rows]) if total else np.zeros(0, dtype)
+
+    names = [
+        name for name in ("input_ids", "attention_mask", "token_type_ids") if encoded.get(name) is not None
+    ]
+    columns = {name: flat(encoded[name], np.int32 if name == "input_ids" else np.int8) for name in names}
+    spans = itertools.chain.from_iterable(itertools.chain.from_iterable(encoded["offset_mapping"]))
+    offsets = np.fromiter(spans, np.int32, count=2 * total).reshape(total, 2)  # (tokens, 2)
+    offsets[~_context_tokens(encoded, bounds)] = -1  # question, specials and padding: no span
     for window, example_index in enumerate(sample_map):
         here = slice(bounds[window], bounds[window + 1])
         for name in columns:
@@ -235,6 +235,17 @@ def _add_windows(features: QAFeatures, encoded, examples: list[QAExample], first
         )
         features.start_positions.append(start)
         features.end_positions.append(end)
+
+
+def _context_tokens(encoded, bounds: np.ndarray) -> np.ndarray:
+    """(tokens,) True on the context tokens of every window: one contiguous run of sequence id 1 each."""
+    inside = np.zeros(bounds[-1] + 1, np.int8)
+    for window in range(len(bounds) - 1):
+        sequences = encoded.sequence_ids(window)
+        if 1 in sequences:
+            inside[bounds[window] + sequences.index(1)] += 1
+            inside[bounds[window + 1] - sequences[::-1].index(1)] -= 1
+    return np.cumsum(inside[:-1]) > 0
 
 
 def check_window_coverage(
