@@ -117,8 +117,14 @@ def test_regression_file_reports_correlations(checkpoint, tmp_path):
             pair = POSITIVE[0] if same > 0.5 else NEGATIVE[0]
             handle.write(json.dumps({"sentence1": POSITIVE[0], "sentence2": pair, "label": round(same * 5, 2)},
                                     ensure_ascii=False) + "\n")  # fmt: skip
+    lines = []
     metrics = finetune_cls(ClassificationArguments(model=str(checkpoint), data=str(path), output_dir=str(tmp_path / "o"),
-                                                   epochs=1, batch_size=16, max_length=32, extra={"disable_tqdm": True}))  # fmt: skip
+                                                   epochs=1, batch_size=16, max_length=32, extra={"disable_tqdm": True}),
+                           report=lines.append)  # fmt: skip
+    assert (
+        lines[0].endswith("sts.jsonl: 96 training and 24 evaluation examples; tokenising")
+        and "tokenised in" in lines[1]
+    )
     assert "pearson" in metrics and "spearman" in metrics and "accuracy" not in metrics
     assert set(metrics["intervals"]) == {"pearson", "spearman"}
     assert metrics["intervals"]["pearson"]["mean"] == pytest.approx(metrics["pearson"], abs=1e-6)

@@ -44,7 +44,7 @@ def finetune_cls(args: ClassificationArguments) -> None:
     """
     from kolong.training.classification import finetune_cls as run
 
-    metrics = run(args)
+    metrics = run(args, report=report)
     shown = {k: v for k, v in metrics.items() if k in ("accuracy", "macro_f1", "pearson", "spearman", "loss")}
     console.print(f"[green]fine-tuned[/] {metrics['data']} ({metrics['train_examples']} train / "
                   f"{metrics['eval_examples']} eval) -> {args.output_dir}: "

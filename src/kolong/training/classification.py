@@ -7,6 +7,8 @@ regression Pearson and Spearman correlations (scipy); the best checkpoint by the
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -96,11 +98,17 @@ def _encode(tokenizer, data: ClassificationData, max_length: int):
 
 
 @writes_output("args", "output_dir")
-def finetune_cls(args: ClassificationArguments, wrap_trainer=None, callbacks: list | None = None) -> dict:
+def finetune_cls(
+    args: ClassificationArguments,
+    wrap_trainer=None,
+    callbacks: list | None = None,
+    report: Callable[[str], None] = lambda message: None,
+) -> dict:
     """Fine-tune, evaluate (with bootstrap intervals), save to `args.output_dir`; returns the metrics.
 
     `wrap_trainer(cls) -> subclass` changes the Trainer (`kolong distill` adds its loss); `callbacks` are
-    added to the Trainer's (a `time_budget` among them may end the call early: see `stopped_by_budget`)."""
+    added to the Trainer's (a `time_budget` among them may end the call early: see `stopped_by_budget`);
+    `report` receives a line at each stage of the preparation (the command prints them)."""
     from transformers import (
         AutoModelForSequenceClassification,
         DataCollatorWithPadding,
@@ -125,7 +133,12 @@ def finetune_cls(args: ClassificationArguments, wrap_trainer=None, callbacks: li
         args.model, AutoModelForSequenceClassification, new_head=CLASSIFIER_HEADS, **label_settings
     )
     check_length(model, args.max_length, args.model)
+    started = time.perf_counter()
+    report(
+        f"{args.data}: {len(data.train):,} training and {len(data.eval):,} evaluation examples; tokenising"
+    )
     train, evaluation = _encode(tokenizer, data, args.max_length)
+    report(f"tokenised in {time.perf_counter() - started:.1f} s")
     if data.is_regression:
         from datasets import Value
 
