@@ -49,9 +49,9 @@ class MappedEncoding:
         # A pair: each sequence's tokens through its own alignment; special tokens (no sequence) get (0, 0).
         offsets: list = [(0, 0)] * len(encoding)
         word_ids: list = [None] * len(encoding)
-        marked, pieces = encoding.offsets, encoding.word_ids
+        marked, pieces, sequences = encoding.offsets, encoding.word_ids, encoding.sequence_ids  # each a copy
         for sequence, alignment in enumerate(self._alignments):
-            tokens = [i for i, s in enumerate(encoding.sequence_ids) if s == sequence]
+            tokens = [i for i, s in enumerate(sequences) if s == sequence]
             spans, words = alignment.token_spans([marked[i] for i in tokens], [pieces[i] for i in tokens])
             for i, span, word in zip(tokens, spans, words, strict=True):
                 offsets[i], word_ids[i] = span, word
