@@ -51,6 +51,24 @@ def test_corpus_streams_plain_and_gzip_files(corpus):
     assert columns == [line for line in LINES if line]
 
 
+def test_a_column_named_in_the_header_skips_the_header(tmp_path):
+    table = tmp_path / "reviews.tsv.gz"
+    with gzip.open(table, "wt", encoding="utf-8") as handle:
+        handle.write("id\tdocument\n1\t좋은 영화\n2\n3\t최고다\n")
+    with pytest.raises(CorpusError, match=r"reviews\.tsv\.gz:3: has 1 tab-separated fields, no column 2"):
+        list(Corpus([table], column="document"))  # line numbers count the header
+    assert list(Corpus([table], column="document", on_bad_line="skip")) == ["좋은 영화", "최고다"]
+    assert list(Corpus([table], column=2, on_bad_line="skip")) == ["document", "좋은 영화", "최고다"]
+    with pytest.raises(
+        CorpusError, match=r"no column named 'text' in the header \(its fields: id, document\)"
+    ):
+        list(Corpus([table], column="text"))
+    refused = CliRunner().invoke(
+        app, ["tokenizer", "train", "--corpus", str(table), "--column", "0", "-o", "x"]
+    )
+    assert refused.exit_code == 2 and "column numbers start at 1" in refused.output
+
+
 def test_bad_lines_fail_with_file_and_line_or_are_skipped(corpus):
     with pytest.raises(CorpusError, match=r"bad\.txt:2: not valid UTF-8"):
         list(Corpus([corpus["bad"]]))

@@ -17,6 +17,15 @@ app = typer.Typer(
 )
 
 
+def column_number_or_name(value: str | None) -> int | str | None:
+    """Option callback: a number (1 or more) or a header name."""
+    if value is None or not value.strip().lstrip("-").isdigit():
+        return value
+    if int(value) < 1:
+        raise typer.BadParameter(f"column numbers start at 1, got {value}")
+    return int(value)
+
+
 def _byte_progress() -> Progress:
     return Progress(
         TextColumn("{task.description}"),
@@ -70,8 +79,12 @@ def train(
     min_frequency: int = typer.Option(
         2, "--min-frequency", min=1, help="Minimum count of a vocabulary entry."
     ),
-    column: int = typer.Option(
-        None, "--column", min=1, help="Take this tab-separated field (1-based) of each line."
+    column: str = typer.Option(
+        None,
+        "--column",
+        callback=column_number_or_name,
+        help="Take this tab-separated field of each line: a 1-based number, or a name in the file's first (header) "
+        "line, which is then skipped.",
     ),
     limit: int = typer.Option(None, "--limit", min=1, help="Read at most this many documents."),
     on_bad_line: str = typer.Option(
@@ -118,8 +131,12 @@ def stats(
     corpus: list[Path] = typer.Option(
         ..., "--corpus", help="Text file, plain or gzip, one document per line."
     ),
-    column: int = typer.Option(
-        None, "--column", min=1, help="Take this tab-separated field (1-based) of each line."
+    column: str = typer.Option(
+        None,
+        "--column",
+        callback=column_number_or_name,
+        help="Take this tab-separated field of each line: a 1-based number, or a name in the file's first (header) "
+        "line, which is then skipped.",
     ),
     limit: int = typer.Option(10000, "--limit", min=1, help="Documents to read."),
     on_bad_line: str = typer.Option(

@@ -3,8 +3,9 @@
 Lines are read as bytes and decoded one by one, so a large corpus is never held in memory. A line that is
 not valid UTF-8 stops the read with a `CorpusError` naming the file and line (`on_bad_line="error"`), or is
 skipped and listed in `Corpus.report.bad_lines` (`"skip"`). Empty lines are skipped and counted. A corpus
-with no document at all is an error. `column` (1-based) takes one tab-separated field of each line
-(for TSV files such as NSMC's reviews); lines without that field are bad lines. With
+with no document at all is an error. `column` takes one tab-separated field of each line (for TSV files
+such as NSMC's reviews): a 1-based number, or a name in each file's first line, the header, which is then
+not a document; lines without that field are bad lines. With
 `paragraphs=True` a document is a run of non-empty lines (joined with newlines) ended by a blank line.
 """
 
@@ -40,15 +41,17 @@ class Corpus:
         self,
         paths: list[str | Path],
         on_bad_line: str = "error",
-        column: int | None = None,
+        column: int | str | None = None,
         on_progress: Callable[[int], None] | None = None,
         limit: int | None = None,
         paragraphs: bool = False,
     ) -> None:
         if on_bad_line not in ON_BAD_LINE:
             raise CorpusError(f"on_bad_line must be one of {', '.join(ON_BAD_LINE)}, got {on_bad_line!r}")
-        if column is not None and column < 1:
+        if isinstance(column, int) and column < 1:
             raise CorpusError(f"column numbers start at 1, got {column}")
+        if isinstance(column, str) and not column:
+            raise CorpusError("a column name cannot be empty")
         if not paths:
             raise CorpusError("no corpus file given")
         self.paths = [Path(p) for p in paths]
@@ -100,8 +103,12 @@ class Corpus:
             handle = gzip.GzipFile(fileobj=raw, mode="rb") if compressed else raw
             number = 0
             pending: list[str] = []  # lines of the paragraph being read (paragraphs=True)
+            column = self.column
             try:
-                for number, line in enumerate(handle, 1):
+                first = 1
+                if isinstance(column, str):  # the header names the column and is no document
+                    column, first = _named_column(path, next(handle, b""), column), 2
+                for number, line in enumerate(handle, first):
                     if number % _PROGRESS_EVERY == 0 and self.on_progress is not None:
                         self.on_progress(done_bytes + raw.tell())
                     try:
@@ -110,16 +117,14 @@ class Corpus:
                         self._bad(path, number, f"not valid UTF-8 (byte {error.start}: {error.reason})")
                         continue
                     text = text.rstrip("\r\n")
-                    if self.column is not None:
+                    if column is not None:
                         fields = text.split("\t")
-                        if len(fields) < self.column:
+                        if len(fields) < column:
                             self._bad(
-                                path,
-                                number,
-                                f"has {len(fields)} tab-separated fields, no column {self.column}",
+                                path, number, f"has {len(fields)} tab-separated fields, no column {column}"
                             )
                             continue
-                        text = fields[self.column - 1]
+                        text = fields[column - 1]
                     if not text.strip():
                         report.empty_lines += 1
                         if pending:
@@ -136,3 +141,13 @@ class Corpus:
                 yield self._counted("\n".join(pending))
         if self.on_progress is not None:
             self.on_progress(done_bytes + path.stat().st_size)
+
+
+def _named_column(path: Path, header: bytes, name: str) -> int:
+    """The 1-based number of the header field `name`."""
+    fields = header.decode("utf-8", errors="replace").rstrip("\r\n").split("\t")
+    if name not in fields:
+        raise CorpusError(
+            f"{path}:1: no column named {name!r} in the header (its fields: {', '.join(fields)})"
+        )
+    return fields.index(name) + 1
