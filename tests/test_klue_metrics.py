@@ -166,6 +166,28 @@ def test_klue_dp_dev_reads_and_scores_itself(shared_data):
     assert klue.dp_uas_macro_f1(heads, heads) == klue.dp_las_macro_f1(heads, heads, labels, labels) == 100.0
 
 
+NER_TEXT = st.text(alphabet=st.sampled_from("가나 <>:/PSTIDO"), min_size=1, max_size=14)
+NER_TAG = st.sampled_from(["O", "B-PS", "I-PS", "B-TI", "I-TI", "B-DT"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), text=NER_TEXT)
+def test_ner_predictions_read_back_as_the_tags_they_were_written_from(data, text):
+    """`predict ner` writes markup where it reads back exactly and character tags elsewhere (KLUE's markup cannot
+    say an entity holding `>`, nor text that reads as an entity): what the evaluator reads is what was meant."""
+    from kolong.data.klue_ner import entities, parse, prediction, tags_from_entities
+
+    tags = data.draw(st.lists(NER_TAG, min_size=len(text), max_size=len(text)))
+    written = prediction(text, tags)
+    read = parse(written)[1] if isinstance(written, str) else written
+    assert read == tags_from_entities(
+        len(text), entities(tags)
+    )  # an entity starts at B-, or at I- after another
+    tags = ["B-PS", "I-PS", "I-PS"] + ["O"] * 7 + ["B-TI", "I-TI", "I-TI"]
+    assert prediction("타츠야군 멋있었는데>0/", tags) == tags  # "<>0/:TI>" would not read back
+    assert prediction("타츠야군", ["B-PS", "I-PS", "I-PS", "O"]) == "<타츠야:PS>군"
+
+
 @pytest.mark.shared_data
 def test_klue_ner_dev_markup_predictions_score_100(shared_data, tmp_path):
     import json

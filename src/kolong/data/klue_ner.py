@@ -100,6 +100,14 @@ def parse(markup: str) -> tuple[str, list[str]]:
     return plain, tags_from_entities(len(plain), spans)
 
 
+def prediction(text: str, tags: list[str]) -> str | list[str]:
+    """What a prediction file holds for one sentence: its markup, or its character tags where the markup cannot
+    say them exactly (an entity holding ``>``, text that reads as an entity: ``<>:TI>`` of ``멋있었는데>0/``)."""
+    markup = render(text, tags)
+    canonical = tags_from_entities(len(text), entities(tags))  # what the markup says: each entity begins with B-
+    return markup if parse(markup) == (text, canonical) else canonical
+
+
 @dataclass
 class ParsedPrediction:
     tags: list[str]  # IOB2 over the source sentence's characters

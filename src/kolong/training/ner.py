@@ -175,7 +175,11 @@ class NERPredictArguments(CheckedArguments):
 
     model: str = option(REQUIRED, "Fine-tuned token-classification checkpoint (`kolong finetune ner`).")
     data: str = option(REQUIRED, "KLUE-NER TSV, or a text file with one sentence per line (ids: line-N).")
-    output: str = option(REQUIRED, "predictions.json to write: {id: sentence in <text:TAG> markup}.", "-o")
+    output: str = option(
+        REQUIRED,
+        "predictions.json to write: {id: sentence in <text:TAG> markup, or its character tags}.",
+        "-o",
+    )
     overwrite: bool = option(False, "Replace an existing --output file.")
     max_length: int = option(128, "Tokens per sentence; characters past it are predicted O.")
     batch_size: int = option(32, "Sentences per forward pass.")
@@ -197,12 +201,13 @@ def _texts(path: str) -> dict[str, str]:
 
 
 def predict_ner(args: NERPredictArguments) -> dict:
-    """Write {id: markup} for every sentence of `args.data` (atomically; an existing file needs overwrite)."""
+    """Write {id: markup} for every sentence of `args.data` (character tags where markup would be ambiguous;
+    atomically; an existing file needs overwrite)."""
     import torch
     from transformers import AutoModelForTokenClassification
 
     from kolong.checkpoints import load_model, load_tokenizer
-    from kolong.data.klue_ner import render
+    from kolong.data.klue_ner import prediction
     from kolong.io import atomic_output_file, atomic_write_json, check_output_file
 
     check_output_file(args.output, args.overwrite)
@@ -226,7 +231,7 @@ def predict_ner(args: NERPredictArguments) -> dict:
                                                          strict=True):  # fmt: skip
             real = [(tuple(o), id2label[i]) for o, i, m in zip(token_offsets, row, mask, strict=True) if m]
             tags = character_tags([o for o, _ in real], [t for _, t in real], len(text))
-            markups[key] = render(text, tags)
+            markups[key] = prediction(text, tags)
     with atomic_output_file(args.output, args.overwrite) as staging:
         atomic_write_json(staging, markups)
     return {"sentences": len(markups), "output": args.output}

@@ -48,9 +48,9 @@ def _written(kind: str, task: str, pair, text: str):
 
     text = text.strip()
     if kind == "ner":
-        from kolong.data.klue_ner import parse_prediction, render
+        from kolong.data.klue_ner import parse_prediction, prediction
 
-        return render(pair.source, parse_prediction(text, pair.source).tags)
+        return prediction(pair.source, parse_prediction(text, pair.source).tags)
     if kind == "dp":
         from kolong.data.text_to_text_dp import parse_dp_generation
 
