@@ -55,6 +55,39 @@ def test_ner_entity_f1_in_runs_equals_the_flat_sequence(sentences):
     )  # no entity: nan in both
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.lists(st.tuples(st.sampled_from(TAGS), st.sampled_from(TAGS)), max_size=6), min_size=1, max_size=8
+    )
+)
+def test_ner_counts_give_both_macro_f1s_and_their_intervals(sentences):
+    """Per-sentence counts summed give seqeval's entity F1 and scikit-learn's character F1 exactly, so the
+    bootstrap sums resampled counts; for characters that is the same statistic on the same draws."""
+    from hypothesis import assume
+
+    from kolong.evaluation.bootstrap import statistic_interval, summed_interval
+
+    assume(any(sentences))  # scikit-learn refuses to score no characters at all
+    predicted = [[p for p, _ in sentence] for sentence in sentences]
+    gold = [[g for _, g in sentence] for sentence in sentences]
+    entities, characters = klue.ner_counts(predicted, gold)
+    assert entities.shape[0] == characters.shape[0] == len(sentences)
+    assert klue.ner_f1_from_counts(entities.sum(0), float("nan")) == pytest.approx(
+        klue.ner_entity_macro_f1(predicted, gold), nan_ok=True
+    )
+    assert klue.ner_f1_from_counts(characters.sum(0), 1.0) == pytest.approx(
+        klue.ner_char_macro_f1(predicted, gold)
+    )
+    kept = [i for i, tags in enumerate(gold) if tags]  # a draw of empty sentences alone: scikit-learn refuses
+    summed = summed_interval(characters[kept], lambda total: klue.ner_f1_from_counts(total, 1.0), 20, seed=3)
+    rescored = statistic_interval(lambda index: klue.ner_char_macro_f1([predicted[kept[i]] for i in index],
+                                                                       [gold[kept[i]] for i in index]),
+                                  len(kept), resamples=20, seed=3)  # fmt: skip
+    assert summed == pytest.approx(rescored)
+
+
 def test_ner_character_macro_counts_o_and_absent_labels_as_the_baseline():
     labels = ("B-PS", "I-PS", "O", "B-LC")
     # B-PS 1, I-PS 0, O 2*2/(2*2+1) = 0.8, B-LC absent from both: 1 (zero_division)

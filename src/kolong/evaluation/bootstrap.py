@@ -41,6 +41,30 @@ def statistic_interval(
     return {"mean": float(statistic(np.arange(size))), "low": float(low), "high": float(high), "n": int(size)}
 
 
+def summed_interval(counts, statistic, resamples: int = 1000, level: float = 0.95, seed: int = 0) -> dict:
+    """`statistic(counts summed over all units)` and its bootstrap percentile interval.
+
+    For statistics that are functions of per-unit counts (F1 from true positives, predictions and gold per
+    class): each resample sums the counts of the units it draws (the same draws as `statistic_interval`)
+    instead of recomputing the metric from the examples. `counts`: (units, ...).
+    """
+    counts = np.asarray(counts, dtype=np.float64)
+    size = counts.shape[0]
+    if size == 0:
+        return {"mean": float("nan"), "low": float("nan"), "high": float("nan"), "n": 0}
+    rng = np.random.default_rng(seed)
+    drawn = np.stack([np.bincount(rng.integers(0, size, size), minlength=size) for _ in range(resamples)])
+    sums = np.tensordot(drawn.astype(np.float64), counts, axes=1)  # (resamples, ...)
+    tail = (1 - level) / 2 * 100
+    low, high = np.nanpercentile([statistic(total) for total in sums], [tail, 100 - tail])
+    return {
+        "mean": float(statistic(counts.sum(axis=0))),
+        "low": float(low),
+        "high": float(high),
+        "n": int(size),
+    }
+
+
 def paired_difference(first, second, resamples: int = 2000, level: float = 0.95, seed: int = 0) -> dict:
     """Mean of first - second over the same units, with its bootstrap interval."""
     first, second = np.asarray(first, dtype=np.float64), np.asarray(second, dtype=np.float64)

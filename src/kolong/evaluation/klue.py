@@ -32,6 +32,8 @@ import string
 from collections.abc import Mapping, Sequence
 from difflib import SequenceMatcher
 
+import numpy as np
+
 # KLUE-DP's DEPREL labels in KLUE-baseline's order (klue_baseline/data/klue_dp.py): from index 15 on
 # they are pooled as "others" by the LAS metric.
 DP_LABELS = (
@@ -150,6 +152,50 @@ def ner_char_macro_f1(predicted: Sequence[Sequence[str]], gold: Sequence[Sequenc
     )
 
 
+def ner_counts(predicted: Sequence[Sequence[str]], gold: Sequence[Sequence[str]],
+               labels: Sequence[str] = NER_LABELS) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """Per sentence, (true positives, predicted, gold) of each entity type and of each character label:
+    (sentences, types, 3) and (sentences, labels, 3). KLUE's two macro F1s are functions of their sums
+    (`ner_f1_from_counts`), so a bootstrap sums resampled rows instead of rescoring. Entities are seqeval's
+    strict IOB2 entities of the flat sequence (`_entity_runs`), each counted in the sentence it starts in."""
+    from seqeval.scheme import IOB2, Entities
+
+    _check_tags("ner", predicted, gold)
+    runs_predicted, runs_gold = _entity_runs(predicted, gold)
+    # runs and sentences tile the same flat sequence: an entity's flat start finds its sentence
+    run_starts = np.cumsum([0] + [len(run) for run in runs_gold])
+    sentence_starts = np.cumsum([0] + [len(tags) for tags in gold])[:-1]
+    found = [{(int(run_starts[e.sent_id]) + e.start, e.end - e.start, e.tag)
+              for run in Entities(runs, IOB2).entities for e in run}
+             for runs in (runs_predicted, runs_gold)]  # fmt: skip
+    types = sorted({tag for entities in found for _, _, tag in entities})
+    entity_counts = np.zeros((len(predicted), len(types), 3))
+    for column, entities in ((0, found[0] & found[1]), (1, found[0]), (2, found[1])):
+        for start, _, tag in entities:
+            sentence = int(np.searchsorted(sentence_starts, start, side="right")) - 1
+            entity_counts[sentence, types.index(tag), column] += 1
+    char_counts = np.zeros((len(predicted), len(labels), 3))
+    index = {label: k for k, label in enumerate(labels)}
+    for sentence, (tags_predicted, tags_gold) in enumerate(zip(predicted, gold, strict=True)):
+        for p, g in zip(tags_predicted, tags_gold, strict=True):
+            if p in index:
+                char_counts[sentence, index[p], 1] += 1
+                char_counts[sentence, index[p], 0] += p == g
+            if g in index:
+                char_counts[sentence, index[g], 2] += 1
+    return entity_counts, char_counts
+
+
+def ner_f1_from_counts(totals: np.ndarray, empty: float) -> float:
+    """Macro F1 (x 100) from summed (true positives, predicted, gold) per class: 2 tp / (predicted + gold) per
+    class; a class with neither counts `empty` (seqeval leaves it out: nan; scikit-learn's zero_division=1: 1)."""
+    tp, predicted, gold = totals[:, 0], totals[:, 1], totals[:, 2]
+    present = predicted + gold > 0
+    scores = np.where(present, 2 * tp / np.maximum(predicted + gold, 1), empty)
+    scores = scores[~np.isnan(scores)]
+    return 100.0 * float(scores.mean()) if scores.size else float("nan")  # no class at all: as seqeval
+
+
 def _dp_arrays(heads_predicted, heads_gold, types_predicted=None, types_gold=None):
     """Flatten per-sentence lists, dropping the eojeols whose gold head is -1 (padding, special tokens)."""
     _check_lengths("dp", heads_predicted, heads_gold)
@@ -249,7 +295,6 @@ def re_micro_f1(predictions: Sequence[int], labels: Sequence[int], label_names: 
 
 
 def re_auprc(probabilities: Sequence[Sequence[float]], labels: Sequence[int]) -> float:
-    import numpy as np
     from sklearn.metrics import auc, precision_recall_curve
 
     _check_lengths("re", probabilities, labels)
