@@ -26,6 +26,15 @@ def column_number_or_name(value: str | None) -> int | str | None:
     return int(value)
 
 
+COLUMN_OPTION = typer.Option(
+    None,
+    "--column",
+    callback=column_number_or_name,
+    help="Take this tab-separated field of each line: a 1-based number, or a name in the file's first (header) "
+    "line, which is then skipped.",
+)
+
+
 def _byte_progress() -> Progress:
     return Progress(
         TextColumn("{task.description}"),
@@ -79,13 +88,7 @@ def train(
     min_frequency: int = typer.Option(
         2, "--min-frequency", min=1, help="Minimum count of a vocabulary entry."
     ),
-    column: str = typer.Option(
-        None,
-        "--column",
-        callback=column_number_or_name,
-        help="Take this tab-separated field of each line: a 1-based number, or a name in the file's first (header) "
-        "line, which is then skipped.",
-    ),
+    column: str = COLUMN_OPTION,
     limit: int = typer.Option(None, "--limit", min=1, help="Read at most this many documents."),
     on_bad_line: str = typer.Option(
         "error",
@@ -131,13 +134,7 @@ def stats(
     corpus: list[Path] = typer.Option(
         ..., "--corpus", help="Text file, plain or gzip, one document per line."
     ),
-    column: str = typer.Option(
-        None,
-        "--column",
-        callback=column_number_or_name,
-        help="Take this tab-separated field of each line: a 1-based number, or a name in the file's first (header) "
-        "line, which is then skipped.",
-    ),
+    column: str = COLUMN_OPTION,
     limit: int = typer.Option(10000, "--limit", min=1, help="Documents to read."),
     on_bad_line: str = typer.Option(
         "error",
