@@ -104,9 +104,8 @@ def prediction(text: str, tags: list[str]) -> str | list[str]:
     """What a prediction file holds for one sentence: its markup, or its character tags where the markup cannot
     say them exactly (an entity holding ``>``, text that reads as an entity: ``<>:TI>`` of ``멋있었는데>0/``)."""
     markup = render(text, tags)
-    canonical = tags_from_entities(
-        len(text), entities(tags)
-    )  # what the markup says: each entity begins with B-
+    # what the markup says: each entity begins with B-
+    canonical = tags_from_entities(len(text), entities(tags))
     return markup if parse(markup) == (text, canonical) else canonical
 
 

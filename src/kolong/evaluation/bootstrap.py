@@ -42,27 +42,12 @@ def statistic_interval(
 
 
 def summed_interval(counts, statistic, resamples: int = 1000, level: float = 0.95, seed: int = 0) -> dict:
-    """`statistic(counts summed over all units)` and its bootstrap percentile interval.
-
-    For statistics that are functions of per-unit counts (F1 from true positives, predictions and gold per
-    class): each resample sums the counts of the units it draws (the same draws as `statistic_interval`)
-    instead of recomputing the metric from the examples. `counts`: (units, ...).
-    """
+    """`statistic_interval` of `statistic(counts summed over the drawn units)`: for statistics that are functions
+    of per-unit counts (F1 from true positives, predictions and gold per class), a resample sums rows instead of
+    recomputing the metric from the examples. `counts`: (units, ...)."""
     counts = np.asarray(counts, dtype=np.float64)
-    size = counts.shape[0]
-    if size == 0:
-        return {"mean": float("nan"), "low": float("nan"), "high": float("nan"), "n": 0}
-    rng = np.random.default_rng(seed)
-    drawn = np.stack([np.bincount(rng.integers(0, size, size), minlength=size) for _ in range(resamples)])
-    sums = np.tensordot(drawn.astype(np.float64), counts, axes=1)  # (resamples, ...)
-    tail = (1 - level) / 2 * 100
-    low, high = np.nanpercentile([statistic(total) for total in sums], [tail, 100 - tail])
-    return {
-        "mean": float(statistic(counts.sum(axis=0))),
-        "low": float(low),
-        "high": float(high),
-        "n": int(size),
-    }
+    return statistic_interval(lambda index: statistic(counts[index].sum(axis=0)), counts.shape[0], resamples,
+                              level, seed)  # fmt: skip
 
 
 def paired_difference(first, second, resamples: int = 2000, level: float = 0.95, seed: int = 0) -> dict:
