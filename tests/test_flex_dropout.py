@@ -120,6 +120,35 @@ def test_two_passes_equal_the_reference_in_outputs_and_gradients(eager_flex_with
         assert dropped_rows.sum() > 10 and (actual[dropped_rows] == 0).all()
 
 
+def test_every_flex_backward_in_the_compiled_graph_gets_its_output_gradient(eager_flex_with_backward):
+    """Inductor's lowering of FlexAttention's backward (torch 2.11-2.13) multiplies the pass's output by
+    its gradient, so a pass whose output autograd sees as unused (the second pass is there for its lse)
+    failed to compile on CUDA. The joint graph AOT autograd builds on CPU is the one Inductor lowers there:
+    no backward call in it may lack the output gradient."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    backward_calls = []
+
+    def inspect_backward(graph_module, example_inputs):
+        for node in graph_module.graph.nodes:
+            if "flex_attention_backward" in str(node.target):
+                backward_calls.append(node.args[5])  # (q, k, v, out, lse, grad_out, grad_lse, ...)
+        return graph_module
+
+    backend = aot_autograd(
+        fw_compiler=lambda graph_module, inputs: graph_module, bw_compiler=inspect_backward
+    )
+    keys = flex_dropout.draw_keys(2, 2, "cpu")
+    q, k, v = (torch.randn(2, 2, 16, 8, requires_grad=True) for _ in range(3))
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda q, k, v: flex_dropout.attend(q, k, v, None, None, 0.3, keys, 0.2),
+                             backend=backend, fullgraph=True)  # fmt: skip
+    compiled(q, k, v).square().sum().backward()
+    torch._dynamo.reset()
+    assert len(backward_calls) == 2 and all(gradient is not None for gradient in backward_calls)
+    assert torch.isfinite(q.grad).all()
+
+
 def test_no_dropout_is_one_plain_pass():
     q, k, v = torch.randn(3, 1, 2, 16, 8).unbind(0)  # not one tensor thrice: dynamo fails on aliased inputs
     with torch.no_grad():

@@ -77,11 +77,15 @@ def attend(q, k, v, score_mod, block_mask, scale, keys: torch.Tensor, p: float):
     lse = AuxRequest(lse=True)
     kept_context, kept = flex_attention(q, k, v, score_mod=dropping, block_mask=block_mask, scale=scale,
                                         return_aux=lse)  # fmt: skip
-    _, every = flex_attention(
+    every_context, every = flex_attention(
         q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale, return_aux=lse
     )
     # A row whose every entry was dropped has lse' = -inf and context 0: its ratio is 0, and no NaN reaches
     # the gradient (the -inf goes in after the difference, not through it).
     log_ratio = torch.where(torch.isfinite(kept.lse), kept.lse - every.lse, -float("inf"))  # (b, h, n)
     ratio = log_ratio.exp() / (1.0 - p)
-    return kept_context * ratio[..., None].to(kept_context.dtype)
+    # Only the lse of the second pass is used, so autograd hands its backward no gradient for the output,
+    # and Inductor's lowering of that backward (torch 2.11-2.13) multiplies the output by the missing
+    # gradient and fails on CUDA. A zero-weighted use of the output gives it one (a fused elementwise op;
+    # the pass's contexts are finite, 0 for rows with nothing to attend to).
+    return kept_context * ratio[..., None].to(kept_context.dtype) + 0.0 * every_context
