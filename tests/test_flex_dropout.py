@@ -189,7 +189,11 @@ def test_a_model_trains_with_flex_dropout_as_the_reference_drops(
         max_position_embeddings=32,
         **SCHEMES[scheme],
     )
-    model = KolongModel(config, add_pooling_layer=False).train()
+    _assert_flex_trains_as_eager(KolongModel(config, add_pooling_layer=False).train(), batch, length)
+
+
+def _assert_flex_trains_as_eager(model, batch, length):
+    """Outputs and every parameter's gradient of the FlexAttention path against the eager reference."""
     ids = random_ids(batch, length)
     mask = torch.ones_like(ids)
     mask[1, 15:] = 0
@@ -210,6 +214,34 @@ def test_a_model_trains_with_flex_dropout_as_the_reference_drops(
     assert actual_grads.keys() == expected_grads.keys()
     for name, grad in expected_grads.items():
         torch.testing.assert_close(actual_grads[name], grad, rtol=1e-4, atol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_t5_trains_through_a_per_row_copy_of_its_table(eager_flex_with_backward, monkeypatch, shared):
+    """In training T5's kernel reads a (b, h, n, buckets) copy of its table, one per table (FlexAttention's
+    backward adds gradients atomically into what the score_mod read: into the small table they collided),
+    with the reference's outputs and gradients; at inference it reads the table itself."""
+    from kolong.positions import t5
+
+    copies = []
+
+    def recording(q, k, v, block_mask, scale, dropout, rows, *args):
+        copies.append(rows)
+        return reading_rows(q, k, v, block_mask, scale, dropout, rows, *args)
+
+    reading_rows = t5.t5_flex_rows
+    monkeypatch.setattr(t5, "t5_flex_rows", recording)
+    config = tiny_kolong_config(position_encoding="t5", position_kwargs={"num_buckets": 8, "max_distance": 20,
+                                "shared": shared}, max_position_embeddings=32)  # fmt: skip
+    model = KolongModel(config, add_pooling_layer=False).train()
+    _assert_flex_trains_as_eager(model, 2, 21)
+    heads, layers = config.num_attention_heads, config.num_hidden_layers
+    assert [tuple(rows.shape) for rows in copies] == [(2, heads, 21, 8)] * layers
+    assert len({id(rows) for rows in copies}) == (1 if shared else layers)
+    model.set_attn_implementation("flex_attention")
+    with torch.no_grad():
+        model(random_ids(2, 21))
+    assert len(copies) == layers
 
 
 def test_compiled_flex_on_cpu_drops_through_the_chunked_path():
