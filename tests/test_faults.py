@@ -222,3 +222,23 @@ def test_resume_skips_a_newest_checkpoint_holding_only_its_config(inputs, tmp_pa
     straight, resumed = curve(tmp_path / "straight"), curve(tmp_path / "cut")
     assert [s for s, _ in resumed] == list(range(1, 41))
     assert [b for _, b in resumed] == pytest.approx([a for _, a in straight], rel=1e-4, abs=1e-4)
+
+
+def test_a_run_killed_during_its_first_save_starts_afresh_but_keeps_what_is_not_its_own(tmp_path):
+    """Only incomplete checkpoints in the output directory (killed while writing the first one): they are
+    removed with a warning and training starts afresh. With anything else beside them, it refuses as before."""
+    from kolong.errors import OutputExistsError
+    from kolong.training.common import resume_point
+
+    out = tmp_path / "out"
+    (out / "checkpoint-3").mkdir(parents=True)
+    (out / "checkpoint-3" / "config.json").write_text("{}")
+    with pytest.warns(KolongWarning, match="removing incomplete checkpoint .*checkpoint-3.*starting afresh"):
+        assert resume_point(out, overwrite=False) is None
+    assert list(out.iterdir()) == []
+
+    (out / "checkpoint-3").mkdir()
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(OutputExistsError, match="holds no complete checkpoint"):
+        resume_point(out, overwrite=False)
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoint-3", "notes.txt"]

@@ -117,7 +117,9 @@ def safetensors_complete(file: Path) -> bool:
 
 def resume_point(output_dir: Path, overwrite: bool) -> str | None:
     """The last complete checkpoint in `output_dir` to resume from; incomplete newer ones (a run killed
-    while saving) are removed with a warning. Refuses a non-empty directory without a complete one."""
+    while saving) are removed with a warning, and so are incomplete ones alone in the directory (a run
+    killed during its first save: it starts afresh). Refuses a non-empty directory without a complete
+    checkpoint that holds anything else."""
     from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
     if not output_dir.is_dir():
@@ -141,6 +143,13 @@ def resume_point(output_dir: Path, overwrite: bool) -> str | None:
                 shutil.rmtree(path, ignore_errors=True)
             return str(checkpoint)
         broken.append((checkpoint, problem))
+    if broken and len(broken) == sum(1 for _ in output_dir.iterdir()):
+        for path, reason in broken:
+            warn(
+                f"removing incomplete checkpoint {path} ({reason}); no complete one to resume: starting afresh"
+            )
+            shutil.rmtree(path, ignore_errors=True)
+        return None
     detail = f" ({', '.join(f'{p.name}: {r}' for p, r in broken)})" if broken else ""
     raise OutputExistsError(
         f"output directory {output_dir} is not empty and holds no complete checkpoint to resume{detail}; "
