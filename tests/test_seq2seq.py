@@ -188,10 +188,17 @@ def test_span_pretraining_uptrains_a_converted_t5_with_gbst_and_a_curriculum(tmp
 
 def test_cli_pretrain_span_and_finetune_seq2seq(tmp_path):
     runner = CliRunner()
-    corpus = tmp_path / "corpus.txt"
-    corpus.write_text("\n".join(f"문서 {i}: 바이트 모델은 토큰이 없다." for i in range(60)))
-    result = runner.invoke(app, ["pretrain", "span", "--train", str(corpus), "-o", str(tmp_path / "pt"), "--init",
-                                 "tiny", "--max-length", "64", "--max-steps", "3", "--batch-size", "4"])  # fmt: skip
+    corpus = tmp_path / "corpus.tsv"  # a TSV whose header names the text's column, as NSMC's
+    corpus.write_text(
+        "id\tdocument\n" + "\n".join(f"{i}\t문서 {i}: 바이트 모델은 토큰이 없다." for i in range(60))
+    )
+    for column, refusal in (("0", "--column: column numbers start at 1"), ("text", "no column named 'text'")):
+        result = runner.invoke(app, ["pretrain", "span", "--train", str(corpus), "-o", str(tmp_path / "no"),
+                                     "--init", "tiny", "--column", column])  # fmt: skip
+        assert result.exit_code == 2 and refusal in " ".join(result.output.split()), result.output
+    result = runner.invoke(app, ["pretrain", "span", "--train", str(corpus), "--column", "document", "-o",
+                                 str(tmp_path / "pt"), "--init", "tiny", "--max-length", "64", "--max-steps", "3",
+                                 "--batch-size", "4"])  # fmt: skip
     assert result.exit_code == 0, result.output
     assert json.loads((tmp_path / "pt" / "kolong_pretrain_results.json").read_text())["metrics"]["steps"] == 3
     pairs = tmp_path / "pairs.jsonl"

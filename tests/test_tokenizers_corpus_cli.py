@@ -59,6 +59,11 @@ def test_a_column_named_in_the_header_skips_the_header(tmp_path):
         list(Corpus([table], column="document"))  # line numbers count the header
     assert list(Corpus([table], column="document", on_bad_line="skip")) == ["좋은 영화", "최고다"]
     assert list(Corpus([table], column=2, on_bad_line="skip")) == ["document", "좋은 영화", "최고다"]
+    assert list(Corpus([table], column="2", on_bad_line="skip")) == [
+        "document",
+        "좋은 영화",
+        "최고다",
+    ]  # a config's
     with pytest.raises(
         CorpusError, match=r"no column named 'text' in the header \(its fields: id, document\)"
     ):

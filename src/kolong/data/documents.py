@@ -48,6 +48,8 @@ class Corpus:
     ) -> None:
         if on_bad_line not in ON_BAD_LINE:
             raise CorpusError(f"on_bad_line must be one of {', '.join(ON_BAD_LINE)}, got {on_bad_line!r}")
+        if isinstance(column, str) and column.strip().lstrip("-").isdigit():  # "4" from a CLI or config
+            column = int(column)
         if isinstance(column, int) and column < 1:
             raise CorpusError(f"column numbers start at 1, got {column}")
         if isinstance(column, str) and not column:

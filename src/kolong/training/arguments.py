@@ -23,6 +23,7 @@ from kolong.training.options import (
     CheckedArguments,
     check_eval_every,
     check_windows,
+    column_spec,
     must_be_json_object,
     option,
     steps_or_all,
@@ -80,9 +81,7 @@ class RecipeArguments(CheckedArguments):
     save_steps: int | None = option(
         None, "Steps between checkpoints (default: at each evaluation).", hf="save_steps"
     )
-    early_stopping_patience: int | None = option(
-        None, "Stop after N evaluations without a better main metric."
-    )
+    early_stopping_patience: int | None = option(None, "Stop after N evaluations without a better metric.")
     logging_steps: int = option(10, "Steps between log lines.", hf="logging_steps")
     save_total_limit: int = option(2, "Checkpoints kept (the best one too).", hf="save_total_limit")
     quiet: bool = option(False, "No Trainer progress bar or log lines.")
@@ -312,8 +311,8 @@ class SpanPretrainArguments(RecipeArguments):
     gbst_blocks: str = option("1,2,3,6,9", "GBST block sizes in bytes; size@offset for offsets.")
     gbst_downsample_rate: int = option(3, "GBST downsampling rate.", "--gbst-rate")
     gbst_score_consensus: bool = option(True, "GBST position-wise score consensus.")
-    column: int | None = option(
-        None, "Take this tab-separated field (1-based) of each line, e.g. 4 for NSMC."
+    column: str | None = option(
+        None, "TSV field of each line: a number from 1, or a header name (header skipped).", check=column_spec
     )
     on_bad_line: str = option("error", "error | skip lines that are not UTF-8.", choices=ON_BAD)
     max_documents: int | None = option(None, "Read at most N documents.")

@@ -106,6 +106,14 @@ class CheckedArguments:
         check_fields(self)
 
 
+def column_spec(flag: str, value: Any) -> None:
+    """A corpus column: a number from 1 (digits in a string too) or a header name (`kolong.data.documents`)."""
+    if str(value).strip().lstrip("-").isdigit() and int(value) < 1:
+        raise ConfigError(f"{flag}: column numbers start at 1, got {value}")
+    if str(value).strip() == "":
+        raise ConfigError(f"{flag}: a column name cannot be empty")
+
+
 def steps_or_all(flag: str, value: int) -> None:
     if value != -1 and value < 1:
         raise ConfigError(f"{flag} must be a positive number of steps, or -1 for all epochs; got {value}")
