@@ -121,7 +121,7 @@ def test_two_passes_equal_the_reference_in_outputs_and_gradients(eager_flex_with
 
 
 def test_every_flex_backward_in_the_compiled_graph_gets_its_output_gradient(eager_flex_with_backward):
-    """Inductor's lowering of FlexAttention's backward (torch 2.11-2.13) multiplies the pass's output by
+    """Inductor's lowering of FlexAttention's backward (torch 2.11-2.15) multiplies the pass's output by
     its gradient, so a pass whose output autograd sees as unused (the second pass is there for its lse)
     failed to compile on CUDA. The joint graph AOT autograd builds on CPU is the one Inductor lowers there:
     no backward call in it may lack the output gradient."""

@@ -85,7 +85,7 @@ def attend(q, k, v, score_mod, block_mask, scale, keys: torch.Tensor, p: float):
     log_ratio = torch.where(torch.isfinite(kept.lse), kept.lse - every.lse, -float("inf"))  # (b, h, n)
     ratio = log_ratio.exp() / (1.0 - p)
     # Only the lse of the second pass is used, so autograd hands its backward no gradient for the output,
-    # and Inductor's lowering of that backward (torch 2.11-2.13) multiplies the output by the missing
+    # and Inductor's lowering of that backward (torch 2.11-2.15) multiplies the output by the missing
     # gradient and fails on CUDA. A zero-weighted use of the output gives it one (a fused elementwise op;
     # the pass's contexts are finite, 0 for rows with nothing to attend to).
     return kept_context * ratio[..., None].to(kept_context.dtype) + 0.0 * every_context
