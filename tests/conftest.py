@@ -129,6 +129,19 @@ def kolong_config():
     return tiny_kolong_config
 
 
+@pytest.fixture
+def eager_flex_with_backward(monkeypatch):
+    """FlexAttention's eager reference with gradients on CPU: its public check for a CPU backward lifted,
+    kolong's flex functions uncompiled (what a CUDA run compiles, traced here as it is)."""
+    import torch.nn.attention.flex_attention as flex_api
+
+    from kolong.models.encoder import flex
+
+    monkeypatch.setattr(flex, "COMPILE", False)
+    monkeypatch.setattr(flex_api, "_validate_device", lambda *tensors: None)
+    monkeypatch.setattr(flex, "check_flex", lambda q: None)
+
+
 @pytest.fixture(autouse=True)
 def ieee_float32_matmuls():
     """fp32 comparisons need IEEE matmuls on CUDA. HF's TrainingArguments turn TF32 on for the whole process

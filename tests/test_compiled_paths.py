@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from conftest import random_ids, tiny_kolong_config
 from kolong.models import KolongForMaskedLM, KolongModel
 from kolong.models.encoder.masks import exporting
+from kolong.positions.registry import scheme_names
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -258,3 +259,19 @@ def test_each_compiled_run_compiles_its_model_for_its_own_shapes(fresh):
         with torch.no_grad():
             torch.compile(model, backend=backend)(input_ids=random_ids(2, length))
     assert symbolic == [False, not fresh]
+
+
+@pytest.mark.parametrize("scheme", scheme_names())
+def test_a_model_compiles_into_one_graph_on_the_cuda_training_path(eager_flex_with_backward, scheme):
+    """A whole model compiled as `pretrain mlm` compiles it on CUDA (FlexAttention, training, attention
+    dropout) is one graph: a break splits it, leaving unfused code between the pieces. T5 broke at every
+    layer by reading its bucket boundaries off a tensor in the forward (found 2026-11-27)."""
+    config = tiny_kolong_config(position_encoding=scheme, attention_probs_dropout_prob=0.1,
+                                attn_implementation="flex_attention", max_position_embeddings=32)  # fmt: skip
+    model = KolongModel(config, add_pooling_layer=False).train()
+    torch._dynamo.reset()
+    try:
+        explained = torch._dynamo.explain(model)(random_ids(2, 24))
+    finally:
+        torch._dynamo.reset()
+    assert explained.graph_break_count == 0, [reason.reason[:200] for reason in explained.break_reasons]

@@ -19,13 +19,6 @@ from kolong.models.encoder import attention, chunked, flex, flex_dropout
 pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
 
 
-@pytest.fixture
-def eager_flex_with_backward(monkeypatch):
-    monkeypatch.setattr(flex, "COMPILE", False)
-    monkeypatch.setattr(flex_api, "_validate_device", lambda *tensors: None)
-    monkeypatch.setattr(flex, "check_flex", lambda q: None)
-
-
 def test_the_hash_is_pinned():
     """Golden bits: the CUDA kernels and the CPU reference must draw these same values."""
     key = torch.tensor(12345, dtype=torch.int32)
@@ -242,6 +235,45 @@ def test_t5_trains_through_a_per_row_copy_of_its_table(eager_flex_with_backward,
     with torch.no_grad():
         model(random_ids(2, 21))
     assert len(copies) == layers
+
+
+class _BackwardGraphSeen(Exception):
+    pass
+
+
+@pytest.mark.parametrize("scheme", list(SCHEMES))
+def test_a_compiled_model_with_dropout_gives_every_flex_backward_its_output_gradient(
+    eager_flex_with_backward, scheme
+):
+    """The check above for a whole model compiled as `pretrain mlm` compiles it on CUDA (every scheme's
+    FlexAttention path with attention dropout, a local window for learned): the backward graph AOT autograd
+    hands to Inductor, read before it runs (CPU has no kernel to run it with)."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    backward_calls = []
+
+    def inspect_backward(graph_module, example_inputs):
+        for node in graph_module.graph.nodes:
+            if "flex_attention_backward" in str(node.target):
+                backward_calls.append(node.args[5])
+        raise _BackwardGraphSeen
+
+    backend = aot_autograd(
+        fw_compiler=lambda graph_module, inputs: graph_module, bw_compiler=inspect_backward
+    )
+    config = tiny_kolong_config(position_encoding=scheme, attention_probs_dropout_prob=0.2,
+                                attn_implementation="flex_attention", max_position_embeddings=32,
+                                **SCHEMES[scheme])  # fmt: skip
+    model = KolongModel(config, add_pooling_layer=False).train()
+    torch._dynamo.reset()
+    try:
+        hidden = torch.compile(model, backend=backend)(random_ids(2, 24)).last_hidden_state
+        with pytest.raises(_BackwardGraphSeen):
+            hidden.square().mean().backward()
+    finally:
+        torch._dynamo.reset()
+    assert len(backward_calls) == 2 * config.num_hidden_layers  # two passes a layer
+    assert all(gradient is not None for gradient in backward_calls)
 
 
 def test_compiled_flex_on_cpu_drops_through_the_chunked_path():

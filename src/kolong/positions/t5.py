@@ -72,6 +72,8 @@ class T5Positions(PositionEncoding):
         super().__init__(config, **kwargs)
         tables = table_count(self.options, self.num_layers)
         self.bias_tables = nn.Parameter(torch.empty(tables, self.options["num_buckets"], self.num_heads))
+        # read off tensors here, once: in a forward, .tolist() would break a compiled model's graph at every layer
+        self.boundaries = bucket_boundaries(**self._bucket_options())
 
     @classmethod
     def validate(cls, options, config):
@@ -119,7 +121,7 @@ class T5Positions(PositionEncoding):
     def flex_score(self, layer, query, state):
         key = self._layer(layer)
         table = self.bias_tables[key]  # (buckets, h)
-        buckets = (self.options["num_buckets"], bucket_boundaries(**self._bucket_options()))
+        buckets = (self.options["num_buckets"], self.boundaries)
         if not (torch.is_grad_enabled() and table.requires_grad):
             return t5_flex, (table.to(query.dtype), *buckets)
         if ("rows", key) not in state["bias"]:  # a shared table: one copy for every layer
