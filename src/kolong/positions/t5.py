@@ -139,7 +139,7 @@ class T5Positions(PositionEncoding):
 def bucket_boundaries(num_buckets: int, max_distance: int) -> tuple[int, ...]:
     """The smallest |j - i| of each log-spaced bucket after the first one, read off the reference function."""
     half = num_buckets // 2
-    distances = torch.arange(0, max_distance + 2)
+    distances = torch.arange(0, max_distance + 2, device="cpu")  # on CPU also while HF builds on "meta"
     buckets = relative_position_bucket(-distances, num_buckets, max_distance).tolist()  # j - i <= 0 half
     exact = half // 2
     return tuple(
