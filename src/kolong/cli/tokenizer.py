@@ -18,12 +18,14 @@ app = typer.Typer(
 
 
 def column_number_or_name(value: str | None) -> int | str | None:
-    """Option callback: a number (1 or more) or a header name."""
-    if value is None or not value.strip().lstrip("-").isdigit():
-        return value
-    if int(value) < 1:
-        raise typer.BadParameter(f"column numbers start at 1, got {value}")
-    return int(value)
+    """Option callback: a number (1 or more) or a header name (`kolong.data.documents.column_field`)."""
+    from kolong.data.documents import column_field
+    from kolong.errors import CorpusError
+
+    try:
+        return column_field(value)
+    except CorpusError as error:
+        raise typer.BadParameter(str(error)) from None
 
 
 COLUMN_OPTION = typer.Option(

@@ -48,12 +48,7 @@ class Corpus:
     ) -> None:
         if on_bad_line not in ON_BAD_LINE:
             raise CorpusError(f"on_bad_line must be one of {', '.join(ON_BAD_LINE)}, got {on_bad_line!r}")
-        if isinstance(column, str) and column.strip().lstrip("-").isdigit():  # "4" from a CLI or config
-            column = int(column)
-        if isinstance(column, int) and column < 1:
-            raise CorpusError(f"column numbers start at 1, got {column}")
-        if isinstance(column, str) and not column:
-            raise CorpusError("a column name cannot be empty")
+        column = column_field(column)
         if not paths:
             raise CorpusError("no corpus file given")
         self.paths = [Path(p) for p in paths]
@@ -153,3 +148,15 @@ def _named_column(path: Path, header: bytes, name: str) -> int:
             f"{path}:1: no column named {name!r} in the header (its fields: {', '.join(fields)})"
         )
     return fields.index(name) + 1
+
+
+def column_field(value: int | str | None) -> int | str | None:
+    """A `column` as a CLI, a config file or Python gives it: a number from 1 (digits in a string read as that
+    number) or a header name; `CorpusError` otherwise. The CLI's options check with this too."""
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        value = int(value)
+    if isinstance(value, int) and value < 1:
+        raise CorpusError(f"column numbers start at 1, got {value}")
+    if isinstance(value, str) and not value.strip():
+        raise CorpusError("a column name cannot be empty")
+    return value

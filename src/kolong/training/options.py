@@ -107,11 +107,14 @@ class CheckedArguments:
 
 
 def column_spec(flag: str, value: Any) -> None:
-    """A corpus column: a number from 1 (digits in a string too) or a header name (`kolong.data.documents`)."""
-    if str(value).strip().lstrip("-").isdigit() and int(value) < 1:
-        raise ConfigError(f"{flag}: column numbers start at 1, got {value}")
-    if str(value).strip() == "":
-        raise ConfigError(f"{flag}: a column name cannot be empty")
+    """A corpus column: a number from 1 or a header name (`kolong.data.documents.column_field`)."""
+    from kolong.data.documents import column_field
+    from kolong.errors import CorpusError
+
+    try:
+        column_field(value)
+    except CorpusError as error:
+        raise ConfigError(f"{flag}: {error}") from None
 
 
 def steps_or_all(flag: str, value: int) -> None:
