@@ -134,22 +134,20 @@ def resume_point(output_dir: Path, overwrite: bool) -> str | None:
         for path in output_dir.iterdir()
         if path.is_dir() and (match := pattern.match(path.name))
     )
-    broken = []
+    broken, resumed = [], None
     for _, checkpoint in reversed(found):
         problem = checkpoint_problem(checkpoint)
         if problem is None:
-            for path, reason in broken:
-                warn(f"removing incomplete checkpoint {path} ({reason}); resuming from {checkpoint.name}")
-                shutil.rmtree(path, ignore_errors=True)
-            return str(checkpoint)
+            resumed = checkpoint
+            break
         broken.append((checkpoint, problem))
-    if broken and len(broken) == sum(1 for _ in output_dir.iterdir()):
+    # with no complete checkpoint, only a directory of nothing but incomplete ones is the run's own to clear
+    if resumed is not None or (broken and len(broken) == sum(1 for _ in output_dir.iterdir())):
+        then = f"resuming from {resumed.name}" if resumed else "no complete one to resume: starting afresh"
         for path, reason in broken:
-            warn(
-                f"removing incomplete checkpoint {path} ({reason}); no complete one to resume: starting afresh"
-            )
+            warn(f"removing incomplete checkpoint {path} ({reason}); {then}")
             shutil.rmtree(path, ignore_errors=True)
-        return None
+        return None if resumed is None else str(resumed)
     detail = f" ({', '.join(f'{p.name}: {r}' for p, r in broken)})" if broken else ""
     raise OutputExistsError(
         f"output directory {output_dir} is not empty and holds no complete checkpoint to resume{detail}; "
