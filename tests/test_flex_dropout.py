@@ -113,24 +113,34 @@ def test_two_passes_equal_the_reference_in_outputs_and_gradients(eager_flex_with
         assert dropped_rows.sum() > 10 and (actual[dropped_rows] == 0).all()
 
 
-def test_every_flex_backward_in_the_compiled_graph_gets_its_output_gradient(eager_flex_with_backward):
-    """Inductor's lowering of FlexAttention's backward (torch 2.11-2.15) multiplies the pass's output by
-    its gradient, so a pass whose output autograd sees as unused (the second pass is there for its lse)
-    failed to compile on CUDA. The joint graph AOT autograd builds on CPU is the one Inductor lowers there:
-    no backward call in it may lack the output gradient."""
-    from torch._dynamo.backends.common import aot_autograd
+class _BackwardGraphSeen(Exception):
+    pass
 
-    backward_calls = []
+
+def _recording_backend(backward_calls: list, stop: bool):
+    """A torch.compile backend (AOT autograd) that records the output-gradient argument of every FlexAttention
+    backward in the backward graph, the graph Inductor lowers on CUDA; then runs that graph as it is, or
+    stops the backward with `_BackwardGraphSeen` (`stop`: where CPU has no kernel to run it with)."""
+    from torch._dynamo.backends.common import aot_autograd
 
     def inspect_backward(graph_module, example_inputs):
         for node in graph_module.graph.nodes:
             if "flex_attention_backward" in str(node.target):
                 backward_calls.append(node.args[5])  # (q, k, v, out, lse, grad_out, grad_lse, ...)
+        if stop:
+            raise _BackwardGraphSeen
         return graph_module
 
-    backend = aot_autograd(
-        fw_compiler=lambda graph_module, inputs: graph_module, bw_compiler=inspect_backward
-    )
+    return aot_autograd(fw_compiler=lambda graph_module, inputs: graph_module, bw_compiler=inspect_backward)
+
+
+def test_every_flex_backward_in_the_compiled_graph_gets_its_output_gradient(eager_flex_with_backward):
+    """Inductor's lowering of FlexAttention's backward (torch 2.11-2.15) multiplies the pass's output by
+    its gradient, so a pass whose output autograd sees as unused (the second pass is there for its lse)
+    failed to compile on CUDA. The joint graph AOT autograd builds on CPU is the one Inductor lowers there:
+    no backward call in it may lack the output gradient."""
+    backward_calls = []
+    backend = _recording_backend(backward_calls, stop=False)
     keys = flex_dropout.draw_keys(2, 2, "cpu")
     q, k, v = (torch.randn(2, 2, 16, 8, requires_grad=True) for _ in range(3))
     torch._dynamo.reset()
@@ -237,10 +247,6 @@ def test_t5_trains_through_a_per_row_copy_of_its_table(eager_flex_with_backward,
     assert len(copies) == layers
 
 
-class _BackwardGraphSeen(Exception):
-    pass
-
-
 @pytest.mark.parametrize("scheme", list(SCHEMES))
 def test_a_compiled_model_with_dropout_gives_every_flex_backward_its_output_gradient(
     eager_flex_with_backward, scheme
@@ -248,19 +254,8 @@ def test_a_compiled_model_with_dropout_gives_every_flex_backward_its_output_grad
     """The check above for a whole model compiled as `pretrain mlm` compiles it on CUDA (every scheme's
     FlexAttention path with attention dropout, a local window for learned): the backward graph AOT autograd
     hands to Inductor, read before it runs (CPU has no kernel to run it with)."""
-    from torch._dynamo.backends.common import aot_autograd
-
     backward_calls = []
-
-    def inspect_backward(graph_module, example_inputs):
-        for node in graph_module.graph.nodes:
-            if "flex_attention_backward" in str(node.target):
-                backward_calls.append(node.args[5])
-        raise _BackwardGraphSeen
-
-    backend = aot_autograd(
-        fw_compiler=lambda graph_module, inputs: graph_module, bw_compiler=inspect_backward
-    )
+    backend = _recording_backend(backward_calls, stop=True)
     config = tiny_kolong_config(position_encoding=scheme, attention_probs_dropout_prob=0.2,
                                 attn_implementation="flex_attention", max_position_embeddings=32,
                                 **SCHEMES[scheme])  # fmt: skip
