@@ -142,6 +142,48 @@ def eager_flex_with_backward(monkeypatch):
     monkeypatch.setattr(flex, "check_flex", lambda q: None)
 
 
+@pytest.fixture
+def same_flex_drops(monkeypatch):
+    """`same_flex_drops(batch=, heads=)`: FlexAttention's dropout draws fixed hash keys, and the eager and
+    chunked paths drop exactly the entries those keys drop."""
+    from kolong.models.encoder import attention, chunked, flex_dropout
+
+    def fix(batch: int, heads: int, device="cpu"):
+        keys = flex_dropout.draw_keys(batch, heads, device)
+        monkeypatch.setattr(flex_dropout, "draw_keys", lambda *args: keys)
+
+        def same_drops(shape, dropout_p, device, generator=None):
+            return ~flex_dropout.keep_mask(keys, dropout_p, shape[-2], shape[-1]).expand(
+                shape
+            ), 1.0 - dropout_p
+
+        monkeypatch.setattr(attention, "attention_dropout_mask", same_drops)
+        monkeypatch.setattr(chunked, "attention_dropout_mask", same_drops)
+
+    return fix
+
+
+def assert_flex_trains_as_eager(model, batch: int, length: int) -> None:
+    """Outputs and every parameter's gradient of the FlexAttention path against the eager reference, on a
+    batch whose second row is padded from token 15."""
+    ids = random_ids(batch, length)
+    mask = torch.ones_like(ids)
+    mask[1, 15:] = 0
+    results = []
+    for implementation in ("flex_attention", "eager"):
+        model.set_attn_implementation(implementation)
+        model.zero_grad(set_to_none=True)
+        hidden = model(ids, attention_mask=mask).last_hidden_state * mask[..., None]
+        hidden.square().mean().backward()
+        gradients = {name: w.grad.clone() for name, w in model.named_parameters() if w.grad is not None}
+        results.append((hidden.detach(), gradients))
+    (actual, actual_grads), (expected, expected_grads) = results
+    torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-5)
+    assert actual_grads.keys() == expected_grads.keys()
+    for name, grad in expected_grads.items():
+        torch.testing.assert_close(actual_grads[name], grad, rtol=1e-4, atol=1e-5, msg=name)
+
+
 @pytest.fixture(autouse=True)
 def ieee_float32_matmuls():
     """fp32 comparisons need IEEE matmuls on CUDA. HF's TrainingArguments turn TF32 on for the whole process

@@ -12,9 +12,9 @@ import pytest
 import torch
 import torch.nn.attention.flex_attention as flex_api
 
-from conftest import random_ids, tiny_kolong_config
+from conftest import assert_flex_trains_as_eager, random_ids, tiny_kolong_config
 from kolong.models import KolongModel
-from kolong.models.encoder import attention, chunked, flex, flex_dropout
+from kolong.models.encoder import attention, flex, flex_dropout
 
 pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
 
@@ -172,51 +172,19 @@ SCHEMES = {
 
 @pytest.mark.parametrize("scheme", list(SCHEMES))
 def test_a_model_trains_with_flex_dropout_as_the_reference_drops(
-    eager_flex_with_backward, monkeypatch, scheme
+    eager_flex_with_backward, same_flex_drops, scheme
 ):
     """The model's FlexAttention path with attention dropout against the eager path told to drop the same
     entries: outputs and every parameter's gradient."""
     torch.manual_seed(0)
-    p, (batch, length) = 0.3, (2, 21)
-    keys = flex_dropout.draw_keys(batch, 2, "cpu")
-    monkeypatch.setattr(flex_dropout, "draw_keys", lambda *args: keys)
-
-    def same_drops(shape, dropout_p, device, generator=None):
-        return ~flex_dropout.keep_mask(keys, dropout_p, shape[-2], shape[-1]).expand(shape), 1.0 - dropout_p
-
-    monkeypatch.setattr(attention, "attention_dropout_mask", same_drops)
-    monkeypatch.setattr(chunked, "attention_dropout_mask", same_drops)
+    same_flex_drops(batch=2, heads=2)
     config = tiny_kolong_config(
         position_encoding=scheme,
-        attention_probs_dropout_prob=p,
+        attention_probs_dropout_prob=0.3,
         max_position_embeddings=32,
         **SCHEMES[scheme],
     )
-    _assert_flex_trains_as_eager(KolongModel(config, add_pooling_layer=False).train(), batch, length)
-
-
-def _assert_flex_trains_as_eager(model, batch, length):
-    """Outputs and every parameter's gradient of the FlexAttention path against the eager reference."""
-    ids = random_ids(batch, length)
-    mask = torch.ones_like(ids)
-    mask[1, 15:] = 0
-    results = []
-    for implementation in ("flex_attention", "eager"):
-        model.set_attn_implementation(implementation)
-        model.zero_grad(set_to_none=True)
-        hidden = model(ids, attention_mask=mask).last_hidden_state * mask[..., None]
-        hidden.square().mean().backward()
-        results.append(
-            (
-                hidden.detach(),
-                {name: w.grad.clone() for name, w in model.named_parameters() if w.grad is not None},
-            )
-        )
-    (actual, actual_grads), (expected, expected_grads) = results
-    torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-5)
-    assert actual_grads.keys() == expected_grads.keys()
-    for name, grad in expected_grads.items():
-        torch.testing.assert_close(actual_grads[name], grad, rtol=1e-4, atol=1e-5, msg=name)
+    assert_flex_trains_as_eager(KolongModel(config, add_pooling_layer=False).train(), 2, 21)
 
 
 @pytest.mark.parametrize("shared", [True, False])
@@ -237,7 +205,7 @@ def test_t5_trains_through_a_per_row_copy_of_its_table(eager_flex_with_backward,
     config = tiny_kolong_config(position_encoding="t5", position_kwargs={"num_buckets": 8, "max_distance": 20,
                                 "shared": shared}, max_position_embeddings=32)  # fmt: skip
     model = KolongModel(config, add_pooling_layer=False).train()
-    _assert_flex_trains_as_eager(model, 2, 21)
+    assert_flex_trains_as_eager(model, 2, 21)
     heads, layers = config.num_attention_heads, config.num_hidden_layers
     assert [tuple(rows.shape) for rows in copies] == [(2, heads, 21, 8)] * layers
     assert len({id(rows) for rows in copies}) == (1 if shared else layers)

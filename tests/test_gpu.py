@@ -119,12 +119,16 @@ def test_fused_paths_match_the_reference_on_cuda_with_gradients(name, implementa
     _assert_path_matches_eager(KolongModel(config).cuda().train(), implementation)
 
 
-@pytest.mark.parametrize("name", ["learned-local", "shaw", "t5", "alibi"])
+@pytest.mark.parametrize("name", ["learned-local", "shaw", "t5", "alibi", "shaw-spread", "t5-spread"])
 def test_attention_dropout_runs_in_flex_on_cuda_as_the_reference_drops(name, monkeypatch):
     """Training with attention dropout: the default path on CUDA (compiled FlexAttention, two passes, the
     hashed mask in the kernel) against eager told to drop the same entries; the chunked path it replaced
-    would draw other drops and fail this. fp32 and bf16."""
-    from kolong.models.encoder import attention, flex_dropout
+    would draw other drops and fail this. fp32 and bf16. `-spread`: the bucket tensors spread 8 wide
+    (`flex_spread`)."""
+    from kolong.models.encoder import attention, flex_dropout, flex_spread
+
+    if name.endswith("-spread"):
+        monkeypatch.setattr(flex_spread, "SPREAD", 8)
 
     torch.manual_seed(0)
     keys = flex_dropout.draw_keys(3, 2, "cuda")
@@ -135,7 +139,8 @@ def test_attention_dropout_runs_in_flex_on_cuda_as_the_reference_drops(name, mon
 
     monkeypatch.setattr(attention, "attention_dropout_mask", same_drops)
     local = {"attention_pattern": "local+global", "attention_window": 16} if name == "learned-local" else {}
-    config = tiny_kolong_config(position_encoding=name.split("-")[0], position_kwargs=FUSED.get(name, {}),
+    scheme = name.split("-")[0]
+    config = tiny_kolong_config(position_encoding=scheme, position_kwargs=FUSED.get(scheme, {}),
                                 initializer_range=0.2, attention_probs_dropout_prob=0.2,
                                 max_position_embeddings=150, **local)  # fmt: skip
     _assert_path_matches_eager(KolongModel(config).cuda().train(), "sdpa")

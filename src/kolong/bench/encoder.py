@@ -15,7 +15,8 @@ References: HF `BertModel` (`attn_implementation="sdpa"`) and HF `ModernBertMode
 sizes; the `eager` path of shaw and t5 (kolong's gathered (b, h, n, n) bias, the reference the
 fused paths are tested against); Shaw materialising (n, n, d_h) relation tensors (`-naive`); Shaw and T5
 training with attention dropout through the chunked exact path instead of FlexAttention (`-chunked`, CUDA's
-path before dropout moved into FlexAttention; the same as the plain scheme on CPU).
+path before dropout moved into FlexAttention), and in FlexAttention with their bucket tensors spread over 32
+columns (`-spread`, `flex_spread`); both the same as the plain scheme on CPU.
 """
 
 from __future__ import annotations
@@ -43,7 +44,13 @@ REFERENCES: dict[str, tuple[str, dict, str]] = {
     # attention dropout on CUDA through the chunked exact path, as before it moved into FlexAttention
     "shaw-chunked": ("shaw", {"max_distance": 16}, "sdpa"),
     "t5-chunked": ("t5", {}, "sdpa"),
+    # training in FlexAttention with the bucket tensors spread over more columns (`flex_spread`)
+    "shaw-spread": ("shaw", {"max_distance": 16}, "sdpa"),
+    "t5-spread": ("t5", {}, "sdpa"),
 }
+# Module flags the references hold while they run (`encoder_step`); each is its scheme's own path off CUDA.
+CUDA_FLAGS = {"shaw-chunked": {"FLEX_DROPOUT": False}, "t5-chunked": {"FLEX_DROPOUT": False},
+              "shaw-spread": {"SPREAD": 32}, "t5-spread": {"SPREAD": 32}}  # fmt: skip
 # Dense bf16 / fp32 peak FLOP/s by GPU name, for MFU (`--peak-tflops` overrides).
 PEAK_TFLOPS = {"H100": {"bf16": 989.4, "fp32": 494.7}, "H200": {"bf16": 989.4, "fp32": 494.7},
                "A100": {"bf16": 312.0, "fp32": 156.0}, "L4": {"bf16": 121.0, "fp32": 60.0}}  # fmt: skip
@@ -91,17 +98,16 @@ def build_model(name: str, args: EncoderBenchArguments, length: int):
     return torch.compile(model) if args.compile else model
 
 
-def make_step(model, args: EncoderBenchArguments, length: int, training: bool, chunked: bool = False):
-    """One training (forward + backward) or inference call on a fixed random batch; `chunked`: attention
-    dropout through the chunked path rather than FlexAttention (the `-chunked` references)."""
+def make_step(model, args: EncoderBenchArguments, length: int, training: bool, name: str = ""):
+    """One training (forward + backward) or inference call on a fixed random batch, with the module flags of
+    implementation `name` (CUDA_FLAGS: the `-chunked` and `-spread` references)."""
     import torch
 
     batch = max(1, args.tokens_per_step // length)
     generator = torch.Generator().manual_seed(0)
     ids = torch.randint(5, args.vocab_size, (batch, length), generator=generator).to(args.device)
     inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-    flags = {"FLEX_DROPOUT": False} if chunked else None
-    return encoder_step(model, inputs, training, args.device, args.dtype, flags)
+    return encoder_step(model, inputs, training, args.device, args.dtype, CUDA_FLAGS.get(name))
 
 
 def measure_memory(name: str, length: int, args: EncoderBenchArguments) -> dict:
@@ -113,7 +119,7 @@ def measure_memory(name: str, length: int, args: EncoderBenchArguments) -> dict:
     model = build_model(name, args, length)
     row = {"implementation": name, "length": length}
     for mode in ("inference", "training"):
-        step = make_step(model, args, length, training=mode == "training", chunked=name.endswith("-chunked"))
+        step = make_step(model, args, length, training=mode == "training", name=name)
         row[f"{mode}_peak_mb"] = peak_growth_mb(step, args.device.startswith("cuda"))
     return row
 
@@ -128,8 +134,8 @@ def _memory_worker(name: str, length: int, args: EncoderBenchArguments) -> dict:
 
 def _resolved(args: EncoderBenchArguments) -> list[str]:
     known = implementations()
-    # `all` leaves out the -chunked references off CUDA, where they are their scheme's own path
-    every = [name for name in known if args.device.startswith("cuda") or not name.endswith("-chunked")]
+    # `all` leaves out the CUDA_FLAGS references off CUDA, where they are their scheme's own path
+    every = [name for name in known if args.device.startswith("cuda") or name not in CUDA_FLAGS]
     names = every if args.implementations in (["all"], []) else list(args.implementations)
     unknown = sorted(set(names) - set(known))
     if unknown:
@@ -179,9 +185,7 @@ class EncoderBenchmark(Benchmark):
             self.models_length = length
         steps, errors = {}, dict(skipped)
         for name, model in self.models.items():
-            step = make_step(
-                model, args, length, training=mode == "training", chunked=name.endswith("-chunked")
-            )
+            step = make_step(model, args, length, training=mode == "training", name=name)
             try:
                 step()  # compiles, and finds what does not fit before the timed rounds
             except (RuntimeError, ValueError) as error:  # out of memory, unsupported
