@@ -184,6 +184,16 @@ def assert_flex_trains_as_eager(model, batch: int, length: int) -> None:
         torch.testing.assert_close(actual_grads[name], grad, rtol=1e-4, atol=1e-5, msg=name)
 
 
+def assert_one_graph(model, *inputs) -> None:
+    """`model(*inputs)` compiles into one graph: a break splits it, leaving unfused code between the pieces."""
+    torch._dynamo.reset()
+    try:
+        explained = torch._dynamo.explain(model)(*inputs)
+    finally:
+        torch._dynamo.reset()
+    assert explained.graph_break_count == 0, [reason.reason[:200] for reason in explained.break_reasons]
+
+
 @pytest.fixture(autouse=True)
 def ieee_float32_matmuls():
     """fp32 comparisons need IEEE matmuls on CUDA. HF's TrainingArguments turn TF32 on for the whole process

@@ -12,7 +12,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import random_ids, tiny_kolong_config
+from conftest import assert_one_graph, random_ids, tiny_kolong_config
 from kolong.models import KolongForMaskedLM, KolongModel
 from kolong.models.encoder.masks import exporting
 from kolong.positions.registry import scheme_names
@@ -269,9 +269,4 @@ def test_a_model_compiles_into_one_graph_on_the_cuda_training_path(eager_flex_wi
     config = tiny_kolong_config(position_encoding=scheme, attention_probs_dropout_prob=0.1,
                                 attn_implementation="flex_attention", max_position_embeddings=32)  # fmt: skip
     model = KolongModel(config, add_pooling_layer=False).train()
-    torch._dynamo.reset()
-    try:
-        explained = torch._dynamo.explain(model)(random_ids(2, 24))
-    finally:
-        torch._dynamo.reset()
-    assert explained.graph_break_count == 0, [reason.reason[:200] for reason in explained.break_reasons]
+    assert_one_graph(model, random_ids(2, 24))

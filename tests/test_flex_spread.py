@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from conftest import assert_flex_trains_as_eager, random_ids, tiny_kolong_config
+from conftest import assert_flex_trains_as_eager, assert_one_graph, random_ids, tiny_kolong_config
 from kolong.models import KolongModel
 from kolong.models.encoder import flex_spread
 from kolong.positions import shaw, t5
@@ -118,9 +118,4 @@ def test_a_model_training_through_the_spread_copy_compiles_into_one_graph(
                                 attention_probs_dropout_prob=0.1, attn_implementation="flex_attention",
                                 max_position_embeddings=32)  # fmt: skip
     model = KolongModel(config, add_pooling_layer=False).train()
-    torch._dynamo.reset()
-    try:
-        explained = torch._dynamo.explain(model)(random_ids(2, 24))
-    finally:
-        torch._dynamo.reset()
-    assert explained.graph_break_count == 0, [reason.reason[:200] for reason in explained.break_reasons]
+    assert_one_graph(model, random_ids(2, 24))
