@@ -98,14 +98,31 @@ def test_training_through_the_spread_copy_matches_the_reference(
     assert len(reads) == layers
 
 
+UNSPREAD = {"shaw": "shaw_flex", "t5": "t5_flex_rows"}
+
+
 @pytest.mark.parametrize("scheme", list(CASES))
-def test_spread_off_reads_the_unspread_tensors(eager_flex_with_backward, monkeypatch, scheme):
+def test_spread_off_trains_from_the_unspread_tensors_in_float32(
+    eager_flex_with_backward, monkeypatch, scheme
+):
+    """Spread off: Shaw's profile and T5's per-row table as they are, in float32 even for a bf16 model (the
+    backward adds up to n gradients into one entry, in that tensor's dtype)."""
     monkeypatch.setattr(flex_spread, "SPREAD", 1)
     module = {"shaw": shaw, "t5": t5}[scheme]
     monkeypatch.setattr(module, CASES[scheme][1], lambda *args: pytest.fail("spread with SPREAD = 1"))
+    reads = []
+    reading = getattr(module, UNSPREAD[scheme])
+
+    def recording(q, k, v, block_mask, scale, drops, values, *args):
+        reads.append(values.dtype)
+        return reading(q, k, v, block_mask, scale, drops, values, *args)
+
+    monkeypatch.setattr(module, UNSPREAD[scheme], recording)
     config = tiny_kolong_config(position_encoding=scheme, position_kwargs=CASES[scheme][0],
                                 attn_implementation="flex_attention", max_position_embeddings=32)  # fmt: skip
-    KolongModel(config, add_pooling_layer=False).train()(random_ids(2, 21)).last_hidden_state.sum().backward()
+    model = KolongModel(config, add_pooling_layer=False).to(torch.bfloat16).train()
+    model(random_ids(2, 21)).last_hidden_state.float().sum().backward()
+    assert reads == [torch.float32] * config.num_hidden_layers
 
 
 @pytest.mark.parametrize("scheme", list(CASES))
