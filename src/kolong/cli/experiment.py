@@ -110,7 +110,7 @@ def positions(
     scale: str = typer.Option(
         "cpu-quick",
         callback=one_of("cpu-quick", "cpu", "gpu-mini", "gpu"),
-        help="cpu-quick (~1 h on 2 cores) | cpu (a few hours) | gpu-mini (3 x 512, 49M tokens, one GPU slot; "
+        help="cpu-quick (~30 min per seed on 2 cores) | cpu (a few hours) | gpu-mini (3 x 512, 49M tokens, one GPU slot; "
         "to measure) | gpu (the paper).",
     ),
     schemes: str = typer.Option("learned,shaw,rope,alibi", help="Position schemes to compare."),
