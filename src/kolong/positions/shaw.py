@@ -104,13 +104,9 @@ class ShawPositions(PositionEncoding):
         return ShawChunkBias(self.profile(layer, query), values, self.max_distance)
 
     def flex_score(self, layer, query, state):
-        profile = self.profile(layer, query)
-        if not (torch.is_grad_enabled() and profile.requires_grad):
+        profile = self.profile(layer, query)  # trained: float32 in the kernel (`flex.flex_call`)
+        if flex_spread.SPREAD == 1 or not (torch.is_grad_enabled() and profile.requires_grad):
             return shaw_flex, (profile, self.max_distance)
-        if flex_spread.SPREAD == 1:
-            # FlexAttention's backward adds the gradients into an entry in its dtype, up to n - 2k of them into
-            # each edge bucket: bf16 (under autocast) would round most of them away
-            return shaw_flex, (profile.float(), self.max_distance)
         # every key k or more from the query reads one of the two edge buckets
         distances = [math.inf, *[1] * (2 * self.max_distance - 1), math.inf]
         widths = flex_spread.widths(distances, flex_spread.SPREAD)

@@ -52,6 +52,9 @@ def labelled(name: str):
 
 def flex_call(function: Callable, q, k, v, *args):
     """`function(q, k, v, *args)`, compiled on first use (one compiled function per scheme)."""
+    # FlexAttention's backward adds the gradients of a trained tensor a score_mod reads into it in its own dtype,
+    # one score at a time (up to n into one entry): in bf16 most of them would round away
+    args = tuple(arg.float() if isinstance(arg, torch.Tensor) and arg.requires_grad else arg for arg in args)
     if not COMPILE:
         return function(q, k, v, *args)
     compiled = _compiled.get(function)
