@@ -144,27 +144,26 @@ def test_encoder_benchmark_rejects_unknown_implementations():
         run_benchmark(EncoderBenchmark(), EncoderBenchArguments(implementations=["bert"], memory=False))
 
 
-def test_chunked_and_spread_references_hold_their_flags_while_they_run():
-    """`shaw-chunked` / `t5-chunked` steps run with FlexAttention's dropout off (the path before it),
-    `shaw-spread` / `t5-spread` with the bucket tensors spread 32 wide, and every other step with neither."""
+def test_chunked_references_train_with_dropout_outside_flex_attention():
+    """`shaw-chunked` / `t5-chunked` steps run with FlexAttention's dropout off (the path before it), and
+    leave it on for every other step."""
     from kolong.bench.encoder import EncoderBenchArguments, _resolved, build_model, implementations, make_step
-    from kolong.models.encoder import attention, flex_spread
+    from kolong.models.encoder import attention
 
     args = EncoderBenchArguments(lengths=[16], hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
                                  intermediate_size=64, tokens_per_step=32, attention_dropout=0.1)  # fmt: skip
-    references = ("shaw-chunked", "t5-chunked", "shaw-spread", "t5-spread")
-    assert [implementations()[name][0] for name in references] == ["shaw", "t5", "shaw", "t5"]
+    references = ("shaw-chunked", "t5-chunked")
+    assert [implementations()[name][0] for name in references] == ["shaw", "t5"]
     assert not set(references) & set(_resolved(args))  # `all` on CPU: the same paths as shaw and t5
     args.device = "cuda"
     assert set(references) <= set(_resolved(args))
     args.device = "cpu"
     seen = []
-    for name in ("shaw-chunked", "shaw-spread", "shaw"):
+    for name in ("shaw-chunked", "shaw"):
         model = build_model(name, args, 16)
-        model.register_forward_hook(lambda *_: seen.append((attention.FLEX_DROPOUT, flex_spread.SPREAD)))
+        model.register_forward_hook(lambda *_: seen.append(attention.FLEX_DROPOUT))
         make_step(model, args, 16, training=True, name=name)()
-    assert seen == [(False, 1), (True, 32), (True, 1)]
-    assert attention.FLEX_DROPOUT and flex_spread.SPREAD == 1
+    assert seen == [False, True] and attention.FLEX_DROPOUT
 
 
 def test_encoder_benchmark_modes_and_their_refusal(tmp_path):

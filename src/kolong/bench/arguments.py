@@ -84,8 +84,7 @@ class EncoderBenchArguments(BenchArguments):
         ["all"], "Comma-separated subset of: hf-bert, hf-modernbert (HF's encoders), every registered position "
         "scheme (kolong's default attention path), shaw-value, shaw-eager, t5-eager (the reference path), "
         "shaw-naive, shaw-value-naive ((n, n, d_h) relation tensors), shaw-chunked, t5-chunked (attention dropout "
-        "through the chunked path, not FlexAttention), shaw-spread, t5-spread (FlexAttention training with bucket "
-        "tensors spread 32 wide); all: every one.", kind="list",
+        "through the chunked path, not FlexAttention); all: every one.", kind="list",
     )  # fmt: skip
     hidden_size: int = option(256, "Hidden size of every model.")
     num_hidden_layers: int = option(4, "Encoder layers.", "--layers")

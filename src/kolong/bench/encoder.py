@@ -15,8 +15,7 @@ References: HF `BertModel` (`attn_implementation="sdpa"`) and HF `ModernBertMode
 sizes; the `eager` path of shaw and t5 (kolong's gathered (b, h, n, n) bias, the reference the
 fused paths are tested against); Shaw materialising (n, n, d_h) relation tensors (`-naive`); Shaw and T5
 training with attention dropout through the chunked exact path instead of FlexAttention (`-chunked`, CUDA's
-path before dropout moved into FlexAttention), and in FlexAttention with their bucket tensors spread over 32
-columns (`-spread`, `flex_spread`); both the same as the plain scheme on CPU.
+path before dropout moved into FlexAttention; the same as the plain scheme on CPU).
 """
 
 from __future__ import annotations
@@ -44,13 +43,9 @@ REFERENCES: dict[str, tuple[str, dict, str]] = {
     # attention dropout on CUDA through the chunked exact path, as before it moved into FlexAttention
     "shaw-chunked": ("shaw", {"max_distance": 16}, "sdpa"),
     "t5-chunked": ("t5", {}, "sdpa"),
-    # training in FlexAttention with the bucket tensors spread over more columns (`flex_spread`)
-    "shaw-spread": ("shaw", {"max_distance": 16}, "sdpa"),
-    "t5-spread": ("t5", {}, "sdpa"),
 }
 # Module flags the references hold while they run (`encoder_step`); each is its scheme's own path off CUDA.
-CUDA_FLAGS = {"shaw-chunked": {"FLEX_DROPOUT": False}, "t5-chunked": {"FLEX_DROPOUT": False},
-              "shaw-spread": {"SPREAD": 32}, "t5-spread": {"SPREAD": 32}}  # fmt: skip
+CUDA_FLAGS = {"shaw-chunked": {"FLEX_DROPOUT": False}, "t5-chunked": {"FLEX_DROPOUT": False}}
 # Dense bf16 / fp32 peak FLOP/s by GPU name, for MFU (`--peak-tflops` overrides).
 PEAK_TFLOPS = {"H100": {"bf16": 989.4, "fp32": 494.7}, "H200": {"bf16": 989.4, "fp32": 494.7},
                "A100": {"bf16": 312.0, "fp32": 156.0}, "L4": {"bf16": 121.0, "fp32": 60.0}}  # fmt: skip
@@ -100,7 +95,7 @@ def build_model(name: str, args: EncoderBenchArguments, length: int):
 
 def make_step(model, args: EncoderBenchArguments, length: int, training: bool, name: str = ""):
     """One training (forward + backward) or inference call on a fixed random batch, with the module flags of
-    implementation `name` (CUDA_FLAGS: the `-chunked` and `-spread` references)."""
+    implementation `name` (CUDA_FLAGS: the `-chunked` references)."""
     import torch
 
     batch = max(1, args.tokens_per_step // length)

@@ -10,21 +10,20 @@ def encoder_step(model, inputs: dict, training: bool, device: str, dtype: str,
                  attention_flags: dict | None = None) -> Callable[[], None]:  # fmt: skip
     """A call of `model(**inputs)`: in training, forward + backward of the mean squared hidden state (grads
     dropped after); else a forward under `torch.inference_mode()`. bf16 under autocast; `attention_flags`
-    (module flags of `kolong.models.encoder.attention` or `.flex_spread`, e.g. BANDED_LOCAL_ATTENTION) hold during the call
+    (module flags of `kolong.models.encoder.attention`, e.g. BANDED_LOCAL_ATTENTION) hold during the call
     only, so models of one interleaved case can take different paths."""
     import torch
 
-    from kolong.models.encoder import attention, flex_spread
+    from kolong.models.encoder import attention
 
     device_type = "cuda" if device.startswith("cuda") else "cpu"
     flags = attention_flags or {}
-    modules = {name: attention if hasattr(attention, name) else flex_spread for name in flags}
-    defaults = {name: getattr(modules[name], name) for name in flags}
+    defaults = {name: getattr(attention, name) for name in flags}
 
     def step():
         model.train(training)
         for name, value in flags.items():
-            setattr(modules[name], name, value)
+            setattr(attention, name, value)
         try:
             with torch.autocast(device_type, torch.bfloat16) if dtype == "bf16" else contextlib.nullcontext():
                 if training:
@@ -35,6 +34,6 @@ def encoder_step(model, inputs: dict, training: bool, device: str, dtype: str,
                         model(**inputs)
         finally:
             for name, value in defaults.items():
-                setattr(modules[name], name, value)
+                setattr(attention, name, value)
 
     return step

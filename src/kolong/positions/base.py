@@ -18,8 +18,9 @@ bias also gives the fused paths the same terms without any (n, n) tensor:
   bias one block of query rows at a time and reduces the gradient back onto its inputs;
 - `flex_score(layer, query, state)`: `(function, tensors)`, a module-level function
   `function(q, k, v, block_mask, scale, dropout, *tensors)` that defines a FlexAttention `score_mod` over
-  `tensors` and returns `kolong.models.encoder.flex.attend(q, k, v, score_mod, block_mask, scale, dropout)`
-  (compiled once per function; `attend` adds attention dropout when `dropout` is not None).
+  `tensors` and returns `kolong.models.encoder.flex.attend(q, k, v, score_mod, block_mask, scale, dropout,
+  options)` (compiled once per function; `attend` adds attention dropout when `dropout` is not None; `options`
+  is `flex.kernel_options(q, *trained)` where the score_mod gathers from a trained per-row tensor).
 
 `prepare(length, device, dtype)` runs once per forward and returns whatever the layers share (an
 index of clipped distances, cos/sin tables, a bias that every layer reuses).

@@ -24,9 +24,8 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from kolong.models.encoder import flex_spread
 from kolong.models.encoder.chunked import ChunkBias
-from kolong.models.encoder.flex import attend
+from kolong.models.encoder.flex import attend, kernel_options
 from kolong.positions.base import PositionEncoding, kwarg_error, positive_int, table_count
 
 
@@ -104,13 +103,8 @@ class ShawPositions(PositionEncoding):
         return ShawChunkBias(self.profile(layer, query), values, self.max_distance)
 
     def flex_score(self, layer, query, state):
-        profile = self.profile(layer, query)  # trained: float32 in the kernel (`flex.flex_call`)
-        if flex_spread.SPREAD == 1 or not (torch.is_grad_enabled() and profile.requires_grad):
-            return shaw_flex, (profile, self.max_distance)
-        # every key k or more from the query reads one of the two edge buckets
-        distances = [math.inf, *[1] * (2 * self.max_distance - 1), math.inf]
-        widths = flex_spread.widths(distances, flex_spread.SPREAD)
-        return shaw_flex_spread, (*flex_spread.spread(profile, widths), self.max_distance)
+        # trained: float32 in the kernel (`flex.flex_call`)
+        return shaw_flex, (self.profile(layer, query), self.max_distance)
 
     def value_term(self, layer, probs, state):
         if self.value_tables is None:
@@ -153,17 +147,7 @@ def shaw_flex(q, k, v, block_mask, scale, dropout, profile, max_distance):
         bucket = (kv_idx - q_idx).clamp(-max_distance, max_distance) + max_distance
         return score + profile[b, h, q_idx, bucket]
 
-    return attend(q, k, v, score_mod, block_mask, scale, dropout)
-
-
-def shaw_flex_spread(q, k, v, block_mask, scale, dropout, profile, offsets, masks, max_distance):
-    """`shaw_flex` reading the profile spread over more columns (`flex_spread`; training)."""
-
-    def score_mod(score, b, h, q_idx, kv_idx):
-        bucket = (kv_idx - q_idx).clamp(-max_distance, max_distance) + max_distance
-        return score + profile[b, h, q_idx, flex_spread.column(bucket, kv_idx, offsets, masks)]
-
-    return attend(q, k, v, score_mod, block_mask, scale, dropout)
+    return attend(q, k, v, score_mod, block_mask, scale, dropout, kernel_options(q, profile))
 
 
 class ShawChunkBias(ChunkBias):

@@ -19,16 +19,14 @@ Buckets are computed on the CPU once, so every device and path agrees with HF's 
 
 from __future__ import annotations
 
-import itertools
 import math
 from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
-from kolong.models.encoder import flex_spread
 from kolong.models.encoder.chunked import ChunkBias, toeplitz_rows
-from kolong.models.encoder.flex import attend
+from kolong.models.encoder.flex import attend, kernel_options
 from kolong.positions.base import PositionEncoding, kwarg_error, positive_int, table_count
 
 
@@ -129,11 +127,8 @@ class T5Positions(PositionEncoding):
         if ("rows", key) not in state["bias"]:  # a shared table: one copy for every layer
             batch, heads, length, _ = query.shape
             rows = table.T[None, :, None, :].expand(batch, heads, length, -1)
-            if flex_spread.SPREAD == 1:  # fp32: up to n gradients are added into each entry
-                state["bias"]["rows", key] = (t5_flex_rows, (rows.float().contiguous(),))
-            else:
-                widths = flex_spread.widths(bucket_distances(*buckets), flex_spread.SPREAD)
-                state["bias"]["rows", key] = (t5_flex_spread, flex_spread.spread(rows, widths))
+            # fp32: up to n gradients are added into each entry
+            state["bias"]["rows", key] = (t5_flex_rows, (rows.float().contiguous(),))
         function, tensors = state["bias"]["rows", key]
         return function, (*tensors, *buckets)
 
@@ -151,14 +146,6 @@ def bucket_boundaries(num_buckets: int, max_distance: int) -> tuple[int, ...]:
         next(distance for distance, value in enumerate(buckets) if value >= bucket)
         for bucket in range(exact + 1, half)
     )
-
-
-def bucket_distances(num_buckets: int, boundaries: tuple[int, ...]) -> list[float]:
-    """How many distances |j - i| each bucket holds (math.inf for the last of each half), both halves."""
-    exact = num_buckets // 4
-    starts = [exact, *boundaries]
-    half = [1] * exact + [b - a for a, b in itertools.pairwise(starts)] + [math.inf]
-    return half + half
 
 
 def _bucket(relative, num_buckets, boundaries):
@@ -187,17 +174,7 @@ def t5_flex_rows(q, k, v, block_mask, scale, dropout, rows, num_buckets, boundar
     def score_mod(score, b, h, q_idx, kv_idx):
         return score + rows[b, h, q_idx, _bucket(kv_idx - q_idx, num_buckets, boundaries)]
 
-    return attend(q, k, v, score_mod, block_mask, scale, dropout)
-
-
-def t5_flex_spread(q, k, v, block_mask, scale, dropout, rows, offsets, masks, num_buckets, boundaries):
-    """`t5_flex_rows` reading the copy spread over more columns (`flex_spread`; training)."""
-
-    def score_mod(score, b, h, q_idx, kv_idx):
-        bucket = _bucket(kv_idx - q_idx, num_buckets, boundaries)
-        return score + rows[b, h, q_idx, flex_spread.column(bucket, kv_idx, offsets, masks)]
-
-    return attend(q, k, v, score_mod, block_mask, scale, dropout)
+    return attend(q, k, v, score_mod, block_mask, scale, dropout, kernel_options(q, rows))
 
 
 class T5ChunkBias(ChunkBias):

@@ -95,11 +95,30 @@ def drops_here(q: torch.Tensor) -> bool:
     return q.device.type != "cpu" or not COMPILE
 
 
-def attend(q, k, v, score_mod, block_mask, scale, dropout):
-    """`flex_attention` with `score_mod` (or None) and, when `dropout` is a (keys, p) pair, attention dropout."""
+# Inductor's default forward tiles for 16-bit heads of 64 on an H100 / H200 (128 x 128, 3 stages) need 240 KB
+# of shared memory when the score_mod gathers from a trained float32 (b, h, n, buckets) tensor (Shaw's
+# profile, T5's rows): over the 227 KB a block may use, so the kernel did not compile (H200, torch 2.11,
+# 2026-11-27). Two forward stages fit; one backward stage was the fastest measured
+# (benchmarks/results/h200-2026-11-27: Shaw 40.5 ms against 43.7 with two, and 42.0 reading bf16).
+TRAINED_READ_OPTIONS = {"fwd_num_stages": 2, "bwd_num_stages": 1}
+
+
+def kernel_options(q: torch.Tensor, *reads: torch.Tensor) -> dict | None:
+    """FlexAttention's `kernel_options` for a score_mod that reads `reads`: TRAINED_READ_OPTIONS where a 16-bit
+    CUDA kernel trains a float32 one, else None (Inductor's defaults)."""
+    trained = torch.is_grad_enabled() and any(t.requires_grad and t.dtype == torch.float32 for t in reads)
+    if trained and q.device.type == "cuda" and q.dtype in (torch.bfloat16, torch.float16):
+        return dict(TRAINED_READ_OPTIONS)
+    return None
+
+
+def attend(q, k, v, score_mod, block_mask, scale, dropout, options: dict | None = None):
+    """`flex_attention` with `score_mod` (or None) and, when `dropout` is a (keys, p) pair, attention dropout;
+    `options`: its `kernel_options` (`kernel_options`)."""
     if dropout is None:
-        return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
-    return flex_dropout.attend(q, k, v, score_mod, block_mask, scale, *dropout)
+        return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale,
+                              kernel_options=options)  # fmt: skip
+    return flex_dropout.attend(q, k, v, score_mod, block_mask, scale, *dropout, options=options)
 
 
 def plain_flex(q, k, v, block_mask, scale, dropout):

@@ -64,8 +64,9 @@ def keep_mask(keys: torch.Tensor, p: float, queries: int, keys_length: int) -> t
     return keep_bits(keys[:, :, None, None], rows, columns) >= threshold(p)
 
 
-def attend(q, k, v, score_mod, block_mask, scale, keys: torch.Tensor, p: float):
-    """FlexAttention of (b, h, n, d_h) q, k, v with `score_mod` and attention dropout p (module docstring)."""
+def attend(q, k, v, score_mod, block_mask, scale, keys: torch.Tensor, p: float, options: dict | None = None):
+    """FlexAttention of (b, h, n, d_h) q, k, v with `score_mod` and attention dropout p (module docstring);
+    `options`: both passes' `kernel_options`."""
     cut = threshold(p)
 
     def dropping(score, b, h, q_idx, kv_idx):
@@ -76,10 +77,9 @@ def attend(q, k, v, score_mod, block_mask, scale, keys: torch.Tensor, p: float):
 
     lse = AuxRequest(lse=True)
     kept_context, kept = flex_attention(q, k, v, score_mod=dropping, block_mask=block_mask, scale=scale,
-                                        return_aux=lse)  # fmt: skip
-    every_context, every = flex_attention(
-        q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale, return_aux=lse
-    )
+                                        return_aux=lse, kernel_options=options)  # fmt: skip
+    every_context, every = flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale,
+                                          return_aux=lse, kernel_options=options)  # fmt: skip
     # A row whose every entry was dropped has lse' = -inf and context 0: its ratio is 0, and no NaN reaches
     # the gradient (the -inf goes in after the difference, not through it).
     log_ratio = torch.where(torch.isfinite(kept.lse), kept.lse - every.lse, -float("inf"))  # (b, h, n)
