@@ -95,7 +95,17 @@ def test_bench_pretrain_profile_traces_one_untimed_run_of_each_pipeline():
     assert all(
         rate > 0 for rate in result["cells"][0]["tokens_per_second"].values()
     )  # timed apart from the trace
-    assert "Where the time goes" in pretrain_markdown(result)
+    assert "Where the time goes" in pretrain_markdown(
+        result
+    ) and "Costliest device kernels" not in pretrain_markdown(result)
+    traces["raw step"]["costliest_kernels"] = [
+        ["triton_tem_fused_flex_attention_backward_1", 12.5],
+        ["sm90_gemm", 3.0],
+    ]
+    assert (
+        "- learned, 32, raw step: `triton_tem_fused_flex_attention_backward_1` 12.50, `sm90_gemm` 3.00"
+        in (pretrain_markdown(result))
+    )
 
 
 def test_the_timer_interleaves_warms_up_and_takes_self_reported_times():

@@ -224,6 +224,12 @@ def test_bench_gbst_with_a_static_cache_and_bf16(tmp_path):
     )  # fmt: skip
     result = run_gbst_benchmark(args, on_step=lambda message: None)
     assert result["device"] == "cpu" and result["results"][0]["breakdown"]["per_model"]["gbst"]["steps"] > 0
+    # the note under the table speaks of the device measured: CPU threads here, kernel launches on a GPU
+    from kolong.bench.gbst import to_markdown
+
+    assert "threads than free cores" in to_markdown(result) and "launching kernels" not in to_markdown(result)
+    result["device"] = "cuda"
+    assert "launching kernels" in to_markdown(result) and "threads than free cores" not in to_markdown(result)
 
 
 def test_bench_gbst_refuses_a_missing_cuda_device(tmp_path):

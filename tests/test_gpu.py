@@ -143,7 +143,7 @@ def test_attention_dropout_runs_in_flex_on_cuda_as_the_reference_drops(name, mon
 
 
 @pytest.mark.parametrize("scheme", ["shaw", "t5"])
-def test_relative_schemes_train_at_the_presets_head_size_in_bf16_on_cuda(scheme):
+def test_relative_schemes_train_with_dropout_at_the_presets_head_size_in_bf16_on_cuda(scheme):
     """Heads of 64 in bf16, as the presets train: Inductor's default forward tiles then needed more shared
     memory than an H200 block has for the trained float32 tensor the score_mod reads (`flex.kernel_options`).
     Against eager, then a compiled model (as `pretrain mlm` runs it) trains with attention dropout."""
