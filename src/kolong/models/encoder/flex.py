@@ -95,7 +95,7 @@ def drops_here(q: torch.Tensor) -> bool:
     return q.device.type != "cpu" or not COMPILE
 
 
-# Inductor's default forward tiles for 16-bit heads of 64 on an H100 / H200 (128 x 128, 3 stages) need 240 KB
+# Inductor's default forward tiles for 16-bit heads of 64 on sm90 (H100, H200: 128 x 128, 3 stages) need 240 KB
 # of shared memory when the score_mod gathers from a trained float32 (b, h, n, buckets) tensor (Shaw's
 # profile, T5's rows): over the 227 KB a block may use, so the kernel did not compile (H200, torch 2.11,
 # 2026-11-27). Two forward stages fit; one backward stage was the fastest measured
@@ -114,7 +114,7 @@ def kernel_options(q: torch.Tensor, *reads: torch.Tensor) -> dict | None:
 
 def attend(q, k, v, score_mod, block_mask, scale, dropout, options: dict | None = None):
     """`flex_attention` with `score_mod` (or None) and, when `dropout` is a (keys, p) pair, attention dropout;
-    `options`: its `kernel_options` (`kernel_options`)."""
+    `options`: FlexAttention's kernel_options (`kernel_options` above, or None)."""
     if dropout is None:
         return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale,
                               kernel_options=options)  # fmt: skip
