@@ -232,6 +232,30 @@ def test_bench_gbst_with_a_static_cache_and_bf16(tmp_path):
     assert "launching kernels" in to_markdown(result) and "threads than free cores" not in to_markdown(result)
 
 
+def test_bench_gbst_compiles_both_encoders_when_asked(tmp_path, monkeypatch):
+    """--compile: both models' encoders run compiled (in place, so generate and the timed parts still find
+    them), in training and generation, and the table says so. Dynamo's capture only (the eager backend):
+    Inductor on CPU would take minutes for what a GPU run compiles."""
+    import torch
+
+    from kolong.bench.gbst import GBSTBenchArguments, GBSTBenchmark, run, to_markdown
+
+    compile_in_place = torch.nn.Module.compile
+    monkeypatch.setattr(torch.nn.Module, "compile", lambda self: compile_in_place(self, backend="eager"))
+
+    args = GBSTBenchArguments(
+        max_length=48, min_bytes=0, target_length=8, batch_size=2, train_steps=1, inference_batches=1,
+        max_new_tokens=3, rounds=1, hidden_size=32, num_attention_heads=2, head_dim=16, intermediate_size=64,
+        encoder_layers=1, decoder_layers=1, threads=[1], data=str(tmp_path / "absent.json"), compile=True,
+    )  # fmt: skip
+    benchmark = GBSTBenchmark()
+    result = run(benchmark, args, lambda message: None)
+    for model in benchmark.models.values():
+        assert model.get_encoder()._compiled_call_impl is not None
+    assert all(rate > 0 for rate in result["results"][0]["samples_per_second"]["gbst"].values())
+    assert "both encoders compiled" in to_markdown(result)
+
+
 def test_bench_gbst_refuses_a_missing_cuda_device(tmp_path):
     import torch
 

@@ -192,6 +192,9 @@ class GBSTBenchArguments(BenchArguments):
     cache: str = option("dynamic", "Decoder cache of generation: dynamic, or static (preallocated; transformers "
                         "then compiles the decoding step on GPUs).", choices=("dynamic", "static"))  # fmt: skip
     profile: bool = option(True, "Also time the encoder, GBST and the decoding steps on their own.")
+    compile: bool = option(False, "torch.compile both models' encoders (GBST included), in training and generation: "
+                           "the paper's JAX runs were compiled whole by XLA; with --cache static transformers "
+                           "compiles the decoding step as well.")  # fmt: skip
 
 
 @dataclass(kw_only=True)

@@ -128,6 +128,10 @@ class GBSTBenchmark(Benchmark):
         )  # fmt: skip
         for model in self.models.values():
             model.to(device)
+            if (
+                args.compile
+            ):  # in place: the encoder stays the model's module (generate and the parts find it)
+                model.get_encoder().compile()
         self.optimizers = {
             name: torch.optim.AdamW(m.parameters(), lr=1e-4, fused=device == "cuda")
             for name, m in self.models.items()
@@ -219,7 +223,8 @@ def to_markdown(result: dict) -> str:
         f"forward + backward + AdamW step, dropout 0.1; inference: greedy generation of {s['max_new_tokens']} bytes "
         f"(cached, {s['cache']} cache). Median of {s['rounds']} rounds alternating the two models ({s['train_steps']} "
         f"training steps and {s['inference_batches']} generation batches each, after a warm-up). Device "
-        f"{result.get('device', 'cpu')}, {s['dtype']}{' under autocast' if s['dtype'] == 'bf16' else ''}.",
+        f"{result.get('device', 'cpu')}, {s['dtype']}{' under autocast' if s['dtype'] == 'bf16' else ''}"
+        f"{'; both encoders compiled (torch.compile; GBST alone is timed eager)' if s.get('compile') else ''}.",
         "The machine is shared with other processes (load averages below).",
         "",
         "| torch threads | load avg before / after | model | training samples/s | inference samples/s |",
