@@ -116,6 +116,23 @@ def test_fully_padded_groups_are_masked_and_the_mask_matches_downsample_mask():
     assert torch.equal(out_mask, gbst.downsample_mask(mask))
 
 
+def test_score_consensus_runs_sdpa_at_a_width_cuda_kernels_take(monkeypatch):
+    """Eq. 4 is attention of P over itself, M = 5 block sizes wide: padded with zero columns to 8 (what CUDA's
+    memory-efficient kernel needs in 16 bits), the same result as the naive equations (test above)."""
+    from kolong.models.byte import gbst as module
+
+    widths = []
+    sdpa = module.F.scaled_dot_product_attention
+
+    def recording(q, k, v, **kwargs):
+        widths.append(q.shape[-1])
+        return sdpa(q, k, v, **kwargs)
+
+    monkeypatch.setattr(module.F, "scaled_dot_product_attention", recording)
+    seeded_gbst(1)(torch.randn(2, 11, HIDDEN))
+    assert widths == [8]
+
+
 @pytest.mark.parametrize("consensus", [True, False])
 def test_padding_bytes_and_padding_amount_do_not_change_real_positions(consensus):
     gbst = seeded_gbst(2, score_consensus=consensus, blocks=[(1, 0), (2, 0), (3, 1), (6, 0), (9, 0)])

@@ -103,9 +103,14 @@ class GBST(nn.Module):
             # P' = softmax(P P^T) P over real positions (eq. 4); a sequence with no real byte attends to all
             # its positions so that its (ignored) rows stay finite.
             keys = mask | ~mask.any(dim=1, keepdim=True)  # (b, n)
+            # Zero columns up to a multiple of 8 leave every P P^T entry and the first M output columns as they
+            # are; CUDA's memory-efficient kernel needs 16-bit widths divisible by 8 and would otherwise fall
+            # back to the math path, which materialises the (b, n, n) weights.
+            width = p.shape[-1]
+            padded = F.pad(p, (0, -width % 8))[:, None]  # (b, 1, n, 8k)
             p = F.scaled_dot_product_attention(
-                p[:, None], p[:, None], p[:, None], attn_mask=keys[:, None, None, :], scale=1.0
-            )[:, 0]  # (b, n, M)
+                padded, padded, padded, attn_mask=keys[:, None, None, :], scale=1.0
+            )[:, 0, :, :width]  # (b, n, M)
         # 5. X^_i = sum_b P_{b,i} X_{b,i} (eq. 5), one block size at a time (no (b, n, M, d) tensor)
         x = torch.zeros_like(h)
         for m, ((size, offset), means) in enumerate(zip(self.blocks, block_means, strict=True)):
