@@ -379,12 +379,10 @@ def to_markdown(result: dict) -> str:
         lines += [
             to_markdown_rows(f"{t['position']}, {t['length']}, {t['pipeline']}", t) for t in result["traces"]
         ]
-        kernels = [t for t in result["traces"] if t.get("costliest_kernels")]
-        if kernels:
-            lines += ["", "Costliest device kernels (ms per step):", ""]
-            lines += [f"- {t['position']}, {t['length']}, {t['pipeline']}: "
-                      + ", ".join(f"`{name[:60]}` {ms:.2f}" for name, ms in t["costliest_kernels"][:4])
-                      for t in kernels]  # fmt: skip
+        if kernels := [t for t in result["traces"] if t.get("costliest_kernels")]:
+            lines += ["", "Costliest device kernels (ms per step):", ""] + [
+                f"- {t['position']}, {t['length']}, {t['pipeline']}: "
+                + ", ".join(f"`{name[:60]}` {ms:.2f}" for name, ms in t["costliest_kernels"][:4]) for t in kernels]  # fmt: skip
         lines.append("")
     padding = result.get("padding")
     if padding:
