@@ -243,3 +243,31 @@ def test_gpu_runbook_commands_name_real_options(words):
     assert result.exit_code == 0, result.output
     for option in (w.split("=")[0] for w in words if w.startswith("--")):
         assert option in result.output, f"kolong {' '.join(command)} has no {option}"
+
+
+@pytest.mark.parametrize("outcome, at_once", [("pass", "1"), ("fail", "1"), ("pass", "0")])
+def test_pytest_leaves_at_once_where_the_gpu_step_asks_it_to(tmp_path, outcome, at_once):
+    """KOLONG_PYTEST_EXIT_AT_ONCE=1 (.ci/gpu-step's test steps): pytest exits with its own status once its
+    reports are written, without the exit handlers that kept it waiting on the GPU machine."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    (tmp_path / "test_it.py").write_text(
+        "import atexit, pathlib\n"
+        "def test_it():\n"
+        "    atexit.register(lambda: pathlib.Path('exit-handlers-ran').write_text(''))\n"
+        f"    assert {outcome == 'pass'}\n"
+    )
+    environment = {**os.environ, "KOLONG_PYTEST_EXIT_AT_ONCE": at_once,
+                   "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}  # fmt: skip
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "conftest", "-p", "no:cacheprovider",
+               "--junitxml", "report.xml", "test_it.py"]  # fmt: skip
+    ran = subprocess.run(command, cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=120)
+    assert ran.returncode == (0 if outcome == "pass" else 1), ran.stdout + ran.stderr
+    assert (
+        f"1 {'passed' if outcome == 'pass' else 'failed'}" in ran.stdout
+        and (tmp_path / "report.xml").exists()
+    )
+    assert (tmp_path / "exit-handlers-ran").exists() == (at_once == "0")
