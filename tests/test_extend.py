@@ -184,6 +184,20 @@ def test_history_is_recorded_in_the_config():
     }
 
 
+def test_a_length_the_model_has_is_refused_from_its_config_before_the_load(tmp_path, monkeypatch):
+    from kolong.extension import checkpoint
+
+    build_tiny("bert").save_pretrained(tmp_path / "model")
+    monkeypatch.setattr(checkpoint, "load_model", lambda *args: pytest.fail("loaded the weights first"))
+    with pytest.raises(ExtensionError, match=f"max_position_embeddings {TINY_LENGTH}; got 8"):
+        checkpoint.extend_checkpoint(tmp_path / "model", tmp_path / "out", 8)
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(
+        pytest.fail.Exception, match="loaded the weights first"
+    ):  # a longer one goes on to load
+        checkpoint.extend_checkpoint(tmp_path / "model", tmp_path / "out", 2 * TINY_LENGTH)
+
+
 def test_refusals():
     model = build_tiny("bert")
     with pytest.raises(ExtensionError, match="larger than the model's current 16"):

@@ -7,9 +7,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from kolong.checkpoints import load_model, load_tokenizer
+from kolong.checkpoints import load_config, load_model, load_tokenizer
 from kolong.extension.extend import extend_position_embeddings, set_tokenizer_max_length
-from kolong.extension.position_table import find_position_table
+from kolong.extension.position_table import ExtensionError, find_position_table
 from kolong.io import atomic_output_dir, check_output_dir, writes_output
 
 
@@ -24,6 +24,19 @@ class ExtensionReport:
     rows: int
     seconds: float
     tokenizer_saved: bool
+
+
+def refuse_no_longer(model_or_path: str, max_length: int) -> None:
+    """Refuse from config.json alone, before the slow load, a length the model already has: its
+    max_position_embeddings less the most rows a table can keep before position 0 (RoBERTa's padding_idx + 1;
+    the loaded table's exact count is checked again by `extend_position_embeddings`)."""
+    config = load_config(model_or_path)
+    rows = getattr(config, "max_position_embeddings", None)
+    if isinstance(rows, int) and max_length <= rows - ((getattr(config, "pad_token_id", None) or 0) + 1):
+        raise ExtensionError(
+            f"the target length must be larger than the model's current positions (config.json: "
+            f"max_position_embeddings {rows}; got {max_length})"
+        )
 
 
 @writes_output()
@@ -44,6 +57,7 @@ def extend_checkpoint(
     output_dir = Path(output_dir)
     # Refuse before the slow load; this also refuses writing over the input model without --overwrite.
     check_output_dir(output_dir, overwrite)
+    refuse_no_longer(model_or_path, max_length)
 
     step(f"loading {model_or_path}")
     model = load_model(model_or_path)
