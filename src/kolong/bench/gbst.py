@@ -128,9 +128,8 @@ class GBSTBenchmark(Benchmark):
         )  # fmt: skip
         for model in self.models.values():
             model.to(device)
-            if (
-                args.compile
-            ):  # in place: the encoder stays the model's module (generate and the parts find it)
+            # in place: the encoder stays the model's module (generate and the timed parts find it)
+            if args.compile:
                 model.get_encoder().compile()
         self.optimizers = {
             name: torch.optim.AdamW(m.parameters(), lr=1e-4, fused=device == "cuda")
