@@ -55,8 +55,26 @@ def test_pretrain_benchmark_measures_the_three_pipelines_and_the_padding(tmp_pat
     assert "compiled during timed steps" not in markdown
     cells["learned", 32]["compiled_in_timed_steps"]["raw step"] = 3  # as on an H100, 2026-11-26
     assert "learned 32 raw step (3)" in pretrain_markdown(result)
+    # on a GPU: MFU with attention over the whole row, and without it (packed documents attend within themselves)
+    assert "Without the attention term" not in markdown
+    cells["learned", 64]["mfu"] = dict.fromkeys(PIPELINES, 0.27)
+    cells["learned", 64]["mfu_without_attention"] = {"raw step": 0.19, "kolong pretrain mlm": 0.185}
+    assert "MFU raw / kolong / HF: learned 64: 19.0% / 18.5% / —." in pretrain_markdown(result)
     json_path, _ = write_results(PretrainBenchmark(), result, tmp_path)
     assert json_path.name == "pretrain.json"
+
+
+def test_pretrain_flops_per_token_with_and_without_attention_over_the_row():
+    """PaLM's count by hand for the base preset's size: 12 d^2 weights a layer, 12 L n d for attention."""
+    from kolong.bench.arguments import PretrainBenchArguments
+    from kolong.bench.pretrain import model_flops_per_token
+
+    args = PretrainBenchArguments(hidden_size=768, layers=12)
+    head = 0.15 * 6 * (768**2 + 768 * 1000)
+    assert model_flops_per_token(args, 2048, 1000, attention=False) == 6 * 12 * 12 * 768**2 + head
+    assert model_flops_per_token(args, 2048, 1000) - model_flops_per_token(
+        args, 2048, 1000, attention=False
+    ) == (12 * 12 * 2048 * 768)
 
 
 def test_a_step_trace_says_nothing_while_it_traces():

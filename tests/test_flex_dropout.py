@@ -289,3 +289,57 @@ def test_the_environment_can_turn_flex_dropout_off():
     assert shown.stdout.strip() == "False", shown.stderr
     on_unless_set = os.environ.get("KOLONG_FLEX_DROPOUT", "1") != "0"
     assert attention.FLEX_DROPOUT is on_unless_set
+
+
+def test_packed_documents_take_flex_on_cuda_with_dropout_too(monkeypatch):
+    """The fused path's rule: a mask with structure (packed documents, a window) goes to FlexAttention's block
+    mask on CUDA, attention dropout included; padding alone, CPU, or KOLONG_FLEX_DROPOUT=0 with dropout keep SDPA."""
+    q = torch.zeros(1, 1, 4, 2)
+    documents = attention.AttentionMask.from_attention_mask(torch.tensor([[1, 1, 2, 2]]))
+    padding = attention.AttentionMask.from_attention_mask(torch.tensor([[1, 1, 1, 0]]))
+    assert not attention.skips_blocks_in_flex(q, documents, 0.1)  # CPU: no compiled backward
+    monkeypatch.setattr(attention, "FLEX_DEVICES", ("cpu",))  # as on CUDA
+    assert attention.skips_blocks_in_flex(q, documents, 0.1) and attention.skips_blocks_in_flex(
+        q, documents, 0.0
+    )
+    assert not attention.skips_blocks_in_flex(q, padding, 0.1)
+    monkeypatch.setattr(attention, "FLEX_DROPOUT", False)
+    assert attention.skips_blocks_in_flex(q, documents, 0.0) and not attention.skips_blocks_in_flex(
+        q, documents, 0.1
+    )
+
+
+def test_learned_positions_train_on_packed_documents_through_flex_as_the_reference_drops(
+    eager_flex_with_backward, same_flex_drops, monkeypatch
+):
+    """`pretrain mlm`'s CUDA case: learned positions, packed documents and attention dropout on the default
+    (`sdpa`) path run FlexAttention in two passes, equal to eager dropping the same entries (outputs, gradients)."""
+    torch.manual_seed(0)
+    same_flex_drops(batch=2, heads=2)
+    monkeypatch.setattr(attention, "FLEX_DEVICES", ("cpu",))
+    passes = []
+    original = flex_dropout.attend
+    monkeypatch.setattr(
+        flex_dropout, "attend", lambda *args, **kwargs: passes.append(1) or original(*args, **kwargs)
+    )
+    config = tiny_kolong_config(attention_probs_dropout_prob=0.3, max_position_embeddings=32)
+    model = KolongModel(config, add_pooling_layer=False).train()
+    ids = random_ids(2, 20)
+    documents = torch.tensor([[1] * 7 + [2] * 9 + [3] * 4, [1] * 12 + [2] * 6 + [0] * 2])
+    results = []
+    for implementation in ("sdpa", "eager"):
+        model.set_attn_implementation(implementation)
+        model.zero_grad(set_to_none=True)
+        hidden = model(ids, attention_mask=documents).last_hidden_state * (documents > 0)[..., None]
+        hidden.square().mean().backward()
+        results.append(
+            (
+                hidden.detach(),
+                {name: w.grad.clone() for name, w in model.named_parameters() if w.grad is not None},
+            )
+        )
+    assert len(passes) == config.num_hidden_layers  # the flex path, once a layer
+    (actual, actual_grads), (expected, expected_grads) = results
+    torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-5)
+    for name, grad in expected_grads.items():
+        torch.testing.assert_close(actual_grads[name], grad, rtol=1e-4, atol=1e-5, msg=name)

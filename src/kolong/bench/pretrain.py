@@ -13,7 +13,8 @@ corpus, `tokens_per_step` tokens per optimiser step, interleaved round by round 
 Each run times its steps after the first quarter (warm-up and compilation), with the device
 synchronised at both ends. Pipeline overhead = 1 - pipeline / raw tokens/s. MFU counts the useful
 FLOPs of one model for all three (PaLM's 6N + 12 L n d per token, the prediction head on the 15%
-masked tokens), against the GPU's dense bf16 peak.
+masked tokens), against the GPU's dense bf16 peak; and without the attention term, since packed documents
+attend within themselves only (kolong's FlexAttention skips the blocks between them on CUDA).
 
 The padding table reads documents (`--text`, default the built-in sample) and compares the padding of
 one document per row (HF's line-by-line MLM: each batch padded to its longest document, cut at the
@@ -23,7 +24,6 @@ block length) with kolong's packed blocks.
 from __future__ import annotations
 
 import json
-import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -31,9 +31,10 @@ from pathlib import Path
 from kolong.bench.arguments import PretrainBenchArguments
 from kolong.bench.encoder import device_peak_flops
 from kolong.bench.harness import Benchmark, Case, Measured, resolve_device, run
-from kolong.bench.trace import StepTrace, to_markdown_rows
+from kolong.bench.pretrain_report import PIPELINES, padding_report, to_markdown
+from kolong.bench.trace import StepTrace
 
-PIPELINES = ("raw step", "kolong pretrain mlm", "HF BertForMaskedLM")
+__all__ = ["PIPELINES", "PretrainBenchmark", "run_pretrain_benchmark", "to_markdown"]
 
 
 def _sync(device: str) -> None:
@@ -182,6 +183,7 @@ class PretrainBenchmark(Benchmark):
             tokens = row["batch"] * row["length"]
             rates = {name: tokens / timing.median for name, timing in row["timings"].items()}
             flops = model_flops_per_token(args, row["length"], row["vocab"])
+            matmuls = model_flops_per_token(args, row["length"], row["vocab"], attention=False)
             cells.append({
                 "position": row["position"], "length": row["length"], "batch": row["batch"], "tokens_per_second": rates,
                 "epochs_per_run": row.get("epochs_per_run"),
@@ -189,6 +191,7 @@ class PretrainBenchmark(Benchmark):
                 "compiled_in_timed_steps": {name: int(sum(timing.extras.get("compiled_graphs", [])))
                                             for name, timing in row["timings"].items()},
                 "mfu": {name: rate * flops / peak for name, rate in rates.items()} if peak else None,
+                "mfu_without_attention": {name: rate * matmuls / peak for name, rate in rates.items()} if peak else None,
             })  # fmt: skip
         hf = {c["length"]: c["tokens_per_second"]["HF BertForMaskedLM"] for c in cells
               if "HF BertForMaskedLM" in c["tokens_per_second"]}  # fmt: skip
@@ -293,107 +296,15 @@ def hf_pipeline(args, device: str, warmup: int, trace=None) -> Measured:
     return clock.measured()
 
 
-def model_flops_per_token(args: PretrainBenchArguments, length: int, vocab: int) -> float:
-    """Training FLOPs per token: 6 N for the layers' weights + 12 L n d for attention (PaLM), and the prediction
-    head (dense + vocabulary projection) on the 15% masked tokens."""
+def model_flops_per_token(
+    args: PretrainBenchArguments, length: int, vocab: int, attention: bool = True
+) -> float:
+    """Training FLOPs per token: 6 N for the layers' weights + 12 L n d for attention over the whole row (PaLM;
+    left out with `attention=False`), and the prediction head (dense + vocabulary) on the 15% masked tokens."""
     d, layers = args.hidden_size, args.layers
     weights = layers * (4 * d * d + 2 * d * 4 * d)
-    return 6 * weights + 12 * layers * length * d + 0.15 * 6 * (d * d + d * vocab)
-
-
-def padding_report(
-    tokenizer_path: str, documents: list[str], lengths: list[int], tokens_per_step: int
-) -> dict:
-    """Share of padding per length: one document per row (batches padded to their longest, cut at the length)
-    against kolong's packed blocks (full rows; the corpus's last block is the only short one)."""
-    import random
-
-    from kolong.checkpoints import load_tokenizer
-
-    tokenizer = load_tokenizer(tokenizer_path)
-    sizes = [len(ids) + 2 for ids in tokenizer(documents, add_special_tokens=False)["input_ids"] if ids]
-    report = {"documents": len(sizes), "mean_tokens": statistics.mean(sizes) if sizes else 0, "lengths": {}}
-    for length in lengths:
-        rows = max(1, tokens_per_step // length)
-        shuffled = random.Random(0).sample(sizes, len(sizes))
-        real = padded = 0
-        for start in range(0, len(shuffled), rows):
-            batch = [min(size, length) for size in shuffled[start : start + rows]]
-            real += sum(batch)
-            padded += max(batch) * len(batch)
-        body = sum(
-            size - 1 for size in sizes
-        )  # packed: each document and its [SEP], in [CLS] ... [SEP] blocks
-        blocks = -(-body // (length - 2))
-        report["lengths"][length] = {"line_by_line": 1 - real / padded if padded else 0.0,
-                                     "packed": 1 - (body + 2 * blocks) / (blocks * length),
-                                     "rows_line_by_line": len(sizes), "rows_packed": blocks,
-                                     "cut_line_by_line": 1 - real / sum(sizes)}  # fmt: skip
-    return report
+    return 6 * weights + attention * 12 * layers * length * d + 0.15 * 6 * (d * d + d * vocab)
 
 
 def run_pretrain_benchmark(on_step=None, **options) -> dict:
     return run(PretrainBenchmark(), PretrainBenchArguments(**options), on_step)
-
-
-def to_markdown(result: dict) -> str:
-    s, device = result["settings"], result["device"]
-    lines = [
-        "# kolong bench pretrain: pipeline overhead, MFU and the HF baseline",
-        "",
-        f"Device: {device}. Model: hidden {s['hidden_size']}, {s['layers']} layers, {s['tokens_per_step']:,} tokens "
-        f"per step, {s['steps']} steps per run (the first quarter untimed), median of {s['rounds']} interleaved "
-        f"rounds; torch.compile {s['compile']}.",
-        "",
-        "| position | length | batch | raw step tok/s | kolong pretrain mlm tok/s | pipeline overhead | HF BertForMaskedLM tok/s "
-        "| kolong / HF | MFU raw / kolong / HF |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]  # fmt: skip
-    for c in result["cells"]:
-        rates = c["tokens_per_second"]
-        hf = rates.get("HF BertForMaskedLM")
-        mfu = (
-            " / ".join(f"{c['mfu'][n]:.1%}" if n in c["mfu"] else "—" for n in PIPELINES) if c["mfu"] else "—"
-        )
-        versus = f"{c['versus_hf']:.2f}x" if "versus_hf" in c else "—"
-        lines.append(
-            f"| {c['position']} | {c['length']} | {c['batch']} | {rates['raw step']:,.0f} | "
-            f"{rates['kolong pretrain mlm']:,.0f} | {c['overhead']:.1%} | {format(hf, ',.0f') if hf else '—'} | "
-            f"{versus} | {mfu} |"
-        )
-    crossing = sorted({c["length"] for c in result["cells"] if (c.get("epochs_per_run") or 0) > 1})
-    if crossing:
-        lines += ["", f"**The corpus is shorter than one run at length {', '.join(map(str, crossing))}**: the pipeline's "
-                  "timed steps include an epoch's end, which real runs pay once per epoch; give more `--max-documents`."]  # fmt: skip
-    compiled = [f"{c['position']} {c['length']} {name} ({count})" for c in result["cells"]
-                for name, count in c.get("compiled_in_timed_steps", {}).items() if count]  # fmt: skip
-    if compiled:
-        lines += ["", "**Graphs were compiled during timed steps** (their time is in the median): "
-                  f"{', '.join(compiled)}. A batch of a new shape or layout recompiled the model."]  # fmt: skip
-    lines += ["", "Goals (issue 16): pipeline overhead < 10% at every length; on GPU, kolong >= 1.5x the HF baseline at "
-              "512 and MFU >= 40% for the base preset at 2048.", ""]  # fmt: skip
-    if result.get("traces"):
-        lines += ["## Where the time goes (one more, untimed run of each pipeline, traced by torch.profiler)", "",
-                  "| position, length, pipeline | ms per step (traced) | device busy | host reads per step | "
-                  "syncs per step | costliest host operations (ms per step) |", "|---|---:|---:|---:|---:|---|"]  # fmt: skip
-        lines += [
-            to_markdown_rows(f"{t['position']}, {t['length']}, {t['pipeline']}", t) for t in result["traces"]
-        ]
-        if kernels := [t for t in result["traces"] if t.get("costliest_kernels")]:
-            lines += ["", "Costliest device kernels (ms per step):", ""] + [
-                f"- {t['position']}, {t['length']}, {t['pipeline']}: "
-                + ", ".join(f"`{name[:60]}` {ms:.2f}" for name, ms in t["costliest_kernels"][:4]) for t in kernels]  # fmt: skip
-        lines.append("")
-    padding = result.get("padding")
-    if padding:
-        lines += [
-            f"## Padding: one document per row vs packed ({padding['documents']:,} documents, mean "
-            f"{padding['mean_tokens']:.1f} tokens)",
-            "",
-            "| length | line by line: padding | tokens cut | rows | packed: padding | rows |",
-            "|---:|---:|---:|---:|---:|---:|",
-        ]
-        for length, p in padding["lengths"].items():
-            lines.append(f"| {length} | {p['line_by_line']:.1%} | {p['cut_line_by_line']:.1%} | {p['rows_line_by_line']:,} "
-                         f"| {p['packed']:.1%} | {p['rows_packed']:,} |")  # fmt: skip
-    return "\n".join(lines) + "\n"
