@@ -284,3 +284,30 @@ def test_bench_gbst_refuses_a_missing_cuda_device(tmp_path):
     args = GBSTBenchArguments(device="cuda", data=str(tmp_path / "absent.json"), max_length=48, min_bytes=0)
     with pytest.raises(ConfigError, match="--device cuda"):
         run_gbst_benchmark(args, on_step=lambda message: None)
+
+
+def test_profiled_decoding_steps_are_generate_given_the_encoders_output():
+    """The `steps` part runs `generate` as the timed inference does (with a static cache, the step transformers
+    compiles on a GPU), from the encoder's output and its mask of n / rate positions: the bytes it generates
+    are the whole `generate`'s, and only the encoder is left out of its time."""
+    from kolong.bench.gbst_profile import generation_options, profile_steps
+    from kolong.models.byte import KolongByteConfig, KolongByteForConditionalGeneration, add_gbst
+
+    torch.manual_seed(0)
+    config = KolongByteConfig(hidden_size=32, num_attention_heads=2, head_dim=16, intermediate_size=64,
+                              encoder_layers=1, decoder_layers=1)  # fmt: skip
+    model = add_gbst(KolongByteForConditionalGeneration(config)).eval()
+    ids = torch.randint(3, 250, (2, 30))
+    inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    calls, original = [], model.generate
+    model.generate = lambda **options: calls.append(options) or original(**options)
+    assert profile_steps(model, [(inputs, [0, 1])] * 2, 3, "static")["steps"]().seconds > 0
+    (call,) = calls
+    assert (
+        call["encoder_outputs"].last_hidden_state.shape[1] == 10 and call["cache_implementation"] == "static"
+    )
+    with torch.inference_mode():
+        whole = original(**inputs, **generation_options(3, "static"))
+        given = original(encoder_outputs=call["encoder_outputs"], attention_mask=inputs["attention_mask"],
+                         **generation_options(3, "static"))  # fmt: skip
+    assert whole.shape == (2, 4) and torch.equal(whole, given)

@@ -19,7 +19,14 @@ from dataclasses import asdict
 from pathlib import Path
 
 from kolong.bench.arguments import GBSTBenchArguments
-from kolong.bench.gbst_profile import autocast_context, breakdown, breakdown_markdown, clock, profile_steps
+from kolong.bench.gbst_profile import (
+    autocast_context,
+    breakdown,
+    breakdown_markdown,
+    clock,
+    generation_options,
+    profile_steps,
+)
 from kolong.bench.harness import Benchmark, Case, Measured, resolve_device, run
 
 __all__ = ["GBSTBenchArguments", "GBSTBenchmark", "run_gbst_benchmark"]
@@ -88,10 +95,7 @@ def _inference_rate(model, batches, max_new_tokens: int, cache: str = "dynamic",
 
     model.eval()
     device = next(model.parameters()).device
-    # exactly max_new_tokens bytes each: a model that emits </s> sooner must not look faster
-    options = dict(max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens, num_beams=1, do_sample=False)
-    if cache == "static":
-        options["cache_implementation"] = "static"
+    options = generation_options(max_new_tokens, cache)
     with torch.inference_mode(), autocast_context(autocast):
         model.generate(**batches[0][0], **options)  # warm-up, untimed
         started = clock(device)

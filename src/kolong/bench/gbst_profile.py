@@ -7,9 +7,11 @@ stopping checks, one host sync per step on a GPU). Each part is timed on its own
 
 - `encoder`: the encoder's forward pass (GBST included);
 - `gbst`: the byte embeddings and GBST alone (GBST model only);
-- `steps`: `k` cached decoding steps called directly (the encoder's output given), no `generate`;
-- what is left of `generate`'s time: its own loop, and the cache set-up. Negative when `generate` ran a
-  faster decoding step than the direct loop (transformers compiles the step with a static cache on GPUs).
+- `steps`: the `k` decoding steps as `generate` runs them (its loop, logits processing, the cache, and with a
+  static cache on a GPU the step transformers compiles), given the encoder's output;
+- what is left of `generate`'s time: little (its set-up once more). Timing the steps in a loop of kolong's
+  own had left this negative with a static cache, where `generate`'s compiled step is faster (H200,
+  2026-11-27: -5.5 ms a sample).
 
 GBST shortens only what the encoder reads and what cross-attention reads, so the inference speed-up is bounded
 by the decoder's share (Amdahl): `predicted = total_plain / (total_plain - saved)`, which the table shows
@@ -21,18 +23,6 @@ from __future__ import annotations
 import contextlib
 
 PARTS = ("encoder", "gbst", "steps")
-
-
-def decoder_cache(model, kind: str, batch: int, new_tokens: int, encoder_length: int):
-    """An empty cache for `kind`: dynamic (grows) or static (preallocated, what transformers compiles)."""
-    from transformers import DynamicCache, EncoderDecoderCache, StaticCache
-
-    if kind == "static":
-        return EncoderDecoderCache(
-            StaticCache(config=model.config, max_cache_len=new_tokens + 1),
-            StaticCache(config=model.config, max_cache_len=encoder_length),
-        )
-    return EncoderDecoderCache(DynamicCache(), DynamicCache())
 
 
 def autocast_context(autocast):
@@ -50,6 +40,15 @@ def clock(device) -> float:
     return time.perf_counter()
 
 
+def generation_options(new_tokens: int, cache: str) -> dict:
+    """`generate`'s options for the bench: greedy, exactly `new_tokens` bytes each (a model that emits </s>
+    sooner must not look faster), with a dynamic or a static cache."""
+    options = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, num_beams=1, do_sample=False)
+    if cache == "static":
+        options["cache_implementation"] = "static"
+    return options
+
+
 def profile_steps(model, batches: list, new_tokens: int, cache: str, autocast=None) -> dict:
     """{part: step} for the harness, each returning seconds per sample (`Measured`) over every batch but the
     first (the warm-up one); the decoding loop counts its own time, not the encoder pass that feeds it."""
@@ -59,6 +58,7 @@ def profile_steps(model, batches: list, new_tokens: int, cache: str, autocast=No
 
     device = next(model.parameters()).device
     samples = sum(len(labels) for _, labels in batches[1:])
+    options = generation_options(new_tokens, cache)
 
     def timed(run_batch):
         def step():
@@ -81,15 +81,9 @@ def profile_steps(model, batches: list, new_tokens: int, cache: str, autocast=No
         return clock(device) - started
 
     def steps(inputs) -> float:
-        encoded = model.get_encoder()(**inputs)
-        batch = inputs["input_ids"].shape[0]
-        past = decoder_cache(model, cache, batch, new_tokens, encoded.last_hidden_state.shape[1])
-        token = torch.full((batch, 1), model.config.decoder_start_token_id, device=device)
+        encoded = model.get_encoder()(**inputs)  # carries the mask of its positions (n / rate with GBST)
         started = clock(device)
-        for _ in range(new_tokens):
-            logits = model(encoder_outputs=encoded, decoder_input_ids=token, past_key_values=past,
-                           use_cache=True).logits  # fmt: skip
-            token = logits[:, -1:].argmax(-1)  # (b, 1)
+        model.generate(encoder_outputs=encoded, attention_mask=inputs["attention_mask"], **options)
         return clock(device) - started
 
     parts = {"encoder": timed(encoder), "steps": timed(steps)}
