@@ -183,9 +183,11 @@ def _gpu_step_commands() -> list[list[str]]:
     printed = subprocess.run(
         ["bash", str(script), "--dry-run", "all"], capture_output=True, text=True, check=True
     )
-    prefix = "+ python3 -m kolong "
+    command = "python3 -m kolong "  # after "+ ", or after "+ env NAME=VALUE " (flex-tiles)
     return [
-        line.removeprefix(prefix).split() for line in printed.stdout.splitlines() if line.startswith(prefix)
+        line.partition(command)[2].split()
+        for line in printed.stdout.splitlines()
+        if line.startswith("+ ") and command in line
     ]
 
 

@@ -45,6 +45,22 @@ def test_kernel_options_only_where_a_16_bit_cuda_kernel_trains_a_float32_read():
     assert flex.kernel_options(_query("cuda", torch.bfloat16)) is None
 
 
+def test_the_environment_can_give_other_kernel_options_and_bad_ones_are_named():
+    """KOLONG_FLEX_TRAINED_READ_OPTIONS replaces the defaults (a GPU slot times other tiles with it)."""
+    assert (
+        flex.trained_read_options(None)
+        == flex.DEFAULT_TRAINED_READ_OPTIONS
+        == {"fwd_num_stages": 2, "bwd_num_stages": 1}
+    )
+    assert flex.trained_read_options('{"BLOCK_M": 64, "fwd_num_stages": 1}') == {
+        "BLOCK_M": 64,
+        "fwd_num_stages": 1,
+    }
+    for bad in ("BLOCK_M=64", "[64]"):
+        with pytest.raises(ValueError, match="KOLONG_FLEX_TRAINED_READ_OPTIONS must be a JSON object"):
+            flex.trained_read_options(bad)
+
+
 @pytest.mark.parametrize("dropout", [0.0, 0.2])
 @pytest.mark.parametrize("scheme", list(READERS))
 def test_training_reads_float32_in_a_bf16_model_and_passes_its_kernel_options(

@@ -20,6 +20,8 @@ and passes its score_mod to `attend`, which applies attention dropout exactly in
 from __future__ import annotations
 
 import contextlib
+import json
+import os
 from collections.abc import Callable
 
 import torch
@@ -100,7 +102,27 @@ def drops_here(q: torch.Tensor) -> bool:
 # profile, T5's rows): over the 227 KB a block may use, so the kernel did not compile (H200, torch 2.11,
 # 2026-11-27). Two forward stages fit; one backward stage was the fastest measured
 # (benchmarks/results/h200-2026-11-27: Shaw 40.5 ms against 43.7 with two, and 42.0 reading bf16).
-TRAINED_READ_OPTIONS = {"fwd_num_stages": 2, "bwd_num_stages": 1}
+# KOLONG_FLEX_TRAINED_READ_OPTIONS (a JSON object) replaces them: how a GPU slot times other tiles (docs/gpu.md).
+DEFAULT_TRAINED_READ_OPTIONS = {"fwd_num_stages": 2, "bwd_num_stages": 1}
+
+
+def trained_read_options(text: str | None) -> dict:
+    """The kernel options for trained float32 reads: the defaults, or the JSON object `text` in their place."""
+    if not text:
+        return dict(DEFAULT_TRAINED_READ_OPTIONS)
+    try:
+        options = json.loads(text)
+    except json.JSONDecodeError as error:
+        options = error
+    if not isinstance(options, dict):
+        raise ValueError(
+            f"KOLONG_FLEX_TRAINED_READ_OPTIONS must be a JSON object of FlexAttention kernel options, e.g. "
+            f'\'{{"fwd_num_stages": 2, "BLOCK_M": 64}}\', got {text!r}'
+        )
+    return options
+
+
+TRAINED_READ_OPTIONS = trained_read_options(os.environ.get("KOLONG_FLEX_TRAINED_READ_OPTIONS"))
 
 
 def kernel_options(q: torch.Tensor, *reads: torch.Tensor) -> dict | None:
