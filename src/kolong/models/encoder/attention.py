@@ -2,17 +2,17 @@
 
 - `eager`: the reference. Scores, the scheme's (b|1, h, n, n) bias and probabilities are materialised;
   the only path that returns attention weights (`output_attentions=True`).
-- `sdpa` (HF's default, and kolong's): the fastest exact path for the device. Schemes without a
-  logit bias (learned, sinusoidal, memn2n, rope, none) call `scaled_dot_product_attention` (packed
-  documents: with their (b, 1, n, n) mask, except on CUDA: FlexAttention, whose block mask skips the
-  blocks between documents, with attention dropout in two passes (`flex_dropout.py`); local windows:
-  flex on CUDA, else SDPA over key bands (`banded.py`) without dropout and the chunked path with it).
-  Schemes with one (shaw, t5, alibi) run through FlexAttention on CUDA, attention dropout included
-  (`flex_dropout.py`: two passes), and on CPU through the chunked exact path (`chunked.py`: linear
-  memory, no scatter), except that t5 and alibi (a bias by distance alone) take SDPA with the bias as its float mask when the bias needs no gradient (inference;
-  ALiBi's training too) and there is no attention dropout: the whole bias as a strided view of one vector
-  (`rowwise.py`), or over key bands under a local window (`banded.py`, inference); Shaw's key term (without
-  its value term) takes SDPA per block of query rows at inference (`rowwise.py`).
+- `sdpa` (HF's default, and kolong's): the fastest exact path for the device. Schemes without a logit bias
+  (learned, sinusoidal, memn2n, rope, none) call `scaled_dot_product_attention` (packed documents: with
+  their (b, 1, n, n) mask, except on CUDA: FlexAttention, whose block mask skips the blocks between
+  documents, with attention dropout in two passes (`flex_dropout.py`); local windows: flex on CUDA, else
+  SDPA over key bands (`banded.py`) without dropout and the chunked path with it). Schemes with one (shaw,
+  t5, alibi) run through FlexAttention on CUDA, attention dropout included (`flex_dropout.py`: two passes),
+  and on CPU through the chunked exact path (`chunked.py`: linear memory, no scatter), except that t5 and
+  alibi (a bias by distance alone) take SDPA with the bias as its float mask when the bias needs no gradient
+  (inference; ALiBi's training too) and there is no attention dropout: the whole bias as a strided view of
+  one vector (`rowwise.py`), or over key bands under a local window (`banded.py`, inference); Shaw's key
+  term (without its value term) takes SDPA per block of query rows at inference (`rowwise.py`).
 - `flex_attention`: FlexAttention always (forward-only on CPU), except Shaw's value term, which has no
   flex form and takes the chunked path.
 
