@@ -249,6 +249,33 @@ def test_bench_gbst_with_a_static_cache_and_bf16(tmp_path):
     assert "launching kernels" in to_markdown(result) and "threads than free cores" not in to_markdown(result)
 
 
+def test_bench_gbst_decodes_with_kolongs_loop_when_asked(tmp_path, monkeypatch):
+    """--decoder kolong: generation and the profile's decoding part both run `greedy_generate` (never
+    `generate`), with exactly max_new_tokens bytes, and the table says how it decoded."""
+    from kolong.bench.gbst import GBSTBenchArguments, run_gbst_benchmark, to_markdown
+    from kolong.models.byte import greedy, modeling
+
+    lengths = []
+    original = greedy.greedy_generate
+
+    def counted(*args, **kwargs):
+        tokens = original(*args, **kwargs)
+        lengths.append(tokens.shape[1])
+        return tokens
+
+    monkeypatch.setattr(greedy, "greedy_generate", counted)
+    monkeypatch.setattr(modeling.KolongByteForConditionalGeneration, "generate", None)  # not called
+    args = GBSTBenchArguments(
+        max_length=48, min_bytes=0, target_length=8, batch_size=2, train_steps=1, inference_batches=1,
+        max_new_tokens=3, rounds=1, hidden_size=32, num_attention_heads=2, head_dim=16, intermediate_size=64,
+        encoder_layers=1, decoder_layers=1, threads=[1], data=str(tmp_path / "absent.json"), decoder="kolong",
+    )  # fmt: skip
+    result = run_gbst_benchmark(args, on_step=lambda message: None)
+    assert lengths and set(lengths) == {4}  # the decoder start and 3 bytes, every call
+    assert result["results"][0]["speedup"]["inference"] > 0
+    assert "kolong's greedy loop, static cache" in to_markdown(result)
+
+
 def test_bench_gbst_compiles_both_encoders_when_asked(tmp_path, monkeypatch):
     """--compile: both models' encoders run compiled (in place, so generate and the timed parts still find
     them), in training and generation, and the table says so. Dynamo's capture only (the eager backend):

@@ -268,3 +268,32 @@ def test_bench_long_attention_measures_memory_in_this_process_on_cuda(tmp_path, 
     for mode in ("inference", "training"):
         for pattern in ("full", "local+global", "sliding"):
             assert all(mb > 0 for mb in data["memory_mb"][mode][pattern].values()), (mode, pattern)
+
+
+def test_greedy_generate_replays_a_cuda_graph_per_byte_and_gives_generates_bytes():
+    """`greedy_generate(compile=True)` on CUDA: the step compiled in "reduce-overhead" mode (CUDA graphs), twice
+    (the second call replays the kept graphs); in fp32 the bytes are generate's (in bf16, as the bench runs it,
+    near-ties may go either way between kernels: it runs, with every byte in the vocabulary)."""
+    from kolong.models.byte import (
+        KolongByteConfig,
+        KolongByteForConditionalGeneration,
+        add_gbst,
+        greedy_generate,
+    )
+
+    torch.manual_seed(0)
+    config = KolongByteConfig(hidden_size=64, num_attention_heads=2, head_dim=32, intermediate_size=128,
+                              encoder_layers=2, decoder_layers=2, dropout_rate=0.0)  # fmt: skip
+    model = add_gbst(KolongByteForConditionalGeneration(config)).cuda().eval()
+    for seed in (0, 1):
+        ids = torch.randint(3, 250, (4, 60), generator=torch.Generator().manual_seed(seed)).cuda()
+        mask = torch.ones_like(ids)
+        mask[3, 40:] = 0
+        with torch.inference_mode():
+            want = model.generate(
+                input_ids=ids, attention_mask=mask, max_new_tokens=12, num_beams=1, do_sample=False
+            )
+        assert torch.equal(greedy_generate(model, ids, mask, max_new_tokens=12, compile=True), want), seed
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            bf16 = greedy_generate(model, ids, mask, max_new_tokens=12, min_new_tokens=12, compile=True)
+        assert bf16.shape == (4, 13) and bool(((bf16 >= 0) & (bf16 < config.vocab_size)).all())

@@ -191,10 +191,14 @@ class GBSTBenchArguments(BenchArguments):
     )
     cache: str = option("dynamic", "Decoder cache of generation: dynamic, or static (preallocated; transformers "
                         "then compiles the decoding step on GPUs).", choices=("dynamic", "static"))  # fmt: skip
+    decoder: str = option("generate", "Greedy decoding through transformers' generate, or kolong's own loop (a "
+                          "static cache, the whole step as one function, finished flags read every 8 bytes; "
+                          "--cache does not apply): the bytes are the same.", choices=("generate", "kolong"))  # fmt: skip
     profile: bool = option(True, "Also time the encoder, GBST and the decoding steps on their own.")
     compile: bool = option(False, "torch.compile both models' encoders (GBST included), in training and generation: "
                            "the paper's JAX runs were compiled whole by XLA; with --cache static transformers "
-                           "compiles the decoding step as well.")  # fmt: skip
+                           "compiles the decoding step as well, and with --decoder kolong the step is compiled "
+                           "(a CUDA graph per byte on GPUs).")  # fmt: skip
 
 
 @dataclass(kw_only=True)

@@ -24,7 +24,7 @@ from kolong.bench.gbst_profile import (
     breakdown,
     breakdown_markdown,
     clock,
-    generation_options,
+    decode,
     profile_steps,
 )
 from kolong.bench.harness import Benchmark, Case, Measured, resolve_device, run
@@ -90,17 +90,17 @@ def _train_rate(model, optimizer, batches, autocast=None) -> float:
     return sum(len(labels) for _, labels in batches[1:]) / seconds
 
 
-def _inference_rate(model, batches, max_new_tokens: int, cache: str = "dynamic", autocast=None) -> float:
+def _inference_rate(model, batches, max_new_tokens: int, args, autocast=None) -> float:
     import torch
 
     model.eval()
     device = next(model.parameters()).device
-    options = generation_options(max_new_tokens, cache)
+    options = dict(new_tokens=max_new_tokens, cache=args.cache, decoder=args.decoder, compile=args.compile)
     with torch.inference_mode(), autocast_context(autocast):
-        model.generate(**batches[0][0], **options)  # warm-up, untimed
+        decode(model, **options, **batches[0][0])  # warm-up, untimed
         started = clock(device)
         for inputs, _ in batches[1:]:
-            model.generate(**inputs, **options)
+            decode(model, **options, **inputs)
         seconds = clock(device) - started
     return sum(len(labels) for _, labels in batches[1:]) / seconds
 
@@ -156,11 +156,17 @@ class GBSTBenchmark(Benchmark):
             found = {
                 f"{name}/train": lambda: Measured(1 / _train_rate(model, optimizer, self.train_batches, autocast)),
                 f"{name}/inference": lambda: Measured(1 / _inference_rate(
-                    model, self.inference_batches, args.max_new_tokens, args.cache, autocast)),
+                    model, self.inference_batches, args.max_new_tokens, args, autocast)),
             }  # fmt: skip
             if args.profile:
                 parts = profile_steps(
-                    model, self.inference_batches, args.max_new_tokens, args.cache, autocast
+                    model,
+                    self.inference_batches,
+                    args.max_new_tokens,
+                    args.cache,
+                    autocast,
+                    args.decoder,
+                    args.compile,
                 )
                 found.update({f"{name}/{part}": step for part, step in parts.items()})
             return found
@@ -210,6 +216,14 @@ def run_gbst_benchmark(args: GBSTBenchArguments, on_step: Callable[[str], None] 
     return run(GBSTBenchmark(), args, on_step)
 
 
+def decoding(settings: dict) -> str:
+    """How the bench decodes, in words (results written before `--decoder` existed used `generate`)."""
+    if settings.get("decoder", "generate") == "kolong":
+        compiled = ", its step compiled" if settings.get("compile") else ""
+        return f"kolong's greedy loop, static cache{compiled}"
+    return f"generate, cached, {settings['cache']} cache"
+
+
 def to_markdown(result: dict) -> str:
     s, goal = result["settings"], result["goal"]
     lines = [
@@ -224,7 +238,7 @@ def to_markdown(result: dict) -> str:
         f"{result['input_bytes']['mean']:.0f}): {result['encoder_positions']['byte']} encoder positions, "
         f"{result['encoder_positions']['gbst']} with GBST; targets up to {s['target_length']} bytes. Training: "
         f"forward + backward + AdamW step, dropout 0.1; inference: greedy generation of {s['max_new_tokens']} bytes "
-        f"(cached, {s['cache']} cache). Median of {s['rounds']} rounds alternating the two models ({s['train_steps']} "
+        f"({decoding(s)}). Median of {s['rounds']} rounds alternating the two models ({s['train_steps']} "
         f"training steps and {s['inference_batches']} generation batches each, after a warm-up). Device "
         f"{result.get('device', 'cpu')}, {s['dtype']}{' under autocast' if s['dtype'] == 'bf16' else ''}"
         f"{'; both encoders compiled (torch.compile; GBST alone is timed eager)' if s.get('compile') else ''}.",

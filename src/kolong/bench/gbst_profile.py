@@ -7,8 +7,9 @@ stopping checks, one host sync per step on a GPU). Each part is timed on its own
 
 - `encoder`: the encoder's forward pass (GBST included);
 - `gbst`: the byte embeddings and GBST alone (GBST model only);
-- `steps`: the `k` decoding steps as `generate` runs them (its loop, logits processing, the cache, and with a
-  static cache on a GPU the step transformers compiles), given the encoder's output;
+- `steps`: the `k` decoding steps as the bench's decoder runs them, given the encoder's output: `generate`
+  (its loop, logits processing, the cache, and with a static cache on a GPU the step transformers compiles),
+  or kolong's loop (`--decoder kolong`);
 - what is left of `generate`'s time: little (its set-up once more). Timing the steps in a loop of kolong's
   own had left this negative with a static cache, where `generate`'s compiled step is faster (H200,
   2026-11-27: -5.5 ms a sample).
@@ -49,7 +50,27 @@ def generation_options(new_tokens: int, cache: str) -> dict:
     return options
 
 
-def profile_steps(model, batches: list, new_tokens: int, cache: str, autocast=None) -> dict:
+def decode(model, new_tokens: int, cache: str, decoder: str = "generate", compile: bool = False, **inputs):
+    """Greedy generation of exactly `new_tokens` bytes from `inputs` (input_ids and attention_mask, or the
+    encoder's output and attention_mask): through `generate`, or kolong's loop (`greedy_generate`)."""
+    if decoder == "kolong":
+        from kolong.models.byte.greedy import greedy_generate
+
+        return greedy_generate(
+            model, max_new_tokens=new_tokens, min_new_tokens=new_tokens, compile=compile, **inputs
+        )
+    return model.generate(**inputs, **generation_options(new_tokens, cache))
+
+
+def profile_steps(
+    model,
+    batches: list,
+    new_tokens: int,
+    cache: str,
+    autocast=None,
+    decoder: str = "generate",
+    compile: bool = False,
+) -> dict:
     """{part: step} for the harness, each returning seconds per sample (`Measured`) over every batch but the
     first (the warm-up one); the decoding loop counts its own time, not the encoder pass that feeds it."""
     import torch
@@ -58,7 +79,6 @@ def profile_steps(model, batches: list, new_tokens: int, cache: str, autocast=No
 
     device = next(model.parameters()).device
     samples = sum(len(labels) for _, labels in batches[1:])
-    options = generation_options(new_tokens, cache)
 
     def timed(run_batch):
         def step():
@@ -83,7 +103,15 @@ def profile_steps(model, batches: list, new_tokens: int, cache: str, autocast=No
     def steps(inputs) -> float:
         encoded = model.get_encoder()(**inputs)  # carries the mask of its positions (n / rate with GBST)
         started = clock(device)
-        model.generate(encoder_outputs=encoded, attention_mask=inputs["attention_mask"], **options)
+        decode(
+            model,
+            new_tokens,
+            cache,
+            decoder,
+            compile,
+            encoder_outputs=encoded,
+            attention_mask=inputs["attention_mask"],
+        )
         return clock(device) - started
 
     parts = {"encoder": timed(encoder), "steps": timed(steps)}

@@ -13,6 +13,7 @@ __getattr__, __dir__ = lazy_exports(
         "config_from_t5": "kolong.models.byte.convert",
         "from_t5": "kolong.models.byte.convert",
         "GBST": "kolong.models.byte.gbst",
+        "greedy_generate": "kolong.models.byte.greedy",
         "KolongByteEncoderOutput": "kolong.models.byte.modeling",
         "KolongByteForConditionalGeneration": "kolong.models.byte.modeling",
         "KolongBytePreTrainedModel": "kolong.models.byte.modeling",
@@ -41,5 +42,6 @@ __all__ = [
     "add_gbst",
     "config_from_t5",
     "from_t5",
+    "greedy_generate",
     "register_auto_classes",
 ]
