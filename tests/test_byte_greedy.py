@@ -92,6 +92,21 @@ def test_from_the_encoders_output_and_compiled_the_bytes_are_the_same():
         torch._dynamo.reset()
 
 
+def test_a_copy_of_the_model_decodes_with_its_own_weights():
+    """The kept step closes over its model: a deep copy whose weights then change must not reuse it."""
+    import copy
+
+    model = tiny_model(gbst=False)
+    ids, mask = inputs(rows=2)
+    greedy_generate(model, ids, mask, max_new_tokens=5)
+    other = copy.deepcopy(model)
+    with torch.no_grad():
+        other.lm_head.weight.mul_(-1)
+    assert torch.equal(
+        greedy_generate(other, ids, mask, max_new_tokens=5), generated(other, ids, mask, max_new_tokens=5)
+    )
+
+
 def test_bad_lengths_are_refused_by_name():
     model = tiny_model(gbst=False)
     ids, mask = inputs(rows=1)

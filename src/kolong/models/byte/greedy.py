@@ -20,9 +20,16 @@ as `generate` runs it; the compiled step then always sees the same cache state.
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 
 from kolong.models.byte.modeling import KolongByteEncoderOutput
+
+# model -> {shapes: (cache, prefill, step)}: weakly, so that a copy of a model never reuses its original's
+# closures, and for a few shapes at a time (each keeps a cache of its batch's encoder keys and values).
+_DECODERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+KEPT_SHAPES = 4
 
 
 def greedy_generate(
@@ -89,11 +96,13 @@ def _decoder(model, batch: int, new_tokens: int, memory: torch.Tensor, compile: 
     eos, pad = config.eos_token_id, config.pad_token_id
     autocast = torch.is_autocast_enabled(memory.device.type)
     key = (batch, new_tokens, memory.shape[1], memory.device, memory.dtype, autocast, compile, eos, pad)
-    kept = model.__dict__.setdefault("_kolong_greedy_decoders", {})
+    kept = _DECODERS.setdefault(model, {})
     if key in kept:
         cache, prefill, step = kept[key]
         cache.reset()
         return prefill, step
+    while len(kept) >= KEPT_SHAPES:
+        kept.pop(next(iter(kept)))  # the oldest shapes
     cache = EncoderDecoderCache(
         StaticCache(config=config, max_cache_len=new_tokens + 1),
         StaticCache(config=config, max_cache_len=memory.shape[1]),
