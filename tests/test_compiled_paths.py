@@ -270,3 +270,21 @@ def test_a_model_compiles_into_one_graph_on_the_cuda_training_path(eager_flex_wi
                                 attn_implementation="flex_attention", max_position_embeddings=32)  # fmt: skip
     model = KolongModel(config, add_pooling_layer=False).train()
     assert_one_graph(model, random_ids(2, 24))
+
+
+def test_packed_documents_with_dropout_compile_into_one_graph_on_the_cuda_path(
+    eager_flex_with_backward, monkeypatch
+):
+    """`pretrain mlm`'s CUDA case for learned positions: packed documents with attention dropout take
+    FlexAttention's block mask in two passes, inside the one graph of the compiled model."""
+    from kolong.models.encoder import attention
+
+    monkeypatch.setattr(attention, "FLEX_DEVICES", ("cpu",))  # as on CUDA
+    config = tiny_kolong_config(attention_probs_dropout_prob=0.1, max_position_embeddings=32)
+    model = KolongModel(config, add_pooling_layer=False).train()
+    documents = torch.tensor([[1] * 10 + [2] * 14, [1] * 5 + [2] * 19])
+
+    def forward(ids, mask):  # the collator tells the layout (all real, packed): no host read of the mask
+        return model(ids, attention_mask=mask, mask_layout=(True, True)).last_hidden_state
+
+    assert_one_graph(forward, random_ids(2, 24), documents)
