@@ -112,8 +112,8 @@ def trained_read_options(text: str | None) -> dict:
         return dict(DEFAULT_TRAINED_READ_OPTIONS)
     try:
         options = json.loads(text)
-    except json.JSONDecodeError as error:
-        options = error
+    except json.JSONDecodeError:
+        options = None  # refused below, as any JSON that is not an object
     if not isinstance(options, dict):
         raise ValueError(
             f"KOLONG_FLEX_TRAINED_READ_OPTIONS must be a JSON object of FlexAttention kernel options, e.g. "
