@@ -51,9 +51,15 @@ def skips_blocks_in_flex(q: torch.Tensor, mask: AttentionMask, dropout_p: float)
     whose block mask skips the blocks the mask rules out, rather than to SDPA, which computes every score
     under a dense (b, 1, n, n) mask. On CUDA, attention dropout included (two passes, `flex_dropout`), unless
     KOLONG_FLEX_DROPOUT=0: NSMC's reviews (11 tokens on average) packed into rows of 2,048 leave about one
-    block of 128 x 128 in five to compute, and cuDNN's masked kernels took 53% of the base preset's training step there
-    (H200, 2026-11-27: 48 of 90 ms, against 32 ms for the HF recipe's unmasked batch)."""
-    return q.device.type in FLEX_DEVICES and not mask.keys_only and (dropout_p == 0 or FLEX_DROPOUT)
+    block of 128 x 128 in five to compute, and cuDNN's masked kernels took 53% of the base preset's training
+    step there (H200, 2026-11-27: 48 of 90 ms, against 32 ms for the HF recipe's unmasked batch)."""
+    return flex_runs_here(q, dropout_p) and not mask.keys_only
+
+
+def flex_runs_here(q: torch.Tensor, dropout_p: float) -> bool:
+    """Whether the fused path may train and infer through FlexAttention for `q`: a device whose kernels are
+    compiled with a backward, without attention dropout or with it in FlexAttention (KOLONG_FLEX_DROPOUT)."""
+    return q.device.type in FLEX_DEVICES and (dropout_p == 0 or FLEX_DROPOUT)
 
 
 class KolongAttention(nn.Module):
@@ -104,11 +110,7 @@ class KolongAttention(nn.Module):
             return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=dropout_p)
         if exporting():  # the chunked path loops over row blocks: one graph needs the reference
             return self._attend_explicitly(q, k, v, mask, positions, layer, state, dropout_p)[0]
-        if (
-            q.device.type in FLEX_DEVICES
-            and not positions.needs_probabilities
-            and (dropout_p == 0 or FLEX_DROPOUT)
-        ):
+        if flex_runs_here(q, dropout_p) and not positions.needs_probabilities:
             return self._attend_flex(q, k, v, mask, positions, layer, state, dropout_p, explicit=False)
         # The bias is built only here, once the path is known (flex builds its own from the same tables).
         bias = positions.chunk_bias(layer, q, state)
