@@ -245,6 +245,75 @@ def test_klue_ner_dev_markup_predictions_score_100(shared_data, tmp_path):
     }
 
 
+def test_ynat_macro_f1_counts_a_prediction_that_is_no_topic_as_a_miss_not_a_class():
+    # gold a a b; predicted a, <none>, b: a has P 1, R 1/2 (2/3), b 1; an unknown class would add a 0
+    assert klue.ynat_macro_f1(["a", None, "b"], ["a", "a", "b"]) == pytest.approx(100 * (2 / 3 + 1) / 2)
+    assert klue.ynat_macro_f1(["a", "c", "b"], ["a", "a", "b"]) == pytest.approx(100 * (2 / 3 + 1 + 0) / 3)
+
+
+@pytest.mark.parametrize(
+    ("task", "value", "expected"),
+    [
+        ("sts", float("nan"), "similarity nan is not a finite number"),
+        ("sts", float("inf"), "similarity inf is not a finite number"),
+        ("sts", True, "similarity True is not a finite number"),
+        ("ner", ["X-FOO", "O"], "tag 'X-FOO' of character 0 is not one of KLUE-NER's"),
+        ("ner", ["O", 1], "tag 1 of character 1 is not one of KLUE-NER's"),
+        ("ner", [["O"], "O"], "tag ['O'] of character 0"),
+        ("dp", {"heads": [1.5, 0], "labels": ["NP", "VP"]}, "head 1.5 is not an eojeol number"),
+        ("dp", {"heads": [True, 0], "labels": ["NP", "VP"]}, "head True is not an eojeol number"),
+    ],
+)
+def test_evaluate_klue_names_a_malformed_prediction(tmp_path, task, value, expected):
+    import json
+
+    from kolong.errors import DataError
+    from kolong.evaluation.klue_files import score_klue_files
+
+    gold = {
+        "sts": ("sts.json", json.dumps([{"guid": f"s{i}", "sentence1": "a", "sentence2": "b",
+                                         "labels": {"real-label": v}} for i, v in enumerate([0.5, 4.0])])),
+        "ner": ("ner.tsv", "## s0\t<가:PS>나\n가\tB-PS\n나\tO\n\n## s1\t다라\n다\tO\n라\tO\n"),
+        "dp": ("dp.tsv", "## s0\t가 나\n1\t가\t가\tNNG\t2\tNP\n2\t나\t나\tVV\t0\tVP\n\n"
+                         "## s1\t다 라\n1\t다\t다\tNNG\t2\tNP\n2\t라\t라\tVV\t0\tVP\n"),
+    }[task]  # fmt: skip
+    gold_path = tmp_path / gold[0]
+    gold_path.write_text(gold[1], encoding="utf-8")
+    good = {"sts": 1.0, "ner": ["O", "O"], "dp": {"heads": [2, 0], "labels": ["NP", "VP"]}}[task]
+    predictions = tmp_path / "predictions.json"
+    predictions.write_text(json.dumps({"s0": value, "s1": good}))
+    with pytest.raises(DataError) as error:
+        score_klue_files(task, gold_path, predictions)
+    assert str(error.value).startswith(f"{predictions}: s0: ") and expected in str(error.value)
+
+
+def test_evaluate_klue_reports_an_undefined_pearson_and_counts_odd_nli_indices(tmp_path):
+    import json
+
+    from kolong.evaluation.klue_files import klue_table, score_klue_files
+
+    sts = tmp_path / "sts.json"
+    sts.write_text(json.dumps([{"guid": f"s{i}", "sentence1": "a", "sentence2": "b", "labels": {"real-label": v}}
+                               for i, v in enumerate([0.5, 4.0, 2.0])]))  # fmt: skip
+    constant = tmp_path / "constant.json"
+    constant.write_text(json.dumps({"s0": 3.5, "s1": 3.5, "s2": 3.5}))
+    scores = score_klue_files("sts", sts, constant)  # a collapsed model: every similarity the same
+    assert scores["pearson"] is None and "undefined" in scores["note"] and scores["f1"] == pytest.approx(50.0)
+    assert "| n/a | 50.00 |" in klue_table("m", {"sts": scores})
+
+    nli = tmp_path / "nli.json"
+    nli.write_text(json.dumps([{"guid": f"n{i}", "premise": "a", "hypothesis": "b", "gold_label": "neutral"}
+                               for i in range(4)]))  # fmt: skip
+    odd = tmp_path / "odd.json"
+    odd.write_text(json.dumps({"n0": 1, "n1": True, "n2": 1.0, "n3": [1]}))  # only the int is neutral's index
+    assert score_klue_files("nli", nli, odd) == {
+        "accuracy": 25.0,
+        "unknown_labels": 3,
+        "items": 4,
+        "extra": 0,
+    }
+
+
 def test_evaluate_klue_all_makes_a_results_table_per_model(tmp_path):
     import json
 

@@ -74,7 +74,16 @@ def ynat_macro_f1(predictions: Sequence, labels: Sequence) -> float:
     from sklearn.metrics import f1_score
 
     _check_lengths("ynat", predictions, labels)
-    return 100.0 * float(f1_score(list(labels), list(predictions), average="macro"))
+    # the classes of KLUE's average: every topic in the gold or the predictions (sklearn's union)
+    topics = {
+        t: k for k, t in enumerate(dict.fromkeys([*labels, *(p for p in predictions if p is not None)]))
+    }
+    # None (a prediction that is no topic) is wrong and no class: a miss of its gold topic
+    predicted = [-1 if p is None else topics[p] for p in predictions]
+    gold = [topics[t] for t in labels]
+    return 100.0 * float(
+        f1_score(gold, predicted, labels=list(topics.values()), average="macro", zero_division=0)
+    )
 
 
 def nli_accuracy(predictions: Sequence, labels: Sequence) -> float:

@@ -19,6 +19,7 @@ reported, not scored.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from kolong.data.sources import load_json
@@ -111,6 +112,8 @@ def _labels(gold: dict, predictions: dict, where: str, names=None) -> tuple[list
         value = predictions[key]
         if names is not None and isinstance(value, str):
             value = names.index(value) if value in names else -1
+        elif names is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            value = -1  # an index must be an int: true, 1.0 or [1] would otherwise compare equal to label 1
         predicted.append(value)
     return predicted, list(gold.values())
 
@@ -121,7 +124,16 @@ def _unknown(values, known) -> int:
 
 def _score_ynat(gold, predictions, where) -> dict:
     predicted, labels = _labels(gold, predictions, where)
-    return {"macro_f1": klue.ynat_macro_f1(predicted, labels)}
+    topics = set(labels)
+    # A prediction that is no topic of the gold file (a generation, a number) is wrong; it does not become a
+    # class of its own, whose F1 of 0 would lower the macro average once per distinct wrong value.
+    unknown = sum(not _hashable(p) or p not in topics for p in predicted)
+    predicted = [p if _hashable(p) and p in topics else None for p in predicted]
+    return {"macro_f1": klue.ynat_macro_f1(predicted, labels), "unknown_labels": unknown}
+
+
+def _hashable(value) -> bool:
+    return isinstance(value, str | int | float)
 
 
 def _score_nli(gold, predictions, where) -> dict:
@@ -137,13 +149,19 @@ def _score_sts(gold, predictions, where) -> dict:
         (
             k
             for k, v in zip(gold, predicted, strict=True)
-            if isinstance(v, bool) or not isinstance(v, int | float)
+            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v)
         ),
         None,
     )
     if bad is not None:
-        raise DataError(f"{where}: {bad}: the predicted similarity {predictions[bad]!r} is not a number")
-    return {"pearson": klue.sts_pearson(predicted, labels), "f1": klue.sts_f1(predicted, labels)}
+        raise DataError(
+            f"{where}: {bad}: the predicted similarity {predictions[bad]!r} is not a finite number"
+        )
+    f1 = klue.sts_f1(predicted, labels)
+    if len(set(predicted)) == 1:  # Pearson's r divides by the predictions' spread: it has no value here
+        return {"pearson": None, "f1": f1, "note": f"every predicted similarity is {predicted[0]!r}: "
+                "Pearson's r is undefined (null)"}  # fmt: skip
+    return {"pearson": klue.sts_pearson(predicted, labels), "f1": f1}
 
 
 def _score_ner(gold, predictions, where) -> dict:
@@ -156,6 +174,14 @@ def _score_ner(gold, predictions, where) -> dict:
             value = parse(value)[1]
         if not isinstance(value, list) or len(value) != len(tags):
             raise DataError(f"{where}: {key}: expected {len(tags)} character tags (or the sentence's markup)")
+        wrong = next(
+            (i for i, tag in enumerate(value) if not (isinstance(tag, str) and tag in klue.NER_LABELS)), None
+        )
+        if wrong is not None:
+            raise DataError(
+                f"{where}: {key}: tag {value[wrong]!r} of character {wrong} is not one of KLUE-NER's "
+                f"({', '.join(klue.NER_LABELS)})"
+            )
         predicted.append(value)
     labels = list(gold.values())
     return {"entity_macro_f1": klue.ner_entity_macro_f1(predicted, labels),
@@ -172,6 +198,11 @@ def _score_dp(gold, predictions, where) -> dict:
         ):
             raise DataError(
                 f'{where}: {key}: expected {{"heads": [...], "labels": [...]}} for its {len(heads)} eojeols'
+            )
+        wrong = next((h for h in value["heads"] if isinstance(h, bool) or not isinstance(h, int)), None)
+        if wrong is not None:
+            raise DataError(
+                f"{where}: {key}: head {wrong!r} is not an eojeol number (an int, 0 for the root)"
             )
         heads_p.append(value["heads"])
         labels_p.append(value["labels"])
@@ -218,5 +249,7 @@ def klue_table(model: str, scores: dict) -> str:
     """One model's KLUE results as a markdown table (percentages), the columns of MAIN_SCORES."""
     columns = [(task, name) for task in TASKS if task in scores for name in MAIN_SCORES[task]]
     header = "| model | " + " | ".join(f"{task} {name.replace('_', ' ')}" for task, name in columns) + " |"
-    cells = " | ".join(f"{scores[task][name]:.2f}" for task, name in columns)
+    cells = " | ".join(
+        "n/a" if scores[task][name] is None else f"{scores[task][name]:.2f}" for task, name in columns
+    )
     return "\n".join([header, "|---|" + "---:|" * len(columns), f"| {model} | {cells} |"]) + "\n"
