@@ -497,7 +497,7 @@ def sweep_cases() -> list:
                                 "--max-length", 128, "--doc-stride", 16], ("exceeds the 64 positions",),
                      id="finetune qa: window past the model"),
         pytest.param(lambda w: ["distill", "qa", "--teacher", w["qa_model"], "--train", w["squad"], "-o", out(w)],
-                     ("qa-model; extend it first",), id="distill qa: window past the teacher, named"),
+                     ("qa-model; pass --max-length",), id="distill qa: window past the teacher, named"),
         pytest.param(lambda w: ["bench", "qa", "--max-length", 64, "--output-dir", out(w)], ("--doc_stride",),
                      id="bench qa: default stride past half of --max-length"),
         pytest.param(lambda w: ["data", "long-docs", w["squad"], "-o", out(w) / "l.json", "--separator", "\\x"],

@@ -242,3 +242,8 @@ def test_predict_cls_writes_what_evaluate_klue_scores(checkpoint, tmp_path):
     refused = CliRunner().invoke(app, ["predict", "cls", "--model", str(tmp_path / "nli"), "--data", str(gold),
                                        "-o", str(predictions)])  # fmt: skip
     assert refused.exit_code == 2 and "--overwrite" in refused.output
+    refused = CliRunner().invoke(app, ["predict", "cls", "--model", str(tmp_path / "nli"), "--data", str(gold),
+                                       "-o", str(tmp_path / "long.json"), "--max-length", "128"])  # fmt: skip
+    assert refused.exit_code == 2 and "--max-length 128 exceeds the 64 positions" in " ".join(
+        refused.output.split()
+    )

@@ -96,6 +96,12 @@ def test_finetune_predict_evaluate_dp(dp_file, tmp_path, kolong_encoder):
     )
     assert scores["uas_macro_f1"] == pytest.approx(metrics["uas_macro_f1"])
     assert scores["las_macro_f1"] == pytest.approx(metrics["las_macro_f1"])
+    # learned positions: the default 256 tokens became the table's 64 above, and asked for explicitly they are
+    # refused by name; T5's relative buckets read any length
+    long = CliRunner().invoke(app, ["predict", "dp", "--model", str(out), "--data", str(dp_file), "-o",
+                                    str(tmp_path / "long.json"), "--max-length", "256"])  # fmt: skip
+    named = "--max-length 256 exceeds the 64 positions" in " ".join(long.output.split())
+    assert long.exit_code == 0 if kolong_encoder else (long.exit_code == 2 and named), long.output
 
 
 def test_byte_models_read_klue_dp_as_the_gbst_paper_casts_it(dp_file, tmp_path):

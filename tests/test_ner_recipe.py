@@ -105,6 +105,15 @@ def test_finetune_ner_end_to_end(ner_files, tmp_path):
     scores = json.loads(result.stdout)
     assert scores["entity_macro_f1"] == pytest.approx(metrics["entity_f1"])
     assert scores["char_macro_f1"] == pytest.approx(metrics["char_f1"])
+    # a line longer than the model's 64 positions: the default 128 tokens become 64, the rest is O
+    text = tmp_path / "long.txt"
+    text.write_text("홍길동이 " + "오늘 " * 100 + "\n", encoding="utf-8")
+    result = CliRunner().invoke(app, ["predict", "ner", "--model", str(out), "--data", str(text), "-o",
+                                      str(tmp_path / "long.json")])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    refused = CliRunner().invoke(app, ["predict", "ner", "--model", str(out), "--data", str(text), "-o",
+                                       str(tmp_path / "long.json"), "--max-length", "128", "--overwrite"])  # fmt: skip
+    assert refused.exit_code == 2 and "pass --max-length 64 or less" in " ".join(refused.output.split())
     refused = CliRunner().invoke(app, ["finetune", "ner", "-m", str(model), "--train", str(tmp_path / "none.tsv"),
                                        "-o", str(tmp_path / "x")])  # fmt: skip
     assert refused.exit_code == 2 and "none.tsv" in refused.output

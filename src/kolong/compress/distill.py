@@ -189,11 +189,11 @@ def distill(args: QADistillArguments | ClassificationDistillArguments) -> dict:
         layers = args.student_layers or (teacher.config.num_hidden_layers + 1) // 2
         student, picked = make_student(teacher, layers)
     if qa:  # here, where the message can name the user's models, not the student's scratch copy below
-        from kolong.training.qa import check_length
+        from kolong.positions.reach import check_max_length
 
-        check_length(teacher, args.max_length, args.teacher)
+        check_max_length(teacher, args.max_length, args.teacher)
         if args.model:  # a student made here has the teacher's positions
-            check_length(student, args.max_length, args.model)
+            check_max_length(student, args.max_length, args.model)
     for parameter in teacher.parameters():
         parameter.requires_grad_(False)
     tokenizer = load_tokenizer(args.teacher)

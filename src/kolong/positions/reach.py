@@ -7,7 +7,7 @@ rows (RoBERTa's reserved rows excluded); anything else with `config.max_position
 
 from __future__ import annotations
 
-from kolong.errors import ExtensionError
+from kolong.errors import DataError, ExtensionError
 from kolong.extension.position_table import find_position_table
 from kolong.positions.base import PositionEncoding
 
@@ -24,3 +24,23 @@ def model_max_length(model) -> int:
         return find_position_table(model).max_length
     except ExtensionError:
         return int(getattr(model.config, "max_position_embeddings", None) or ANY_LENGTH)
+
+
+def check_max_length(model, max_length: int, model_name: str) -> None:
+    """A DataError naming --max-length when `model` cannot read `max_length` tokens (its position table would
+    be indexed past its end, a traceback deep in the model)."""
+    limit = model_max_length(model)
+    if max_length > limit:
+        raise DataError(
+            f"--max-length {max_length} exceeds the {limit} positions of {model_name}; pass --max-length {limit} "
+            f"or less, or extend it first: kolong extend {model_name} --max-length {max_length} -o EXTENDED"
+        )
+
+
+def max_length_for(model, requested: int | None, default: int, model_name: str) -> int:
+    """Tokens per input: `requested` where given (checked against the model's positions), else the smaller
+    of `default` and the model's positions."""
+    if requested is None:
+        return min(default, model_max_length(model))
+    check_max_length(model, requested, model_name)
+    return requested

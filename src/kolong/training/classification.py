@@ -117,7 +117,7 @@ def finetune_cls(
     )
 
     from kolong.checkpoints import CLASSIFIER_HEADS, load_model, load_tokenizer
-    from kolong.training.qa import check_length
+    from kolong.positions.reach import max_length_for
 
     output_dir = Path(args.output_dir)
     resume_from = resume_checkpoint(args)
@@ -132,12 +132,12 @@ def finetune_cls(
     model = load_model(
         args.model, AutoModelForSequenceClassification, new_head=CLASSIFIER_HEADS, **label_settings
     )
-    check_length(model, args.max_length, args.model)
+    max_length = max_length_for(model, args.max_length, 128, args.model)
     started = time.perf_counter()
     report(
         f"{args.data}: {len(data.train):,} training and {len(data.eval):,} evaluation examples; tokenising"
     )
-    train, evaluation = _encode(tokenizer, data, args.max_length)
+    train, evaluation = _encode(tokenizer, data, max_length)
     report(f"tokenised in {time.perf_counter() - started:.1f} s")
     if data.is_regression:
         from datasets import Value

@@ -16,6 +16,7 @@ from kolong.training.arguments import RecipeArguments
 from kolong.training.options import REQUIRED, CheckedArguments, option
 
 KLUE_DP_DEV = "klue/klue-dp-v1.1_dev.tsv"
+DEFAULT_MAX_LENGTH = 256  # tokens per sentence unless the model has fewer positions
 
 
 @dataclass(kw_only=True)
@@ -28,7 +29,11 @@ class DPFinetuneArguments(RecipeArguments):
     eval: str | None = option(None, "KLUE-DP TSV to evaluate on (default: --eval-fraction of --train).")
     eval_fraction: float = option(0.2, "Share of --train held out when there is no --eval (seeded).", below=1)
     shared_data: str = option("../shared/data", "Where the KLUE-DP dev set is found.")
-    max_length: int = option(256, "Tokens per sentence; eojeols past it are not scored (and counted).")
+    max_length: int | None = option(
+        None,
+        "Tokens per sentence (default: 256, or the model's positions if fewer); eojeols past it are not "
+        "scored (and counted).",
+    )
     limit: int | None = option(None, "At most this many training sentences (evaluation: a quarter of it).")
     arc_size: int = option(512, "Width of the arc MLP views (Dozat & Manning: 500).")
     label_size: int = option(128, "Width of the label MLP views (Dozat & Manning: 100).")
@@ -46,7 +51,11 @@ class DPPredictArguments(CheckedArguments):
     data: str = option(REQUIRED, "KLUE-DP TSV (its eojeols are parsed; gold heads are not read).")
     output: str = option(REQUIRED, "predictions.json to write: {id: {heads, labels}}.", "-o")
     overwrite: bool = option(False, "Replace an existing --output file.")
-    max_length: int = option(256, "Tokens per sentence; eojeols past it get head 0 and the first label.")
+    max_length: int | None = option(
+        None,
+        "Tokens per sentence (default: 256, or the model's positions if fewer); eojeols past it get head 0 "
+        "and the first label.",
+    )
     batch_size: int = option(32, "Sentences per forward pass.")
 
 
@@ -171,6 +180,7 @@ def finetune_dp(args: DPFinetuneArguments) -> dict:
     from kolong.checkpoints import load_tokenizer
     from kolong.data.klue_dp import read_klue_dp
     from kolong.evaluation.klue import DP_LABELS
+    from kolong.positions.reach import max_length_for
     from kolong.training.arguments import training_arguments
     from kolong.training.common import (
         ListDataset,
@@ -188,8 +198,9 @@ def finetune_dp(args: DPFinetuneArguments) -> dict:
     label2id = {label: i for i, label in enumerate(DP_LABELS)}
     tokenizer = load_tokenizer(args.model)
     model = _parser(args.model, args.arc_size, args.label_size)
-    train_set = encode_sentences(tokenizer, training, args.max_length, label2id)
-    eval_set = encode_sentences(tokenizer, evaluation, args.max_length, label2id)
+    max_length = max_length_for(model.encoder, args.max_length, DEFAULT_MAX_LENGTH, args.model)
+    train_set = encode_sentences(tokenizer, training, max_length, label2id)
+    eval_set = encode_sentences(tokenizer, evaluation, max_length, label2id)
     kept = [len(f["word_starts"]) for f in eval_set]
 
     def keep_predictions(outputs, labels):  # (heads, label ids) only: the arc scores vary in width per batch
@@ -237,6 +248,7 @@ def predict_dp(args: DPPredictArguments) -> dict:
     from kolong.errors import CheckpointError
     from kolong.io import atomic_output_file, atomic_write_json, check_output_file
     from kolong.models.parsing import BiaffineDependencyParser, DependencyParserConfig
+    from kolong.positions.reach import max_length_for
 
     check_output_file(args.output, args.overwrite)
     sentences = read_klue_dp(args.data)
@@ -248,11 +260,12 @@ def predict_dp(args: DPPredictArguments) -> dict:
             "`kolong finetune dp`"
         )
     model = load_model(args.model, BiaffineDependencyParser).eval()
+    max_length = max_length_for(model.encoder, args.max_length, DEFAULT_MAX_LENGTH, args.model)
     names = {int(k): v for k, v in model.config.id2label.items()}
     collate, parses = DPCollator(tokenizer), {}
     for start in range(0, len(sentences), args.batch_size):
         batch = sentences[start : start + args.batch_size]
-        features = encode_sentences(tokenizer, batch, args.max_length)
+        features = encode_sentences(tokenizer, batch, max_length)
         with torch.inference_mode():
             output = model(**{k: v.to(model.device) for k, v in collate(features).items()})
         for sentence, feature, heads, labels in zip(batch, features, output.heads.tolist(), output.labels.tolist(),

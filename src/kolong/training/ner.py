@@ -20,6 +20,7 @@ from kolong.training.arguments import RecipeArguments
 from kolong.training.options import REQUIRED, CheckedArguments, option
 
 KLUE_NER_DEV = "klue/klue-ner-v1.1_dev.tsv"
+DEFAULT_MAX_LENGTH = 128  # tokens per sentence unless the model has fewer positions
 
 
 @dataclass(kw_only=True)
@@ -34,8 +35,11 @@ class NERFinetuneArguments(RecipeArguments):
     eval: str | None = option(None, "KLUE-NER TSV to evaluate on (default: --eval-fraction of --train).")
     eval_fraction: float = option(0.2, "Share of --train held out when there is no --eval (seeded).", below=1)
     shared_data: str = option("../shared/data", "Where the KLUE-NER dev set is found.")
-    max_length: int = option(
-        128, "Tokens per sentence; characters past it are predicted O.", "--max_seq_length"
+    max_length: int | None = option(
+        None,
+        "Tokens per sentence (default: 128, or the model's positions if fewer); characters past it are "
+        "predicted O.",
+        "--max_seq_length",
     )
     limit: int | None = option(None, "At most this many training sentences (evaluation: a quarter of it).")
     epochs: float = option(3.0)
@@ -114,6 +118,7 @@ def finetune_ner(args: NERFinetuneArguments) -> dict:
     from kolong.data.klue_ner import read_klue_ner
     from kolong.evaluation import klue
     from kolong.evaluation.klue import NER_LABELS
+    from kolong.positions.reach import max_length_for
     from kolong.training.arguments import training_arguments
     from kolong.training.common import (
         quiet_trainer,
@@ -123,7 +128,6 @@ def finetune_ner(args: NERFinetuneArguments) -> dict:
         train_eval_items,
         train_or_finish,
     )
-    from kolong.training.qa import check_length
 
     output_dir = Path(args.output_dir)
     resume_from = resume_checkpoint(args)
@@ -135,9 +139,9 @@ def finetune_ner(args: NERFinetuneArguments) -> dict:
         raise ValueError(f"{args.model}: finetune ner needs a fast tokenizer (character offsets)")
     model = load_model(args.model, AutoModelForTokenClassification, num_labels=len(NER_LABELS),
                        id2label=id2label, label2id=label2id, new_head=CLASSIFIER_HEADS)  # fmt: skip
-    check_length(model, args.max_length, args.model)
-    train_set, _ = _encode(tokenizer, training, args.max_length, label2id)
-    eval_set, eval_offsets = _encode(tokenizer, evaluation, args.max_length, label2id)
+    max_length = max_length_for(model, args.max_length, DEFAULT_MAX_LENGTH, args.model)
+    train_set, _ = _encode(tokenizer, training, max_length, label2id)
+    eval_set, eval_offsets = _encode(tokenizer, evaluation, max_length, label2id)
 
     last = {}  # the latest evaluation's character tags, for the intervals of the final metrics
 
@@ -180,7 +184,11 @@ class NERPredictArguments(CheckedArguments):
         "-o",
     )
     overwrite: bool = option(False, "Replace an existing --output file.")
-    max_length: int = option(128, "Tokens per sentence; characters past it are predicted O.")
+    max_length: int | None = option(
+        None,
+        "Tokens per sentence (default: 128, or the model's positions if fewer); characters past it are "
+        "predicted O.",
+    )
     batch_size: int = option(32, "Sentences per forward pass.")
 
 
@@ -208,6 +216,7 @@ def predict_ner(args: NERPredictArguments) -> dict:
     from kolong.checkpoints import load_model, load_tokenizer
     from kolong.data.klue_ner import prediction
     from kolong.io import atomic_output_file, atomic_write_json, check_output_file
+    from kolong.positions.reach import max_length_for
 
     check_output_file(args.output, args.overwrite)
     texts = _texts(args.data)
@@ -217,11 +226,12 @@ def predict_ner(args: NERPredictArguments) -> dict:
         AutoModelForTokenClassification,
         all_weights="fine-tune it first with `kolong finetune ner`",
     ).eval()
+    max_length = max_length_for(model, args.max_length, DEFAULT_MAX_LENGTH, args.model)
     id2label = {int(k): v for k, v in model.config.id2label.items()}
     markups, items = {}, list(texts.items())
     for start in range(0, len(items), args.batch_size):
         batch = items[start : start + args.batch_size]
-        encoded = tokenizer([text for _, text in batch], truncation=True, max_length=args.max_length,
+        encoded = tokenizer([text for _, text in batch], truncation=True, max_length=max_length,
                             padding=True, return_offsets_mapping=True, return_tensors="pt")  # fmt: skip
         offsets = encoded.pop("offset_mapping").tolist()
         with torch.inference_mode():

@@ -25,7 +25,9 @@ class ClassificationPredictArguments(CheckedArguments):
     overwrite: bool = option(False, "Replace an existing --output file.")
     shared_data: str = option("../shared/data", "Where the named datasets are found.")
     seed: int = option(42, "Seed of a named dataset's split (the one `finetune cls` used).", min=0)
-    max_length: int = option(128, "Tokens per example (pairs: both sentences).")
+    max_length: int | None = option(
+        None, "Tokens per example, pairs: both sentences (default: 128, or the model's positions if fewer)."
+    )
     batch_size: int = option(64, "Examples per forward pass.")
 
 
@@ -50,6 +52,7 @@ def predict_cls(args: ClassificationPredictArguments) -> dict:
 
     from kolong.checkpoints import load_model, load_tokenizer
     from kolong.io import atomic_output_file, atomic_write_json, check_output_file
+    from kolong.positions.reach import max_length_for
 
     check_output_file(args.output, args.overwrite)
     examples = _examples(args)
@@ -59,13 +62,14 @@ def predict_cls(args: ClassificationPredictArguments) -> dict:
         AutoModelForSequenceClassification,
         all_weights="fine-tune it first with `kolong finetune cls`",
     ).eval()
+    max_length = max_length_for(model, args.max_length, 128, args.model)
     regression = model.config.num_labels == 1
     names = {int(k): v for k, v in model.config.id2label.items()}
     predictions = {}
     for start in range(0, len(examples), args.batch_size):
         batch = examples[start : start + args.batch_size]
         pairs = [e.pair for e in batch] if any(e.pair for e in batch) else None
-        encoded = tokenizer([e.text for e in batch], pairs, truncation=True, max_length=args.max_length,
+        encoded = tokenizer([e.text for e in batch], pairs, truncation=True, max_length=max_length,
                             padding=True, return_tensors="pt").to(model.device)  # fmt: skip
         with torch.inference_mode():
             logits = model(**encoded).logits.float()

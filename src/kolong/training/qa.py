@@ -27,7 +27,7 @@ from kolong.errors import ConfigError, DataError
 from kolong.evaluation.korquad import score_intervals, score_questions
 from kolong.evaluation.qa_postprocess import decode_answers
 from kolong.io import atomic_write_json, writes_output
-from kolong.positions.reach import model_max_length
+from kolong.positions.reach import check_max_length, model_max_length
 from kolong.training.arguments import (
     QAFinetuneArguments,
     QAPredictArguments,
@@ -42,15 +42,6 @@ from kolong.training.common import (
     stopped_by_budget,
     train_or_finish,
 )
-
-
-def check_length(model, max_length: int, model_name: str) -> None:
-    limit = model_max_length(model)
-    if max_length > limit:
-        raise DataError(
-            f"--max-length {max_length} exceeds the {limit} positions of {model_name}; extend it first: "
-            f"kolong extend {model_name} --max-length {max_length} -o EXTENDED"
-        )
 
 
 def _dataset(features: QAFeatures, with_labels: bool):
@@ -132,7 +123,7 @@ def finetune_qa(
     tokenizer = load_tokenizer(args.model)  # a bad path or tokenizer is named, never a traceback
     # start and end logits: a checkpoint with another head (a tagger's 13 labels) would size qa_outputs by it
     model = load_model(args.model, AutoModelForQuestionAnswering, num_labels=2)
-    check_length(model, args.max_length, args.model)
+    check_max_length(model, args.max_length, args.model)
 
     train_set = read_squad(args.train, args.on_bad_example)
     train_examples = train_set.examples[: args.max_train_samples]
@@ -264,7 +255,7 @@ def _predict(args: QAPredictArguments, report: Callable[[str], None]) -> tuple[d
         args.model, AutoModelForQuestionAnswering, all_weights="fine-tune it first with `kolong finetune qa`"
     ).eval()
     max_length = args.max_length or min(model_max_length(model), tokenizer.model_max_length)
-    check_length(model, max_length, args.model)
+    check_max_length(model, max_length, args.model)
     features = windows(tokenizer, dataset.examples, args, max_length, "prediction", report)
     start_logits, end_logits = predict_logits(model, features, args.batch_size, args.compile, tokenizer)
     predictions, nbest = decode_answers(
