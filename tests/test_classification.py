@@ -247,3 +247,22 @@ def test_predict_cls_writes_what_evaluate_klue_scores(checkpoint, tmp_path):
     assert refused.exit_code == 2 and "--max-length 128 exceeds the 64 positions" in " ".join(
         refused.output.split()
     )
+    # texts without labels (a .txt of one per line, a table of one class): predicted, labels not read
+    lines = tmp_path / "reviews.txt"
+    lines.write_text(f"{POSITIVE[0]}\n\n{NEGATIVE[0]}\n", encoding="utf-8")
+    invoke("predict", "cls", "--model", tmp_path / "nli", "--data", lines, "-o", tmp_path / "lines.json")
+    assert set(json.loads((tmp_path / "lines.json").read_text())) == {"line-1", "line-3"}
+    table = tmp_path / "one-class.jsonl"
+    table.write_text(json.dumps({"text": "a", "label": "neutral"}) + "\n" + json.dumps({"text": "b"}) + "\n")
+    invoke("predict", "cls", "--model", tmp_path / "nli", "--data", table, "-o", tmp_path / "table.json")
+    assert set(json.loads((tmp_path / "table.json").read_text())) == {
+        "one-class.jsonl:1",
+        "one-class.jsonl:2",
+    }
+    for name, content, expected in (("empty.json", "[]", "holds no example"),
+                                    ("lists.jsonl", "[1, 2]\n", "lists.jsonl:1: expected one JSON object per line")):  # fmt: skip
+        bad = tmp_path / name
+        bad.write_text(content)
+        refused = CliRunner().invoke(app, ["predict", "cls", "--model", str(tmp_path / "nli"), "--data", str(bad),
+                                           "-o", str(tmp_path / "bad-out.json")])  # fmt: skip
+        assert refused.exit_code == 2 and expected in " ".join(refused.output.split()), refused.output

@@ -77,9 +77,14 @@ def table_rows(
         for number, line in enumerate(utf8_text(path).splitlines(), 1):
             if line.strip():
                 try:
-                    rows.append((number, json.loads(line)))
+                    row = json.loads(line)
                 except json.JSONDecodeError as error:
                     raise DataError(f"{path}:{number}: not valid JSON ({error.msg})") from None
+                if not isinstance(row, dict):
+                    raise DataError(
+                        f"{path}:{number}: expected one JSON object per line ({what}), got {line[:60]!r}"
+                    )
+                rows.append((number, row))
         return rows
     quoting = csv.QUOTE_MINIMAL if quote_tsv or path.suffix == ".csv" else csv.QUOTE_NONE
     import io

@@ -1,8 +1,9 @@
 """`kolong predict cls`: labels (or scores) of a classification / regression model for every example.
 
-Input: a KLUE-NLI or KLUE-STS JSON file (all of it), a `.tsv` / `.csv` / `.jsonl` file as `finetune cls`
-reads them (labels optional), or a named dataset of `finetune cls` (its evaluation split with the same
---seed, so the predictions cover exactly what fine-tuning evaluated). Output: {id: label name} or
+Input: a KLUE-NLI or KLUE-STS JSON file (all of it), a `.tsv` / `.csv` / `.jsonl` file with the columns
+`finetune cls` reads (labels optional: not read), a `.txt` file of one text per line, or a named dataset of
+`finetune cls` (its evaluation split with the same --seed, so the predictions cover exactly what
+fine-tuning evaluated). Output: {id: label name} or
 {id: score}, the format `kolong evaluate klue nli|sts|ynat` reads.
 """
 
@@ -19,8 +20,9 @@ class ClassificationPredictArguments(CheckedArguments):
     """`kolong predict cls`."""
 
     model: str = option(REQUIRED, "Fine-tuned classification checkpoint (`kolong finetune cls`).")
-    data: str = option(REQUIRED, "KLUE-NLI / KLUE-STS JSON, a .tsv/.csv/.jsonl file, or a named dataset of "
-                       "`finetune cls` (its evaluation split, with --seed).")  # fmt: skip
+    data: str = option(REQUIRED, "KLUE-NLI / KLUE-STS JSON, a .tsv/.csv/.jsonl file (labels not needed), a .txt "
+                       "file of one text per line, or a named dataset of `finetune cls` (its evaluation split, "
+                       "with --seed).")  # fmt: skip
     output: str = option(REQUIRED, "predictions.json to write: {id: label or score}.", "-o")
     overwrite: bool = option(False, "Replace an existing --output file.")
     shared_data: str = option("../shared/data", "Where the named datasets are found.")
@@ -31,10 +33,11 @@ class ClassificationPredictArguments(CheckedArguments):
     batch_size: int = option(64, "Examples per forward pass.")
 
 
-def _examples(args: ClassificationPredictArguments):
-    from kolong.data.classification import NAMED, load_classification_data, read_file
+def _examples(args: ClassificationPredictArguments) -> list:
+    from kolong.data.classification import NAMED, load_classification_data
     from kolong.data.klue import read_klue_nli, read_klue_sts
     from kolong.data.sources import load_json
+    from kolong.errors import DataError
 
     if args.data in NAMED or args.data == "nsmc":
         return load_classification_data(args.data, None, args.shared_data, args.seed).eval
@@ -42,8 +45,33 @@ def _examples(args: ClassificationPredictArguments):
     if path.suffix == ".json":
         rows = load_json(path)
         first = rows[0] if isinstance(rows, list) and rows and isinstance(rows[0], dict) else {}
-        return read_klue_nli(path) if "premise" in first else read_klue_sts(path)
-    return read_file(path)[0]
+        examples = read_klue_nli(path) if "premise" in first else read_klue_sts(path)
+    else:
+        examples = _unlabelled(path)
+    if not examples:
+        raise DataError(f"{path} holds no example to predict")
+    return examples
+
+
+def _unlabelled(path: Path) -> list:
+    """The texts (and pairs) of a table or a .txt file; labels, where there are any, are not read: a prediction
+    file may hold one class only, or none."""
+    from kolong.data.examples import Example
+    from kolong.data.sources import table_rows, utf8_text
+    from kolong.errors import DataError
+
+    if path.suffix == ".txt":
+        lines = enumerate(utf8_text(path).splitlines(), 1)
+        return [Example(line, None, None, f"line-{number}") for number, line in lines if line.strip()]
+    examples = []
+    for number, row in table_rows(path, "train", (".tsv", ".csv", ".jsonl", ".txt"), "examples"):
+        text, pair = row.get("text", row.get("sentence1")), row.get("text_pair", row.get("sentence2")) or None
+        if not isinstance(text, str) or not text.strip() or not isinstance(pair, str | None):
+            raise DataError(
+                f"{path}:{number}: needs a text (or sentence1) column, and text_pair (sentence2) text if any"
+            )
+        examples.append(Example(text, None, pair, f"{path.name}:{number}"))
+    return examples
 
 
 def predict_cls(args: ClassificationPredictArguments) -> dict:
