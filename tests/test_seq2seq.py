@@ -209,6 +209,16 @@ def test_cli_pretrain_span_and_finetune_seq2seq(tmp_path):
                                  str(tmp_path / "ft"), "--max-steps", "2", "--batch-size", "4"])  # fmt: skip
     assert result.exit_code == 0, result.output
     assert (tmp_path / "ft" / "predictions.jsonl").is_file()
+    inputs = (
+        tmp_path / "inputs.jsonl"
+    )  # predicting for a FILE task: inputs only, targets where present not read
+    inputs.write_text(
+        json.dumps({"input": "3"}) + "\n" + json.dumps({"id": "q", "input": "4", "target": "짝"}) + "\n"
+    )
+    result = runner.invoke(app, ["predict", "seq2seq", "--model", str(tmp_path / "ft"), "--task", str(pairs),
+                                 "--data", str(inputs), "-o", str(tmp_path / "p.json"), "--max-new-tokens", "4"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert set(json.loads((tmp_path / "p.json").read_text())) == {"inputs.jsonl:1", "q"}
     result = runner.invoke(app, ["finetune", "seq2seq", "--task", "nsmc", "--train", str(tmp_path / "none.tsv"),
                                  "--init", "tiny", "-o", str(tmp_path / "x")])  # fmt: skip
     assert result.exit_code == 2 and "does not exist" in result.output

@@ -83,18 +83,22 @@ def _klue_nli_pairs(path: str | None) -> list[TextPair]:
     ]
 
 
-def read_text_pairs(path: str | Path, split: str = "train") -> list[TextPair]:
+def read_text_pairs(path: str | Path, split: str = "train", targets: bool = True) -> list[TextPair]:
     """A .jsonl file of {"input": ..., "target": ...} (or source / target), a .tsv with input and target
-    columns, or `split` of a saved or named `datasets` dataset with those columns."""
+    columns, or `split` of a saved or named `datasets` dataset with those columns. Without `targets` (inputs
+    to predict for), a row needs its input only, and a missing target reads as ""."""
     path = Path(path)
     rows = table_rows(path, split, (".jsonl", ".tsv"), "input / target pairs", quote_tsv=False)
     pairs = []
     for number, row in rows:
         source = row.get("input", row.get("source")) if isinstance(row, dict) else None
-        target = row.get("target") if isinstance(row, dict) else None
+        target = row.get("target", None if targets else "") if isinstance(row, dict) else None
         if not isinstance(source, str) or not isinstance(target, str):
-            raise DataError(f"{path}:{number}: needs text fields input (or source) and target")
-        if not source.strip() or not target.strip():
+            needed = (
+                "input (or source) and target" if targets else "input (or source), and a text target if any"
+            )
+            raise DataError(f"{path}:{number}: needs text fields {needed}")
+        if not source.strip() or (targets and not target.strip()):
             raise DataError(f"{path}:{number}: empty {'input' if not source.strip() else 'target'}")
         pairs.append(TextPair(str(row.get("id", f"{path.name}:{number}")), source, target))
     if not pairs:

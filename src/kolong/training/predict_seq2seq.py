@@ -11,12 +11,14 @@ generations are written in the format `kolong evaluate` reads.
 | FILE | the generated text |
 
 Every example of `--data` is generated for; without it, the evaluation side of the task's shared file,
-split as `kolong finetune seq2seq` splits it (same --seed and --eval-fraction).
+split as `kolong finetune seq2seq` splits it (same --seed and --eval-fraction). For a FILE task, `--data`
+needs inputs only (targets, where there are any, are not read).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from kolong.training.options import REQUIRED, CheckedArguments, option
 
@@ -65,7 +67,7 @@ def predict_seq2seq(args: Seq2SeqPredictArguments) -> dict:
     import torch
 
     from kolong.checkpoints import load_byte_model
-    from kolong.data.text_to_text import load_task
+    from kolong.data.text_to_text import TASKS, Seq2SeqTask, load_task, read_text_pairs
     from kolong.io import atomic_output_file, atomic_write_json, check_output_file
 
     check_output_file(args.output, args.overwrite)
@@ -73,6 +75,9 @@ def predict_seq2seq(args: Seq2SeqPredictArguments) -> dict:
         args.data is None or args.task == "nsmc"
     ):  # the evaluation side finetune seq2seq made (nsmc: its test side)
         task = load_task(args.task, args.data, None, args.seed, args.eval_fraction)
+    elif args.task not in TASKS:  # a FILE task's inputs: nothing to score, so no target is needed
+        inputs = read_text_pairs(args.data, targets=False)
+        task = Seq2SeqTask(Path(args.task).stem, "text", inputs, inputs)
     else:  # --data as both sides: every example is generated for
         task = load_task(args.task, args.data, args.data)
     model, tokenizer = load_byte_model(args.model)
