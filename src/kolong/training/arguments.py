@@ -253,11 +253,8 @@ class ClassificationArguments(RecipeArguments):
         "--validation_file",
     )
     shared_data: str = option("../shared/data", "Where the named datasets are found.")
-    max_length: int | None = option(
-        None,
-        "Tokens per example, pairs: both sentences (default: 128, or the model's positions if fewer).",
-        "--max_seq_length",
-    )
+    max_length: int | None = option(None, "Tokens per example, pairs: both sentences (default: 128, or the "
+                                    "model's positions if fewer).", "--max_seq_length")  # fmt: skip
     limit: int | None = option(None, "At most this many training examples (NSMC: per class and split).")
     epochs: float = option(3.0)
     batch_size: int = option(32)
