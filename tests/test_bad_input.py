@@ -107,6 +107,8 @@ def ws(tmp_path_factory):
     paths["cls_single"].write_text("text\tlabel\n" + "좋은 영화\t1\n" * 10, encoding="utf-8")
     paths["cls_latin1"] = root / "latin1.tsv"
     paths["cls_latin1"].write_bytes("text\tlabel\n좋은 영화\t1\n".encode() + b"caf\xe9\t0\n")
+    paths["cls_lists"] = root / "lists.jsonl"
+    paths["cls_lists"].write_text("[1, 2]\n")
     paths["pairs"] = root / "pairs.jsonl"
     paths["pairs"].write_text(
         "\n".join(json.dumps({"input": f"입력 {k}", "target": "정답"}) for k in range(8))
@@ -610,7 +612,8 @@ def sweep_cases() -> list:
                      id="quantize: a parser"),
         pytest.param(lambda w: ["export", "onnx", w["parser"], "-o", out(w) / "m.onnx"], ("a dependency parser",),
                      id="export onnx: a parser"),
-        pytest.param(lambda w: ["finetune", "dp", "--model", w["byte_model"], "--train", w["dp"], "-o", out(w)],
+        pytest.param(lambda w: ["finetune", "dp", "--model", w["byte_model"], "--train", w["dp"], "--eval", w["dp"],
+                                "-o", out(w)],
                      ("an encoder-decoder",), id="finetune dp: a byte model"),
         pytest.param(lambda w: ["pretrain", "mlm", "--corpus", w["corpus"], "--model", w["model"], "-o", out(w)],
                      ("kolong convert",), id="pretrain mlm: --model not a kolong encoder"),
@@ -630,6 +633,11 @@ def sweep_cases() -> list:
                                 "-o", out(w)], ("empty target",), id="seq2seq: empty target"),
         pytest.param(lambda w: ["finetune", "seq2seq", "--task", w["pairs_latin1"], "--init", "tiny", "-o", out(w)],
                      ("not UTF-8",), id="seq2seq: non-UTF-8 TSV"),
+        pytest.param(lambda w: ["finetune", "seq2seq", "--task", w["pairs"], "--init", "tiny", "-o", out(w),
+                                "--eval-fraction", 0.95], ("--eval-fraction 0.95 of 8 training items",),
+                     id="seq2seq: --eval-fraction leaves nothing to train on"),
+        pytest.param(lambda w: ["finetune", "cls", "--model", w["model"], "--data", w["cls_lists"], "-o", out(w)],
+                     ("lists.jsonl:1: expected one JSON object per line",), id="finetune cls: a .jsonl line not an object"),
     ]
     return cases
 

@@ -27,4 +27,9 @@ def hold_out(items: list, fraction: float, seed: int) -> tuple[list, list]:
     shuffled = items[:]
     random.Random(seed).shuffle(shuffled)
     held = max(1, round(len(shuffled) * fraction))
+    if held >= len(shuffled):
+        raise DataError(
+            f"--eval-fraction {fraction} of {len(shuffled)} training items holds out {held}, leaving none to train "
+            "on: lower it, or pass evaluation data with --eval"
+        )
     return shuffled[held:], shuffled[:held]
