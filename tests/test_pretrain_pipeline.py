@@ -96,7 +96,8 @@ def test_curriculum_parsing_and_schedule():
     assert parse_length_curriculum("128,256,512", 512) == [(128, 1 / 3), (256, 1 / 3), (512, 1 / 3)]
     assert batch_schedule([(128, 0.9), (512, 0.1)], 1000, accumulation=2) == [(128, 0), (512, 1800)]
     for text, message in [("128,64", "increase"), ("128:0.9,1024", "longer than"), ("128:1.5,512", "shares"),
-                          ("128:0.5,512:0.4", "sum to 1"), ("a,512", "LENGTH")]:  # fmt: skip
+                          ("128:0.5,512:0.4", "sum to 1"), ("a,512", "LENGTH"), ("128:nan,512", "shares"),
+                          ("128:inf,512", "shares")]:  # fmt: skip
         with pytest.raises(ConfigError, match=message):
             parse_length_curriculum(text, 512)
 

@@ -32,7 +32,7 @@ def parse_length_curriculum(text: str, block_length: int) -> list[tuple[int, flo
             f"build the corpus with `kolong data corpus --max-length {lengths[-1]}`"
         )
     given = [share for _, share in stages if share is not None]
-    if any(share <= 0 for share in given) or sum(given) > 1 + 1e-9:
+    if any(not 0 < share <= 1 for share in given) or sum(given) > 1 + 1e-9:  # NaN fails the first
         raise ConfigError(f"--curriculum: shares must be positive and sum to at most 1, got {text!r}")
     open_stages = len(stages) - len(given)
     if open_stages == 0 and abs(sum(given) - 1) > 1e-6:

@@ -194,11 +194,11 @@ def parse_curriculum(text: str | None, max_length: int) -> list[int]:
     try:
         lengths = [int(part) for part in text.split(",")]
     except ValueError:
-        raise DataError(f"curriculum must be byte lengths separated by commas, got {text!r}") from None
+        raise DataError(f"--curriculum: expected byte lengths separated by commas, got {text!r}") from None
     if any(n < 4 for n in lengths) or lengths != sorted(set(lengths)):
-        raise DataError(f"curriculum lengths must increase and be at least 4 bytes, got {text!r}")
+        raise DataError(f"--curriculum: lengths must increase and be at least 4 bytes, got {text!r}")
     if lengths[-1] > max_length:
-        raise DataError(f"curriculum length {lengths[-1]} exceeds --max-length {max_length}")
+        raise DataError(f"--curriculum: length {lengths[-1]} exceeds --max-length {max_length}")
     return lengths
 
 
