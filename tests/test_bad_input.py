@@ -252,6 +252,8 @@ def _out_of_range(kind: type, metadata: dict) -> list:
         bad.append(metadata["max"] + 1)
     if metadata.get("below") is not None:
         bad.append(metadata["below"])
+    if kind is float:  # NaN passes every comparison, inf every lower bound
+        bad += ["nan", "inf"]
     return bad
 
 
@@ -272,6 +274,8 @@ def _option_cases(path: tuple, callback, base: list) -> list:
                 values.append(info.min - step)
             if info.max is not None:
                 values.append(info.max + step)
+            if kind is float and (info.min is not None or info.max is not None):
+                values.append("nan")
         values += list(getattr(info.callback, "bad_values", ()))
         if getattr(info.callback, "choices", None):
             values.append("bogus")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import time
 from collections.abc import Callable, Iterator
 
@@ -61,13 +62,13 @@ def json_object(text: str | None, flag: str) -> dict | None:
 
 
 def positive(value: float | None) -> float | None:
-    """Option callback: a number above zero."""
-    if value is not None and value <= 0:
-        raise typer.BadParameter(f"must be positive, got {value}")
+    """Option callback: a finite number above zero."""
+    if value is not None and not 0 < value < math.inf:  # NaN fails it too
+        raise typer.BadParameter(f"must be a positive finite number, got {value}")
     return value
 
 
-positive.bad_values = (0, -1.5)
+positive.bad_values = (0, -1.5, "nan", "inf")
 
 
 def share(value: float | None) -> float | None:
@@ -77,7 +78,7 @@ def share(value: float | None) -> float | None:
     return value
 
 
-share.bad_values = (-0.1, 1.0)
+share.bad_values = (-0.1, 1.0, "nan")
 
 
 def show_kolong_warnings() -> None:

@@ -8,6 +8,7 @@ same refusal naming the option. Imports nothing heavy: `--help` reads it.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +50,8 @@ def _check_value(flag: str, value: Any, kind: type | None, metadata: dict) -> No
         return
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(f"{flag}: expected a number, got {value!r}")
+    if not math.isfinite(value):  # NaN passes every comparison below; inf is no setting either
+        raise ConfigError(f"{flag}: expected a finite number, got {value!r}")
     if kind is int and not float(value).is_integer():
         raise ConfigError(f"{flag}: expected a whole number, got {value!r}")
     low = metadata.get("min", _UNSET)
