@@ -121,7 +121,9 @@ def test_scale_settings_check_each_override_against_the_scales_types():
     assert scale_settings(scales, "tiny", {"steps": 8, "rate": 1, "limit": None, "flag": True})["rate"] == 1
     for overrides, named in [({"steps": "abc"}, "steps='abc': expected a whole number"),
                              ({"steps": 2.0}, "expected a whole number"), ({"steps": True}, "expected a whole"),
-                             ({"rate": "fast"}, "expected a number"), ({"name": 3}, "expected text"),
+                             ({"rate": "fast"}, "expected a finite number"), ({"name": 3}, "expected text"),
+                             ({"rate": float("nan")}, "rate=nan: expected a finite number"),
+                             ({"rate": float("inf")}, "expected a finite number"),
                              ({"flag": 1}, "expected true or false"), ({"steps": None}, "steps=None"),
                              ({"limit": [1]}, "expected a whole number (or null)"), ({"nope": 1}, "'nope'")]:  # fmt: skip
         with pytest.raises(ValueError, match=re.escape(named)):

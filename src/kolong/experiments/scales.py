@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-KINDS = {int: "a whole number", float: "a number", str: "text", bool: "true or false", list: "a list"}
+import math
+
+KINDS = {int: "a whole number", float: "a finite number", str: "text", bool: "true or false", list: "a list"}
 
 
 def scale_settings(scales: dict[str, dict], scale: str, overrides: dict, what: str = "setting") -> dict:
@@ -31,6 +33,6 @@ def scale_settings(scales: dict[str, dict], scale: str, overrides: dict, what: s
 def _fits(value, kind: type) -> bool:
     if isinstance(value, bool) or kind is bool:  # JSON's true is no whole number, and 1 is no flag
         return isinstance(value, bool) and kind is bool
-    if kind is float:
-        return isinstance(value, int | float)
+    if kind is float:  # JSON's NaN and Infinity parse as floats: no setting takes them
+        return isinstance(value, int | float) and math.isfinite(value)
     return isinstance(value, kind)
