@@ -200,6 +200,12 @@ def test_rope_scaling_changes_frequencies_as_documented():
         (dict(position_encoding="t5", position_kwargs={"num_buckets": 7}), "num_buckets"),
         (dict(position_encoding="rope", position_kwargs={"scaling": "yarn"}), "scaling"),
         (dict(position_encoding="learned", position_kwargs={"init_std": -1}), "init_std"),
+        (dict(position_encoding="rope", position_kwargs={"base": float("nan")}), "'base'.*finite number > 1"),
+        (
+            dict(position_encoding="rope", position_kwargs={"factor": float("inf")}),
+            "'factor'.*finite number >= 1",
+        ),
+        (dict(position_encoding="sinusoidal", position_kwargs={"scale": float("nan")}), "'scale'"),
         (dict(hidden_act="tanh"), "hidden_act"),
         (dict(norm_position="sandwich"), "norm_position"),
     ],

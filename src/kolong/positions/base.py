@@ -32,6 +32,7 @@ Schemes are chosen by `config.position_encoding` (a name in the registry) plus
 
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar
 
 import numpy as np
@@ -147,6 +148,18 @@ class PositionEncoding(nn.Module):
 def table_count(options: dict[str, Any], num_layers: int) -> int:
     """Relative tables are per layer unless the scheme's `shared` option says otherwise."""
     return 1 if options.get("shared") else num_layers
+
+
+def finite_number(
+    scheme: str, options: dict[str, Any], key: str, above: float, inclusive: bool = False
+) -> None:
+    """`options[key]` must be a finite number (JSON's NaN and Infinity are refused) above `above` (or equal to
+    it, `inclusive`)."""
+    value = options[key]
+    number = not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
+    if not number or value < above or (value == above and not inclusive):
+        bound = ">=" if inclusive else ">"
+        raise kwarg_error(scheme, key, f"must be a finite number {bound} {above:g}, got {value!r}")
 
 
 def positive_int(scheme: str, options: dict[str, Any], key: str, minimum: int = 1) -> None:

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from kolong.positions.base import PositionEncoding, kwarg_error
+from kolong.positions.base import PositionEncoding, finite_number, kwarg_error
 
 
 class LearnedPositions(PositionEncoding):
@@ -35,9 +35,8 @@ class LearnedPositions(PositionEncoding):
 
     @classmethod
     def validate(cls, options, config):
-        std = options["init_std"]
-        if std is not None and (isinstance(std, bool) or not isinstance(std, int | float) or std <= 0):
-            raise kwarg_error(cls.name, "init_std", f"must be a positive number or None, got {std!r}")
+        if options["init_std"] is not None:
+            finite_number(cls.name, options, "init_std", above=0)
         if options["reserve_padding_rows"]:
             if config.pad_token_id is None:
                 raise kwarg_error(cls.name, "reserve_padding_rows", "needs config.pad_token_id")

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from kolong.positions.base import PositionEncoding, kwarg_error
+from kolong.positions.base import PositionEncoding, finite_number, kwarg_error
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -45,15 +45,12 @@ class RotaryPositions(PositionEncoding):
         head_dim = config.hidden_size // config.num_attention_heads
         if head_dim % 2:
             raise kwarg_error(cls.name, "base", f"rotary positions need an even head size, got {head_dim}")
-        if not isinstance(options["base"], int | float) or options["base"] <= 1:
-            raise kwarg_error(cls.name, "base", f"must be a number > 1, got {options['base']!r}")
+        finite_number(cls.name, options, "base", above=1)
         if options["scaling"] not in (None, "linear", "ntk"):
             raise kwarg_error(
                 cls.name, "scaling", f"must be null, 'linear' or 'ntk', got {options['scaling']!r}"
             )
-        factor = options["factor"]
-        if isinstance(factor, bool) or not isinstance(factor, int | float) or factor < 1:
-            raise kwarg_error(cls.name, "factor", f"must be a number >= 1, got {factor!r}")
+        finite_number(cls.name, options, "factor", above=1, inclusive=True)
 
     def frequencies(self, device=None) -> torch.Tensor:
         dim = self.head_dim

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from kolong.positions.base import PositionEncoding, absolute_panels, kwarg_error
+from kolong.positions.base import PositionEncoding, absolute_panels, finite_number
 
 
 def sinusoid_table(positions: torch.Tensor, dim: int, base: float = 10000.0) -> torch.Tensor:
@@ -45,9 +45,7 @@ class SinusoidalPositions(PositionEncoding):
     @classmethod
     def validate(cls, options, config):
         for key in ("base", "scale"):
-            value = options[key]
-            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-                raise kwarg_error(cls.name, key, f"must be a positive number, got {value!r}")
+            finite_number(cls.name, options, key, above=0)
 
     def encodings(self, positions: torch.Tensor) -> torch.Tensor:
         return sinusoid_table(positions, self.dim, self.options["base"]) * self.options["scale"]
