@@ -207,6 +207,12 @@ def test_rope_scaling_changes_frequencies_as_documented():
         ),
         (dict(position_encoding="sinusoidal", position_kwargs={"scale": float("nan")}), "'scale'"),
         (dict(hidden_act="tanh"), "hidden_act"),
+        (dict(hidden_dropout_prob=float("nan")), "hidden_dropout_prob must be a probability"),
+        (dict(attention_probs_dropout_prob=1.0), "attention_probs_dropout_prob"),
+        (dict(classifier_dropout="0.1"), "classifier_dropout"),
+        (dict(layer_norm_eps=float("inf")), "layer_norm_eps must be a positive finite number"),
+        (dict(initializer_range="nan"), "initializer_range"),
+        (dict(type_vocab_size="abc"), "type_vocab_size must be an integer"),
         (dict(norm_position="sandwich"), "norm_position"),
     ],
 )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from transformers import PreTrainedConfig
@@ -120,8 +121,20 @@ class KolongConfig(PreTrainedConfig):
             raise ValueError(
                 f"embedding_size must be a positive integer or None, got {self.embedding_size!r}"
             )
-        if self.type_vocab_size < 0:
-            raise ValueError(f"type_vocab_size must be >= 0, got {self.type_vocab_size}")
+        for name, low in (("type_vocab_size", 0), ("max_position_embeddings", 1)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout"):
+            value = getattr(self, name)
+            if not (value is None and name == "classifier_dropout") and not (
+                _number(value) and 0 <= value < 1
+            ):
+                raise ValueError(f"{name} must be a probability in [0, 1), got {value!r}")
+        for name in ("initializer_range", "layer_norm_eps"):
+            value = getattr(self, name)
+            if not (_number(value) and 0 < value < math.inf):
+                raise ValueError(f"{name} must be a positive finite number, got {value!r}")
         from kolong.models.encoder.patterns import PATTERNS
 
         if self.attention_pattern not in PATTERNS:
@@ -134,11 +147,14 @@ class KolongConfig(PreTrainedConfig):
                 raise ValueError(
                     f"{name} must be an integer >= {int(name == 'attention_window')}, got {value!r}"
                 )
-        if self.max_position_embeddings < 1:
-            raise ValueError(f"max_position_embeddings must be >= 1, got {self.max_position_embeddings}")
         # Unknown scheme or bad scheme options: ValueError naming position_encoding / position_kwargs[...]
         scheme_class(self.position_encoding).check_kwargs(self.position_kwargs, self)
 
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_attention_heads
+
+
+def _number(value) -> bool:
+    """A real number (an int or a float, not a bool); NaN is one, and fails every range check after it."""
+    return not isinstance(value, bool) and isinstance(value, int | float)
