@@ -150,6 +150,19 @@ def test_unknown_hf_field_in_python_is_refused_with_its_name(tmp_path):
         training_arguments(args, evaluating=False)
 
 
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        ([1], "--extra: expected a JSON object"),
+        ({"adam_beta1": float("nan")}, "--adam_beta1: expected a finite number"),
+        ({"max_grad_norm": float("inf")}, "--max_grad_norm: expected a finite number"),
+    ],
+)
+def test_extra_fields_must_be_an_object_of_finite_numbers(tmp_path, extra, named):
+    with pytest.raises(ConfigError, match=named):
+        QAFinetuneArguments(model="m", train="t", output_dir=str(tmp_path), extra=extra)
+
+
 def test_version():
     result = runner.invoke(app, ["--version"])
     assert result.exit_code == 0 and result.output.startswith("kolong ")

@@ -27,6 +27,7 @@ from kolong.training.options import (
     must_be_json_object,
     option,
     steps_or_all,
+    training_fields,
     under_known_names,
 )
 
@@ -85,9 +86,8 @@ class RecipeArguments(CheckedArguments):
     logging_steps: int = option(10, "Steps between log lines.", hf="logging_steps")
     save_total_limit: int = option(2, "Checkpoints kept (the best one too).", hf="save_total_limit")
     quiet: bool = option(False, "No Trainer progress bar or log lines.")
-    extra: dict = option(
-        {}, "Further TrainingArguments fields by their HF names; they win over kolong's.", cli=False
-    )
+    extra: dict = option({}, "Further TrainingArguments fields by their HF names; they win over kolong's.",
+                         cli=False, check=training_fields)  # fmt: skip
 
 
 def training_arguments(

@@ -130,6 +130,19 @@ def must_be_json_object(flag: str, value: Any) -> None:
         raise ConfigError(f"{flag}: expected a JSON object such as '{{\"max_distance\": 16}}', got {value!r}")
 
 
+def training_fields(flag: str, value: Any) -> None:
+    """`--extra`: a JSON object of TrainingArguments fields, none of them a NaN or infinite number (JSON's NaN
+    parses, and HF checks few of its numbers: an optimizer fails on a NaN beta, clipping ignores a NaN norm)."""
+    if not isinstance(value, dict):
+        raise ConfigError(f"{flag}: expected a JSON object of TrainingArguments fields such as "
+                          f"'{{\"max_grad_norm\": 0.5}}', got {value!r}")  # fmt: skip
+    bad = next((name for name, v in value.items() if isinstance(v, float) and not math.isfinite(v)), None)
+    if bad is not None:
+        raise ConfigError(
+            f"--{bad}: expected a finite number, got {value[bad]!r}"
+        )  # set by its flag or in --extra
+
+
 ON_BAD = ("error", "skip")
 STRATEGIES = ("truncate", "sliding-window")
 
