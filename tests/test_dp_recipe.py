@@ -90,7 +90,7 @@ def test_finetune_predict_evaluate_dp(dp_file, tmp_path, kolong_encoder):
     invoke("predict", "dp", "--model", out, "--data", dp_file, "-o", predictions)
     parses = json.loads(predictions.read_text())
     gold = {s.id: s for s in read_klue_dp(dp_file)}
-    assert set(parses) == set(gold) and all(len(parses[k]["heads"]) == len(gold[k].words) for k in gold)
+    assert list(parses) == list(gold) and all(len(parses[k]["heads"]) == len(gold[k].words) for k in gold)
     scores = json.loads(
         invoke("evaluate", "klue", "dp", "--data", dp_file, "--predictions", predictions).stdout
     )

@@ -98,7 +98,7 @@ def test_finetune_ner_end_to_end(ner_files, tmp_path):
     result = CliRunner().invoke(app, ["predict", "ner", "--model", str(out), "--data", str(ner_files), "-o",
                                       str(predictions)])  # fmt: skip
     assert result.exit_code == 0, result.output
-    assert set(json.loads(predictions.read_text())) == {f"s{i}" for i in range(12)}
+    assert list(json.loads(predictions.read_text())) == [f"s{i}" for i in range(12)]  # the file's order
     result = CliRunner().invoke(app, ["evaluate", "klue", "ner", "--data", str(ner_files), "--predictions",
                                       str(predictions)])  # fmt: skip
     assert result.exit_code == 0, result.output

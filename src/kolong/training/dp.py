@@ -249,6 +249,7 @@ def predict_dp(args: DPPredictArguments) -> dict:
     from kolong.io import atomic_output_file, atomic_write_json, check_output_file
     from kolong.models.parsing import BiaffineDependencyParser, DependencyParserConfig
     from kolong.positions.reach import max_length_for
+    from kolong.training.prediction import by_length, in_order
 
     check_output_file(args.output, args.overwrite)
     sentences = read_klue_dp(args.data)
@@ -263,9 +264,10 @@ def predict_dp(args: DPPredictArguments) -> dict:
     max_length = max_length_for(model.encoder, args.max_length, DEFAULT_MAX_LENGTH, args.model)
     names = {int(k): v for k, v in model.config.id2label.items()}
     collate, parses = DPCollator(tokenizer), {}
-    for start in range(0, len(sentences), args.batch_size):
-        batch = sentences[start : start + args.batch_size]
-        features = encode_sentences(tokenizer, batch, max_length)
+    encoded = encode_sentences(tokenizer, sentences, max_length)  # one pass; batches of neighbours in length
+    pairs = list(zip(sentences, encoded, strict=True))
+    for chunk in by_length(pairs, [len(f["input_ids"]) for f in encoded], args.batch_size, "sentence"):
+        batch, features = [s for s, _ in chunk], [f for _, f in chunk]
         with torch.inference_mode():
             output = model(**{k: v.to(model.device) for k, v in collate(features).items()})
         for sentence, feature, heads, labels in zip(batch, features, output.heads.tolist(), output.labels.tolist(),
@@ -274,5 +276,5 @@ def predict_dp(args: DPPredictArguments) -> dict:
             parses[sentence.id] = {"heads": heads[:kept] + [0] * cut,
                                    "labels": [names[i] for i in labels[:kept]] + [names[0]] * cut}  # fmt: skip
     with atomic_output_file(args.output, args.overwrite) as staging:
-        atomic_write_json(staging, parses)
+        atomic_write_json(staging, in_order([s.id for s in sentences], parses))
     return {"sentences": len(parses), "output": args.output}

@@ -217,6 +217,7 @@ def predict_ner(args: NERPredictArguments) -> dict:
     from kolong.data.klue_ner import prediction
     from kolong.io import atomic_output_file, atomic_write_json, check_output_file
     from kolong.positions.reach import max_length_for
+    from kolong.training.prediction import by_length, in_order, token_lengths
 
     check_output_file(args.output, args.overwrite)
     texts = _texts(args.data)
@@ -228,9 +229,9 @@ def predict_ner(args: NERPredictArguments) -> dict:
     ).eval()
     max_length = max_length_for(model, args.max_length, DEFAULT_MAX_LENGTH, args.model)
     id2label = {int(k): v for k, v in model.config.id2label.items()}
-    markups, items = {}, list(texts.items())
-    for start in range(0, len(items), args.batch_size):
-        batch = items[start : start + args.batch_size]
+    markups = {}
+    lengths = token_lengths(tokenizer, list(texts.values()), None, max_length)
+    for batch in by_length(list(texts.items()), lengths, args.batch_size, "sentence"):
         encoded = tokenizer([text for _, text in batch], truncation=True, max_length=max_length,
                             padding=True, return_offsets_mapping=True, return_tensors="pt")  # fmt: skip
         offsets = encoded.pop("offset_mapping").tolist()
@@ -242,5 +243,5 @@ def predict_ner(args: NERPredictArguments) -> dict:
             tags = character_tags([o for o, _ in real], [t for _, t in real], len(text))
             markups[key] = prediction(text, tags)
     with atomic_output_file(args.output, args.overwrite) as staging:
-        atomic_write_json(staging, markups)
+        atomic_write_json(staging, in_order(list(texts), markups))
     return {"sentences": len(markups), "output": args.output}

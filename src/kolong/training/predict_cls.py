@@ -81,6 +81,7 @@ def predict_cls(args: ClassificationPredictArguments) -> dict:
     from kolong.checkpoints import load_model, load_tokenizer
     from kolong.io import atomic_output_file, atomic_write_json, check_output_file
     from kolong.positions.reach import max_length_for
+    from kolong.training.prediction import by_length, in_order, token_lengths
 
     check_output_file(args.output, args.overwrite)
     examples = _examples(args)
@@ -94,8 +95,8 @@ def predict_cls(args: ClassificationPredictArguments) -> dict:
     regression = model.config.num_labels == 1
     names = {int(k): v for k, v in model.config.id2label.items()}
     predictions = {}
-    for start in range(0, len(examples), args.batch_size):
-        batch = examples[start : start + args.batch_size]
+    lengths = token_lengths(tokenizer, [e.text for e in examples], [e.pair for e in examples], max_length)
+    for batch in by_length(examples, lengths, args.batch_size, "example"):
         pairs = [e.pair for e in batch] if any(e.pair for e in batch) else None
         encoded = tokenizer([e.text for e in batch], pairs, truncation=True, max_length=max_length,
                             padding=True, return_tensors="pt").to(model.device)  # fmt: skip
@@ -104,5 +105,5 @@ def predict_cls(args: ClassificationPredictArguments) -> dict:
         values = logits[:, 0].tolist() if regression else [names[i] for i in logits.argmax(-1).tolist()]
         predictions.update({e.id: v for e, v in zip(batch, values, strict=True)})
     with atomic_output_file(args.output, args.overwrite) as staging:
-        atomic_write_json(staging, predictions)
+        atomic_write_json(staging, in_order([e.id for e in examples], predictions))
     return {"examples": len(predictions), "output": args.output, "regression": regression}

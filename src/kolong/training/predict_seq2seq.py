@@ -69,6 +69,7 @@ def predict_seq2seq(args: Seq2SeqPredictArguments) -> dict:
     from kolong.checkpoints import load_byte_model
     from kolong.data.text_to_text import TASKS, Seq2SeqTask, load_task, read_text_pairs
     from kolong.io import atomic_output_file, atomic_write_json, check_output_file
+    from kolong.training.prediction import by_length, in_order
 
     check_output_file(args.output, args.overwrite)
     if (
@@ -84,8 +85,8 @@ def predict_seq2seq(args: Seq2SeqPredictArguments) -> dict:
     model.eval()
     new_tokens = args.max_new_tokens or (16 if task.kind == "classification" else 512)
     written = {}
-    for start in range(0, len(task.eval), args.batch_size):
-        batch = task.eval[start : start + args.batch_size]
+    lengths = [min(len(p.source.encode("utf-8")), args.max_source_length) for p in task.eval]  # bytes: tokens
+    for batch in by_length(task.eval, lengths, args.batch_size, "example"):
         inputs = tokenizer([p.source for p in batch], truncation=True, max_length=args.max_source_length,
                            padding=True, return_tensors="pt").to(model.device)  # fmt: skip
         with torch.inference_mode():
@@ -97,5 +98,5 @@ def predict_seq2seq(args: Seq2SeqPredictArguments) -> dict:
             {p.id: _written(task.kind, args.task, p, t) for p, t in zip(batch, texts, strict=True)}
         )
     with atomic_output_file(args.output, args.overwrite) as staging:
-        atomic_write_json(staging, written)
+        atomic_write_json(staging, in_order([p.id for p in task.eval], written))
     return {"examples": len(written), "output": args.output, "task": task.name}

@@ -1,0 +1,30 @@
+"""`kolong.training.prediction`: the predict commands' batches and the order of their files."""
+
+from __future__ import annotations
+
+from kolong.training.prediction import by_length, in_order, token_lengths
+
+
+def test_batches_go_longest_first_and_results_keep_the_input_order():
+    items = ["c", "a", "e", "b", "d", "c2"]
+    batches = list(by_length(items, [3, 1, 5, 2, 4, 3], 2))
+    assert batches == [["e", "d"], ["c", "c2"], ["b", "a"]]  # ties keep the input's order
+    assert list(in_order(["x", "y", "z"], {"z": 3, "y": 2, "x": 1})) == ["x", "y", "z"]
+    assert list(by_length([], [], 4)) == []
+
+
+def test_token_lengths_count_pairs_and_truncation(tmp_path):
+    from transformers import AutoTokenizer
+
+    from kolong.checkpoints import build_tiny_bert_checkpoint
+
+    tokenizer = AutoTokenizer.from_pretrained(build_tiny_bert_checkpoint(tmp_path / "tiny"))
+    texts = ["가 나 다", "가"]
+    single = token_lengths(tokenizer, texts, None, 64)
+    assert single == [len(tokenizer(t)["input_ids"]) for t in texts] and single[0] > single[1]
+    assert token_lengths(tokenizer, texts, ["나", "다 라"], 64) == [len(tokenizer(t, p)["input_ids"]) for t, p in
+                                                                  zip(texts, ["나", "다 라"], strict=True)]  # fmt: skip
+    assert (
+        token_lengths(tokenizer, texts, [None, "다"], 64) == single
+    )  # not every text has a pair: texts alone
+    assert token_lengths(tokenizer, texts, None, 3) == [3, 3]
