@@ -213,12 +213,43 @@ def test_a_run_cut_short_leaves_its_finished_cases_and_a_complete_run_replaces_t
     assert "last_over_first" not in partial  # the summary needed case 3: the timings alone stand
     text = (tmp_path / "stops.partial.md").read_text()
     assert text.startswith("**Partial: 2 of 3 cases measured**") and "| n 2 | noop |" in text
+
     assert not (tmp_path / "stops.json").exists() and not (tmp_path / "stops.png").exists()
 
     write(run(Stops(), {"stop_at": 0}, on_partial=write))
     complete = json.loads((tmp_path / "stops.json").read_text())
     assert complete["last_over_first"] == 3.0 and complete["figures"] == [str(tmp_path / "stops.png")]
     assert not list(tmp_path.glob("stops.partial.*"))
+
+
+@pytest.mark.parametrize(
+    ("failure", "named"),
+    [(MemoryError(), "MemoryError"),
+     (RuntimeError("CUDA out of memory. Tried to allocate 20.00 GiB"), "CUDA out of memory"),
+     (RuntimeError("[enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: can't allocate memory"), "can't allocate")],
+)  # fmt: skip
+def test_a_case_out_of_memory_is_named_and_other_failures_are_not_hidden(tmp_path, failure, named):
+    from kolong.bench.harness import Benchmark, Case, run
+    from kolong.errors import OutOfMemoryError
+
+    class Grows(Benchmark):
+        name = "grows"
+
+        def sizes(self, args):
+            return [{"n": n} for n in (1, 2)]
+
+        def setup(self, args, size):
+            if size["n"] == 2:
+                raise args["failure"]
+            return Case({"noop": lambda: None}, repeats=1, warmup=0)
+
+    with pytest.raises(OutOfMemoryError) as error:
+        run(Grows(), {"failure": failure})
+    message = str(error.value)
+    assert message.startswith("bench grows: n 2 does not fit in memory (") and named in message
+    assert "grows.partial.json" in message  # case 1 was measured before it
+    with pytest.raises(RuntimeError, match="shapes do not match"):
+        run(Grows(), {"failure": RuntimeError("shapes do not match")})
 
 
 def test_every_benchmark_is_a_generated_command_with_its_options():

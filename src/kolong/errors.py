@@ -44,6 +44,10 @@ class OutputBusyError(KolongError):
     """Another kolong run holds the lock of the output path; the message names it."""
 
 
+class OutOfMemoryError(KolongError, MemoryError):
+    """What was asked does not fit the device's memory; the message names the case and what to lower."""
+
+
 class TokenizerError(KolongError, ValueError):
     """A tokenizer cannot be built, trained, loaded or applied as asked."""
 

@@ -22,6 +22,7 @@ as on a lent GPU with a time limit, still returns its finished cases.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import statistics
 import time
@@ -30,6 +31,7 @@ from dataclasses import asdict, dataclass, field, is_dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from kolong.errors import OutOfMemoryError
 from kolong.io import atomic_write_json, atomic_write_text
 
 Step = Callable[[], object]
@@ -184,13 +186,16 @@ def run(
                 step(f"{benchmark.name}: {label} measured by the interrupted run, kept".rstrip(", "))
                 rows.append({**kept[_key(size)], "kept": True})
                 continue
-            step(f"{benchmark.name}: setting up {label}".rstrip(", "))
-            case = benchmark.setup(args, size)
-            both = {**case.steps, **case.references}
-            step(f"{benchmark.name}: timing {', '.join(both) or 'in its own process'} {label}".rstrip())
-            timings = (
-                time_interleaved(both, case.repeats, case.warmup, case.sync, case.min_seconds) if both else {}
-            )
+            with named_out_of_memory(benchmark.name, label, number > 1):
+                step(f"{benchmark.name}: setting up {label}".rstrip(", "))
+                case = benchmark.setup(args, size)
+                both = {**case.steps, **case.references}
+                step(f"{benchmark.name}: timing {', '.join(both) or 'in its own process'} {label}".rstrip())
+                timings = (
+                    time_interleaved(both, case.repeats, case.warmup, case.sync, case.min_seconds)
+                    if both
+                    else {}
+                )
             rows.append(
                 {**size, **case.facts, "size": size, "timings": timings, "references": list(case.references)}
             )
@@ -200,6 +205,28 @@ def run(
         benchmark.teardown()
     result = _result(benchmark, args, rows, benchmark.summarise(args, rows), machine)
     return {**result, **_resumed(rows, resume)}
+
+
+@contextlib.contextmanager
+def named_out_of_memory(name: str, label: str, measured_before: bool):
+    """A case that does not fit in memory (CUDA's OutOfMemoryError, the CPU allocator's RuntimeError) as one
+    error naming the case, instead of a traceback from deep in the model."""
+    try:
+        yield
+    except (MemoryError, RuntimeError) as error:
+        text = str(error)
+        if (
+            not isinstance(error, MemoryError)
+            and "out of memory" not in text
+            and "can't allocate memory" not in text
+        ):
+            raise
+        kept = f"; the cases before it are in {name}.partial.json under --output-dir (--resume keeps them)"
+        kept = kept if measured_before else ""
+        reason = text.strip().splitlines()[0][:200] if text.strip() else type(error).__name__
+        raise OutOfMemoryError(
+            f"bench {name}: {label or 'the case'} does not fit in memory ({reason}): measure smaller sizes{kept}"
+        ) from None
 
 
 def _resumed(rows: list[dict], resume: dict | None) -> dict:

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from kolong.errors import KolongError
@@ -24,13 +25,15 @@ def user_errors() -> Iterator[None]:
     try:
         yield
     except (KolongError, FileNotFoundError) as error:
-        errors.print(f"[bold red]error:[/] {error}", highlight=False, soft_wrap=True)
+        errors.print(f"[bold red]error:[/] {escape(str(error))}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
     except OSError as error:  # a file the system refused (permissions, disk full): named, not a traceback
         if error.filename is None:
             raise
         errors.print(
-            f"[bold red]error:[/] {error.strerror}: {error.filename}", highlight=False, soft_wrap=True
+            f"[bold red]error:[/] {escape(f'{error.strerror}: {error.filename}')}",
+            highlight=False,
+            soft_wrap=True,
         )
         raise typer.Exit(2) from None
 
@@ -91,7 +94,7 @@ def show_kolong_warnings() -> None:
 
     def show(message, category, filename, lineno, file=None, line=None):
         if isinstance(category, type) and issubclass(category, KolongWarning):
-            errors.print(f"[yellow]warning:[/] {message}", highlight=False, soft_wrap=True)
+            errors.print(f"[yellow]warning:[/] {escape(str(message))}", highlight=False, soft_wrap=True)
         else:
             shown(message, category, filename, lineno, file, line)
 

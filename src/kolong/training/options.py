@@ -93,6 +93,8 @@ def check_fields(instance: Any) -> None:
         if typing.get_origin(hint) is list and isinstance(
             value, list
         ):  # each item, as a single value would be
+            if not value and spec.default_factory is not dataclasses.MISSING and spec.default_factory():
+                raise ConfigError(f"{flag}: expected at least one value (default: {spec.default_factory()})")
             for item in value:
                 _check_value(flag, item, number_kind(typing.get_args(hint)[0]), metadata)
         else:
