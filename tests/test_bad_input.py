@@ -637,6 +637,8 @@ def sweep_cases() -> list:
                                 "-o", out(w)], ("empty target",), id="seq2seq: empty target"),
         pytest.param(lambda w: ["finetune", "seq2seq", "--task", w["pairs_latin1"], "--init", "tiny", "-o", out(w)],
                      ("not UTF-8",), id="seq2seq: non-UTF-8 TSV"),
+        pytest.param(lambda w: ["predict", "dp", "--model", w["parser"], "--data", w["blank"], "-o",
+                                out(w) / "p.json"], ("holds no sentence",), id="predict dp: no sentence"),
         pytest.param(lambda w: ["evaluate", "klue", "nli", "--predictions", out(w) / "x[bold]y[/].json"],
                      ("x[bold]y[/].json: no such file",), id="a path that reads as console markup is printed as it is"),
         pytest.param(lambda w: ["finetune", "seq2seq", "--task", w["pairs"], "--init", "tiny", "-o", out(w),

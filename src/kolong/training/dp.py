@@ -48,7 +48,8 @@ class DPPredictArguments(CheckedArguments):
     """`kolong predict dp`."""
 
     model: str = option(REQUIRED, "Fine-tuned parser (`kolong finetune dp`).")
-    data: str = option(REQUIRED, "KLUE-DP TSV (its eojeols are parsed; gold heads are not read).")
+    data: str = option(REQUIRED, "KLUE-DP TSV (its eojeols are parsed; gold heads are not read), or a text file "
+                       "of one sentence per line (eojeols: its space-separated words; ids: line-N).")  # fmt: skip
     output: str = option(REQUIRED, "predictions.json to write: {id: {heads, labels}}.", "-o")
     overwrite: bool = option(False, "Replace an existing --output file.")
     max_length: int | None = option(
@@ -239,6 +240,20 @@ def finetune_dp(args: DPFinetuneArguments) -> dict:
     return metrics
 
 
+def _text_sentences(path: str) -> list:
+    """Sentences of a text file, one per line, for parsing: the eojeols are the words between spaces."""
+    from kolong.data.klue_dp import DPSentence
+    from kolong.data.sources import utf8_text
+    from kolong.errors import DataError
+
+    if not Path(path).is_file():
+        raise DataError(f"{path} does not exist or is not a file")
+    lines = [(n, line) for n, line in enumerate(utf8_text(path).splitlines(), 1) if line.strip()]
+    if not lines:
+        raise DataError(f"{path} holds no sentence (expected one per line, or a KLUE-DP .tsv)")
+    return [DPSentence(f"line-{n}", line.strip(), line.split(), [], [], [], []) for n, line in lines]
+
+
 def predict_dp(args: DPPredictArguments) -> dict:
     """Write {id: {"heads": [...], "labels": [...]}} for every sentence (every eojeol, cut ones included)."""
     import torch
@@ -252,7 +267,7 @@ def predict_dp(args: DPPredictArguments) -> dict:
     from kolong.training.prediction import by_length, in_order
 
     check_output_file(args.output, args.overwrite)
-    sentences = read_klue_dp(args.data)
+    sentences = read_klue_dp(args.data) if Path(args.data).suffix == ".tsv" else _text_sentences(args.data)
     tokenizer = load_tokenizer(args.model)
     config = load_config(args.model)
     if config.model_type != DependencyParserConfig.model_type:
