@@ -250,7 +250,9 @@ def test_predict_cls_writes_what_evaluate_klue_scores(checkpoint, tmp_path):
     # texts without labels (a .txt of one per line, a table of one class): predicted, labels not read
     lines = tmp_path / "reviews.txt"
     lines.write_text(f"{POSITIVE[0]}\n\n{NEGATIVE[0]}\n", encoding="utf-8")
-    invoke("predict", "cls", "--model", tmp_path / "nli", "--data", lines, "-o", tmp_path / "lines.json")
+    cut = invoke("predict", "cls", "--model", tmp_path / "nli", "--data", lines, "-o", tmp_path / "lines.json",
+                 "--max-length", 4)  # fmt: skip
+    assert "2 of 2 examples are longer than --max-length 4 tokens" in " ".join(cut.output.split())
     assert set(json.loads((tmp_path / "lines.json").read_text())) == {"line-1", "line-3"}
     table = tmp_path / "one-class.jsonl"
     table.write_text(json.dumps({"text": "a", "label": "neutral"}) + "\n" + json.dumps({"text": "b"}) + "\n")

@@ -101,10 +101,19 @@ def test_finetune_predict_evaluate_dp(dp_file, tmp_path, kolong_encoder):
     long = CliRunner().invoke(app, ["predict", "dp", "--model", str(out), "--data", str(dp_file), "-o",
                                     str(tmp_path / "long.json"), "--max-length", "256"])  # fmt: skip
     text = tmp_path / "sentences.txt"  # raw text: one sentence a line, its eojeols split at spaces
-    text.write_text("나는 학교에 간다\n\n그는  책을 읽었다\n", encoding="utf-8")
-    invoke("predict", "dp", "--model", out, "--data", text, "-o", tmp_path / "text.json")
+    text.write_text("나는 학교에 간다\n\n그는  책을 읽었다\n" + "가 " * 40 + "\n", encoding="utf-8")
+    warned = invoke(
+        "predict", "dp", "--model", out, "--data", text, "-o", tmp_path / "text.json", "--max-length", 16
+    )
     parsed = json.loads((tmp_path / "text.json").read_text())
-    assert list(parsed) == ["line-1", "line-3"] and [len(p["heads"]) for p in parsed.values()] == [3, 3]
+    assert list(parsed) == ["line-1", "line-3", "line-4"] and [len(p["heads"]) for p in parsed.values()] == [
+        3,
+        3,
+        40,
+    ]
+    assert "1 of 3 sentences are longer than --max-length 16 tokens: their 26 eojeols" in " ".join(
+        warned.output.split()
+    )
     named = "--max-length 256 exceeds the 64 positions" in " ".join(long.output.split())
     assert long.exit_code == 0 if kolong_encoder else (long.exit_code == 2 and named), long.output
 

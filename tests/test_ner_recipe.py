@@ -111,6 +111,9 @@ def test_finetune_ner_end_to_end(ner_files, tmp_path):
     result = CliRunner().invoke(app, ["predict", "ner", "--model", str(out), "--data", str(text), "-o",
                                       str(tmp_path / "long.json")])  # fmt: skip
     assert result.exit_code == 0, result.output
+    assert "warning: 1 of 1 sentences are longer than --max-length 64 tokens" in " ".join(
+        result.output.split()
+    )
     refused = CliRunner().invoke(app, ["predict", "ner", "--model", str(out), "--data", str(text), "-o",
                                        str(tmp_path / "long.json"), "--max-length", "128", "--overwrite"])  # fmt: skip
     assert refused.exit_code == 2 and "pass --max-length 64 or less" in " ".join(refused.output.split())

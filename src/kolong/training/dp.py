@@ -264,7 +264,7 @@ def predict_dp(args: DPPredictArguments) -> dict:
     from kolong.io import atomic_output_file, atomic_write_json, check_output_file
     from kolong.models.parsing import BiaffineDependencyParser, DependencyParserConfig
     from kolong.positions.reach import max_length_for
-    from kolong.training.prediction import by_length, in_order
+    from kolong.training.prediction import by_length, in_order, warn_cut
 
     check_output_file(args.output, args.overwrite)
     sentences = read_klue_dp(args.data) if Path(args.data).suffix == ".tsv" else _text_sentences(args.data)
@@ -281,6 +281,9 @@ def predict_dp(args: DPPredictArguments) -> dict:
     collate, parses = DPCollator(tokenizer), {}
     encoded = encode_sentences(tokenizer, sentences, max_length)  # one pass; batches of neighbours in length
     pairs = list(zip(sentences, encoded, strict=True))
+    cut_words = [len(s.words) - len(f["word_starts"]) for s, f in pairs]
+    consequence = f"their {sum(cut_words)} eojeols past it get head 0 and the first label"
+    warn_cut(sum(n > 0 for n in cut_words), len(pairs), "sentences", max_length, consequence)
     for chunk in by_length(pairs, [len(f["input_ids"]) for f in encoded], args.batch_size, "sentence"):
         batch, features = [s for s, _ in chunk], [f for _, f in chunk]
         with torch.inference_mode():
@@ -292,4 +295,4 @@ def predict_dp(args: DPPredictArguments) -> dict:
                                    "labels": [names[i] for i in labels[:kept]] + [names[0]] * cut}  # fmt: skip
     with atomic_output_file(args.output, args.overwrite) as staging:
         atomic_write_json(staging, in_order([s.id for s in sentences], parses))
-    return {"sentences": len(parses), "output": args.output}
+    return {"sentences": len(parses), "output": args.output, "cut_eojeols": sum(cut_words)}

@@ -217,7 +217,7 @@ def predict_ner(args: NERPredictArguments) -> dict:
     from kolong.data.klue_ner import prediction
     from kolong.io import atomic_output_file, atomic_write_json, check_output_file
     from kolong.positions.reach import max_length_for
-    from kolong.training.prediction import by_length, in_order, token_lengths
+    from kolong.training.prediction import by_length, in_order, token_lengths, warn_cut
 
     check_output_file(args.output, args.overwrite)
     texts = _texts(args.data)
@@ -231,6 +231,8 @@ def predict_ner(args: NERPredictArguments) -> dict:
     id2label = {int(k): v for k, v in model.config.id2label.items()}
     markups = {}
     lengths = token_lengths(tokenizer, list(texts.values()), None, max_length)
+    cut = sum(length > max_length for length in lengths)
+    warn_cut(cut, len(texts), "sentences", max_length, "the characters past it are predicted O")
     for batch in by_length(list(texts.items()), lengths, args.batch_size, "sentence"):
         encoded = tokenizer([text for _, text in batch], truncation=True, max_length=max_length,
                             padding=True, return_offsets_mapping=True, return_tensors="pt")  # fmt: skip
@@ -244,4 +246,4 @@ def predict_ner(args: NERPredictArguments) -> dict:
             markups[key] = prediction(text, tags)
     with atomic_output_file(args.output, args.overwrite) as staging:
         atomic_write_json(staging, in_order(list(texts), markups))
-    return {"sentences": len(markups), "output": args.output}
+    return {"sentences": len(markups), "output": args.output, "cut": cut}

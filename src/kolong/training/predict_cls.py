@@ -81,7 +81,7 @@ def predict_cls(args: ClassificationPredictArguments) -> dict:
     from kolong.checkpoints import load_model, load_tokenizer
     from kolong.io import atomic_output_file, atomic_write_json, check_output_file
     from kolong.positions.reach import max_length_for
-    from kolong.training.prediction import by_length, in_order, token_lengths
+    from kolong.training.prediction import by_length, in_order, token_lengths, warn_cut
 
     check_output_file(args.output, args.overwrite)
     examples = _examples(args)
@@ -96,6 +96,8 @@ def predict_cls(args: ClassificationPredictArguments) -> dict:
     names = {int(k): v for k, v in model.config.id2label.items()}
     predictions = {}
     lengths = token_lengths(tokenizer, [e.text for e in examples], [e.pair for e in examples], max_length)
+    cut = sum(length > max_length for length in lengths)
+    warn_cut(cut, len(examples), "examples", max_length, "each is read up to it")
     for batch in by_length(examples, lengths, args.batch_size, "example"):
         pairs = [e.pair for e in batch] if any(e.pair for e in batch) else None
         encoded = tokenizer([e.text for e in batch], pairs, truncation=True, max_length=max_length,
@@ -106,4 +108,4 @@ def predict_cls(args: ClassificationPredictArguments) -> dict:
         predictions.update({e.id: v for e, v in zip(batch, values, strict=True)})
     with atomic_output_file(args.output, args.overwrite) as staging:
         atomic_write_json(staging, in_order([e.id for e in examples], predictions))
-    return {"examples": len(predictions), "output": args.output, "regression": regression}
+    return {"examples": len(predictions), "output": args.output, "regression": regression, "cut": cut}

@@ -24,10 +24,21 @@ def by_length(items: list, lengths: list[int], batch_size: int, unit: str = "ite
 
 
 def token_lengths(tokenizer, texts: list[str], pairs: list | None, max_length: int) -> list[int]:
-    """Tokens of each text (with its pair, where every text has one) after truncation to `max_length`."""
+    """Tokens of each text (with its pair, where every text has one), counted up to `max_length` + 1: a
+    length above `max_length` means the text is cut (`warn_cut`)."""
     paired = pairs if pairs and all(pairs) else None
-    encoded = tokenizer(texts, paired, truncation=True, max_length=max_length, return_attention_mask=False)
+    encoded = tokenizer(
+        texts, paired, truncation=True, max_length=max_length + 1, return_attention_mask=False
+    )
     return [len(ids) for ids in encoded["input_ids"]]
+
+
+def warn_cut(cut: int, total: int, what: str, max_length: int, consequence: str) -> None:
+    """One warning line when `cut` of `total` inputs were longer than --max-length; none when none were."""
+    from kolong.errors import warn
+
+    if cut:
+        warn(f"{cut} of {total} {what} are longer than --max-length {max_length} tokens: {consequence}")
 
 
 def in_order(keys: list, results: dict) -> dict:
