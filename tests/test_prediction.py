@@ -27,4 +27,4 @@ def test_token_lengths_count_pairs_and_truncation(tmp_path):
     assert (
         token_lengths(tokenizer, texts, [None, "다"], 64) == single
     )  # not every text has a pair: texts alone
-    assert token_lengths(tokenizer, texts, None, 3) == [3, 3]
+    assert token_lengths(tokenizer, texts, None, 3) == [4, 3]  # counted to max_length + 1: 4 means cut

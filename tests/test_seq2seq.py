@@ -216,8 +216,10 @@ def test_cli_pretrain_span_and_finetune_seq2seq(tmp_path):
         json.dumps({"input": "3"}) + "\n" + json.dumps({"id": "q", "input": "4", "target": "짝"}) + "\n"
     )
     result = runner.invoke(app, ["predict", "seq2seq", "--model", str(tmp_path / "ft"), "--task", str(pairs),
-                                 "--data", str(inputs), "-o", str(tmp_path / "p.json"), "--max-new-tokens", "4"])  # fmt: skip
+                                 "--data", str(inputs), "-o", str(tmp_path / "p.json"), "--max-new-tokens", "4",
+                                 "--max-source-length", "1"])  # fmt: skip
     assert result.exit_code == 0, result.output
+    assert "2 of 2 inputs are longer than --max-source-length 1 bytes" in " ".join(result.output.split())
     assert set(json.loads((tmp_path / "p.json").read_text())) == {"inputs.jsonl:1", "q"}
     result = runner.invoke(app, ["finetune", "seq2seq", "--task", "nsmc", "--train", str(tmp_path / "none.tsv"),
                                  "--init", "tiny", "-o", str(tmp_path / "x")])  # fmt: skip

@@ -283,7 +283,13 @@ def predict_dp(args: DPPredictArguments) -> dict:
     pairs = list(zip(sentences, encoded, strict=True))
     cut_words = [len(s.words) - len(f["word_starts"]) for s, f in pairs]
     consequence = f"their {sum(cut_words)} eojeols past it get head 0 and the first label"
-    warn_cut(sum(n > 0 for n in cut_words), len(pairs), "sentences", max_length, consequence)
+    warn_cut(
+        sum(n > 0 for n in cut_words),
+        len(pairs),
+        "sentences",
+        f"--max-length {max_length} tokens",
+        consequence,
+    )
     for chunk in by_length(pairs, [len(f["input_ids"]) for f in encoded], args.batch_size, "sentence"):
         batch, features = [s for s, _ in chunk], [f for _, f in chunk]
         with torch.inference_mode():

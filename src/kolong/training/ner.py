@@ -232,7 +232,13 @@ def predict_ner(args: NERPredictArguments) -> dict:
     markups = {}
     lengths = token_lengths(tokenizer, list(texts.values()), None, max_length)
     cut = sum(length > max_length for length in lengths)
-    warn_cut(cut, len(texts), "sentences", max_length, "the characters past it are predicted O")
+    warn_cut(
+        cut,
+        len(texts),
+        "sentences",
+        f"--max-length {max_length} tokens",
+        "the characters past it are predicted O",
+    )
     for batch in by_length(list(texts.items()), lengths, args.batch_size, "sentence"):
         encoded = tokenizer([text for _, text in batch], truncation=True, max_length=max_length,
                             padding=True, return_offsets_mapping=True, return_tensors="pt")  # fmt: skip

@@ -97,7 +97,7 @@ def predict_cls(args: ClassificationPredictArguments) -> dict:
     predictions = {}
     lengths = token_lengths(tokenizer, [e.text for e in examples], [e.pair for e in examples], max_length)
     cut = sum(length > max_length for length in lengths)
-    warn_cut(cut, len(examples), "examples", max_length, "each is read up to it")
+    warn_cut(cut, len(examples), "examples", f"--max-length {max_length} tokens", "each is read up to it")
     for batch in by_length(examples, lengths, args.batch_size, "example"):
         pairs = [e.pair for e in batch] if any(e.pair for e in batch) else None
         encoded = tokenizer([e.text for e in batch], pairs, truncation=True, max_length=max_length,

@@ -69,7 +69,7 @@ def predict_seq2seq(args: Seq2SeqPredictArguments) -> dict:
     from kolong.checkpoints import load_byte_model
     from kolong.data.text_to_text import TASKS, Seq2SeqTask, load_task, read_text_pairs
     from kolong.io import atomic_output_file, atomic_write_json, check_output_file
-    from kolong.training.prediction import by_length, in_order
+    from kolong.training.prediction import by_length, in_order, warn_cut
 
     check_output_file(args.output, args.overwrite)
     if (
@@ -85,7 +85,10 @@ def predict_seq2seq(args: Seq2SeqPredictArguments) -> dict:
     model.eval()
     new_tokens = args.max_new_tokens or (16 if task.kind == "classification" else 512)
     written = {}
-    lengths = [min(len(p.source.encode("utf-8")), args.max_source_length) for p in task.eval]  # bytes: tokens
+    lengths = [len(p.source.encode("utf-8")) + 1 for p in task.eval]  # a token a byte, and </s>
+    cut = sum(length > args.max_source_length for length in lengths)
+    limit = f"--max-source-length {args.max_source_length} bytes"
+    warn_cut(cut, len(lengths), "inputs", limit, "each is read up to it")
     for batch in by_length(task.eval, lengths, args.batch_size, "example"):
         inputs = tokenizer([p.source for p in batch], truncation=True, max_length=args.max_source_length,
                            padding=True, return_tensors="pt").to(model.device)  # fmt: skip
@@ -99,4 +102,4 @@ def predict_seq2seq(args: Seq2SeqPredictArguments) -> dict:
         )
     with atomic_output_file(args.output, args.overwrite) as staging:
         atomic_write_json(staging, in_order([p.id for p in task.eval], written))
-    return {"examples": len(written), "output": args.output, "task": task.name}
+    return {"examples": len(written), "output": args.output, "task": task.name, "cut": cut}

@@ -33,12 +33,13 @@ def token_lengths(tokenizer, texts: list[str], pairs: list | None, max_length: i
     return [len(ids) for ids in encoded["input_ids"]]
 
 
-def warn_cut(cut: int, total: int, what: str, max_length: int, consequence: str) -> None:
-    """One warning line when `cut` of `total` inputs were longer than --max-length; none when none were."""
+def warn_cut(cut: int, total: int, what: str, limit: str, consequence: str) -> None:
+    """One warning line when `cut` of `total` inputs were longer than `limit` ("--max-length 128 tokens");
+    none when none were."""
     from kolong.errors import warn
 
     if cut:
-        warn(f"{cut} of {total} {what} are longer than --max-length {max_length} tokens: {consequence}")
+        warn(f"{cut} of {total} {what} are longer than {limit}: {consequence}")
 
 
 def in_order(keys: list, results: dict) -> dict:
