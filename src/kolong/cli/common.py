@@ -74,6 +74,13 @@ def positive(value: float | None) -> float | None:
 positive.bad_values = (0, -1.5, "nan", "inf")
 
 
+def finite(value: float | None) -> float | None:
+    """Option callback of a float with typer's `min=` / `max=`: typer before 0.2x lets NaN through them."""
+    if value is not None and not math.isfinite(value):
+        raise typer.BadParameter(f"must be a finite number, got {value}")
+    return value
+
+
 def share(value: float | None) -> float | None:
     """Option callback: a share of a whole, 0 <= value < 1."""
     if value is not None and not 0 <= value < 1:
