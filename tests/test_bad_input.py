@@ -330,8 +330,12 @@ GENERATED = generated_cases()
 
 
 @pytest.mark.parametrize(("arguments", "named"), GENERATED)
-def test_option_values_out_of_range_are_refused(arguments, named):
+def test_option_values_out_of_range_are_refused(arguments, named, tmp_path, monkeypatch):
+    # the dummy outputs (OUT, OUT.json) are relative: a case wrongly accepted would write them here, not into
+    # the checkout (one did, under typer 0.16: `experiment --max-minutes nan` ran a study into ./OUT)
+    monkeypatch.chdir(tmp_path)
     assert_refused(invoke(arguments), *named)
+    assert not list(tmp_path.iterdir()), "a refused command wrote into the working directory"
 
 
 def test_every_command_has_generated_cases():
