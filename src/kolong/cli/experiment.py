@@ -8,14 +8,9 @@ import typer
 
 from kolong.cli.common import console, finite, one_of, positive, user_errors
 
-MAX_MINUTES = typer.Option(
-    0.0,
-    "--max-minutes",
-    min=0,
-    callback=finite,
-    help="Stop training at a checkpoint once this call has run this many minutes (0: no limit); run the same "
-    "command again to resume there.",
-)
+MAX_MINUTES = typer.Option(0.0, "--max-minutes", min=0, callback=finite,
+                           help="Stop training at a checkpoint once this call has run this many minutes (0: no "
+                           "limit); run the same command again to resume there.")  # fmt: skip
 
 app = typer.Typer(
     help="Run the experiments documented in docs/reproductions.md.",
@@ -315,7 +310,7 @@ def gbst(
     figures: Path = typer.Option(Path("docs/images"), help="Where the plot goes."),
     shared_data: Path = typer.Option(Path("../shared/data"), help="NSMC, KorQuAD and the KLUE dev sets."),
     eval_fraction: float = typer.Option(
-        0.2, min=0.01, max=0.9, callback=finite, help="Share of each dev file held out."
+        0.2, min=0.01, max=0.9, callback=finite, help="Held-out share of each dev file."
     ),
     overrides: list[str] = typer.Option(
         None, "--set", help="Override a scale setting: --set pretrain_steps=1000."
