@@ -28,6 +28,8 @@ from kolong.training.common import (
     train_or_finish,
 )
 
+DEFAULT_MAX_LENGTH = 128  # tokens per example unless the model has fewer positions (finetune and predict cls)
+
 
 def classification_intervals(
     predictions: np.ndarray, labels: np.ndarray, regression: bool, seed: int = 0
@@ -132,7 +134,7 @@ def finetune_cls(
     model = load_model(
         args.model, AutoModelForSequenceClassification, new_head=CLASSIFIER_HEADS, **label_settings
     )
-    max_length = max_length_for(model, args.max_length, 128, args.model)
+    max_length = max_length_for(model, args.max_length, DEFAULT_MAX_LENGTH, args.model)
     started = time.perf_counter()
     report(
         f"{args.data}: {len(data.train):,} training and {len(data.eval):,} evaluation examples; tokenising"

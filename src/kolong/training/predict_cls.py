@@ -81,6 +81,7 @@ def predict_cls(args: ClassificationPredictArguments) -> dict:
     from kolong.checkpoints import load_model, load_tokenizer
     from kolong.io import atomic_output_file, atomic_write_json, check_output_file
     from kolong.positions.reach import max_length_for
+    from kolong.training.classification import DEFAULT_MAX_LENGTH
     from kolong.training.prediction import by_length, in_order, token_lengths, warn_cut
 
     check_output_file(args.output, args.overwrite)
@@ -91,7 +92,7 @@ def predict_cls(args: ClassificationPredictArguments) -> dict:
         AutoModelForSequenceClassification,
         all_weights="fine-tune it first with `kolong finetune cls`",
     ).eval()
-    max_length = max_length_for(model, args.max_length, 128, args.model)
+    max_length = max_length_for(model, args.max_length, DEFAULT_MAX_LENGTH, args.model)
     regression = model.config.num_labels == 1
     names = {int(k): v for k, v in model.config.id2label.items()}
     predictions = {}
