@@ -382,3 +382,23 @@ def test_only_resumable_benchmarks_offer_resume():
     }
     resumable = {name for name, (target, _) in BENCHMARKS.items() if load_benchmark(target).resumable}
     assert offered == resumable == {"pretrain", "long-attention"}
+
+
+def test_bench_logs_each_step_with_its_time_when_not_on_a_terminal(tmp_path):
+    """On a lent GPU the output goes to a log: each step is a timestamped line there (a terminal gets the
+    status line alone), so a run cut short still shows where its time went."""
+    import re
+
+    from typer.testing import CliRunner
+
+    from kolong.cli import app
+
+    result = CliRunner().invoke(app, ["bench", "encoder", "--implementations", "learned", "--lengths", "16",
+                                      "--hidden-size", "16", "--layers", "1", "--heads", "2", "--intermediate-size",
+                                      "32", "--tokens-per-step", "32", "--no-memory", "--output-dir", str(tmp_path)])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    logged = re.findall(r"^\[ *(\d+\.\d) s\] (encoder: .*)$", result.output, flags=re.MULTILINE)
+    assert logged and logged[0][1].startswith("encoder: setting up length 16")
+    assert any(message.startswith("encoder: timing learned") for _, message in logged)
+    seconds = [float(elapsed) for elapsed, _ in logged]
+    assert seconds == sorted(seconds)

@@ -357,3 +357,20 @@ def test_compiled_static_generation_equals_eager():
     compiled = model.generate(input_ids=ids, attention_mask=mask, cache_implementation="static",
                               compile_config=config, **settings)  # fmt: skip
     assert torch.equal(compiled, eager)
+
+
+@pytest.mark.parametrize("gbst", [False, True])
+def test_the_encoder_compiles_into_one_graph_with_padding_or_without(gbst):
+    """`bench gbst --compile` compiles both encoders: the padding check ("every byte real?") waited for the
+    device and broke the graph there (seventh GPU slot); a compiled encoder now always takes the bias."""
+    from conftest import assert_one_graph
+
+    model, ids, mask = _small_byte_model(gbst=gbst)
+    encoder = model.get_encoder()
+    assert_one_graph(
+        lambda ids, mask: encoder(input_ids=ids, attention_mask=mask).last_hidden_state, ids, mask
+    )
+    everything = torch.ones_like(mask)
+    assert_one_graph(
+        lambda ids, mask: encoder(input_ids=ids, attention_mask=mask).last_hidden_state, ids, everything
+    )

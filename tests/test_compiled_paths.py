@@ -275,8 +275,9 @@ def test_a_model_compiles_into_one_graph_on_the_cuda_training_path(eager_flex_wi
 def test_packed_documents_with_dropout_compile_into_one_graph_on_the_cuda_path(
     eager_flex_with_backward, monkeypatch
 ):
-    """`pretrain mlm`'s CUDA case for learned positions: packed documents with attention dropout take
-    FlexAttention's block mask in two passes, inside the one graph of the compiled model."""
+    """`pretrain mlm`'s CUDA case for learned positions, on both of its attention paths: packed documents with
+    attention dropout under SDPA's dense mask (the default) or FlexAttention's block mask in two passes
+    (KOLONG_PACKED_FLEX_DROPOUT=1), inside the one graph of the compiled model."""
     from kolong.models.encoder import attention
 
     monkeypatch.setattr(attention, "FLEX_DEVICES", ("cpu",))  # as on CUDA
@@ -287,4 +288,6 @@ def test_packed_documents_with_dropout_compile_into_one_graph_on_the_cuda_path(
     def forward(ids, mask):  # the collator tells the layout (all real, packed): no host read of the mask
         return model(ids, attention_mask=mask, mask_layout=(True, True)).last_hidden_state
 
-    assert_one_graph(forward, random_ids(2, 24), documents)
+    for through_flex in (False, True):
+        monkeypatch.setattr(attention, "PACKED_FLEX_DROPOUT", through_flex)
+        assert_one_graph(forward, random_ids(2, 24), documents)

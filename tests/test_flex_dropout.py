@@ -291,32 +291,55 @@ def test_the_environment_can_turn_flex_dropout_off():
     assert attention.FLEX_DROPOUT is on_unless_set
 
 
-def test_packed_documents_take_flex_on_cuda_with_dropout_too(monkeypatch):
-    """The fused path's rule: a mask with structure (packed documents, a window) goes to FlexAttention's block
-    mask on CUDA, attention dropout included; padding alone, CPU, or KOLONG_FLEX_DROPOUT=0 with dropout keep SDPA."""
+def test_packed_documents_take_flex_on_cuda_without_dropout_and_sdpa_with_it(monkeypatch):
+    """The fused path's rule: on CUDA, packed documents go to FlexAttention's block mask without attention
+    dropout, and with it to SDPA's dense mask unless PACKED_FLEX_DROPOUT (two passes measured at half SDPA's
+    speed on an H200); a local window goes to flex with dropout too; padding alone or CPU keep SDPA."""
     q = torch.zeros(1, 1, 4, 2)
     documents = attention.AttentionMask.from_attention_mask(torch.tensor([[1, 1, 2, 2]]))
     padding = attention.AttentionMask.from_attention_mask(torch.tensor([[1, 1, 1, 0]]))
-    assert not attention.skips_blocks_in_flex(q, documents, 0.1)  # CPU: no compiled backward
+    window = attention.AttentionMask.from_attention_mask(torch.tensor([[1, 1, 1, 1]]), window=1)
+    assert not attention.skips_blocks_in_flex(q, documents, 0.0)  # CPU: no compiled backward
     monkeypatch.setattr(attention, "FLEX_DEVICES", ("cpu",))  # as on CUDA
-    assert attention.skips_blocks_in_flex(q, documents, 0.1) and attention.skips_blocks_in_flex(
-        q, documents, 0.0
+    assert attention.skips_blocks_in_flex(q, documents, 0.0)
+    assert not attention.skips_blocks_in_flex(q, documents, 0.1)
+    assert attention.skips_blocks_in_flex(q, window, 0.1) and attention.skips_blocks_in_flex(q, window, 0.0)
+    assert not attention.skips_blocks_in_flex(q, padding, 0.1) and not attention.skips_blocks_in_flex(
+        q, padding, 0.0
     )
-    assert not attention.skips_blocks_in_flex(q, padding, 0.1)
-    monkeypatch.setattr(attention, "FLEX_DROPOUT", False)
+    monkeypatch.setattr(attention, "PACKED_FLEX_DROPOUT", True)
+    assert attention.skips_blocks_in_flex(q, documents, 0.1)
+    monkeypatch.setattr(attention, "FLEX_DROPOUT", False)  # no dropout in flex at all
     assert attention.skips_blocks_in_flex(q, documents, 0.0) and not attention.skips_blocks_in_flex(
         q, documents, 0.1
     )
+    assert not attention.skips_blocks_in_flex(q, window, 0.1)
+
+
+def test_the_environment_sends_packed_documents_with_dropout_to_flex():
+    """KOLONG_PACKED_FLEX_DROPOUT=1 turns PACKED_FLEX_DROPOUT on (how a GPU slot times both paths); off by default."""
+    import os
+    import subprocess
+    import sys
+
+    read = "from kolong.models.encoder import attention; print(attention.PACKED_FLEX_DROPOUT)"
+    for value, expected in (("1", "True"), ("0", "False")):
+        environment = {**os.environ, "KOLONG_PACKED_FLEX_DROPOUT": value}
+        shown = subprocess.run([sys.executable, "-c", read], env=environment, capture_output=True, text=True)
+        assert shown.stdout.strip() == expected, shown.stderr
+    assert attention.PACKED_FLEX_DROPOUT is (os.environ.get("KOLONG_PACKED_FLEX_DROPOUT", "0") == "1")
 
 
 def test_learned_positions_train_on_packed_documents_through_flex_as_the_reference_drops(
     eager_flex_with_backward, same_flex_drops, monkeypatch
 ):
-    """`pretrain mlm`'s CUDA case: learned positions, packed documents and attention dropout on the default
-    (`sdpa`) path run FlexAttention in two passes, equal to eager dropping the same entries (outputs, gradients)."""
+    """`pretrain mlm`'s CUDA case under KOLONG_PACKED_FLEX_DROPOUT=1: learned positions, packed documents and
+    attention dropout on the default (`sdpa`) path run FlexAttention in two passes, equal to eager dropping the
+    same entries (outputs, gradients)."""
     torch.manual_seed(0)
     same_flex_drops(batch=2, heads=2)
     monkeypatch.setattr(attention, "FLEX_DEVICES", ("cpu",))
+    monkeypatch.setattr(attention, "PACKED_FLEX_DROPOUT", True)
     passes = []
     original = flex_dropout.attend
     monkeypatch.setattr(

@@ -209,8 +209,14 @@ def test_bench_gbst_measures_both_models_and_writes_results(tmp_path):
         max_new_tokens=4, rounds=2, hidden_size=32, num_attention_heads=2, head_dim=16, intermediate_size=64,
         encoder_layers=2, decoder_layers=1, threads=[1], data=str(tmp_path / "absent.json"),
     )  # fmt: skip
-    result = run_gbst_benchmark(args, on_step=lambda message: None)
+    reported = []
+    result = run_gbst_benchmark(args, on_step=reported.append)
     json_path, markdown_path = write_results(GBSTBenchmark(), result, tmp_path)
+    firsts = [message for message in reported if "first call" in message]  # each step's compile, in a log
+    assert (
+        len(firsts) == len(set(firsts))
+        and "gbst: byte/inference, first call (compiles with --compile)" in firsts
+    )
     assert result["encoder_positions"] == {"byte": 96, "gbst": 32}
     assert result["parameters"]["gbst"] > result["parameters"]["byte"]
     (run,) = result["results"]

@@ -139,6 +139,7 @@ class Benchmark:
     arguments: type = object
     light_machine: bool = False  # describe the machine without importing torch (the start-up benchmark)
     resumable: bool = False  # a rerun keeps the cases an interrupted run measured (see `run`)
+    progress: Callable[[str], None] = staticmethod(lambda message: None)  # `run` gives it its on_step
 
     def sizes(self, args) -> Iterable[dict]:
         return [{}]
@@ -172,7 +173,7 @@ def run(
     (`kept_cases`) and measures only the others."""
     from kolong.bench.machine import describe_machine
 
-    step = on_step or (lambda message: None)
+    step = benchmark.progress = on_step or (lambda message: None)  # a benchmark may report inside a case too
     if isinstance(getattr(args, "device", None), str):
         resolve_device(args.device)  # --device cuda without a GPU: refused before any case, naming the option
     machine = describe_machine(with_torch=not benchmark.light_machine)

@@ -35,6 +35,21 @@ def _partial(benchmark, args) -> dict | None:
         return None
 
 
+def _progress(status):
+    """The status line on a terminal; elsewhere (a log, as on a lent GPU) also one timestamped line per step,
+    so that a run cut short still shows where its time went."""
+    import time
+
+    started = time.monotonic()
+
+    def update(message: str) -> None:
+        status.update(message)
+        if not console.is_terminal:
+            console.print(f"[{time.monotonic() - started:7.1f} s] {message}", markup=False, highlight=False)
+
+    return update
+
+
 def _command(name: str, target: str, arguments: type):
     def command(args) -> None:
         from kolong.bench.arguments import load_benchmark
@@ -43,7 +58,7 @@ def _command(name: str, target: str, arguments: type):
         with user_errors(), console.status("benchmarking") as status:
             benchmark = load_benchmark(target)
             output_dir = Path(args.output_dir)
-            result = run(benchmark, args, on_step=status.update, resume=_partial(benchmark, args),
+            result = run(benchmark, args, on_step=_progress(status), resume=_partial(benchmark, args),
                          on_partial=lambda partial: write_results(benchmark, partial, output_dir))  # fmt: skip
             json_path, markdown_path = write_results(benchmark, result, output_dir)
         console.print(markdown_path.read_text(encoding="utf-8"), highlight=False)

@@ -153,9 +153,10 @@ def additive_mask(
     """(b, n) 1/0 key mask -> (b, 1, 1, n) additive bias (0 or the dtype's minimum), None when all real.
 
     Checking "all real" waits for the device (a host sync): the decoder, which runs once per generated token,
-    passes `none_if_all_real=False` and always gets the bias.
+    passes `none_if_all_real=False` and always gets the bias, and so does a compiled model, where the check
+    broke the graph (the seventh GPU slot's compiled GBST encoder, 2026-11-27): a bias of zeros changes nothing.
     """
-    if mask is None or (none_if_all_real and bool(mask.all())):
+    if mask is None or (none_if_all_real and not torch.compiler.is_compiling() and bool(mask.all())):
         return None
     return (~mask.bool())[:, None, None, :].to(dtype) * torch.finfo(dtype).min
 

@@ -4,8 +4,8 @@
   the only path that returns attention weights (`output_attentions=True`).
 - `sdpa` (HF's default, and kolong's): the fastest exact path for the device. Schemes without a logit bias
   (learned, sinusoidal, memn2n, rope, none) call `scaled_dot_product_attention` (packed documents: with
-  their (b, 1, n, n) mask, except on CUDA: FlexAttention, whose block mask skips the blocks between
-  documents, with attention dropout in two passes (`flex_dropout.py`); local windows: flex on CUDA, else
+  their (b, 1, n, n) mask, except on CUDA without attention dropout: FlexAttention, whose block mask skips
+  the blocks between documents (`skips_blocks_in_flex`); local windows: flex on CUDA, else
   SDPA over key bands (`banded.py`) without dropout and the chunked path with it). Schemes with one (shaw,
   t5, alibi) run through FlexAttention on CUDA, attention dropout included (`flex_dropout.py`: two passes),
   and on CPU through the chunked exact path (`chunked.py`: linear memory, no scatter), except that t5 and
@@ -41,6 +41,12 @@ BANDED_LOCAL_ATTENTION = True
 # path; off (also KOLONG_FLEX_DROPOUT=0 in the environment): the path before it, for comparisons, or a way
 # around a torch release whose FlexAttention cannot compile it.
 FLEX_DROPOUT = os.environ.get("KOLONG_FLEX_DROPOUT", "1") != "0"
+# Packed documents with attention dropout on CUDA: SDPA under their dense (b, 1, n, n) mask (cuDNN), unless
+# KOLONG_PACKED_FLEX_DROPOUT=1 sends them to FlexAttention's block mask in two passes. Measured on an H200
+# (2026-11-27, torch 2.11, base preset at 2,048 tokens): 90 ms a training step through SDPA (sixth slot), 184
+# ms through FlexAttention (seventh), whose forward kernels took 125 ms of it (benchmarks/results/
+# h200-2026-11-27-slot7). The flag is how a slot measures the two again (`gpu-step flex-probe`, docs/gpu.md).
+PACKED_FLEX_DROPOUT = os.environ.get("KOLONG_PACKED_FLEX_DROPOUT", "0") == "1"
 # Devices whose FlexAttention kernels are compiled with a backward: the fused path's choice of flex.
 FLEX_DEVICES = ("cuda",)
 __all__ = ["IMPLEMENTATIONS", "KolongAttention", "attention_dropout_mask", "skips_blocks_in_flex"]
@@ -49,11 +55,13 @@ __all__ = ["IMPLEMENTATIONS", "KolongAttention", "attention_dropout_mask", "skip
 def skips_blocks_in_flex(q: torch.Tensor, mask: AttentionMask, dropout_p: float) -> bool:
     """Whether the fused path gives a structured mask (packed documents, a local window) to FlexAttention,
     whose block mask skips the blocks the mask rules out, rather than to SDPA, which computes every score
-    under a dense (b, 1, n, n) mask. On CUDA, attention dropout included (two passes, `flex_dropout`), unless
-    KOLONG_FLEX_DROPOUT=0: NSMC's reviews (11 tokens on average) packed into rows of 2,048 leave about one
-    block of 128 x 128 in five to compute, and cuDNN's masked kernels took 53% of the base preset's training
-    step there (H200, 2026-11-27: 48 of 90 ms, against 32 ms for the HF recipe's unmasked batch)."""
-    return flex_runs_here(q, dropout_p) and not mask.keys_only
+    under a dense (b, 1, n, n) mask. On CUDA: local windows always (with dropout in two passes, unless
+    KOLONG_FLEX_DROPOUT=0), packed documents without attention dropout, and with it only under
+    PACKED_FLEX_DROPOUT: NSMC's reviews packed into rows of 2,048 leave about one block of 128 x 128 in five to
+    compute, yet FlexAttention's two passes trained the base preset at half SDPA's speed (H200, 2026-11-27)."""
+    if not flex_runs_here(q, dropout_p) or mask.keys_only:
+        return False
+    return dropout_p == 0 or mask.window is not None or PACKED_FLEX_DROPOUT
 
 
 def flex_runs_here(q: torch.Tensor, dropout_p: float) -> bool:

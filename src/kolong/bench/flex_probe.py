@@ -1,0 +1,197 @@
+"""Where FlexAttention's time goes under packed documents: one attention call, kernel by kernel variant.
+
+A GPU diagnostic, not a `kolong bench` command: `python -m kolong.bench.flex_probe --device cuda`. In the
+seventh GPU slot (H200, torch 2.11) the base preset's compiled training step spent 125 of its 184 ms in
+FlexAttention's forward kernels under a packed-documents block mask (about one block in five computed), and
+17 ms in their backward: a forward pass several times its backward, as Shaw's had been the slot before.
+This probe times the attention call alone at the base preset's shape (batch 16, 12 heads of 64, 2,048
+tokens, bf16), each variant changing one thing, so the next slot can tell what makes the forward slow:
+
+- `sdpa` / `sdpa-documents`: SDPA unmasked, and under the dense (b, 1, n, n) document mask (kolong's path
+  for packed documents with attention dropout);
+- `flex`: FlexAttention without a mask (its kernel's own speed, every block computed);
+- `flex-documents`: kolong's structured block mask (`block_masks.py`) and mask_mod;
+- `flex-documents-torch-mask`: the same mask from torch's `create_block_mask`;
+- `flex-documents-strided`: q, k, v as the model makes them, permuted views of one (b, n, 3, h, d) tensor;
+- `flex-documents-dropout`: kolong's attention dropout in two passes (`flex_dropout.py`).
+
+Forward under no_grad and forward + backward are timed separately (interleaved rounds, medians), each
+variant compiled on its own (`dynamic=False`, as kolong compiles flex). Documents are drawn with lengths
+from 3 to 20 tokens (NSMC's reviews average 11) from a fixed seed. Writes flex-probe.{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+from kolong.bench.harness import cuda_sync, time_interleaved
+from kolong.bench.machine import describe_machine
+from kolong.io import atomic_write_json, atomic_write_text
+from kolong.models.encoder import flex_dropout
+from kolong.models.encoder.masks import AttentionMask
+
+VARIANTS = ("sdpa", "sdpa-documents", "flex", "flex-documents", "flex-documents-torch-mask",
+            "flex-documents-strided", "flex-documents-dropout")  # fmt: skip
+DROPOUT = 0.1
+
+
+def packed_documents(batch: int, length: int, seed: int = 0) -> torch.Tensor:
+    """(batch, length) document numbers 1, 2, ... of documents of 3 to 20 tokens, packed without padding."""
+    generator = torch.Generator().manual_seed(seed)
+    rows = []
+    for _ in range(batch):
+        lengths = torch.randint(3, 21, (length,), generator=generator)  # more than enough documents
+        rows.append(torch.repeat_interleave(torch.arange(1, length + 1), lengths)[:length])
+    return torch.stack(rows)
+
+
+def _flex(q, k, v, block_mask, scale):
+    return flex_attention(q, k, v, block_mask=block_mask, scale=scale)
+
+
+def _flex_strided(qkv, block_mask, scale):
+    q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # as KolongAttention makes them
+    return flex_attention(q, k, v, block_mask=block_mask, scale=scale)
+
+
+def _flex_dropout(q, k, v, block_mask, scale, keys):
+    return flex_dropout.attend(q, k, v, None, block_mask, scale, keys, DROPOUT)
+
+
+def variant_calls(name: str, args, documents: torch.Tensor, compile: bool):
+    """(forward, inputs): `forward()` computes the variant's attention output from `inputs` (q, k, v or qkv)."""
+    b, h, n, d = args.batch, args.heads, args.length, args.head_dim
+    device, dtype = args.device, torch.bfloat16 if args.device == "cuda" else torch.float32
+    scale, grad = 1.0 / math.sqrt(d), args.training  # a CPU flex call refuses inputs that need a gradient
+    mask = AttentionMask.from_attention_mask(documents)
+
+    def wrap(function):
+        return torch.compile(function, dynamic=False) if compile else function
+
+    if name == "flex-documents-strided":
+        qkv = torch.randn(b, n, 3, h, d, device=device, dtype=dtype, requires_grad=grad)
+        call, block_mask = wrap(_flex_strided), mask.block_mask(b, n, device)
+        return (lambda: call(qkv, block_mask, scale)), [qkv]
+    q, k, v = (torch.randn(b, h, n, d, device=device, dtype=dtype, requires_grad=grad) for _ in range(3))
+    inputs = [q, k, v]
+    if name == "sdpa":
+        return (lambda: F.scaled_dot_product_attention(q, k, v, dropout_p=_p())), inputs
+    if name == "sdpa-documents":
+        allowed = (documents[:, None, :, None] == documents[:, None, None, :]).to(device)  # (b, 1, n, n)
+        return (lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=_p())), inputs
+    call = wrap(_flex)
+    if name == "flex":
+        return (lambda: call(q, k, v, None, scale)), inputs
+    if name == "flex-documents-torch-mask":
+        block_mask = create_block_mask(mask.mask_mod(), b, None, n, n, device=device)
+        return (lambda: call(q, k, v, block_mask, scale)), inputs
+    block_mask = mask.block_mask(b, n, device)
+    if name == "flex-documents":
+        return (lambda: call(q, k, v, block_mask, scale)), inputs
+    if name == "flex-documents-dropout":
+        keys, dropping = flex_dropout.draw_keys(b, h, device), wrap(_flex_dropout)
+        return (lambda: dropping(q, k, v, block_mask, scale, keys)), inputs
+    raise ValueError(f"unknown variant {name!r}; the variants: {', '.join(VARIANTS)}")
+
+
+def _p() -> float:
+    return DROPOUT if torch.is_grad_enabled() else 0.0  # dropout while training, as the model applies it
+
+
+def probe(args) -> dict:
+    documents = packed_documents(args.batch, args.length).to(args.device)
+    mask = AttentionMask.from_attention_mask(documents).block_mask(args.batch, args.length, args.device)
+    computed = (mask.kv_num_blocks.sum() + (mask.full_kv_num_blocks.sum() if mask.full_kv_num_blocks is not None
+                else 0)).item() / (args.batch * mask.kv_num_blocks.shape[-1] ** 2)  # fmt: skip
+    forward_steps, training_steps = {}, {}
+    for name in args.variants:
+        forward, inputs = variant_calls(name, args, documents, compile=not args.eager)
+
+        def infer(forward=forward):
+            with torch.no_grad():
+                return forward()
+
+        def train(forward=forward, inputs=inputs):
+            forward().sum().backward()
+            for tensor in inputs:
+                tensor.grad = None
+
+        forward_steps[name] = infer
+        if args.training:
+            training_steps[name] = train
+    sync = cuda_sync(args.device)
+    timings = {"forward": time_interleaved(forward_steps, repeats=args.repeats, warmup=2, sync=sync)}
+    if args.training:
+        timings["training"] = time_interleaved(training_steps, repeats=args.repeats, warmup=2, sync=sync)
+    rows = [{"variant": name, **{f"{mode}_ms": 1000 * timings[mode][name].median for mode in timings}}
+            for name in args.variants]  # fmt: skip
+    return {"benchmark": "flex-probe", "machine": describe_machine(), "blocks_computed": computed,
+            "shape": {"batch": args.batch, "heads": args.heads, "length": args.length, "head_dim": args.head_dim},
+            "dropout": DROPOUT, "rows": rows}  # fmt: skip
+
+
+def to_markdown(result: dict) -> str:
+    shape, machine = result["shape"], result["machine"]
+    modes = [mode for mode in ("forward", "training") if f"{mode}_ms" in result["rows"][0]]
+    lines = [
+        "# FlexAttention under packed documents, one attention call (kolong.bench.flex_probe)",
+        "",
+        f"Batch {shape['batch']}, {shape['heads']} heads of {shape['head_dim']}, {shape['length']} tokens; documents "
+        f"of 3-20 tokens packed; {result['blocks_computed']:.1%} of the 128 x 128 blocks hold an allowed score. "
+        f"Training = forward + backward, SDPA with dropout {result['dropout']} (flex-documents-dropout: two passes). "
+        "Median ms of interleaved rounds.",
+        "",
+        "| variant | " + " | ".join(f"{mode} ms" for mode in modes) + " |",
+        "|---|" + "---:|" * len(modes),
+    ]
+    for row in result["rows"]:
+        lines.append(
+            f"| {row['variant']} | " + " | ".join(f"{row[f'{mode}_ms']:.3f}" for mode in modes) + " |"
+        )
+    lines += ["", f"Machine: {machine.get('gpu') or machine.get('cpu')}, torch {machine.get('torch')}."]
+    return "\n".join(lines) + "\n"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m kolong.bench.flex_probe", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--heads", type=int, default=12)
+    parser.add_argument("--length", type=int, default=2048)
+    parser.add_argument("--head-dim", type=int, default=64)
+    parser.add_argument("--variants", type=lambda text: text.split(","), default=list(VARIANTS),
+                        help=f"comma-separated, of: {', '.join(VARIANTS)}")  # fmt: skip
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--no-training", dest="training", action="store_false",
+                        help="forward only (FlexAttention has no backward on CPU)")  # fmt: skip
+    parser.add_argument("--eager", action="store_true", help="do not compile the flex variants")
+    parser.add_argument("--output-dir", type=Path, default=Path("benchmarks/results"))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    unknown = sorted(set(args.variants) - set(VARIANTS))
+    if unknown:
+        parser.error(f"--variants: unknown {', '.join(unknown)}; the variants: {', '.join(VARIANTS)}")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: no CUDA device is visible")
+    result = probe(args)
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(args.output_dir / "flex-probe.json", result)
+    atomic_write_text(args.output_dir / "flex-probe.md", to_markdown(result))
+    print(to_markdown(result))
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,68 @@
+"""The GPU diagnostic `python -m kolong.bench.flex_probe`, run on CPU: forward only, eager, tiny."""
+
+from __future__ import annotations
+
+import json
+from argparse import Namespace
+
+import pytest
+import torch
+
+from kolong.bench import flex_probe
+
+TINY = ["--device", "cpu", "--batch", "2", "--heads", "2", "--length", "256", "--head-dim", "32",
+        "--no-training", "--eager", "--repeats", "1"]  # fmt: skip
+
+
+def test_the_probe_times_every_variant_and_writes_json_and_markdown(tmp_path):
+    result = flex_probe.main([*TINY, "--output-dir", str(tmp_path)])
+    assert [row["variant"] for row in result["rows"]] == list(flex_probe.VARIANTS)
+    assert all(row["forward_ms"] > 0 and "training_ms" not in row for row in result["rows"])
+    assert json.loads((tmp_path / "flex-probe.json").read_text())["rows"] == result["rows"]
+    assert "| flex-documents-dropout |" in (tmp_path / "flex-probe.md").read_text()
+    assert 0 < result["blocks_computed"] <= 1
+
+
+def test_the_variants_under_the_document_mask_compute_the_same_attention():
+    """Like is compared with like: SDPA's dense mask, kolong's block mask and torch's give one output."""
+    args = Namespace(batch=2, heads=2, length=300, head_dim=32, device="cpu", training=False)
+    documents = flex_probe.packed_documents(2, 300)
+    outputs = []
+    for name in ("sdpa-documents", "flex-documents", "flex-documents-torch-mask"):
+        torch.manual_seed(0)  # the same q, k, v
+        forward, _ = flex_probe.variant_calls(name, args, documents, compile=False)
+        with torch.no_grad():
+            outputs.append(forward())
+    for output in outputs[1:]:
+        torch.testing.assert_close(output, outputs[0], rtol=1e-4, atol=1e-5)
+
+
+def test_packed_documents_are_3_to_20_tokens_long_and_fill_the_row():
+    documents = flex_probe.packed_documents(3, 500, seed=1)
+    assert documents.shape == (3, 500) and bool((documents > 0).all())
+    for row in documents:
+        lengths = torch.unique_consecutive(row, return_counts=True)[1][:-1]  # the last one is cut
+        assert int(lengths.min()) >= 3 and int(lengths.max()) <= 20
+
+
+def test_an_unknown_variant_is_refused_by_name(capsys):
+    with pytest.raises(SystemExit) as stopped:
+        flex_probe.main([*TINY, "--variants", "flex,flash"])
+    assert stopped.value.code == 2 and "unknown flash" in capsys.readouterr().err
+
+
+def test_the_gpu_steps_probe_commands_parse():
+    """`.ci/gpu-step flex-probe` runs the probe twice: both command lines parse as the probe's options."""
+    import shlex
+    import subprocess
+    from pathlib import Path
+
+    script = Path(__file__).parent.parent / ".ci" / "gpu-step"
+    printed = subprocess.run(["bash", str(script), "--dry-run", "flex-probe"], capture_output=True, text=True,
+                             check=True).stdout  # fmt: skip
+    command = "python3 -m kolong.bench.flex_probe "
+    lines = [line.partition(command)[2] for line in printed.splitlines() if command in line]
+    assert len(lines) == 2
+    for line in lines:
+        args = flex_probe.build_parser().parse_args(shlex.split(line))
+        assert args.device == "cuda" and args.training and not args.eager
