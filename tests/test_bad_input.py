@@ -76,6 +76,13 @@ def ws(tmp_path_factory):
     weights = (truncated / "model.safetensors").read_bytes()
     (truncated / "model.safetensors").write_bytes(weights[: len(weights) // 2])
     paths["truncated"] = truncated
+    unknown_type = root / "unknown-type"
+    unknown_type.mkdir()
+    for item in paths["model"].iterdir():
+        (unknown_type / item.name).write_bytes(item.read_bytes())
+    config = json.loads((unknown_type / "config.json").read_text())
+    (unknown_type / "config.json").write_text(json.dumps({**config, "model_type": "no-such-architecture"}))
+    paths["unknown_type"] = unknown_type
 
     squad = korean_qa_dataset()
     paths["squad"] = root / "qa.json"
@@ -583,6 +590,11 @@ def sweep_cases() -> list:
                      ("no such directory",), id="extend: a missing path that is no hub name"),
         pytest.param(lambda w: ["predict", "qa", "--model", w["file"], "--data", w["squad"], "-o", out(w) / "p.json"],
                      ("is a file, not a model directory",), id="predict qa: model is a file"),
+        pytest.param(lambda w: ["predict", "cls", "--model", w["unknown_type"], "--data", w["short_text"], "-o",
+                                out(w) / "p.json"], ("model_type 'no-such-architecture'", "unknown-type/config.json"),
+                     id="predict cls: a model_type nothing knows"),
+        pytest.param(lambda w: ["finetune", "seq2seq", "--model", w["unknown_type"], "--task", "nsmc", "-o", out(w)],
+                     ("model_type 'no-such-architecture'",), id="finetune seq2seq: a model_type nothing knows"),
         # data
         pytest.param(lambda w: ["finetune", "qa", "--config", w["latin1_yaml"], "-o", out(w)],
                      ("latin1.yaml:2", "not UTF-8"), id="--config not UTF-8"),

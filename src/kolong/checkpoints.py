@@ -28,10 +28,31 @@ def _check_local(model_or_path: str, expected: str) -> Path:
     return path
 
 
+def check_model_type(path: Path) -> None:
+    """A local config.json whose `model_type` neither transformers nor kolong registers, refused in one line
+    (transformers' own error is three paragraphs of upgrade advice)."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    from kolong.integration import register
+
+    register()  # kolong's model types join the mapping
+    try:
+        model_type = json.loads((path / "config.json").read_text(encoding="utf-8")).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        return  # unreadable or not an object: transformers' loader names the problem
+    if isinstance(model_type, str) and model_type not in CONFIG_MAPPING:
+        raise CheckpointError(
+            f"{path / 'config.json'}: model_type {model_type!r} is not one that transformers "
+            f"{transformers.__version__} or kolong knows; a newer transformers may (pip install --upgrade transformers)"
+        )
+
+
 def load_config(model_or_path: str) -> PretrainedConfig:
     path = _check_local(model_or_path, "config.json")
     if path.exists() and not (path / "config.json").is_file():
         raise CheckpointError(f"{path} is not a model directory: it has no config.json")
+    if path.exists():
+        check_model_type(path)
     try:
         return AutoConfig.from_pretrained(model_or_path)
     except (OSError, ValueError) as error:
@@ -188,6 +209,8 @@ def load_byte_model(model: str | None = None, init: str | None = None, seed: int
         torch.manual_seed(seed)
         loaded = KolongByteForConditionalGeneration(KolongByteConfig(**{**SIZES[init], **config_overrides}))
         return loaded, load_byte_tokenizer(None)
+    if (Path(model) / "config.json").is_file():
+        check_model_type(Path(model))
     try:
         config = AutoConfig.from_pretrained(model)
     except (OSError, ValueError) as error:

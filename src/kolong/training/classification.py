@@ -27,6 +27,7 @@ from kolong.training.common import (
     stopped_by_budget,
     train_or_finish,
 )
+from kolong.training.prediction import cut_count, warn_cut
 
 DEFAULT_MAX_LENGTH = 128  # tokens per example unless the model has fewer positions (finetune and predict cls)
 
@@ -89,14 +90,17 @@ def classification_metrics(predictions: np.ndarray, labels: np.ndarray, regressi
 def _encode(tokenizer, data: ClassificationData, max_length: int):
     from datasets import Dataset
 
-    def encode(examples):
+    def encode(examples, part: str):
         texts = [e.text for e in examples]
         pairs = [e.pair for e in examples] if any(e.pair for e in examples) else None
         encoded = tokenizer(texts, pairs, truncation=True, max_length=max_length)
+        cut = cut_count(encoded, tokenizer, texts, pairs, max_length)
+        warn_cut(cut, len(texts), f"{part} examples", f"--max-length {max_length} tokens", "the model sees their first "
+                 f"{max_length} tokens")  # fmt: skip
         encoded["labels"] = [e.label for e in examples]
         return Dataset.from_dict(dict(encoded))
 
-    return encode(data.train), encode(data.eval)
+    return encode(data.train, "training"), encode(data.eval, "evaluation")
 
 
 @writes_output("args", "output_dir")

@@ -69,11 +69,15 @@ def character_tags(offsets: list[tuple[int, int]], token_tags: list[str], length
     return tags
 
 
-def _encode(tokenizer, sentences, max_length: int, label2id: dict):
+def _encode(tokenizer, sentences, max_length: int, label2id: dict, part: str):
     from datasets import Dataset
 
-    encoded = tokenizer([s.text for s in sentences], truncation=True, max_length=max_length,
-                        return_offsets_mapping=True)  # fmt: skip
+    from kolong.training.prediction import cut_count, warn_cut
+
+    texts = [s.text for s in sentences]
+    encoded = tokenizer(texts, truncation=True, max_length=max_length, return_offsets_mapping=True)
+    warn_cut(cut_count(encoded, tokenizer, texts, None, max_length), len(texts), f"{part} sentences",
+             f"--max-length {max_length} tokens", "their characters past it are tagged O")  # fmt: skip
     offsets = [[tuple(pair) for pair in row] for row in encoded.pop("offset_mapping")]
     encoded["labels"] = [token_labels(o, s.tags, label2id) for o, s in zip(offsets, sentences, strict=True)]
     return Dataset.from_dict(dict(encoded)), offsets
@@ -140,8 +144,8 @@ def finetune_ner(args: NERFinetuneArguments) -> dict:
     model = load_model(args.model, AutoModelForTokenClassification, num_labels=len(NER_LABELS),
                        id2label=id2label, label2id=label2id, new_head=CLASSIFIER_HEADS)  # fmt: skip
     max_length = max_length_for(model, args.max_length, DEFAULT_MAX_LENGTH, args.model)
-    train_set, _ = _encode(tokenizer, training, max_length, label2id)
-    eval_set, eval_offsets = _encode(tokenizer, evaluation, max_length, label2id)
+    train_set, _ = _encode(tokenizer, training, max_length, label2id, "training")
+    eval_set, eval_offsets = _encode(tokenizer, evaluation, max_length, label2id, "evaluation")
 
     last = {}  # the latest evaluation's character tags, for the intervals of the final metrics
 

@@ -1,4 +1,5 @@
-"""What every `kolong predict` command does the same way: batches of similar length, and a progress bar."""
+"""What every `kolong predict` command does the same way: batches of similar length, a progress bar, and a
+count of the inputs cut at the maximum length (which the fine-tuning recipes report too)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,16 @@ def token_lengths(tokenizer, texts: list[str], pairs: list | None, max_length: i
         texts, paired, truncation=True, max_length=max_length + 1, return_attention_mask=False
     )
     return [len(ids) for ids in encoded["input_ids"]]
+
+
+def cut_count(encoded, tokenizer, texts: list[str], pairs: list | None, max_length: int) -> int:
+    """How many of the inputs `encoded` (a `tokenizer(texts, pairs, truncation=True, max_length=...)` call)
+    were cut: read from the fast tokenizer's encodings (each keeps what truncation removed), else counted by
+    tokenising again (`token_lengths`)."""
+    encodings = getattr(encoded, "encodings", None)
+    if encodings is not None and len(encodings) == len(texts):
+        return sum(bool(encoding.overflowing) for encoding in encodings)
+    return sum(length > max_length for length in token_lengths(tokenizer, texts, pairs, max_length))
 
 
 def warn_cut(cut: int, total: int, what: str, limit: str, consequence: str) -> None:

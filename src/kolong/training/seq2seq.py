@@ -39,11 +39,20 @@ __all__ = [
 ]  # fmt: skip
 
 
-def _encode(tokenizer, pairs: list[TextPair], max_source_length: int, max_target_length: int):
+def _encode(tokenizer, pairs: list[TextPair], max_source_length: int, max_target_length: int, part: str):
     from datasets import Dataset
 
-    sources = tokenizer([p.source for p in pairs], truncation=True, max_length=max_source_length)
-    targets = tokenizer([p.target for p in pairs], truncation=True, max_length=max_target_length)
+    from kolong.training.prediction import cut_count, warn_cut
+
+    texts = {"source": [p.source for p in pairs], "target": [p.target for p in pairs]}
+    sources = tokenizer(texts["source"], truncation=True, max_length=max_source_length)
+    targets = tokenizer(texts["target"], truncation=True, max_length=max_target_length)
+    for side, encoded, limit, consequence in (
+        ("source", sources, max_source_length, "the model reads their first bytes only"),
+        ("target", targets, max_target_length, "the model learns to stop there"),
+    ):
+        cut = cut_count(encoded, tokenizer, texts[side], None, limit)
+        warn_cut(cut, len(pairs), f"{part} {side}s", f"--max-{side}-length {limit} tokens", consequence)
     return Dataset.from_dict(
         {
             "input_ids": sources["input_ids"],
@@ -117,8 +126,12 @@ def finetune_seq2seq(args: Seq2SeqFinetuneArguments, callbacks: list | None = No
     trainer = make_text_to_text_trainer_class()(
         model=model,
         args=training_args,
-        train_dataset=_encode(tokenizer, task.train, args.max_source_length, args.max_target_length),
-        eval_dataset=_encode(tokenizer, task.eval, args.max_source_length, args.max_target_length),
+        train_dataset=_encode(
+            tokenizer, task.train, args.max_source_length, args.max_target_length, "training"
+        ),
+        eval_dataset=_encode(
+            tokenizer, task.eval, args.max_source_length, args.max_target_length, "evaluation"
+        ),
         data_collator=DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100),
         processing_class=tokenizer,
         callbacks=callbacks,
