@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import time
 from pathlib import Path
 
 import torch
@@ -126,9 +127,19 @@ def probe(args) -> dict:
         if args.training:
             training_steps[name] = train
     sync = cuda_sync(args.device)
-    timings = {"forward": time_interleaved(forward_steps, repeats=args.repeats, warmup=2, sync=sync)}
+    started = time.monotonic()
+    for mode, steps in (("forward", forward_steps), ("training", training_steps)):
+        for (
+            name,
+            step,
+        ) in steps.items():  # the first calls compile: a log cut short still says which took long
+            step()
+            if sync is not None:
+                sync()
+            print(f"[{time.monotonic() - started:6.1f} s] {name}, {mode}: compiled and run once", flush=True)
+    timings = {"forward": time_interleaved(forward_steps, repeats=args.repeats, warmup=1, sync=sync)}
     if args.training:
-        timings["training"] = time_interleaved(training_steps, repeats=args.repeats, warmup=2, sync=sync)
+        timings["training"] = time_interleaved(training_steps, repeats=args.repeats, warmup=1, sync=sync)
     rows = [{"variant": name, **{f"{mode}_ms": 1000 * timings[mode][name].median for mode in timings}}
             for name in args.variants]  # fmt: skip
     return {"benchmark": "flex-probe", "machine": describe_machine(), "blocks_computed": computed,
