@@ -113,3 +113,61 @@ def test_bad_lengths_are_refused_by_name():
     for options in ({"max_new_tokens": 0}, {"max_new_tokens": 4, "min_new_tokens": 5}, {"check_every": 0}):
         with pytest.raises(ValueError, match="greedy_generate needs max_new_tokens >= 1"):
             greedy_generate(model, ids, mask, **options)
+
+
+def test_a_generation_config_asking_for_more_than_greedy_is_left_to_generate():
+    """`decodes_as_generate`: `predict seq2seq` takes kolong's loop only where it gives generate's bytes."""
+    from kolong.models.byte.greedy import decodes_as_generate
+
+    model = tiny_model(gbst=False)
+    assert decodes_as_generate(model)
+    for name, value in (("repetition_penalty", 1.3), ("no_repeat_ngram_size", 2), ("bad_words_ids", [[5]]),
+                        ("suppress_tokens", [7]), ("do_sample", True), ("min_new_tokens", 3),
+                        ("eos_token_id", 99)):  # fmt: skip
+        changed = tiny_model(gbst=False)
+        setattr(changed.generation_config, name, value)
+        assert not decodes_as_generate(changed), name
+    plain = tiny_model(gbst=False)
+    plain.generation_config.repetition_penalty = 1.0  # the neutral value of a setting is plain too
+    assert decodes_as_generate(plain)
+
+
+@pytest.mark.parametrize("through_generate", [False, True])
+def test_predict_seq2seq_writes_the_same_predictions_through_either_decoder(
+    tmp_path, monkeypatch, through_generate
+):
+    """Greedy prediction runs kolong's loop (generate's bytes, less host work); both write one file."""
+    import json
+
+    from kolong.tokenizers import ByteTokenizer
+    from kolong.training import predict_seq2seq as module
+
+    model = tiny_model(gbst=True, seed=3)
+    end_on(model, 104)  # some rows end early
+    model.save_pretrained(tmp_path / "model")
+    ByteTokenizer().save_pretrained(tmp_path / "model")
+    data = tmp_path / "inputs.jsonl"
+    data.write_text(
+        "".join(json.dumps({"id": str(i), "input": "가나다라" * (i + 1)}) + "\n" for i in range(7))
+    )
+    from kolong.models.byte import greedy  # the command imports from here when it runs
+
+    calls, real = [], greedy.greedy_generate
+    monkeypatch.setattr(greedy, "greedy_generate", lambda *a, **k: calls.append(1) or real(*a, **k))
+    if through_generate:  # as for a generation config that asks for more than greedy
+        monkeypatch.setattr(greedy, "decodes_as_generate", lambda model: False)
+    output = tmp_path / f"p-{through_generate}.json"
+    module.predict_seq2seq(module.Seq2SeqPredictArguments(model=str(tmp_path / "model"), task="free.jsonl",
+                                                          data=str(data), output=str(output), max_new_tokens=12,
+                                                          batch_size=3))  # fmt: skip
+    assert (len(calls) == 0) is through_generate
+    written = json.loads(output.read_text())
+    assert list(written) == [str(i) for i in range(7)]
+    expected = {}
+    tokenizer = ByteTokenizer()
+    for i in range(7):
+        encoded = tokenizer(["가나다라" * (i + 1)], return_tensors="pt")
+        with torch.inference_mode():
+            ids = model.generate(**encoded, max_new_tokens=12, num_beams=1, do_sample=False)
+        expected[str(i)] = tokenizer.batch_decode(ids, skip_special_tokens=True)[0].strip()
+    assert written == expected

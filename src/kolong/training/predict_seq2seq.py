@@ -69,6 +69,7 @@ def predict_seq2seq(args: Seq2SeqPredictArguments) -> dict:
     from kolong.checkpoints import load_byte_model
     from kolong.data.text_to_text import TASKS, Seq2SeqTask, load_task, read_text_pairs
     from kolong.io import atomic_output_file, atomic_write_json, check_output_file
+    from kolong.models.byte.greedy import decodes_as_generate, greedy_generate
     from kolong.training.prediction import by_length, in_order, warn_cut
 
     check_output_file(args.output, args.overwrite)
@@ -83,6 +84,9 @@ def predict_seq2seq(args: Seq2SeqPredictArguments) -> dict:
         task = load_task(args.task, args.data, args.data)
     model, tokenizer = load_byte_model(args.model)
     model.eval()
+    # kolong's greedy loop gives generate's bytes with less host work a byte (1.15x on CPU, 4 : 2 layers x 256,
+    # batch 16, 48 bytes); beam search, and a generation config that asks for more than greedy, take generate.
+    greedy = args.num_beams == 1 and decodes_as_generate(model)
     new_tokens = args.max_new_tokens or (16 if task.kind == "classification" else 512)
     written = {}
     lengths = [len(p.source.encode("utf-8")) + 1 for p in task.eval]  # a token a byte, and </s>
@@ -93,9 +97,12 @@ def predict_seq2seq(args: Seq2SeqPredictArguments) -> dict:
         inputs = tokenizer([p.source for p in batch], truncation=True, max_length=args.max_source_length,
                            padding=True, return_tensors="pt").to(model.device)  # fmt: skip
         with torch.inference_mode():
-            generated = model.generate(
-                **inputs, max_new_tokens=new_tokens, num_beams=args.num_beams, do_sample=False
-            )
+            if greedy:
+                generated = greedy_generate(model, **inputs, max_new_tokens=new_tokens)
+            else:
+                generated = model.generate(
+                    **inputs, max_new_tokens=new_tokens, num_beams=args.num_beams, do_sample=False
+                )
         texts = tokenizer.batch_decode(generated, skip_special_tokens=True)
         written.update(
             {p.id: _written(task.kind, args.task, p, t) for p, t in zip(batch, texts, strict=True)}

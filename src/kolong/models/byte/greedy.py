@@ -87,6 +87,33 @@ def greedy_generate(
         return tokens[:, : 1 + done]
 
 
+# Generation settings that would make `generate` choose other bytes than plain greedy decoding, with the value
+# that leaves it plain (transformers 5 leaves unset fields None; None is plain too).
+PLAIN_VALUES = {"do_sample": False, "num_beams": 1, "num_return_sequences": 1, "repetition_penalty": 1.0,
+                "encoder_repetition_penalty": 1.0, "no_repeat_ngram_size": 0, "encoder_no_repeat_ngram_size": 0,
+                "min_length": 0, "min_new_tokens": 0, "renormalize_logits": False, "remove_invalid_values": False,
+                "guidance_scale": 1.0, "bad_words_ids": None, "forced_bos_token_id": None, "forced_eos_token_id": None,
+                "suppress_tokens": None, "begin_suppress_tokens": None, "sequence_bias": None,
+                "exponential_decay_length_penalty": None, "max_time": None, "stop_strings": None,
+                "watermarking_config": None, "constraints": None, "force_words_ids": None}  # fmt: skip
+
+
+def decodes_as_generate(model) -> bool:
+    """Whether `greedy_generate` gives the bytes `model.generate(num_beams=1, do_sample=False)` gives: the model's
+    generation config asks for nothing but plain greedy decoding (no penalties, bans or forced tokens) with the
+    model config's own special tokens."""
+    generation = getattr(model, "generation_config", None)
+    if generation is None:
+        return True
+    for name, plain in PLAIN_VALUES.items():
+        value = getattr(generation, name, None)
+        if value is not None and value != plain:
+            return False
+    config = model.config
+    return all(getattr(generation, name, None) in (None, getattr(config, name, None))
+               for name in ("eos_token_id", "pad_token_id", "decoder_start_token_id"))  # fmt: skip
+
+
 def _decoder(model, batch: int, new_tokens: int, memory: torch.Tensor, compile: bool):
     """(prefill, step) for these shapes, made once per model and kept with their static cache (reset here):
     a new cache would be new static addresses, and a compiled step would compile again for them."""
