@@ -171,3 +171,16 @@ def test_predict_seq2seq_writes_the_same_predictions_through_either_decoder(
             ids = model.generate(**encoded, max_new_tokens=12, num_beams=1, do_sample=False)
         expected[str(i)] = tokenizer.batch_decode(ids, skip_special_tokens=True)[0].strip()
     assert written == expected
+
+
+def test_eager_decoding_keeps_no_cache_between_calls():
+    """Only a compiled step needs its cache kept (static addresses); eager calls of many shapes hold nothing."""
+    from kolong.models.byte.greedy import _DECODERS
+
+    model = tiny_model(gbst=False)
+    for rows in (1, 2, 3, 4, 5):
+        ids, mask = inputs(rows=rows)
+        assert torch.equal(
+            greedy_generate(model, ids, mask, max_new_tokens=4), generated(model, ids, mask, max_new_tokens=4)
+        )
+    assert not _DECODERS.get(model)

@@ -115,15 +115,17 @@ def decodes_as_generate(model) -> bool:
 
 
 def _decoder(model, batch: int, new_tokens: int, memory: torch.Tensor, compile: bool):
-    """(prefill, step) for these shapes, made once per model and kept with their static cache (reset here):
-    a new cache would be new static addresses, and a compiled step would compile again for them."""
+    """(prefill, step) for these shapes. Compiled, they are made once per model and kept with their static
+    cache (reset here): a new cache would be new static addresses, and the step would compile again for them.
+    Eager, a fresh cache each call: keeping it would only hold memory (`predict seq2seq` meets a new source
+    length at every batch)."""
     from transformers import EncoderDecoderCache, StaticCache
 
     config = model.config
     eos, pad = config.eos_token_id, config.pad_token_id
     autocast = torch.is_autocast_enabled(memory.device.type)
-    key = (batch, new_tokens, memory.shape[1], memory.device, memory.dtype, autocast, compile, eos, pad)
-    kept = _DECODERS.setdefault(model, {})
+    key = (batch, new_tokens, memory.shape[1], memory.device, memory.dtype, autocast, eos, pad)
+    kept = _DECODERS.setdefault(model, {}) if compile else {}
     if key in kept:
         cache, prefill, step = kept[key]
         cache.reset()
@@ -147,9 +149,9 @@ def _decoder(model, batch: int, new_tokens: int, memory: torch.Tensor, compile: 
         chosen = torch.where(finished, pad, logits.masked_fill(banned, -float("inf")).argmax(-1))
         return chosen, finished | (chosen == eos)
 
-    step = prefill
-    if compile:
-        mode = "reduce-overhead" if memory.device.type == "cuda" else None  # one CUDA graph per byte on a GPU
-        step = torch.compile(prefill, mode=mode, dynamic=False)
+    if not compile:
+        return prefill, prefill
+    mode = "reduce-overhead" if memory.device.type == "cuda" else None  # one CUDA graph per byte on a GPU
+    step = torch.compile(prefill, mode=mode, dynamic=False)
     kept[key] = (cache, prefill, step)
     return prefill, step
