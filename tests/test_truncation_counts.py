@@ -62,10 +62,11 @@ def test_finetune_ner_counts_cut_sentences(tokenizer):
     from kolong.training.ner import _encode
 
     sentences = [NERSentence(str(i), list(text), ["O"] * len(text), text) for i, text in enumerate(TEXTS)]
-    _, messages = _warned(lambda: _encode(tokenizer, sentences, 6, {"O": 0}, "training"))
     cut = sum(n > 6 for n in token_lengths(tokenizer, TEXTS, None, 6))
-    assert messages == [f"{cut} of 3 training sentences are longer than --max-length 6 tokens: their characters "
-                        "past it are tagged O"]  # fmt: skip
+    for part, past in (("training", "are not learned from"), ("evaluation", "are predicted O")):
+        _, messages = _warned(lambda part=part: _encode(tokenizer, sentences, 6, {"O": 0}, part))
+        assert messages == [f"{cut} of 3 {part} sentences are longer than --max-length 6 tokens: their characters "
+                            f"past it {past}"]  # fmt: skip
 
 
 def test_finetune_seq2seq_counts_cut_sources_and_targets():

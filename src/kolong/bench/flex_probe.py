@@ -128,11 +128,9 @@ def probe(args) -> dict:
             training_steps[name] = train
     sync = cuda_sync(args.device)
     started = time.monotonic()
+    # the first calls compile: a log cut short still says which variant took long
     for mode, steps in (("forward", forward_steps), ("training", training_steps)):
-        for (
-            name,
-            step,
-        ) in steps.items():  # the first calls compile: a log cut short still says which took long
+        for name, step in steps.items():
             step()
             if sync is not None:
                 sync()

@@ -76,8 +76,9 @@ def _encode(tokenizer, sentences, max_length: int, label2id: dict, part: str):
 
     texts = [s.text for s in sentences]
     encoded = tokenizer(texts, truncation=True, max_length=max_length, return_offsets_mapping=True)
+    past = "are not learned from" if part == "training" else "are predicted O"
     warn_cut(cut_count(encoded, tokenizer, texts, None, max_length), len(texts), f"{part} sentences",
-             f"--max-length {max_length} tokens", "their characters past it are tagged O")  # fmt: skip
+             f"--max-length {max_length} tokens", f"their characters past it {past}")  # fmt: skip
     offsets = [[tuple(pair) for pair in row] for row in encoded.pop("offset_mapping")]
     encoded["labels"] = [token_labels(o, s.tags, label2id) for o, s in zip(offsets, sentences, strict=True)]
     return Dataset.from_dict(dict(encoded)), offsets
