@@ -14,7 +14,8 @@ Each run times its steps after the first quarter (warm-up and compilation), with
 synchronised at both ends. Pipeline overhead = 1 - pipeline / raw tokens/s. MFU counts the useful
 FLOPs of one model for all three (PaLM's 6N + 12 L n d per token, the prediction head on the 15%
 masked tokens), against the GPU's dense bf16 peak; and without the attention term, since packed documents
-attend within themselves only (kolong's FlexAttention skips the blocks between them on CUDA).
+attend within themselves only (without attention dropout, kolong's FlexAttention skips the blocks between
+them on CUDA; with it, SDPA computes them under the dense mask: `attention.skips_blocks_in_flex`).
 
 The padding table reads documents (`--text`, default the built-in sample) and compares the padding of
 one document per row (HF's line-by-line MLM: each batch padded to its longest document, cut at the

@@ -69,8 +69,8 @@ def to_markdown(result: dict) -> str:
     without = [c for c in result["cells"] if c.get("mfu_without_attention")]
     if without:
         lines += ["", "MFU counts attention over the whole row (PaLM's 12 L n d per token), as if every token attended "
-                  "to every other; packed documents attend within themselves only, and on CUDA kolong's FlexAttention "
-                  "skips the blocks between them. Without the attention term (the weights' matmuls and the "
+                  "to every other; packed documents attend within themselves only (on CUDA, FlexAttention skips the "
+                  "blocks between them where there is no attention dropout). Without the attention term (the weights' matmuls and the "
                   "prediction head alone), MFU raw / kolong / HF: " + "; ".join(
                       f"{c['position']} {c['length']}: " + " / ".join(
                           f"{c['mfu_without_attention'][n]:.1%}" if n in c["mfu_without_attention"] else "—"
