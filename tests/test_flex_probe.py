@@ -28,7 +28,12 @@ def test_the_variants_under_the_document_mask_compute_the_same_attention():
     args = Namespace(batch=2, heads=2, length=300, head_dim=32, device="cpu", training=False)
     documents = flex_probe.packed_documents(2, 300)
     outputs = []
-    for name in ("sdpa-documents", "flex-documents", "flex-documents-torch-mask"):
+    for name in (
+        "sdpa-documents",
+        "flex-documents",
+        "flex-documents-torch-mask",
+        "flex-documents-mask-in-graph",
+    ):
         torch.manual_seed(0)  # the same q, k, v
         forward, _ = flex_probe.variant_calls(name, args, documents, compile=False)
         with torch.no_grad():

@@ -12,6 +12,8 @@ tokens, bf16), each variant changing one thing, so the next slot can tell what m
 - `flex`: FlexAttention without a mask (its kernel's own speed, every block computed);
 - `flex-documents`: kolong's structured block mask (`block_masks.py`) and mask_mod;
 - `flex-documents-torch-mask`: the same mask from torch's `create_block_mask`;
+- `flex-documents-mask-in-graph`: kolong's block mask built inside the compiled function, as the compiled
+  model builds it (the other variants build it outside and pass it in);
 - `flex-documents-strided`: q, k, v as the model makes them, permuted views of one (b, n, 3, h, d) tensor;
 - `flex-documents-dropout`: kolong's attention dropout in two passes (`flex_dropout.py`).
 
@@ -38,7 +40,7 @@ from kolong.models.encoder import flex_dropout
 from kolong.models.encoder.masks import AttentionMask
 
 VARIANTS = ("sdpa", "sdpa-documents", "flex", "flex-documents", "flex-documents-torch-mask",
-            "flex-documents-strided", "flex-documents-dropout")  # fmt: skip
+            "flex-documents-mask-in-graph", "flex-documents-strided", "flex-documents-dropout")  # fmt: skip
 DROPOUT = 0.1
 
 
@@ -53,6 +55,13 @@ def packed_documents(batch: int, length: int, seed: int = 0) -> torch.Tensor:
 
 
 def _flex(q, k, v, block_mask, scale):
+    return flex_attention(q, k, v, block_mask=block_mask, scale=scale)
+
+
+def _flex_mask_in_graph(q, k, v, documents, scale):
+    # as in the compiled model: the block mask built inside the graph, from the collator's document numbers
+    mask = AttentionMask.from_attention_mask(documents, layout=(True, True))
+    block_mask = mask.block_mask(q.shape[0], q.shape[2], q.device)
     return flex_attention(q, k, v, block_mask=block_mask, scale=scale)
 
 
@@ -89,6 +98,9 @@ def variant_calls(name: str, args, documents: torch.Tensor, compile: bool):
     call = wrap(_flex)
     if name == "flex":
         return (lambda: call(q, k, v, None, scale)), inputs
+    if name == "flex-documents-mask-in-graph":
+        in_graph = wrap(_flex_mask_in_graph)
+        return (lambda: in_graph(q, k, v, documents, scale)), inputs
     if name == "flex-documents-torch-mask":
         block_mask = create_block_mask(mask.mask_mod(), b, None, n, n, device=device)
         return (lambda: call(q, k, v, block_mask, scale)), inputs
