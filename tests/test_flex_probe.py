@@ -71,3 +71,13 @@ def test_the_gpu_steps_probe_commands_parse():
     for line in lines:
         args = flex_probe.build_parser().parse_args(shlex.split(line))
         assert args.device == "cuda" and args.training and not args.eager
+
+
+def test_each_timed_mode_is_handed_on_before_the_next_compiles():
+    """A run cut short (a lent GPU's limit) keeps what it timed: the forward rows go out before training."""
+    args = flex_probe.build_parser().parse_args([*TINY, "--variants", "sdpa,flex-documents"])
+    handed = []
+    result = flex_probe.probe(args, on_partial=lambda partial: handed.append(json.loads(json.dumps(partial))))
+    assert len(handed) == 1 and [row["variant"] for row in handed[0]["rows"]] == ["sdpa", "flex-documents"]
+    assert all(row["forward_ms"] > 0 for row in handed[0]["rows"]) and handed[0]["rows"] == result["rows"]
+    assert "| flex-documents |" in flex_probe.to_markdown(handed[0])

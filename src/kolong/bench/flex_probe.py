@@ -117,7 +117,8 @@ def _p() -> float:
     return DROPOUT if torch.is_grad_enabled() else 0.0  # dropout while training, as the model applies it
 
 
-def probe(args) -> dict:
+def probe(args, on_partial=None) -> dict:
+    """The probe's result; `on_partial(result)` after each mode (forward, then training) is timed."""
     documents = packed_documents(args.batch, args.length).to(args.device)
     mask = AttentionMask.from_attention_mask(documents).block_mask(args.batch, args.length, args.device)
     computed = (mask.kv_num_blocks.sum() + (mask.full_kv_num_blocks.sum() if mask.full_kv_num_blocks is not None
@@ -140,21 +141,25 @@ def probe(args) -> dict:
             training_steps[name] = train
     sync = cuda_sync(args.device)
     started = time.monotonic()
-    # the first calls compile: a log cut short still says which variant took long
+    result = {"benchmark": "flex-probe", "machine": describe_machine(), "blocks_computed": computed,
+              "shape": {"batch": args.batch, "heads": args.heads, "length": args.length, "head_dim": args.head_dim},
+              "dropout": DROPOUT, "rows": [{"variant": name} for name in args.variants]}  # fmt: skip
+    # Forward first, written before training compiles: a run cut short keeps its forward times. Each first
+    # call compiles: a log cut short still says which variant took long.
     for mode, steps in (("forward", forward_steps), ("training", training_steps)):
+        if not steps:
+            continue
         for name, step in steps.items():
             step()
             if sync is not None:
                 sync()
             print(f"[{time.monotonic() - started:6.1f} s] {name}, {mode}: compiled and run once", flush=True)
-    timings = {"forward": time_interleaved(forward_steps, repeats=args.repeats, warmup=1, sync=sync)}
-    if args.training:
-        timings["training"] = time_interleaved(training_steps, repeats=args.repeats, warmup=1, sync=sync)
-    rows = [{"variant": name, **{f"{mode}_ms": 1000 * timings[mode][name].median for mode in timings}}
-            for name in args.variants]  # fmt: skip
-    return {"benchmark": "flex-probe", "machine": describe_machine(), "blocks_computed": computed,
-            "shape": {"batch": args.batch, "heads": args.heads, "length": args.length, "head_dim": args.head_dim},
-            "dropout": DROPOUT, "rows": rows}  # fmt: skip
+        timings = time_interleaved(steps, repeats=args.repeats, warmup=1, sync=sync)
+        for row in result["rows"]:
+            row[f"{mode}_ms"] = 1000 * timings[row["variant"]].median
+        if on_partial is not None:
+            on_partial(result)
+    return result
 
 
 def to_markdown(result: dict) -> str:
@@ -206,10 +211,13 @@ def main(argv: list[str] | None = None) -> dict:
         parser.error(f"--variants: unknown {', '.join(unknown)}; the variants: {', '.join(VARIANTS)}")
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device is visible")
-    result = probe(args)
     args.output_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(args.output_dir / "flex-probe.json", result)
-    atomic_write_text(args.output_dir / "flex-probe.md", to_markdown(result))
+
+    def write(result: dict) -> None:
+        atomic_write_json(args.output_dir / "flex-probe.json", result)
+        atomic_write_text(args.output_dir / "flex-probe.md", to_markdown(result))
+
+    result = probe(args, on_partial=write)
     print(to_markdown(result))
     return result
 
