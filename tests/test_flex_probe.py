@@ -30,6 +30,7 @@ def test_the_variants_under_the_document_mask_compute_the_same_attention():
     outputs = []
     for name in (
         "sdpa-documents",
+        "sdpa-documents-no-dropout",
         "flex-documents",
         "flex-documents-torch-mask",
         "flex-documents-mask-in-graph",
@@ -81,3 +82,20 @@ def test_each_timed_mode_is_handed_on_before_the_next_compiles():
     assert len(handed) == 1 and [row["variant"] for row in handed[0]["rows"]] == ["sdpa", "flex-documents"]
     assert all(row["forward_ms"] > 0 for row in handed[0]["rows"]) and handed[0]["rows"] == result["rows"]
     assert "| flex-documents |" in flex_probe.to_markdown(handed[0])
+
+
+def test_sdpa_drops_while_training_except_in_its_no_dropout_variant(monkeypatch):
+    """`sdpa-documents` trains with attention dropout (kolong's path with dropout), `sdpa-documents-no-dropout`
+    without (to set beside `flex-documents`); neither drops at inference."""
+    seen = []
+    real = flex_probe.F.scaled_dot_product_attention
+    monkeypatch.setattr(flex_probe.F, "scaled_dot_product_attention",
+                        lambda *a, dropout_p=0.0, **k: seen.append(dropout_p) or real(*a, dropout_p=dropout_p, **k))  # fmt: skip
+    args = Namespace(batch=1, heads=1, length=64, head_dim=32, device="cpu", training=True)
+    documents = flex_probe.packed_documents(1, 64)
+    for name in ("sdpa-documents", "sdpa-documents-no-dropout"):
+        forward, _ = flex_probe.variant_calls(name, args, documents, compile=False)
+        forward()
+        with torch.no_grad():
+            forward()
+    assert seen == [flex_probe.DROPOUT, 0.0, 0.0, 0.0]

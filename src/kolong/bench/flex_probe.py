@@ -8,7 +8,8 @@ This probe times the attention call alone at the base preset's shape (batch 16, 
 tokens, bf16), each variant changing one thing, so the next slot can tell what makes the forward slow:
 
 - `sdpa` / `sdpa-documents`: SDPA unmasked, and under the dense (b, 1, n, n) document mask (kolong's path
-  for packed documents with attention dropout);
+  for packed documents with attention dropout); `sdpa-documents-no-dropout` trains without dropout, to set
+  beside `flex-documents` (kolong's path for packed documents without dropout);
 - `flex`: FlexAttention without a mask (its kernel's own speed, every block computed);
 - `flex-documents`: kolong's structured block mask (`block_masks.py`) and mask_mod;
 - `flex-documents-torch-mask`: the same mask from torch's `create_block_mask`;
@@ -39,7 +40,7 @@ from kolong.io import atomic_write_json, atomic_write_text
 from kolong.models.encoder import flex_dropout
 from kolong.models.encoder.masks import AttentionMask
 
-VARIANTS = ("sdpa", "sdpa-documents", "flex", "flex-documents", "flex-documents-torch-mask",
+VARIANTS = ("sdpa", "sdpa-documents", "sdpa-documents-no-dropout", "flex", "flex-documents", "flex-documents-torch-mask",
             "flex-documents-mask-in-graph", "flex-documents-strided", "flex-documents-dropout")  # fmt: skip
 DROPOUT = 0.1
 
@@ -92,9 +93,10 @@ def variant_calls(name: str, args, documents: torch.Tensor, compile: bool):
     inputs = [q, k, v]
     if name == "sdpa":
         return (lambda: F.scaled_dot_product_attention(q, k, v, dropout_p=_p())), inputs
-    if name == "sdpa-documents":
+    if name.startswith("sdpa-documents"):
         allowed = (documents[:, None, :, None] == documents[:, None, None, :]).to(device)  # (b, 1, n, n)
-        return (lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=_p())), inputs
+        drop = (lambda: 0.0) if name.endswith("no-dropout") else _p
+        return (lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=drop())), inputs
     call = wrap(_flex)
     if name == "flex":
         return (lambda: call(q, k, v, None, scale)), inputs
