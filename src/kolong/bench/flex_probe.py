@@ -156,7 +156,7 @@ def probe(args, on_partial=None) -> dict:
             if sync is not None:
                 sync()
             print(f"[{time.monotonic() - started:6.1f} s] {name}, {mode}: compiled and run once", flush=True)
-        timings = time_interleaved(steps, repeats=args.repeats, warmup=1, sync=sync)
+        timings = time_interleaved(steps, repeats=args.repeats, warmup=0, sync=sync)  # warmed up above
         for row in result["rows"]:
             row[f"{mode}_ms"] = 1000 * timings[row["variant"]].median
         if on_partial is not None:
