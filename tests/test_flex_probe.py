@@ -34,6 +34,7 @@ def test_the_variants_under_the_document_mask_compute_the_same_attention():
         "flex-documents",
         "flex-documents-torch-mask",
         "flex-documents-mask-in-graph",
+        "varlen-documents",
     ):
         torch.manual_seed(0)  # the same q, k, v
         forward, _ = flex_probe.variant_calls(name, args, documents, compile=False)

@@ -16,7 +16,9 @@ tokens, bf16), each variant changing one thing, so the next slot can tell what m
 - `flex-documents-mask-in-graph`: kolong's block mask built inside the compiled function, as the compiled
   model builds it (the other variants build it outside and pass it in);
 - `flex-documents-strided`: q, k, v as the model makes them, permuted views of one (b, n, 3, h, d) tensor;
-- `flex-documents-dropout`: kolong's attention dropout in two passes (`flex_dropout.py`).
+- `flex-documents-dropout`: kolong's attention dropout in two passes (`flex_dropout.py`);
+- `varlen-documents`: FlashAttention's variable-length kernel over the documents as segments, dropout inside
+  (`varlen.py`, KOLONG_PACKED_VARLEN; on CPU its segment-by-segment reference).
 
 Forward under no_grad and forward + backward are timed separately (interleaved rounds, medians), each
 variant compiled on its own (`dynamic=False`, as kolong compiles flex). Documents are drawn with lengths
@@ -37,11 +39,12 @@ from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 from kolong.bench.harness import cuda_sync, time_interleaved
 from kolong.bench.machine import describe_machine
 from kolong.io import atomic_write_json, atomic_write_text
-from kolong.models.encoder import flex_dropout
+from kolong.models.encoder import flex_dropout, varlen
 from kolong.models.encoder.masks import AttentionMask
 
 VARIANTS = ("sdpa", "sdpa-documents", "sdpa-documents-no-dropout", "flex", "flex-documents", "flex-documents-torch-mask",
-            "flex-documents-mask-in-graph", "flex-documents-strided", "flex-documents-dropout")  # fmt: skip
+            "flex-documents-mask-in-graph", "flex-documents-strided", "flex-documents-dropout",
+            "varlen-documents")  # fmt: skip
 DROPOUT = 0.1
 
 
@@ -97,6 +100,11 @@ def variant_calls(name: str, args, documents: torch.Tensor, compile: bool):
         allowed = (documents[:, None, :, None] == documents[:, None, None, :]).to(device)  # (b, 1, n, n)
         drop = (lambda: 0.0) if name.endswith("no-dropout") else _p
         return (lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=drop())), inputs
+    if name == "varlen-documents":
+        segments = varlen.segments_of(documents.cpu())
+        segments = (segments["cu_seq_lens"].to(device), segments["longest_document"])
+        kernel = varlen.flash_kernel if device == "cuda" else varlen.reference_kernel
+        return (lambda: varlen.attend(q, k, v, segments, _p(), kernel)), inputs
     call = wrap(_flex)
     if name == "flex":
         return (lambda: call(q, k, v, None, scale)), inputs

@@ -215,6 +215,7 @@ def raw_step(args, device: str, warmup: int, trace=None) -> Measured:
     compiled during the timed steps)."""
     import torch
 
+    from kolong.models.encoder import varlen
     from kolong.training.common import fresh_compile_state
     from kolong.training.pretrain import prepare, throughput_settings
 
@@ -226,9 +227,8 @@ def raw_step(args, device: str, warmup: int, trace=None) -> Measured:
         rows = [train[order[(step * batch + i) % len(order)]] for i in range(batch)]
         # tensors to the device; the collator's host facts (mask layout, labelled bound) stay as they are
         collated = collator(rows)
-        batches.append(
-            {k: v.to(device, non_blocking=True) if hasattr(v, "to") else v for k, v in collated.items()}
-        )
+        moved = {k: v.to(device, non_blocking=True) if hasattr(v, "to") else v for k, v in collated.items()}
+        batches.append(varlen.mark_dynamic(moved))  # as the Trainer does (kolong.training.pretrain)
     model.to(device).train()
     settings = throughput_settings(args)
     if settings["torch_compile"]:

@@ -57,6 +57,7 @@ def prepare(args: PretrainArguments):
     from kolong.checkpoints import load_config, load_model, load_tokenizer
     from kolong.data.corpus import load_corpus
     from kolong.models import KolongConfig, KolongForMaskedLM, KolongForPreTraining
+    from kolong.models.encoder import varlen
     from kolong.training.curriculum import batch_schedule, parse_length_curriculum
     from kolong.training.mlm_collator import MaskingCollator
 
@@ -145,6 +146,7 @@ def prepare(args: PretrainArguments):
         tokenizer, granularity=args.masking, mlm_probability=args.mlm_probability, seed=args.seed + 7919 * rank,
         sentence_order=sentence_order, packing=packing, max_length=metadata["max_length"], schedule=schedule,
         host_facts=True,  # kolong's MLM models read nothing back from the device with them
+        segments=varlen.ENABLED,  # packed documents to FlashAttention's variable-length kernel (opt-in)
     )  # fmt: skip
     # numpy rows: the collator stacks them without a Python loop over tokens
     train, evaluation = (datasets[split].with_format("numpy") for split in ("train", "validation"))
@@ -157,6 +159,8 @@ def prepare(args: PretrainArguments):
 
 def make_trainer_class():
     from transformers import Trainer
+
+    from kolong.models.encoder import varlen
 
     class MLMTrainer(Trainer):
         """Adds perplexity to evaluations and training throughput (tokens/s) to the logs."""
@@ -182,6 +186,9 @@ def make_trainer_class():
                 metrics["eval_perplexity"] = math.exp(min(metrics["eval_loss"], 50.0))
                 self.state.log_history[-1]["eval_perplexity"] = metrics["eval_perplexity"]
             return metrics
+
+        def _prepare_inputs(self, inputs):
+            return varlen.mark_dynamic(super()._prepare_inputs(inputs))  # one compiled graph for every batch
 
         def log(self, logs, *args, **kwargs):
             if "loss" in logs:

@@ -5,7 +5,9 @@
 - `sdpa` (HF's default, and kolong's): the fastest exact path for the device. Schemes without a logit bias
   (learned, sinusoidal, memn2n, rope, none) call `scaled_dot_product_attention` (packed documents: with
   their (b, 1, n, n) mask, except on CUDA without attention dropout: FlexAttention, whose block mask skips
-  the blocks between documents (`skips_blocks_in_flex`); local windows: flex on CUDA, else
+  the blocks between documents (`skips_blocks_in_flex`), and on CUDA in 16 bits wherever the collator gave
+  their segments (KOLONG_PACKED_VARLEN): FlashAttention's variable-length kernel (`varlen.py`), each document
+  scored alone, dropout included; local windows: flex on CUDA, else
   SDPA over key bands (`banded.py`) without dropout and the chunked path with it). Schemes with one (shaw,
   t5, alibi) run through FlexAttention on CUDA, attention dropout included (`flex_dropout.py`: two passes),
   and on CPU through the chunked exact path (`chunked.py`: linear memory, no scatter), except that t5 and
@@ -28,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kolong.models.encoder import banded, rowwise
+from kolong.models.encoder import banded, rowwise, varlen
 from kolong.models.encoder.chunked import attention_dropout_mask, chunked_attention
 from kolong.models.encoder.masks import AttentionMask, exporting
 from kolong.positions import PositionEncoding
@@ -104,6 +106,13 @@ class KolongAttention(nn.Module):
         return self.out(context), weights
 
     def _attend_fused(self, q, k, v, mask, positions, layer, state, dropout_p):
+        if (
+            mask.segments is not None
+            and mask.window is None
+            and not positions.has_logit_bias
+            and varlen.fits(q)
+        ):
+            return varlen.attend(q, k, v, mask.segments, dropout_p)  # packed documents, each scored alone
         if (
             not positions.has_logit_bias
             and mask.window is None

@@ -1,0 +1,166 @@
+"""Packed documents as FlashAttention's segments (`kolong.models.encoder.varlen`): the segments the collator
+gives, and on CPU, with a segment-by-segment reference in the kernel's place, the same attention, outputs
+and gradients as the dense document mask (the CUDA kernel itself: tests/test_gpu.py)."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kolong.models.encoder import varlen
+
+
+def test_segments_cut_at_each_document_padding_run_and_row():
+    mask = torch.tensor([[1, 1, 2, 2, 2, 0], [1, 1, 1, 1, 2, 2], [1, 1, 1, 1, 1, 1]])
+    segments = varlen.segments_of(mask)
+    assert segments["cu_seq_lens"].tolist() == [0, 2, 5, 6, 10, 12, 18]
+    assert segments["cu_seq_lens"].dtype == torch.int32
+    assert segments["longest_document"].shape == (6, 0)  # a size, no bytes
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.lists(st.integers(1, 6), min_size=1, max_size=5), min_size=1, max_size=4), st.integers(0, 3)
+)
+def test_segments_cover_every_token_once_each_within_one_document_of_one_row(rows, padding):
+    width = max(sum(row) for row in rows) + padding
+    mask = torch.zeros(len(rows), width, dtype=torch.long)
+    for r, lengths in enumerate(rows):
+        numbers = torch.repeat_interleave(torch.arange(1, len(lengths) + 1), torch.tensor(lengths))
+        mask[r, : len(numbers)] = numbers
+    segments = varlen.segments_of(mask)
+    cuts = segments["cu_seq_lens"].tolist()
+    assert cuts[0] == 0 and cuts[-1] == mask.numel() and all(a < b for a, b in itertools.pairwise(cuts))
+    flat = mask.reshape(-1)
+    for start, stop in itertools.pairwise(cuts):
+        assert start // width == (stop - 1) // width and flat[start:stop].unique().numel() == 1
+    assert segments["longest_document"].shape[0] == max(b - a for a, b in itertools.pairwise(cuts))
+    documents = sum(len(row) for row in rows) + sum(1 for row in rows if sum(row) < width)
+    assert len(cuts) - 1 == documents
+
+
+@pytest.fixture
+def reference_varlen(monkeypatch):
+    """The varlen path taken on CPU: FlashAttention's kernel replaced by the segment-by-segment reference."""
+    monkeypatch.setattr(varlen, "fits", lambda q: True)
+    monkeypatch.setattr(varlen, "KERNEL", varlen.reference_kernel)
+
+
+def packed_batch(seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    mask = torch.tensor([[1, 1, 1, 2, 2, 3, 3, 3, 3, 3, 0, 0], [1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2]])
+    ids = torch.randint(5, 90, mask.shape, generator=generator)
+    return ids, mask
+
+
+@pytest.mark.parametrize("scheme", ["learned", "rope"])
+def test_the_model_attends_within_documents_as_under_the_dense_mask(kolong_config, reference_varlen, scheme):
+    from kolong.models import KolongForMaskedLM
+
+    torch.manual_seed(0)
+    model = KolongForMaskedLM(kolong_config(position_encoding=scheme))
+    ids, mask = packed_batch()
+    labels = torch.where(torch.rand(ids.shape, generator=torch.Generator().manual_seed(1)) < 0.3, ids, -100)
+    results = []
+    for segments in ({}, varlen.segments_of(mask)):
+        model.zero_grad()
+        output = model(input_ids=ids, attention_mask=mask, labels=labels, **segments)
+        output.loss.backward()
+        results.append((output.logits, [p.grad.clone() for p in model.parameters() if p.grad is not None]))
+    (dense_logits, dense_grads), (varlen_logits, varlen_grads) = results
+    real = mask.ne(0)
+    torch.testing.assert_close(varlen_logits[real], dense_logits[real], rtol=1e-4, atol=1e-5)
+    for got, want in zip(varlen_grads, dense_grads, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_the_varlen_path_is_taken_only_where_the_kernel_fits(kolong_config, monkeypatch):
+    """Without `fits` (any CPU), or for a scheme with a logit bias, the segments change nothing."""
+    from kolong.models import KolongModel
+
+    called = []
+    monkeypatch.setattr(varlen, "KERNEL", lambda *args: called.append(args) or varlen.reference_kernel(*args))
+    ids, mask = packed_batch()
+    for scheme in ("learned", "shaw"):
+        model = KolongModel(kolong_config(position_encoding=scheme)).eval()
+        model(input_ids=ids, attention_mask=mask, **varlen.segments_of(mask))
+    assert not called and not varlen.fits(torch.zeros(1, 2, 4, 16))
+    monkeypatch.setattr(varlen, "fits", lambda q: True)
+    KolongModel(kolong_config(position_encoding="shaw")).eval()(
+        input_ids=ids, attention_mask=mask, **varlen.segments_of(mask)
+    )
+    assert not called  # Shaw's bias has no place in FlashAttention's kernel
+
+
+def test_segments_come_together(kolong_config):
+    from kolong.models import KolongModel
+
+    ids, mask = packed_batch()
+    with pytest.raises(ValueError, match="cu_seq_lens and longest_document together"):
+        KolongModel(kolong_config())(input_ids=ids, attention_mask=mask, cu_seq_lens=torch.tensor([0, 24]))
+
+
+def test_the_reference_kernel_refuses_a_segment_longer_than_the_longest_given():
+    q = torch.zeros(6, 1, 8)
+    with pytest.raises(ValueError, match="longer than the longest given"):
+        varlen.reference_kernel(q, q, q, torch.tensor([0, 4, 6]), 3, 0.0, 1.0)
+
+
+def test_marked_segments_let_one_compiled_graph_serve_every_batch():
+    """The segments' sizes change with every batch; marked dynamic, a static-shape compile does not recompile."""
+
+    def read(x, cu_seq_lens, longest_document):
+        return x * longest_document.shape[0] + cu_seq_lens[-1]
+
+    torch._dynamo.reset()
+    compiled = torch.compile(read, dynamic=False, backend="eager")
+    before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    try:
+        sizes = set()
+        for rows in (
+            [[1, 1, 2, 2]],
+            [[1, 1, 1, 2, 2, 3, 3, 0]],
+            [[1, 1, 1, 1, 2, 2]],
+        ):  # 2 tokens or more each
+            batch = varlen.mark_dynamic(varlen.segments_of(torch.tensor(rows)))
+            sizes.add((len(batch["cu_seq_lens"]), len(batch["longest_document"])))
+            want = len(batch["longest_document"]) + int(batch["cu_seq_lens"][-1])
+            assert float(compiled(torch.ones(()), **batch)) == want
+        assert len(sizes) == 3 and torch._dynamo.utils.counters["stats"]["unique_graphs"] == before + 1
+    finally:
+        torch._dynamo.reset()
+
+
+def test_pretraining_carries_the_segments_to_the_model_and_learns_as_under_the_dense_mask(
+    tmp_path, monkeypatch
+):
+    """KOLONG_PACKED_VARLEN through `pretrain mlm`: the collator gives the segments, the Trainer marks them
+    and the model attends through them (the reference kernel on CPU): the loss curve of the dense mask."""
+    from kolong.training.pretrain import prepare, pretrain_mlm
+    from test_pretrain import arguments, build_mlm_corpus, losses
+
+    corpus = build_mlm_corpus(tmp_path / "data")
+    settings = dict(
+        max_steps=6,
+        eval_every=100,
+        save_steps=100,
+        packing="documents",
+        masking="token",
+        overrides={"attention_probs_dropout_prob": 0.0},
+    )  # the reference kernel has no dropout
+    pretrain_mlm(arguments(corpus, tmp_path / "dense", **settings))
+    monkeypatch.setattr(varlen, "ENABLED", True)
+    _, _, train, _, collator, _, _ = prepare(arguments(corpus, tmp_path / "x", **settings))
+    batch = collator([train[i] for i in range(8)])
+    assert batch["cu_seq_lens"][-1] == batch["input_ids"].numel() and len(batch["cu_seq_lens"]) > 9
+    kernel_calls = []
+    monkeypatch.setattr(varlen, "fits", lambda q: True)
+    monkeypatch.setattr(varlen, "KERNEL", lambda *a: kernel_calls.append(1) or varlen.reference_kernel(*a))
+    pretrain_mlm(arguments(corpus, tmp_path / "varlen", **settings))
+    assert len(kernel_calls) >= 6 * 2  # every step, every layer
+    for (step, a), (_, b) in zip(losses(tmp_path / "dense"), losses(tmp_path / "varlen"), strict=True):
+        assert a == pytest.approx(b, rel=1e-4, abs=1e-4), f"step {step}"
