@@ -164,3 +164,18 @@ def test_pretraining_carries_the_segments_to_the_model_and_learns_as_under_the_d
     assert len(kernel_calls) >= 6 * 2  # every step, every layer
     for (step, a), (_, b) in zip(losses(tmp_path / "dense"), losses(tmp_path / "varlen"), strict=True):
         assert a == pytest.approx(b, rel=1e-4, abs=1e-4), f"step {step}"
+
+
+def test_the_pretrain_benchmark_records_how_packed_documents_are_attended(monkeypatch):
+    from kolong.bench.pretrain import packed_attention
+    from kolong.bench.pretrain_report import to_markdown
+
+    assert packed_attention().startswith("SDPA's dense mask")
+    monkeypatch.setattr(varlen, "ENABLED", True)
+    assert "variable-length kernel (KOLONG_PACKED_VARLEN=1)" in packed_attention()
+    settings = {"hidden_size": 32, "layers": 2, "tokens_per_step": 64, "steps": 4, "rounds": 1, "compile": "no",
+                "packed_attention": packed_attention()}  # fmt: skip
+    markdown = to_markdown(
+        {"settings": settings, "device": "cpu", "cells": [], "padding": None, "traces": []}
+    )
+    assert "Packed documents on CUDA: FlashAttention's variable-length kernel" in markdown

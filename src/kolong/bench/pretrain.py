@@ -201,8 +201,9 @@ class PretrainBenchmark(Benchmark):
                 cell["versus_hf"] = cell["tokens_per_second"]["kolong pretrain mlm"] / hf[cell["length"]]
         traces = [{"position": row["position"], "length": row["length"], "pipeline": name, **summary}
                   for row in rows for name, summary in row.get("traces", {}).items()]  # fmt: skip
-        return {"settings": {k: getattr(args, k) for k in ("tokens_per_step", "steps", "rounds", "hidden_size",
-                                                            "layers", "compile", "text", "tokenizer")},
+        return {"settings": {**{k: getattr(args, k) for k in ("tokens_per_step", "steps", "rounds", "hidden_size",
+                                                               "layers", "compile", "text", "tokenizer")},
+                             "packed_attention": packed_attention()},
                 "device": rows[0]["device"] if rows else None, "cells": cells, "padding": self.padding,
                 "traces": traces}  # fmt: skip
 
@@ -295,6 +296,17 @@ def hf_pipeline(args, device: str, warmup: int, trace=None) -> Measured:
                       callbacks=[clock.callback])  # fmt: skip
     trainer.train()
     return clock.measured()
+
+
+def packed_attention() -> str:
+    """How kolong's model attends packed documents on CUDA in this process (the environment's switches)."""
+    from kolong.models.encoder import attention, varlen
+
+    if varlen.ENABLED:
+        return "FlashAttention's variable-length kernel (KOLONG_PACKED_VARLEN=1)"
+    if attention.PACKED_FLEX_DROPOUT:
+        return "FlexAttention's block mask, dropout in two passes (KOLONG_PACKED_FLEX_DROPOUT=1)"
+    return "SDPA's dense mask with attention dropout, FlexAttention's block mask without"
 
 
 def model_flops_per_token(

@@ -48,7 +48,8 @@ def to_markdown(result: dict) -> str:
         "",
         f"Device: {device}. Model: hidden {s['hidden_size']}, {s['layers']} layers, {s['tokens_per_step']:,} tokens "
         f"per step, {s['steps']} steps per run (the first quarter untimed), median of {s['rounds']} interleaved "
-        f"rounds; torch.compile {s['compile']}.",
+        f"rounds; torch.compile {s['compile']}. Packed documents on CUDA: "
+        f"{s.get('packed_attention', 'SDPA or FlexAttention (not recorded)')}.",
         "",
         "| position | length | batch | raw step tok/s | kolong pretrain mlm tok/s | pipeline overhead | HF BertForMaskedLM tok/s "
         "| kolong / HF | MFU raw / kolong / HF |",
@@ -70,7 +71,8 @@ def to_markdown(result: dict) -> str:
     if without:
         lines += ["", "MFU counts attention over the whole row (PaLM's 12 L n d per token), as if every token attended "
                   "to every other; packed documents attend within themselves only (on CUDA, FlexAttention skips the "
-                  "blocks between them where there is no attention dropout). Without the attention term (the weights' matmuls and the "
+                  "blocks between them where there is no attention dropout, and FlashAttention's variable-length "
+                  "kernel computes nothing between them). Without the attention term (the weights' matmuls and the "
                   "prediction head alone), MFU raw / kolong / HF: " + "; ".join(
                       f"{c['position']} {c['length']}: " + " / ".join(
                           f"{c['mfu_without_attention'][n]:.1%}" if n in c["mfu_without_attention"] else "—"
