@@ -179,3 +179,29 @@ def test_the_pretrain_benchmark_records_how_packed_documents_are_attended(monkey
         {"settings": settings, "device": "cpu", "cells": [], "padding": None, "traces": []}
     )
     assert "Packed documents on CUDA: FlashAttention's variable-length kernel" in markdown
+
+
+def test_the_flash_kernel_call_traces_with_its_backward_and_dynamic_segments_on_meta_tensors():
+    """The real kernel call (its operator's signature, autograd formula and meta shapes) through dynamo and
+    AOTAutograd on meta tensors, as a compiled CUDA model makes it: one graph for three segmentations."""
+
+    def call(q, k, v, cu_seq_lens, longest_document):
+        return varlen.attend(q, k, v, (cu_seq_lens, longest_document), 0.1, varlen.flash_kernel)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(call, dynamic=False, backend="aot_eager")
+    before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    try:
+        for documents, longest in ((5, 30), (9, 17), (7, 50)):
+            q, k, v = (torch.randn(2, 4, 64, 64, device="meta", dtype=torch.bfloat16, requires_grad=True)
+                       for _ in range(3))  # fmt: skip
+            segments = varlen.mark_dynamic({
+                "cu_seq_lens": torch.zeros(documents + 1, dtype=torch.int32, device="meta"),
+                "longest_document": torch.empty(longest, 0, dtype=torch.uint8, device="meta"),
+            })  # fmt: skip
+            output = compiled(q, k, v, **segments)
+            output.float().sum().backward()
+            assert output.shape == q.shape and q.grad.shape == q.shape and v.grad.shape == v.shape
+        assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == before + 1
+    finally:
+        torch._dynamo.reset()
