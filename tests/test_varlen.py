@@ -205,3 +205,37 @@ def test_the_flash_kernel_call_traces_with_its_backward_and_dynamic_segments_on_
         assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == before + 1
     finally:
         torch._dynamo.reset()
+
+
+@pytest.mark.filterwarnings("ignore:aten::nll_loss")  # its meta kernel has no autograd of its own
+def test_a_compiled_mlm_model_takes_every_batchs_segments_in_one_graph_on_meta_tensors(
+    kolong_config, monkeypatch
+):
+    """The whole pre-training forward and backward with the varlen path, compiled as on CUDA (static shapes,
+    the collator's host facts, the segments marked dynamic): one graph, no break, for three batches."""
+    from kolong.models import KolongForMaskedLM
+
+    monkeypatch.setattr(varlen, "fits", lambda q: True)
+    config = kolong_config(
+        hidden_size=128, num_attention_heads=2, intermediate_size=256, attention_probs_dropout_prob=0.1
+    )
+    model = KolongForMaskedLM(config).to(torch.bfloat16).to("meta").train()
+    torch._dynamo.reset()
+    compiled = torch.compile(model, dynamic=False, backend="aot_eager")
+    before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    breaks = sum(torch._dynamo.utils.counters["graph_break"].values())
+    try:
+        for seed in range(3):
+            generator = torch.Generator().manual_seed(seed)
+            lengths = torch.randint(2, 41, (3, 160), generator=generator)
+            mask = torch.stack([torch.repeat_interleave(torch.arange(1, 161), row)[:160] for row in lengths])
+            segments = varlen.mark_dynamic({k: v.to("meta") for k, v in varlen.segments_of(mask).items()})
+            ids = torch.randint(5, 90, mask.shape, generator=generator)
+            labels = torch.where(torch.rand(mask.shape, generator=generator) < 0.15, ids, -100)
+            output = compiled(input_ids=ids.to("meta"), attention_mask=mask.to("meta"), labels=labels.to("meta"),
+                              mask_layout=(False, True), labelled_bound=mask.numel(), **segments)  # fmt: skip
+            output.loss.backward()
+        assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == before + 1
+        assert sum(torch._dynamo.utils.counters["graph_break"].values()) == breaks
+    finally:
+        torch._dynamo.reset()
