@@ -64,7 +64,9 @@ def describe_source(text: str) -> dict:
         if key in SETTINGS and key not in settings:
             settings[key] = value.strip().strip("'\"")
     dtypes = dict(re.findall(r"'arg_([QKV])': '\*(\w+)'", text))
-    launch = {key: int(value) for key, value in re.findall(r"\b(num_stages|num_warps)=(\d+)", text)}
+    launch = {}
+    for key, value in re.findall(r"\b(num_stages|num_warps)=(\d+)", text):
+        launch.setdefault(key, int(value))  # the decorator's, before anything else in the module
     return {
         "kernel": name.group(1) if name else "?",
         "kind": kind_of(text),
