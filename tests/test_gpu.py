@@ -198,7 +198,7 @@ def test_a_compiled_model_takes_every_batchs_segments_without_compiling_again_an
             segments = varlen.mark_dynamic({k: v.cuda() for k, v in varlen.segments_of(mask.cpu()).items()})
             with torch.autocast("cuda", dtype=torch.bfloat16):
                 loss = compiled(input_ids=ids, attention_mask=mask, labels=ids.masked_fill(mask.eq(0), -100),
-                                mask_layout=(False, True), **segments).loss  # fmt: skip
+                                mask_layout=(False, True), labelled_bound=ids.numel(), **segments).loss  # fmt: skip
             loss.backward()
             optimizer.step()
             optimizer.zero_grad()
