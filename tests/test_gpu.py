@@ -86,12 +86,14 @@ def _assert_gradients_close(actual: dict, expected: dict, tolerance: float) -> N
         )  # fmt: skip
 
 
-def _outputs_and_grads(model, ids, mask, implementation, dtype=None):
+def _outputs_and_grads(model, ids, mask, implementation, dtype=None, segments=None):
+    """Outputs at real tokens (padding zeroed) and every parameter's gradient of their mean square; `segments`:
+    packed documents for the varlen path (`varlen.segments_of`)."""
     model.set_attn_implementation(implementation)
     model.zero_grad(set_to_none=True)
     with torch.autocast("cuda", dtype=dtype, enabled=dtype is not None):
-        hidden = model(input_ids=ids, attention_mask=mask).last_hidden_state
-    real = mask[..., None].to(hidden.dtype)
+        hidden = model(input_ids=ids, attention_mask=mask, **(segments or {})).last_hidden_state
+    real = mask.ne(0)[..., None].to(hidden.dtype)
     (hidden.float() * real).square().mean().backward()
     grads = {name: p.grad.float().clone() for name, p in model.named_parameters() if p.grad is not None}
     return (hidden.float() * real).detach(), grads
@@ -143,17 +145,6 @@ def _packed_batch(rows: int = 3, length: int = 160, seed: int = 0):
     return random_ids(rows, length).cuda(), mask.cuda()
 
 
-def _segment_outputs_and_grads(model, ids, mask, segments, implementation="sdpa", dtype=None):
-    model.set_attn_implementation(implementation)
-    model.zero_grad(set_to_none=True)
-    with torch.autocast("cuda", dtype=dtype, enabled=dtype is not None):
-        hidden = model(input_ids=ids, attention_mask=mask, **segments).last_hidden_state
-    real = mask.ne(0)[..., None].to(hidden.dtype)
-    (hidden.float() * real).square().mean().backward()
-    grads = {name: p.grad.float().clone() for name, p in model.named_parameters() if p.grad is not None}
-    return (hidden.float() * real).detach(), grads
-
-
 @pytest.mark.parametrize("scheme", ["learned", "rope"])
 def test_packed_documents_through_flash_varlen_match_the_reference_with_gradients(scheme, monkeypatch):
     """`varlen.py`: FlashAttention's variable-length kernel in bf16 (heads of 64, as the presets) no further
@@ -168,10 +159,10 @@ def test_packed_documents_through_flash_varlen_match_the_reference_with_gradient
                                            intermediate_size=256, max_position_embeddings=64)).cuda()  # fmt: skip
     ids, mask = _packed_batch()
     segments = {key: value.cuda() for key, value in varlen.segments_of(mask.cpu()).items()}
-    golden, golden_grads = _segment_outputs_and_grads(model, ids, mask, {}, "eager")
-    reference, reference_grads = _segment_outputs_and_grads(model, ids, mask, {}, "eager", torch.bfloat16)
+    golden, golden_grads = _outputs_and_grads(model, ids, mask, "eager")
+    reference, reference_grads = _outputs_and_grads(model, ids, mask, "eager", torch.bfloat16)
     assert not calls
-    actual, actual_grads = _segment_outputs_and_grads(model, ids, mask, segments, "sdpa", torch.bfloat16)
+    actual, actual_grads = _outputs_and_grads(model, ids, mask, "sdpa", torch.bfloat16, segments)
     assert len(calls) == 2  # one per layer: the varlen path was taken
     _assert_no_further_than_eager(
         {"output": actual, **actual_grads}, {"output": reference, **reference_grads},

@@ -176,12 +176,13 @@ class GBSTBenchmark(Benchmark):
 
     def _first_call_reported(self, key: str, step):
         """`step`, reporting its first call (which compiles, where the run compiles) through `progress`."""
-        calls = []
+        first = True
 
         def reported():
-            if not calls:
+            nonlocal first
+            if first:
                 self.progress(f"gbst: {key}, first call (compiles with --compile)")
-            calls.append(1)
+                first = False
             return step()
 
         return reported

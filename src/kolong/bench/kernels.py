@@ -172,16 +172,11 @@ def report(cache_dir: Path, ptxas: str | None = None) -> dict:
         row["compiled_at"] = datetime.fromtimestamp(path.stat().st_mtime, timezone.utc).strftime("%H:%M:%S")
         rows.append(row)
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:  # ptxas takes seconds a kernel
-        found = pool.map(
-            lambda row: ptx_resources(_ptx_of(row, ptx), ptxas) if _ptx_of(row, ptx) else {}, rows
-        )
+        paths = [ptx.get(row["source"]) or ptx.get(row["kernel"]) for row in rows]
+        found = pool.map(lambda path: ptx_resources(path, ptxas) if path else {}, paths)
         for row, resources in zip(rows, found, strict=True):
             row.update(resources)
     return {"benchmark": "flex-kernels", "cache_dir": str(cache_dir), "ptxas": ptxas, "rows": rows}
-
-
-def _ptx_of(row: dict, ptx: dict[str, Path]) -> Path | None:
-    return ptx.get(row["source"]) or ptx.get(row["kernel"])
 
 
 def _matrix_text(matrix: dict | None) -> str:
