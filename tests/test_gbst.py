@@ -182,11 +182,14 @@ GOLDEN = [
 
 def test_gradients_reach_the_block_scorer_and_the_convolution():
     gbst = seeded_gbst().train()
-    x = torch.randn(2, 20, HIDDEN, requires_grad=True)
+    x = torch.randn(2, 20, HIDDEN, generator=torch.Generator().manual_seed(0)).requires_grad_()
     out, _ = gbst(x, torch.tensor([[1] * 20, [1] * 12 + [0] * 8]))
     out.pow(2).sum().backward()
-    for parameter in (gbst.score.weight, gbst.score.bias, gbst.conv.weight, gbst.proj.weight):
+    for parameter in (gbst.score.weight, gbst.conv.weight, gbst.proj.weight):
         assert parameter.grad is not None and parameter.grad.abs().sum() > 0
+    # The scorer's bias shifts every block size's score alike, and the softmax over block sizes ignores a shift:
+    # its gradient is zero but for rounding (asserting it nonzero failed for about one input in eleven).
+    assert gbst.score.bias.grad is not None and gbst.score.bias.grad.abs().max() < 1e-4
     assert x.grad[1, 12:].abs().sum() == 0  # nothing flows into padding
 
 
