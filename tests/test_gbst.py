@@ -285,28 +285,74 @@ def test_bench_gbst_decodes_with_kolongs_loop_when_asked(tmp_path, monkeypatch):
     assert "kolong's greedy loop, static cache" in to_markdown(result)
 
 
-def test_bench_gbst_compiles_both_encoders_when_asked(tmp_path, monkeypatch):
+@pytest.mark.parametrize("scope", ["layers", "encoder"])
+def test_bench_gbst_compiles_both_encoders_when_asked(tmp_path, monkeypatch, scope):
     """--compile: both models' encoders run compiled (in place, so generate and the timed parts still find
-    them), in training and generation, and the table says so. Dynamo's capture only (the eager backend):
+    them), in training and generation, and the table says how. Dynamo's capture only (the eager backend):
     Inductor on CPU would take minutes for what a GPU run compiles."""
     import torch
 
     from kolong.bench.gbst import GBSTBenchArguments, GBSTBenchmark, run, to_markdown
 
     compile_in_place = torch.nn.Module.compile
-    monkeypatch.setattr(torch.nn.Module, "compile", lambda self: compile_in_place(self, backend="eager"))
-
+    monkeypatch.setattr(
+        torch.nn.Module, "compile", lambda self, **options: compile_in_place(self, backend="eager", **options)
+    )
     args = GBSTBenchArguments(
         max_length=48, min_bytes=0, target_length=8, batch_size=2, train_steps=1, inference_batches=1,
         max_new_tokens=3, rounds=1, hidden_size=32, num_attention_heads=2, head_dim=16, intermediate_size=64,
-        encoder_layers=1, decoder_layers=1, threads=[1], data=str(tmp_path / "absent.json"), compile=True,
+        encoder_layers=2, decoder_layers=1, threads=[1], data=str(tmp_path / "absent.json"), compile=True,
+        compile_scope=scope,
     )  # fmt: skip
     benchmark = GBSTBenchmark()
     result = run(benchmark, args, lambda message: None)
-    for model in benchmark.models.values():
-        assert model.get_encoder()._compiled_call_impl is not None
+    for name, model in benchmark.models.items():
+        encoder = model.get_encoder()
+        regions = [*encoder.layers, *([encoder.gbst] if name == "gbst" else [])]
+        assert (encoder._compiled_call_impl is not None) == (scope == "encoder")
+        assert all((region._compiled_call_impl is not None) == (scope == "layers") for region in regions)
     assert all(rate > 0 for rate in result["results"][0]["samples_per_second"]["gbst"].values())
-    assert "both encoders compiled" in to_markdown(result)
+    said = {"layers": "GBST and each layer apart", "encoder": "each encoder as one graph"}[scope]
+    assert f"both encoders compiled (torch.compile, {said}" in to_markdown(result)
+
+
+def test_compiled_layer_by_layer_one_graph_serves_every_layer():
+    """--compile-scope layers: GBST's graph and one graph for all the encoder's layers, whose outputs and
+    gradients are the eager encoder's; a second call compiles nothing."""
+    import torch._dynamo.utils
+
+    from kolong.bench.gbst import compile_encoder
+    from kolong.models.byte import KolongByteConfig, KolongByteForConditionalGeneration, add_gbst
+
+    torch.manual_seed(0)
+    config = KolongByteConfig(hidden_size=32, num_attention_heads=2, head_dim=16, intermediate_size=64,
+                              encoder_layers=3, decoder_layers=1, dropout_rate=0.0)  # fmt: skip
+    encoder = add_gbst(KolongByteForConditionalGeneration(config)).get_encoder()
+    ids = torch.randint(3, 250, (2, 30), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones_like(ids)
+    mask[1, 24:] = 0
+
+    def outputs_and_grads():
+        encoder.zero_grad()
+        out = encoder(input_ids=ids, attention_mask=mask).last_hidden_state
+        out.square().sum().backward()
+        return out.detach(), [p.grad.clone() for p in encoder.parameters() if p.grad is not None]
+
+    want, want_grads = outputs_and_grads()
+    torch._dynamo.reset()
+    try:
+        compile_encoder(encoder, "layers")
+        torch._dynamo.utils.counters.clear()
+        got, got_grads = outputs_and_grads()
+        assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 2  # GBST, and the layers
+        outputs_and_grads()
+        assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 2
+    finally:
+        torch._dynamo.reset()
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(got_grads, want_grads)
+    with pytest.raises(ValueError, match="compile scope 'all'"):
+        compile_encoder(encoder, "all")
 
 
 def test_bench_gbst_refuses_a_missing_cuda_device(tmp_path):
