@@ -181,6 +181,31 @@ def test_the_pretrain_benchmark_records_how_packed_documents_are_attended(monkey
     assert "Packed documents on CUDA: FlashAttention's variable-length kernel" in markdown
 
 
+def test_the_pretrain_benchmark_says_where_the_kernel_was_taken_and_where_not(monkeypatch):
+    """With the switch on, each row counts the layers that took the kernel in one eager pass: learned positions
+    take it, Shaw's logit bias does not, and the table says that Shaw's row measured the dense mask."""
+    from kolong.bench.pretrain import run_pretrain_benchmark
+    from kolong.bench.pretrain_report import to_markdown
+
+    monkeypatch.setattr(varlen, "ENABLED", True)
+    monkeypatch.setattr(varlen, "fits", lambda q: True)  # the reference has no dropout: counted, not dropped
+    monkeypatch.setattr(varlen, "KERNEL", lambda q, k, v, cuts, longest, p, scale: varlen.reference_kernel(
+        q, k, v, cuts, longest, 0.0, scale))  # fmt: skip
+    result = run_pretrain_benchmark(lengths=[32], positions=["learned", "shaw"], tokens_per_step=128, steps=4,
+                                    rounds=1, hidden_size=32, layers=2, device="cpu", on_step=lambda m: None)  # fmt: skip
+    taken = {c["position"]: c["varlen_layers"] for c in result["cells"]}
+    assert taken == {"learned": 2, "shaw": 0}
+    assert "**FlashAttention's variable-length kernel was not taken** in shaw 32" in to_markdown(result)
+    result["cells"] = [c for c in result["cells"] if c["position"] == "learned"]
+    assert "kernel was taken (raw step, layers per forward pass: learned 32: 2)" in to_markdown(result)
+    monkeypatch.setattr(varlen, "ENABLED", False)
+    result = run_pretrain_benchmark(lengths=[32], positions=["learned"], tokens_per_step=128, steps=4,
+                                    rounds=1, hidden_size=32, layers=1, device="cpu", on_step=lambda m: None)  # fmt: skip
+    assert result["cells"][0]["varlen_layers"] is None and "variable-length kernel was" not in to_markdown(
+        result
+    )
+
+
 def test_the_flash_kernel_call_traces_with_its_backward_and_dynamic_segments_on_meta_tensors():
     """The real kernel call (its operator's signature, autograd formula and meta shapes) through dynamo and
     AOTAutograd on meta tensors, as a compiled CUDA model makes it: one graph for three segmentations."""

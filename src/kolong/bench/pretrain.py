@@ -191,6 +191,7 @@ class PretrainBenchmark(Benchmark):
                 "overhead": 1 - rates["kolong pretrain mlm"] / rates["raw step"],
                 "compiled_in_timed_steps": {name: int(sum(timing.extras.get("compiled_graphs", [])))
                                             for name, timing in row["timings"].items()},
+                "varlen_layers": varlen_counted(row["timings"]["raw step"]),
                 "mfu": {name: rate * flops / peak for name, rate in rates.items()} if peak else None,
                 "mfu_without_attention": {name: rate * matmuls / peak for name, rate in rates.items()} if peak else None,
             })  # fmt: skip
@@ -231,12 +232,13 @@ def raw_step(args, device: str, warmup: int, trace=None) -> Measured:
         moved = {k: v.to(device, non_blocking=True) if hasattr(v, "to") else v for k, v in collated.items()}
         batches.append(varlen.mark_dynamic(moved))  # as the Trainer does (kolong.training.pretrain)
     model.to(device).train()
+    bf16 = device == "cuda" and torch.cuda.is_bf16_supported()
+    facts = {"varlen_layers": varlen_layers(model, batches[0], device, bf16)} if varlen.ENABLED else {}
     settings = throughput_settings(args)
     if settings["torch_compile"]:
         fresh_compile_state()
     forward = torch.compile(model, dynamic=False) if settings["torch_compile"] else model  # as the Trainer
     optimizer = torch.optim.AdamW(model.parameters(), lr=training["learning_rate"], fused=device == "cuda")
-    bf16 = device == "cuda" and torch.cuda.is_bf16_supported()
     for index, inputs in enumerate(batches):
         if index == warmup:
             _sync(device)
@@ -253,7 +255,31 @@ def raw_step(args, device: str, warmup: int, trace=None) -> Measured:
     seconds = (time.perf_counter() - start) / (steps - warmup)
     if trace is not None:
         trace.stop(steps - warmup)
-    return Measured(seconds, {"compiled_graphs": _graphs_compiled() - graphs})
+    return Measured(seconds, {"compiled_graphs": _graphs_compiled() - graphs, **facts})
+
+
+def varlen_layers(model, inputs: dict, device: str, bf16: bool) -> int:
+    """How many of the model's layers send `inputs`' packed documents to FlashAttention's variable-length kernel,
+    counted in one eager forward pass: the switch alone does not say the kernel ran (fp32, a scheme with a logit
+    bias, a GPU before Ampere take the dense mask), and a benchmark must not credit it with another path's time."""
+    import torch
+
+    from kolong.models.encoder import varlen
+
+    calls, kernel = [], varlen.KERNEL
+    varlen.KERNEL = lambda *arguments: calls.append(1) or kernel(*arguments)
+    try:
+        with torch.no_grad(), torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
+            model(**inputs)
+    finally:
+        varlen.KERNEL = kernel
+    return len(calls)
+
+
+def varlen_counted(timing) -> int | None:
+    """The fewest layers any run took the variable-length kernel in (None: the switch was off)."""
+    counts = timing.extras.get("varlen_layers")
+    return int(min(counts)) if counts else None
 
 
 def kolong_pipeline(args, device: str, warmup: int, trace=None) -> Measured:

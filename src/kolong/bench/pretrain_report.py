@@ -81,6 +81,13 @@ def to_markdown(result: dict) -> str:
     if crossing:
         lines += ["", f"**The corpus is shorter than one run at length {', '.join(map(str, crossing))}**: the pipeline's "
                   "timed steps include an epoch's end, which real runs pay once per epoch; give more `--max-documents`."]  # fmt: skip
+    counted = [c for c in result["cells"] if c.get("varlen_layers") is not None]
+    if counted:
+        untaken = [f"{c['position']} {c['length']}" for c in counted if not c["varlen_layers"]]
+        lines += ["", f"**FlashAttention's variable-length kernel was not taken** in {', '.join(untaken)}: those rows "
+                  "measured the dense mask (the kernel needs CUDA sm80+, bf16 and no logit bias)." if untaken else
+                  "FlashAttention's variable-length kernel was taken (raw step, layers per forward pass: " + "; ".join(
+                      f"{c['position']} {c['length']}: {c['varlen_layers']}" for c in counted) + ")."]  # fmt: skip
     compiled = [f"{c['position']} {c['length']} {name} ({count})" for c in result["cells"]
                 for name, count in c.get("compiled_in_timed_steps", {}).items() if count]  # fmt: skip
     if compiled:
