@@ -256,6 +256,10 @@ def test_bench_gbst_with_a_static_cache_and_bf16(tmp_path):
     assert "threads than free cores" in to_markdown(result) and "launching kernels" not in to_markdown(result)
     result["device"] = "cuda"
     assert "launching kernels" in to_markdown(result) and "threads than free cores" not in to_markdown(result)
+    # a compiled decoding step that ran without its CUDA graphs is named, not averaged in silently
+    assert result["cudagraph_skips"] == 0 and "CUDA graphs were skipped" not in to_markdown(result)
+    result["cudagraph_skips"], result["settings"]["compile"] = 2, True
+    assert "**CUDA graphs were skipped 2 time(s)**" in to_markdown(result)
 
 
 def test_bench_gbst_decodes_with_kolongs_loop_when_asked(tmp_path, monkeypatch):

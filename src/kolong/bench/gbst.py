@@ -230,8 +230,13 @@ class GBSTBenchmark(Benchmark):
                 "breakdown": breakdown(timings, list(self.models), args.max_new_tokens) if args.profile else None,
             })  # fmt: skip
         longest = max(self.lengths)
+        from torch._dynamo.utils import counters
+
         return {
             "device": self.device,
+            # graphs Inductor compiled for CUDA graphs (reduce-overhead: kolong's step, generate's static one)
+            # but ran without them; the log's "skipping cudagraphs" lines say why
+            "cudagraph_skips": int(counters["inductor"]["cudagraph_skips"]),
             "data": self.description,
             "settings": asdict(args),
             "input_bytes": {"max": longest, "mean": statistics.mean(self.lengths)},
@@ -308,6 +313,11 @@ def to_markdown(result: dict) -> str:
     lines.append("")
     for setting in result["results"]:
         lines += breakdown_markdown(setting)
+    skips = result.get("cudagraph_skips")
+    if skips and s.get("compile"):
+        lines += ["", f"**CUDA graphs were skipped {skips} time(s)** (Inductor's `cudagraph_skips`): a compiled "
+                  "decoding step meant to replay as one CUDA graph ran kernel by kernel; the log's \"skipping "
+                  "cudagraphs\" lines say why."]  # fmt: skip
     if str(result["device"]).startswith("cuda"):
         note = ("On a GPU, a small model at a small batch spends its time launching kernels and on the host (a "
                 "decoding step's arithmetic takes microseconds), which GBST (3x shorter tensors, as many operations "
