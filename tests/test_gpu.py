@@ -353,7 +353,10 @@ def test_greedy_generate_replays_a_cuda_graph_per_byte_and_gives_generates_bytes
     torch.manual_seed(0)
     config = KolongByteConfig(hidden_size=64, num_attention_heads=2, head_dim=32, intermediate_size=128,
                               encoder_layers=2, decoder_layers=2, dropout_rate=0.0)  # fmt: skip
+    from torch._dynamo.utils import counters
+
     model = add_gbst(KolongByteForConditionalGeneration(config)).cuda().eval()
+    skips = counters["inductor"]["cudagraph_skips"]
     for seed in (0, 1):
         ids = torch.randint(3, 250, (4, 60), generator=torch.Generator().manual_seed(seed)).cuda()
         mask = torch.ones_like(ids)
@@ -366,3 +369,4 @@ def test_greedy_generate_replays_a_cuda_graph_per_byte_and_gives_generates_bytes
         with torch.autocast("cuda", dtype=torch.bfloat16):
             bf16 = greedy_generate(model, ids, mask, max_new_tokens=12, min_new_tokens=12, compile=True)
         assert bf16.shape == (4, 13) and bool(((bf16 >= 0) & (bf16 < config.vocab_size)).all())
+    assert counters["inductor"]["cudagraph_skips"] == skips  # every compiled step replayed as a CUDA graph
