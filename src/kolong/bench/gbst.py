@@ -266,9 +266,9 @@ def compiled(settings: dict) -> str:
     """How the encoders were compiled, in words (results before --compile-scope compiled whole encoders)."""
     if not settings.get("compile"):
         return ""
-    scope = settings.get("compile_scope", "encoder")
-    parts = "GBST and each layer apart" if scope == "layers" else "each encoder as one graph"
-    return f"; both encoders compiled (torch.compile, {parts}; GBST alone is timed eager)"
+    if settings.get("compile_scope", "encoder") == "layers":
+        return "; both encoders compiled (torch.compile, GBST and each layer apart; GBST alone is timed compiled)"
+    return "; both encoders compiled (torch.compile, each encoder as one graph; GBST alone is timed eager)"
 
 
 def to_markdown(result: dict) -> str:
