@@ -200,7 +200,7 @@ class GBSTBenchArguments(BenchArguments):
                            "compiles the decoding step as well, and with --decoder kolong the step is compiled "
                            "(a CUDA graph per byte on GPUs).")  # fmt: skip
     compile_scope: str = option("layers", "What --compile compiles as one graph: layers (GBST, and each encoder "
-                                "layer, one graph serving them all: about a tenth of the compile time) or encoder "
+                                "layer, one graph serving them all: about a third of the compile time) or encoder "
                                 "(the whole encoder, as in the GPU slots up to the seventh).",
                                 choices=("layers", "encoder"))  # fmt: skip
 
