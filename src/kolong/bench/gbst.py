@@ -214,6 +214,8 @@ class GBSTBenchmark(Benchmark):
             torch.set_num_threads(self.default_threads)
 
     def summarise(self, args: GBSTBenchArguments, rows: list[dict]) -> dict:
+        from torch._dynamo.utils import counters
+
         settings = []
         for index, row in enumerate(rows):
             after = rows[index + 1]["load_before"] if index + 1 < len(rows) else list(os.getloadavg())
@@ -230,8 +232,6 @@ class GBSTBenchmark(Benchmark):
                 "breakdown": breakdown(timings, list(self.models), args.max_new_tokens) if args.profile else None,
             })  # fmt: skip
         longest = max(self.lengths)
-        from torch._dynamo.utils import counters
-
         return {
             "device": self.device,
             # graphs Inductor compiled for CUDA graphs (reduce-overhead: kolong's step, generate's static one)
