@@ -91,6 +91,30 @@ def test_klue_ner_fine_tuning_with_beam_search_counts_malformed_generations(tmp_
     assert results["arguments"]["num_beams"] == 2
 
 
+def test_evaluation_generates_with_kolongs_greedy_loop_the_bytes_generate_gives(tmp_path, monkeypatch):
+    from kolong.models.byte import greedy
+
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("".join(json.dumps({"input": f"{i}+1", "target": str(i + 1)}) + "\n" for i in range(48)))
+    calls, real = [], greedy.greedy_generate
+    monkeypatch.setattr(greedy, "greedy_generate", lambda *a, **k: calls.append(a[1].shape) or real(*a, **k))
+    runs = {}
+    for loop in ("kolong", "generate"):
+        if loop == "generate":  # as for a generation config that asks for more than greedy decoding
+            monkeypatch.setattr(greedy, "decodes_as_generate", lambda model: False)
+        out = tmp_path / loop
+        metrics = finetune_seq2seq(Seq2SeqFinetuneArguments(
+            task=str(pairs), output_dir=str(out), init="tiny", batch_size=4, eval_fraction=0.25, max_steps=60,
+            learning_rate=3e-3, max_new_tokens=12, seed=0, extra=CPU))  # fmt: skip
+        lines = (out / "predictions.jsonl").read_text().splitlines()
+        runs[loop] = metrics, [json.loads(line)["prediction"] for line in lines], len(calls)
+    (metrics, predictions, used), (reference, expected, used_after) = runs["kolong"], runs["generate"]
+    assert used >= 3 and used_after == used  # every evaluation batch (three or more), then none
+    assert predictions == expected and metrics["eval_loss"] == reference["eval_loss"]
+    assert metrics["eval_exact_match"] == reference["eval_exact_match"]
+    assert any(len(p.encode()) < 12 for p in predictions)  # rows that stopped at </s> before the limit
+
+
 def test_fine_tuning_resumes_and_refuses_a_foreign_output_directory(tmp_path):
     pairs = tmp_path / "pairs.jsonl"
     pairs.write_text("".join(json.dumps({"input": f"{i}+1", "target": str(i + 1)}) + "\n" for i in range(40)))

@@ -110,8 +110,14 @@ def decodes_as_generate(model) -> bool:
         if value is not None and value != plain:
             return False
     config = model.config
-    return all(getattr(generation, name, None) in (None, getattr(config, name, None))
+    return all(_one(getattr(generation, name, None)) in (None, getattr(config, name, None))
                for name in ("eos_token_id", "pad_token_id", "decoder_start_token_id"))  # fmt: skip
+
+
+def _one(token_id):
+    """A token id as one id: a generation config may hold `eos_token_id` as a one-element list (transformers
+    5.17's, once a Seq2SeqTrainer has run), which `generate` treats as that id."""
+    return token_id[0] if isinstance(token_id, list | tuple) and len(token_id) == 1 else token_id
 
 
 def _decoder(model, batch: int, new_tokens: int, memory: torch.Tensor, compile: bool):
