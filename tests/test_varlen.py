@@ -38,7 +38,7 @@ def test_segments_cover_every_token_once_each_within_one_document_of_one_row(row
     flat = mask.reshape(-1)
     for start, stop in itertools.pairwise(cuts):
         assert start // width == (stop - 1) // width and flat[start:stop].unique().numel() == 1
-    assert segments["longest_document"].shape[0] == max(b - a for a, b in itertools.pairwise(cuts))
+    assert segments["longest_document"].shape[0] == max(2, *(b - a for a, b in itertools.pairwise(cuts)))
     documents = sum(len(row) for row in rows) + sum(1 for row in rows if sum(row) < width)
     assert len(cuts) - 1 == documents
 
@@ -125,12 +125,13 @@ def test_marked_segments_let_one_compiled_graph_serve_every_batch():
             [[1, 1, 2, 2]],
             [[1, 1, 1, 2, 2, 3, 3, 0]],
             [[1, 1, 1, 1, 2, 2]],
-        ):  # 2 tokens or more each
+            [[1, 2, 3, 0], [1, 2, 3, 4]],  # one-token documents: the longest given as 2, not a new graph
+        ):
             batch = varlen.mark_dynamic(varlen.segments_of(torch.tensor(rows)))
             sizes.add((len(batch["cu_seq_lens"]), len(batch["longest_document"])))
             want = len(batch["longest_document"]) + int(batch["cu_seq_lens"][-1])
             assert float(compiled(torch.ones(()), **batch)) == want
-        assert len(sizes) == 3 and torch._dynamo.utils.counters["stats"]["unique_graphs"] == before + 1
+        assert len(sizes) == 4 and torch._dynamo.utils.counters["stats"]["unique_graphs"] == before + 1
     finally:
         torch._dynamo.reset()
 

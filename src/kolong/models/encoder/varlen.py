@@ -10,8 +10,8 @@ segment's scores alone, attention dropout included, forward and backward: Modern
 kernel PyTorch ships (`aten._flash_attention_forward`, behind its nested-tensor SDPA), no flash-attn needed.
 
 The segments come from the collator, which packs on the host (`segments_of`): `cu_seq_lens`, int32 (C + 1),
-and the longest segment's length as the size of `longest_document`, an empty (L, 0) tensor (no bytes to
-copy): the kernel needs that length as an int, and a host read of it would wait for the GPU. Both change
+and the longest segment's length (at least 2) as the size of `longest_document`, an empty (L, 0) tensor
+(no bytes to copy): the kernel needs that length as an int, and a host read of it would wait for the GPU. Both change
 with every batch; marked dynamic where batches reach the device (`mark_dynamic`), they let one compiled
 graph serve every batch. Each row's padding is a segment of its own, whose outputs nothing reads.
 
@@ -33,14 +33,16 @@ KEYS = ("cu_seq_lens", "longest_document")
 
 def segments_of(attention_mask: torch.Tensor) -> dict[str, torch.Tensor]:
     """The segments of a (b, n) mask of document numbers (0 = padding), row by row: cumulative lengths over
-    the b x n tokens and the longest segment's length as the size of an empty tensor (`KEYS`)."""
+    the b x n tokens and the longest segment's length (at least 2) as the size of an empty tensor (`KEYS`)."""
     b, n = attention_mask.shape
     flat = attention_mask.reshape(-1)
     starts = torch.ones_like(flat, dtype=torch.bool)
     starts[1:] = flat[1:] != flat[:-1]
     starts[::n] = True  # a new row starts a new segment, even with the same document number
     cuts = torch.cat([torch.nonzero(starts).squeeze(1), torch.tensor([b * n])])
-    longest = int((cuts[1:] - cuts[:-1]).max())
+    # at least 2: the kernel takes it as a bound (its grid), and 1 is a size dynamo specialises, so a batch
+    # of one-token documents alone would compile the model once more
+    longest = max(2, int((cuts[1:] - cuts[:-1]).max()))
     return {
         "cu_seq_lens": cuts.to(torch.int32),
         "longest_document": torch.empty(longest, 0, dtype=torch.uint8),
@@ -52,8 +54,7 @@ def mark_dynamic(batch: dict) -> dict:
     and a compiled model would otherwise compile again for each (kolong compiles with static shapes)."""
     for key in KEYS:
         value = batch.get(key)
-        # dynamo specialises sizes 0 and 1: a batch of one-token documents alone would compile once more
-        if isinstance(value, torch.Tensor) and value.shape[0] > 1:
+        if isinstance(value, torch.Tensor) and value.shape[0] > 1:  # 2 or more (`segments_of`)
             torch._dynamo.mark_dynamic(value, 0)
     return batch
 
