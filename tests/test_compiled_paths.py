@@ -291,3 +291,53 @@ def test_packed_documents_with_dropout_compile_into_one_graph_on_the_cuda_path(
     for through_flex in (False, True):
         monkeypatch.setattr(attention, "PACKED_FLEX_DROPOUT", through_flex)
         assert_one_graph(forward, random_ids(2, 24), documents)
+
+
+@pytest.mark.parametrize("scheme", scheme_names())
+def test_layers_compiled_one_by_one_share_a_graph_for_every_depth(
+    eager_flex_with_backward, monkeypatch, scheme
+):
+    """`pretrain mlm --compile regions` (accelerate's `compile_regions`) on the CUDA training path: every layer
+    of the stack reuses one graph (two where the first layer fills what the rest read, as T5's shared bias or
+    packed documents' block mask), so that dynamo neither compiles once per depth nor, past its recompile
+    limit (8), leaves deeper layers eager. Shaw and unshared T5 pick a table per layer: their depth is a
+    tensor for that reason. Outputs and gradients equal the eager model's."""
+    from accelerate.utils import compile_regions
+
+    from kolong.models.encoder import attention
+
+    monkeypatch.setattr(attention, "FLEX_DEVICES", ("cpu",))  # as on CUDA
+    kwargs = {"shaw": {"value": False}, "t5": {"shared": False}}.get(scheme, {})
+    config = tiny_kolong_config(position_encoding=scheme, position_kwargs=kwargs, num_hidden_layers=5,
+                                attn_implementation="flex_attention", max_position_embeddings=32)  # fmt: skip
+    layer_graphs = []
+
+    def backend(graph, inputs):
+        stacks = [str(node.meta.get("nn_module_stack", {})) for node in graph.graph.nodes]
+        if any("KolongAttention" in stack for stack in stacks):  # a layer's graph
+            layer_graphs.append(graph)
+        return graph.forward
+
+    packed = torch.tensor([[1] * 10 + [2] * 14, [1] * 5 + [2] * 19])
+    for documents in (None, packed) if scheme != "memn2n" else (None,):  # memn2n refuses packed documents
+        torch.manual_seed(0)
+        model = KolongModel(config, add_pooling_layer=False).train()
+        ids, layout = random_ids(2, 24), None if documents is None else (True, True)
+        expected = model(ids, attention_mask=documents, mask_layout=layout).last_hidden_state
+        expected.sum().backward()
+        want = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+        model.zero_grad()
+        torch._dynamo.reset()
+        layer_graphs.clear()
+        try:
+            actual = compile_regions(model, dynamic=False, backend=backend)(
+                ids, attention_mask=documents, mask_layout=layout
+            ).last_hidden_state
+            actual.sum().backward()
+        finally:
+            torch._dynamo.reset()
+        assert 1 <= len(layer_graphs) <= 2, (documents is not None, len(layer_graphs))
+        torch.testing.assert_close(actual, expected)
+        for name, p in model.named_parameters():
+            if name in want:
+                torch.testing.assert_close(p.grad, want[name], msg=name)

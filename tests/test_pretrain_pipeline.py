@@ -91,6 +91,41 @@ def test_compiled_model_gives_the_eager_loss_curve(tmp_path, monkeypatch):
         assert a == pytest.approx(b, rel=1e-4, abs=1e-4), f"step {step}"
 
 
+def test_regional_compilation_compiles_each_layer_alone_and_trains_as_eager(corpus, tmp_path, monkeypatch):
+    """`--compile regions`: accelerate compiles each encoder layer (and the modules around the stack) on its
+    own, static shapes kept, never the whole model; the loss curve is the eager one (a recording backend runs
+    the traced graphs as they are; tests/test_gpu.py and the eager-loss test above check real code generation)."""
+    import os
+
+    import torch
+
+    compiled, original = [], torch.compile
+
+    def compile_recording(model, **kwargs):
+        compiled.append((type(model).__name__, kwargs.get("dynamic")))
+        return original(model, **{**kwargs, "backend": lambda graph, inputs: graph.forward, "mode": None})
+
+    monkeypatch.setattr(torch, "compile", compile_recording)
+    no_dropout = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
+    common = dict(max_steps=6, eval_every=100, save_steps=100, overrides=no_dropout)
+    pretrain_mlm(arguments(corpus, tmp_path / "eager", compile="no", **common))
+    pretrain_mlm(arguments(corpus, tmp_path / "regions", compile="regions", **common))
+    names = [name for name, _ in compiled]
+    assert names.count("KolongLayer") == 2 and "KolongForMaskedLM" not in names, names
+    assert {dynamic for _, dynamic in compiled} == {False}
+    assert "ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION" not in os.environ  # set for the Trainer's making only
+    for (step, a), (_, b) in zip(losses(tmp_path / "eager"), losses(tmp_path / "regions"), strict=True):
+        assert a == pytest.approx(b, rel=1e-4, abs=1e-4), f"step {step}"
+    from kolong.bench.pretrain import (
+        raw_step,
+    )  # `bench pretrain --compile regions` times the same compilation
+
+    compiled.clear()
+    raw_step(arguments(corpus, tmp_path / "raw", compile="regions", **common), "cpu", warmup=2)
+    names = [name for name, _ in compiled]
+    assert names.count("KolongLayer") == 2 and "KolongForMaskedLM" not in names, names
+
+
 def test_curriculum_parsing_and_schedule():
     assert parse_length_curriculum("128:0.9,512", 512) == [(128, 0.9), (512, pytest.approx(0.1))]
     assert parse_length_curriculum("128,256,512", 512) == [(128, 1 / 3), (256, 1 / 3), (512, 1 / 3)]

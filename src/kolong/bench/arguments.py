@@ -144,8 +144,9 @@ class PretrainBenchArguments(ResumableBenchArguments):
     hidden_size: int = option(256, "Hidden size (heads = hidden / 64, FFN = 4 x hidden).")
     layers: int = option(4, "Encoder layers.")
     device: str = option("auto", "auto | cpu | cuda.", choices=("auto", "cpu", "cuda"))
-    compile: str = option("auto", "torch.compile kolong's model: auto (on CUDA) | yes | no; bare: yes.",
-                          choices=("auto", "yes", "no"))  # fmt: skip
+    compile: str = option("auto", "torch.compile kolong's model: auto (on CUDA) | yes | no | regions (layer by "
+                          "layer, as `pretrain mlm --compile regions`); bare: yes.",
+                          choices=("auto", "yes", "no", "regions"))  # fmt: skip
     text: list[str] = option([], "Text files or shared names (nsmc, korquad) to build the corpora from "
                              "(default: the built-in Korean sample).", kind="list")  # fmt: skip
     tokenizer: str | None = option(None, "Tokenizer directory (default: a tiny character WordPiece).")

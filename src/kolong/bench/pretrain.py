@@ -237,7 +237,14 @@ def raw_step(args, device: str, warmup: int, trace=None) -> Measured:
     settings = throughput_settings(args)
     if settings["torch_compile"]:
         fresh_compile_state()
-    forward = torch.compile(model, dynamic=False) if settings["torch_compile"] else model  # as the Trainer
+    forward = model
+    if settings["torch_compile"]:  # as the Trainer's accelerator compiles it
+        if args.compile == "regions":
+            from accelerate.utils import compile_regions
+
+            forward = compile_regions(model, dynamic=False)
+        else:
+            forward = torch.compile(model, dynamic=False)
     optimizer = torch.optim.AdamW(model.parameters(), lr=training["learning_rate"], fused=device == "cuda")
     for index, inputs in enumerate(batches):
         if index == warmup:

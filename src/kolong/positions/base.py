@@ -117,6 +117,13 @@ class PositionEncoding(nn.Module):
     def score_bias(self, layer: int, query: torch.Tensor, state: Any) -> torch.Tensor | None:
         return None
 
+    def layer_argument(self, depth: int, device: torch.device) -> int | torch.Tensor:
+        """What the model gives this scheme's methods as `layer` at `depth`: the depth. Schemes that pick a
+        table per layer take `per_layer_index` instead: dynamo specialises an int it reads, so a layer compiled on
+        its own (`pretrain mlm --compile regions`) would compile once per depth, and past dynamo's recompile
+        limit (8) leave the deeper layers eager."""
+        return depth
+
     def rotate(
         self, layer: int, query: torch.Tensor, key: torch.Tensor, state: Any
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -143,6 +150,20 @@ class PositionEncoding(nn.Module):
 
     def extra_repr(self) -> str:
         return ", ".join(f"{key}={value!r}" for key, value in self.options.items())
+
+
+def per_layer_index(tables: torch.Tensor, depth: int, device: torch.device) -> int | torch.Tensor:
+    """`layer_argument` of a scheme with (L or 1, ...) `tables`: 0 where one table serves every layer, else the
+    depth as a 0-d tensor, which indexes the tables as the int would and is an input to a compiled layer."""
+    return 0 if tables.shape[0] == 1 else torch.full((), depth, dtype=torch.long, device=device)
+
+
+def layer_table(tables: torch.Tensor, layer: int | torch.Tensor) -> torch.Tensor:
+    """`tables[layer]` for an int or a 0-d tensor from `per_layer_index` (indexing with the tensor itself reads
+    its value, which dynamo would guard on; `index_select` keeps it a tensor)."""
+    if tables.shape[0] == 1:
+        return tables[0]
+    return tables[layer] if isinstance(layer, int) else tables.index_select(0, layer.reshape(1))[0]
 
 
 def table_count(options: dict[str, Any], num_layers: int) -> int:

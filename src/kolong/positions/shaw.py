@@ -26,7 +26,14 @@ from torch import nn
 
 from kolong.models.encoder.chunked import ChunkBias
 from kolong.models.encoder.flex import attend, kernel_options
-from kolong.positions.base import PositionEncoding, kwarg_error, positive_int, table_count
+from kolong.positions.base import (
+    PositionEncoding,
+    kwarg_error,
+    layer_table,
+    per_layer_index,
+    positive_int,
+    table_count,
+)
 
 
 def clipped_distances(length: int, max_distance: int, device=None) -> torch.Tensor:
@@ -76,8 +83,11 @@ class ShawPositions(PositionEncoding):
         if self.value_tables is not None:
             init.normal_(self.value_tables, mean=0.0, std=std)
 
-    def _table(self, tables: torch.Tensor, layer: int) -> torch.Tensor:
-        return tables[0 if tables.shape[0] == 1 else layer]  # (2k+1, d_h)
+    def layer_argument(self, depth, device):
+        return per_layer_index(self.key_tables, depth, device)
+
+    def _table(self, tables: torch.Tensor, layer) -> torch.Tensor:
+        return layer_table(tables, layer)  # (2k+1, d_h)
 
     def profile(self, layer, query) -> torch.Tensor:
         """q_i . w^K_r / sqrt(d_z) for the 2k + 1 distances r: (b, h, n, 2k+1)."""

@@ -27,7 +27,14 @@ from torch import nn
 
 from kolong.models.encoder.chunked import ChunkBias, toeplitz_rows
 from kolong.models.encoder.flex import attend, kernel_options
-from kolong.positions.base import PositionEncoding, kwarg_error, positive_int, table_count
+from kolong.positions.base import (
+    PositionEncoding,
+    kwarg_error,
+    layer_table,
+    per_layer_index,
+    positive_int,
+    table_count,
+)
 
 
 def relative_position_bucket(
@@ -101,36 +108,43 @@ class T5Positions(PositionEncoding):
     def per_distance(self, layer, state, dtype) -> torch.Tensor:
         """The bias of every distance j - i = 1-n .. n-1 for every head: (h, 2n-1)."""
         # contiguous: every path reads it along the distances (a transposed view strides by h there)
-        return self.bias_tables[self._layer(layer)][state["buckets"]].T.to(dtype).contiguous()
+        return layer_table(self.bias_tables, layer)[state["buckets"]].T.to(dtype).contiguous()
 
-    def _layer(self, layer):
-        return 0 if self.bias_tables.shape[0] == 1 else layer
+    def layer_argument(self, depth, device):
+        return per_layer_index(self.bias_tables, depth, device)
+
+    def _shared(self, state, key, make):
+        """`make()`, kept in `state` for every layer where one table serves them all (a table per layer: made
+        for each; `layer` may be a tensor, no dictionary key)."""
+        if self.bias_tables.shape[0] > 1:
+            return make()
+        if key not in state["bias"]:
+            state["bias"][key] = make()
+        return state["bias"][key]
 
     def score_bias(self, layer, query, state):
-        key = self._layer(layer)
-        if key not in state["bias"]:  # a shared table: one (1, h, n, n) bias for every layer
+        def make():  # (1, h, n, n)
             length = state["length"]
             position = torch.arange(length, device=query.device)
             index = position[None, :] - position[:, None] + length - 1  # (n, n)
-            state["bias"][key] = self.per_distance(layer, state, query.dtype)[:, index][None]
-        return state["bias"][key]
+            return self.per_distance(layer, state, query.dtype)[:, index][None]
+
+        return self._shared(state, "bias", make)
 
     def chunk_bias(self, layer, query, state):
         return T5ChunkBias(self.per_distance(layer, state, query.dtype))
 
     def flex_score(self, layer, query, state):
-        key = self._layer(layer)
-        table = self.bias_tables[key]  # (buckets, h)
+        table = layer_table(self.bias_tables, layer)  # (buckets, h)
         buckets = (self.options["num_buckets"], self.boundaries)
         if not (torch.is_grad_enabled() and table.requires_grad):
             return t5_flex, (table.to(query.dtype), *buckets)
-        if ("rows", key) not in state["bias"]:  # a shared table: one copy for every layer
+
+        def make():  # fp32: up to n gradients are added into each entry
             batch, heads, length, _ = query.shape
-            rows = table.T[None, :, None, :].expand(batch, heads, length, -1)
-            # fp32: up to n gradients are added into each entry
-            state["bias"]["rows", key] = (t5_flex_rows, (rows.float().contiguous(),))
-        function, tensors = state["bias"]["rows", key]
-        return function, (*tensors, *buckets)
+            return table.T[None, :, None, :].expand(batch, heads, length, -1).float().contiguous()
+
+        return t5_flex_rows, (self._shared(state, "rows", make), *buckets)
 
     def _bucket_options(self):
         return {"num_buckets": self.options["num_buckets"], "max_distance": self.options["max_distance"]}

@@ -376,8 +376,8 @@ class PretrainArguments(RecipeArguments):
         'Row lengths with step shares, e.g. "128:0.9,512" (BERT\'s recipe); '
         "the corpus's blocks are cut into such rows.",
     )
-    compile: str = option("auto", "torch.compile the model: auto (on CUDA) | yes | no; bare: yes.",
-                          choices=("auto", "yes", "no"))  # fmt: skip
+    compile: str = option("auto", "torch.compile the model: auto (on CUDA) | yes | no | regions (layer by layer, one "
+                          "graph serving all: a faster start); bare: yes.", choices=("auto", "yes", "no", "regions"))  # fmt: skip
     overrides: dict = option(
         {},
         "Override a preset field: --set hidden_size=256 (repeat).",

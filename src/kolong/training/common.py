@@ -50,23 +50,27 @@ def device_settings(bf16: str) -> dict:
 
 
 @contextlib.contextmanager
-def static_compile_shapes():
-    """Trainers built inside compile their model with static shapes (`torch.compile(dynamic=False)`), unless
-    ACCELERATE_DYNAMO_USE_DYNAMIC says otherwise.
+def trainer_compile_settings(regional: bool = False):
+    """Trainers built inside compile their model with static shapes (`torch.compile(dynamic=False)`), and with
+    `regional` layer by layer, unless the user's ACCELERATE_DYNAMO_* variables say otherwise.
 
     With dynamo's default a second batch shape (a curriculum's next length, the last evaluation batch) turns the
     lengths symbolic, and FlexAttention's score_mods failed to lower with symbolic lengths (an H200, torch 2.11):
-    PyTorch advises static shapes for it. Each shape is then a graph of its own. HF's Trainer leaves `dynamic`
-    unset, and accelerate reads this variable when it is."""
-    name = "ACCELERATE_DYNAMO_USE_DYNAMIC"
-    if name in os.environ:
-        yield
-        return
-    os.environ[name] = "false"
+    PyTorch advises static shapes for it. Each shape is then a graph of its own. `regional`: accelerate's
+    regional compilation, each block of a repeated stack (the encoder's layers) compiled on its own, so the
+    first layer's graph serves the rest, and the modules around them apart (about half the first steps'
+    compile time of a 8 x 256 encoder on 2 CPU cores; docs/pretraining.md). HF's Trainer sets neither;
+    accelerate reads these variables when it makes its accelerator."""
+    wanted = {"ACCELERATE_DYNAMO_USE_DYNAMIC": "false"}
+    if regional:
+        wanted["ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION"] = "true"
+    set_here = [name for name in wanted if name not in os.environ]
+    os.environ.update({name: wanted[name] for name in set_here})
     try:
         yield
     finally:
-        os.environ.pop(name, None)
+        for name in set_here:
+            os.environ.pop(name, None)
 
 
 def fresh_compile_state() -> None:

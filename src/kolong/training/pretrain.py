@@ -31,9 +31,9 @@ from kolong.training.common import (
     resume_checkpoint,
     run_train_loss,
     save_run,
-    static_compile_shapes,
     stopped_by_budget,
     train_or_finish,
+    trainer_compile_settings,
 )
 from kolong.training.presets import preset
 
@@ -246,7 +246,9 @@ def pretrain_mlm(args: PretrainArguments, callbacks: list | None = None) -> dict
     )
     if training_args.torch_compile:
         fresh_compile_state()
-    with static_compile_shapes():  # read when the Trainer makes its accelerator
+    with trainer_compile_settings(
+        regional=args.compile == "regions"
+    ):  # read as the Trainer makes its accelerator
         trainer = make_trainer_class()(
             model=model,
             args=training_args,
@@ -284,7 +286,7 @@ def throughput_settings(args: PretrainArguments, train_rows: int = 0, batch_rows
     from kolong.training.common import has_gpu
 
     gpu = has_gpu()
-    compiled = args.compile == "yes" or (args.compile == "auto" and gpu)
+    compiled = args.compile in ("yes", "regions") or (args.compile == "auto" and gpu)
     settings = {
         "optim": "adamw_torch_fused" if gpu else "adamw_torch",
         "dataloader_num_workers": min(4, max(1, (os.cpu_count() or 2) - 1)) if gpu else 0,

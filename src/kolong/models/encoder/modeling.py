@@ -219,7 +219,9 @@ class KolongModel(KolongPreTrainedModel):
         for depth in range(self.config.num_hidden_layers):
             layer = self.layers[0 if self.config.share_layers else depth]
             layer_mask = local if local is not None and attends_locally(self.config, depth) else mask
-            x, weights = layer(x, layer_mask, self.positions, depth, state, bool(output_attentions))
+            # the depth, or for per-layer tables a 0-d tensor (one graph for every layer compiled alone)
+            index = self.positions.layer_argument(depth, x.device)
+            x, weights = layer(x, layer_mask, self.positions, index, state, bool(output_attentions))
             if hidden_states is not None:
                 hidden_states.append(x)
             if attentions is not None:
