@@ -58,8 +58,8 @@ def trainer_compile_settings(regional: bool = False):
     lengths symbolic, and FlexAttention's score_mods failed to lower with symbolic lengths (an H200, torch 2.11):
     PyTorch advises static shapes for it. Each shape is then a graph of its own. `regional`: accelerate's
     regional compilation, each block of a repeated stack (the encoder's layers) compiled on its own, so the
-    first layer's graph serves the rest, and the modules around them apart (about half the first steps'
-    compile time of a 8 x 256 encoder on 2 CPU cores; docs/pretraining.md). HF's Trainer sets neither;
+    first layer's graph serves the rest, and the modules around them apart (the base preset's first step in
+    25-32 s against 63-81 s compiled whole on 2 CPU cores; docs/pretraining.md). HF's Trainer sets neither;
     accelerate reads these variables when it makes its accelerator."""
     wanted = {"ACCELERATE_DYNAMO_USE_DYNAMIC": "false"}
     if regional:

@@ -246,9 +246,8 @@ def pretrain_mlm(args: PretrainArguments, callbacks: list | None = None) -> dict
     )
     if training_args.torch_compile:
         fresh_compile_state()
-    with trainer_compile_settings(
-        regional=args.compile == "regions"
-    ):  # read as the Trainer makes its accelerator
+    regional = args.compile == "regions"  # layer by layer
+    with trainer_compile_settings(regional):  # read as the Trainer makes its accelerator
         trainer = make_trainer_class()(
             model=model,
             args=training_args,

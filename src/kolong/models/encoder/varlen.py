@@ -11,9 +11,9 @@ kernel PyTorch ships (`aten._flash_attention_forward`, behind its nested-tensor 
 
 The segments come from the collator, which packs on the host (`segments_of`): `cu_seq_lens`, int32 (C + 1),
 and the longest segment's length (at least 2) as the size of `longest_document`, an empty (L, 0) tensor
-(no bytes to copy): the kernel needs that length as an int, and a host read of it would wait for the GPU. Both change
-with every batch; marked dynamic where batches reach the device (`mark_dynamic`), they let one compiled
-graph serve every batch. Each row's padding is a segment of its own, whose outputs nothing reads.
+(no bytes to copy): the kernel needs that length as an int, and a host read of it would wait for the GPU.
+Both change with every batch; marked dynamic where batches reach the device (`mark_dynamic`), they let one
+compiled graph serve every batch. Each row's padding is a segment of its own, whose outputs nothing reads.
 
 On CUDA with 16-bit q, k, v (bf16 autocast) and heads of at most 256 (a multiple of 8), for schemes without a
 logit bias and without a local window, when KOLONG_PACKED_VARLEN=1 (until a GPU slot has measured it).
