@@ -126,6 +126,48 @@ def test_regional_compilation_compiles_each_layer_alone_and_trains_as_eager(corp
     assert names.count("KolongLayer") == 2 and "KolongForMaskedLM" not in names, names
 
 
+def test_regional_compilation_keeps_every_layer_compiled_through_a_long_curriculum(
+    corpus, tmp_path, monkeypatch, eager_flex_with_backward
+):
+    """Layers compiled one by one share a code object, whose graphs dynamo counts together: on the CUDA path of
+    packed documents (FlexAttention) each length is a graph for the first layer, which builds the block mask
+    the others reuse, and one for the rest, so a curriculum of five lengths makes 10, past dynamo's default
+    limit (8), where the deeper layers would fall back to eager with a warning. A regional run raises the
+    limit while it lasts (a whole-model compile makes one graph a length)."""
+    import logging
+
+    import torch
+
+    from kolong.models.encoder import attention
+
+    monkeypatch.setattr(attention, "FLEX_DEVICES", ("cpu",))  # as on CUDA
+    layer_graphs, original = [], torch.compile
+
+    def backend(graph, inputs):  # one backend for every compiled module, as accelerate passes one
+        layer_graphs.append(
+            any("KolongAttention" in str(node.meta.get("nn_module_stack")) for node in graph.graph.nodes)
+        )
+        return graph.forward
+
+    monkeypatch.setattr(
+        torch, "compile", lambda model, **kwargs: original(model, **{**kwargs, "backend": backend})
+    )
+    warnings = []
+    handler = logging.Handler()
+    handler.emit = lambda record: warnings.append(record.getMessage())
+    logger = logging.getLogger("torch._dynamo.convert_frame")
+    logger.addHandler(handler)
+    try:
+        pretrain_mlm(arguments(corpus, tmp_path / "run", curriculum="8:0.2,12:0.2,16:0.2,24:0.2,32", max_steps=10,
+                               eval_every="100", save_steps=100, compile="regions", attn_implementation="flex_attention",
+                               overrides={"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}))  # fmt: skip
+    finally:
+        logger.removeHandler(handler)
+    assert sum(layer_graphs) > 8  # the case the raised limit is for
+    assert not [w for w in warnings if "recompile_limit" in w], warnings
+    assert torch._dynamo.config.recompile_limit == 8  # the process's own limit again
+
+
 def test_curriculum_parsing_and_schedule():
     assert parse_length_curriculum("128:0.9,512", 512) == [(128, 0.9), (512, pytest.approx(0.1))]
     assert parse_length_curriculum("128,256,512", 512) == [(128, 1 / 3), (256, 1 / 3), (512, 1 / 3)]

@@ -60,17 +60,30 @@ def trainer_compile_settings(regional: bool = False):
     regional compilation, each block of a repeated stack (the encoder's layers) compiled on its own, so the
     first layer's graph serves the rest, and the modules around them apart (the base preset's first step in
     25-32 s against 63-81 s compiled whole on 2 CPU cores; docs/pretraining.md). HF's Trainer sets neither;
-    accelerate reads these variables when it makes its accelerator."""
+    accelerate reads these variables when it makes its accelerator (made, and run, inside the context).
+
+    Layers compiled one by one share one code object, whose graphs dynamo counts together: one for each shape
+    and mode, two where the first layer builds what the others reuse (packed documents' block mask on the
+    FlexAttention path, T5's shared bias), so a curriculum of five lengths makes 10, past dynamo's recompile
+    limit (8), after which the deeper layers would run eagerly with a warning (a whole model: one graph a
+    length). Inside the context, a regional run may compile REGIONAL_GRAPHS."""
+    import torch
+
     wanted = {"ACCELERATE_DYNAMO_USE_DYNAMIC": "false"}
     if regional:
         wanted["ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION"] = "true"
     set_here = [name for name in wanted if name not in os.environ]
     os.environ.update({name: wanted[name] for name in set_here})
+    limit = max(torch._dynamo.config.recompile_limit, REGIONAL_GRAPHS if regional else 0)
     try:
-        yield
+        with torch._dynamo.config.patch(recompile_limit=limit):
+            yield
     finally:
         for name in set_here:
             os.environ.pop(name, None)
+
+
+REGIONAL_GRAPHS = 64  # lengths x modes x (first layer, the rest), with room to spare
 
 
 def fresh_compile_state() -> None:

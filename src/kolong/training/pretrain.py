@@ -246,8 +246,8 @@ def pretrain_mlm(args: PretrainArguments, callbacks: list | None = None) -> dict
     )
     if training_args.torch_compile:
         fresh_compile_state()
-    regional = args.compile == "regions"  # layer by layer
-    with trainer_compile_settings(regional):  # read as the Trainer makes its accelerator
+    # read as the Trainer makes its accelerator, and as it compiles (regional: layer by layer)
+    with trainer_compile_settings(regional=args.compile == "regions"):
         trainer = make_trainer_class()(
             model=model,
             args=training_args,
@@ -258,13 +258,15 @@ def pretrain_mlm(args: PretrainArguments, callbacks: list | None = None) -> dict
             callbacks=[_resume_masking_callback(collator), *(callbacks or [])],
             tokens_per_step=tokens_per_step,
         )
-    quiet_trainer(trainer, args.quiet)
-    output = train_or_finish(trainer, resume_from)
-    if stopped_by_budget(callbacks):
-        return {"finished": False, "steps": trainer.state.global_step}
-    metrics = {"train_loss": run_train_loss(trainer, output), "steps": trainer.state.global_step}
-    if evaluation is not None:
-        metrics.update({k: v for k, v in trainer.evaluate().items() if k in ("eval_loss", "eval_perplexity")})
+        quiet_trainer(trainer, args.quiet)
+        output = train_or_finish(trainer, resume_from)
+        if stopped_by_budget(callbacks):
+            return {"finished": False, "steps": trainer.state.global_step}
+        metrics = {"train_loss": run_train_loss(trainer, output), "steps": trainer.state.global_step}
+        if evaluation is not None:
+            metrics.update(
+                {k: v for k, v in trainer.evaluate().items() if k in ("eval_loss", "eval_perplexity")}
+            )
     history = trainer.state.log_history
     save_run(trainer, tokenizer, output_dir, "pretrain_log.json", args, metrics, log_history=history)
     if trainer.is_world_process_zero():
