@@ -1,0 +1,208 @@
+"""What `kolong bench` writes and keeps: the result of a run (the benchmark's summary, the machine, the date,
+every timing), written as JSON and markdown, and the cases of an interrupted run that a rerun keeps.
+
+`write_results` adds the machine, the versions, the date and a table of every timing to what the benchmark
+wrote, atomically; a partial result (a run cut short, as on a lent GPU with a time limit) goes to
+`NAME.partial.{json,md}`, which a complete one removes. A resumable benchmark rerun with the same arguments on
+a machine described the same way keeps the cases such a file holds (`kept_cases`).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import asdict, dataclass, field, is_dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from kolong.io import atomic_write_json, atomic_write_text
+
+
+@dataclass
+class Timing:
+    """Seconds of one step, one value per round, and any figures the step reported beside them."""
+
+    seconds: list[float] = field(default_factory=list)
+    extras: dict[str, list[float]] = field(default_factory=dict)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.seconds)
+
+    def extra(self, name: str) -> float:
+        return statistics.median(self.extras[name])
+
+    def as_dict(self) -> dict:
+        return {
+            "median_s": self.median, "min_s": min(self.seconds), "max_s": max(self.seconds),
+            "rounds": len(self.seconds), **{f"median_{k}": statistics.median(v) for k, v in self.extras.items()},
+        }  # fmt: skip
+
+
+def resumed_summary(rows: list[dict], resume: dict | None) -> dict:
+    """How many cases were kept from an interrupted run, and its date: said beside the tables."""
+    count = sum(1 for row in rows if row.get("kept"))
+    return {"resumed": {"cases": count, "from": (resume or {}).get("date")}} if count else {}
+
+
+_SAME_MACHINE = ("cpu", "cpu_count", "gpu", "cuda", "python", "torch", "transformers")
+
+
+def case_key(size: dict) -> str:
+    return json.dumps(size, sort_keys=True, default=str)
+
+
+def _settings(args) -> dict:
+    """The arguments that decide what is measured (not where it is written, nor whether to resume)."""
+    arguments = asdict(args) if is_dataclass(args) else dict(args)
+    kept = {k: v for k, v in arguments.items() if k not in ("output_dir", "resume")}
+    return json.loads(json.dumps(kept, default=str))
+
+
+def _stored(row: dict) -> dict | None:
+    """A row as JSON (its facts and every round's seconds), or None when a fact is not JSON."""
+    size = row["size"]
+    stored = {"size": size, "references": row["references"],
+              "facts": {k: v for k, v in row.items() if k not in ("size", "timings", "references", "kept")
+                        and k not in size},
+              "timings": {name: {"seconds": t.seconds, "extras": t.extras} for name, t in row["timings"].items()}}  # fmt: skip
+    try:
+        return json.loads(json.dumps(stored))
+    except (TypeError, ValueError):
+        return None
+
+
+def restored_row(stored: dict) -> dict:
+    timings = {name: Timing(list(t["seconds"]), {k: list(v) for k, v in t["extras"].items()})
+               for name, t in stored["timings"].items()}  # fmt: skip
+    size = stored["size"]
+    return {**size, **stored["facts"], "size": size, "timings": timings, "references": stored["references"]}
+
+
+def kept_cases(benchmark, args, machine: dict, partial: dict | None) -> list[dict]:
+    """The stored rows of `partial` that a rerun keeps: a resumable benchmark's interrupted run with the same
+    arguments on a machine described the same way; otherwise none."""
+    if not (
+        benchmark.resumable
+        and partial
+        and partial.get("partial")
+        and partial.get("benchmark") == benchmark.name
+    ):
+        return []
+    resume = partial.get("resume") or {}
+    same_machine = all(resume.get("machine", {}).get(k) == machine.get(k) for k in _SAME_MACHINE)
+    if not same_machine or resume.get("arguments") != _settings(args):
+        return []
+    return list(resume.get("rows") or [])
+
+
+def run_result(benchmark, args, rows: list[dict], summary: dict, machine: dict) -> dict:
+    arguments = asdict(args) if is_dataclass(args) else args
+    return {
+        "benchmark": benchmark.name,
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "machine": machine,
+        **summary,
+        "arguments": summary.get("arguments", arguments),
+        "timings": [
+            {**row["size"], "step": name,
+             "reference": name in row["references"], **timing.as_dict()}
+            for row in rows for name, timing in row["timings"].items()
+        ],
+    }  # fmt: skip
+
+
+def partial_result(
+    benchmark, args, rows: list[dict], machine: dict, total: int, resume: dict | None = None
+) -> dict:
+    """The result of the cases measured so far; the timings alone if the summary needs every case."""
+    try:
+        summary = benchmark.summarise(args, list(rows))
+    except Exception:  # a summary may compare cases not measured yet; the timings still stand
+        summary = {}
+    result = {
+        **run_result(benchmark, args, rows, summary, machine),
+        "partial": {"cases": len(rows), "of": total},
+        **resumed_summary(rows, resume),
+    }
+    stored = [_stored(row) for row in rows]
+    if benchmark.resumable and all(row is not None for row in stored):
+        result["resume"] = {"arguments": _settings(args), "machine": machine, "rows": stored}
+    return result
+
+
+def _with_machine(tables: str, result: dict) -> str:
+    """The tables, then the cases kept from an interrupted run (if any), the machine and every timing."""
+    parts = [tables]
+    resumed = result.get("resumed")
+    if resumed:
+        parts.append(f"**{resumed['cases']} case(s) were kept from an interrupted run of {resumed['from']}** "
+                     "(the same options on a machine described the same way; `--no-resume` measures every case).")  # fmt: skip
+    return "\n\n".join([*parts, machine_line(result), timings_markdown(result)])
+
+
+def machine_line(result: dict) -> str:
+    m = result["machine"]
+    parts = [f"Machine: {m['cpu']}, {m['cores_available']} cores"]
+    if m.get("gpu"):
+        parts.append(f"GPU {m['gpu']}")
+    parts += [f"{name} {m[name]}" for name in ("python", "torch", "transformers") if m.get(name)]
+    return ", ".join(parts) + f"; {result['date']}."
+
+
+def timings_markdown(result: dict) -> str:
+    """Every timed step: median and min-max over its rounds (what the tables above are medians of)."""
+    rows = result.get("timings", [])
+    if not rows:
+        return ""
+    size_keys = [k for k in rows[0] if k not in ("step", "reference", "median_s", "min_s", "max_s", "rounds")
+                 and not k.startswith("median_")]  # fmt: skip
+    lines = ["## Every timing (seconds per call; median, min-max over interleaved rounds)", "",
+             "| case | step | median s | min-max s | rounds |", "|---|---|---:|---:|---:|"]  # fmt: skip
+    for row in rows:
+        case = ", ".join(
+            f"{k} {row[k]}" for k in size_keys if k in row and not isinstance(row[k], dict | list)
+        )
+        name = f"{row['step']} (reference)" if row["reference"] else row["step"]
+        lines.append(f"| {case or '—'} | {name} | {row['median_s']:.4g} | {row['min_s']:.4g}-{row['max_s']:.4g} "
+                     f"| {row['rounds']} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def write_results(
+    benchmark, result: dict, output_dir: str | Path, stem: str | None = None
+) -> tuple[Path, Path]:
+    """`output_dir/NAME.json` and `NAME.md` (the benchmark's tables, the machine, every timing), atomically.
+
+    A partial result (see `run`) goes to `NAME.partial.{json,md}` instead, so that a run cut short never
+    replaces a complete one; the complete result removes them."""
+    output_dir, stem = Path(output_dir), stem or benchmark.name
+    partial = result.get("partial")
+    if partial:
+        return _write_partial(benchmark, result, output_dir / f"{stem}.partial")
+    figures = benchmark.figures(result, output_dir)
+    if figures:
+        result = {**result, "figures": [str(path) for path in figures]}
+    markdown = _with_machine(benchmark.to_markdown(result).rstrip("\n"), result)
+    written = (
+        atomic_write_json(output_dir / f"{stem}.json", result),
+        atomic_write_text(output_dir / f"{stem}.md", markdown.rstrip("\n") + "\n"),
+    )
+    for suffix in (".partial.json", ".partial.md"):
+        (output_dir / f"{stem}{suffix}").unlink(missing_ok=True)
+    return written
+
+
+def _write_partial(benchmark, result: dict, stem: Path) -> tuple[Path, Path]:
+    partial = result["partial"]
+    try:
+        tables = benchmark.to_markdown(result).rstrip("\n")
+    except Exception:  # the tables may need every case; the timings below are the measurement
+        tables = f"# kolong bench {benchmark.name}"
+    note = (f"**Partial: {partial['cases']} of {partial['of']} cases measured** (the run was stopped or is "
+            "still going; a complete run replaces this file).")  # fmt: skip
+    markdown = _with_machine(f"{note}\n\n{tables}", result)
+    return (
+        atomic_write_json(stem.with_name(stem.name + ".json"), result),
+        atomic_write_text(stem.with_name(stem.name + ".md"), markdown.rstrip("\n") + "\n"),
+    )
