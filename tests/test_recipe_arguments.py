@@ -13,14 +13,13 @@ from kolong.data.samples import korean_qa_dataset
 from kolong.errors import ConfigError
 from kolong.training.arguments import (
     ClassificationArguments,
-    PretrainArguments,
     QAFinetuneArguments,
     Seq2SeqFinetuneArguments,
-    SpanPretrainArguments,
     training_arguments,
 )
 from kolong.training.hf_fields import FIELDS
 from kolong.training.hf_fields_generate import installed_fields
+from kolong.training.pretraining_arguments import PretrainArguments, SpanPretrainArguments
 
 runner = CliRunner()
 RECIPES = {

@@ -9,7 +9,7 @@ import typer
 from kolong.cli.arguments import command_from
 from kolong.cli.common import console, user_errors
 from kolong.errors import ConfigError, KolongError
-from kolong.training.arguments import PretrainArguments, SpanPretrainArguments
+from kolong.training.pretraining_arguments import PretrainArguments, SpanPretrainArguments
 
 app = typer.Typer(help="Pre-training recipes.", no_args_is_help=True, rich_markup_mode=None)
 

@@ -21,10 +21,7 @@ from pathlib import Path
 from kolong.errors import CheckpointError, ConfigError, DataError
 from kolong.io import writes_output
 from kolong.plots.figures import save_figure
-from kolong.training.arguments import (
-    PretrainArguments,
-    training_arguments,
-)
+from kolong.training.arguments import training_arguments
 from kolong.training.common import (
     fresh_compile_state,
     quiet_trainer,
@@ -36,6 +33,7 @@ from kolong.training.common import (
     trainer_compile_settings,
 )
 from kolong.training.presets import preset
+from kolong.training.pretraining_arguments import PretrainArguments
 
 
 def _split_overrides(overrides: dict, model_fields: dict, training_fields: dict) -> None:

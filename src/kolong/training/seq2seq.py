@@ -16,12 +16,7 @@ from kolong.checkpoints import load_byte_model
 from kolong.data.text_to_text import Seq2SeqTask, TextPair, load_task, read_text_pairs, score_generations
 from kolong.errors import DataError
 from kolong.io import atomic_write_text, writes_output
-from kolong.training.arguments import (
-    Seq2SeqFinetuneArguments,
-    SpanPretrainArguments,
-    check_eval_every,
-    training_arguments,
-)
+from kolong.training.arguments import Seq2SeqFinetuneArguments, check_eval_every, training_arguments
 from kolong.training.common import (
     quiet_trainer,
     resume_checkpoint,
@@ -30,6 +25,7 @@ from kolong.training.common import (
     stopped_by_budget,
     train_or_finish,
 )
+from kolong.training.pretraining_arguments import SpanPretrainArguments
 from kolong.training.span import pretrain_span
 
 # Kept importable from here: the recipe's task types, and its span pre-training sibling.

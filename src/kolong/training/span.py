@@ -15,11 +15,7 @@ from pathlib import Path
 from kolong.checkpoints import load_byte_model, load_byte_tokenizer
 from kolong.errors import DataError
 from kolong.io import writes_output
-from kolong.training.arguments import (
-    SpanPretrainArguments,
-    check_eval_every,
-    training_arguments,
-)
+from kolong.training.arguments import check_eval_every, training_arguments
 from kolong.training.common import (
     ListDataset,
     quiet_trainer,
@@ -29,6 +25,7 @@ from kolong.training.common import (
     stopped_by_budget,
     train_or_finish,
 )
+from kolong.training.pretraining_arguments import SpanPretrainArguments
 
 
 @writes_output("args", "output_dir")
