@@ -86,12 +86,9 @@ class ShawPositions(PositionEncoding):
     def layer_argument(self, depth, device):
         return per_layer_index(self.key_tables, depth, device)
 
-    def _table(self, tables: torch.Tensor, layer) -> torch.Tensor:
-        return layer_table(tables, layer)  # (2k+1, d_h)
-
     def profile(self, layer, query) -> torch.Tensor:
         """q_i . w^K_r / sqrt(d_z) for the 2k + 1 distances r: (b, h, n, 2k+1)."""
-        table = self._table(self.key_tables, layer).to(query.dtype)
+        table = layer_table(self.key_tables, layer).to(query.dtype)
         return torch.matmul(query, table.T) / math.sqrt(query.shape[-1])
 
     def prepare(self, length, device, dtype):
@@ -109,7 +106,7 @@ class ShawPositions(PositionEncoding):
         return self.profile(layer, query).gather(-1, index)
 
     def chunk_bias(self, layer, query, state):
-        values = None if self.value_tables is None else self._table(self.value_tables, layer).to(query.dtype)
+        values = None if self.value_tables is None else layer_table(self.value_tables, layer).to(query.dtype)
         return ShawChunkBias(self.profile(layer, query), values, self.max_distance)
 
     def flex_score(self, layer, query, state):
@@ -124,7 +121,7 @@ class ShawPositions(PositionEncoding):
         # sum_j alpha_ij over the j sharing a clipped distance: (b, h, n, 2k+1)
         index = self._index(state, length, probs.device).expand(batch, heads, length, length)
         buckets = buckets.scatter_add(-1, index, probs)
-        return torch.matmul(buckets, self._table(self.value_tables, layer).to(probs.dtype))  # (b, h, n, d_h)
+        return torch.matmul(buckets, layer_table(self.value_tables, layer).to(probs.dtype))  # (b, h, n, d_h)
 
 
 class MaterialisedShawPositions(ShawPositions):
@@ -136,14 +133,14 @@ class MaterialisedShawPositions(ShawPositions):
 
     def score_bias(self, layer, query, state):
         index = self._index(state, query.shape[2], query.device)
-        relative_keys = self._table(self.key_tables, layer).to(query.dtype)[index]  # a^K: (n, n, d_h)
+        relative_keys = layer_table(self.key_tables, layer).to(query.dtype)[index]  # a^K: (n, n, d_h)
         return torch.einsum("bhid,ijd->bhij", query, relative_keys) / math.sqrt(query.shape[-1])
 
     def value_term(self, layer, probs, state):
         if self.value_tables is None:
             return None
         index = self._index(state, probs.shape[2], probs.device)
-        relative_values = self._table(self.value_tables, layer).to(probs.dtype)[index]  # a^V: (n, n, d_h)
+        relative_values = layer_table(self.value_tables, layer).to(probs.dtype)[index]  # a^V: (n, n, d_h)
         return torch.einsum("bhij,ijd->bhid", probs, relative_values)
 
 

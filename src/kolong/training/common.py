@@ -49,6 +49,9 @@ def device_settings(bf16: str) -> dict:
     return settings
 
 
+REGIONAL_GRAPHS = 64  # lengths x modes x (first layer, the rest), with room to spare
+
+
 @contextlib.contextmanager
 def trainer_compile_settings(regional: bool = False):
     """Trainers built inside compile their model with static shapes (`torch.compile(dynamic=False)`), and with
@@ -81,9 +84,6 @@ def trainer_compile_settings(regional: bool = False):
     finally:
         for name in set_here:
             os.environ.pop(name, None)
-
-
-REGIONAL_GRAPHS = 64  # lengths x modes x (first layer, the rest), with room to spare
 
 
 def fresh_compile_state() -> None:
