@@ -402,3 +402,28 @@ def test_bench_logs_each_step_with_its_time_when_not_on_a_terminal(tmp_path):
     assert any(message.startswith("encoder: timing learned") for _, message in logged)
     seconds = [float(elapsed) for elapsed, _ in logged]
     assert seconds == sorted(seconds)
+
+
+def test_bench_pretrain_gives_its_attention_dropout_to_every_pipelines_model(monkeypatch):
+    """--attention-dropout 0 (as ModernBERT) reaches kolong's model in the raw step and in `pretrain mlm`, and
+    HF's BertForMaskedLM: like is compared with like, and the result says which dropout ran."""
+    from transformers import PreTrainedModel
+
+    from kolong.bench.pretrain import run_pretrain_benchmark
+
+    seen = []
+    post_init = PreTrainedModel.post_init
+
+    def recording(self):
+        seen.append((type(self).__name__, self.config.attention_probs_dropout_prob))
+        return post_init(self)
+
+    monkeypatch.setattr(PreTrainedModel, "post_init", recording)
+    result = run_pretrain_benchmark(lengths=[32], positions=["learned"], tokens_per_step=128, steps=4, rounds=1,
+                                    hidden_size=32, layers=1, device="cpu", attention_dropout=0.0,
+                                    on_step=lambda m: None)  # fmt: skip
+    assert {"KolongForMaskedLM", "BertForMaskedLM"} <= {name for name, _ in seen}
+    # (the tiny BERT checkpoint built to hold the bench's tokenizer is not timed)
+    assert all(p == 0.0 for name, p in seen if name.endswith("ForMaskedLM")), seen
+    assert result["settings"]["attention_dropout"] == 0.0
+    assert result["settings"]["packed_attention"] == "FlexAttention's block mask (no attention dropout)"

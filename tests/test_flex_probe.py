@@ -58,14 +58,16 @@ def test_an_unknown_variant_is_refused_by_name(capsys):
     assert stopped.value.code == 2 and "unknown flash" in capsys.readouterr().err
 
 
-def test_the_gpu_steps_probe_commands_parse():
-    """`.ci/gpu-step flex-probe` runs the probe twice: both command lines parse as the probe's options."""
+@pytest.mark.parametrize("step", ["flex-probe", "flex-model-probe"])
+def test_the_gpu_steps_probe_commands_parse(step):
+    """`.ci/gpu-step flex-probe` (and `flex-model-probe`) run the probe twice: both command lines parse as the
+    probe's options."""
     import shlex
     import subprocess
     from pathlib import Path
 
     script = Path(__file__).parent.parent / ".ci" / "gpu-step"
-    printed = subprocess.run(["bash", str(script), "--dry-run", "flex-probe"], capture_output=True, text=True,
+    printed = subprocess.run(["bash", str(script), "--dry-run", step], capture_output=True, text=True,
                              check=True).stdout  # fmt: skip
     command = "python3 -m kolong.bench.flex_probe "
     lines = [line.partition(command)[2] for line in printed.splitlines() if command in line]
@@ -100,3 +102,37 @@ def test_sdpa_drops_while_training_except_in_its_no_dropout_variant(monkeypatch)
         with torch.no_grad():
             forward()
     assert seen == [flex_probe.DROPOUT, 0.0, 0.0, 0.0]
+
+
+def test_the_model_variants_take_the_attention_path_they_are_named_after(monkeypatch):
+    """On a device where FlexAttention trains (CUDA; here the CPU stands in, eager), kolong's encoder attends
+    packed documents through SDPA's dense mask with attention dropout, through FlexAttention in one pass
+    without it, and in two passes under KOLONG_PACKED_FLEX_DROPOUT's path; the flag is restored after each call."""
+    from kolong.models.encoder import attention, flex
+
+    monkeypatch.setattr(attention, "FLEX_DEVICES", ("cpu",))
+    monkeypatch.setattr(flex, "COMPILE", False)
+    calls = []
+    real_flex_call = flex.flex_call
+    monkeypatch.setattr(flex, "flex_call", lambda function, q, k, v, mask, scale, dropout, *rest: calls.append(
+        "flex, two passes" if dropout is not None else "flex") or real_flex_call(function, q, k, v, mask, scale, dropout, *rest))  # fmt: skip
+    args = flex_probe.build_parser().parse_args([*TINY, "--model-layers", "2"])
+    documents = flex_probe.packed_documents(args.batch, args.length)
+    seen = {}
+    for name in flex_probe.MODEL_VARIANTS:
+        calls.clear()
+        forward, parameters = flex_probe.variant_calls(name, args, documents, compile=False)
+        with torch.no_grad():
+            output = forward()
+        assert output.shape == (args.batch, args.length, args.heads * args.head_dim)
+        assert parameters and all(p.requires_grad for p in parameters)
+        assert attention.PACKED_FLEX_DROPOUT is False
+        seen[name] = sorted(set(calls)), len(calls)
+    assert seen == {"model-sdpa-documents": ([], 0), "model-flex-documents": (["flex"], 2),
+                    "model-flex-documents-dropout": (["flex, two passes"], 2)}  # fmt: skip
+
+
+def test_model_layers_must_be_positive(capsys):
+    with pytest.raises(SystemExit) as stopped:
+        flex_probe.main([*TINY, "--model-layers", "0"])
+    assert stopped.value.code == 2 and "--model-layers must be at least 1" in capsys.readouterr().err

@@ -171,15 +171,17 @@ def test_the_pretrain_benchmark_records_how_packed_documents_are_attended(monkey
     from kolong.bench.pretrain import packed_attention
     from kolong.bench.pretrain_report import to_markdown
 
-    assert packed_attention().startswith("SDPA's dense mask")
+    assert packed_attention(0.1).startswith("SDPA's dense mask")
+    assert packed_attention(0.0) == "FlexAttention's block mask (no attention dropout)"
     monkeypatch.setattr(varlen, "ENABLED", True)
-    assert "variable-length kernel (KOLONG_PACKED_VARLEN=1)" in packed_attention()
+    assert "variable-length kernel (KOLONG_PACKED_VARLEN=1)" in packed_attention(0.1)
     settings = {"hidden_size": 32, "layers": 2, "tokens_per_step": 64, "steps": 4, "rounds": 1, "compile": "no",
-                "packed_attention": packed_attention()}  # fmt: skip
+                "attention_dropout": 0.1, "packed_attention": packed_attention(0.1)}  # fmt: skip
     markdown = to_markdown(
         {"settings": settings, "device": "cpu", "cells": [], "padding": None, "traces": []}
     )
     assert "Packed documents on CUDA: FlashAttention's variable-length kernel" in markdown
+    assert "attention dropout 0.1." in markdown
 
 
 def test_the_pretrain_benchmark_says_where_the_kernel_was_taken_and_where_not(monkeypatch):

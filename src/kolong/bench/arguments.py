@@ -143,6 +143,9 @@ class PretrainBenchArguments(ResumableBenchArguments):
     rounds: int = option(2, "Interleaved rounds of the three pipelines (the median is reported).")
     hidden_size: int = option(256, "Hidden size (heads = hidden / 64, FFN = 4 x hidden).")
     layers: int = option(4, "Encoder layers.")
+    attention_dropout: float = option(0.1, "Attention dropout of every model, kolong's and HF's (BERT's 0.1; 0, as "
+                                      "ModernBERT: kolong's packed documents take FlexAttention's block mask on "
+                                      "CUDA in one pass).", min=0, below=1)  # fmt: skip
     device: str = option("auto", "auto | cpu | cuda.", choices=("auto", "cpu", "cuda"))
     compile: str = option("auto", "torch.compile kolong's model: auto (on CUDA) | yes | no | regions (layer by "
                           "layer, as `pretrain mlm --compile regions`); bare: yes.",

@@ -18,7 +18,14 @@ tokens, bf16), each variant changing one thing, so the next slot can tell what m
 - `flex-documents-strided`: q, k, v as the model makes them, permuted views of one (b, n, 3, h, d) tensor;
 - `flex-documents-dropout`: kolong's attention dropout in two passes (`flex_dropout.py`);
 - `varlen-documents`: FlashAttention's variable-length kernel over the documents as segments, dropout inside
-  (`varlen.py`, KOLONG_PACKED_VARLEN; on CPU its segment-by-segment reference).
+  (`varlen.py`, KOLONG_PACKED_VARLEN; on CPU its segment-by-segment reference);
+- `model-sdpa-documents`, `model-flex-documents`, `model-flex-documents-dropout`: kolong's own encoder
+  (`KolongModel`, `--model-layers` layers at this shape, FFN 4x, hidden dropout 0.1) compiled whole and run
+  under bf16 autocast as `pretrain mlm` trains it, with attention dropout 0.1 (kolong's path today: SDPA's
+  dense mask), 0 (FlexAttention, one pass) and 0.1 through FlexAttention's two passes
+  (KOLONG_PACKED_FLEX_DROPOUT's path, the seventh slot's 184 ms step). The eighth slot found the attention
+  call alone fast under every change above, while the seventh slot's model spent ten times as long in the
+  same forward kernels: these rows put the model around the call back, one layer or all of them.
 
 Forward under no_grad and forward + backward are timed separately (interleaved rounds, medians), each
 variant compiled on its own (`dynamic=False`, as kolong compiles flex). Documents are drawn with lengths
@@ -44,8 +51,13 @@ from kolong.models.encoder.masks import AttentionMask
 
 VARIANTS = ("sdpa", "sdpa-documents", "sdpa-documents-no-dropout", "flex", "flex-documents", "flex-documents-torch-mask",
             "flex-documents-mask-in-graph", "flex-documents-strided", "flex-documents-dropout",
-            "varlen-documents")  # fmt: skip
+            "varlen-documents", "model-sdpa-documents", "model-flex-documents",
+            "model-flex-documents-dropout")  # fmt: skip
 DROPOUT = 0.1
+# model variants: (attention dropout, packed documents with dropout through FlexAttention's two passes)
+MODEL_VARIANTS = {"model-sdpa-documents": (DROPOUT, False), "model-flex-documents": (0.0, False),
+                  "model-flex-documents-dropout": (DROPOUT, True)}  # fmt: skip
+MODEL_VOCABULARY = 1000
 
 
 def packed_documents(batch: int, length: int, seed: int = 0) -> torch.Tensor:
@@ -78,8 +90,39 @@ def _flex_dropout(q, k, v, block_mask, scale, keys):
     return flex_dropout.attend(q, k, v, None, block_mask, scale, keys, DROPOUT)
 
 
+def model_calls(name: str, args, documents: torch.Tensor, compile: bool):
+    """(forward, parameters): kolong's encoder of `args.model_layers` layers at the probe's shape, in training
+    mode (dropout on, in the forward timed alone too), under bf16 autocast on CUDA, compiled whole."""
+    from kolong.models import KolongConfig, KolongModel
+    from kolong.models.encoder import attention
+
+    dropout, two_passes = MODEL_VARIANTS[name]
+    hidden = args.heads * args.head_dim
+    config = KolongConfig(vocab_size=MODEL_VOCABULARY, hidden_size=hidden, num_hidden_layers=args.model_layers,
+                          num_attention_heads=args.heads, intermediate_size=4 * hidden,
+                          max_position_embeddings=max(512, args.length), attention_probs_dropout_prob=dropout)  # fmt: skip
+    model = KolongModel(config).to(args.device).train()
+    compiled = torch.compile(model, dynamic=False) if compile else model
+    generator = torch.Generator().manual_seed(0)
+    input_ids = torch.randint(MODEL_VOCABULARY, documents.shape, generator=generator).to(args.device)
+
+    def forward():
+        # the flag is read while tracing, and guarded: it holds for every call of this variant
+        flag, attention.PACKED_FLEX_DROPOUT = attention.PACKED_FLEX_DROPOUT, two_passes
+        try:
+            with torch.autocast(args.device, dtype=torch.bfloat16, enabled=args.device == "cuda"):
+                return compiled(input_ids=input_ids, attention_mask=documents, mask_layout=(True, True))[0]
+        finally:
+            attention.PACKED_FLEX_DROPOUT = flag
+
+    return forward, list(model.parameters())
+
+
 def variant_calls(name: str, args, documents: torch.Tensor, compile: bool):
-    """(forward, inputs): `forward()` computes the variant's attention output from `inputs` (q, k, v or qkv)."""
+    """(forward, inputs): `forward()` computes the variant's attention output from `inputs` (q, k, v or qkv;
+    a model variant's output from its parameters)."""
+    if name in MODEL_VARIANTS:
+        return model_calls(name, args, documents, compile)
     b, h, n, d = args.batch, args.heads, args.length, args.head_dim
     device, dtype = args.device, torch.bfloat16 if args.device == "cuda" else torch.float32
     scale, grad = 1.0 / math.sqrt(d), args.training  # a CPU flex call refuses inputs that need a gradient
@@ -142,7 +185,7 @@ def probe(args, on_partial=None) -> dict:
                 return forward()
 
         def train(forward=forward, inputs=inputs):
-            forward().sum().backward()
+            forward().float().sum().backward()
             for tensor in inputs:
                 tensor.grad = None
 
@@ -153,7 +196,8 @@ def probe(args, on_partial=None) -> dict:
     started = time.monotonic()
     result = {"benchmark": "flex-probe", "machine": describe_machine(), "blocks_computed": computed,
               "shape": {"batch": args.batch, "heads": args.heads, "length": args.length, "head_dim": args.head_dim},
-              "dropout": DROPOUT, "rows": [{"variant": name} for name in args.variants]}  # fmt: skip
+              "dropout": DROPOUT, "model_layers": args.model_layers,
+              "rows": [{"variant": name} for name in args.variants]}  # fmt: skip
     # Forward first, written before training compiles: a run cut short keeps its forward times. Each first
     # call compiles: a log cut short still says which variant took long.
     for mode, steps in (("forward", forward_steps), ("training", training_steps)):
@@ -181,7 +225,8 @@ def to_markdown(result: dict) -> str:
         f"Batch {shape['batch']}, {shape['heads']} heads of {shape['head_dim']}, {shape['length']} tokens; documents "
         f"of 3-20 tokens packed; {result['blocks_computed']:.1%} of the 128 x 128 blocks hold an allowed score. "
         f"Training = forward + backward, SDPA with dropout {result['dropout']} (flex-documents-dropout: two passes). "
-        "Median ms of interleaved rounds.",
+        f"model-* rows: kolong's encoder, {result.get('model_layers', 1)} layer(s) with embeddings, FFN and norms, "
+        "compiled whole under bf16 autocast (hidden dropout 0.1). Median ms of interleaved rounds.",
         "",
         "| variant | " + " | ".join(f"{mode} ms" for mode in modes) + " |",
         "|---|" + "---:|" * len(modes),
@@ -205,6 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--head-dim", type=int, default=64)
     parser.add_argument("--variants", type=lambda text: text.split(","), default=list(VARIANTS),
                         help=f"comma-separated, of: {', '.join(VARIANTS)}")  # fmt: skip
+    parser.add_argument("--model-layers", type=int, default=1, help="layers of the model-* variants' encoder")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--no-training", dest="training", action="store_false",
                         help="forward only (FlexAttention has no backward on CPU)")  # fmt: skip
@@ -219,6 +265,8 @@ def main(argv: list[str] | None = None) -> dict:
     unknown = sorted(set(args.variants) - set(VARIANTS))
     if unknown:
         parser.error(f"--variants: unknown {', '.join(unknown)}; the variants: {', '.join(VARIANTS)}")
+    if args.model_layers < 1:
+        parser.error(f"--model-layers must be at least 1, got {args.model_layers}")
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device is visible")
     args.output_dir.mkdir(parents=True, exist_ok=True)

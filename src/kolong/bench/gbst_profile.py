@@ -10,9 +10,11 @@ stopping checks, one host sync per step on a GPU). Each part is timed on its own
 - `steps`: the `k` decoding steps as the bench's decoder runs them, given the encoder's output: `generate`
   (its loop, logits processing, the cache, and with a static cache on a GPU the step transformers compiles),
   or kolong's loop (`--decoder kolong`);
-- what is left of `generate`'s time: little (its set-up once more). Timing the steps in a loop of kolong's
-  own had left this negative with a static cache, where `generate`'s compiled step is faster (H200,
-  2026-11-27: -5.5 ms a sample).
+- what is left of `generate`'s time: little (its set-up once more), and it can be negative: each part is
+  timed alone and waits for the device at both ends, while one generation lets the host set up the decoding
+  (the cache, a CUDA graph's inputs) as the device still runs the encoder (H200, 2026-11-28, kolong's loop:
+  -0.5 ms a sample for the plain model, -0.1 with GBST). Timing the steps in a loop of kolong's own while
+  `generate` ran its compiled static-cache step had left it at -5.5 ms (2026-11-27).
 
 GBST shortens only what the encoder reads and what cross-attention reads, so the inference speed-up is bounded
 by the decoder's share (Amdahl): `predicted = total_plain / (total_plain - saved)`, which the table shows
@@ -161,6 +163,12 @@ def breakdown_markdown(setting: dict) -> list[str]:
             f"{1e3 * row['encoder']:.1f} | {gbst} | {1e3 * row['steps']:.1f} ({1e3 * row['step']:.2f}) | "
             f"{1e3 * row['rest']:.1f} | {row['encoder_share']:.0%} |"
         )
+    if any(row["rest"] < 0 for row in found["per_model"].values()):
+        lines += [
+            "",
+            "A negative rest is overlap: each part is timed alone, waiting for the device at both ends, "
+            "while one generation sets up its decoding on the host as the device still runs the encoder.",
+        ]
     lines += [
         "",
         f"GBST speeds the encoder up {found['encoder_speedup']:.2f}x and the decoding steps "

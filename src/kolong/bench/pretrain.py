@@ -139,7 +139,8 @@ class PretrainBenchmark(Benchmark):
                 learning_rate=1e-3, save_steps=10**9, logging_steps=max(1, args.steps // 4), quiet=True,
                 overrides={"hidden_size": args.hidden_size, "num_hidden_layers": args.layers,
                            "num_attention_heads": max(1, args.hidden_size // 64),
-                           "intermediate_size": 4 * args.hidden_size, "max_position_embeddings": max(512, length)},
+                           "intermediate_size": 4 * args.hidden_size, "max_position_embeddings": max(512, length),
+                           "attention_probs_dropout_prob": args.attention_dropout},
                 extra={"use_cpu": device == "cpu", "save_strategy": "no"},
             )  # fmt: skip
 
@@ -203,8 +204,9 @@ class PretrainBenchmark(Benchmark):
         traces = [{"position": row["position"], "length": row["length"], "pipeline": name, **summary}
                   for row in rows for name, summary in row.get("traces", {}).items()]  # fmt: skip
         return {"settings": {**{k: getattr(args, k) for k in ("tokens_per_step", "steps", "rounds", "hidden_size",
-                                                               "layers", "compile", "text", "tokenizer")},
-                             "packed_attention": packed_attention()},
+                                                               "layers", "attention_dropout", "compile", "text",
+                                                               "tokenizer")},
+                             "packed_attention": packed_attention(args.attention_dropout)},
                 "device": rows[0]["device"] if rows else None, "cells": cells, "padding": self.padding,
                 "traces": traces}  # fmt: skip
 
@@ -317,6 +319,7 @@ def hf_pipeline(args, device: str, warmup: int, trace=None) -> Measured:
     config = BertConfig(vocab_size=len(tokenizer), hidden_size=size["hidden_size"],
                         num_hidden_layers=size["num_hidden_layers"], num_attention_heads=size["num_attention_heads"],
                         intermediate_size=size["intermediate_size"], max_position_embeddings=size["max_position_embeddings"],
+                        attention_probs_dropout_prob=size["attention_probs_dropout_prob"],
                         pad_token_id=tokenizer.pad_token_id)  # fmt: skip
     train = datasets["train"].select_columns(["input_ids"])
     training = TrainingArguments(output_dir=args.output_dir, max_steps=args.max_steps, per_device_train_batch_size=args.batch_size,
@@ -331,15 +334,18 @@ def hf_pipeline(args, device: str, warmup: int, trace=None) -> Measured:
     return clock.measured()
 
 
-def packed_attention() -> str:
-    """How kolong's model attends packed documents on CUDA in this process (the environment's switches)."""
+def packed_attention(dropout: float) -> str:
+    """How kolong's model attends packed documents on CUDA in this process (the environment's switches) with
+    attention dropout `dropout`."""
     from kolong.models.encoder import attention, varlen
 
     if varlen.ENABLED:
         return "FlashAttention's variable-length kernel (KOLONG_PACKED_VARLEN=1)"
+    if dropout == 0:
+        return "FlexAttention's block mask (no attention dropout)"
     if attention.PACKED_FLEX_DROPOUT:
         return "FlexAttention's block mask, dropout in two passes (KOLONG_PACKED_FLEX_DROPOUT=1)"
-    return "SDPA's dense mask with attention dropout, FlexAttention's block mask without"
+    return "SDPA's dense mask (attention dropout)"
 
 
 def model_flops_per_token(

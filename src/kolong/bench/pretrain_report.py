@@ -48,7 +48,8 @@ def to_markdown(result: dict) -> str:
         "",
         f"Device: {device}. Model: hidden {s['hidden_size']}, {s['layers']} layers, {s['tokens_per_step']:,} tokens "
         f"per step, {s['steps']} steps per run (the first quarter untimed), median of {s['rounds']} interleaved "
-        f"rounds; torch.compile {s['compile']}. Packed documents on CUDA: "
+        f"rounds; torch.compile {s['compile']}; attention dropout {s.get('attention_dropout', 0.1)}. Packed "
+        "documents on CUDA: "
         f"{s.get('packed_attention', 'SDPA or FlexAttention (not recorded)')}.",
         "",
         "| position | length | batch | raw step tok/s | kolong pretrain mlm tok/s | pipeline overhead | HF BertForMaskedLM tok/s "
