@@ -427,3 +427,75 @@ def test_bench_pretrain_gives_its_attention_dropout_to_every_pipelines_model(mon
     assert all(p == 0.0 for name, p in seen if name.endswith("ForMaskedLM")), seen
     assert result["settings"]["attention_dropout"] == 0.0
     assert result["settings"]["packed_attention"] == "FlexAttention's block mask (no attention dropout)"
+
+
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [  # names from the H200 traces committed under benchmarks/results
+        (
+            "cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16_knob_26_64x64x64_1x4x1_cga1x1x1_kernel0_0",
+            "attention",
+        ),
+        (
+            "void pytorch_flash::flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<Flash_bwd_kernel_traits>",
+            "attention",
+        ),
+        (
+            "triton_tem_fused__to_copy_bitwise_and_bitwise_not_flex_attention_permute_sort_unbind_unsqueeze_view_11",
+            "attention",
+        ),
+        (
+            "triton_tem_fused__to_copy_div_flex_attention_backward_mul_nll_loss_forward_squeeze_transpose_view_where_21",
+            "attention",
+        ),
+        ("fmha_cutlassF_bf16_aligned_64x64_rf_sm80", "attention"),
+        ("nvjet_sm90_tst_192x192_64x4_2x1_v_bz_coopB_bias_TNN", "matmul"),
+        ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1", "matmul"),
+        (
+            "void at::native::multi_tensor_apply_kernel<at::native::FusedAdamMathFunctor<float, 4>>",
+            "optimizer",
+        ),
+        ("triton_red_fused_native_layer_norm_native_layer_norm_backward_12", "fused (Triton)"),
+        ("triton_poi_fused__to_copy_add_gelu_5", "fused (Triton)"),
+        (
+            "void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)>",
+            "copy, memset",
+        ),
+        ("Memset (Device)", "copy, memset"),
+        ("Memcpy HtoD (Pinned -> Device)", "copy, memset"),
+        ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>", "other"),
+    ],
+)
+def test_kernels_are_grouped_by_kind_from_their_names(name, kind):
+    from kolong.bench.trace import KINDS, kernel_kind
+
+    assert kernel_kind(name) == kind and kind in KINDS
+
+
+def test_the_pretrain_report_lists_device_time_by_kind_where_a_trace_has_it():
+    from kolong.bench.pretrain_report import to_markdown
+
+    trace = {"position": "learned", "length": 2048, "pipeline": "raw step", "steps": 9, "ms_per_step": 92.0,
+             "device_busy": 0.99, "host_reads_per_step": 0.0, "syncs_per_step": 0.3, "costliest_host_ops": [],
+             "costliest_kernels": [["nvjet_sm90", 4.7]],
+             "kernel_ms_by_kind": {"attention": 48.5, "matmul": 25.0, "optimizer": 0.6, "fused (Triton)": 12.0,
+                                   "copy, memset": 1.0, "other": 0.4}}  # fmt: skip
+    settings = {
+        "hidden_size": 768,
+        "layers": 12,
+        "tokens_per_step": 32768,
+        "steps": 12,
+        "rounds": 2,
+        "compile": "auto",
+    }
+    text = to_markdown(
+        {"settings": settings, "device": "cuda", "cells": [], "padding": None, "traces": [trace]}
+    )
+    assert (
+        "- learned, 2048, raw step: attention 48.5, matmul 25.0, optimizer 0.6, fused (Triton) 12.0" in text
+    )
+    trace["kernel_ms_by_kind"] = None  # a CPU trace
+    text = to_markdown(
+        {"settings": settings, "device": "cpu", "cells": [], "padding": None, "traces": [trace]}
+    )
+    assert "Device time by kind" not in text

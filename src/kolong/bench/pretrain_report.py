@@ -107,6 +107,10 @@ def to_markdown(result: dict) -> str:
             lines += ["", "Costliest device kernels (ms per step):", ""] + [
                 f"- {t['position']}, {t['length']}, {t['pipeline']}: "
                 + ", ".join(f"`{name[:60]}` {ms:.2f}" for name, ms in t["costliest_kernels"][:4]) for t in kernels]  # fmt: skip
+        if kinds := [t for t in result["traces"] if t.get("kernel_ms_by_kind")]:
+            lines += ["", "Device time by kind of kernel (ms per step; `kolong.bench.trace.kernel_kind`):", ""] + [
+                f"- {t['position']}, {t['length']}, {t['pipeline']}: "
+                + ", ".join(f"{kind} {ms:.1f}" for kind, ms in t["kernel_ms_by_kind"].items()) for t in kinds]  # fmt: skip
         lines.append("")
     padding = result.get("padding")
     if padding:

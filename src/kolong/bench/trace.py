@@ -4,7 +4,10 @@ A pipeline slower than its raw step on a GPU either keeps the device idle (host 
 host reads that wait for the queue to drain) or makes it do more. The summary gives both sides: the
 device's busy fraction (kernel and copy time over wall time), the host reads per step
 (`.item()`/`.tolist()`, boolean indexing: each waits for every queued kernel), the device
-synchronisations per step, and the host operations that cost most.
+synchronisations per step, and the host operations that cost most; on the device, the costliest kernels and
+every kernel's time by kind (`kernel_kind`): attention, matrix products, Inductor's fused Triton kernels,
+copies and memsets, the rest. MFU's shortfall splits along these: attention the FLOP count credits but packed
+documents never need, matmuls below their peak, and memory-bound work between them.
 """
 
 from __future__ import annotations
@@ -14,6 +17,27 @@ import time
 # .item() / .tolist() / float(tensor), and boolean indexing (a data-dependent size): each is a host read
 HOST_READS = ("aten::_local_scalar_dense", "aten::nonzero")
 DEVICE_SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize")
+# kernel kinds by name, first match wins: FlexAttention's Triton templates before the fused Triton kernels
+KERNEL_KINDS = (
+    ("attention", ("flash", "fmha", "sdpa", "flex_attention", "attention")),
+    (
+        "matmul",
+        ("nvjet", "gemm", "cutlass", "xmma", "cublas", "sm90_", "sm80_", "ampere_", "wgmma", "addmm", "_mm_"),
+    ),
+    ("optimizer", ("adam", "multi_tensor_apply")),
+    ("fused (Triton)", ("triton_",)),
+    ("copy, memset", ("memcpy", "memset", "copy_kernel", "copy_")),
+)
+KINDS = (*(kind for kind, _ in KERNEL_KINDS), "other")
+
+
+def kernel_kind(name: str) -> str:
+    """The kind of a device kernel by its name (one of KINDS)."""
+    lowered = name.lower()
+    for kind, marks in KERNEL_KINDS:
+        if any(mark in lowered for mark in marks):
+            return kind
+    return "other"
 
 
 class StepTrace:
@@ -55,6 +79,10 @@ def summarise(profiler, steps: int, wall: float, cuda: bool, top: int = 6) -> di
     costliest = sorted(averages, key=lambda a: a.self_cpu_time_total, reverse=True)[:top]
     kernels = sorted((a for a in averages if a.device_type == DeviceType.CUDA),
                      key=lambda a: a.self_device_time_total, reverse=True)[:top]  # fmt: skip
+    by_kind = dict.fromkeys(KINDS, 0.0)
+    for a in averages:
+        if a.device_type == DeviceType.CUDA:
+            by_kind[kernel_kind(a.key)] += a.self_device_time_total / 1e3 / steps
     labelled = {  # host time inside each kolong range, and the device time of the kernels it launched
         a.key[len(PROFILER_PREFIX) :]: [
             a.cpu_time_total / 1e3 / steps,
@@ -71,6 +99,7 @@ def summarise(profiler, steps: int, wall: float, cuda: bool, top: int = 6) -> di
         "syncs_per_step": sum(counts.get(name, 0) for name in DEVICE_SYNCS) / steps if cuda else None,
         "costliest_host_ops": [[a.key, a.self_cpu_time_total / 1e3 / steps] for a in costliest],
         "costliest_kernels": [[a.key, a.self_device_time_total / 1e3 / steps] for a in kernels],
+        "kernel_ms_by_kind": by_kind if cuda else None,
         "labelled_ms": labelled,
     }
 
