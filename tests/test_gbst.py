@@ -246,7 +246,7 @@ def test_bench_gbst_with_a_static_cache_and_bf16(tmp_path):
     args = GBSTBenchArguments(
         max_length=48, min_bytes=0, target_length=8, batch_size=2, train_steps=1, inference_batches=1,
         max_new_tokens=3, rounds=1, hidden_size=32, num_attention_heads=2, head_dim=16, intermediate_size=64,
-        encoder_layers=1, decoder_layers=1, threads=[1], data=str(tmp_path / "absent.json"), cache="static",
+        encoder_layers=1, decoder_layers=1, threads=[1], data=str(tmp_path / "absent.json"), cache="static", decoder="generate",
         dtype="bf16", device="cpu",
     )  # fmt: skip
     result = run_gbst_benchmark(args, on_step=lambda message: None)
@@ -420,3 +420,13 @@ def test_the_breakdown_explains_a_negative_rest_as_overlap_and_says_nothing_othe
     assert "overlap" not in "\n".join(
         breakdown_markdown({"threads": 16, "breakdown": breakdown(timings, ["byte", "gbst"], 32)})
     )
+
+
+def test_bench_gbst_decodes_through_kolongs_loop_by_default_and_refuses_a_static_cache_with_it():
+    from kolong.bench.gbst import GBSTBenchArguments
+    from kolong.errors import ConfigError
+
+    assert GBSTBenchArguments().decoder == "kolong"
+    assert GBSTBenchArguments(decoder="generate", cache="static").cache == "static"
+    with pytest.raises(ConfigError, match=r"--cache static is generate's option.*--decoder generate"):
+        GBSTBenchArguments(cache="static")
