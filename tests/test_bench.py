@@ -457,6 +457,8 @@ def test_bench_pretrain_gives_its_attention_dropout_to_every_pipelines_model(mon
         ),
         ("triton_red_fused_native_layer_norm_native_layer_norm_backward_12", "fused (Triton)"),
         ("triton_poi_fused__to_copy_add_gelu_5", "fused (Triton)"),
+        ("triton_poi_fused_addmm_gelu_view_3", "fused (Triton)"),
+        ("triton_tem_fused_addmm_view_1", "matmul"),
         (
             "void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)>",
             "copy, memset",
