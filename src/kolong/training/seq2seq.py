@@ -79,9 +79,8 @@ def make_text_to_text_trainer_class():
             settings = {**getattr(self, "_gen_kwargs", {}), **gen_kwargs}
             if prediction_loss_only or not self._greedy_gives_generates_bytes(settings):
                 return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys, **gen_kwargs)
-            inputs = self._prepare_inputs(
-                inputs
-            )  # on the device once: the loss step's own call finds it there
+            # on the device once: the loss step's own call finds it there
+            inputs = self._prepare_inputs(inputs)
             loss, _, _ = super().prediction_step(model, inputs, True, ignore_keys)  # the evaluation loss
             generated = greedy_generate(
                 self.model, inputs["input_ids"], inputs.get("attention_mask"),
