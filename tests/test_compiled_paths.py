@@ -7,6 +7,8 @@ exact path traced with dropout once the compiled model's shapes turned dynamic.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -139,6 +141,32 @@ def test_block_masks_from_the_structure_equal_create_block_masks(length):
         assert built.seq_lengths == (length, length), name
         for actual, wanted in zip(_block_mask_parts(built), _block_mask_parts(expected), strict=True):
             torch.testing.assert_close(actual, wanted, rtol=0, atol=0, msg=name)
+
+
+def test_block_masks_for_several_heads_repeat_the_one_head_tables_in_their_own_memory():
+    """The model asks for its heads' tables (a compiled model's FlexAttention read a broadcast head's stride
+    as 0 on CUDA): every head holds the one-head tables, each head in its own memory (no stride of 0)."""
+    one_head = _example_masks(520)  # block masks are kept once built: fresh masks for each kind
+    for name, mask in _example_masks(520).items():
+        single, per_head = one_head[name].block_mask(2, 520, "cpu"), mask.block_mask(2, 520, "cpu", heads=3)
+        assert per_head.shape[:2] == (2, 3), name
+        for actual, wanted in zip(_block_mask_parts(per_head), _block_mask_parts(single), strict=True):
+            assert actual.shape[1] == 3 and actual.stride(1) > 0, name
+            torch.testing.assert_close(actual, wanted.expand_as(actual), rtol=0, atol=0, msg=name)
+
+
+def test_the_mask_mod_reads_padding_from_the_document_numbers_when_both_are_given():
+    """Packed documents with padding: FlexAttention's kernel reads one tensor (document 0 is padding), and
+    allows exactly the entries of the padding and document masks together."""
+    mask = _example_masks(300)["documents"]
+    b, q, k = torch.meshgrid(torch.arange(2), torch.arange(300), torch.arange(300), indexing="ij")
+    allowed = mask.mask_mod()(b, 0, q, k)
+    expected = mask.real[b, k] & (mask.documents[b, q] == mask.documents[b, k])
+    assert torch.equal(allowed, expected)
+    assert not allowed[~mask.real[b, k]].any()
+    # the document numbers alone decide: padding that `real` failed to mark is still never a key
+    unmarked = replace(mask, real=torch.ones_like(mask.real)).mask_mod()(b, 0, q, k)
+    assert torch.equal(unmarked, allowed)
 
 
 @settings(max_examples=25, deadline=None)
@@ -341,3 +369,29 @@ def test_layers_compiled_one_by_one_share_a_graph_for_every_depth(
         for name, p in model.named_parameters():
             if name in want:
                 torch.testing.assert_close(p.grad, want[name], msg=name)
+
+
+def test_a_single_head_model_builds_its_block_mask_outside_the_compiled_graph(monkeypatch):
+    """One head cannot be written out per head, and a head dimension of size 1 built inside the graph got the
+    stride 0 on CUDA (every row then read the first row's block tables): such a model builds its block mask
+    eagerly, at a graph break. No graph sorts block tables, and the output is the materialised path's."""
+    from kolong.models.encoder import attention
+
+    monkeypatch.setattr(attention, "FLEX_DEVICES", ("cpu",))  # as on CUDA
+    torch.manual_seed(0)
+    n = 256
+    config = tiny_kolong_config(max_position_embeddings=n, num_attention_heads=1)
+    model = KolongModel(config, add_pooling_layer=False).eval()
+    documents = torch.stack([torch.ones(n, dtype=torch.long), torch.arange(n) // 128 + 1])
+    ids, operations = random_ids(2, n), []
+
+    def backend(graph, inputs):
+        operations.extend(str(node.target) for node in graph.graph.nodes)
+        return graph.forward
+
+    with torch.no_grad():
+        compiled = torch.compile(model, backend=backend)(ids, attention_mask=documents).last_hidden_state
+        model.set_attn_implementation("eager")
+        expected = model(ids, attention_mask=documents).last_hidden_state
+    torch.testing.assert_close(compiled, expected, rtol=2e-3, atol=2e-3)
+    assert operations and not any("sort" in operation for operation in operations)

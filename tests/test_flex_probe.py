@@ -136,3 +136,30 @@ def test_model_layers_must_be_positive(capsys):
     with pytest.raises(SystemExit) as stopped:
         flex_probe.main([*TINY, "--model-layers", "0"])
     assert stopped.value.code == 2 and "--model-layers must be at least 1" in capsys.readouterr().err
+
+
+def test_a_variant_that_fails_is_reported_and_the_others_are_still_timed(monkeypatch, tmp_path):
+    """The ninth slot's probe died on one variant's lowering error and returned no row at all: a failing
+    variant is now recorded (its error's last line) and the rest timed."""
+    calls = flex_probe.variant_calls
+
+    def failing(name, *args, **kwargs):
+        forward, inputs = calls(name, *args, **kwargs)
+        if name != "flex-documents":
+            return forward, inputs
+
+        def broken():
+            raise RuntimeError(
+                "lowering failed\n  long context\nAttributeError: 'int' object has no attribute 'x'"
+            )
+
+        return broken, inputs
+
+    monkeypatch.setattr(flex_probe, "variant_calls", failing)
+    result = flex_probe.main([*TINY, "--variants", "sdpa,flex-documents", "--output-dir", str(tmp_path)])
+    sdpa, flex = result["rows"]
+    assert sdpa["forward_ms"] > 0 and "failed" not in sdpa
+    assert "forward_ms" not in flex
+    assert flex["failed"] == "forward: RuntimeError: AttributeError: 'int' object has no attribute 'x'"
+    markdown = (tmp_path / "flex-probe.md").read_text()
+    assert "| flex-documents | failed |" in markdown and "- flex-documents: forward: RuntimeError" in markdown

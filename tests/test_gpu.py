@@ -370,3 +370,22 @@ def test_greedy_generate_replays_a_cuda_graph_per_byte_and_gives_generates_bytes
             bf16 = greedy_generate(model, ids, mask, max_new_tokens=12, min_new_tokens=12, compile=True)
         assert bf16.shape == (4, 13) and bool(((bf16 >= 0) & (bf16 < config.vocab_size)).all())
     assert counters["inductor"]["cudagraph_skips"] == skips  # every compiled step replayed as a CUDA graph
+
+
+def test_a_compiled_model_reads_each_rows_own_block_mask_on_cuda():
+    """Packed documents through FlexAttention in a model compiled whole: the block mask is built inside the
+    graph, and Inductor gave its tables' head dimension of size 1 the stride 0, so FlexAttention's forward
+    read the first row's block indices for every row (torch 2.11, H200, 2026-11-28). Rows of different
+    layouts (one document; four of 128 tokens; two of 256; documents of 100) equal the materialised path."""
+    torch.manual_seed(0)
+    n = 512
+    config = tiny_kolong_config(max_position_embeddings=n, hidden_size=64, intermediate_size=128)
+    model = KolongModel(config, add_pooling_layer=False).cuda().eval()
+    position = torch.arange(n)
+    documents = torch.stack([position * 0 + 1, position // 128 + 1, position // 256 + 1, position // 100 + 1])
+    ids, documents = random_ids(4, n).cuda(), documents.cuda()
+    with torch.no_grad():
+        compiled = torch.compile(model)(ids, attention_mask=documents).last_hidden_state
+        model.set_attn_implementation("eager")
+        expected = model(ids, attention_mask=documents).last_hidden_state
+    torch.testing.assert_close(compiled, expected, rtol=2e-3, atol=2e-3)

@@ -77,7 +77,7 @@ def _flex(q, k, v, block_mask, scale):
 def _flex_mask_in_graph(q, k, v, documents, scale):
     # as in the compiled model: the block mask built inside the graph, from the collator's document numbers
     mask = AttentionMask.from_attention_mask(documents, layout=(True, True))
-    block_mask = mask.block_mask(q.shape[0], q.shape[2], q.device)
+    block_mask = mask.block_mask(q.shape[0], q.shape[2], q.device, q.shape[1])
     return flex_attention(q, k, v, block_mask=block_mask, scale=scale)
 
 
@@ -133,7 +133,7 @@ def variant_calls(name: str, args, documents: torch.Tensor, compile: bool):
 
     if name == "flex-documents-strided":
         qkv = torch.randn(b, n, 3, h, d, device=device, dtype=dtype, requires_grad=grad)
-        call, block_mask = wrap(_flex_strided), mask.block_mask(b, n, device)
+        call, block_mask = wrap(_flex_strided), mask.block_mask(b, n, device, h)
         return (lambda: call(qkv, block_mask, scale)), [qkv]
     q, k, v = (torch.randn(b, h, n, d, device=device, dtype=dtype, requires_grad=grad) for _ in range(3))
     inputs = [q, k, v]
@@ -157,7 +157,7 @@ def variant_calls(name: str, args, documents: torch.Tensor, compile: bool):
     if name == "flex-documents-torch-mask":
         block_mask = create_block_mask(mask.mask_mod(), b, None, n, n, device=device)
         return (lambda: call(q, k, v, block_mask, scale)), inputs
-    block_mask = mask.block_mask(b, n, device)
+    block_mask = mask.block_mask(b, n, device, h)
     if name == "flex-documents":
         return (lambda: call(q, k, v, block_mask, scale)), inputs
     if name == "flex-documents-dropout":
@@ -200,25 +200,41 @@ def probe(args, on_partial=None) -> dict:
               "rows": [{"variant": name} for name in args.variants]}  # fmt: skip
     # Forward first, written before training compiles: a run cut short keeps its forward times. Each first
     # call compiles: a log cut short still says which variant took long.
+    rows = {row["variant"]: row for row in result["rows"]}
     for mode, steps in (("forward", forward_steps), ("training", training_steps)):
-        if not steps:
-            continue
-        for name, step in steps.items():
-            step()
+        for name in [name for name in steps if "failed" in rows[name]]:
+            del steps[name]
+        for name, step in list(steps.items()):
+            try:
+                step()
+            except Exception as error:  # a variant that does not compile is a finding; the others still run
+                del steps[name]
+                rows[name]["failed"] = f"{mode}: {type(error).__name__}: {_last_line(error)}"
+                print(f"[{time.monotonic() - started:6.1f} s] {name}, {mode}: failed ({rows[name]['failed']})",
+                      flush=True)  # fmt: skip
+                continue
             if sync is not None:
                 sync()
             print(f"[{time.monotonic() - started:6.1f} s] {name}, {mode}: compiled and run once", flush=True)
+        if not steps:
+            continue
         timings = time_interleaved(steps, repeats=args.repeats, warmup=0, sync=sync)  # warmed up above
-        for row in result["rows"]:
-            row[f"{mode}_ms"] = 1000 * timings[row["variant"]].median
+        for name, timing in timings.items():
+            rows[name][f"{mode}_ms"] = 1000 * timing.median
         if on_partial is not None:
             on_partial(result)
     return result
 
 
+def _last_line(error: Exception) -> str:
+    """The last non-empty line of an error's message (Inductor's run to thousands of lines)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[-1][:300] if lines else ""
+
+
 def to_markdown(result: dict) -> str:
     shape, machine = result["shape"], result["machine"]
-    modes = [mode for mode in ("forward", "training") if f"{mode}_ms" in result["rows"][0]]
+    modes = [mode for mode in ("forward", "training") if any(f"{mode}_ms" in row for row in result["rows"])]
     lines = [
         "# FlexAttention under packed documents, one attention call (kolong.bench.flex_probe)",
         "",
@@ -232,9 +248,11 @@ def to_markdown(result: dict) -> str:
         "|---|" + "---:|" * len(modes),
     ]
     for row in result["rows"]:
-        lines.append(
-            f"| {row['variant']} | " + " | ".join(f"{row[f'{mode}_ms']:.3f}" for mode in modes) + " |"
-        )
+        cells = [f"{row[f'{mode}_ms']:.3f}" if f"{mode}_ms" in row else "failed" for mode in modes]
+        lines.append(f"| {row['variant']} | " + " | ".join(cells) + " |")
+    failures = [f"- {row['variant']}: {row['failed']}" for row in result["rows"] if "failed" in row]
+    if failures:
+        lines += ["", "Variants that failed (the first call of each mode compiles):", "", *failures]
     lines += ["", f"Machine: {machine.get('gpu') or machine.get('cpu')}, torch {machine.get('torch')}."]
     return "\n".join(lines) + "\n"
 

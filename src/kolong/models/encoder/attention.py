@@ -154,7 +154,7 @@ class KolongAttention(nn.Module):
         if positions.needs_probabilities or (dropout_p > 0 and not flex.drops_here(q)):
             bias = positions.chunk_bias(layer, q, state)
             return chunked_attention(q, k, v, None if mask.empty else mask, bias, dropout_p)
-        block_mask = mask.block_mask(q.shape[0], k.shape[2], q.device)  # built once, shared by the layers
+        block_mask = mask.block_mask(q.shape[0], k.shape[2], q.device, q.shape[1])  # once, for every layer
         scale = 1.0 / math.sqrt(self.head_dim)
         dropout = flex.dropout_for(q, dropout_p)
         score = positions.flex_score(layer, q, state)

@@ -34,8 +34,9 @@ def _per_block(values: torch.Tensor, blocks: int, fill) -> torch.Tensor:
     return torch.nn.functional.pad(values, (0, padding), value=fill).view(values.shape[0], blocks, BLOCK)
 
 
-def structured_block_mask(mask, batch: int, length: int, device) -> BlockMask:
-    """The BlockMask of `mask` (an AttentionMask whose mask_mod is not None) over (batch, length, length)."""
+def structured_block_mask(mask, batch: int, length: int, device, heads: int = 1) -> BlockMask:
+    """The BlockMask of `mask` (an AttentionMask whose mask_mod is not None) over (batch, length, length), its
+    block tables repeated for `heads` heads (see `_ordered`: what a compiled model needs)."""
     for name in ("real", "documents", "global_tokens"):
         values = getattr(mask, name)
         if values is not None and tuple(values.shape) != (batch, length):
@@ -80,17 +81,27 @@ def structured_block_mask(mask, batch: int, length: int, device) -> BlockMask:
     full = any_allowed & all_allowed
     partial = any_allowed & ~all_allowed
     return BlockMask.from_kv_blocks(
-        *_ordered(partial),
-        *_ordered(full),
+        *_ordered(partial, heads),
+        *_ordered(full, heads),
         BLOCK_SIZE=BLOCK,
         mask_mod=mask.mask_mod(),
         seq_lengths=(length, length),
     )
 
 
-def _ordered(dense: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _ordered(dense: torch.Tensor, heads: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(b, q blocks, kv blocks) bool -> per query block the number of kv blocks and their indices first, in
-    order, as (b, 1, q blocks) and (b, 1, q blocks, kv blocks) int32 (FlexAttention's layout)."""
+    order, as (b, heads, q blocks) and (b, heads, q blocks, kv blocks) int32 (FlexAttention's layout).
+
+    The tables are the same for every head, yet written out per head rather than as one broadcast head: when
+    a compiled model builds them in its graph, Inductor (torch 2.11, H200, 2026-11-28) gave a head dimension
+    of size 1 the stride 0, and FlexAttention's forward kernel finds row z's tables at (z * heads + h) times
+    that stride, so every row read the first row's block indices (its backward, given the tables as saved
+    inputs, read stride 256: `benchmarks/results/h200-2026-11-28-slot9`). A dimension of `heads` > 1
+    materialised has its true stride."""
     counts = dense.sum(-1, dtype=torch.int32)
     indices = torch.argsort((~dense).to(torch.int8), dim=-1, stable=True).to(torch.int32)
-    return counts[:, None], indices[:, None]
+    if heads == 1:
+        return counts[:, None], indices[:, None]
+    counts = counts[:, None].expand(-1, heads, -1).contiguous()  # (b, heads, q blocks)
+    return counts, indices[:, None].expand(-1, heads, -1, -1).contiguous()  # (b, heads, q blocks, kv blocks)

@@ -169,10 +169,13 @@ class AttentionMask:
 
         def mask_mod(b, h, q_idx, kv_idx):
             allowed = q_idx >= 0  # all True, in the index's shape
-            if real is not None:
-                allowed = allowed & real[b, kv_idx]
             if documents is not None:
-                allowed = allowed & (documents[b, q_idx] == documents[b, kv_idx])
+                key_document = documents[b, kv_idx]
+                allowed = allowed & (documents[b, q_idx] == key_document)
+                if real is not None:  # padding is document 0: one tensor read in the kernel, not two
+                    allowed = allowed & (key_document != 0)
+            elif real is not None:
+                allowed = allowed & real[b, kv_idx]
             if window is not None:
                 near = (q_idx - kv_idx).abs() <= window
                 if global_tokens is not None:
@@ -182,11 +185,13 @@ class AttentionMask:
 
         return mask_mod
 
-    def block_mask(self, batch: int, length: int, device):
+    def block_mask(self, batch: int, length: int, device, heads: int = 1):
         """FlexAttention's BlockMask (blocks with no allowed entry are skipped), or None if all allowed.
 
         Built on first use from the mask's structure (`block_masks.py`: one decision per block pair, not per
-        entry) and kept: every layer of one forward shares it.
+        entry) and kept: every layer of one forward shares it. The model passes its `heads`: the tables are
+        then written per head, which a compiled model's FlexAttention needs to read each row's own; a
+        single-head model's mask is built outside the graph instead.
         """
         if self.empty:  # every key allowed: no mask_mod either
             return None
@@ -194,6 +199,10 @@ class AttentionMask:
             from kolong.models.encoder import flex
             from kolong.models.encoder.block_masks import structured_block_mask
 
+            build = structured_block_mask
+            if heads == 1 and batch > 1 and torch.compiler.is_compiling():
+                # one head cannot be written out per head (block_masks._ordered): built eagerly, at a graph break
+                build = torch.compiler.disable(structured_block_mask)
             with flex.labelled("block mask"):
-                self._block_mask = structured_block_mask(self, batch, length, device)
+                self._block_mask = build(self, batch, length, device, heads)
         return self._block_mask
