@@ -210,7 +210,7 @@ def test_bench_gbst_measures_both_models_and_writes_results(tmp_path):
     args = GBSTBenchArguments(
         max_length=96, min_bytes=0, target_length=8, batch_size=2, train_steps=1, inference_batches=1,
         max_new_tokens=4, rounds=2, hidden_size=32, num_attention_heads=2, head_dim=16, intermediate_size=64,
-        encoder_layers=2, decoder_layers=1, threads=[1], data=str(tmp_path / "absent.json"),
+        encoder_layers=2, decoder_layers=1, threads=[1], data="builtin",
     )  # fmt: skip
     reported = []
     result = run_gbst_benchmark(args, on_step=reported.append)
@@ -246,7 +246,7 @@ def test_bench_gbst_with_a_static_cache_and_bf16(tmp_path):
     args = GBSTBenchArguments(
         max_length=48, min_bytes=0, target_length=8, batch_size=2, train_steps=1, inference_batches=1,
         max_new_tokens=3, rounds=1, hidden_size=32, num_attention_heads=2, head_dim=16, intermediate_size=64,
-        encoder_layers=1, decoder_layers=1, threads=[1], data=str(tmp_path / "absent.json"), cache="static", decoder="generate",
+        encoder_layers=1, decoder_layers=1, threads=[1], data="builtin", cache="static", decoder="generate",
         dtype="bf16", device="cpu",
     )  # fmt: skip
     result = run_gbst_benchmark(args, on_step=lambda message: None)
@@ -282,7 +282,7 @@ def test_bench_gbst_decodes_with_kolongs_loop_when_asked(tmp_path, monkeypatch):
     args = GBSTBenchArguments(
         max_length=48, min_bytes=0, target_length=8, batch_size=2, train_steps=1, inference_batches=1,
         max_new_tokens=3, rounds=1, hidden_size=32, num_attention_heads=2, head_dim=16, intermediate_size=64,
-        encoder_layers=1, decoder_layers=1, threads=[1], data=str(tmp_path / "absent.json"), decoder="kolong",
+        encoder_layers=1, decoder_layers=1, threads=[1], data="builtin", decoder="kolong",
     )  # fmt: skip
     result = run_gbst_benchmark(args, on_step=lambda message: None)
     assert lengths and set(lengths) == {4}  # the decoder start and 3 bytes, every call
@@ -306,7 +306,7 @@ def test_bench_gbst_compiles_both_encoders_when_asked(tmp_path, monkeypatch, sco
     args = GBSTBenchArguments(
         max_length=48, min_bytes=0, target_length=8, batch_size=2, train_steps=1, inference_batches=1,
         max_new_tokens=3, rounds=1, hidden_size=32, num_attention_heads=2, head_dim=16, intermediate_size=64,
-        encoder_layers=2, decoder_layers=1, threads=[1], data=str(tmp_path / "absent.json"), compile=True,
+        encoder_layers=2, decoder_layers=1, threads=[1], data="builtin", compile=True,
         compile_scope=scope,
     )  # fmt: skip
     benchmark = GBSTBenchmark()
@@ -369,7 +369,7 @@ def test_bench_gbst_refuses_a_missing_cuda_device(tmp_path):
 
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is present")
-    args = GBSTBenchArguments(device="cuda", data=str(tmp_path / "absent.json"), max_length=48, min_bytes=0)
+    args = GBSTBenchArguments(device="cuda", data="builtin", max_length=48, min_bytes=0)
     with pytest.raises(ConfigError, match="--device cuda"):
         run_gbst_benchmark(args, on_step=lambda message: None)
 
@@ -430,3 +430,29 @@ def test_bench_gbst_decodes_through_kolongs_loop_by_default_and_refuses_a_static
     assert GBSTBenchArguments(decoder="generate", cache="static").cache == "static"
     with pytest.raises(ConfigError, match=r"--cache static is generate's option.*--decoder generate"):
         GBSTBenchArguments(cache="static")
+
+
+def test_bench_gbst_refuses_a_data_file_that_is_missing_or_has_no_long_paragraph(tmp_path):
+    """An explicit --data is the user's file: missing, or without a paragraph as long as --min-bytes, it is
+    refused by name rather than replaced by the built-in text (`builtin` asks for that text)."""
+    import json
+
+    from kolong.bench.gbst import GBSTBenchArguments, bench_inputs
+    from kolong.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"--data .*absent\.json: no such file"):
+        GBSTBenchArguments(data=str(tmp_path / "absent.json"))
+    short = tmp_path / "short.json"
+    paragraph = {
+        "context": "짧은 지문",
+        "qas": [{"id": "1", "question": "무엇?", "answers": [{"text": "지문", "answer_start": 3}]}],
+    }
+    short.write_text(
+        json.dumps({"version": "1", "data": [{"title": "t", "paragraphs": [paragraph]}]}, ensure_ascii=False)
+    )
+    with pytest.raises(ConfigError, match=r"short\.json: no paragraph of at least 500 bytes \(--min-bytes\)"):
+        bench_inputs(GBSTBenchArguments(data=str(short), min_bytes=500))
+    description, pairs = bench_inputs(GBSTBenchArguments(data=str(short), min_bytes=0))
+    assert description.startswith("short.json: 1 questions") and pairs[0][1] == "지문"
+    description, pairs = bench_inputs(GBSTBenchArguments(data="builtin"))
+    assert description == "built-in Korean text" and pairs

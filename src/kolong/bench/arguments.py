@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from kolong.training.options import CheckedArguments, check_windows, option
 
@@ -188,7 +189,8 @@ class GBSTBenchArguments(BenchArguments):
         None, 'torch thread counts to measure, e.g. "1,2" (default: torch\'s). On a shared CPU one thread avoids '
         "the stalls of threads waiting for each other while another process holds a core.", kind="ints",
     )  # fmt: skip
-    data: str | None = option(None, f"KorQuAD-style JSON (default: {KORQUAD_DEV}).")
+    data: str | None = option(None, f"KorQuAD-style JSON (default: {KORQUAD_DEV}, or the built-in Korean "
+                              "text where it is absent); builtin: the built-in text.")  # fmt: skip
     device: str = option("auto", "auto | cpu | cuda.", choices=("auto", "cpu", "cuda"))
     dtype: str = option(
         "fp32", "fp32, or bf16 under autocast (the paper's setting on GPUs).", choices=("fp32", "bf16")
@@ -212,9 +214,12 @@ class GBSTBenchArguments(BenchArguments):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.cache == "static" and self.decoder == "kolong":
-            from kolong.errors import ConfigError
+        from kolong.errors import ConfigError
 
+        if self.data not in (None, "builtin") and not Path(self.data).is_file():
+            raise ConfigError(f"--data {self.data}: no such file (a KorQuAD-style JSON, or builtin for the "
+                              "built-in Korean text)")  # fmt: skip
+        if self.cache == "static" and self.decoder == "kolong":
             raise ConfigError(
                 "--cache static is generate's option: kolong's loop always decodes with a static cache; "
                 "add --decoder generate to time generate with it"

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
-from kolong.bench.arguments import GBSTBenchArguments
+from kolong.bench.arguments import KORQUAD_DEV, GBSTBenchArguments
 from kolong.bench.gbst_profile import (
     autocast_context,
     breakdown,
@@ -28,6 +28,7 @@ from kolong.bench.gbst_profile import (
     profile_steps,
 )
 from kolong.bench.harness import Benchmark, Case, Measured, resolve_device, run
+from kolong.errors import ConfigError
 
 __all__ = ["GBSTBenchArguments", "GBSTBenchmark", "run_gbst_benchmark"]
 
@@ -36,17 +37,18 @@ def bench_inputs(args: GBSTBenchArguments) -> tuple[str, list[tuple[str, str]]]:
     """(description, [(source, target)]) of long Korean QA inputs."""
     from kolong.data.squad import read_squad
 
-    path = Path(args.data) if args.data else Path("../shared/data/korquad/KorQuAD_v1.0_dev.shared.json")
-    if path.is_file():
+    path = Path(args.data or KORQUAD_DEV)
+    if args.data != "builtin" and path.is_file():  # an explicit path is checked to exist by the arguments
         examples = [e for e in read_squad(path).examples if len(e.context.encode("utf-8")) >= args.min_bytes]
-        if examples:
-            pairs = [(f"질문: {e.question} 지문: {e.context}", e.answers[0].text) for e in examples]
-            return f"{path.name}: {len(examples)} questions on paragraphs of >= {args.min_bytes} bytes", pairs
+        if not examples:
+            raise ConfigError(f"--data {path}: no paragraph of at least {args.min_bytes} bytes (--min-bytes)")
+        pairs = [(f"질문: {e.question} 지문: {e.context}", e.answers[0].text) for e in examples]
+        return f"{path.name}: {len(examples)} questions on paragraphs of >= {args.min_bytes} bytes", pairs
     from kolong.data.samples import korean_document
 
     text = korean_document(args.max_length)
     pairs = [(f"질문: 문서의 주제는? 지문: {text[i:]}", text[i : i + 8]) for i in range(0, 40, 5)]
-    return "built-in Korean text (KorQuAD file absent)", pairs
+    return "built-in Korean text" + (" (KorQuAD file absent)" if args.data is None else ""), pairs
 
 
 def _batches(tokenizer, pairs, args: GBSTBenchArguments, count: int, offset: int, device: str = "cpu"):
