@@ -144,13 +144,22 @@ def test_block_masks_from_the_structure_equal_create_block_masks(length):
 
 
 def test_block_masks_for_several_heads_repeat_the_one_head_tables_in_their_own_memory():
-    """The model asks for its heads' tables (a compiled model's FlexAttention read a broadcast head's stride
-    as 0 on CUDA): every head holds the one-head tables, each head in its own memory (no stride of 0)."""
+    """Inside a compiled graph the model's block mask has its heads' tables (a compiled model's FlexAttention
+    read a broadcast head's stride as 0 on CUDA): every head holds the one-head tables, each head in its own
+    memory (no stride of 0). Built eagerly, one head serves them all."""
+    from kolong.models.encoder.masks import AttentionMask
+
     one_head = _example_masks(520)  # block masks are kept once built: fresh masks for each kind
     for name, mask in _example_masks(520).items():
-        single, per_head = one_head[name].block_mask(2, 520, "cpu"), mask.block_mask(2, 520, "cpu", heads=3)
-        assert per_head.shape[:2] == (2, 3), name
-        for actual, wanted in zip(_block_mask_parts(per_head), _block_mask_parts(single), strict=True):
+        fields = {key: getattr(mask, key) for key in ("real", "documents", "window", "global_tokens")}
+
+        @torch.compile(backend="eager", fullgraph=True)
+        def tables(fields):
+            return _block_mask_parts(AttentionMask(**fields).block_mask(2, 520, "cpu", 3))
+
+        single = one_head[name].block_mask(2, 520, "cpu", 3)
+        assert single.shape[:2] == (2, 1), name
+        for actual, wanted in zip(tables(fields), _block_mask_parts(single), strict=True):
             assert actual.shape[1] == 3 and actual.stride(1) > 0, name
             torch.testing.assert_close(actual, wanted.expand_as(actual), rtol=0, atol=0, msg=name)
 

@@ -189,9 +189,10 @@ class AttentionMask:
         """FlexAttention's BlockMask (blocks with no allowed entry are skipped), or None if all allowed.
 
         Built on first use from the mask's structure (`block_masks.py`: one decision per block pair, not per
-        entry) and kept: every layer of one forward shares it. The model passes its `heads`: the tables are
-        then written per head, which a compiled model's FlexAttention needs to read each row's own; a
-        single-head model's mask is built outside the graph instead.
+        entry) and kept: every layer of one forward shares it. The model passes its `heads`: built inside a
+        compiled graph, the tables are written per head, which FlexAttention's compiled forward needs to read
+        each row's own (a single-head model's are built outside the graph instead); built eagerly, one head
+        serves all (its tables enter compiled code with their true strides), at a quarter of the cost.
         """
         if self.empty:  # every key allowed: no mask_mod either
             return None
@@ -199,10 +200,14 @@ class AttentionMask:
             from kolong.models.encoder import flex
             from kolong.models.encoder.block_masks import structured_block_mask
 
-            build = structured_block_mask
-            if heads == 1 and batch > 1 and torch.compiler.is_compiling():
-                # one head cannot be written out per head (block_masks._ordered): built eagerly, at a graph break
-                build = torch.compiler.disable(structured_block_mask)
+            build, table_heads = structured_block_mask, 1
+            if (
+                torch.compiler.is_compiling()
+            ):  # inside a graph the tables need a head of their own: see _ordered
+                if heads > 1:
+                    table_heads = heads
+                elif batch > 1:  # one head cannot be written out per head: built eagerly, at a graph break
+                    build = torch.compiler.disable(structured_block_mask)
             with flex.labelled("block mask"):
-                self._block_mask = build(self, batch, length, device, heads)
+                self._block_mask = build(self, batch, length, device, table_heads)
         return self._block_mask
