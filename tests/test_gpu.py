@@ -376,7 +376,8 @@ def test_a_compiled_model_reads_each_rows_own_block_mask_on_cuda():
     """Packed documents through FlexAttention in a model compiled whole: the block mask is built inside the
     graph, and Inductor gave its tables' head dimension of size 1 the stride 0, so FlexAttention's forward
     read the first row's block indices for every row (torch 2.11, H200, 2026-11-28). Rows of different
-    layouts (one document; four of 128 tokens; two of 256; documents of 100) equal the materialised path."""
+    layouts (one document; four of 128 tokens; two of 256; documents of 100) equal the materialised path, and
+    so does the uncompiled model, whose FlexAttention calls (compiled alone) take one head's tables."""
     torch.manual_seed(0)
     n = 512
     config = tiny_kolong_config(max_position_embeddings=n, hidden_size=64, intermediate_size=128)
@@ -386,6 +387,10 @@ def test_a_compiled_model_reads_each_rows_own_block_mask_on_cuda():
     ids, documents = random_ids(4, n).cuda(), documents.cuda()
     with torch.no_grad():
         compiled = torch.compile(model)(ids, attention_mask=documents).last_hidden_state
+        flex_alone = model(
+            ids, attention_mask=documents
+        ).last_hidden_state  # one head's tables, built eagerly
         model.set_attn_implementation("eager")
         expected = model(ids, attention_mask=documents).last_hidden_state
     torch.testing.assert_close(compiled, expected, rtol=2e-3, atol=2e-3)
+    torch.testing.assert_close(flex_alone, expected, rtol=2e-3, atol=2e-3)
