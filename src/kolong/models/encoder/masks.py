@@ -201,9 +201,8 @@ class AttentionMask:
             from kolong.models.encoder.block_masks import structured_block_mask
 
             build, table_heads = structured_block_mask, 1
-            if (
-                torch.compiler.is_compiling()
-            ):  # inside a graph the tables need a head of their own: see _ordered
+            # inside a graph the tables need a head of their own: see block_masks._ordered
+            if torch.compiler.is_compiling():
                 if heads > 1:
                     table_heads = heads
                 elif batch > 1:  # one head cannot be written out per head: built eagerly, at a graph break
