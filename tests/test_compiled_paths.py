@@ -105,8 +105,9 @@ def test_a_compiled_model_takes_the_collators_host_facts_as_bounds_change():
 
 
 def _block_mask_parts(block_mask) -> tuple[torch.Tensor, ...]:
-    """The block counts and indices (partial and full blocks) that decide which blocks flex visits."""
-    return tuple(part for part in block_mask.as_tuple()[2:6] if part is not None)
+    """The block counts and indices (partial and full blocks) that decide which blocks flex visits: by query
+    block (the forward) and by key block (the backward)."""
+    return tuple(part for part in block_mask.as_tuple()[2:10] if part is not None)
 
 
 def _example_masks(length: int):

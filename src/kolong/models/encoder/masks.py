@@ -192,7 +192,7 @@ class AttentionMask:
         entry) and kept: every layer of one forward shares it. The model passes its `heads`: built inside a
         compiled graph, the tables are written per head, which FlexAttention's compiled forward needs to read
         each row's own (a single-head model's are built outside the graph instead); built eagerly, one head
-        serves all (its tables enter compiled code with their true strides), at a quarter of the cost.
+        serves all (its tables enter compiled code with their true strides) and costs less to build.
         """
         if self.empty:  # every key allowed: no mask_mod either
             return None
