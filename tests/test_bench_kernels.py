@@ -188,3 +188,26 @@ def test_the_gpu_steps_kernel_reports_read_the_caches_their_runs_compiled_into()
     reports = [kernels.build_parser().parse_args(shlex.split(line.partition(command)[2]))
                for line in printed.splitlines() if command in line]  # fmt: skip
     assert len(compiled) == 3 and [str(args.cache_dir) for args in reports] == compiled
+
+
+def test_block_tables_read_from_the_ninth_slots_kernels_name_the_one_that_read_the_first_row_only():
+    """The two forward kernels Inductor built for the base preset on an H200 (committed as evidence): with the
+    block tables' one broadcast head it read them at head stride 0, so every row read the first row's; with
+    the tables written per head, 12 heads at stride 256."""
+    from pathlib import Path
+
+    slot = Path(__file__).parent.parent / "benchmarks" / "results" / "h200-2026-11-28-slot9"
+    one_head = kernels.describe_source((slot / "base-nodrop-one-head" / "kernels" / "forward.py").read_text())
+    per_head = kernels.describe_source((slot / "base-nodrop-per-head" / "kernels" / "forward.py").read_text())
+    assert (one_head["kind"], one_head["table_heads"], one_head["table_head_stride"]) == ("forward", 1, 0)
+    assert one_head["first_row_tables_only"] and one_head["captured_tensors"] == 2
+    assert (per_head["table_heads"], per_head["table_head_stride"], per_head["first_row_tables_only"]) == (
+        12,
+        256,
+        False,
+    )
+    rows = {"rows": [{**one_head, "compiled_at": "04:07"}, {**per_head, "compiled_at": "04:20"}],
+            "cache_dir": "c", "ptxas": None}  # fmt: skip
+    markdown = kernels.to_markdown(rows)
+    assert "| 1 x 0 (every row reads the first row's) |" in markdown and "| 12 x 256 |" in markdown
+    assert kernels.block_tables("no tables here") == {}

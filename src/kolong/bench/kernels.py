@@ -9,7 +9,7 @@ per FlexAttention kernel, what decides its speed:
 
 - from its source (the module Inductor generated): forward, backward or decoding; the dtypes of q, k, v;
   tiles, warps and stages; TMA, IS_DIVISIBLE, FLOAT32_PRECISION; how many captured tensors its score and
-  mask functions read;
+  mask functions read; how it finds a row's block tables (their heads and head stride: `block_tables`);
 - from its PTX (Triton's cache under DIR, tied to the source by the PTX's `.file` line): registers and
   spill bytes (`ptxas -v`, from the ptxas Triton ships), shared memory (Triton's metadata), and its matrix
   instructions by operand types (`wgmma` / `mma` on bf16 or tf32, or none: `fma` in fp32 only).
@@ -74,6 +74,26 @@ def describe_source(text: str) -> dict:
         "captured_tensors": len(re.findall(r"\bin_ptr\d+\b", name.group(2))) if name else 0,
         **launch,
         **settings,
+        **block_tables(text),
+    }
+
+
+def block_tables(text: str) -> dict:
+    """How the kernel finds a row's block tables: at (z * SPARSE_HQ + h) * the tables' head stride. A stride
+    of 0 with several rows (SPARSE_Z > 1) sends every row to the first row's tables: what the ninth GPU slot
+    found in the model's forward kernel (benchmarks/results/h200-2026-11-28-slot9)."""
+    found = {}
+    for key, value in re.findall(
+        r"^\s+(SPARSE_Z|SPARSE_HQ|stride_kv_idx_h|stride_q_idx_h) = (\d+)\s*$", text, re.M
+    ):
+        found.setdefault(key, int(value))
+    strides = [found[key] for key in ("stride_kv_idx_h", "stride_q_idx_h") if key in found]
+    if "SPARSE_HQ" not in found or not strides:
+        return {}
+    return {
+        "table_heads": found["SPARSE_HQ"],
+        "table_head_stride": min(strides),
+        "first_row_tables_only": found.get("SPARSE_Z", 1) > 1 and min(strides) == 0,
     }
 
 
@@ -185,6 +205,13 @@ def _matrix_text(matrix: dict | None) -> str:
     return ", ".join(f"{key} x{count}" for key, count in sorted(matrix.items())) or "none"
 
 
+def _tables_text(row: dict) -> str:
+    if "table_heads" not in row:
+        return "?"
+    text = f"{row['table_heads']} x {row['table_head_stride']}"
+    return text + " (every row reads the first row's)" if row["first_row_tables_only"] else text
+
+
 def to_markdown(result: dict) -> str:
     lines = [
         "# FlexAttention kernels as Inductor built them (kolong.bench.kernels)",
@@ -194,8 +221,8 @@ def to_markdown(result: dict) -> str:
         "static counts of the PTX's instructions by operand types (d.a.b).",
         "",
         "| compiled (UTC) | kernel | kind | q, k, v | tiles | warps / stages | TMA | divisible | fp32 dot | "
-        "captured | registers | spills | shared KB | matrix |",
-        "|---|---|---|---|---|---|---|---|---|---:|---:|---|---:|---|",
+        "captured | block tables: heads x stride | registers | spills | shared KB | matrix |",
+        "|---|---|---|---|---|---|---|---|---|---:|---|---:|---|---:|---|",
     ]
     for row in result["rows"]:
         if row["kind"] == "backward":
@@ -210,10 +237,11 @@ def to_markdown(result: dict) -> str:
             f"| {row['compiled_at']} | `{row['kernel']}` | {row['kind']} | {row['qkv_dtypes']} | {tiles} | "
             f"{row.get('num_warps', '?')} / {row.get('num_stages', '?')} | {row.get('USE_TMA', '?')} | "
             f"{row.get('IS_DIVISIBLE', '?')} | {row.get('FLOAT32_PRECISION', '?')} | {row['captured_tensors']} | "
-            f"{row.get('registers', '?')} | {spills} | {shared} | {_matrix_text(row.get('matrix'))} |"
+            f"{_tables_text(row)} | {row.get('registers', '?')} | {spills} | {shared} | "
+            f"{_matrix_text(row.get('matrix'))} |"
         )
     if not result["rows"]:
-        lines.append("| (no FlexAttention kernel under this cache) |" + " |" * 13)
+        lines.append("| (no FlexAttention kernel under this cache) |" + " |" * 14)
     return "\n".join(lines) + "\n"
 
 
