@@ -90,9 +90,7 @@ def check_fields(instance: Any) -> None:
         metadata = field_metadata(cls, spec.name)
         flag = f"--{spec.name}"
         hint = hints[spec.name]
-        if typing.get_origin(hint) is list and isinstance(
-            value, list
-        ):  # each item, as a single value would be
+        if typing.get_origin(hint) is list and isinstance(value, list):  # each item, as one value would be
             if not value and spec.default_factory is not dataclasses.MISSING and spec.default_factory():
                 raise ConfigError(f"{flag}: expected at least one value (default: {spec.default_factory()})")
             for item in value:

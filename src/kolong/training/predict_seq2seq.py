@@ -73,9 +73,8 @@ def predict_seq2seq(args: Seq2SeqPredictArguments) -> dict:
     from kolong.training.prediction import by_length, in_order, warn_cut
 
     check_output_file(args.output, args.overwrite)
-    if (
-        args.data is None or args.task == "nsmc"
-    ):  # the evaluation side finetune seq2seq made (nsmc: its test side)
+    # the evaluation side finetune seq2seq made (nsmc: its test side)
+    if args.data is None or args.task == "nsmc":
         task = load_task(args.task, args.data, None, args.seed, args.eval_fraction)
     elif args.task not in TASKS:  # a FILE task's inputs: nothing to score, so no target is needed
         inputs = read_text_pairs(args.data, targets=False)
