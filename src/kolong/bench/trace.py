@@ -33,10 +33,9 @@ def kernel_kind(name: str) -> str:
     lowered = name.lower()
     for kind, marks in KERNEL_KINDS:
         if any(mark in lowered for mark in marks):
+            # Inductor's own GEMM templates (max-autotune) are matmuls; a pointwise kernel named after "addmm" is not
             if kind == "fused (Triton)" and lowered.startswith("triton_tem") and "mm" in lowered:
-                return (
-                    "matmul"  # Inductor's own GEMM templates (max-autotune), not a pointwise "addmm" origin
-                )
+                return "matmul"
             return kind
     return "other"
 

@@ -113,7 +113,7 @@ def _ordered(dense: torch.Tensor, heads: int) -> tuple[torch.Tensor, torch.Tenso
     materialised has its true stride."""
     counts = dense.sum(-1, dtype=torch.int32)
     indices = torch.argsort((~dense).to(torch.int8), dim=-1, stable=True).to(torch.int32)
-    if heads == 1:
-        return counts[:, None], indices[:, None]
+    # for one head, contiguous() leaves the views as they are
     counts = counts[:, None].expand(-1, heads, -1).contiguous()  # (b, heads, q blocks)
-    return counts, indices[:, None].expand(-1, heads, -1, -1).contiguous()  # (b, heads, q blocks, kv blocks)
+    indices = indices[:, None].expand(-1, heads, -1, -1).contiguous()  # (b, heads, q blocks, kv blocks)
+    return counts, indices
