@@ -138,9 +138,31 @@ def test_model_layers_must_be_positive(capsys):
     assert stopped.value.code == 2 and "--model-layers must be at least 1" in capsys.readouterr().err
 
 
+# the shape of the tenth slot's InductorError: the cause first, context, then advice (which the probe recorded)
+INDUCTOR_MESSAGE = """LoweringException: AttributeError: 'int' object has no attribute 'free_symbols'
+  target: flex_attention
+  args[0]: TensorBox(StorageBox(...))
+
+Set TORCHDYNAMO_VERBOSE=1 for the internal stack trace (please do this especially if you're reporting a bug)"""
+
+
+@pytest.mark.parametrize(
+    ("message", "line"),
+    [
+        (INDUCTOR_MESSAGE, INDUCTOR_MESSAGE.splitlines()[0]),
+        ("lowering failed\n  long context\nAttributeError: 'int' object has no attribute 'x'",
+         "AttributeError: 'int' object has no attribute 'x'"),
+        ("\n  out of shared memory\n  Required: 262144", "out of shared memory"),
+        ("", ""),
+    ],
+)  # fmt: skip
+def test_a_failure_is_recorded_by_the_line_naming_its_cause(message, line):
+    assert flex_probe._cause_line(RuntimeError(message)) == line
+
+
 def test_a_variant_that_fails_is_reported_and_the_others_are_still_timed(monkeypatch, tmp_path):
     """The ninth slot's probe died on one variant's lowering error and returned no row at all: a failing
-    variant is now recorded (its error's last line) and the rest timed."""
+    variant is now recorded (the line of its error that names the cause) and the rest timed."""
     calls = flex_probe.variant_calls
 
     def failing(name, *args, **kwargs):
@@ -149,9 +171,7 @@ def test_a_variant_that_fails_is_reported_and_the_others_are_still_timed(monkeyp
             return forward, inputs
 
         def broken():
-            raise RuntimeError(
-                "lowering failed\n  long context\nAttributeError: 'int' object has no attribute 'x'"
-            )
+            raise RuntimeError(INDUCTOR_MESSAGE)
 
         return broken, inputs
 
@@ -160,6 +180,6 @@ def test_a_variant_that_fails_is_reported_and_the_others_are_still_timed(monkeyp
     sdpa, flex = result["rows"]
     assert sdpa["forward_ms"] > 0 and "failed" not in sdpa
     assert "forward_ms" not in flex
-    assert flex["failed"] == "forward: RuntimeError: AttributeError: 'int' object has no attribute 'x'"
+    assert flex["failed"] == f"forward: RuntimeError: {INDUCTOR_MESSAGE.splitlines()[0]}"
     markdown = (tmp_path / "flex-probe.md").read_text()
     assert "| flex-documents | failed |" in markdown and "- flex-documents: forward: RuntimeError" in markdown

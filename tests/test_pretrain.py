@@ -134,6 +134,18 @@ def test_overrides_reach_the_model(corpus, tmp_path):
     assert model.config.hidden_act == "swiglu"
 
 
+def test_the_base_preset_trains_without_attention_dropout(corpus, tmp_path):
+    """ModernBERT's recipe: packed documents then skip the blocks between them on CUDA (presets.py)."""
+    shrunk = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64}
+    model, *_ = prepare(arguments(corpus, tmp_path / "x", preset="base", overrides=shrunk))
+    assert model.config.attention_probs_dropout_prob == 0.0 and model.config.hidden_dropout_prob == 0.1
+    model, *_ = prepare(arguments(corpus, tmp_path / "x", preset="base",
+                                  overrides={**shrunk, "attention_probs_dropout_prob": 0.1}))  # fmt: skip
+    assert model.config.attention_probs_dropout_prob == 0.1
+    model, *_ = prepare(arguments(corpus, tmp_path / "x", preset="small", overrides=shrunk))
+    assert model.config.attention_probs_dropout_prob == 0.1  # the paper's model keeps BERT's
+
+
 DDP_SCRIPT = """
 import os, sys
 from transformers import TrainerCallback

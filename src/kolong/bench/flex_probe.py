@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import time
 from pathlib import Path
 
@@ -209,7 +210,7 @@ def probe(args, on_partial=None) -> dict:
                 step()
             except Exception as error:  # a variant that does not compile is a finding; the others still run
                 del steps[name]
-                rows[name]["failed"] = f"{mode}: {type(error).__name__}: {_last_line(error)}"
+                rows[name]["failed"] = f"{mode}: {type(error).__name__}: {_cause_line(error)}"
                 print(f"[{time.monotonic() - started:6.1f} s] {name}, {mode}: failed ({rows[name]['failed']})",
                       flush=True)  # fmt: skip
                 continue
@@ -226,10 +227,14 @@ def probe(args, on_partial=None) -> dict:
     return result
 
 
-def _last_line(error: Exception) -> str:
-    """The last non-empty line of an error's message (Inductor's run to thousands of lines)."""
+def _cause_line(error: Exception) -> str:
+    """The line of an error's message that names its cause: the last line reading `SomeError: ...` (Inductor's
+    messages run to thousands of lines, the cause first and advice last), else the first non-empty line."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    return lines[-1][:300] if lines else ""
+    causes = [line for line in lines if re.match(r"[\w.]*(Error|Exception)\b", line)]
+    if causes:
+        return causes[-1][:300]
+    return lines[0][:300] if lines else ""
 
 
 def to_markdown(result: dict) -> str:

@@ -3,6 +3,12 @@
 `small` is the relative-position Korean BERT paper's model: BERT-base with 3 of its 12 layers
 (hidden 768, 12 heads), sequence 128, batch 256, learning rate 1e-4 (seeds.md section 3). The
 sequence length is the corpus's block length (`kolong data corpus --max-length 128`).
+
+`base` is BERT-base for long-context pre-training, without attention dropout, as ModernBERT trains
+(`attention_dropout` 0): packed documents then go through FlexAttention's block mask on CUDA, which skips
+the blocks between documents, where dropout would need SDPA's dense mask over whole rows. On an H200 at
+2,048 tokens that took the step from 90 to 52 ms (benchmarks/results/h200-2026-11-28-slot10);
+`--set attention_probs_dropout_prob=0.1` restores BERT's.
 """
 
 from __future__ import annotations
@@ -17,7 +23,13 @@ PRESETS: dict[str, dict[str, dict]] = {
         "training": dict(batch_size=256, learning_rate=1e-4, max_steps=100_000, warmup=0.01),
     },
     "base": {
-        "model": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072),
+        "model": dict(
+            hidden_size=768,
+            num_hidden_layers=12,
+            num_attention_heads=12,
+            intermediate_size=3072,
+            attention_probs_dropout_prob=0.0,
+        ),
         "training": dict(batch_size=256, learning_rate=1e-4, max_steps=1_000_000, warmup=0.01),
     },
 }

@@ -70,7 +70,9 @@ class PretrainArguments(RecipeArguments):
 
     corpus: str = option(REQUIRED, "A corpus directory from `kolong data corpus`.", "-c")
     preset: str = option(
-        "tiny", "tiny | small (the paper: 3 layers, 768, 12 heads) | base.", choices=("tiny", "small", "base")
+        "tiny",
+        "tiny | small (the paper: 3 layers, 768, 12 heads) | base (12 layers, no attention dropout, as ModernBERT).",
+        choices=("tiny", "small", "base"),
     )
     position_encoding: str = option(
         "learned", "Position scheme (see `kolong plot positions --help`).", kind="scheme"
