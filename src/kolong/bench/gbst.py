@@ -37,8 +37,8 @@ def bench_inputs(args: GBSTBenchArguments) -> tuple[str, list[tuple[str, str]]]:
     """(description, [(source, target)]) of long Korean QA inputs."""
     from kolong.data.squad import read_squad
 
-    path = Path(args.data or KORQUAD_DEV)
-    if args.data != "builtin" and path.is_file():  # an explicit path is checked to exist by the arguments
+    path = None if args.data == "builtin" else Path(args.data or KORQUAD_DEV)
+    if path is not None and path.is_file():  # an explicit path is checked to exist by the arguments
         examples = [e for e in read_squad(path).examples if len(e.context.encode("utf-8")) >= args.min_bytes]
         if not examples:
             raise ConfigError(f"--data {path}: no paragraph of at least {args.min_bytes} bytes (--min-bytes)")
