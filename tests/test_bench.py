@@ -55,26 +55,45 @@ def test_pretrain_benchmark_measures_the_three_pipelines_and_the_padding(tmp_pat
     assert "compiled during timed steps" not in markdown
     cells["learned", 32]["compiled_in_timed_steps"]["raw step"] = 3  # as on an H100, 2026-11-26
     assert "learned 32 raw step (3)" in pretrain_markdown(result)
-    # on a GPU: MFU with attention over the whole row, and without it (packed documents attend within themselves)
-    assert "Without the attention term" not in markdown
-    cells["learned", 64]["mfu"] = dict.fromkeys(PIPELINES, 0.27)
-    cells["learned", 64]["mfu_without_attention"] = {"raw step": 0.19, "kolong pretrain mlm": 0.185}
-    assert "MFU raw / kolong / HF: learned 64: 19.0% / 18.5% / —." in pretrain_markdown(result)
+    # the raw step's batches are counted: tokens, labelled positions, pairs inside documents and over whole rows
+    counts = cells["learned", 64]["step_counts"]
+    assert 0 < counts["labelled"] < counts["tokens"] <= 4 * 64
+    assert 0 < counts["document_pairs"] <= counts["row_pairs"] <= counts["tokens"] * 64
+    flops = cells["learned", 64]["flops_per_step"]
+    assert (
+        flops["raw step"] == flops["kolong pretrain mlm"] < flops["HF BertForMaskedLM"]
+    )  # HF: dense head, whole rows
+    assert (
+        cells["learned", 64]["mfu"] is None and "of the rows' pairs inside documents" in markdown
+    )  # CPU: no peak
     json_path, _ = write_results(PretrainBenchmark(), result, tmp_path)
     assert json_path.name == "pretrain.json"
 
 
-def test_pretrain_flops_per_token_with_and_without_attention_over_the_row():
-    """PaLM's count by hand for the base preset's size: 12 d^2 weights a layer, 12 L n d for attention."""
+def test_pretrain_flops_credit_each_side_for_its_own_math():
+    """The one count by hand for the base preset's size: 6 N per token, the head on what each side scores,
+    12 L d per allowed pair (kolong's inside documents, HF's over whole rows)."""
     from kolong.bench.arguments import PretrainBenchArguments
-    from kolong.bench.pretrain import model_flops_per_token
+    from kolong.bench.pretrain import pipeline_flops
 
     args = PretrainBenchArguments(hidden_size=768, layers=12)
-    head = 0.15 * 6 * (768**2 + 768 * 1000)
-    assert model_flops_per_token(args, 2048, 1000, attention=False) == 6 * 12 * 12 * 768**2 + head
-    assert model_flops_per_token(args, 2048, 1000) - model_flops_per_token(
-        args, 2048, 1000, attention=False
-    ) == (12 * 12 * 2048 * 768)
+    counts = {"tokens": 2048.0, "labelled": 300.0, "document_pairs": 50_000.0, "row_pairs": 2048.0**2}
+    flops = pipeline_flops(args, 32_000, counts)
+    weights, head = 12 * 12 * 768**2, 768**2 + 768 * 32_000
+    assert flops["kolong pretrain mlm"] == 6 * weights * 2048 + 6 * head * 300 + 12 * 12 * 768 * 50_000
+    assert flops["HF BertForMaskedLM"] == 6 * weights * 2048 + 6 * head * 2048 + 12 * 12 * 768 * 2048**2
+    assert pipeline_flops(args, 32_000, None) is None  # a run that counted nothing claims no MFU
+
+
+def test_step_counts_read_documents_padding_and_labels():
+    import torch
+
+    from kolong.bench.pretrain import step_counts
+
+    batch = {"attention_mask": torch.tensor([[1, 1, 1, 2, 2, 0], [1, 1, 1, 1, 1, 1]]),
+             "labels": torch.tensor([[-100, 5, -100, -100, 7, -100], [-100] * 5 + [3]])}  # fmt: skip
+    assert step_counts([batch, batch]) == {"tokens": 11.0, "document_pairs": 9 + 4 + 36.0,
+                                           "row_pairs": 25 + 36.0, "labelled": 3.0}  # fmt: skip
 
 
 def test_a_step_trace_says_nothing_while_it_traces():
@@ -475,7 +494,7 @@ def test_kernels_are_grouped_by_kind_from_their_names(name, kind):
 
 
 def test_the_pretrain_report_lists_device_time_by_kind_where_a_trace_has_it():
-    from kolong.bench.pretrain_report import to_markdown
+    from kolong.bench.pretrain import to_markdown
 
     trace = {"position": "learned", "length": 2048, "pipeline": "raw step", "steps": 9, "ms_per_step": 92.0,
              "device_busy": 0.99, "host_reads_per_step": 0.0, "syncs_per_step": 0.3, "costliest_host_ops": [],
@@ -501,3 +520,37 @@ def test_the_pretrain_report_lists_device_time_by_kind_where_a_trace_has_it():
         {"settings": settings, "device": "cpu", "cells": [], "padding": None, "traces": [trace]}
     )
     assert "Device time by kind" not in text
+
+
+def test_a_result_names_its_commit_command_and_device_class(tmp_path):
+    """Each result says what measured it: the commit of kolong, the command that measures it again (options
+    that differ from their defaults) and the device class whose folder it belongs in."""
+    from kolong.bench.arguments import ExtendBenchArguments
+    from kolong.bench.extension import ExtendBenchmark
+    from kolong.bench.harness import default_output_dir
+    from kolong.bench.machine import describe_machine, device_class
+    from kolong.bench.results import command_line, machine_line, run_result
+
+    args = ExtendBenchArguments(max_length=1024, repeats=3)
+    assert command_line(ExtendBenchmark(), args) == "kolong bench extend --max-length 1024 --repeats 3"
+    result = run_result(ExtendBenchmark(), args, [], {}, describe_machine())
+    assert result["device_class"] == device_class(describe_machine()) and result["device_class"].startswith(
+        "cpu-"
+    )
+    assert result["commit"] is None or len(result["commit"].split("+")[0]) == 40
+    assert f"Command: `{result['command']}`" in machine_line(result)
+    assert default_output_dir(ExtendBenchmark(), args) == Path("benchmarks/results") / result["device_class"]
+
+
+@pytest.mark.parametrize(
+    ("machine", "device", "expected"),
+    [({"cpu": "AMD EPYC", "cores_available": 2}, "cpu", "cpu-epyc-2core"),
+     ({"cpu": "Intel(R) Xeon(R) Processor", "cores_available": 16, "gpu": "NVIDIA H200"}, "cuda", "h200"),
+     ({"cpu": "Intel(R) Xeon(R) Processor", "cores_available": 16, "gpu": "NVIDIA H200"}, "cpu", "cpu-xeon-16core"),
+     ({"cpu": "x", "gpu": "NVIDIA H100 80GB HBM3"}, "cuda", "h100"),
+     ({"cpu": "x", "gpu": "NVIDIA A100-SXM4-80GB"}, "cuda", "a100")],
+)  # fmt: skip
+def test_device_classes_name_the_gpu_model_or_the_cpu_family_and_cores(machine, device, expected):
+    from kolong.bench.machine import device_class
+
+    assert device_class(machine, device) == expected

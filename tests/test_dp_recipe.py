@@ -119,8 +119,7 @@ def test_finetune_predict_evaluate_dp(dp_file, tmp_path, kolong_encoder):
 
 
 def test_byte_models_read_klue_dp_as_the_gbst_paper_casts_it(dp_file, tmp_path):
-    from kolong.data.text_to_text import Seq2SeqTask, load_task, score_generations
-    from kolong.data.text_to_text_dp import parse_dp_generation
+    from kolong.data.text_to_text import Seq2SeqTask, load_task, parse_dp_generation, score_generations
     from kolong.training.seq2seq import Seq2SeqFinetuneArguments, finetune_seq2seq
 
     task = load_task("klue-dp", str(dp_file), str(dp_file))

@@ -11,15 +11,19 @@ import torch
 
 from kolong.evaluation.bootstrap import interval, paired_difference, separated, verdict
 from kolong.experiments.extension_eval import (
+    bucket_edges,
     bucket_means,
     chunked_losses,
     evaluation_blocks,
     neighbour_cosine,
     token_losses,
 )
-from kolong.experiments.extension_init import ExtensionInitArguments, run_extension_init
-from kolong.experiments.extension_report import bucket_edges
-from kolong.experiments.extension_seeds import across_seeds, run_extension_init_seeds
+from kolong.experiments.extension_init import (
+    ExtensionInitArguments,
+    across_seeds,
+    run_extension_init,
+    run_extension_init_seeds,
+)
 
 
 def test_bootstrap_intervals_and_verdicts():

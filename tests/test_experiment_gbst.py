@@ -14,8 +14,8 @@ from kolong.experiments.gbst import (
     run_gbst_study,
     settings_of,
     task_intervals,
+    to_markdown,
 )
-from kolong.experiments.gbst_report import to_markdown
 
 
 def _nli(gold: list[str]) -> Seq2SeqTask:

@@ -82,7 +82,7 @@ def _work_dir(path, blocks: str, losses: dict, folders=()):
 def test_side_by_side_extension_runs_merge_into_one_study(tmp_path):
     import numpy as np
 
-    from kolong.experiments.extension_merge import merge_work_dirs
+    from kolong.experiments.extension_init import merge_work_dirs
 
     base, copy, control = np.ones((3, 4)), np.full((3, 4), 2.0), np.full((3, 4), 3.0)
     base[:, 1] = np.nan  # a token that was not masked has no loss, as in the study's arrays

@@ -23,5 +23,7 @@ def _ruff() -> str:
 
 @pytest.mark.parametrize("command", [["check"], ["format", "--check"]], ids=["check", "format"])
 def test_ruff(command):
-    result = subprocess.run([_ruff(), *command, "src", "tests"], cwd=ROOT, capture_output=True, text=True)
+    result = subprocess.run(
+        [_ruff(), *command, "src", "tests", "benchmarks"], cwd=ROOT, capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stdout + result.stderr

@@ -168,8 +168,7 @@ def test_pretraining_carries_the_segments_to_the_model_and_learns_as_under_the_d
 
 
 def test_the_pretrain_benchmark_records_how_packed_documents_are_attended(monkeypatch):
-    from kolong.bench.pretrain import packed_attention
-    from kolong.bench.pretrain_report import to_markdown
+    from kolong.bench.pretrain import packed_attention, to_markdown
 
     assert packed_attention(0.1).startswith("SDPA's dense mask")
     assert packed_attention(0.0) == "FlexAttention's block mask (no attention dropout)"
@@ -187,8 +186,7 @@ def test_the_pretrain_benchmark_records_how_packed_documents_are_attended(monkey
 def test_the_pretrain_benchmark_says_where_the_kernel_was_taken_and_where_not(monkeypatch):
     """With the switch on, each row counts the layers that took the kernel in one eager pass: learned positions
     take it, Shaw's logit bias does not, and the table says that Shaw's row measured the dense mask."""
-    from kolong.bench.pretrain import run_pretrain_benchmark
-    from kolong.bench.pretrain_report import to_markdown
+    from kolong.bench.pretrain import run_pretrain_benchmark, to_markdown
 
     monkeypatch.setattr(varlen, "ENABLED", True)
     monkeypatch.setattr(varlen, "fits", lambda q: True)  # the reference has no dropout: counted, not dropped

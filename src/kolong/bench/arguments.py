@@ -24,7 +24,8 @@ def known_schemes(flag: str, names: list[str]) -> None:
 
 @dataclass(kw_only=True)
 class BenchArguments(CheckedArguments):
-    output_dir: str = option("benchmarks/results", "Where to write NAME.json and NAME.md.")
+    output_dir: str | None = option(None, "Where to write NAME.json and NAME.md (default: benchmarks/results/DEVICE, "
+                                    "DEVICE the class of what is measured: h100, h200, cpu-epyc-2core, ...).")  # fmt: skip
 
 
 @dataclass(kw_only=True)
@@ -157,8 +158,9 @@ class PretrainBenchArguments(ResumableBenchArguments):
     shared_data: str = option("../shared/data", "The shared data folder, for --text nsmc,korquad.")
     max_documents: int = option(20000, "Documents read from --text.")
     peak_tflops: float | None = option(None, "Peak TFLOP/s of the device for MFU (known GPUs: looked up).")
-    profile: bool = option(False, "Also trace one more, untimed run of each pipeline (torch.profiler): device "
-                           "busy time, host reads and syncs per step, the costliest host operations.")  # fmt: skip
+    profile: bool | None = option(None, "Also trace one more, untimed run of each pipeline (torch.profiler): the "
+                                  "device-busy fraction of each side, host reads and syncs per step, the costliest "
+                                  "host operations and kernels (default: on CUDA).")  # fmt: skip
 
 
 @dataclass(kw_only=True)
@@ -202,7 +204,6 @@ class GBSTBenchArguments(BenchArguments):
                           "one function, finished flags read every 8 bytes: what `predict seq2seq` runs; 1.62x for "
                           "GBST on an H200) or transformers' generate (1.20-1.25x there): the same bytes.",
                           choices=("kolong", "generate"))  # fmt: skip
-    profile: bool = option(True, "Also time the encoder, GBST and the decoding steps on their own.")
     compile: bool = option(False, "torch.compile both models' encoders (GBST included), in training and generation: "
                            "the paper's JAX runs were compiled whole by XLA; with --cache static transformers "
                            "compiles the decoding step as well, and with --decoder kolong the step is compiled "

@@ -25,6 +25,7 @@ import sys
 from dataclasses import asdict
 
 from kolong.bench.arguments import EncoderBenchArguments
+from kolong.bench.flops import FlopCount, device_peak_flops, mfu
 from kolong.bench.harness import Benchmark, Case, cuda_sync
 from kolong.bench.memory import peak_growth_mb, run_worker
 from kolong.bench.steps import encoder_step
@@ -46,9 +47,6 @@ REFERENCES: dict[str, tuple[str, dict, str]] = {
 }
 # Module flags the references hold while they run (`encoder_step`); each is its scheme's own path off CUDA.
 CUDA_FLAGS = {"shaw-chunked": {"FLEX_DROPOUT": False}, "t5-chunked": {"FLEX_DROPOUT": False}}
-# Dense bf16 / fp32 peak FLOP/s by GPU name, for MFU (`--peak-tflops` overrides).
-PEAK_TFLOPS = {"H100": {"bf16": 989.4, "fp32": 494.7}, "H200": {"bf16": 989.4, "fp32": 494.7},
-               "A100": {"bf16": 312.0, "fp32": 156.0}, "L4": {"bf16": 121.0, "fp32": 60.0}}  # fmt: skip
 
 
 def implementations() -> dict[str, tuple[str, dict, str]]:
@@ -210,35 +208,14 @@ def _free_cuda(args) -> None:
         torch.cuda.empty_cache()
 
 
-def model_flops_per_token(args: EncoderBenchArguments, length: int, training: bool) -> float:
-    """2 N + 4 L n d per token forward (N: the layers' weights), three times that for training (PaLM's count)."""
-    d, layers = args.hidden_size, args.num_hidden_layers
-    weights = layers * (4 * d * d + 2 * d * args.intermediate_size)
-    forward = 2 * weights + 4 * layers * length * d
-    return 3 * forward if training else forward
-
-
-def peak_flops(args: EncoderBenchArguments) -> float | None:
-    return device_peak_flops(args.device, args.dtype, args.peak_tflops)
-
-
-def device_peak_flops(device: str, dtype: str, peak_tflops: float | None = None) -> float | None:
-    """FLOP/s at the dtype's dense peak: `peak_tflops` if given, else the known GPU's, else None (a CPU)."""
-    if peak_tflops:
-        return peak_tflops * 1e12
-    if not device.startswith("cuda"):
-        return None
-    import torch
-
-    gpu = torch.cuda.get_device_name(0)
-    for key, peaks in PEAK_TFLOPS.items():
-        if key in gpu:
-            return peaks[dtype] * 1e12
-    return None
+def step_flops(args: EncoderBenchArguments, batch: int, length: int, mode: str) -> float:
+    """The one FLOP count (`kolong.bench.flops`) of one step: every row is whole, so every pair is allowed."""
+    count = FlopCount.encoder(args.hidden_size, args.num_hidden_layers, args.intermediate_size)
+    return count.of(mode, tokens=batch * length, pairs=batch * length * length)
 
 
 def summarise(args: EncoderBenchArguments, rows: list[dict]) -> dict:
-    peak = peak_flops(args)
+    peak = device_peak_flops(args.device, args.dtype, args.peak_tflops)
     results: dict[tuple[str, int], dict] = {}
     for row in rows:
         length, mode = row["length"], row["mode"]
@@ -256,7 +233,7 @@ def summarise(args: EncoderBenchArguments, rows: list[dict]) -> dict:
             cell.update({"batch": row["batch"], f"{mode}_tokens_per_s": speed,
                          f"{mode}_spread": (max(timing.seconds) - min(timing.seconds)) / 2 / timing.median})  # fmt: skip
             if peak:
-                cell[f"{mode}_mfu"] = speed * model_flops_per_token(args, length, mode == "training") / peak
+                cell[f"{mode}_mfu"] = mfu(step_flops(args, row["batch"], length, mode), timing.median, peak)
         for name, error in row["errors"].items():
             results.setdefault((name, length), {"implementation": name, "length": length})[
                 f"{mode}_error"
@@ -291,6 +268,7 @@ TABLES = (
         "inference_spread",
     ),
     ("Training MFU", "training_mfu", None),
+    ("Inference MFU", "inference_mfu", None),
     ("Training peak memory, MB (x learned)", "training_peak_mb", None),
     ("Inference peak memory, MB (x learned)", "inference_peak_mb", None),
 )

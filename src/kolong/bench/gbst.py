@@ -11,26 +11,54 @@ the ratios are GBST / no GBST. The Korean paper reports 2.7x (training) and 1.46
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import statistics
+import time
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
 from kolong.bench.arguments import KORQUAD_DEV, GBSTBenchArguments
-from kolong.bench.gbst_profile import (
-    autocast_context,
-    breakdown,
-    breakdown_markdown,
-    clock,
-    decode,
-    profile_steps,
-)
 from kolong.bench.harness import Benchmark, Case, Measured, resolve_device, run
 from kolong.errors import ConfigError
 
 __all__ = ["GBSTBenchArguments", "GBSTBenchmark", "run_gbst_benchmark"]
+
+
+def autocast_context(autocast):
+    """`autocast()` (a factory of autocast contexts, for bf16) or a context that does nothing."""
+    return autocast() if autocast is not None else contextlib.nullcontext()
+
+
+def clock(device) -> float:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
+def generation_options(new_tokens: int, cache: str) -> dict:
+    """`generate`'s options for the bench: greedy, exactly `new_tokens` bytes each (a model that emits </s>
+    sooner must not look faster), with a dynamic or a static cache."""
+    options = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, num_beams=1, do_sample=False)
+    if cache == "static":
+        options["cache_implementation"] = "static"
+    return options
+
+
+def decode(model, new_tokens: int, cache: str, decoder: str = "generate", compile: bool = False, **inputs):
+    """Greedy generation of exactly `new_tokens` bytes from `inputs` (input_ids and attention_mask, or the
+    encoder's output and attention_mask): through `generate`, or kolong's loop (`greedy_generate`)."""
+    if decoder == "kolong":
+        from kolong.models.byte.greedy import greedy_generate
+
+        return greedy_generate(
+            model, max_new_tokens=new_tokens, min_new_tokens=new_tokens, compile=compile, **inputs
+        )
+    return model.generate(**inputs, **generation_options(new_tokens, cache))
 
 
 def bench_inputs(args: GBSTBenchArguments) -> tuple[str, list[tuple[str, str]]]:
@@ -180,21 +208,20 @@ class GBSTBenchmark(Benchmark):
                 f"{name}/inference": lambda: Measured(1 / _inference_rate(
                     model, self.inference_batches, args.max_new_tokens, args, autocast)),
             }  # fmt: skip
-            if args.profile:
-                parts = profile_steps(
-                    model,
-                    self.inference_batches,
-                    args.max_new_tokens,
-                    args.cache,
-                    autocast,
-                    args.decoder,
-                    args.compile,
-                )
-                found.update({f"{name}/{part}": step for part, step in parts.items()})
+            found.update({f"{name}/{part}": step for part, step in self.part_steps(model, args).items()})
             return {key: self._first_call_reported(key, step) for key, step in found.items()}
 
         return Case(steps("gbst"), steps("byte"), repeats=args.rounds, warmup=0,
                     facts={"load_before": list(os.getloadavg())})  # fmt: skip
+
+    def part_steps(self, model, args: GBSTBenchArguments) -> dict:
+        """More steps to time per model, beside training and inference: none here (benchmarks/tools/gbst_profile.py
+        times the parts of a generation)."""
+        return {}
+
+    def breakdown(self, timings: dict, args: GBSTBenchArguments) -> dict | None:
+        """A summary of `part_steps`' timings, kept in each setting's results."""
+        return None
 
     def _first_call_reported(self, key: str, step):
         """`step`, reporting its first call (which compiles, where the run compiles) through `progress`."""
@@ -231,7 +258,7 @@ class GBSTBenchmark(Benchmark):
                 "samples_per_second": medians,
                 "speedup": {k: medians["gbst"][k] / medians["byte"][k] for k in ("train", "inference")},
                 "per_round": rates,
-                "breakdown": breakdown(timings, list(self.models), args.max_new_tokens) if args.profile else None,
+                "breakdown": self.breakdown(timings, args),
             })  # fmt: skip
         longest = max(self.lengths)
         return {
@@ -245,7 +272,7 @@ class GBSTBenchmark(Benchmark):
             "encoder_positions": {"byte": longest, "gbst": self.models["gbst"].encoder.gbst.output_length(longest)},
             "parameters": {name: sum(p.numel() for p in model.parameters()) for name, model in self.models.items()},
             "results": settings,
-            "goal": {"train": 2.5, "inference": 1.46},  # inference: the paper's ratio, issue 19's goal
+            "goal": {"train": 2.5, "inference": 1.46},  # inference: the paper's ratio
         }  # fmt: skip
 
     def to_markdown(self, result: dict) -> str:
@@ -313,8 +340,6 @@ def to_markdown(result: dict) -> str:
         ]
         lines.append(f"- {setting['threads']} thread(s): goals {', '.join(met)}.")
     lines.append("")
-    for setting in result["results"]:
-        lines += breakdown_markdown(setting)
     skips = result.get("cudagraph_skips")
     if skips and s.get("compile"):
         lines += ["", f"**CUDA graphs were skipped {skips} time(s)** (Inductor's `cudagraph_skips`): a compiled "

@@ -75,6 +75,16 @@ def resolve_device(requested: str) -> str:
     return "cuda" if requested == "cuda" or (requested == "auto" and torch.cuda.is_available()) else "cpu"
 
 
+def default_output_dir(benchmark, args) -> Path:
+    """benchmarks/results/<device class>: the folder of this machine's class for the device the run measures."""
+    from kolong.bench.machine import describe_machine, device_class
+
+    device = getattr(args, "device", "cpu")
+    device = resolve_device(device) if isinstance(device, str) else "cpu"
+    machine = describe_machine(with_torch=not benchmark.light_machine)
+    return Path("benchmarks") / "results" / device_class(machine, device)
+
+
 def cuda_sync(device: str) -> Callable[[], None] | None:
     if not str(device).startswith("cuda"):
         return None

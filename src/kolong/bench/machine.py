@@ -1,9 +1,11 @@
-"""A description of the machine a benchmark ran on, stored with its results."""
+"""A description of the machine a benchmark ran on, stored with its results, and the name of its device class
+(the folder under benchmarks/results/ that holds one current result per benchmark for such machines)."""
 
 from __future__ import annotations
 
 import os
 import platform
+import re
 from pathlib import Path
 
 
@@ -39,3 +41,32 @@ def describe_machine(with_torch: bool = True) -> dict:
             transformers=transformers.__version__,
         )
     return machine
+
+
+_CPU_NOISE = {
+    "intel",
+    "amd",
+    "r",
+    "tm",
+    "cpu",
+    "processor",
+    "core",
+    "genuine",
+    "authentic",
+    "with",
+    "radeon",
+    "graphics",
+}
+
+
+def device_class(machine: dict, device: str = "cpu") -> str:
+    """`h100`, `h200`, `a100`, ... for a run on a GPU (its model), `cpu-epyc-2core`, `cpu-xeon-16core`, ...
+    for a run on the CPU (its family and the cores the run could use)."""
+    if device.startswith("cuda") and machine.get("gpu"):
+        words = re.split(r"[\s_-]+", re.sub(r"^NVIDIA\s+", "", machine["gpu"]))
+        return re.sub(r"[^a-z0-9]+", "", words[0].lower()) or "gpu"
+    words = [
+        w for w in re.split(r"[^a-z0-9]+", str(machine.get("cpu", "")).lower()) if w and w not in _CPU_NOISE
+    ]
+    family = next((w for w in words if not w.isdigit()), "cpu")
+    return f"cpu-{family}-{machine.get('cores_available') or machine.get('cpu_count') or 1}core"

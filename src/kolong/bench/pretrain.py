@@ -7,33 +7,38 @@ corpus, `tokens_per_step` tokens per optimiser step, interleaved round by round 
   already on the device, fused AdamW on CUDA, bf16 autocast where the GPU has it, compiled as the
   pipeline is: the upper bound of any pipeline;
 - **kolong pretrain mlm**: the whole pipeline (`pretrain_mlm`: Trainer, collator in workers on CUDA, ...);
-- **HF BertForMaskedLM**: `DataCollatorForLanguageModeling` + `Trainer` with its defaults (bf16 where
-  supported), the recipe a user would otherwise pick; learned positions, dense prediction head.
+- **HF BertForMaskedLM**: `DataCollatorForLanguageModeling` + `Trainer` as a competent user sets them up,
+  with what kolong's pipeline gets: the same loader workers, pinned memory, fused AdamW, bf16 where
+  supported, SDPA, and `torch_compile` whenever kolong compiles; learned positions, a dense prediction head.
 
 Each run times its steps after the first quarter (warm-up and compilation), with the device
-synchronised at both ends. Pipeline overhead = 1 - pipeline / raw tokens/s. MFU counts the useful
-FLOPs of one model for all three (PaLM's 6N + 12 L n d per token, the prediction head on the 15%
-masked tokens), against the GPU's dense bf16 peak; and without the attention term, since packed documents
-attend within themselves only (without attention dropout, kolong's FlexAttention skips the blocks between
-them on CUDA; with it, SDPA computes them under the dense mask: `attention.skips_blocks_in_flex`).
+synchronised at both ends. Pipeline overhead = 1 - pipeline / raw tokens/s. MFU is the one count of
+`kolong.bench.flops`, each side credited for its own model's math on the same batches (counted on the raw
+step's): kolong's packed documents attend within themselves and its sparse head scores the labelled
+positions; HF's rows attend across the whole block and its dense head scores every token. With `--profile`
+(the default on CUDA) one more, untimed run of each pipeline is traced: the device-busy fraction of each
+side shows a reference starved by its loader.
 
 The padding table reads documents (`--text`, default the built-in sample) and compares the padding of
 one document per row (HF's line-by-line MLM: each batch padded to its longest document, cut at the
 block length) with kolong's packed blocks.
+
+`kolong bench pretrain`'s report: the padding table (one document per row against packed blocks) and the
+markdown of a result.
 """
 
 from __future__ import annotations
 
 import json
+import statistics
 import tempfile
 import time
 from pathlib import Path
 
 from kolong.bench.arguments import PretrainBenchArguments
-from kolong.bench.encoder import device_peak_flops
+from kolong.bench.flops import FlopCount, device_peak_flops, document_pairs, mfu
 from kolong.bench.harness import Benchmark, Case, Measured, resolve_device, run
-from kolong.bench.pretrain_report import PIPELINES, padding_report, to_markdown
-from kolong.bench.trace import StepTrace
+from kolong.bench.trace import StepTrace, to_markdown_rows
 
 __all__ = ["PIPELINES", "PretrainBenchmark", "run_pretrain_benchmark", "to_markdown"]
 
@@ -123,6 +128,7 @@ class PretrainBenchmark(Benchmark):
             self._texts = _documents(args, self._root)
             self.padding = None
         device, length = resolve_device(args.device), size["length"]
+        profile = args.profile if args.profile is not None else device == "cuda"
         corpus = self._corpus(args, length)
         if self.padding is None:
             self.padding = padding_report(self._tokenizer, self._texts, args.lengths, args.tokens_per_step)
@@ -148,7 +154,7 @@ class PretrainBenchmark(Benchmark):
 
         def traced(name: str, pipeline):
             """Timed calls of `pipeline`; with --profile, its first call (the untimed warm-up) is traced."""
-            pending = [args.profile]
+            pending = [profile]
 
             def call() -> Measured:
                 if not pending[0]:
@@ -170,7 +176,7 @@ class PretrainBenchmark(Benchmark):
         # Past one epoch the pipeline's timed steps include an epoch's end (new loader workers, a short batch):
         # a cost real runs pay once per epoch of thousands of steps.
         epochs = args.steps * batch / max(1, counts["blocks"]["train"])
-        return Case(steps, references, repeats=args.rounds, warmup=1 if args.profile else 0,
+        return Case(steps, references, repeats=args.rounds, warmup=1 if profile else 0,
                     facts={"batch": batch, "device": device, "warmup_steps": warmup, "vocab": counts["vocab_size"],
                            "epochs_per_run": epochs, "traces": traces})  # fmt: skip
 
@@ -184,8 +190,8 @@ class PretrainBenchmark(Benchmark):
         for row in rows:
             tokens = row["batch"] * row["length"]
             rates = {name: tokens / timing.median for name, timing in row["timings"].items()}
-            flops = model_flops_per_token(args, row["length"], row["vocab"])
-            matmuls = model_flops_per_token(args, row["length"], row["vocab"], attention=False)
+            counts = step_counts_of(row["timings"]["raw step"])
+            flops = pipeline_flops(args, row["vocab"], counts)
             cells.append({
                 "position": row["position"], "length": row["length"], "batch": row["batch"], "tokens_per_second": rates,
                 "epochs_per_run": row.get("epochs_per_run"),
@@ -193,8 +199,9 @@ class PretrainBenchmark(Benchmark):
                 "compiled_in_timed_steps": {name: int(sum(timing.extras.get("compiled_graphs", [])))
                                             for name, timing in row["timings"].items()},
                 "varlen_layers": varlen_counted(row["timings"]["raw step"]),
-                "mfu": {name: rate * flops / peak for name, rate in rates.items()} if peak else None,
-                "mfu_without_attention": {name: rate * matmuls / peak for name, rate in rates.items()} if peak else None,
+                "step_counts": counts, "flops_per_step": flops,
+                "mfu": {name: mfu(flops[name], timing.median, peak) for name, timing in row["timings"].items()}
+                if peak and flops else None,
             })  # fmt: skip
         hf = {c["length"]: c["tokens_per_second"]["HF BertForMaskedLM"] for c in cells
               if "HF BertForMaskedLM" in c["tokens_per_second"]}  # fmt: skip
@@ -206,6 +213,7 @@ class PretrainBenchmark(Benchmark):
         return {"settings": {**{k: getattr(args, k) for k in ("tokens_per_step", "steps", "rounds", "hidden_size",
                                                                "layers", "attention_dropout", "compile", "text",
                                                                "tokenizer")},
+                             "vocab_size": rows[0]["vocab"] if rows else None,
                              "packed_attention": packed_attention(args.attention_dropout)},
                 "device": rows[0]["device"] if rows else None, "cells": cells, "padding": self.padding,
                 "traces": traces}  # fmt: skip
@@ -226,16 +234,20 @@ def raw_step(args, device: str, warmup: int, trace=None) -> Measured:
     model, _, train, _, collator, training, _ = prepare(args)
     batch, steps = training["batch_size"], training["max_steps"]
     order = torch.randperm(len(train), generator=torch.Generator().manual_seed(0)).tolist()
-    batches = []
+    batches, counted = [], []
     for step in range(steps):
         rows = [train[order[(step * batch + i) % len(order)]] for i in range(batch)]
         # tensors to the device; the collator's host facts (mask layout, labelled bound) stay as they are
         collated = collator(rows)
+        if step >= warmup:
+            counted.append(collated)
         moved = {k: v.to(device, non_blocking=True) if hasattr(v, "to") else v for k, v in collated.items()}
         batches.append(varlen.mark_dynamic(moved))  # as the Trainer does (kolong.training.pretrain)
     model.to(device).train()
     bf16 = device == "cuda" and torch.cuda.is_bf16_supported()
-    facts = {"varlen_layers": varlen_layers(model, batches[0], device, bf16)} if varlen.ENABLED else {}
+    facts = {f"count_{name}": value for name, value in step_counts(counted).items()}
+    if varlen.ENABLED:
+        facts["varlen_layers"] = varlen_layers(model, batches[0], device, bf16)
     settings = throughput_settings(args)
     if settings["torch_compile"]:
         fresh_compile_state()
@@ -300,7 +312,7 @@ def kolong_pipeline(args, device: str, warmup: int, trace=None) -> Measured:
 
 
 def hf_pipeline(args, device: str, warmup: int, trace=None) -> Measured:
-    """BertForMaskedLM of kolong's size, HF's MLM collator and the Trainer's defaults on the same blocks."""
+    """BertForMaskedLM of kolong's size, HF's MLM collator and the Trainer on the same blocks, set up as kolong's."""
     import torch
     from transformers import (
         BertConfig,
@@ -312,6 +324,8 @@ def hf_pipeline(args, device: str, warmup: int, trace=None) -> Measured:
 
     from kolong.checkpoints import load_tokenizer
     from kolong.data.corpus import load_corpus
+    from kolong.training.common import fresh_compile_state
+    from kolong.training.pretrain import throughput_settings
 
     datasets, metadata = load_corpus(args.corpus)
     tokenizer = load_tokenizer(metadata["tokenizer"])
@@ -320,12 +334,18 @@ def hf_pipeline(args, device: str, warmup: int, trace=None) -> Measured:
                         num_hidden_layers=size["num_hidden_layers"], num_attention_heads=size["num_attention_heads"],
                         intermediate_size=size["intermediate_size"], max_position_embeddings=size["max_position_embeddings"],
                         attention_probs_dropout_prob=size["attention_probs_dropout_prob"],
-                        pad_token_id=tokenizer.pad_token_id)  # fmt: skip
+                        pad_token_id=tokenizer.pad_token_id, attn_implementation="sdpa")  # fmt: skip
     train = datasets["train"].select_columns(["input_ids"])
+    # what kolong's pipeline gets (loader workers, fused AdamW, compile), so the ratio compares recipes, not setups
+    kolong = throughput_settings(args)
     training = TrainingArguments(output_dir=args.output_dir, max_steps=args.max_steps, per_device_train_batch_size=args.batch_size,
                                  learning_rate=args.learning_rate, report_to="none", save_strategy="no", disable_tqdm=True,
                                  logging_steps=args.logging_steps, use_cpu=device == "cpu", seed=args.seed,
-                                 bf16=device == "cuda" and torch.cuda.is_bf16_supported())  # fmt: skip
+                                 bf16=device == "cuda" and torch.cuda.is_bf16_supported(), optim=kolong["optim"],
+                                 dataloader_num_workers=kolong["dataloader_num_workers"], dataloader_pin_memory=device == "cuda",
+                                 torch_compile=kolong["torch_compile"], dataloader_drop_last=kolong["torch_compile"])  # fmt: skip
+    if kolong["torch_compile"]:
+        fresh_compile_state()  # as kolong's runs: no guards left by an earlier run of the process
     clock = StepClock(warmup, device, trace)
     trainer = Trainer(model=BertForMaskedLM(config), args=training, train_dataset=train,
                       data_collator=DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15),
@@ -348,15 +368,176 @@ def packed_attention(dropout: float) -> str:
     return "SDPA's dense mask (attention dropout)"
 
 
-def model_flops_per_token(
-    args: PretrainBenchArguments, length: int, vocab: int, attention: bool = True
-) -> float:
-    """Training FLOPs per token: 6 N for the layers' weights + 12 L n d for attention over the whole row (PaLM;
-    left out with `attention=False`), and the prediction head (dense + vocabulary) on the 15% masked tokens."""
-    d, layers = args.hidden_size, args.layers
-    weights = layers * (4 * d * d + 2 * d * 4 * d)
-    return 6 * weights + attention * 12 * layers * length * d + 0.15 * 6 * (d * d + d * vocab)
+COUNTS = ("tokens", "document_pairs", "row_pairs", "labelled")
+
+
+def step_counts(batches: list[dict]) -> dict[str, float]:
+    """What one step's batch holds, averaged over `batches` (collated by kolong's pre-training collator):
+    tokens that are not padding, key-query pairs inside packed documents (kolong's mask), pairs over each
+    row's tokens (a model that attends across documents, as HF's recipe on the same blocks), labelled positions."""
+    import torch
+
+    totals = dict.fromkeys(COUNTS, 0.0)
+    for batch in batches:
+        mask = torch.as_tensor(batch["attention_mask"]).long().cpu()
+        real = mask.ne(0).sum(1)
+        documents = [torch.bincount(row)[1:] for row in mask]  # document numbers 1, 2, ...; 0 is padding
+        totals["tokens"] += float(real.sum())
+        totals["document_pairs"] += float(sum(document_pairs(counts) for counts in documents))
+        totals["row_pairs"] += float(real.pow(2).sum())
+        totals["labelled"] += float(torch.as_tensor(batch["labels"]).ne(-100).sum())
+    return {name: total / max(1, len(batches)) for name, total in totals.items()}
+
+
+def step_counts_of(timing) -> dict[str, float] | None:
+    """The raw step's counts from its timing's extras (None for a run that did not record them)."""
+    if not all(f"count_{name}" in timing.extras for name in COUNTS):
+        return None
+    return {name: float(timing.extra(f"count_{name}")) for name in COUNTS}
+
+
+def pipeline_flops(args: PretrainBenchArguments, vocab: int, counts: dict | None) -> dict[str, float] | None:
+    """FLOPs of one step of each pipeline under the one count (`kolong.bench.flops`): kolong's model attends
+    within documents and scores the labelled positions; HF's attends over whole rows and scores every token."""
+    if counts is None:
+        return None
+    model = FlopCount.encoder(args.hidden_size, args.layers, 4 * args.hidden_size, vocab)
+    kolong = model.training(counts["tokens"], counts["document_pairs"], counts["labelled"])
+    hf = model.training(counts["tokens"], counts["row_pairs"], counts["tokens"])
+    return {"raw step": kolong, "kolong pretrain mlm": kolong, "HF BertForMaskedLM": hf}
 
 
 def run_pretrain_benchmark(on_step=None, **options) -> dict:
     return run(PretrainBenchmark(), PretrainBenchArguments(**options), on_step)
+
+
+PIPELINES = ("raw step", "kolong pretrain mlm", "HF BertForMaskedLM")
+
+
+def padding_report(
+    tokenizer_path: str, documents: list[str], lengths: list[int], tokens_per_step: int
+) -> dict:
+    """Share of padding per length: one document per row (batches padded to their longest, cut at the length)
+    against kolong's packed blocks (full rows; the corpus's last block is the only short one)."""
+    import random
+
+    from kolong.checkpoints import load_tokenizer
+
+    tokenizer = load_tokenizer(tokenizer_path)
+    sizes = [len(ids) + 2 for ids in tokenizer(documents, add_special_tokens=False)["input_ids"] if ids]
+    report = {"documents": len(sizes), "mean_tokens": statistics.mean(sizes) if sizes else 0, "lengths": {}}
+    for length in lengths:
+        rows = max(1, tokens_per_step // length)
+        shuffled = random.Random(0).sample(sizes, len(sizes))
+        real = padded = 0
+        for start in range(0, len(shuffled), rows):
+            batch = [min(size, length) for size in shuffled[start : start + rows]]
+            real += sum(batch)
+            padded += max(batch) * len(batch)
+        body = sum(
+            size - 1 for size in sizes
+        )  # packed: each document and its [SEP], in [CLS] ... [SEP] blocks
+        blocks = -(-body // (length - 2))
+        report["lengths"][length] = {"line_by_line": 1 - real / padded if padded else 0.0,
+                                     "packed": 1 - (body + 2 * blocks) / (blocks * length),
+                                     "rows_line_by_line": len(sizes), "rows_packed": blocks,
+                                     "cut_line_by_line": 1 - real / sum(sizes)}  # fmt: skip
+    return report
+
+
+def device_busy(result: dict, cell: dict) -> dict[str, float]:
+    """The traced device-busy fraction of each pipeline of `cell` (none off CUDA or without --profile)."""
+    return {t["pipeline"]: t["device_busy"] for t in result.get("traces", [])
+            if (t["position"], t["length"]) == (cell["position"], cell["length"]) and t.get("device_busy") is not None}  # fmt: skip
+
+
+def _each(values: dict | None, fmt: str) -> str:
+    if not values:
+        return "—"
+    return " / ".join(
+        format(values[name], fmt) if values.get(name) is not None else "—" for name in PIPELINES
+    )
+
+
+def to_markdown(result: dict) -> str:
+    s, device = result["settings"], result["device"]
+    vocab = f"vocabulary {s['vocab_size']:,}" if s.get("vocab_size") else "vocabulary not recorded"
+    lines = [
+        "# kolong bench pretrain: pipeline overhead, MFU and the HF baseline",
+        "",
+        f"Device: {device}. Model: hidden {s['hidden_size']}, {s['layers']} layers, {vocab}, {s['tokens_per_step']:,} "
+        f"tokens per step, {s['steps']} steps per run (the first quarter untimed), median of {s['rounds']} interleaved "
+        f"rounds; torch.compile {s['compile']}; attention dropout {s.get('attention_dropout', 0.1)}. Packed "
+        "documents on CUDA: "
+        f"{s.get('packed_attention', 'SDPA or FlexAttention (not recorded)')}.",
+        "",
+        "| position | length | batch | raw step tok/s | kolong pretrain mlm tok/s | pipeline overhead | HF BertForMaskedLM tok/s "
+        "| kolong / HF | MFU raw / kolong / HF | device busy raw / kolong / HF |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]  # fmt: skip
+    for c in result["cells"]:
+        rates = c["tokens_per_second"]
+        hf = rates.get("HF BertForMaskedLM")
+        versus = f"{c['versus_hf']:.2f}x" if "versus_hf" in c else "—"
+        lines.append(
+            f"| {c['position']} | {c['length']} | {c['batch']} | {rates['raw step']:,.0f} | "
+            f"{rates['kolong pretrain mlm']:,.0f} | {c['overhead']:.1%} | {format(hf, ',.0f') if hf else '—'} | "
+            f"{versus} | {_each(c.get('mfu'), '.1%')} | {_each(device_busy(result, c), '.0%')} |"
+        )
+    counted = [c for c in result["cells"] if c.get("step_counts")]
+    if counted:
+        lines += ["", "MFU: the one count of `kolong.bench.flops` (6 N per token that is not padding, the prediction "
+                  "head on the positions each side scores, 12 L d per key-query pair the mask allows) against the "
+                  "device's dense bf16 peak. Per step: " + "; ".join(
+                      f"{c['position']} {c['length']}: {c['step_counts']['tokens']:,.0f} tokens, "
+                      f"{c['step_counts']['labelled']:,.0f} labelled (kolong's sparse head; HF's dense head scores "
+                      f"every token), {c['step_counts']['document_pairs'] / c['step_counts']['row_pairs']:.1%} of the "
+                      "rows' pairs inside documents (kolong's mask; HF's rows attend across documents)"
+                      for c in counted) + "."]  # fmt: skip
+    crossing = sorted({c["length"] for c in result["cells"] if (c.get("epochs_per_run") or 0) > 1})
+    if crossing:
+        lines += ["", f"**The corpus is shorter than one run at length {', '.join(map(str, crossing))}**: the pipeline's "
+                  "timed steps include an epoch's end, which real runs pay once per epoch; give more `--max-documents`."]  # fmt: skip
+    counted = [c for c in result["cells"] if c.get("varlen_layers") is not None]
+    if counted:
+        untaken = [f"{c['position']} {c['length']}" for c in counted if not c["varlen_layers"]]
+        lines += ["", f"**FlashAttention's variable-length kernel was not taken** in {', '.join(untaken)}: those rows "
+                  "measured the dense mask (the kernel needs CUDA sm80+, bf16 and no logit bias)." if untaken else
+                  "FlashAttention's variable-length kernel was taken (raw step, layers per forward pass: " + "; ".join(
+                      f"{c['position']} {c['length']}: {c['varlen_layers']}" for c in counted) + ")."]  # fmt: skip
+    compiled = [f"{c['position']} {c['length']} {name} ({count})" for c in result["cells"]
+                for name, count in c.get("compiled_in_timed_steps", {}).items() if count]  # fmt: skip
+    if compiled:
+        lines += ["", "**Graphs were compiled during timed steps** (their time is in the median): "
+                  f"{', '.join(compiled)}. A batch of a new shape or layout recompiled the model."]  # fmt: skip
+    lines += ["", "Goals: pipeline overhead < 10% at every length; on GPU, kolong >= 1.5x the HF baseline at 512 and "
+              "MFU >= 40% for the base preset at 2048.", ""]  # fmt: skip
+    if result.get("traces"):
+        lines += ["## Where the time goes (one more, untimed run of each pipeline, traced by torch.profiler)", "",
+                  "| position, length, pipeline | ms per step (traced) | device busy | host reads per step | "
+                  "syncs per step | costliest host operations (ms per step) |", "|---|---:|---:|---:|---:|---|"]  # fmt: skip
+        lines += [
+            to_markdown_rows(f"{t['position']}, {t['length']}, {t['pipeline']}", t) for t in result["traces"]
+        ]
+        if kernels := [t for t in result["traces"] if t.get("costliest_kernels")]:
+            lines += ["", "Costliest device kernels (ms per step):", ""] + [
+                f"- {t['position']}, {t['length']}, {t['pipeline']}: "
+                + ", ".join(f"`{name[:60]}` {ms:.2f}" for name, ms in t["costliest_kernels"][:4]) for t in kernels]  # fmt: skip
+        if kinds := [t for t in result["traces"] if t.get("kernel_ms_by_kind")]:
+            lines += ["", "Device time by kind of kernel (ms per step; `kolong.bench.trace.kernel_kind`):", ""] + [
+                f"- {t['position']}, {t['length']}, {t['pipeline']}: "
+                + ", ".join(f"{kind} {ms:.1f}" for kind, ms in t["kernel_ms_by_kind"].items()) for t in kinds]  # fmt: skip
+        lines.append("")
+    padding = result.get("padding")
+    if padding:
+        lines += [
+            f"## Padding: one document per row vs packed ({padding['documents']:,} documents, mean "
+            f"{padding['mean_tokens']:.1f} tokens)",
+            "",
+            "| length | line by line: padding | tokens cut | rows | packed: padding | rows |",
+            "|---:|---:|---:|---:|---:|---:|",
+        ]
+        for length, p in padding["lengths"].items():
+            lines.append(f"| {length} | {p['line_by_line']:.1%} | {p['cut_line_by_line']:.1%} | {p['rows_line_by_line']:,} "
+                         f"| {p['packed']:.1%} | {p['rows_packed']:,} |")  # fmt: skip
+    return "\n".join(lines) + "\n"

@@ -1,16 +1,21 @@
-"""What `kolong bench` writes and keeps: the result of a run (the benchmark's summary, the machine, the date,
-every timing), written as JSON and markdown, and the cases of an interrupted run that a rerun keeps.
+"""What `kolong bench` writes and keeps: the result of a run (the benchmark's summary, the machine, its device
+class, the date, the commit of kolong measured, the command, every timing), written as JSON and markdown, and
+the cases of an interrupted run that a rerun keeps.
 
-`write_results` adds the machine, the versions, the date and a table of every timing to what the benchmark
-wrote, atomically; a partial result (a run cut short, as on a lent GPU with a time limit) goes to
-`NAME.partial.{json,md}`, which a complete one removes. A resumable benchmark rerun with the same arguments on
-a machine described the same way keeps the cases such a file holds (`kept_cases`).
+Results live in `benchmarks/results/<device class>/<benchmark>.{json,md}` (`machine.device_class`): one current
+result per benchmark and device class, which a new run replaces. `write_results` adds the machine, the versions,
+the date, the commit, the command and a table of every timing to what the benchmark wrote, atomically; a partial
+result (a run cut short, as by a time limit) goes to `NAME.partial.{json,md}`, which a complete one removes. A
+resumable benchmark rerun with the same arguments on a machine described the same way keeps the cases such a file
+holds (`kept_cases`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
+import subprocess
 from dataclasses import asdict, dataclass, field, is_dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -96,11 +101,54 @@ def kept_cases(benchmark, args, machine: dict, partial: dict | None) -> list[dic
     return list(resume.get("rows") or [])
 
 
+def source_commit() -> str | None:
+    """The git commit of kolong's source tree when it runs from a checkout (`+changes` when tracked files differ
+    from it), else None (an installed wheel: the version in `machine` says what ran)."""
+    root = Path(__file__).resolve().parents[3]
+    if not (root / ".git").exists():
+        return None
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              check=True, timeout=10).stdout.strip()  # fmt: skip
+        changed = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                                 capture_output=True, text=True, check=True, timeout=10).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return f"{head}+changes" if changed else head
+
+
+def command_line(benchmark, args) -> str:
+    """`kolong bench NAME` with every option that differs from its default: the command that measures it again."""
+    parts = ["kolong", "bench", benchmark.name]
+    if not is_dataclass(args):
+        return " ".join(parts)
+    for spec in dataclasses.fields(args):
+        value = getattr(args, spec.name)
+        default = spec.default_factory() if spec.default_factory is not dataclasses.MISSING else spec.default
+        if spec.name in ("output_dir", "resume") or value == default:
+            continue
+        flag = "--" + spec.name.replace("_", "-")
+        if isinstance(value, bool):
+            parts.append(flag if value else f"--no-{flag[2:]}")
+        elif isinstance(value, (list, tuple)):
+            parts += [flag, ",".join(str(item) for item in value)]
+        else:
+            parts += [flag, str(value)]
+    return " ".join(part if part and " " not in part else repr(part) for part in parts)
+
+
 def run_result(benchmark, args, rows: list[dict], summary: dict, machine: dict) -> dict:
+    from kolong.bench.machine import device_class
+
     arguments = asdict(args) if is_dataclass(args) else args
+    device = getattr(args, "device", "cpu")
+    device = next((row["device"] for row in rows if isinstance(row.get("device"), str)), device)
     return {
         "benchmark": benchmark.name,
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "commit": source_commit(),
+        "command": command_line(benchmark, args),
+        "device_class": device_class(machine, device if isinstance(device, str) else "cpu"),
         "machine": machine,
         **summary,
         "arguments": summary.get("arguments", arguments),
@@ -142,12 +190,19 @@ def _with_machine(tables: str, result: dict) -> str:
 
 
 def machine_line(result: dict) -> str:
+    """Where, when, at which commit and by which command the result was measured."""
     m = result["machine"]
     parts = [f"Machine: {m['cpu']}, {m['cores_available']} cores"]
     if m.get("gpu"):
         parts.append(f"GPU {m['gpu']}")
     parts += [f"{name} {m[name]}" for name in ("python", "torch", "transformers") if m.get(name)]
-    return ", ".join(parts) + f"; {result['date']}."
+    line = ", ".join(parts) + f"; {result['date']}"
+    if result.get("commit"):
+        line += f"; kolong at commit {result['commit']}"
+    line += "."
+    if result.get("command"):
+        line += f"\n\nCommand: `{result['command']}`"
+    return line
 
 
 def timings_markdown(result: dict) -> str:

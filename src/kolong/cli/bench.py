@@ -15,7 +15,7 @@ from kolong.cli.arguments import command_from
 from kolong.cli.common import console, user_errors
 
 app = typer.Typer(
-    help="Benchmarks; results go to benchmarks/results/ as JSON and markdown.",
+    help="Benchmarks; results go to benchmarks/results/DEVICE/ as JSON and markdown (DEVICE: h100, cpu-epyc-2core, ...).",
     no_args_is_help=True,
     rich_markup_mode=None,
 )
@@ -53,10 +53,12 @@ def _progress(status):
 def _command(name: str, target: str, arguments: type):
     def command(args) -> None:
         from kolong.bench.arguments import load_benchmark
-        from kolong.bench.harness import run, write_results
+        from kolong.bench.harness import default_output_dir, run, write_results
 
         with user_errors(), console.status("benchmarking") as status:
             benchmark = load_benchmark(target)
+            if args.output_dir is None:
+                args.output_dir = str(default_output_dir(benchmark, args))
             output_dir = Path(args.output_dir)
             result = run(benchmark, args, on_step=_progress(status), resume=_partial(benchmark, args),
                          on_partial=lambda partial: write_results(benchmark, partial, output_dir))  # fmt: skip

@@ -244,8 +244,11 @@ def extension_init(
     """How to initialise new position rows (the Longformer paper's Table 5 for the extension paper's claim):
     MLM loss by position bucket on held-out articles and review streams, before and after continued
     pre-training."""
-    from kolong.experiments.extension_init import ExtensionInitArguments, run_extension_init
-    from kolong.experiments.extension_seeds import run_extension_init_seeds
+    from kolong.experiments.extension_init import (
+        ExtensionInitArguments,
+        run_extension_init,
+        run_extension_init_seeds,
+    )
 
     try:
         step_list = tuple(int(s) for s in steps.split(",") if s.strip())
@@ -265,7 +268,7 @@ def extension_init(
         try:
             report = _printed(status)
             if merge_from:
-                from kolong.experiments.extension_merge import merge_work_dirs
+                from kolong.experiments.extension_init import merge_work_dirs
 
                 if seed_list:
                     raise ValueError("--merge-from works on one seed's directories: drop --seeds")
@@ -322,8 +325,7 @@ def gbst(
     uptrained with and without GBST for equal steps, fine-tuned on KLUE-NER, KLUE-DP, KLUE-NLI and KorQuAD
     as text-to-text with equal steps; scores with bootstrap intervals and training / inference samples/s."""
     from kolong.cli.arguments import parse_pairs
-    from kolong.experiments.gbst import GbstStudyArguments, run_gbst_study
-    from kolong.experiments.gbst_report import to_markdown
+    from kolong.experiments.gbst import GbstStudyArguments, run_gbst_study, to_markdown
 
     _run_study("GBST study", lambda: GbstStudyArguments(
         work_dir=str(work_dir), results=str(results), figures=str(figures), scale=scale,

@@ -22,6 +22,20 @@ The control (`control`, on by default): the 512 base continued the same steps on
 the same tokens per step (rows of 512), reading each block in chunks. Extended variants that beat the 512
 base after continued pre-training might only have had more training; beating this control they read
 longer context better.
+
+`kolong experiment extension-init --merge-from A,B`: one study from variants trained side by side.
+
+Continued pre-training takes an hour or more per variant on CPU. Run as separate commands, one work
+directory each (e.g. `--methods copy --no-control` in A and `--methods "" --control` in B, with the same
+base, length, seed and blocks), the variants train in parallel; merging then takes every loss they stored
+(they must have scored the same held-out blocks with the same masks) and links their models and corpora
+into the target work directory, where the study reads them back instead of training again.
+
+`kolong experiment extension-init --seeds`: the study once per seed, and each comparison across seeds.
+
+Each seed runs the whole study in WORK/seed-S (its masks, random rows and continued pre-training data
+order; the continued pre-training corpus is shared); a claim holds across seeds only when every seed
+gives the same verdict.
 """
 
 from __future__ import annotations
@@ -31,30 +45,30 @@ import hashlib
 import io
 import json
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
+from kolong.evaluation.bootstrap import agreed
 from kolong.experiments.extension_eval import (
     BOUNDARY,
+    CHUNKED,
+    CONTINUED,
+    SET_TITLES,
+    SHUFFLED,
     boundary_means,
+    bucket_labels,
     bucket_means,
     chunked_losses,
     evaluation_blocks,
     heldout_reviews,
-    position_row_spread,
-    token_losses,
-    unique_contexts,
-)
-from kolong.experiments.extension_report import (
-    CHUNKED,
-    CONTINUED,
-    SHUFFLED,
-    bucket_labels,
     plot,
     plot_steps,
+    position_row_spread,
     to_markdown,
+    token_losses,
+    unique_contexts,
 )
 from kolong.experiments.stages import Deadline, stopped_message
 from kolong.io import atomic_write_bytes, atomic_write_json, atomic_write_text
@@ -360,3 +374,128 @@ def _compared(per_block: dict, rows: dict, a: str, b: str, bucket: str, claim: b
         "verdict": verdict(claim, rows[a][bucket], rows[b][bucket]),
         "paired_verdict": "separated" if difference["low"] > 0 or difference["high"] < 0 else "overlapping",
     }
+
+
+LOSSES = "losses.npz"
+LINKED = ("extended-", "continued-", "corpus-")  # what the study would otherwise rebuild or retrain
+
+
+def merge_work_dirs(target: str | Path, sources: list[str | Path]) -> list[str]:
+    """Merge the stored losses of `sources` (and of `target`, if it has some) into `target` and link their
+    model and corpus directories there (links, not copies: keep the sources). Returns the merged names."""
+    target, sources = Path(target), [Path(source) for source in sources]
+    if (target / LOSSES).is_file() and target.resolve() not in {s.resolve() for s in sources}:
+        sources = [target, *sources]
+    merged: dict[str, np.ndarray] = {}
+    blocks, first = None, None
+    for source in sources:
+        path = source / LOSSES
+        if not path.is_file():
+            raise ValueError(
+                f"--merge-from {source}: no {LOSSES} there (run the study in that directory first)"
+            )
+        stored = dict(np.load(path))
+        fingerprint = str(stored.pop("blocks", ""))
+        if blocks is not None and fingerprint != blocks:
+            raise ValueError(
+                f"--merge-from {source}: it scored other held-out blocks or masks than {first} (another "
+                "--length, --seed, --max-blocks, --review-blocks or base), so its losses do not compare"
+            )
+        blocks, first = fingerprint, first or source
+        for name, losses in stored.items():
+            if name in merged and not np.array_equal(merged[name], losses, equal_nan=True):  # NaN: unmasked
+                raise ValueError(f"--merge-from {source}: its {name} losses differ from {first}'s")
+            merged[name] = losses
+    target.mkdir(parents=True, exist_ok=True)
+    for source in sources:
+        for entry in sorted(source.iterdir()):
+            link = target / entry.name
+            if (
+                entry.is_dir()
+                and entry.name.startswith(LINKED)
+                and not link.exists()
+                and not link.is_symlink()
+            ):
+                link.symlink_to(entry.resolve(), target_is_directory=True)
+    with io.BytesIO() as buffer:
+        np.savez_compressed(buffer, blocks=np.array(blocks), **merged)
+        atomic_write_bytes(target / LOSSES, buffer.getvalue())
+    return sorted(merged)
+
+
+def run_extension_init_seeds(
+    args: ExtensionInitArguments, seeds: tuple[int, ...], on_step: Callable[[str], None] = print
+) -> dict:
+    """The study once per seed (WORK/seed-S: masks, random rows, data order), then each comparison across seeds.
+
+    Writes WORK/seeds.json and WORK/seeds.md; a claim holds across seeds only when every seed gives the
+    same verdict.
+    """
+    if len(set(seeds)) < 2:
+        raise ValueError("--seeds: give at least two different seeds (one seed: use --seed)")
+    work = Path(args.work_dir)
+    deadline = Deadline(args.max_minutes)  # one limit for the whole command, every seed's runs included
+    outcomes = {}
+    for seed in seeds:
+        on_step(f"seed {seed} ({len(outcomes) + 1} of {len(seeds)})")
+        one = replace(args, seed=seed, work_dir=str(work / f"seed-{seed}"),
+                      corpus_dir=args.corpus_dir or str(work / f"corpus-{args.length}"))  # fmt: skip
+        outcome = run_extension_init(one, on_step, deadline)
+        if not outcome["finished"]:
+            return outcome
+        outcomes[seed] = outcome
+    results = {
+        "finished": True,
+        "arguments": {**asdict(args), "seeds": list(seeds)},
+        **across_seeds(outcomes),
+    }
+    atomic_write_json(work / "seeds.json", results)
+    atomic_write_text(work / "seeds.md", seeds_markdown(results))
+    return results
+
+
+def across_seeds(outcomes: dict[int, dict]) -> dict:
+    """Per set and comparison (steps, bucket, which two variants): each seed's paired difference and verdicts.
+
+    The comparisons: `random` minus `copy` / `interpolate`, and each extended variant minus the 512 control."""
+    sets = {}
+    for seed, outcome in outcomes.items():
+        for set_name, part in outcome["sets"].items():
+            labelled = [(f"random - {c['against']}", c) for c in part["comparisons"]]
+            labelled += [(f"{c['method']} - {CONTINUED}", c) for c in part.get("context", [])]
+            for comparison, c in labelled:
+                key = f"{c['steps']}|{c['bucket']}|{comparison}"
+                entry = sets.setdefault(set_name, {}).setdefault(
+                    key, {"steps": c["steps"], "bucket": c["bucket"], "comparison": comparison, "seeds": {}}
+                )
+                entry["seeds"][str(seed)] = {k: c[k] for k in ("difference", "verdict", "paired_verdict")}
+    for comparisons in sets.values():
+        for entry in comparisons.values():
+            entry["verdict"] = agreed(one["verdict"] for one in entry["seeds"].values())
+            entry["mean_difference"] = float(
+                np.mean([one["difference"]["mean"] for one in entry["seeds"].values()])
+            )
+    return {"sets": {name: list(comparisons.values()) for name, comparisons in sets.items()}}
+
+
+def seeds_markdown(results: dict) -> str:
+    seeds = results["arguments"]["seeds"]
+    lines = [
+        f"# kolong experiment extension-init across seeds {', '.join(map(str, seeds))}", "",
+        f"Differences of MLM loss (nats): random minus copied/interpolated rows, and extended variants minus "
+        f"{CONTINUED} (the 512 base continued as long); each seed's paired difference [95% over blocks] and verdict "
+        "from the unpaired intervals; across seeds: the verdict when all seeds agree, else inconclusive.",
+    ]  # fmt: skip
+    for set_name, comparisons in results["sets"].items():
+        lines += ["", f"## {SET_TITLES.get(set_name, set_name)}", "",
+                  "| steps | bucket | comparison | " + " | ".join(f"seed {s}" for s in seeds) + " | across seeds |",
+                  "|---:|---|---|" + "---|" * len(seeds) + "---|"]  # fmt: skip
+        for entry in comparisons:
+            cells = []
+            for seed in seeds:
+                one = entry["seeds"][str(seed)]
+                d = one["difference"]
+                cells.append(f"{d['mean']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}] {one['verdict']}")
+            lines.append(f"| {entry['steps']} | {entry['bucket']} | {entry['comparison']} | " + " | ".join(cells)
+                         + f" | {entry['mean_difference']:+.3f} {entry['verdict']} |")  # fmt: skip
+    return "\n".join(lines) + "\n"

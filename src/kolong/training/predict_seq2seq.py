@@ -54,7 +54,7 @@ def _written(kind: str, task: str, pair, text: str):
 
         return prediction(pair.source, parse_prediction(text, pair.source).tags)
     if kind == "dp":
-        from kolong.data.text_to_text_dp import parse_dp_generation
+        from kolong.data.text_to_text import parse_dp_generation
 
         heads, labels, _ = parse_dp_generation(text, len(pair.gold_arcs[0]))
         return {"heads": heads, "labels": labels}

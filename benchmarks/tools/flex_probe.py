@@ -1,11 +1,8 @@
 """Where FlexAttention's time goes under packed documents: one attention call, kernel by kernel variant.
 
-A GPU diagnostic, not a `kolong bench` command: `python -m kolong.bench.flex_probe --device cuda`. In the
-seventh GPU slot (H200, torch 2.11) the base preset's compiled training step spent 125 of its 184 ms in
-FlexAttention's forward kernels under a packed-documents block mask (about one block in five computed), and
-17 ms in their backward: a forward pass several times its backward, as Shaw's had been the slot before.
-This probe times the attention call alone at the base preset's shape (batch 16, 12 heads of 64, 2,048
-tokens, bf16), each variant changing one thing, so the next slot can tell what makes the forward slow:
+`python benchmarks/tools/flex_probe.py --device cuda` (a GPU diagnostic beside `kolong bench`, not installed
+with kolong). It times the attention call alone at the base preset's shape (batch 16, 12 heads of 64, 2,048
+tokens, bf16), each variant changing one thing, so that a slow compiled step can be traced to its cause:
 
 - `sdpa` / `sdpa-documents`: SDPA unmasked, and under the dense (b, 1, n, n) document mask (kolong's path
   for packed documents with attention dropout); `sdpa-documents-no-dropout` trains without dropout, to set
@@ -18,18 +15,17 @@ tokens, bf16), each variant changing one thing, so the next slot can tell what m
 - `flex-documents-strided`: q, k, v as the model makes them, permuted views of one (b, n, 3, h, d) tensor;
 - `flex-documents-dropout`: kolong's attention dropout in two passes (`flex_dropout.py`);
 - `varlen-documents`: FlashAttention's variable-length kernel over the documents as segments, dropout inside
-  (`varlen.py`, KOLONG_PACKED_VARLEN; on CPU its segment-by-segment reference);
+  (`varlen.py`; on CPU its segment-by-segment reference);
 - `model-sdpa-documents`, `model-flex-documents`, `model-flex-documents-dropout`: kolong's own encoder
   (`KolongModel`, `--model-layers` layers at this shape, FFN 4x, hidden dropout 0.1) compiled whole and run
-  under bf16 autocast as `pretrain mlm` trains it, with attention dropout 0.1 (kolong's path today: SDPA's
-  dense mask), 0 (FlexAttention, one pass) and 0.1 through FlexAttention's two passes
-  (KOLONG_PACKED_FLEX_DROPOUT's path, the seventh slot's 184 ms step). The eighth slot found the attention
-  call alone fast under every change above, while the seventh slot's model spent ten times as long in the
-  same forward kernels: these rows put the model around the call back, one layer or all of them.
+  under bf16 autocast as `pretrain mlm` trains it, with attention dropout 0.1 (SDPA's dense mask), 0
+  (FlexAttention, one pass) and 0.1 through FlexAttention's two passes: the model around the call, one layer
+  or all of them, against the call alone.
 
 Forward under no_grad and forward + backward are timed separately (interleaved rounds, medians), each
 variant compiled on its own (`dynamic=False`, as kolong compiles flex). Documents are drawn with lengths
-from 3 to 20 tokens (NSMC's reviews average 11) from a fixed seed. Writes flex-probe.{json,md}.
+from 3 to 20 tokens (NSMC's reviews average 11) from a fixed seed. Writes flex-probe.{json,md}. A variant
+that fails to compile is recorded with the line of the error that names its cause, and the others go on.
 """
 
 from __future__ import annotations
@@ -241,7 +237,7 @@ def to_markdown(result: dict) -> str:
     shape, machine = result["shape"], result["machine"]
     modes = [mode for mode in ("forward", "training") if any(f"{mode}_ms" in row for row in result["rows"])]
     lines = [
-        "# FlexAttention under packed documents, one attention call (kolong.bench.flex_probe)",
+        "# FlexAttention under packed documents, one attention call (benchmarks/tools/flex_probe.py)",
         "",
         f"Batch {shape['batch']}, {shape['heads']} heads of {shape['head_dim']}, {shape['length']} tokens; documents "
         f"of 3-20 tokens packed; {result['blocks_computed']:.1%} of the 128 x 128 blocks hold an allowed score. "
@@ -264,7 +260,7 @@ def to_markdown(result: dict) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m kolong.bench.flex_probe", description=__doc__.split("\n\n")[0]
+        prog="python benchmarks/tools/flex_probe.py", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     parser.add_argument("--batch", type=int, default=16)

@@ -1,4 +1,4 @@
-"""The GPU diagnostic `python -m kolong.bench.flex_probe`, run on CPU: forward only, eager, tiny."""
+"""The GPU diagnostic `benchmarks/tools/flex_probe.py`, run on CPU: forward only, eager, tiny."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from argparse import Namespace
 import pytest
 import torch
 
-from kolong.bench import flex_probe
+import flex_probe
 
 TINY = ["--device", "cpu", "--batch", "2", "--heads", "2", "--length", "256", "--head-dim", "32",
         "--no-training", "--eager", "--repeats", "1"]  # fmt: skip
@@ -138,7 +138,7 @@ def test_model_layers_must_be_positive(capsys):
     assert stopped.value.code == 2 and "--model-layers must be at least 1" in capsys.readouterr().err
 
 
-# the shape of the tenth slot's InductorError: the cause first, context, then advice (which the probe recorded)
+# the shape of Inductor's lowering errors: the cause first, context, then advice
 INDUCTOR_MESSAGE = """LoweringException: AttributeError: 'int' object has no attribute 'free_symbols'
   target: flex_attention
   args[0]: TensorBox(StorageBox(...))
@@ -161,8 +161,8 @@ def test_a_failure_is_recorded_by_the_line_naming_its_cause(message, line):
 
 
 def test_a_variant_that_fails_is_reported_and_the_others_are_still_timed(monkeypatch, tmp_path):
-    """The ninth slot's probe died on one variant's lowering error and returned no row at all: a failing
-    variant is now recorded (the line of its error that names the cause) and the rest timed."""
+    """One variant's lowering error must not cost the others: it is recorded (the line of its error that names
+    the cause) and the rest are timed."""
     calls = flex_probe.variant_calls
 
     def failing(name, *args, **kwargs):

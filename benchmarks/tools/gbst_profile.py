@@ -1,67 +1,48 @@
-"""Where `kolong bench gbst`'s generation time goes, per model (issue 19, part 6).
+"""Where `kolong bench gbst`'s generation time goes, per model: `python benchmarks/tools/gbst_profile.py`, with
+`kolong bench gbst`'s options (a diagnostic beside the benchmark, not installed with kolong).
 
 Greedy generation of `k` bytes is: one encoder pass over the input (embeddings, GBST when present, the
 encoder layers), then `k` decoding steps (self-attention over the bytes so far, cross-attention over the
 encoder's n or n / rate positions, FFN, LM head), run by transformers' `generate` loop (logits processing,
-stopping checks, one host sync per step on a GPU). Each part is timed on its own, with the same inputs:
+stopping checks, one host sync per step on a GPU) or kolong's loop. Beside the benchmark's own steps, each
+part is timed on its own, with the same inputs:
 
 - `encoder`: the encoder's forward pass (GBST included);
 - `gbst`: the byte embeddings and GBST alone (GBST model only);
-- `steps`: the `k` decoding steps as the bench's decoder runs them, given the encoder's output: `generate`
-  (its loop, logits processing, the cache, and with a static cache on a GPU the step transformers compiles),
-  or kolong's loop (`--decoder kolong`);
-- what is left of `generate`'s time: little (its set-up once more), and it can be negative: each part is
+- `steps`: the `k` decoding steps as the bench's decoder runs them, given the encoder's output;
+- what is left of a generation's time: little (its set-up once more), and it can be negative: each part is
   timed alone and waits for the device at both ends, while one generation lets the host set up the decoding
-  (the cache, a CUDA graph's inputs) as the device still runs the encoder (H200, 2026-11-28, kolong's loop:
-  -0.5 ms a sample for the plain model, -0.1 with GBST). Timing the steps in a loop of kolong's own while
-  `generate` ran its compiled static-cache step had left it at -5.5 ms (2026-11-27).
+  (the cache, a CUDA graph's inputs) as the device still runs the encoder.
 
 GBST shortens only what the encoder reads and what cross-attention reads, so the inference speed-up is bounded
 by the decoder's share (Amdahl): `predicted = total_plain / (total_plain - saved)`, which the table shows
-beside the measured ratio.
+beside the measured ratio. Writes gbst-profile.{json,md} (default: benchmarks/results/DEVICE/).
 """
 
 from __future__ import annotations
 
-import contextlib
+from kolong.bench.gbst import GBSTBenchArguments, GBSTBenchmark, autocast_context, clock, decode, to_markdown
 
 PARTS = ("encoder", "gbst", "steps")
 
 
-def autocast_context(autocast):
-    """`autocast()` (a factory of autocast contexts, for bf16) or a context that does nothing."""
-    return autocast() if autocast is not None else contextlib.nullcontext()
+class GBSTProfile(GBSTBenchmark):
+    """`kolong bench gbst` with the parts of each generation timed too."""
 
+    name = "gbst-profile"
 
-def clock(device) -> float:
-    import time
+    def part_steps(self, model, args: GBSTBenchArguments) -> dict:
+        return profile_steps(model, self.inference_batches, args.max_new_tokens, args.cache, self.autocast,
+                             args.decoder, args.compile)  # fmt: skip
 
-    import torch
+    def breakdown(self, timings: dict, args: GBSTBenchArguments) -> dict:
+        return breakdown(timings, list(self.models), args.max_new_tokens)
 
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return time.perf_counter()
-
-
-def generation_options(new_tokens: int, cache: str) -> dict:
-    """`generate`'s options for the bench: greedy, exactly `new_tokens` bytes each (a model that emits </s>
-    sooner must not look faster), with a dynamic or a static cache."""
-    options = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, num_beams=1, do_sample=False)
-    if cache == "static":
-        options["cache_implementation"] = "static"
-    return options
-
-
-def decode(model, new_tokens: int, cache: str, decoder: str = "generate", compile: bool = False, **inputs):
-    """Greedy generation of exactly `new_tokens` bytes from `inputs` (input_ids and attention_mask, or the
-    encoder's output and attention_mask): through `generate`, or kolong's loop (`greedy_generate`)."""
-    if decoder == "kolong":
-        from kolong.models.byte.greedy import greedy_generate
-
-        return greedy_generate(
-            model, max_new_tokens=new_tokens, min_new_tokens=new_tokens, compile=compile, **inputs
-        )
-    return model.generate(**inputs, **generation_options(new_tokens, cache))
+    def to_markdown(self, result: dict) -> str:
+        lines = [to_markdown(result).rstrip("\n"), ""]
+        for setting in result["results"]:
+            lines += breakdown_markdown(setting)
+        return "\n".join(lines)
 
 
 def profile_steps(
@@ -177,3 +158,28 @@ def breakdown_markdown(setting: dict) -> list[str]:
         "",
     ]
     return lines
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The tool's command line: `kolong bench gbst`'s options, the result beside that benchmark's."""
+    import typer
+
+    from kolong.bench.harness import default_output_dir, run, write_results
+    from kolong.cli.arguments import command_from
+    from kolong.cli.common import console
+
+    def profile(args: GBSTBenchArguments) -> None:
+        benchmark = GBSTProfile()
+        output_dir = args.output_dir or default_output_dir(benchmark, args)
+        result = run(benchmark, args, on_step=lambda message: console.print(message, highlight=False))
+        _, markdown = write_results(benchmark, result, output_dir)
+        console.print(markdown.read_text(encoding="utf-8"), highlight=False)
+
+    profile.__doc__ = __doc__.split("\n\n")[0]
+    app = typer.Typer(add_completion=False, rich_markup_mode=None)
+    app.command()(command_from(GBSTBenchArguments, hf_fields=False)(profile))
+    app(args=argv)
+
+
+if __name__ == "__main__":
+    main()

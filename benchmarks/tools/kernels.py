@@ -1,15 +1,14 @@
 """What Inductor built for FlexAttention: its Triton kernels read back from the compile cache, with their
 registers, spills and matrix instructions.
 
-A GPU diagnostic beside `flex_probe`: run a probe or a benchmark with TORCHINDUCTOR_CACHE_DIR=DIR, then
-`python -m kolong.bench.kernels --cache-dir DIR --output-dir OUT`. The seventh slot's trace gave the base
-preset's FlexAttention forward kernels about 70 us per 128 x 128 tile, tens of times their arithmetic,
-while the backward took a seventh of their time; a trace shows only a kernel's name and time. This reads,
-per FlexAttention kernel, what decides its speed:
+A GPU diagnostic beside `flex_probe.py` (not installed with kolong): run a probe or a benchmark with
+TORCHINDUCTOR_CACHE_DIR=DIR, then `python benchmarks/tools/kernels.py --cache-dir DIR --output-dir OUT`. A
+trace shows only a kernel's name and time; this reads, per FlexAttention kernel, what decides its speed:
 
 - from its source (the module Inductor generated): forward, backward or decoding; the dtypes of q, k, v;
   tiles, warps and stages; TMA, IS_DIVISIBLE, FLOAT32_PRECISION; how many captured tensors its score and
-  mask functions read; how it finds a row's block tables (their heads and head stride: `block_tables`);
+  mask functions read; how it finds a row's block tables (their heads and head stride: `block_tables`; a
+  head stride of 0 over several rows makes every row read the first row's tables);
 - from its PTX (Triton's cache under DIR, tied to the source by the PTX's `.file` line): registers and
   spill bytes (`ptxas -v`, from the ptxas Triton ships), shared memory (Triton's metadata), and its matrix
   instructions by operand types (`wgmma` / `mma` on bf16 or tf32, or none: `fma` in fp32 only).
@@ -80,8 +79,8 @@ def describe_source(text: str) -> dict:
 
 def block_tables(text: str) -> dict:
     """How the kernel finds a row's block tables: at (z * SPARSE_HQ + h) * the tables' head stride. A stride
-    of 0 with several rows (SPARSE_Z > 1) sends every row to the first row's tables: what the ninth GPU slot
-    found in the model's forward kernel (benchmarks/results/h200-2026-11-28-slot9)."""
+    of 0 with several rows (SPARSE_Z > 1) sends every row to the first row's tables (Inductor gives a size-1
+    head dimension built inside the graph that stride)."""
     found = {}
     for key, value in re.findall(
         r"^\s+(SPARSE_Z|SPARSE_HQ|stride_kv_idx_h|stride_q_idx_h) = (\d+)\s*$", text, re.M
@@ -214,7 +213,7 @@ def _tables_text(row: dict) -> str:
 
 def to_markdown(result: dict) -> str:
     lines = [
-        "# FlexAttention kernels as Inductor built them (kolong.bench.kernels)",
+        "# FlexAttention kernels as Inductor built them (benchmarks/tools/kernels.py)",
         "",
         f"From `{result['cache_dir']}`; registers and spills by `{result['ptxas'] or 'no ptxas found'}`. Tiles: "
         "BLOCK_M x BLOCK_N (forward), M1 x N1 / M2 x N2 (backward); spills in bytes stored / loaded; matrix: "
@@ -247,7 +246,7 @@ def to_markdown(result: dict) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m kolong.bench.kernels", description=__doc__.split("\n\n")[0]
+        prog="python benchmarks/tools/kernels.py", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--cache-dir", type=Path, required=True,
                         help="the TORCHINDUCTOR_CACHE_DIR the probe or benchmark compiled into")  # fmt: skip

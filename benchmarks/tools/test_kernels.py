@@ -1,4 +1,4 @@
-"""`python -m kolong.bench.kernels` on a made-up Inductor cache: which modules count, what is read from them
+"""`benchmarks/tools/kernels.py` on a made-up Inductor cache: which modules count, what is read from them
 and from their PTX, and how ptxas's answer is parsed (the real cache exists only on a GPU)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import stat
 
 import pytest
 
-from kolong.bench import kernels
+import kernels
 
 HEADER = """
 import triton
@@ -190,22 +190,25 @@ def test_the_gpu_steps_kernel_reports_read_the_caches_their_runs_compiled_into()
     assert len(compiled) == 3 and [str(args.cache_dir) for args in reports] == compiled
 
 
-def test_block_tables_read_from_the_ninth_slots_kernels_name_the_one_that_read_the_first_row_only():
-    """The two forward kernels Inductor built for the base preset on an H200 (committed as evidence): with the
-    block tables' one broadcast head it read them at head stride 0, so every row read the first row's; with
-    the tables written per head, 12 heads at stride 256."""
-    from pathlib import Path
-
-    slot = Path(__file__).parent.parent / "benchmarks" / "results" / "h200-2026-11-28-slot9"
-    one_head = kernels.describe_source((slot / "base-nodrop-one-head" / "kernels" / "forward.py").read_text())
-    per_head = kernels.describe_source((slot / "base-nodrop-per-head" / "kernels" / "forward.py").read_text())
-    assert (one_head["kind"], one_head["table_heads"], one_head["table_head_stride"]) == ("forward", 1, 0)
-    assert one_head["first_row_tables_only"] and one_head["captured_tensors"] == 2
+def test_block_tables_name_the_kernel_that_reads_the_first_rows_tables_only():
+    """A forward kernel reads row z's block tables at (z * heads + h) * stride: with one head at stride 0 over
+    16 rows every row reads the first row's; with the tables written per head, 12 heads at stride 256."""
+    one_head = kernels.block_tables("    SPARSE_Z = 16\n    SPARSE_HQ = 1\n    stride_kv_idx_h = 0\n"
+                                    "    stride_q_idx_h = 0\n")  # fmt: skip
+    per_head = kernels.block_tables("    SPARSE_Z = 16\n    SPARSE_HQ = 12\n    stride_kv_idx_h = 256\n")
+    assert (one_head["table_heads"], one_head["table_head_stride"], one_head["first_row_tables_only"]) == (
+        1,
+        0,
+        True,
+    )
     assert (per_head["table_heads"], per_head["table_head_stride"], per_head["first_row_tables_only"]) == (
         12,
         256,
         False,
     )
+    for row in (one_head, per_head):
+        row.update(kernel="triton_tem_fused_flex_attention_0", kind="forward", captured_tensors=2,
+                   qkv_dtypes="bf16")  # fmt: skip
     rows = {"rows": [{**one_head, "compiled_at": "04:07"}, {**per_head, "compiled_at": "04:20"}],
             "cache_dir": "c", "ptxas": None}  # fmt: skip
     markdown = kernels.to_markdown(rows)
