@@ -224,9 +224,9 @@ def pytest_sessionfinish(session, exitstatus):
 
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config):
-    """With KOLONG_PYTEST_EXIT_AT_ONCE=1 (set by .ci/gpu-step), leave once the reports are written: on the lent
-    GPU machine pytest then waited in Inductor's shutdown of its compile workers (torch 2.11) until the step's
-    time was up, and the step read as cut short."""
+    """With KOLONG_PYTEST_EXIT_AT_ONCE=1 (set by benchmarks/gpu/run), leave once the reports are written: on a GPU
+    machine pytest otherwise waits in Inductor's shutdown of its compile workers (torch 2.11) until the step's
+    time is up, and the step reads as cut short."""
     status = getattr(config, "kolong_exit_status", None)
     if os.environ.get("KOLONG_PYTEST_EXIT_AT_ONCE") == "1" and status is not None:
         import sys

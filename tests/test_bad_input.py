@@ -1,5 +1,5 @@
 """Every bad input to every command ends in one clear line and exit status 2: never a traceback, never a
-silent success (issue 14). Most cases are generated from the commands' own option specs: each numeric
+silent success. Most cases are generated from the commands' own option specs: each numeric
 option gets a value that is not a number and values outside its declared range, each choice option a value
 that is not a choice. The rest are the output-path, checkpoint and data cases found by the bad-input sweep.
 """

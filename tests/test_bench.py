@@ -53,7 +53,7 @@ def test_pretrain_benchmark_measures_the_three_pipelines_and_the_padding(tmp_pat
     # uncompiled on the CPU: no graph compiled in any timed step, and no warning; one that was is named
     assert all(n == 0 for c in cells.values() for n in c["compiled_in_timed_steps"].values())
     assert "compiled during timed steps" not in markdown
-    cells["learned", 32]["compiled_in_timed_steps"]["raw step"] = 3  # as on an H100, 2026-11-26
+    cells["learned", 32]["compiled_in_timed_steps"]["raw step"] = 3  # as once on an H100
     assert "learned 32 raw step (3)" in pretrain_markdown(result)
     # the raw step's batches are counted: tokens, labelled positions, pairs inside documents and over whole rows
     counts = cells["learned", 64]["step_counts"]
@@ -196,7 +196,7 @@ def test_a_new_benchmark_is_one_class_and_the_harness_writes_it(tmp_path):
 
 
 def test_a_run_cut_short_leaves_its_finished_cases_and_a_complete_run_replaces_them(tmp_path):
-    """On a lent GPU a call that reaches its time limit is killed: the cases it finished must be on disk."""
+    """A job that reaches its time limit is killed: the cases it finished must be on disk."""
     import json
 
     from kolong.bench.harness import Benchmark, Case, run, write_results
@@ -319,7 +319,7 @@ def test_graphs_compiled_are_counted_as_a_new_shape_recompiles():
 
 
 def test_a_resumable_benchmark_rerun_keeps_the_cases_the_interrupted_run_measured(tmp_path):
-    """A lent GPU's call stops a benchmark part-way; the next call with the same options on the same machine
+    """A job's time limit stops a benchmark part-way; the next run with the same options on the same machine
     measures only the cases left, and the result holds every case as if run at once."""
     import json
 
@@ -404,7 +404,7 @@ def test_only_resumable_benchmarks_offer_resume():
 
 
 def test_bench_logs_each_step_with_its_time_when_not_on_a_terminal(tmp_path):
-    """On a lent GPU the output goes to a log: each step is a timestamped line there (a terminal gets the
+    """In a batch job the output goes to a log: each step is a timestamped line there (a terminal gets the
     status line alone), so a run cut short still shows where its time went."""
     import re
 
@@ -519,7 +519,7 @@ def test_the_pretrain_report_lists_device_time_by_kind_where_a_trace_has_it():
     text = to_markdown(
         {"settings": settings, "device": "cpu", "cells": [], "padding": None, "traces": [trace]}
     )
-    assert "Device time by kind" not in text
+    assert "Kernel time by kind" not in text
 
 
 def test_a_result_names_its_commit_command_and_device_class(tmp_path):

@@ -362,7 +362,7 @@ def test_compiled_static_generation_equals_eager():
 @pytest.mark.parametrize("gbst", [False, True])
 def test_the_encoder_compiles_into_one_graph_with_padding_or_without(gbst):
     """`bench gbst --compile` compiles both encoders: the padding check ("every byte real?") waited for the
-    device and broke the graph there (seventh GPU slot); a compiled encoder now always takes the bias."""
+    device and broke the graph there (seen on CUDA); a compiled encoder now always takes the bias."""
     from conftest import assert_one_graph
 
     model, ids, mask = _small_byte_model(gbst=gbst)

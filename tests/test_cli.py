@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -174,16 +175,18 @@ def _documented_commands(page: str) -> list[list[str]]:
     return [found.split() for found in re.findall(r"`kolong ([^`]+)`", text)]
 
 
-def _gpu_step_commands() -> list[list[str]]:
-    """The `kolong ...` commands of every step of `.ci/gpu-step`, as its dry run prints them."""
-    import subprocess
-    from pathlib import Path
+GPU_RUN = Path(__file__).parent.parent / "benchmarks" / "gpu" / "run"
 
-    script = Path(__file__).parent.parent / ".ci" / "gpu-step"
+
+def _gpu_step_commands() -> list[list[str]]:
+    """The `kolong ...` commands of every step of benchmarks/gpu/run, as its dry run prints them."""
+    import subprocess
+
+    script = GPU_RUN
     printed = subprocess.run(
         ["bash", str(script), "--dry-run", "all"], capture_output=True, text=True, check=True
     )
-    command = "python3 -m kolong "  # after "+ ", or after "+ env NAME=VALUE " (flex-tiles)
+    command = "python3 -m kolong "  # after "+ ", or after "+ env NAME=VALUE " (a compile cache of its own)
     return [
         line.partition(command)[2].split()
         for line in printed.stdout.splitlines()
@@ -191,13 +194,14 @@ def _gpu_step_commands() -> list[list[str]]:
     ]
 
 
-def test_the_gpu_step_script_lists_its_steps_and_refuses_unknown_ones():
+def test_the_gpu_runner_lists_its_steps_and_refuses_unknown_ones():
     import subprocess
-    from pathlib import Path
 
-    script = str(Path(__file__).parent.parent / ".ci" / "gpu-step")
+    script = str(GPU_RUN)
     listed = subprocess.run(["bash", script, "list"], capture_output=True, text=True, check=True).stdout
-    assert "pretrain-bench       issue 16" in listed and "needs: mecab nsmc korquad klue" in listed
+    assert (
+        "pretrain-bench         needs: nsmc korquad" in listed and "needs: mecab nsmc korquad klue" in listed
+    )
     refused = subprocess.run(
         ["bash", script, "pretrain-bench", "no-such-step"], capture_output=True, text=True
     )
@@ -206,9 +210,9 @@ def test_the_gpu_step_script_lists_its_steps_and_refuses_unknown_ones():
     assert len(_gpu_step_commands()) >= 10
 
 
-def test_the_gpu_step_script_checks_needs_before_measuring_and_reports_failed_commands(tmp_path):
-    """On a lent machine every minute counts: a missing dataset stops the call before any measuring, and
-    a command that fails makes the call fail (its step named), not pass silently."""
+def test_the_gpu_runner_checks_needs_before_measuring_and_reports_failed_commands(tmp_path):
+    """A job's minutes are not spent on a step that cannot run: a missing dataset stops the job before any
+    measuring, and a command that fails makes the job fail (its step named), not pass silently."""
     import os
     import shutil
     import subprocess
@@ -218,15 +222,19 @@ def test_the_gpu_step_script_checks_needs_before_measuring_and_reports_failed_co
     import torch
 
     root = Path(__file__).parent.parent
-    (tmp_path / ".ci").mkdir()  # a tree with no carried wheels or data: the script runs from its root
-    script = shutil.copy(root / ".ci" / "gpu-step", tmp_path / ".ci" / "gpu-step")
+    (tmp_path / "benchmarks" / "gpu").mkdir(
+        parents=True
+    )  # a tree with no bundle: the script runs from its root
+    script = shutil.copy(GPU_RUN, tmp_path / "benchmarks" / "gpu" / "run")
     (tmp_path / "src").symlink_to(root / "src")
     bin_dir = str(Path(sys.executable).parent)  # python3 of this interpreter
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "OUT": str(tmp_path / "out"),
-           "KOLONG_GPU_SITE": str(tmp_path / "site"), "KOLONG_GPU_DATA": str(tmp_path / "data")}  # fmt: skip
+           "KOLONG_SITE": str(tmp_path / "site"), "KOLONG_DATA": str(tmp_path / "data")}  # fmt: skip
     missing = subprocess.run(["bash", str(script), "gbst-bench"], capture_output=True, text=True, env=env)
     assert missing.returncode == 3, missing.stdout + missing.stderr
-    assert "step gbst-bench cannot run: missing korquad data (carry .shared/data/korquad)" in missing.stderr
+    assert (
+        "step gbst-bench cannot run: missing korquad data (bundle it with --data korquad)" in missing.stderr
+    )
     assert "+ python3 -m kolong" not in missing.stdout
     if torch.cuda.is_available():
         return  # the step below would measure for minutes
@@ -239,7 +247,7 @@ def test_the_gpu_step_script_checks_needs_before_measuring_and_reports_failed_co
     "words", _documented_commands("gpu.md") + _gpu_step_commands(), ids=lambda words: " ".join(words[:2])
 )
 def test_gpu_runbook_commands_name_real_options(words):
-    """docs/gpu.md's and .ci/gpu-step's commands run in a paid GPU slot: every option they name must exist."""
+    """docs/gpu.md's and benchmarks/gpu/run's commands: every option they name must exist."""
     command = [w for w in words[:2] if not w.startswith("-")]
     result = run(*command, "--help")
     assert result.exit_code == 0, result.output
@@ -249,8 +257,8 @@ def test_gpu_runbook_commands_name_real_options(words):
 
 @pytest.mark.parametrize("outcome, at_once", [("pass", "1"), ("fail", "1"), ("pass", "0")])
 def test_pytest_leaves_at_once_where_the_gpu_step_asks_it_to(tmp_path, outcome, at_once):
-    """KOLONG_PYTEST_EXIT_AT_ONCE=1 (.ci/gpu-step's test steps): pytest exits with its own status once its
-    reports are written, without the exit handlers that kept it waiting on the GPU machine."""
+    """KOLONG_PYTEST_EXIT_AT_ONCE=1 (benchmarks/gpu/run's test step): pytest exits with its own status once its
+    reports are written, without the exit handlers that kept it waiting on a GPU machine."""
     import os
     import subprocess
     import sys

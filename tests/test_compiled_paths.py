@@ -303,7 +303,7 @@ def test_each_compiled_run_compiles_its_model_for_its_own_shapes(fresh):
 def test_a_model_compiles_into_one_graph_on_the_cuda_training_path(eager_flex_with_backward, scheme):
     """A whole model compiled as `pretrain mlm` compiles it on CUDA (FlexAttention, training, attention
     dropout) is one graph: a break splits it, leaving unfused code between the pieces. T5 broke at every
-    layer by reading its bucket boundaries off a tensor in the forward (found 2026-11-27)."""
+    layer by reading its bucket boundaries off a tensor in the forward."""
     config = tiny_kolong_config(position_encoding=scheme, attention_probs_dropout_prob=0.1,
                                 attn_implementation="flex_attention", max_position_embeddings=32)  # fmt: skip
     model = KolongModel(config, add_pooling_layer=False).train()

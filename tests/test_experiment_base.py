@@ -241,7 +241,7 @@ def test_base_model_resumes_and_the_extension_study_reports(shared_data, tmp_pat
     summary = build_base_model(args, on_step=lambda message: None)
     assert summary["finished"] and summary["steps"] == 4 + 2 and summary["held_out_loss"] > 0
     model_dir = tmp_path / "base" / "model"
-    # finished phases keep only their final model: resuming needs no checkpoint, and a slot carries little
+    # finished phases keep only their final model: resuming needs no checkpoint, and little is copied off the machine
     assert not list((tmp_path / "base").glob("*/checkpoint-*"))
     assert "held-out MLM loss" in (model_dir / "README.md").read_text() and (model_dir / "loss.png").is_file()
     assert AutoModelForMaskedLM.from_pretrained(model_dir).config.max_position_embeddings == 512

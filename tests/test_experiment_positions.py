@@ -22,7 +22,7 @@ def test_study_runs_resumes_and_reports(shared_data, tmp_path):
                                   overrides=TOY, vocab_speed_sizes=(500, 1000), qa_max_length=128,
                                   max_minutes=1e-6)  # fmt: skip
     # a call that runs out of time stops every training run at a checkpoint: one step per call, and the
-    # same command, repeated, finishes the study (as in a GPU slot of a few minutes per call)
+    # same command, repeated, finishes the study (as in a time-limited job on a GPU)
     stops = []
     while not stops or stops[-1].startswith("shaw"):
         assert len(stops) < 30, stops

@@ -1,4 +1,4 @@
-"""Crashes lose nothing (issue 14): runs killed with SIGKILL at random points leave the previous output intact
+"""Crashes lose nothing: runs killed with SIGKILL at random points leave the previous output intact
 and the next run succeeds; a killed pre-training resumes onto the uninterrupted loss curve; a second writer
 of one output fails at once naming the first; an incomplete newest checkpoint is skipped on resume."""
 

@@ -317,7 +317,7 @@ def test_packed_documents_take_flex_on_cuda_without_dropout_and_sdpa_with_it(mon
 
 
 def test_the_environment_sends_packed_documents_with_dropout_to_flex():
-    """KOLONG_PACKED_FLEX_DROPOUT=1 turns PACKED_FLEX_DROPOUT on (how a GPU slot times both paths); off by default."""
+    """KOLONG_PACKED_FLEX_DROPOUT=1 turns PACKED_FLEX_DROPOUT on (to time both paths); off by default."""
     import os
     import subprocess
     import sys

@@ -46,7 +46,7 @@ def test_kernel_options_only_where_a_16_bit_cuda_kernel_trains_a_float32_read():
 
 
 def test_the_environment_can_give_other_kernel_options_and_bad_ones_are_named():
-    """KOLONG_FLEX_TRAINED_READ_OPTIONS replaces the defaults (a GPU slot times other tiles with it)."""
+    """KOLONG_FLEX_TRAINED_READ_OPTIONS replaces the defaults (to time other tiles with it)."""
     assert (
         flex.trained_read_options(None)
         == flex.DEFAULT_TRAINED_READ_OPTIONS

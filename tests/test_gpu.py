@@ -1,8 +1,8 @@
 """kolong on a CUDA device: same outputs as on the CPU for every position scheme, and a training step.
 
 Marked `gpu`: skipped without CUDA (see conftest.py), run by the suite on a GPU machine. Ordered by what a
-short GPU slot must learn first (.ci/gpu-step gpu-tests may stop part-way): CUDA parity, then compiled
-pre-training (which decides compile's default), then the fused and sparse attention paths.
+time-limited job must learn first (`benchmarks/gpu/run gpu-tests` may stop part-way): CUDA parity, then
+compiled pre-training (which decides compile's default), then the fused and sparse attention paths.
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ def _assert_path_matches_eager(model, implementation: str) -> None:
 
     fp32: against eager directly. bf16: both paths against eager in fp32, `implementation` no further from it
     than twice eager's own bf16 error (or the tolerance): two bf16 computations of a model with large weights
-    can differ by more than either differs from fp32 (T5 at heads of 64: 0.08 apart on an H200, 2026-11-27,
+    can differ by more than either differs from fp32 (T5 at heads of 64: 0.08 apart on an H200,
     where each is about 0.04 from fp32 on a CPU)."""
     ids = random_ids(3, 150).cuda()
     mask = torch.ones_like(ids)
@@ -375,7 +375,7 @@ def test_greedy_generate_replays_a_cuda_graph_per_byte_and_gives_generates_bytes
 def test_a_compiled_model_reads_each_rows_own_block_mask_on_cuda():
     """Packed documents through FlexAttention in a model compiled whole: the block mask is built inside the
     graph, and Inductor gave its tables' head dimension of size 1 the stride 0, so FlexAttention's forward
-    read the first row's block indices for every row (torch 2.11, H200, 2026-11-28). Rows of different
+    read the first row's block indices for every row (torch 2.11, H200). Rows of different
     layouts (one document; four of 128 tokens; two of 256; documents of 100) equal the materialised path, and
     so does the uncompiled model, whose FlexAttention calls (compiled alone) take one head's tables."""
     torch.manual_seed(0)

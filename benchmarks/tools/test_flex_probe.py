@@ -58,27 +58,27 @@ def test_an_unknown_variant_is_refused_by_name(capsys):
     assert stopped.value.code == 2 and "unknown flash" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("step", ["flex-probe", "flex-model-probe"])
-def test_the_gpu_steps_probe_commands_parse(step):
-    """`.ci/gpu-step flex-probe` (and `flex-model-probe`) run the probe twice: both command lines parse as the
+@pytest.mark.parametrize(("step", "runs"), [("flex-probe", 1), ("flex-model-probe", 2)])
+def test_the_gpu_runners_probe_commands_parse(step, runs):
+    """`benchmarks/gpu/run flex-probe` (and `flex-model-probe`) run the probe: each command line parses as the
     probe's options."""
     import shlex
     import subprocess
     from pathlib import Path
 
-    script = Path(__file__).parent.parent / ".ci" / "gpu-step"
+    script = Path(__file__).parent.parent / "gpu" / "run"
     printed = subprocess.run(["bash", str(script), "--dry-run", step], capture_output=True, text=True,
                              check=True).stdout  # fmt: skip
-    command = "python3 -m kolong.bench.flex_probe "
+    command = "python3 benchmarks/tools/flex_probe.py "
     lines = [line.partition(command)[2] for line in printed.splitlines() if command in line]
-    assert len(lines) == 2
+    assert len(lines) == runs
     for line in lines:
         args = flex_probe.build_parser().parse_args(shlex.split(line))
         assert args.device == "cuda" and args.training and not args.eager
 
 
 def test_each_timed_mode_is_handed_on_before_the_next_compiles():
-    """A run cut short (a lent GPU's limit) keeps what it timed: the forward rows go out before training."""
+    """A run cut short (a job's time limit) keeps what it timed: the forward rows go out before training."""
     args = flex_probe.build_parser().parse_args([*TINY, "--variants", "sdpa,flex-documents"])
     handed = []
     result = flex_probe.probe(args, on_partial=lambda partial: handed.append(json.loads(json.dumps(partial))))

@@ -173,21 +173,21 @@ def test_without_a_file_line_a_ptx_file_is_tied_by_its_kernel_name_when_that_nam
     assert set(kernels.ptx_files(tmp_path)) == {"triton_tem_fused_0"}
 
 
-def test_the_gpu_steps_kernel_reports_read_the_caches_their_runs_compiled_into():
-    """`.ci/gpu-step` compiles each FlexAttention run into a cache of its own and reports on that cache."""
+def test_the_gpu_runners_kernel_reports_read_the_caches_their_runs_compiled_into():
+    """`benchmarks/gpu/run` compiles each FlexAttention run into a cache of its own and reports on that cache."""
     import shlex
     import subprocess
     from pathlib import Path
 
-    script = Path(__file__).parent.parent / ".ci" / "gpu-step"
-    printed = subprocess.run(["bash", str(script), "--dry-run", "flex-probe", "pretrain-bench-base-flex"],
+    script = Path(__file__).parent.parent / "gpu" / "run"
+    printed = subprocess.run(["bash", str(script), "--dry-run", "flex-probe", "pretrain-bench-base"],
                              capture_output=True, text=True, check=True).stdout  # fmt: skip
     compiled = [line.split("TORCHINDUCTOR_CACHE_DIR=")[1].split()[0] for line in printed.splitlines()
                 if "TORCHINDUCTOR_CACHE_DIR=" in line]  # fmt: skip
-    command = "python3 -m kolong.bench.kernels "
+    command = "python3 benchmarks/tools/kernels.py "
     reports = [kernels.build_parser().parse_args(shlex.split(line.partition(command)[2]))
                for line in printed.splitlines() if command in line]  # fmt: skip
-    assert len(compiled) == 3 and [str(args.cache_dir) for args in reports] == compiled
+    assert len(compiled) == 2 and [str(args.cache_dir) for args in reports] == compiled
 
 
 def test_block_tables_name_the_kernel_that_reads_the_first_rows_tables_only():

@@ -201,8 +201,8 @@ class GBSTBenchArguments(BenchArguments):
                         "(preallocated; transformers then compiles the decoding step on GPUs).",
                         choices=("dynamic", "static"))  # fmt: skip
     decoder: str = option("kolong", "Greedy decoding through kolong's own loop (a static cache, the whole step as "
-                          "one function, finished flags read every 8 bytes: what `predict seq2seq` runs; 1.62x for "
-                          "GBST on an H200) or transformers' generate (1.20-1.25x there): the same bytes.",
+                          "one function, finished flags read every 8 bytes: what `predict seq2seq` runs; GBST's "
+                          "speed-up is larger through it on a GPU) or transformers' generate: the same bytes.",
                           choices=("kolong", "generate"))  # fmt: skip
     compile: bool = option(False, "torch.compile both models' encoders (GBST included), in training and generation: "
                            "the paper's JAX runs were compiled whole by XLA; with --cache static transformers "
@@ -210,7 +210,7 @@ class GBSTBenchArguments(BenchArguments):
                            "(a CUDA graph per byte on GPUs).")  # fmt: skip
     compile_scope: str = option("layers", "What --compile compiles as one graph: layers (GBST, and each encoder "
                                 "layer, one graph serving them all: about a third of the compile time) or encoder "
-                                "(the whole encoder, as in the GPU slots up to the seventh).",
+                                "(the whole encoder).",
                                 choices=("layers", "encoder"))  # fmt: skip
 
     def __post_init__(self) -> None:

@@ -75,6 +75,14 @@ def mfu(flops: float, seconds: float, peak: float | None) -> float | None:
     return flops / seconds / peak if peak and seconds > 0 else None
 
 
+def gpu_peak_flops(gpu: str, dtype: str) -> float | None:
+    """FLOP/s at the dtype's dense peak of a GPU known by name (`torch.cuda.get_device_name`), else None."""
+    for key, peaks in PEAK_TFLOPS.items():
+        if key in gpu:
+            return peaks[dtype] * 1e12
+    return None
+
+
 def device_peak_flops(device: str, dtype: str, peak_tflops: float | None = None) -> float | None:
     """FLOP/s at the dtype's dense peak: `peak_tflops` if given, else the known GPU's, else None (a CPU)."""
     if peak_tflops:
@@ -83,11 +91,7 @@ def device_peak_flops(device: str, dtype: str, peak_tflops: float | None = None)
         return None
     import torch
 
-    gpu = torch.cuda.get_device_name(0)
-    for key, peaks in PEAK_TFLOPS.items():
-        if key in gpu:
-            return peaks[dtype] * 1e12
-    return None
+    return gpu_peak_flops(torch.cuda.get_device_name(0), dtype)
 
 
 def document_pairs(lengths) -> int:

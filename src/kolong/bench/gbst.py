@@ -98,10 +98,9 @@ def compile_encoder(encoder, scope: str = "layers") -> None:
     "layers": GBST and each layer apart, with static shapes; the layers share their code and shapes, so one
     graph serves them all (a graph per model and mode: training, inference). On 2 CPU cores at 768 x 12
     layers with GBST, cold caches, the first training and inference calls took 36-47 s against 109-114 s for
-    "encoder", the whole encoder as one graph (benchmarks/results/gbst-compile-scope-cpu); in the seventh GPU slot, the run with kolong's greedy loop, whose compile caches
-    were cold, had not finished in 125 s, where the next run, with the encoders' compiles cached, took
-    about 95 s. What the whole graph adds, fusion across layer boundaries, is about a residual add and the
-    next layer's norm a layer."""
+    "encoder", the whole encoder as one graph; on an H200 from cold compile caches a run compiled whole had not
+    finished in 125 s. What the whole graph adds, fusion across layer boundaries, is about a residual add and
+    the next layer's norm a layer."""
     if scope == "encoder":
         encoder.compile()
         return

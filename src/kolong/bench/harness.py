@@ -17,7 +17,7 @@ are timed from outside, whatever they return. Each timing keeps every round: med
 `write_results` adds the machine, the versions, the date and a table of every timing to what the
 benchmark wrote, atomically, as JSON and markdown. After each case the command also writes what it
 has measured so far to `NAME.partial.{json,md}` (removed when the run completes), so that a run cut short,
-as on a lent GPU with a time limit, still returns its finished cases.
+as by a job's time limit, still returns its finished cases.
 """
 
 from __future__ import annotations
@@ -163,7 +163,7 @@ def run(
     """Every case of `benchmark`, timed; its summary plus the machine, the date and every timing.
 
     `on_partial` receives the result so far after each case but the last (marked `partial`), so that a
-    run cut short (a lent GPU's time limit) still leaves what it measured. Given such a partial result as
+    run cut short (a job's time limit) still leaves what it measured. Given such a partial result as
     `resume`, a resumable benchmark keeps its cases when it came from the same arguments on the same machine
     (`kept_cases`) and measures only the others."""
     from kolong.bench.machine import describe_machine

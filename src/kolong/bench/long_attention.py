@@ -174,7 +174,7 @@ def growth_exponent(lengths: list[int], values: list[float]) -> float | None:
 
 
 class LongAttentionBenchmark(Benchmark):
-    resumable = True  # a lent GPU's call may stop it part-way; the next call measures the rest
+    resumable = True  # a job's time limit may stop it part-way; the next run measures the rest
     name = "long-attention"
     arguments = LongAttentionBenchArguments
 
@@ -298,7 +298,7 @@ def to_markdown(result: dict) -> str:
 def trace_markdown(traces: list[dict]) -> list[str]:
     """Where each call's time goes: traced ms per call, device busy, syncs, kolong's ranges, top kernels."""
     lines = ["## Where the time goes (3 traced calls per pattern, length and mode)", "",
-             "Ranges: ms per call inside kolong's profiler ranges, host / device (the device time of the "
+             "Ranges: ms per call inside kolong's profiler ranges, host / device (the time on the device of the "
              "kernels launched inside).", "",
              "| pattern, length, mode | ms per call (traced) | device busy | syncs per call | kolong's ranges: "
              "host / device ms | costliest kernels (device ms per call) | costliest host operations (ms) |",

@@ -96,7 +96,7 @@ class StepClock:
 
 
 class PretrainBenchmark(Benchmark):
-    resumable = True  # a lent GPU's call may stop it part-way; the next call measures the rest
+    resumable = True  # a job's time limit may stop it part-way; the next run measures the rest
     name = "pretrain"
     arguments = PretrainBenchArguments
 
@@ -121,12 +121,34 @@ class PretrainBenchmark(Benchmark):
             build_corpus([str(text)], tokenizer, self._corpora[length], max_length=length, held_out=0.0)
         return self._corpora[length]
 
-    def setup(self, args: PretrainBenchArguments, size: dict) -> Case:
+    def start(self, args: PretrainBenchArguments) -> None:
+        """The scratch folder and the documents every case builds its corpus from (once per run)."""
         if not hasattr(self, "_scratch"):
             self._scratch = tempfile.TemporaryDirectory()
             self._root, self._corpora, self._runs = Path(self._scratch.name), {}, 0
             self._texts = _documents(args, self._root)
             self.padding = None
+
+    def run_arguments(self, args: PretrainBenchArguments, size: dict, device: str):
+        """`PretrainArguments` of one run of a case: the tiny preset at the bench's size, on its corpus."""
+        from kolong.training.pretrain import PretrainArguments
+
+        length = size["length"]
+        self._runs += 1
+        return PretrainArguments(
+            corpus=str(self._corpus(args, length)), output_dir=str(self._root / f"run-{self._runs}"), preset="tiny",
+            position_encoding=size["position"], compile=args.compile, max_steps=args.steps,
+            batch_size=max(1, args.tokens_per_step // length), learning_rate=1e-3, save_steps=10**9,
+            logging_steps=max(1, args.steps // 4), quiet=True,
+            overrides={"hidden_size": args.hidden_size, "num_hidden_layers": args.layers,
+                       "num_attention_heads": max(1, args.hidden_size // 64),
+                       "intermediate_size": 4 * args.hidden_size, "max_position_embeddings": max(512, length),
+                       "attention_probs_dropout_prob": args.attention_dropout},
+            extra={"use_cpu": device == "cpu", "save_strategy": "no"},
+        )  # fmt: skip
+
+    def setup(self, args: PretrainBenchArguments, size: dict) -> Case:
+        self.start(args)
         device, length = resolve_device(args.device), size["length"]
         profile = args.profile if args.profile is not None else device == "cuda"
         corpus = self._corpus(args, length)
@@ -136,19 +158,7 @@ class PretrainBenchmark(Benchmark):
         warmup = max(1, args.steps // 4)
 
         def arguments():
-            from kolong.training.pretrain import PretrainArguments
-
-            self._runs += 1
-            return PretrainArguments(
-                corpus=str(corpus), output_dir=str(self._root / f"run-{self._runs}"), preset="tiny",
-                position_encoding=size["position"], compile=args.compile, max_steps=args.steps, batch_size=batch,
-                learning_rate=1e-3, save_steps=10**9, logging_steps=max(1, args.steps // 4), quiet=True,
-                overrides={"hidden_size": args.hidden_size, "num_hidden_layers": args.layers,
-                           "num_attention_heads": max(1, args.hidden_size // 64),
-                           "intermediate_size": 4 * args.hidden_size, "max_position_embeddings": max(512, length),
-                           "attention_probs_dropout_prob": args.attention_dropout},
-                extra={"use_cpu": device == "cpu", "save_strategy": "no"},
-            )  # fmt: skip
+            return self.run_arguments(args, size, device)
 
         traces: dict[str, dict] = {}  # a fact of the case, filled by the traced calls
 
@@ -229,20 +239,14 @@ def raw_step(args, device: str, warmup: int, trace=None) -> Measured:
 
     from kolong.models.encoder import varlen
     from kolong.training.common import fresh_compile_state
-    from kolong.training.pretrain import prepare, throughput_settings
+    from kolong.training.pretrain import throughput_settings
 
-    model, _, train, _, collator, training, _ = prepare(args)
-    batch, steps = training["batch_size"], training["max_steps"]
-    order = torch.randperm(len(train), generator=torch.Generator().manual_seed(0)).tolist()
-    batches, counted = [], []
-    for step in range(steps):
-        rows = [train[order[(step * batch + i) % len(order)]] for i in range(batch)]
-        # tensors to the device; the collator's host facts (mask layout, labelled bound) stay as they are
-        collated = collator(rows)
-        if step >= warmup:
-            counted.append(collated)
-        moved = {k: v.to(device, non_blocking=True) if hasattr(v, "to") else v for k, v in collated.items()}
-        batches.append(varlen.mark_dynamic(moved))  # as the Trainer does (kolong.training.pretrain)
+    model, collated, training = collated_steps(args)
+    steps = training["max_steps"]
+    # tensors to the device; the collator's host facts (mask layout, labelled bound) stay as they are
+    batches = [varlen.mark_dynamic({k: v.to(device, non_blocking=True) if hasattr(v, "to") else v
+                                    for k, v in batch.items()}) for batch in collated]  # as the Trainer does  # fmt: skip
+    counted = collated[warmup:]
     model.to(device).train()
     bf16 = device == "cuda" and torch.cuda.is_bf16_supported()
     facts = {f"count_{name}": value for name, value in step_counts(counted).items()}
@@ -277,6 +281,20 @@ def raw_step(args, device: str, warmup: int, trace=None) -> Measured:
     if trace is not None:
         trace.stop(steps - warmup)
     return Measured(seconds, {"compiled_graphs": _graphs_compiled() - graphs, **facts})
+
+
+def collated_steps(args) -> tuple[object, list[dict], dict]:
+    """(model, batches, training settings) of a raw step's run: every step's batch collated on the host by
+    kolong's collator, rows in a fixed order (seed 0) that a replay on another machine draws again."""
+    import torch
+
+    from kolong.training.pretrain import prepare
+
+    model, _, train, _, collator, training, _ = prepare(args)
+    batch, steps = training["batch_size"], training["max_steps"]
+    order = torch.randperm(len(train), generator=torch.Generator().manual_seed(0)).tolist()
+    rows = ([train[order[(step * batch + i) % len(order)]] for i in range(batch)] for step in range(steps))
+    return model, [collator(chosen) for chosen in rows], training
 
 
 def varlen_layers(model, inputs: dict, device: str, bf16: bool) -> int:
@@ -524,7 +542,7 @@ def to_markdown(result: dict) -> str:
                 f"- {t['position']}, {t['length']}, {t['pipeline']}: "
                 + ", ".join(f"`{name[:60]}` {ms:.2f}" for name, ms in t["costliest_kernels"][:4]) for t in kernels]  # fmt: skip
         if kinds := [t for t in result["traces"] if t.get("kernel_ms_by_kind")]:
-            lines += ["", "Device time by kind of kernel (ms per step; `kolong.bench.trace.kernel_kind`):", ""] + [
+            lines += ["", "Kernel time by kind (ms per step; `kolong.bench.trace.kernel_kind`):", ""] + [
                 f"- {t['position']}, {t['length']}, {t['pipeline']}: "
                 + ", ".join(f"{kind} {ms:.1f}" for kind, ms in t["kernel_ms_by_kind"].items()) for t in kinds]  # fmt: skip
         lines.append("")

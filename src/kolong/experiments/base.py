@@ -13,12 +13,12 @@ across each 512-token row (`full_rows_packing="documents-continuous"`, Megatron'
 so that every one of the 512 position rows is trained: almost every text here is a review or a sentence far
 shorter than 512 tokens, so with restarting positions alone the rows past ~128 stay near their random start,
 and a base whose late rows are noise cannot say how new rows should start. Contiguous blocks across
-documents (`full_rows_packing="concatenate"`, RoBERTa's FULL-SENTENCES, the recipe before 2026-11-25) moved
+documents (`full_rows_packing="concatenate"`, RoBERTa's FULL-SENTENCES, an earlier recipe) moved
 the late rows without giving them structure at the CPU scale, and contiguous blocks alone from the start
 stayed at the unigram plateau in 2,000 CPU steps, so the first phase is not optional at this scale.
 
 Stages (each resumable; a rerun skips what is done and `--max-minutes` stops pre-training at a checkpoint
-so one call fits a slot): documents -> tokenizer -> corpus -> pre-training (two phases) -> model card. The result is a
+so that a time-limited job can run it): documents -> tokenizer -> corpus -> pre-training (two phases) -> model card. The result is a
 normal checkpoint (`AutoModelForMaskedLM` after `import kolong`) with its tokenizer, `loss.png`,
 `pretrain_log.json` and a README model card.
 """
@@ -52,8 +52,7 @@ SCALES = {
                 vocab_size=16000, reviews=100000, klue_sentences=None, steps=1600, batch_size=8,
                 learning_rate=1e-3, curriculum="128:0.8,512", eval_blocks=200, full_rows_steps=800,
                 full_rows_learning_rate=1e-3, **PACKING),
-    # about 27M parameters: fits the 64 MiB carry limit in bf16; planned at 25 minutes of one H100, estimated at
-    # under 10 (docs/gpu.md)
+    # about 27M parameters (54 MB in bf16); estimated at under 10 minutes of one H100 (docs/gpu.md)
     "gpu-mini": dict(hidden_size=512, num_hidden_layers=6, num_attention_heads=8, intermediate_size=2048,
                      vocab_size=16000, reviews=639599, klue_sentences=None, steps=5000, batch_size=32,
                      learning_rate=7e-4, curriculum="128:0.8,512", eval_blocks=1000, full_rows_steps=1000,
@@ -164,7 +163,7 @@ def build_base_model(args: BaseModelArguments, on_step: Callable[[str], None] = 
                 callbacks=deadline.callbacks(),
             )  # fmt: skip
             finished = metrics.get("finished", True)
-            if finished:  # resuming needs them no more, and a model must fit a slot's carry limit
+            if finished:  # resuming needs them no more, and a finished study is copied off the machine whole
                 for checkpoint in (work / name).glob("checkpoint-*"):
                     shutil.rmtree(checkpoint)
             return {"finished": finished, **metrics}

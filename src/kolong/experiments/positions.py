@@ -37,16 +37,16 @@ from kolong.plots.figures import save_figure
 
 SCALES = {
     # model size, steps and data per scale; "cpu-quick" fits within half an hour on 2 quiet cores. Its 1,200
-    # steps: the schemes' held-out losses part after about 300 (a probe on 2026-11-27: shaw 0.03 nats below
-    # learned at 300 steps, 0.70 below at 750), which is where the study stopped until then.
+    # steps: the schemes' held-out losses part after about 300 (a probe: shaw 0.03 nats below learned at 300
+    # steps, 0.70 below at 750).
     "cpu-quick": dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=2, intermediate_size=512,
                       steps=1200, batch_size=16, vocab_size=8000, reviews=30000, nsmc_limit=2000,
                       qa_train_questions=120, qa_eval_questions=60, qa_max_context_chars=2500),
     "cpu": dict(hidden_size=256, num_hidden_layers=3, num_attention_heads=4, intermediate_size=1024,
                 steps=4000, batch_size=32, vocab_size=32000, reviews=200000, nsmc_limit=20000,
                 qa_train_questions=1500, qa_eval_questions=400, qa_max_context_chars=6000),
-    # issue 17's slot-sized study: 3 x 512, 3,000 steps x 128 blocks (49M tokens), the full balanced NSMC-style
-    # split and all of article-level KorQuAD; each stage resumes, so reruns finish it across 10-minute calls
+    # a study for one GPU: 3 x 512, 3,000 steps x 128 blocks (49M tokens), the full balanced NSMC-style split and
+    # all of article-level KorQuAD; each stage resumes, so a time-limited job run again finishes it
     "gpu-mini": dict(hidden_size=512, num_hidden_layers=3, num_attention_heads=8, intermediate_size=2048,
                      steps=3000, batch_size=128, vocab_size=16000, reviews=639599, nsmc_limit=1_000_000,
                      qa_train_questions=0, qa_eval_questions=0, qa_max_context_chars=100000),

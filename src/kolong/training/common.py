@@ -36,7 +36,7 @@ def device_settings(bf16: str) -> dict:
     batch to the GPU, CPU-only mode.
 
     A blocking copy from pinned memory makes the host wait for the work queued before it: one wait per
-    tensor of every batch (3 of the 4 waits per step traced in `kolong pretrain mlm` on an H100, 2026-11-26)."""
+    tensor of every batch (3 of the 4 waits per step a trace of `kolong pretrain mlm` found on an H100)."""
     gpu = has_gpu()
     settings = {
         "bf16": use_bf16(bf16),
@@ -320,7 +320,7 @@ def resume_checkpoint(args) -> str | None:
 
 def time_budget(seconds: float):
     """A Trainer callback that saves a checkpoint and stops once `seconds` have passed, so a long run fits
-    a slot of limited time and the next call resumes it (`resume_checkpoint`); `.stopped` tells."""
+    a job of limited time and the next run resumes it (`resume_checkpoint`); `.stopped` tells."""
     import time
 
     from transformers import TrainerCallback

@@ -6,9 +6,9 @@ sequence length is the corpus's block length (`kolong data corpus --max-length 1
 
 `base` is BERT-base for long-context pre-training, without attention dropout, as ModernBERT trains
 (`attention_dropout` 0): packed documents then go through FlexAttention's block mask on CUDA, which skips
-the blocks between documents, where dropout would need SDPA's dense mask over whole rows. On an H200 at
-2,048 tokens that took the step from 90 to 52 ms (benchmarks/results/h200-2026-11-28-slot10);
-`--set attention_probs_dropout_prob=0.1` restores BERT's.
+the blocks between documents, where dropout would need SDPA's dense mask over whole rows (on an H200 at
+2,048 tokens, 52 ms a step against 90: benchmarks/results/h200/pretrain.md against a run with
+`--attention-dropout 0.1`); `--set attention_probs_dropout_prob=0.1` restores BERT's.
 """
 
 from __future__ import annotations

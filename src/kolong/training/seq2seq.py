@@ -178,7 +178,7 @@ def finetune_seq2seq(args: Seq2SeqFinetuneArguments, callbacks: list | None = No
         "task": task.name,
         "train_loss": run_train_loss(trainer, output),
         "steps": trainer.state.global_step,
-        # this session's rate (absent when a resumed run had nothing left to train)
+        # this run's rate (absent when a resumed run had nothing left to train)
         "train_samples_per_second": output.metrics.get("train_samples_per_second"),
         "train_examples": len(task.train),
         "eval_examples": len(task.eval),

@@ -95,7 +95,7 @@ def pretrain_span(
     metrics = {
         "train_loss": run_train_loss(trainer, output),
         "steps": trainer.state.global_step,
-        # this session's rate (absent when a resumed run had nothing left to train)
+        # this run's rate (absent when a resumed run had nothing left to train)
         "train_samples_per_second": output.metrics.get("train_samples_per_second"),
         "train_chunks": len(train_chunks),
         "eval_chunks": len(eval_chunks),

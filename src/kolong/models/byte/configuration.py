@@ -40,7 +40,7 @@ class KolongByteConfig(PreTrainedConfig):
 
     Args:
         vocab_size (`int`, defaults to 384):
-            ByT5's 3 specials + 256 bytes + 125 sentinel slots.
+            ByT5's 3 specials + 256 bytes + 125 sentinel ids.
         hidden_size (`int`, defaults to 1472): T5's `d_model`.
         head_dim (`int`, defaults to 64): T5's `d_kv`; the attention width is `num_attention_heads * head_dim`.
         intermediate_size (`int`, defaults to 3584): T5's `d_ff`.

@@ -154,7 +154,7 @@ def additive_mask(
 
     Checking "all real" waits for the device (a host sync): the decoder, which runs once per generated token,
     passes `none_if_all_real=False` and always gets the bias, and so does a compiled model, where the check
-    broke the graph (the seventh GPU slot's compiled GBST encoder, 2026-11-27): a bias of zeros changes nothing.
+    broke the graph (a compiled GBST encoder on CUDA): a bias of zeros changes nothing.
     """
     if mask is None or (none_if_all_real and not torch.compiler.is_compiling() and bool(mask.all())):
         return None

@@ -44,10 +44,8 @@ BANDED_LOCAL_ATTENTION = True
 # around a torch release whose FlexAttention cannot compile it.
 FLEX_DROPOUT = os.environ.get("KOLONG_FLEX_DROPOUT", "1") != "0"
 # Packed documents with attention dropout on CUDA: SDPA under their dense (b, 1, n, n) mask (cuDNN), unless
-# KOLONG_PACKED_FLEX_DROPOUT=1 sends them to FlexAttention's block mask in two passes. Measured on an H200
-# (2026-11-27, torch 2.11, base preset at 2,048 tokens): 90 ms a training step through SDPA (sixth slot), 184
-# ms through FlexAttention (seventh), whose forward kernels took 125 ms of it (benchmarks/results/
-# h200-2026-11-27-slot7). The flag is how a slot measures the two again (`gpu-step flex-probe`, docs/gpu.md).
+# KOLONG_PACKED_FLEX_DROPOUT=1 sends them to FlexAttention's block mask in two passes, which trained the base
+# preset at 2,048 tokens on an H200 (torch 2.11) at half SDPA's speed: its forward kernels took most of the step.
 PACKED_FLEX_DROPOUT = os.environ.get("KOLONG_PACKED_FLEX_DROPOUT", "0") == "1"
 # Devices whose FlexAttention kernels are compiled with a backward: the fused path's choice of flex.
 FLEX_DEVICES = ("cuda",)
@@ -60,7 +58,7 @@ def skips_blocks_in_flex(q: torch.Tensor, mask: AttentionMask, dropout_p: float)
     under a dense (b, 1, n, n) mask. On CUDA: local windows always (with dropout in two passes, unless
     KOLONG_FLEX_DROPOUT=0), packed documents without attention dropout, and with it only under
     PACKED_FLEX_DROPOUT: NSMC's reviews packed into rows of 2,048 leave about one block of 128 x 128 in five to
-    compute, yet FlexAttention's two passes trained the base preset at half SDPA's speed (H200, 2026-11-27)."""
+    compute, yet FlexAttention's two passes trained the base preset at half SDPA's speed (H200, torch 2.11)."""
     if not flex_runs_here(q, dropout_p) or mask.keys_only:
         return False
     return dropout_p == 0 or mask.window is not None or PACKED_FLEX_DROPOUT

@@ -106,11 +106,11 @@ def _ordered(dense: torch.Tensor, heads: int) -> tuple[torch.Tensor, torch.Tenso
     order, as (b, heads, q blocks) and (b, heads, q blocks, kv blocks) int32 (FlexAttention's layout).
 
     The tables are the same for every head, yet written out per head rather than as one broadcast head: when
-    a compiled model builds them in its graph, Inductor (torch 2.11, H200, 2026-11-28) gave a head dimension
-    of size 1 the stride 0, and FlexAttention's forward kernel finds row z's tables at (z * heads + h) times
-    that stride, so every row read the first row's block indices (its backward, given the tables as saved
-    inputs, read stride 256: `benchmarks/results/h200-2026-11-28-slot9`). A dimension of `heads` > 1
-    materialised has its true stride."""
+    a compiled model builds them in its graph, Inductor (torch 2.11, CUDA) gives a head dimension of size 1
+    the stride 0, and FlexAttention's forward kernel finds row z's tables at (z * heads + h) times that
+    stride, so every row read the first row's block indices (its backward, given the tables as saved inputs,
+    read them right; `benchmarks/tools/kernels.py` reads the stride off a compiled kernel). A dimension of
+    `heads` > 1 materialised has its true stride."""
     counts = dense.sum(-1, dtype=torch.int32)
     indices = torch.argsort((~dense).to(torch.int8), dim=-1, stable=True).to(torch.int32)
     # for one head, contiguous() leaves the views as they are

@@ -263,7 +263,7 @@ def _exact(tensor: torch.Tensor) -> torch.dtype:
 
 # Never traced: inside a compiled model this runs eagerly between two graphs. Its block loop and host-side
 # dropout seed do not trace, and torch 2.11 failed to trace its dropout masks once shapes turned dynamic
-# (`randint` of symbolic shape, seen on an H200 with Shaw positions, 2026-11-26).
+# (`randint` of symbolic shape, seen on an H200 with Shaw positions).
 @torch.compiler.disable
 def chunked_attention(q, k, v, mask=None, bias: ChunkBias | None = None, dropout_p: float = 0.0):
     """softmax(q k^T / sqrt(d) + bias + mask) v (+ the bias's value term): (b, h, n, d_h), exact."""

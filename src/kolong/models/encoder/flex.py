@@ -35,7 +35,7 @@ COMPILE = True
 # unfused, silently materialising (b, h, n, n) scores: whole-article QA meets dozens of lengths.
 RECOMPILE_LIMIT = 64
 _compiled: dict[Callable, Callable] = {}
-# Inductor's CPU FlexAttention kernel (torch 2.13, seen on an AVX2 AMD EPYC, 2026-11-26) returns wrong values,
+# Inductor's CPU FlexAttention kernel (torch 2.13, seen on an AVX2 AMD EPYC) returns wrong values,
 # or NaN, for the last (batch, head) pair when the head dimension is 16 or less and the length is not a
 # multiple of 16 (torch 2.15.0 too); from 32 up it was exact at every length tried. Smaller heads are padded
 # with zeros to this.
@@ -99,10 +99,10 @@ def drops_here(q: torch.Tensor) -> bool:
 
 # Inductor's default forward tiles for 16-bit heads of 64 on sm90 (H100, H200: 128 x 128, 3 stages) need 240 KB
 # of shared memory when the score_mod gathers from a trained float32 (b, h, n, buckets) tensor (Shaw's
-# profile, T5's rows): over the 227 KB a block may use, so the kernel did not compile (H200, torch 2.11,
-# 2026-11-27). Two forward stages fit; one backward stage was the fastest measured
-# (benchmarks/results/h200-2026-11-27: Shaw 40.5 ms against 43.7 with two, and 42.0 reading bf16).
-# KOLONG_FLEX_TRAINED_READ_OPTIONS (a JSON object) replaces them: how a GPU slot times other tiles (docs/gpu.md).
+# profile, T5's rows): over the 227 KB a block may use, so the kernel did not compile (H200, torch 2.11).
+# Two forward stages fit; one backward stage was the fastest of those measured on an H200 (Shaw's step 7% faster
+# than with two, 4% faster than reading bf16). KOLONG_FLEX_TRAINED_READ_OPTIONS (a JSON object) replaces them,
+# to time other tiles.
 DEFAULT_TRAINED_READ_OPTIONS = {"fwd_num_stages": 2, "bwd_num_stages": 1}
 
 

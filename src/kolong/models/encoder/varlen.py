@@ -2,9 +2,8 @@
 
 Under SDPA a row of packed documents is attended with a dense (b, 1, n, n) mask: every score is computed,
 most are then masked. NSMC's reviews (11 tokens on average) packed into rows of 2,048 leave about one score
-in 200 allowed; on an H200 the base preset spent 48 of its 90 ms a step in cuDNN's attention under that mask
-(benchmarks/results/h200-2026-11-27-slot6), and FlexAttention's block mask, which skips the empty 128 x 128
-blocks, was slower still (slot 7). FlashAttention's variable-length kernel takes the packed tokens as one
+in 200 allowed; on an H200 the base preset with attention dropout spent 48 of its 90 ms a step in cuDNN's
+attention under that mask. FlashAttention's variable-length kernel takes the packed tokens as one
 (total, h, d) sequence cut into segments at the cumulative lengths `cu_seq_lens` and computes each
 segment's scores alone, attention dropout included, forward and backward: ModernBERT's unpadding, with the
 kernel PyTorch ships (`aten._flash_attention_forward`, behind its nested-tensor SDPA), no flash-attn needed.
@@ -16,7 +15,9 @@ Both change with every batch; marked dynamic where batches reach the device (`ma
 compiled graph serve every batch. Each row's padding is a segment of its own, whose outputs nothing reads.
 
 On CUDA with 16-bit q, k, v (bf16 autocast) and heads of at most 256 (a multiple of 8), for schemes without a
-logit bias and without a local window, when KOLONG_PACKED_VARLEN=1 (until a GPU slot has measured it).
+logit bias and without a local window, when KOLONG_PACKED_VARLEN=1: opt-in, because on an H200 the base
+preset's step with NSMC's 11-token documents was no faster through it (92 ms) than under the dense mask (90 ms):
+each document takes whole tiles. Documents of hundreds of tokens are yet to be measured.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import os
 
 import torch
 
-# Opt-in until measured on a GPU (docs/gpu.md, `gpu-step pretrain-bench-base-varlen`).
+# Opt-in: see the module's docstring.
 ENABLED = os.environ.get("KOLONG_PACKED_VARLEN", "0") == "1"
 KEYS = ("cu_seq_lens", "longest_document")
 

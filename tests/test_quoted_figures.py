@@ -1,0 +1,138 @@
+"""Every benchmark figure the README and docs quote is checked against the result file it comes from.
+
+A quoted figure is a link to a result's markdown whose title names the value in the JSON beside it:
+`[32.3%](../benchmarks/results/h200/pretrain.md "cells/0/mfu/kolong pretrain mlm")` (docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+PAGES = sorted([ROOT / "README.md", ROOT / "benchmarks" / "README.md", *(ROOT / "docs").glob("*.md")])
+LINK = re.compile(r"\[([^\]]+)\]\(([^)\s]+)(?:\s+\"([^\"]+)\")?\)")
+NUMBER = re.compile(r"-?\d[\d,]*(?:\.(\d+))?")
+
+
+def resolve(value, path: str):
+    """The value at `path` ("a/0/key=value,other=2/b", a trailing " *K" scales it) in parsed JSON."""
+    path, _, scale = path.partition(" *")
+    for part in path.split("/"):
+        if isinstance(value, list):
+            if part.lstrip("-").isdigit():
+                value = value[int(part)]
+                continue
+            wanted = dict(item.split("=", 1) for item in part.split(","))
+            matches = [i for i in value if all(str(i.get(k)) == v for k, v in wanted.items())]
+            if not matches:
+                raise KeyError(f"no item with {part}")
+            value = matches[0]
+        else:
+            value = value[part]
+    return float(value) * float(scale or 1)
+
+
+def agrees(text: str, value: float) -> bool:
+    """Whether the figure written in `text` is `value` rounded as written (`%`: value x 100)."""
+    found = NUMBER.search(text)
+    if found is None:
+        return False
+    decimals = len(found.group(1) or "")
+    written = float(found.group(0).replace(",", ""))
+    if text[found.end() : found.end() + 1] == "%":
+        value *= 100
+    return abs(value - written) <= 0.5 * 10**-decimals + 1e-9
+
+
+def quoted_figures() -> list[tuple[str, str, Path, str]]:
+    """(page:line, text, result JSON, path) of every quoted figure."""
+    found = []
+    for page in PAGES:
+        for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
+            for text, target, title in LINK.findall(line):
+                if title and "benchmarks/results/" in target and target.endswith(".md"):
+                    json_path = (page.parent / target).resolve().with_suffix(".json")
+                    found.append((f"{page.relative_to(ROOT)}:{number}", text, json_path, title))
+    return found
+
+
+def result_links() -> list[tuple[str, Path]]:
+    """(page:line, file) of every link into benchmarks/results/."""
+    found = []
+    for page in PAGES:
+        for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
+            for _, target, _ in LINK.findall(line):
+                if "benchmarks/results" in target and "://" not in target:
+                    found.append(
+                        (f"{page.relative_to(ROOT)}:{number}", (page.parent / target.split("#")[0]).resolve())
+                    )
+    return found
+
+
+@pytest.mark.parametrize(("where", "text", "result", "path"), quoted_figures(), ids=lambda x: str(x)[:60])
+def test_a_quoted_figure_is_its_result_files(where, text, result, path):
+    assert result.is_file(), f"{where}: {result} does not exist"
+    value = resolve(json.loads(result.read_text(encoding="utf-8")), path)
+    assert agrees(text, value), f"{where}: '{text}' quotes {path} = {value}"
+
+
+def test_every_link_into_the_results_points_at_a_file():
+    missing = [f"{where}: {path.relative_to(ROOT)}" for where, path in result_links() if not path.exists()]
+    assert not missing, "\n".join(missing)
+
+
+def test_the_readme_quotes_its_figures_with_their_source_and_one_headline_a_row():
+    """Each capability row of the README carries at most one figure, and that one names its result file."""
+    rows = [
+        line
+        for line in (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+        if line.startswith("| ")
+    ]
+    for row in rows:
+        marked = [
+            text for text, target, title in LINK.findall(row) if title and "benchmarks/results/" in target
+        ]
+        assert len(marked) <= 1, f"more than one headline figure: {row[:120]}"
+        bare = re.sub(r"\[[^\]]*\]\([^)]*\)|`[^`]*`|goals? (of )?[<>=]* ?[\d.]+(x|%)", "", row)
+        assert not re.search(r"\d(?:\.\d+)?(?:x|%)(?!\w)", bare), (
+            f"a ratio or share without its source: {row[:160]}"
+        )
+
+
+def test_one_current_result_per_benchmark_and_device_class():
+    """benchmarks/results/<device>/<benchmark>.{json,md}: no nested folders, no partial or superseded runs."""
+    from kolong.bench.arguments import BENCHMARKS
+
+    for folder in (path for path in RESULTS.iterdir() if path.is_dir()):
+        assert not [path for path in folder.iterdir() if path.is_dir()], f"{folder.name} holds a folder"
+        for json_path in folder.glob("*.json"):
+            result = json.loads(json_path.read_text(encoding="utf-8"))
+            assert json_path.stem == result["benchmark"] in BENCHMARKS, json_path
+            assert result.get("device_class") == folder.name and not result.get("partial"), json_path
+            assert result.get("command", "").startswith(f"kolong bench {result['benchmark']}"), json_path
+            assert json_path.with_suffix(".md").is_file(), json_path
+        assert {p.suffix for p in folder.iterdir()} <= {".json", ".md", ".png"}, folder
+
+
+@pytest.mark.parametrize(
+    ("text", "value", "ok"),
+    [("32.3%", 0.3229, True), ("32.3%", 0.3236, False), ("2.68x", 2.6773, True), ("1,316,056 tokens/s", 1316056.2, True),
+     ("52.4 ms", 0.05236 * 1000, True), ("0.58x", 0.5851, False)],
+)  # fmt: skip
+def test_a_figure_agrees_as_rounded(text, value, ok):
+    assert agrees(text, value) is ok
+
+
+def test_paths_read_keys_indexes_and_selectors():
+    data = {"cells": [{"position": "shaw", "length": 512, "mfu": {"raw step": 0.1}},
+                      {"position": "learned", "length": 2048, "mfu": {"raw step": 0.33}}]}  # fmt: skip
+    assert resolve(data, "cells/1/mfu/raw step") == 0.33
+    assert resolve(data, "cells/position=learned,length=2048/mfu/raw step") == 0.33
+    assert resolve(data, "cells/0/length *2") == 1024
+    with pytest.raises(KeyError):
+        resolve(data, "cells/position=alibi/mfu")
