@@ -493,7 +493,7 @@ def test_kernels_are_grouped_by_kind_from_their_names(name, kind):
     assert kernel_kind(name) == kind and kind in KINDS
 
 
-def test_the_pretrain_report_lists_device_time_by_kind_where_a_trace_has_it():
+def test_the_pretrain_report_lists_kernel_time_by_kind_where_a_trace_has_it():
     from kolong.bench.pretrain import to_markdown
 
     trace = {"position": "learned", "length": 2048, "pipeline": "raw step", "steps": 9, "ms_per_step": 92.0,

@@ -32,3 +32,32 @@ def test_the_readme_commands_install_the_cpu_torch_through_constraints():
     assert len(commands) == 2 and all("-c constraints-cpu.txt" in line for line in commands)
     constraints = (Path(__file__).resolve().parents[1] / "constraints-cpu.txt").read_text()
     assert "torch==2.13.0" in constraints and DEPENDENCIES["torch"].specifier.contains("2.13.0")
+
+
+def test_the_wheel_holds_the_library_and_no_benchmark_tools(tmp_path):
+    """`pip install .` installs kolong, not the diagnostics that explain its benchmarks (benchmarks/tools/)."""
+    import shutil
+    import subprocess
+    import sys
+    import zipfile
+
+    pytest.importorskip("setuptools")
+    root = Path(__file__).resolve().parents[1]
+    tree = tmp_path / "tree"
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        (tree / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(root / name, tree / name)
+    shutil.copytree(root / "src", tree / "src", ignore=shutil.ignore_patterns("*.egg-info", "__pycache__"))
+    build = "from setuptools import build_meta; print(build_meta.build_wheel('dist'))"
+    done = subprocess.run([sys.executable, "-c", build], cwd=tree, capture_output=True, text=True)
+    if done.returncode != 0 and "No module named" in done.stderr:
+        pytest.skip(done.stderr.strip().splitlines()[-1])
+    assert done.returncode == 0, done.stderr[-2000:]
+    names = zipfile.ZipFile(tree / "dist" / done.stdout.strip().splitlines()[-1]).namelist()
+    assert "kolong/bench/harness.py" in names and "kolong/bench/flops.py" in names
+    diagnostics = [
+        n
+        for n in names
+        if n.rsplit("/", 1)[-1] in ("flex_probe.py", "kernels.py", "gbst_profile.py", "recount.py")
+    ]
+    assert not diagnostics and not [n for n in names if n.startswith("benchmarks/")], diagnostics
