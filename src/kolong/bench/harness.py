@@ -1,6 +1,6 @@
 """One harness for every `kolong bench ...`: the protocol and the timer (what it writes: `results.py`).
 
-A benchmark is a class with a `name` (the command, and the stem of `benchmarks/results/NAME.{json,md}`),
+A benchmark is a class with a `name` (the command, and the stem of `benchmarks/results/DEVICE/NAME.{json,md}`),
 an `arguments` dataclass (its options; `kolong.bench.arguments`, read by `--help` without torch) and:
 
 - `sizes(args)`: the cases it measures (lengths, thread counts, stages, ...), one dict each;

@@ -6,9 +6,9 @@ sequence length is the corpus's block length (`kolong data corpus --max-length 1
 
 `base` is BERT-base for long-context pre-training, without attention dropout, as ModernBERT trains
 (`attention_dropout` 0): packed documents then go through FlexAttention's block mask on CUDA, which skips
-the blocks between documents, where dropout would need SDPA's dense mask over whole rows (on an H200 at
-2,048 tokens, 52 ms a step against 90: benchmarks/results/h200/pretrain.md against a run with
-`--attention-dropout 0.1`); `--set attention_probs_dropout_prob=0.1` restores BERT's.
+the blocks between documents, where dropout would need SDPA's dense mask over whole rows (nearly twice the
+step's time on an H200 at 2,048 tokens: docs/pretraining.md); `--set attention_probs_dropout_prob=0.1`
+restores BERT's.
 """
 
 from __future__ import annotations
