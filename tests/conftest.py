@@ -135,7 +135,7 @@ def eager_flex_with_backward(monkeypatch):
     kolong's flex functions uncompiled (what a CUDA run compiles, traced here as it is)."""
     import torch.nn.attention.flex_attention as flex_api
 
-    from kolong.models.encoder import flex
+    from kolong.attention import flex
 
     monkeypatch.setattr(flex, "COMPILE", False)
     monkeypatch.setattr(flex_api, "_validate_device", lambda *tensors: None)
@@ -146,7 +146,8 @@ def eager_flex_with_backward(monkeypatch):
 def same_flex_drops(monkeypatch):
     """`same_flex_drops(batch=, heads=)`: FlexAttention's dropout draws fixed hash keys, and the eager and
     chunked paths drop exactly the entries those keys drop."""
-    from kolong.models.encoder import attention, chunked, flex_dropout
+    from kolong.attention import chunked, flex_dropout
+    from kolong.models.encoder import attention
 
     def fix(batch: int, heads: int, device="cpu"):
         keys = flex_dropout.draw_keys(batch, heads, device)

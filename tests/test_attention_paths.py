@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from conftest import random_ids, tiny_kolong_config
+from kolong.attention import chunked, flex
+from kolong.attention.masks import AttentionMask
 from kolong.models import KolongConfig, KolongForMaskedLM, KolongModel
-from kolong.models.encoder import chunked, flex
-from kolong.models.encoder.masks import AttentionMask
 from kolong.positions.t5 import bucket_boundaries, relative_position_bucket
 
 SCHEMES = {
@@ -346,7 +346,7 @@ def test_distance_biases_take_sdpa_with_the_bias_as_a_view_and_match_the_referen
     """Full attention: T5 and ALiBi infer through SDPA with the bias as a Hankel view (`rowwise.py`), in fp32
     and under bf16 autocast, one call per row length; packed documents per block of query rows. Training:
     ALiBi (no bias gradient) the same way, T5 (a table to train) the chunked path."""
-    from kolong.models.encoder import rowwise
+    from kolong.attention import rowwise
 
     monkeypatch.setattr(rowwise, "MASK_ENTRIES", 1)  # row blocks of 16 rows: three blocks
     calls = {"_hankel": [], "row_block_attention": []}
@@ -380,7 +380,8 @@ def test_distance_biases_take_sdpa_with_the_bias_as_a_view_and_match_the_referen
 def test_shaw_infers_through_sdpa_per_row_block_and_matches_the_reference(name, monkeypatch):
     """Shaw's key term at inference: SDPA per block of query rows with its bias (`rowwise.py`), padding and
     packed documents, fp32 and bf16; its value term (which needs the probabilities) and training: chunked."""
-    from kolong.models.encoder import attention, rowwise
+    from kolong.attention import rowwise
+    from kolong.models.encoder import attention
 
     monkeypatch.setattr(rowwise, "MASK_ENTRIES", 1)  # row blocks of 16 rows: three blocks
     taken = []
@@ -414,7 +415,7 @@ def test_shaw_infers_through_sdpa_per_row_block_and_matches_the_reference(name, 
 def test_distance_attention_equals_dense_attention_with_gradients(bias_name):
     """Every row full; padding at the rows' ends (one row with no real key gets 0); padding first and packed
     documents (per block of query rows at inference; with gradients, None: the chunked path's case)."""
-    from kolong.models.encoder.rowwise import distance_attention
+    from kolong.attention.rowwise import distance_attention
     from test_sparse_attention import bias_for
 
     torch.manual_seed(0)
@@ -446,7 +447,7 @@ def test_distance_attention_equals_dense_attention_with_gradients(bias_name):
 def test_the_bias_view_keeps_sdpa_fused_and_linear_in_memory():
     """The Hankel view reaches SDPA's fused CPU kernel (not the unfused path, which would materialise the
     (b, h, n, n) scores) with and without a gradient for q, k and v; its storage is the (h, 2n - 1) vector."""
-    from kolong.models.encoder import rowwise
+    from kolong.attention import rowwise
     from test_sparse_attention import bias_for
 
     length, heads = 64, 2
@@ -498,7 +499,7 @@ def test_t5_chunked_forward_in_the_fused_kernel_gives_the_same_outputs_and_gradi
 def test_toeplitz_rows_read_the_bias_of_each_distance():
     """Entry (i, j) of rows start..stop-1 is per_distance[:, j - i + n - 1], for any block, and for the
     transposed (non-contiguous) tables T5 builds."""
-    from kolong.models.encoder.chunked import toeplitz_rows
+    from kolong.attention.chunked import toeplitz_rows
 
     length = 11
     per_distance = torch.randn(2 * length - 1, 3).T  # (h, 2n - 1), transposed

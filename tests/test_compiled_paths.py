@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import assert_one_graph, random_ids, tiny_kolong_config
+from kolong.attention.masks import exporting
 from kolong.models import KolongForMaskedLM, KolongModel
-from kolong.models.encoder.masks import exporting
 from kolong.positions.registry import scheme_names
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -42,7 +42,7 @@ def test_compiled_flex_attention_follows_each_scheme_setting_and_length():
 def test_compiled_cpu_flex_attention_is_exact_for_small_heads_at_any_length(head_dim):
     """torch 2.13's compiled CPU kernel got the last (batch, head) pair wrong for heads of 16 or less at
     lengths that are not multiples of 16 (one thread, AVX2): flex_call pads such heads with zeros."""
-    from kolong.models.encoder import flex
+    from kolong.attention import flex
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -111,7 +111,7 @@ def _block_mask_parts(block_mask) -> tuple[torch.Tensor, ...]:
 
 
 def _example_masks(length: int):
-    from kolong.models.encoder.masks import AttentionMask
+    from kolong.attention.masks import AttentionMask
 
     real = torch.ones(2, length, dtype=torch.bool)
     real[1, -37:] = False
@@ -148,7 +148,7 @@ def test_block_masks_for_several_heads_repeat_the_one_head_tables_in_their_own_m
     """Inside a compiled graph the model's block mask has its heads' tables (a compiled model's FlexAttention
     read a broadcast head's stride as 0 on CUDA): every head holds the one-head tables, each head in its own
     memory (no stride of 0). Built eagerly, one head serves them all."""
-    from kolong.models.encoder.masks import AttentionMask
+    from kolong.attention.masks import AttentionMask
 
     one_head = _example_masks(520)  # block masks are kept once built: fresh masks for each kind
     for name, mask in _example_masks(520).items():
@@ -192,7 +192,7 @@ def test_block_masks_never_skip_an_allowed_entry(cuts, padding, window, global_p
     only ever be conservative)."""
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-    from kolong.models.encoder.masks import AttentionMask
+    from kolong.attention.masks import AttentionMask
 
     length = 400
     documents = torch.ones(1, length, dtype=torch.long)
@@ -225,7 +225,7 @@ def _full_only(block_mask):
 
 
 def test_a_global_mask_of_another_batch_size_is_refused():
-    from kolong.models.encoder.masks import AttentionMask
+    from kolong.attention.masks import AttentionMask
 
     one_row = torch.zeros(1, 200, dtype=torch.bool)
     with pytest.raises(ValueError, match=r"global_tokens is \(1, 200\), not \(batch, length\)"):
@@ -238,7 +238,7 @@ def test_compiled_flex_serves_more_lengths_than_dynamos_default_limit(monkeypatc
     new length still compiles a kernel (a cache entry of plain_flex) instead of falling back."""
     from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 
-    from kolong.models.encoder import flex
+    from kolong.attention import flex
 
     def kernels() -> int:
         return len(_debug_get_cache_entry_list(flex.plain_flex.__code__))

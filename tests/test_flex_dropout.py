@@ -13,8 +13,9 @@ import torch
 import torch.nn.attention.flex_attention as flex_api
 
 from conftest import assert_flex_trains_as_eager, random_ids, tiny_kolong_config
+from kolong.attention import flex, flex_dropout
 from kolong.models import KolongModel
-from kolong.models.encoder import attention, flex, flex_dropout
+from kolong.models.encoder import attention
 
 pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
 

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from conftest import random_ids, tiny_kolong_config
+from kolong.attention import flex, flex_dropout
 from kolong.models import KolongModel
-from kolong.models.encoder import flex, flex_dropout
 from kolong.positions import shaw, t5
 
 pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from kolong.attention.masks import AttentionMask
 from kolong.bench.flops import FlopCount, allowed_pairs, document_pairs, layer_weights, mfu
-from kolong.models.encoder.masks import AttentionMask
 
 
 def test_bert_base_training_step_by_hand():

@@ -149,7 +149,7 @@ def _packed_batch(rows: int = 3, length: int = 160, seed: int = 0):
 def test_packed_documents_through_flash_varlen_match_the_reference_with_gradients(scheme, monkeypatch):
     """`varlen.py`: FlashAttention's variable-length kernel in bf16 (heads of 64, as the presets) no further
     from fp32 eager under the dense document mask than eager in bf16 is, outputs and gradients."""
-    from kolong.models.encoder import varlen
+    from kolong.attention import varlen
 
     calls = []
     kernel = varlen.KERNEL
@@ -173,7 +173,7 @@ def test_packed_documents_through_flash_varlen_match_the_reference_with_gradient
 def test_a_compiled_model_takes_every_batchs_segments_without_compiling_again_and_trains_with_dropout():
     """Marked dynamic (as the Trainer marks them), segments of other sizes reuse the compiled graph; attention
     dropout runs inside the kernel, and bf16 training lowers the loss without NaN."""
-    from kolong.models.encoder import varlen
+    from kolong.attention import varlen
 
     torch.manual_seed(0)
     config = tiny_kolong_config(hidden_size=128, num_attention_heads=2, intermediate_size=256,
@@ -216,7 +216,8 @@ def test_attention_dropout_runs_in_flex_on_cuda_as_the_reference_drops(name, mon
     """Training with attention dropout: the default path on CUDA (compiled FlexAttention, two passes, the
     hashed mask in the kernel) against eager told to drop the same entries; the chunked path it replaced
     would draw other drops and fail this. fp32 and bf16."""
-    from kolong.models.encoder import attention, flex_dropout
+    from kolong.attention import flex_dropout
+    from kolong.models.encoder import attention
 
     torch.manual_seed(0)
     keys = flex_dropout.draw_keys(3, 2, "cuda")

@@ -238,8 +238,8 @@ def test_window_collator_pads_coarsely_for_compiled_flex_models(tokenizer):
 
 def test_only_kolong_models_that_run_compiled_flex_on_cuda_pad_coarsely():
     from conftest import tiny_kolong_config
+    from kolong.attention.flex import compiles_per_length
     from kolong.models import KolongForQuestionAnswering
-    from kolong.models.encoder.flex import compiles_per_length
 
     sparse = KolongForQuestionAnswering(
         tiny_kolong_config(attention_pattern="local+global", attention_window=8)

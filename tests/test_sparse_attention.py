@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from conftest import random_ids, tiny_kolong_config
+from kolong.attention import chunked
 from kolong.models import KolongConfig, KolongForMaskedLM, KolongForQuestionAnswering
-from kolong.models.encoder import chunked
 from kolong.models.encoder.patterns import attends_locally, question_tokens
 from test_attention_paths import SCHEMES, padded_batch, run_path
 
@@ -52,7 +52,7 @@ def test_flex_reads_every_rows_global_tokens_without_padding(monkeypatch):
     """Batches without padding and without `global_attention_mask` ([CLS] global): FlexAttention's mask_mod
     reads the global tokens of row b, so they must exist for every row (a (1, n) row crashed with
     batch 2, on CUDA's default path too); a (1, n) `global_attention_mask` is shared by every row."""
-    from kolong.models.encoder import flex
+    from kolong.attention import flex
 
     monkeypatch.setattr(flex, "COMPILE", False)
     model = sparse_model("learned", length=300, attention_window=16).eval()
@@ -204,8 +204,8 @@ def test_banded_path_equals_dense_attention_in_outputs_and_gradients(
     """SDPA over key bands: padding (rows with no key at all get 0), packed documents, global tokens that
     differ per row, inside and outside the bands, blocks that do not divide the length, and the distance-only
     biases (ALiBi; T5 with its table's gradient) as SDPA's float mask."""
-    from kolong.models.encoder import banded
-    from kolong.models.encoder.masks import AttentionMask
+    from kolong.attention import banded
+    from kolong.attention.masks import AttentionMask
     from test_attention_paths import dense_reference
 
     monkeypatch.setattr(banded, "MIN_BLOCK_ROWS", 4)
@@ -236,7 +236,8 @@ def test_banded_path_equals_dense_attention_in_outputs_and_gradients(
 
 def record_paths(monkeypatch) -> list[str]:
     """The attention calls of local layers from now on: "banded" or "chunked", in order."""
-    from kolong.models.encoder import attention, banded
+    from kolong.attention import banded
+    from kolong.models.encoder import attention
 
     taken = []
     original_banded, original_chunked = banded.banded_attention, attention.chunked_attention

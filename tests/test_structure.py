@@ -149,3 +149,17 @@ def _third_party_imports() -> set[str]:
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                 names.add(node.module.split(".")[0])
     return names - set(sys.stdlib_module_names) - {"kolong", "__future__"}
+
+
+def test_the_attention_engine_imports_nothing_above_it():
+    """kolong/attention/ sits below positions/ and models/: schemes declare what they hand to attention and the
+    encoder runs the plan, so nothing in attention/ may import either (function-local imports included)."""
+    graph = import_graph(SRC, "kolong")
+    upward = sorted(
+        f"{module} -> {target}"
+        for module, targets in graph.items()
+        if module.startswith("kolong.attention")
+        for target in targets
+        if target.startswith(("kolong.positions", "kolong.models"))
+    )
+    assert not upward, "attention/ imports above it: " + ", ".join(upward)

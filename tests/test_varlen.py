@@ -1,4 +1,4 @@
-"""Packed documents as FlashAttention's segments (`kolong.models.encoder.varlen`): the segments the collator
+"""Packed documents as FlashAttention's segments (`kolong.attention.varlen`): the segments the collator
 gives, and on CPU, with a segment-by-segment reference in the kernel's place, the same attention, outputs
 and gradients as the dense document mask (the CUDA kernel itself: tests/test_gpu.py)."""
 
@@ -11,7 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kolong.models.encoder import varlen
+from kolong.attention import varlen
 
 
 def test_segments_cut_at_each_document_padding_run_and_row():

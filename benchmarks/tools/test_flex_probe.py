@@ -108,7 +108,8 @@ def test_the_model_variants_take_the_attention_path_they_are_named_after(monkeyp
     """On a device where FlexAttention trains (CUDA; here the CPU stands in, eager), kolong's encoder attends
     packed documents through SDPA's dense mask with attention dropout, through FlexAttention in one pass
     without it, and in two passes under KOLONG_PACKED_FLEX_DROPOUT's path; the flag is restored after each call."""
-    from kolong.models.encoder import attention, flex
+    from kolong.attention import flex
+    from kolong.models.encoder import attention
 
     monkeypatch.setattr(attention, "FLEX_DEVICES", ("cpu",))
     monkeypatch.setattr(flex, "COMPILE", False)

@@ -72,7 +72,7 @@ class LongDocumentQAPipeline(Pipeline):
         return {"examples": examples, "features": features, "max_length": length}
 
     def _forward(self, model_inputs):
-        from kolong.models.encoder.flex import compiles_per_length
+        from kolong.attention.flex import compiles_per_length
 
         collate = WindowCollator(
             self.tokenizer, model_inputs["max_length"], compiles_per_length(self.model, self.device)

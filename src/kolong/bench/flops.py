@@ -100,7 +100,7 @@ def document_pairs(lengths) -> int:
 
 
 def allowed_pairs(mask, batch: int, length: int, rows_per_call: int = 1024) -> int:
-    """Key-query pairs a `kolong.models.encoder.masks.AttentionMask` allows over a (batch, length) input,
+    """Key-query pairs a `kolong.attention.masks.AttentionMask` allows over a (batch, length) input,
     queries at padding left out (their outputs are never read). Counted a block of query rows at a time
     from the mask's own `rows`, so that 16k tokens never build an (n, n) tensor."""
     import torch

@@ -237,7 +237,7 @@ def raw_step(args, device: str, warmup: int, trace=None) -> Measured:
     compiled during the timed steps)."""
     import torch
 
-    from kolong.models.encoder import varlen
+    from kolong.attention import varlen
     from kolong.training.common import fresh_compile_state
     from kolong.training.pretrain import throughput_settings
 
@@ -303,7 +303,7 @@ def varlen_layers(model, inputs: dict, device: str, bf16: bool) -> int:
     bias, a GPU before Ampere take the dense mask), and a benchmark must not credit it with another path's time."""
     import torch
 
-    from kolong.models.encoder import varlen
+    from kolong.attention import varlen
 
     calls, kernel = [], varlen.KERNEL
     varlen.KERNEL = lambda *arguments: calls.append(1) or kernel(*arguments)
@@ -375,7 +375,8 @@ def hf_pipeline(args, device: str, warmup: int, trace=None) -> Measured:
 def packed_attention(dropout: float) -> str:
     """How kolong's model attends packed documents on CUDA in this process (the environment's switches) with
     attention dropout `dropout`."""
-    from kolong.models.encoder import attention, varlen
+    from kolong.attention import varlen
+    from kolong.models.encoder import attention
 
     if varlen.ENABLED:
         return "FlashAttention's variable-length kernel (KOLONG_PACKED_VARLEN=1)"

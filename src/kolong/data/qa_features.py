@@ -66,7 +66,7 @@ class WindowCollator:
     column i of its logits, where its offsets say it is, whatever the tokenizer's `padding_side`.
 
     `coarse` (a model whose attention runs compiled FlexAttention, which compiles a kernel per input length;
-    `kolong.models.encoder.flex.compiles_per_length`) pads to one of a few widths instead: `padded_width`."""
+    `kolong.attention.flex.compiles_per_length`) pads to one of a few widths instead: `padded_width`."""
 
     tokenizer: object
     max_length: int

@@ -16,8 +16,8 @@ import math
 import numpy as np
 import torch
 
-from kolong.models.encoder.chunked import ChunkBias, toeplitz_rows
-from kolong.models.encoder.flex import attend
+from kolong.attention.chunked import ChunkBias, toeplitz_rows
+from kolong.attention.flex import attend
 from kolong.positions.base import PositionEncoding
 
 

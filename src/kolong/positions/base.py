@@ -14,11 +14,11 @@ A scheme acts at up to three places of the encoder, and each hook defaults to "d
 `score_bias` and `value_term` are the reference (the `eager` attention path). A scheme with a logit
 bias also gives the fused paths the same terms without any (n, n) tensor:
 
-- `chunk_bias(layer, query, state)`: a `ChunkBias` (kolong.models.encoder.chunked) that builds the
+- `chunk_bias(layer, query, state)`: a `ChunkBias` (kolong.attention.chunked) that builds the
   bias one block of query rows at a time and reduces the gradient back onto its inputs;
 - `flex_score(layer, query, state)`: `(function, tensors)`, a module-level function
   `function(q, k, v, block_mask, scale, dropout, *tensors)` that defines a FlexAttention `score_mod` over
-  `tensors` and returns `kolong.models.encoder.flex.attend(q, k, v, score_mod, block_mask, scale, dropout,
+  `tensors` and returns `kolong.attention.flex.attend(q, k, v, score_mod, block_mask, scale, dropout,
   options)` (compiled once per function; `attend` adds attention dropout when `dropout` is not None; `options`
   is `flex.kernel_options(q, *trained)` where the score_mod gathers from a trained per-row tensor).
 

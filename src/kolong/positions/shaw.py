@@ -24,8 +24,8 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from kolong.models.encoder.chunked import ChunkBias
-from kolong.models.encoder.flex import attend, kernel_options
+from kolong.attention.chunked import ChunkBias
+from kolong.attention.flex import attend, kernel_options
 from kolong.positions.base import (
     PositionEncoding,
     kwarg_error,

@@ -25,8 +25,8 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from kolong.models.encoder.chunked import ChunkBias, toeplitz_rows
-from kolong.models.encoder.flex import attend, kernel_options
+from kolong.attention.chunked import ChunkBias, toeplitz_rows
+from kolong.attention.flex import attend, kernel_options
 from kolong.positions.base import (
     PositionEncoding,
     kwarg_error,

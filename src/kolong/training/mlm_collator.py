@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from kolong.models.encoder import varlen
+from kolong.attention import varlen
 from kolong.training.masking import GRANULARITIES, replace, select, span_length_distribution
 
 PACKINGS = ("documents", "documents-continuous", "concatenate")
@@ -79,7 +79,7 @@ class MaskingCollator:
     labelled tokens, so the sparse prediction head keeps one shape). For kolong's MLM models only."""
     segments: bool = False
     """Also give packed documents as FlashAttention's segments (`cu_seq_lens`, `longest_document`: see
-    `kolong.models.encoder.varlen`), for its variable-length kernel on CUDA. Packing modes only."""
+    `kolong.attention.varlen`), for its variable-length kernel on CUDA. Packing modes only."""
 
     def __post_init__(self) -> None:
         self._calls = {"train": self.calls}

@@ -52,10 +52,10 @@ def _split_overrides(overrides: dict, model_fields: dict, training_fields: dict)
 
 def prepare(args: PretrainArguments):
     """Everything before training: (model, tokenizer, datasets, collator, training settings); raises on bad input."""
+    from kolong.attention import varlen
     from kolong.checkpoints import load_config, load_model, load_tokenizer
     from kolong.data.corpus import load_corpus
     from kolong.models import KolongConfig, KolongForMaskedLM, KolongForPreTraining
-    from kolong.models.encoder import varlen
     from kolong.training.curriculum import batch_schedule, parse_length_curriculum
     from kolong.training.mlm_collator import MaskingCollator
 
@@ -158,7 +158,7 @@ def prepare(args: PretrainArguments):
 def make_trainer_class():
     from transformers import Trainer
 
-    from kolong.models.encoder import varlen
+    from kolong.attention import varlen
 
     class MLMTrainer(Trainer):
         """Adds perplexity to evaluations and training throughput (tokens/s) to the logs."""

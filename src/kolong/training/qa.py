@@ -111,7 +111,7 @@ def finetune_qa(
     `report` receives a line at each stage of the preparation (the command prints them)."""
     from transformers import AutoModelForQuestionAnswering, EarlyStoppingCallback, default_data_collator
 
-    from kolong.models.encoder.flex import compiles_per_length
+    from kolong.attention.flex import compiles_per_length
 
     if args.strategy not in STRATEGIES:
         raise DataError(f"unknown strategy {args.strategy!r}; choose one of {', '.join(STRATEGIES)}")
@@ -188,7 +188,7 @@ def predict_logits(
 
     from transformers import Trainer, TrainingArguments, default_data_collator
 
-    from kolong.models.encoder.flex import compiles_per_length
+    from kolong.attention.flex import compiles_per_length
 
     plainly = getattr(model, "is_quantized", False) or compile
     device = model.device if plainly or not has_gpu() else "cuda"  # where the Trainer would put it

@@ -30,9 +30,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kolong.models.encoder import banded, rowwise, varlen
-from kolong.models.encoder.chunked import attention_dropout_mask, chunked_attention
-from kolong.models.encoder.masks import AttentionMask, exporting
+from kolong.attention import banded, rowwise, varlen
+from kolong.attention.chunked import attention_dropout_mask, chunked_attention
+from kolong.attention.masks import AttentionMask, exporting
 from kolong.positions import PositionEncoding
 
 IMPLEMENTATIONS = ("eager", "sdpa", "flex_attention")
@@ -143,7 +143,7 @@ class KolongAttention(nn.Module):
         return chunked_attention(q, k, v, given, bias, dropout_p)
 
     def _attend_flex(self, q, k, v, mask, positions, layer, state, dropout_p, explicit: bool):
-        from kolong.models.encoder import flex
+        from kolong.attention import flex
 
         if explicit:
             flex.check_flex(q)

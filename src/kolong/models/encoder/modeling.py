@@ -24,10 +24,10 @@ from transformers.modeling_outputs import (
     TokenClassifierOutput,
 )
 
+from kolong.attention.masks import AttentionMask
 from kolong.constants import POSITION_SCALING_KEY
 from kolong.models.encoder.attention import KolongAttention
 from kolong.models.encoder.configuration import KolongConfig
-from kolong.models.encoder.masks import AttentionMask
 from kolong.models.encoder.patterns import attends_locally, local_mask, question_tokens
 from kolong.positions import PositionEncoding, build_position_encoding
 
@@ -199,7 +199,7 @@ class KolongModel(KolongPreTrainedModel):
             raise ValueError("pass exactly one of input_ids and inputs_embeds")
         if (cu_seq_lens is None) != (longest_document is None):
             raise ValueError(
-                "pass cu_seq_lens and longest_document together (kolong.models.encoder.varlen.segments_of)"
+                "pass cu_seq_lens and longest_document together (kolong.attention.varlen.segments_of)"
             )
         segments = (cu_seq_lens, longest_document) if cu_seq_lens is not None else None
         mask = AttentionMask.from_attention_mask(attention_mask, layout=mask_layout, segments=segments)

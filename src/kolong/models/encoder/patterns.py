@@ -16,7 +16,7 @@ from dataclasses import replace
 
 import torch
 
-from kolong.models.encoder.masks import AttentionMask
+from kolong.attention.masks import AttentionMask
 
 PATTERNS = ("full", "local", "local+global")
 

@@ -20,8 +20,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from kolong.models.encoder.chunked import ChunkBias, asks_gradient
-from kolong.models.encoder.masks import AttentionMask
+from kolong.attention.chunked import ChunkBias, asks_gradient
+from kolong.attention.masks import AttentionMask
 
 MIN_BLOCK_ROWS = 128  # below this SDPA's per-block overhead outweighs the band's wasted scores (measured)
 # Entries of a bias's float mask per SDPA call (16 MiB in fp32): at 16k tokens, ALiBi's peak inference memory

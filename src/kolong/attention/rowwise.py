@@ -29,9 +29,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from kolong.models.encoder.banded import MASK_ENTRIES
-from kolong.models.encoder.chunked import ChunkBias, asks_gradient, hankel_view
-from kolong.models.encoder.masks import AttentionMask
+from kolong.attention.banded import MASK_ENTRIES
+from kolong.attention.chunked import ChunkBias, asks_gradient, hankel_view
+from kolong.attention.masks import AttentionMask
 
 
 def fits_distance(bias: ChunkBias | None) -> bool:

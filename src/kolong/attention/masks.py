@@ -197,8 +197,8 @@ class AttentionMask:
         if self.empty:  # every key allowed: no mask_mod either
             return None
         if self._block_mask is None:
-            from kolong.models.encoder import flex
-            from kolong.models.encoder.block_masks import structured_block_mask
+            from kolong.attention import flex
+            from kolong.attention.block_masks import structured_block_mask
 
             build, table_heads = structured_block_mask, 1
             # inside a graph the tables need a head of their own: see block_masks._ordered

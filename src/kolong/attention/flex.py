@@ -27,7 +27,7 @@ from collections.abc import Callable
 import torch
 from torch.nn.attention.flex_attention import flex_attention
 
-from kolong.models.encoder import flex_dropout
+from kolong.attention import flex_dropout
 
 # Tests turn compilation off to run the same score_mods through eager flex_attention on CPU.
 COMPILE = True
