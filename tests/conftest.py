@@ -146,8 +146,7 @@ def eager_flex_with_backward(monkeypatch):
 def same_flex_drops(monkeypatch):
     """`same_flex_drops(batch=, heads=)`: FlexAttention's dropout draws fixed hash keys, and the eager and
     chunked paths drop exactly the entries those keys drop."""
-    from kolong.attention import chunked, flex_dropout
-    from kolong.models.encoder import attention
+    from kolong.attention import chunked, dispatch, flex_dropout
 
     def fix(batch: int, heads: int, device="cpu"):
         keys = flex_dropout.draw_keys(batch, heads, device)
@@ -158,7 +157,7 @@ def same_flex_drops(monkeypatch):
                 shape
             ), 1.0 - dropout_p
 
-        monkeypatch.setattr(attention, "attention_dropout_mask", same_drops)
+        monkeypatch.setattr(dispatch, "attention_dropout_mask", same_drops)
         monkeypatch.setattr(chunked, "attention_dropout_mask", same_drops)
 
     return fix

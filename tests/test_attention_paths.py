@@ -150,7 +150,7 @@ def test_local_and_global_patterns_agree_on_every_path():
     torch.testing.assert_close(chunked.chunked_attention(q, k, v, mask), reference)
     with torch.no_grad():
         block_mask = mask.block_mask(2, 45, "cpu")
-        flexed = flex.plain_flex(q.detach(), k.detach(), v.detach(), block_mask, 8**-0.5, None)
+        flexed = flex.plain_flex(q.detach(), k.detach(), v.detach(), block_mask, 8**-0.5, None, None)
         torch.testing.assert_close(flexed, reference)
     # A window as wide as the input is full attention.
     wide = AttentionMask(real=real, window=45)
@@ -380,8 +380,7 @@ def test_distance_biases_take_sdpa_with_the_bias_as_a_view_and_match_the_referen
 def test_shaw_infers_through_sdpa_per_row_block_and_matches_the_reference(name, monkeypatch):
     """Shaw's key term at inference: SDPA per block of query rows with its bias (`rowwise.py`), padding and
     packed documents, fp32 and bf16; its value term (which needs the probabilities) and training: chunked."""
-    from kolong.attention import rowwise
-    from kolong.models.encoder import attention
+    from kolong.attention import dispatch, rowwise
 
     monkeypatch.setattr(rowwise, "MASK_ENTRIES", 1)  # row blocks of 16 rows: three blocks
     taken = []
@@ -390,9 +389,9 @@ def test_shaw_infers_through_sdpa_per_row_block_and_matches_the_reference(name, 
     )
     chunked_calls = []
     monkeypatch.setattr(
-        attention,
+        dispatch,
         "chunked_attention",
-        lambda *a, _f=attention.chunked_attention: chunked_calls.append(1) or _f(*a),
+        lambda *a, _f=dispatch.chunked_attention: chunked_calls.append(1) or _f(*a),
     )
     model = model_for(name).eval()
     layers = model.config.num_hidden_layers

@@ -445,7 +445,7 @@ def test_bench_pretrain_gives_its_attention_dropout_to_every_pipelines_model(mon
     # (the tiny BERT checkpoint built to hold the bench's tokenizer is not timed)
     assert all(p == 0.0 for name, p in seen if name.endswith("ForMaskedLM")), seen
     assert result["settings"]["attention_dropout"] == 0.0
-    assert result["settings"]["packed_attention"] == "FlexAttention's block mask (no attention dropout)"
+    assert result["cells"][0]["plan"] == "sdpa x1"  # CPU: packed documents under SDPA's mask
 
 
 @pytest.mark.parametrize(

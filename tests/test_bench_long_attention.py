@@ -123,22 +123,21 @@ def test_memory_is_measured_on_a_model_already_built_as_on_cuda():
 
 
 def test_chunked_pattern_times_the_chunked_path_on_the_same_model(tmp_path, monkeypatch):
-    """`local+global-chunked` reads the document through the chunked path (local+global: the banded one), the
-    switch is put back after each step, and CUDA (where local + global runs FlexAttention) refuses the pattern."""
+    """`local+global-chunked` reads the document through the chunked path (local+global: the banded one), its
+    model's own run-time option, and CUDA (where local + global runs FlexAttention) refuses the pattern."""
     from kolong.bench.arguments import LongAttentionBenchArguments
     from kolong.bench.long_attention import build_model, make_step
-    from kolong.models.encoder import attention
     from test_sparse_attention import record_paths
 
     taken = record_paths(monkeypatch)
     args = LongAttentionBenchArguments(lengths=[300], window=16, global_tokens=4, hidden_size=32,
                                        num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)  # fmt: skip
-    model = build_model("local+global", args)
     for pattern in ("local+global", "local+global-chunked"):
+        model = build_model(pattern, args)
         taken.clear()
         make_step(model, pattern, args, 300, training=True)()
         assert taken == ["banded" if pattern == "local+global" else "chunked"]
-        assert attention.BANDED_LOCAL_ATTENTION
+        assert model.layers[0].attention.options.banded is (pattern == "local+global")
 
     options = ["--lengths", "300", "--window", "16", "--global-tokens", "4", "--hidden-size", "32", "--layers",
                "1", "--heads", "2", "--intermediate-size", "64", "--repeats", "1", "--no-memory",

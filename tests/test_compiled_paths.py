@@ -51,7 +51,7 @@ def test_compiled_cpu_flex_attention_is_exact_for_small_heads_at_any_length(head
             torch.manual_seed(length)
             q, k, v = (torch.randn(2, 4, length, head_dim) for _ in range(3))
             with torch.no_grad():
-                actual = flex.flex_call(flex.plain_flex, q, k, v, None, head_dim**-0.5, None)
+                actual = flex.flex_call(flex.plain_flex, q, k, v, None, head_dim**-0.5, None, None)
             expected = torch.nn.functional.scaled_dot_product_attention(q, k, v)
             assert actual.shape == expected.shape
             torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5, msg=f"length {length}")
@@ -315,10 +315,10 @@ def test_packed_documents_with_dropout_compile_into_one_graph_on_the_cuda_path(
 ):
     """`pretrain mlm`'s CUDA case for learned positions, on both of its attention paths: packed documents with
     attention dropout under SDPA's dense mask (the default) or FlexAttention's block mask in two passes
-    (KOLONG_PACKED_FLEX_DROPOUT=1), inside the one graph of the compiled model."""
-    from kolong.models.encoder import attention
+    (the run-time option packed_flex_dropout), inside the one graph of the compiled model."""
+    from kolong.attention import dispatch
 
-    monkeypatch.setattr(attention, "FLEX_DEVICES", ("cpu",))  # as on CUDA
+    monkeypatch.setattr(dispatch, "FLEX_DEVICES", ("cpu",))  # as on CUDA
     config = tiny_kolong_config(attention_probs_dropout_prob=0.1, max_position_embeddings=32)
     model = KolongModel(config, add_pooling_layer=False).train()
     documents = torch.tensor([[1] * 10 + [2] * 14, [1] * 5 + [2] * 19])
@@ -327,7 +327,7 @@ def test_packed_documents_with_dropout_compile_into_one_graph_on_the_cuda_path(
         return model(ids, attention_mask=mask, mask_layout=(True, True)).last_hidden_state
 
     for through_flex in (False, True):
-        monkeypatch.setattr(attention, "PACKED_FLEX_DROPOUT", through_flex)
+        model.set_attention_options(packed_flex_dropout=through_flex)
         assert_one_graph(forward, random_ids(2, 24), documents)
 
 
@@ -342,9 +342,9 @@ def test_layers_compiled_one_by_one_share_a_graph_for_every_depth(
     tensor for that reason. Outputs and gradients equal the eager model's."""
     from accelerate.utils import compile_regions
 
-    from kolong.models.encoder import attention
+    from kolong.attention import dispatch
 
-    monkeypatch.setattr(attention, "FLEX_DEVICES", ("cpu",))  # as on CUDA
+    monkeypatch.setattr(dispatch, "FLEX_DEVICES", ("cpu",))  # as on CUDA
     kwargs = {"shaw": {"value": False}, "t5": {"shared": False}}.get(scheme, {})
     config = tiny_kolong_config(position_encoding=scheme, position_kwargs=kwargs, num_hidden_layers=5,
                                 attn_implementation="flex_attention", max_position_embeddings=32)  # fmt: skip
@@ -385,9 +385,9 @@ def test_a_single_head_model_builds_its_block_mask_outside_the_compiled_graph(mo
     """One head cannot be written out per head, and a head dimension of size 1 built inside the graph got the
     stride 0 on CUDA (every row then read the first row's block tables): such a model builds its block mask
     eagerly, at a graph break. No graph sorts block tables, and the output is the materialised path's."""
-    from kolong.models.encoder import attention
+    from kolong.attention import dispatch
 
-    monkeypatch.setattr(attention, "FLEX_DEVICES", ("cpu",))  # as on CUDA
+    monkeypatch.setattr(dispatch, "FLEX_DEVICES", ("cpu",))  # as on CUDA
     torch.manual_seed(0)
     n = 256
     config = tiny_kolong_config(max_position_embeddings=n, num_attention_heads=1)

@@ -239,7 +239,7 @@ def test_bad_inputs_raise_clear_errors():
 
 
 def test_cpu_attention_dropout_drops_at_the_requested_rate_and_follows_the_seed():
-    from kolong.models.encoder.attention import attention_dropout_mask
+    from kolong.attention.chunked import attention_dropout_mask
 
     torch.manual_seed(0)
     dropped, keep = attention_dropout_mask((64, 64, 64), 0.1, "cpu")

@@ -145,10 +145,9 @@ def test_encoder_benchmark_rejects_unknown_implementations():
 
 
 def test_chunked_references_train_with_dropout_outside_flex_attention():
-    """`shaw-chunked` / `t5-chunked` steps run with FlexAttention's dropout off (the path before it), and
-    leave it on for every other step."""
+    """`shaw-chunked` / `t5-chunked` models run with FlexAttention's dropout off (the path before it), their own
+    run-time option; every other model keeps it on."""
     from kolong.bench.encoder import EncoderBenchArguments, _resolved, build_model, implementations, make_step
-    from kolong.models.encoder import attention
 
     args = EncoderBenchArguments(lengths=[16], hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
                                  intermediate_size=64, tokens_per_step=32, attention_dropout=0.1)  # fmt: skip
@@ -161,9 +160,11 @@ def test_chunked_references_train_with_dropout_outside_flex_attention():
     seen = []
     for name in ("shaw-chunked", "shaw"):
         model = build_model(name, args, 16)
-        model.register_forward_hook(lambda *_: seen.append(attention.FLEX_DROPOUT))
+        model.register_forward_hook(
+            lambda module, *_: seen.append(module.layers[0].attention.options.flex_dropout)
+        )
         make_step(model, args, 16, training=True, name=name)()
-    assert seen == [False, True] and attention.FLEX_DROPOUT
+    assert seen == [False, True]
 
 
 def test_encoder_benchmark_modes_and_their_refusal(tmp_path):

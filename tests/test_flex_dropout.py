@@ -13,9 +13,8 @@ import torch
 import torch.nn.attention.flex_attention as flex_api
 
 from conftest import assert_flex_trains_as_eager, random_ids, tiny_kolong_config
-from kolong.attention import flex, flex_dropout
+from kolong.attention import dispatch, flex, flex_dropout
 from kolong.models import KolongModel
-from kolong.models.encoder import attention
 
 pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
 
@@ -197,9 +196,9 @@ def test_t5_trains_through_a_per_row_copy_of_its_table(eager_flex_with_backward,
 
     copies = []
 
-    def recording(q, k, v, block_mask, scale, dropout, rows, *args):
+    def recording(q, k, v, block_mask, scale, dropout, options, rows, *args):
         copies.append(rows)
-        return reading_rows(q, k, v, block_mask, scale, dropout, rows, *args)
+        return reading_rows(q, k, v, block_mask, scale, dropout, options, rows, *args)
 
     reading_rows = t5.t5_flex_rows
     monkeypatch.setattr(t5, "t5_flex_rows", recording)
@@ -277,70 +276,45 @@ def test_gradient_checkpointing_recomputes_the_same_drops():
     assert len(drawn) == 2 and torch.equal(drawn[0], drawn[1])
 
 
-def test_the_environment_can_turn_flex_dropout_off():
-    """KOLONG_FLEX_DROPOUT=0 sends attention dropout back to the chunked path (a way around a torch release
-    whose FlexAttention cannot compile it)."""
-    import os
-    import subprocess
-    import sys
+def _plan(q, mask, dropout, **options):
+    from kolong.attention.dispatch import Contribution, plan_attention
+    from kolong.attention.options import AttentionOptions
 
-    read = "from kolong.models.encoder import attention; print(attention.FLEX_DROPOUT)"
-    environment = {**os.environ, "KOLONG_FLEX_DROPOUT": "0"}
-    shown = subprocess.run([sys.executable, "-c", read], env=environment, capture_output=True, text=True)
-    assert shown.stdout.strip() == "False", shown.stderr
-    on_unless_set = os.environ.get("KOLONG_FLEX_DROPOUT", "1") != "0"
-    assert attention.FLEX_DROPOUT is on_unless_set
+    return plan_attention("sdpa", q, Contribution("none"), mask, dropout, AttentionOptions(**options)).kernel
 
 
 def test_packed_documents_take_flex_on_cuda_without_dropout_and_sdpa_with_it(monkeypatch):
-    """The fused path's rule: on CUDA, packed documents go to FlexAttention's block mask without attention
-    dropout, and with it to SDPA's dense mask unless PACKED_FLEX_DROPOUT (two passes measured at half SDPA's
-    speed on an H200); a local window goes to flex with dropout too; padding alone or CPU keep SDPA."""
+    """The plan on CUDA: packed documents go to FlexAttention's block mask without attention dropout, and with
+    it to SDPA's dense mask unless the run-time option packed_flex_dropout (two passes measured at half SDPA's
+    speed on an H200); a local window goes to flex with dropout too, unless flex_dropout is off (the chunked
+    path); padding alone or CPU keep SDPA."""
+    from kolong.attention import dispatch
+    from kolong.attention.masks import AttentionMask
+
     q = torch.zeros(1, 1, 4, 2)
-    documents = attention.AttentionMask.from_attention_mask(torch.tensor([[1, 1, 2, 2]]))
-    padding = attention.AttentionMask.from_attention_mask(torch.tensor([[1, 1, 1, 0]]))
-    window = attention.AttentionMask.from_attention_mask(torch.tensor([[1, 1, 1, 1]]), window=1)
-    assert not attention.skips_blocks_in_flex(q, documents, 0.0)  # CPU: no compiled backward
-    monkeypatch.setattr(attention, "FLEX_DEVICES", ("cpu",))  # as on CUDA
-    assert attention.skips_blocks_in_flex(q, documents, 0.0)
-    assert not attention.skips_blocks_in_flex(q, documents, 0.1)
-    assert attention.skips_blocks_in_flex(q, window, 0.1) and attention.skips_blocks_in_flex(q, window, 0.0)
-    assert not attention.skips_blocks_in_flex(q, padding, 0.1) and not attention.skips_blocks_in_flex(
-        q, padding, 0.0
-    )
-    monkeypatch.setattr(attention, "PACKED_FLEX_DROPOUT", True)
-    assert attention.skips_blocks_in_flex(q, documents, 0.1)
-    monkeypatch.setattr(attention, "FLEX_DROPOUT", False)  # no dropout in flex at all
-    assert attention.skips_blocks_in_flex(q, documents, 0.0) and not attention.skips_blocks_in_flex(
-        q, documents, 0.1
-    )
-    assert not attention.skips_blocks_in_flex(q, window, 0.1)
-
-
-def test_the_environment_sends_packed_documents_with_dropout_to_flex():
-    """KOLONG_PACKED_FLEX_DROPOUT=1 turns PACKED_FLEX_DROPOUT on (to time both paths); off by default."""
-    import os
-    import subprocess
-    import sys
-
-    read = "from kolong.models.encoder import attention; print(attention.PACKED_FLEX_DROPOUT)"
-    for value, expected in (("1", "True"), ("0", "False")):
-        environment = {**os.environ, "KOLONG_PACKED_FLEX_DROPOUT": value}
-        shown = subprocess.run([sys.executable, "-c", read], env=environment, capture_output=True, text=True)
-        assert shown.stdout.strip() == expected, shown.stderr
-    assert attention.PACKED_FLEX_DROPOUT is (os.environ.get("KOLONG_PACKED_FLEX_DROPOUT", "0") == "1")
+    documents = AttentionMask.from_attention_mask(torch.tensor([[1, 1, 2, 2]]))
+    padding = AttentionMask.from_attention_mask(torch.tensor([[1, 1, 1, 0]]))
+    window = AttentionMask.from_attention_mask(torch.tensor([[1, 1, 1, 1]]), window=1)
+    assert _plan(q, documents, 0.0) == "sdpa"  # CPU: no compiled backward
+    monkeypatch.setattr(dispatch, "FLEX_DEVICES", ("cpu",))  # as on CUDA
+    assert _plan(q, documents, 0.0) == "flex" and _plan(q, documents, 0.1) == "sdpa"
+    assert _plan(q, window, 0.1) == "flex" == _plan(q, window, 0.0)
+    assert _plan(q, padding, 0.1) == "sdpa" == _plan(q, padding, 0.0)
+    assert _plan(q, documents, 0.1, packed_flex_dropout=True) == "flex"
+    assert _plan(q, documents, 0.0, flex_dropout=False) == "flex"  # no dropout to put in flex
+    assert _plan(q, documents, 0.1, flex_dropout=False, packed_flex_dropout=True) == "sdpa"
+    assert _plan(q, window, 0.1, flex_dropout=False) == "chunked"
 
 
 def test_learned_positions_train_on_packed_documents_through_flex_as_the_reference_drops(
     eager_flex_with_backward, same_flex_drops, monkeypatch
 ):
-    """`pretrain mlm`'s CUDA case under KOLONG_PACKED_FLEX_DROPOUT=1: learned positions, packed documents and
+    """`pretrain mlm`'s CUDA case with the run-time option packed_flex_dropout: learned positions, packed documents and
     attention dropout on the default (`sdpa`) path run FlexAttention in two passes, equal to eager dropping the
     same entries (outputs, gradients)."""
     torch.manual_seed(0)
     same_flex_drops(batch=2, heads=2)
-    monkeypatch.setattr(attention, "FLEX_DEVICES", ("cpu",))
-    monkeypatch.setattr(attention, "PACKED_FLEX_DROPOUT", True)
+    monkeypatch.setattr(dispatch, "FLEX_DEVICES", ("cpu",))
     passes = []
     original = flex_dropout.attend
     monkeypatch.setattr(
@@ -348,6 +322,7 @@ def test_learned_positions_train_on_packed_documents_through_flex_as_the_referen
     )
     config = tiny_kolong_config(attention_probs_dropout_prob=0.3, max_position_embeddings=32)
     model = KolongModel(config, add_pooling_layer=False).train()
+    model.set_attention_options(packed_flex_dropout=True)
     ids = random_ids(2, 20)
     documents = torch.tensor([[1] * 7 + [2] * 9 + [3] * 4, [1] * 12 + [2] * 6 + [0] * 2])
     results = []

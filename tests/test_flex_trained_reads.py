@@ -31,7 +31,10 @@ def _query(device: str, dtype: torch.dtype):
 def test_kernel_options_only_where_a_16_bit_cuda_kernel_trains_a_float32_read():
     trained = torch.zeros(2, 3, requires_grad=True)
     options = flex.kernel_options(_query("cuda", torch.bfloat16), trained)
-    assert options == {"fwd_num_stages": 2, "bwd_num_stages": 1} and options is not flex.TRAINED_READ_OPTIONS
+    assert (
+        options == {"fwd_num_stages": 2, "bwd_num_stages": 1}
+        and options is not flex.DEFAULT_TRAINED_READ_OPTIONS
+    )
     assert flex.kernel_options(_query("cuda", torch.float16), torch.ones(1), trained) == options
     with torch.no_grad():  # inference reads the same tensor without its backward
         assert flex.kernel_options(_query("cuda", torch.bfloat16), trained) is None
@@ -45,20 +48,21 @@ def test_kernel_options_only_where_a_16_bit_cuda_kernel_trains_a_float32_read():
     assert flex.kernel_options(_query("cuda", torch.bfloat16)) is None
 
 
-def test_the_environment_can_give_other_kernel_options_and_bad_ones_are_named():
-    """KOLONG_FLEX_TRAINED_READ_OPTIONS replaces the defaults (to time other tiles with it)."""
-    assert (
-        flex.trained_read_options(None)
-        == flex.DEFAULT_TRAINED_READ_OPTIONS
-        == {"fwd_num_stages": 2, "bwd_num_stages": 1}
-    )
-    assert flex.trained_read_options('{"BLOCK_M": 64, "fwd_num_stages": 1}') == {
-        "BLOCK_M": 64,
-        "fwd_num_stages": 1,
-    }
-    for bad in ("BLOCK_M=64", "[64]"):
-        with pytest.raises(ValueError, match="KOLONG_FLEX_TRAINED_READ_OPTIONS must be a JSON object"):
-            flex.trained_read_options(bad)
+def test_the_run_time_option_gives_other_kernel_options_and_bad_ones_are_named():
+    """`--attention-option flex_kernel_options={...}` replaces the defaults (to time other tiles with it)."""
+    from kolong.attention.options import AttentionOptions
+    from kolong.errors import ConfigError
+
+    trained = torch.zeros(2, 3, requires_grad=True)
+    chosen = AttentionOptions.parse(
+        ['flex_kernel_options={"BLOCK_M": 64, "fwd_num_stages": 1}']
+    ).flex_kernel_options
+    assert flex.kernel_options(_query("cuda", torch.bfloat16), trained, chosen=chosen) == {"BLOCK_M": 64,
+                                                                                          "fwd_num_stages": 1}  # fmt: skip
+    assert flex.kernel_options(_query("cpu", torch.bfloat16), trained, chosen=chosen) is None
+    for bad in ("flex_kernel_options=BLOCK_M=64", "flex_kernel_options=[64]"):
+        with pytest.raises(ConfigError, match="flex_kernel_options: expected a JSON object"):
+            AttentionOptions.parse([bad])
 
 
 @pytest.mark.parametrize("dropout", [0.0, 0.2])
@@ -70,16 +74,16 @@ def test_training_reads_float32_in_a_bf16_model_and_passes_its_kernel_options(
     one entry, in that tensor's dtype), and every FlexAttention call, both dropout passes included, gets the
     options `kernel_options` chose for it."""
     kwargs, module, name = READERS[scheme]
-    reads, chosen, passed = [], [], []
+    reads, picked, passed = [], [], []
     reading = getattr(module, name)
 
-    def recording(q, k, v, block_mask, scale, drops, values, *args):
+    def recording(q, k, v, block_mask, scale, drops, options, values, *args):
         reads.append(values.dtype)
-        return reading(q, k, v, block_mask, scale, drops, values, *args)
+        return reading(q, k, v, block_mask, scale, drops, options, values, *args)
 
-    def choosing(q, *tensors):
-        chosen.append(tuple(t.dtype for t in tensors))
-        return {"marker": len(chosen)}
+    def choosing(q, *tensors, chosen=None):
+        picked.append(tuple(t.dtype for t in tensors if isinstance(t, torch.Tensor)))
+        return {"marker": len(picked)}
 
     def calling(real):
         def call(*args, kernel_options=None, **kwargs):
@@ -89,7 +93,7 @@ def test_training_reads_float32_in_a_bf16_model_and_passes_its_kernel_options(
         return call
 
     monkeypatch.setattr(module, name, recording)
-    monkeypatch.setattr(module, "kernel_options", choosing)
+    monkeypatch.setattr(flex, "kernel_options", choosing)
     monkeypatch.setattr(flex, "flex_attention", calling(flex.flex_attention))
     monkeypatch.setattr(flex_dropout, "flex_attention", calling(flex_dropout.flex_attention))
     config = tiny_kolong_config(position_encoding=scheme, position_kwargs=kwargs, attn_implementation="flex_attention",
@@ -97,6 +101,6 @@ def test_training_reads_float32_in_a_bf16_model_and_passes_its_kernel_options(
     model = KolongModel(config, add_pooling_layer=False).to(torch.bfloat16).train()
     model(random_ids(2, 21)).last_hidden_state.float().sum().backward()
     layers = config.num_hidden_layers
-    assert reads == [torch.float32] * layers and chosen == [(torch.float32,)] * layers
+    assert reads == [torch.float32] * layers and picked == [(torch.float32,)] * layers
     passes = 2 if dropout else 1
     assert passed == [{"marker": layer + 1} for layer in range(layers) for _ in range(passes)]

@@ -216,8 +216,7 @@ def test_attention_dropout_runs_in_flex_on_cuda_as_the_reference_drops(name, mon
     """Training with attention dropout: the default path on CUDA (compiled FlexAttention, two passes, the
     hashed mask in the kernel) against eager told to drop the same entries; the chunked path it replaced
     would draw other drops and fail this. fp32 and bf16."""
-    from kolong.attention import flex_dropout
-    from kolong.models.encoder import attention
+    from kolong.attention import dispatch, flex_dropout
 
     torch.manual_seed(0)
     keys = flex_dropout.draw_keys(3, 2, "cuda")
@@ -226,7 +225,7 @@ def test_attention_dropout_runs_in_flex_on_cuda_as_the_reference_drops(name, mon
     def same_drops(shape, p, device, generator=None):
         return ~flex_dropout.keep_mask(keys, p, shape[-2], shape[-1]).expand(shape), 1.0 - p
 
-    monkeypatch.setattr(attention, "attention_dropout_mask", same_drops)
+    monkeypatch.setattr(dispatch, "attention_dropout_mask", same_drops)
     local = {"attention_pattern": "local+global", "attention_window": 16} if name == "learned-local" else {}
     scheme = name.split("-")[0]
     config = tiny_kolong_config(position_encoding=scheme, position_kwargs=FUSED.get(scheme, {}),

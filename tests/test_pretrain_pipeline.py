@@ -141,9 +141,9 @@ def test_regional_compilation_keeps_every_layer_compiled_through_a_long_curricul
 
     import torch
 
-    from kolong.models.encoder import attention
+    from kolong.attention import dispatch
 
-    monkeypatch.setattr(attention, "FLEX_DEVICES", ("cpu",))  # as on CUDA
+    monkeypatch.setattr(dispatch, "FLEX_DEVICES", ("cpu",))  # as on CUDA
     layer_graphs, original = [], torch.compile
 
     def backend(graph, inputs):  # one backend for every compiled module, as accelerate passes one

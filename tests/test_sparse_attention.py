@@ -236,14 +236,13 @@ def test_banded_path_equals_dense_attention_in_outputs_and_gradients(
 
 def record_paths(monkeypatch) -> list[str]:
     """The attention calls of local layers from now on: "banded" or "chunked", in order."""
-    from kolong.attention import banded
-    from kolong.models.encoder import attention
+    from kolong.attention import banded, dispatch
 
     taken = []
-    original_banded, original_chunked = banded.banded_attention, attention.chunked_attention
+    original_banded, original_chunked = banded.banded_attention, dispatch.chunked_attention
     monkeypatch.setattr(banded, "banded_attention", lambda *a: taken.append("banded") or original_banded(*a))
     monkeypatch.setattr(
-        attention, "chunked_attention", lambda *a: taken.append("chunked") or original_chunked(*a)
+        dispatch, "chunked_attention", lambda *a: taken.append("chunked") or original_chunked(*a)
     )
     return taken
 

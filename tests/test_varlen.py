@@ -139,7 +139,7 @@ def test_marked_segments_let_one_compiled_graph_serve_every_batch():
 def test_pretraining_carries_the_segments_to_the_model_and_learns_as_under_the_dense_mask(
     tmp_path, monkeypatch
 ):
-    """KOLONG_PACKED_VARLEN through `pretrain mlm`: the collator gives the segments, the Trainer marks them
+    """`--attention-option packed_varlen=true` through `pretrain mlm`: the collator gives the segments, the Trainer marks them
     and the model attends through them (the reference kernel on CPU): the loss curve of the dense mask."""
     from kolong.training.pretrain import prepare, pretrain_mlm
     from test_pretrain import arguments, build_mlm_corpus, losses
@@ -154,7 +154,7 @@ def test_pretraining_carries_the_segments_to_the_model_and_learns_as_under_the_d
         overrides={"attention_probs_dropout_prob": 0.0},
     )  # the reference kernel has no dropout
     pretrain_mlm(arguments(corpus, tmp_path / "dense", **settings))
-    monkeypatch.setattr(varlen, "ENABLED", True)
+    settings["attention_options"] = ["packed_varlen=true"]
     _, _, train, _, collator, _, _ = prepare(arguments(corpus, tmp_path / "x", **settings))
     batch = collator([train[i] for i in range(8)])
     assert batch["cu_seq_lens"][-1] == batch["input_ids"].numel() and len(batch["cu_seq_lens"]) > 9
@@ -167,44 +167,25 @@ def test_pretraining_carries_the_segments_to_the_model_and_learns_as_under_the_d
         assert a == pytest.approx(b, rel=1e-4, abs=1e-4), f"step {step}"
 
 
-def test_the_pretrain_benchmark_records_how_packed_documents_are_attended(monkeypatch):
-    from kolong.bench.pretrain import packed_attention, to_markdown
-
-    assert packed_attention(0.1).startswith("SDPA's dense mask")
-    assert packed_attention(0.0) == "FlexAttention's block mask (no attention dropout)"
-    monkeypatch.setattr(varlen, "ENABLED", True)
-    assert "variable-length kernel (KOLONG_PACKED_VARLEN=1)" in packed_attention(0.1)
-    settings = {"hidden_size": 32, "layers": 2, "tokens_per_step": 64, "steps": 4, "rounds": 1, "compile": "no",
-                "attention_dropout": 0.1, "packed_attention": packed_attention(0.1)}  # fmt: skip
-    markdown = to_markdown(
-        {"settings": settings, "device": "cpu", "cells": [], "padding": None, "traces": []}
-    )
-    assert "Packed documents on CUDA: FlashAttention's variable-length kernel" in markdown
-    assert "attention dropout 0.1." in markdown
-
-
-def test_the_pretrain_benchmark_says_where_the_kernel_was_taken_and_where_not(monkeypatch):
-    """With the switch on, each row counts the layers that took the kernel in one eager pass: learned positions
-    take it, Shaw's logit bias does not, and the table says that Shaw's row measured the dense mask."""
+def test_the_pretrain_benchmark_records_the_plan_it_measured(monkeypatch):
+    """`bench pretrain --attention-option packed_varlen=true`: each row records the attention plan of kolong's
+    model on its batches, read from the plan itself: learned positions take the variable-length kernel, Shaw's
+    logit bias does not; without the option nothing takes it."""
     from kolong.bench.pretrain import run_pretrain_benchmark, to_markdown
 
-    monkeypatch.setattr(varlen, "ENABLED", True)
-    monkeypatch.setattr(varlen, "fits", lambda q: True)  # the reference has no dropout: counted, not dropped
+    monkeypatch.setattr(varlen, "fits", lambda q: True)  # as on CUDA in bf16
     monkeypatch.setattr(varlen, "KERNEL", lambda q, k, v, cuts, longest, p, scale: varlen.reference_kernel(
         q, k, v, cuts, longest, 0.0, scale))  # fmt: skip
     result = run_pretrain_benchmark(lengths=[32], positions=["learned", "shaw"], tokens_per_step=128, steps=4,
-                                    rounds=1, hidden_size=32, layers=2, device="cpu", on_step=lambda m: None)  # fmt: skip
-    taken = {c["position"]: c["varlen_layers"] for c in result["cells"]}
-    assert taken == {"learned": 2, "shaw": 0}
-    assert "**FlashAttention's variable-length kernel was not taken** in shaw 32" in to_markdown(result)
-    result["cells"] = [c for c in result["cells"] if c["position"] == "learned"]
-    assert "kernel was taken (raw step, layers per forward pass: learned 32: 2)" in to_markdown(result)
-    monkeypatch.setattr(varlen, "ENABLED", False)
+                                    rounds=1, hidden_size=32, layers=2, device="cpu", on_step=lambda m: None,
+                                    attention_options=["packed_varlen=true"])  # fmt: skip
+    plans = {c["position"]: c["plan"] for c in result["cells"]}
+    assert plans["learned"] == "varlen x2" and "varlen" not in plans["shaw"]
+    markdown = to_markdown(result)
+    assert "learned 32: varlen x2" in markdown and "{'packed_varlen': True}" in markdown
     result = run_pretrain_benchmark(lengths=[32], positions=["learned"], tokens_per_step=128, steps=4,
                                     rounds=1, hidden_size=32, layers=1, device="cpu", on_step=lambda m: None)  # fmt: skip
-    assert result["cells"][0]["varlen_layers"] is None and "variable-length kernel was" not in to_markdown(
-        result
-    )
+    assert "varlen" not in result["cells"][0]["plan"] and "options: the defaults" in to_markdown(result)
 
 
 def test_the_flash_kernel_call_traces_with_its_backward_and_dynamic_segments_on_meta_tensors():

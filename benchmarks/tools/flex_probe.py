@@ -91,7 +91,6 @@ def model_calls(name: str, args, documents: torch.Tensor, compile: bool):
     """(forward, parameters): kolong's encoder of `args.model_layers` layers at the probe's shape, in training
     mode (dropout on, in the forward timed alone too), under bf16 autocast on CUDA, compiled whole."""
     from kolong.models import KolongConfig, KolongModel
-    from kolong.models.encoder import attention
 
     dropout, two_passes = MODEL_VARIANTS[name]
     hidden = args.heads * args.head_dim
@@ -99,18 +98,16 @@ def model_calls(name: str, args, documents: torch.Tensor, compile: bool):
                           num_attention_heads=args.heads, intermediate_size=4 * hidden,
                           max_position_embeddings=max(512, args.length), attention_probs_dropout_prob=dropout)  # fmt: skip
     model = KolongModel(config).to(args.device).train()
+    model.set_attention_options(
+        packed_flex_dropout=two_passes
+    )  # the model's own, for every call of the variant
     compiled = torch.compile(model, dynamic=False) if compile else model
     generator = torch.Generator().manual_seed(0)
     input_ids = torch.randint(MODEL_VOCABULARY, documents.shape, generator=generator).to(args.device)
 
     def forward():
-        # the flag is read while tracing, and guarded: it holds for every call of this variant
-        flag, attention.PACKED_FLEX_DROPOUT = attention.PACKED_FLEX_DROPOUT, two_passes
-        try:
-            with torch.autocast(args.device, dtype=torch.bfloat16, enabled=args.device == "cuda"):
-                return compiled(input_ids=input_ids, attention_mask=documents, mask_layout=(True, True))[0]
-        finally:
-            attention.PACKED_FLEX_DROPOUT = flag
+        with torch.autocast(args.device, dtype=torch.bfloat16, enabled=args.device == "cuda"):
+            return compiled(input_ids=input_ids, attention_mask=documents, mask_layout=(True, True))[0]
 
     return forward, list(model.parameters())
 

@@ -107,11 +107,10 @@ def test_sdpa_drops_while_training_except_in_its_no_dropout_variant(monkeypatch)
 def test_the_model_variants_take_the_attention_path_they_are_named_after(monkeypatch):
     """On a device where FlexAttention trains (CUDA; here the CPU stands in, eager), kolong's encoder attends
     packed documents through SDPA's dense mask with attention dropout, through FlexAttention in one pass
-    without it, and in two passes under KOLONG_PACKED_FLEX_DROPOUT's path; the flag is restored after each call."""
-    from kolong.attention import flex
-    from kolong.models.encoder import attention
+    without it, and in two passes with the run-time option packed_flex_dropout."""
+    from kolong.attention import dispatch, flex
 
-    monkeypatch.setattr(attention, "FLEX_DEVICES", ("cpu",))
+    monkeypatch.setattr(dispatch, "FLEX_DEVICES", ("cpu",))
     monkeypatch.setattr(flex, "COMPILE", False)
     calls = []
     real_flex_call = flex.flex_call
@@ -127,7 +126,6 @@ def test_the_model_variants_take_the_attention_path_they_are_named_after(monkeyp
             output = forward()
         assert output.shape == (args.batch, args.length, args.heads * args.head_dim)
         assert parameters and all(p.requires_grad for p in parameters)
-        assert attention.PACKED_FLEX_DROPOUT is False
         seen[name] = sorted(set(calls)), len(calls)
     assert seen == {"model-sdpa-documents": ([], 0), "model-flex-documents": (["flex"], 2),
                     "model-flex-documents-dropout": (["flex, two passes"], 2)}  # fmt: skip

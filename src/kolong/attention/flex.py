@@ -12,16 +12,15 @@ mask_mods capture tensors, which dynamo lifts to inputs without recompiling. Sha
 (Shaw's max_distance, T5's bucket bounds) becomes a symbol that inductor cannot lower (seen on an H200
 with torch 2.11, and on CPU). Inside a compiled model the model's compile decides.
 
-A scheme's flex function takes `dropout` after the scale (None, or a `(keys, p)` pair from `dropout_for`)
-and passes its score_mod to `attend`, which applies attention dropout exactly in two passes
+A scheme's flex function takes `dropout` after the scale (None, or a `(keys, p)` pair from `dropout_for`),
+then the kernel options (`kernel_options`), and passes its score_mod to `attend`, which applies attention
+dropout exactly in two passes
 (`flex_dropout`). FlexAttention has a forward but no backward on CPU.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
-import os
 from collections.abc import Callable
 
 import torch
@@ -52,11 +51,16 @@ def labelled(name: str):
     return torch.profiler.record_function(PROFILER_PREFIX + name)
 
 
+def trained_reads_in_float32(args: tuple) -> tuple:
+    """`args` with every tensor that trains in float32. FlexAttention's backward adds the gradients of a trained
+    tensor a score_mod reads into it in its own dtype, one score at a time (up to n into one entry): in bf16 most
+    of them would round away."""
+    return tuple(arg.float() if isinstance(arg, torch.Tensor) and arg.requires_grad else arg for arg in args)
+
+
 def flex_call(function: Callable, q, k, v, *args):
     """`function(q, k, v, *args)`, compiled on first use (one compiled function per scheme)."""
-    # FlexAttention's backward adds the gradients of a trained tensor a score_mod reads into it in its own dtype,
-    # one score at a time (up to n into one entry): in bf16 most of them would round away
-    args = tuple(arg.float() if isinstance(arg, torch.Tensor) and arg.requires_grad else arg for arg in args)
+    args = trained_reads_in_float32(args)
     if not COMPILE:
         return function(q, k, v, *args)
     compiled = _compiled.get(function)
@@ -101,36 +105,17 @@ def drops_here(q: torch.Tensor) -> bool:
 # of shared memory when the score_mod gathers from a trained float32 (b, h, n, buckets) tensor (Shaw's
 # profile, T5's rows): over the 227 KB a block may use, so the kernel did not compile (H200, torch 2.11).
 # Two forward stages fit; one backward stage was the fastest of those measured on an H200 (Shaw's step 7% faster
-# than with two, 4% faster than reading bf16). KOLONG_FLEX_TRAINED_READ_OPTIONS (a JSON object) replaces them,
-# to time other tiles.
+# than with two, 4% faster than reading bf16). The run-time option `flex_kernel_options` replaces them.
 DEFAULT_TRAINED_READ_OPTIONS = {"fwd_num_stages": 2, "bwd_num_stages": 1}
 
 
-def trained_read_options(text: str | None) -> dict:
-    """The kernel options for trained float32 reads: the defaults, or the JSON object `text` in their place."""
-    if not text:
-        return dict(DEFAULT_TRAINED_READ_OPTIONS)
-    try:
-        options = json.loads(text)
-    except json.JSONDecodeError:
-        options = None  # refused below, as any JSON that is not an object
-    if not isinstance(options, dict):
-        raise ValueError(
-            f"KOLONG_FLEX_TRAINED_READ_OPTIONS must be a JSON object of FlexAttention kernel options, e.g. "
-            f'\'{{"fwd_num_stages": 2, "BLOCK_M": 64}}\', got {text!r}'
-        )
-    return options
-
-
-TRAINED_READ_OPTIONS = trained_read_options(os.environ.get("KOLONG_FLEX_TRAINED_READ_OPTIONS"))
-
-
-def kernel_options(q: torch.Tensor, *reads: torch.Tensor) -> dict | None:
-    """FlexAttention's `kernel_options` for a score_mod that reads `reads`: TRAINED_READ_OPTIONS where a 16-bit
-    CUDA kernel trains a float32 one, else None (Inductor's defaults)."""
+def kernel_options(q: torch.Tensor, *reads: torch.Tensor, chosen: dict | None = None) -> dict | None:
+    """FlexAttention's `kernel_options` for a score_mod that reads `reads`: `chosen` (the run-time option), else
+    DEFAULT_TRAINED_READ_OPTIONS, where a 16-bit CUDA kernel trains a float32 one; else None (Inductor's)."""
+    reads = tuple(t for t in reads if isinstance(t, torch.Tensor))
     trained = torch.is_grad_enabled() and any(t.requires_grad and t.dtype == torch.float32 for t in reads)
     if trained and q.device.type == "cuda" and q.dtype in (torch.bfloat16, torch.float16):
-        return dict(TRAINED_READ_OPTIONS)
+        return dict(chosen if chosen is not None else DEFAULT_TRAINED_READ_OPTIONS)
     return None
 
 
@@ -143,9 +128,9 @@ def attend(q, k, v, score_mod, block_mask, scale, dropout, options: dict | None 
     return flex_dropout.attend(q, k, v, score_mod, block_mask, scale, *dropout, options=options)
 
 
-def plain_flex(q, k, v, block_mask, scale, dropout):
+def plain_flex(q, k, v, block_mask, scale, dropout, options):
     """No position term: only the mask (packed documents, local + global patterns)."""
-    return attend(q, k, v, None, block_mask, scale, dropout)
+    return attend(q, k, v, None, block_mask, scale, dropout, options)
 
 
 def check_flex(q: torch.Tensor) -> None:

@@ -54,7 +54,7 @@ def distance_attention(q, k, v, mask: AttentionMask | None, bias: ChunkBias) -> 
     """softmax(q k^T / sqrt(d) + bias + mask) v: (b, h, n, d_h), exact; rows with no allowed key get 0.
     None when a gradient is asked and the mask is not padding at the rows' ends (the chunked path's case)."""
     length = q.shape[2]
-    ends = _row_ends(mask, length)
+    ends = row_ends(mask, length)
     if ends is None:
         if asks_gradient(q, k, v):
             return None
@@ -74,7 +74,7 @@ def distance_attention(q, k, v, mask: AttentionMask | None, bias: ChunkBias) -> 
     return torch.cat(parts)[torch.tensor(order, device=q.device).argsort()]
 
 
-def _row_ends(mask: AttentionMask | None, length: int) -> list[int] | None:
+def row_ends(mask: AttentionMask | None, length: int) -> list[int] | None:
     """Each row's number of real tokens when they come first (padding at the end only), else None."""
     if mask is None or mask.empty:
         return [length]

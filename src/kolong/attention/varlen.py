@@ -15,20 +15,17 @@ Both change with every batch; marked dynamic where batches reach the device (`ma
 compiled graph serve every batch. Each row's padding is a segment of its own, whose outputs nothing reads.
 
 On CUDA with 16-bit q, k, v (bf16 autocast) and heads of at most 256 (a multiple of 8), for schemes without a
-logit bias and without a local window, when KOLONG_PACKED_VARLEN=1: opt-in, because on an H200 the base
-preset's step with NSMC's 11-token documents was no faster through it (92 ms) than under the dense mask (90 ms):
-each document takes whole tiles. Documents of hundreds of tokens are yet to be measured.
+logit bias and without a local window, with the run-time option `packed_varlen`: opt-in, because on an H200 the
+base preset's step with NSMC's 11-token documents was no faster through it than under the dense mask (each
+document takes whole tiles); documents of hundreds of tokens are yet to be measured.
 """
 
 from __future__ import annotations
 
 import itertools
-import os
 
 import torch
 
-# Opt-in: see the module's docstring.
-ENABLED = os.environ.get("KOLONG_PACKED_VARLEN", "0") == "1"
 KEYS = ("cu_seq_lens", "longest_document")
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from kolong.training.options import CheckedArguments, check_windows, option
+from kolong.training.options import CheckedArguments, attention_options, check_windows, option
 
 KORQUAD_DEV = "../shared/data/korquad/KorQuAD_v1.0_dev.shared.json"
 
@@ -101,6 +101,9 @@ class EncoderBenchArguments(BenchArguments):
         min=0,
         below=1,
     )
+    attention_options: list[str] = option([], "A run-time attention choice for kolong's models, NAME=VALUE (repeat; "
+                                           "see `kolong pretrain mlm --help`).", "--attention-option",
+                                           check=attention_options)  # fmt: skip
     device: str = option("cpu", "cpu or cuda.", choices=("cpu", "cuda"))
     dtype: str = option("fp32", "fp32, or bf16 under autocast.", choices=("fp32", "bf16"))
     compile: bool = option(False, "torch.compile every model, kolong's and the references.")
@@ -145,9 +148,12 @@ class PretrainBenchArguments(ResumableBenchArguments):
     rounds: int = option(2, "Interleaved rounds of the three pipelines (the median is reported).")
     hidden_size: int = option(256, "Hidden size (heads = hidden / 64, FFN = 4 x hidden).")
     layers: int = option(4, "Encoder layers.")
-    attention_dropout: float = option(0.1, "Attention dropout of every model, kolong's and HF's (BERT's 0.1; 0, as "
-                                      "ModernBERT: kolong's packed documents take FlexAttention's block mask on "
-                                      "CUDA in one pass).", min=0, below=1)  # fmt: skip
+    attention_dropout: float = option(0.0, "Attention dropout of every model, kolong's and HF's (0, as ModernBERT "
+                                      "pre-trains: kolong's packed documents take FlexAttention's block mask on "
+                                      "CUDA in one pass; BERT's 0.1: SDPA's dense mask).", min=0, below=1)  # fmt: skip
+    attention_options: list[str] = option([], "A run-time attention choice for kolong's pipelines, NAME=VALUE "
+                                           "(repeat; see `kolong pretrain mlm --help`).", "--attention-option",
+                                           check=attention_options)  # fmt: skip
     device: str = option("auto", "auto | cpu | cuda.", choices=("auto", "cpu", "cuda"))
     compile: str = option("auto", "torch.compile kolong's model: auto (on CUDA) | yes | no | regions (layer by "
                           "layer, as `pretrain mlm --compile regions`); bare: yes.",

@@ -24,11 +24,12 @@ import json
 import sys
 from dataclasses import asdict
 
+from kolong.attention.options import AttentionOptions
 from kolong.bench.arguments import EncoderBenchArguments
 from kolong.bench.flops import FlopCount, device_peak_flops, mfu
 from kolong.bench.harness import Benchmark, Case, cuda_sync
 from kolong.bench.memory import peak_growth_mb, run_worker
-from kolong.bench.steps import encoder_step
+from kolong.bench.steps import encoder_step, plan_of
 from kolong.errors import ConfigError
 
 __all__ = ["EncoderBenchArguments", "EncoderBenchmark", "implementations", "to_markdown"]
@@ -45,8 +46,8 @@ REFERENCES: dict[str, tuple[str, dict, str]] = {
     "shaw-chunked": ("shaw", {"max_distance": 16}, "sdpa"),
     "t5-chunked": ("t5", {}, "sdpa"),
 }
-# Module flags the references hold while they run (`encoder_step`); each is its scheme's own path off CUDA.
-CUDA_FLAGS = {"shaw-chunked": {"FLEX_DROPOUT": False}, "t5-chunked": {"FLEX_DROPOUT": False}}
+# Run-time attention options of the references (`set_attention_options`); each is its scheme's own path off CUDA.
+CUDA_OPTIONS = {"shaw-chunked": {"flex_dropout": False}, "t5-chunked": {"flex_dropout": False}}
 
 
 def implementations() -> dict[str, tuple[str, dict, str]]:
@@ -87,20 +88,25 @@ def build_model(name: str, args: EncoderBenchArguments, length: int):
             naive = MaterialisedShawPositions(model.config, **kwargs)
             naive.load_state_dict(model.positions.state_dict())
             model.positions = naive
+        options = AttentionOptions.parse(args.attention_options)
+        model.set_attention_options(options, **CUDA_OPTIONS.get(name, {}))
     model = model.to(args.device)
     return torch.compile(model) if args.compile else model
 
 
-def make_step(model, args: EncoderBenchArguments, length: int, training: bool, name: str = ""):
-    """One training (forward + backward) or inference call on a fixed random batch, with the module flags of
-    implementation `name` (CUDA_FLAGS: the `-chunked` references)."""
+def step_inputs(args: EncoderBenchArguments, length: int) -> dict:
+    """The fixed random batch of every step at `length` (batch = tokens per step // length)."""
     import torch
 
     batch = max(1, args.tokens_per_step // length)
     generator = torch.Generator().manual_seed(0)
     ids = torch.randint(5, args.vocab_size, (batch, length), generator=generator).to(args.device)
-    inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-    return encoder_step(model, inputs, training, args.device, args.dtype, CUDA_FLAGS.get(name))
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+
+
+def make_step(model, args: EncoderBenchArguments, length: int, training: bool, name: str = ""):
+    """One training (forward + backward) or inference call on the fixed random batch."""
+    return encoder_step(model, step_inputs(args, length), training, args.device, args.dtype)
 
 
 def measure_memory(name: str, length: int, args: EncoderBenchArguments) -> dict:
@@ -127,8 +133,8 @@ def _memory_worker(name: str, length: int, args: EncoderBenchArguments) -> dict:
 
 def _resolved(args: EncoderBenchArguments) -> list[str]:
     known = implementations()
-    # `all` leaves out the CUDA_FLAGS references off CUDA, where they are their scheme's own path
-    every = [name for name in known if args.device.startswith("cuda") or name not in CUDA_FLAGS]
+    # `all` leaves out the CUDA_OPTIONS references off CUDA, where they are their scheme's own path
+    every = [name for name in known if args.device.startswith("cuda") or name not in CUDA_OPTIONS]
     names = every if args.implementations in (["all"], []) else list(args.implementations)
     unknown = sorted(set(names) - set(known))
     if unknown:
@@ -176,8 +182,11 @@ class EncoderBenchmark(Benchmark):
             self.models = {}  # free the previous length's models first
             self.models = {name: build_model(name, args, length) for name in names if name not in skipped}
             self.models_length = length
-        steps, errors = {}, dict(skipped)
+        steps, errors, plans = {}, dict(skipped), {}
         for name, model in self.models.items():
+            plans[name] = plan_of(
+                model, step_inputs(args, length), mode == "training", args.device, args.dtype
+            )
             step = make_step(model, args, length, training=mode == "training", name=name)
             try:
                 step()  # compiles, and finds what does not fit before the timed rounds
@@ -189,7 +198,8 @@ class EncoderBenchmark(Benchmark):
         references = {name: steps.pop(name) for name in HF_MODELS if name in steps}
         return Case(steps, references, repeats=args.repeats, warmup=1, min_seconds=args.min_seconds,
                     sync=cuda_sync(args.device),
-                    facts={"batch": max(1, args.tokens_per_step // length), "errors": errors})  # fmt: skip
+                    facts={"batch": max(1, args.tokens_per_step // length), "errors": errors,
+                           "plans": plans})  # fmt: skip
 
     def teardown(self) -> None:
         self.models = {}
@@ -234,6 +244,8 @@ def summarise(args: EncoderBenchArguments, rows: list[dict]) -> dict:
                          f"{mode}_spread": (max(timing.seconds) - min(timing.seconds)) / 2 / timing.median})  # fmt: skip
             if peak:
                 cell[f"{mode}_mfu"] = mfu(step_flops(args, row["batch"], length, mode), timing.median, peak)
+            if row.get("plans", {}).get(name):
+                cell[f"{mode}_plan"] = row["plans"][name]
         for name, error in row["errors"].items():
             results.setdefault((name, length), {"implementation": name, "length": length})[
                 f"{mode}_error"
@@ -309,6 +321,15 @@ def to_markdown(result: dict) -> str:
                     cells.append(text)
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
         lines.append("")
+    for mode in ("training", "inference"):
+        if any(f"{mode}_plan" in row for row in rows):
+            lines += [f"## Attention plans, {mode} (kernels by layer: `KolongModel.attention_plans`)", "",
+                      "| implementation | " + " | ".join(str(n) for n in lengths) + " |", "|---|" + "---|" * len(lengths)]  # fmt: skip
+            for name in names:
+                plans = [cell.get((name, length), {}).get(f"{mode}_plan", "—") for length in lengths]
+                if any(plan != "—" for plan in plans):
+                    lines.append(f"| {name} | " + " | ".join(plans) + " |")
+            lines.append("")
     errors = sorted({f"{row['implementation']} at {row['length']} ({row[k]})" for row in rows for k in row
                      if k.endswith("error")})  # fmt: skip
     if errors:

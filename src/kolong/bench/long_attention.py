@@ -64,6 +64,8 @@ def build_model(pattern: str, args: LongAttentionBenchArguments):
     model = KolongModel(config, add_pooling_layer=False).to(args.device)
     if pattern == "local+global-flex":
         model.set_attn_implementation("flex_attention")
+    if pattern == "local+global-chunked":  # the chunked exact path timed beside the banded one
+        model.set_attention_options(banded=False)
     if args.gradient_checkpointing:
         # transformers' newer name (the older one warns there); releases before it have only the older one
         enable = (
@@ -99,8 +101,7 @@ def make_step(model, pattern: str, args: LongAttentionBenchArguments, length: in
         global_mask[:, : args.global_tokens] = 1
         global_mask = global_mask.to(args.device)
     inputs = {"input_ids": ids.to(args.device), "global_attention_mask": global_mask}
-    flags = {"BANDED_LOCAL_ATTENTION": pattern != "local+global-chunked"}
-    return encoder_step(model, inputs, training, args.device, args.dtype, flags)
+    return encoder_step(model, inputs, training, args.device, args.dtype)
 
 
 def measure_memory(pattern: str, length: int, args: LongAttentionBenchArguments, model=None) -> dict:

@@ -29,12 +29,14 @@ markdown of a result.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
+from kolong.attention.options import AttentionOptions
 from kolong.bench.arguments import PretrainBenchArguments
 from kolong.bench.flops import FlopCount, device_peak_flops, document_pairs, mfu
 from kolong.bench.harness import Benchmark, Case, Measured, resolve_device, run
@@ -144,7 +146,7 @@ class PretrainBenchmark(Benchmark):
                        "num_attention_heads": max(1, args.hidden_size // 64),
                        "intermediate_size": 4 * args.hidden_size, "max_position_embeddings": max(512, length),
                        "attention_probs_dropout_prob": args.attention_dropout},
-            extra={"use_cpu": device == "cpu", "save_strategy": "no"},
+            extra={"use_cpu": device == "cpu", "save_strategy": "no"}, attention_options=list(args.attention_options),
         )  # fmt: skip
 
     def setup(self, args: PretrainBenchArguments, size: dict) -> Case:
@@ -188,7 +190,8 @@ class PretrainBenchmark(Benchmark):
         epochs = args.steps * batch / max(1, counts["blocks"]["train"])
         return Case(steps, references, repeats=args.rounds, warmup=1 if profile else 0,
                     facts={"batch": batch, "device": device, "warmup_steps": warmup, "vocab": counts["vocab_size"],
-                           "epochs_per_run": epochs, "traces": traces})  # fmt: skip
+                           "epochs_per_run": epochs, "traces": traces,
+                           "plan": attention_plan(arguments(), device)})  # fmt: skip
 
     def teardown(self) -> None:
         if getattr(self, "_scratch", None) is not None:
@@ -208,7 +211,7 @@ class PretrainBenchmark(Benchmark):
                 "overhead": 1 - rates["kolong pretrain mlm"] / rates["raw step"],
                 "compiled_in_timed_steps": {name: int(sum(timing.extras.get("compiled_graphs", [])))
                                             for name, timing in row["timings"].items()},
-                "varlen_layers": varlen_counted(row["timings"]["raw step"]),
+                "plan": row.get("plan"),
                 "step_counts": counts, "flops_per_step": flops,
                 "mfu": {name: mfu(flops[name], timing.median, peak) for name, timing in row["timings"].items()}
                 if peak and flops else None,
@@ -224,7 +227,7 @@ class PretrainBenchmark(Benchmark):
                                                                "layers", "attention_dropout", "compile", "text",
                                                                "tokenizer")},
                              "vocab_size": rows[0]["vocab"] if rows else None,
-                             "packed_attention": packed_attention(args.attention_dropout)},
+                             "attention_options": AttentionOptions.parse(args.attention_options).changed()},
                 "device": rows[0]["device"] if rows else None, "cells": cells, "padding": self.padding,
                 "traces": traces}  # fmt: skip
 
@@ -250,8 +253,6 @@ def raw_step(args, device: str, warmup: int, trace=None) -> Measured:
     model.to(device).train()
     bf16 = device == "cuda" and torch.cuda.is_bf16_supported()
     facts = {f"count_{name}": value for name, value in step_counts(counted).items()}
-    if varlen.ENABLED:
-        facts["varlen_layers"] = varlen_layers(model, batches[0], device, bf16)
     settings = throughput_settings(args)
     if settings["torch_compile"]:
         fresh_compile_state()
@@ -297,28 +298,21 @@ def collated_steps(args) -> tuple[object, list[dict], dict]:
     return model, [collator(chosen) for chosen in rows], training
 
 
-def varlen_layers(model, inputs: dict, device: str, bf16: bool) -> int:
-    """How many of the model's layers send `inputs`' packed documents to FlashAttention's variable-length kernel,
-    counted in one eager forward pass: the switch alone does not say the kernel ran (fp32, a scheme with a logit
-    bias, a GPU before Ampere take the dense mask), and a benchmark must not credit it with another path's time."""
+def attention_plan(args, device: str) -> str:
+    """The attention path of each layer of kolong's model on the raw step's first batch, in training, as the
+    model would take it on `device` ("flex x12"): which kernel the timings are of, read from the plan rather
+    than from the switches that lead to it."""
     import torch
 
-    from kolong.attention import varlen
-
-    calls, kernel = [], varlen.KERNEL
-    varlen.KERNEL = lambda *arguments: calls.append(1) or kernel(*arguments)
-    try:
-        with torch.no_grad(), torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
-            model(**inputs)
-    finally:
-        varlen.KERNEL = kernel
-    return len(calls)
-
-
-def varlen_counted(timing) -> int | None:
-    """The fewest layers any run took the variable-length kernel in (None: the switch was off)."""
-    counts = timing.extras.get("varlen_layers")
-    return int(min(counts)) if counts else None
+    model, collated, _ = collated_steps(dataclasses.replace(args, max_steps=1))
+    model.to(device).train()
+    batch = {k: v.to(device) if hasattr(v, "to") else v for k, v in collated[0].items()}
+    keys = ("input_ids", "attention_mask", "cu_seq_lens", "longest_document", "mask_layout")
+    bf16 = device == "cuda" and torch.cuda.is_bf16_supported()
+    with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
+        plans = model.base_model.attention_plans(**{k: batch[k] for k in keys if k in batch})
+    kernels = [plan.kernel for plan in plans]
+    return ", ".join(f"{kernel} x{kernels.count(kernel)}" for kernel in dict.fromkeys(kernels))
 
 
 def kolong_pipeline(args, device: str, warmup: int, trace=None) -> Measured:
@@ -370,21 +364,6 @@ def hf_pipeline(args, device: str, warmup: int, trace=None) -> Measured:
                       callbacks=[clock.callback])  # fmt: skip
     trainer.train()
     return clock.measured()
-
-
-def packed_attention(dropout: float) -> str:
-    """How kolong's model attends packed documents on CUDA in this process (the environment's switches) with
-    attention dropout `dropout`."""
-    from kolong.attention import varlen
-    from kolong.models.encoder import attention
-
-    if varlen.ENABLED:
-        return "FlashAttention's variable-length kernel (KOLONG_PACKED_VARLEN=1)"
-    if dropout == 0:
-        return "FlexAttention's block mask (no attention dropout)"
-    if attention.PACKED_FLEX_DROPOUT:
-        return "FlexAttention's block mask, dropout in two passes (KOLONG_PACKED_FLEX_DROPOUT=1)"
-    return "SDPA's dense mask (attention dropout)"
 
 
 COUNTS = ("tokens", "document_pairs", "row_pairs", "labelled")
@@ -486,9 +465,8 @@ def to_markdown(result: dict) -> str:
         "",
         f"Device: {device}. Model: hidden {s['hidden_size']}, {s['layers']} layers, {vocab}, {s['tokens_per_step']:,} "
         f"tokens per step, {s['steps']} steps per run (the first quarter untimed), median of {s['rounds']} interleaved "
-        f"rounds; torch.compile {s['compile']}; attention dropout {s.get('attention_dropout', 0.1)}. Packed "
-        "documents on CUDA: "
-        f"{s.get('packed_attention', 'SDPA or FlexAttention (not recorded)')}.",
+        f"rounds; torch.compile {s['compile']}; attention dropout {s.get('attention_dropout', 0.1)}; run-time "
+        f"attention options: {s.get('attention_options') or 'the defaults'}.",
         "",
         "| position | length | batch | raw step tok/s | kolong pretrain mlm tok/s | pipeline overhead | HF BertForMaskedLM tok/s "
         "| kolong / HF | MFU raw / kolong / HF | device busy raw / kolong / HF |",
@@ -517,13 +495,10 @@ def to_markdown(result: dict) -> str:
     if crossing:
         lines += ["", f"**The corpus is shorter than one run at length {', '.join(map(str, crossing))}**: the pipeline's "
                   "timed steps include an epoch's end, which real runs pay once per epoch; give more `--max-documents`."]  # fmt: skip
-    counted = [c for c in result["cells"] if c.get("varlen_layers") is not None]
-    if counted:
-        untaken = [f"{c['position']} {c['length']}" for c in counted if not c["varlen_layers"]]
-        lines += ["", f"**FlashAttention's variable-length kernel was not taken** in {', '.join(untaken)}: those rows "
-                  "measured the dense mask (the kernel needs CUDA sm80+, bf16 and no logit bias)." if untaken else
-                  "FlashAttention's variable-length kernel was taken (raw step, layers per forward pass: " + "; ".join(
-                      f"{c['position']} {c['length']}: {c['varlen_layers']}" for c in counted) + ")."]  # fmt: skip
+    planned = [c for c in result["cells"] if c.get("plan")]
+    if planned:
+        lines += ["", "Attention plan of kolong's model in training (`KolongModel.attention_plans`, kernels by layer): "
+                  + "; ".join(f"{c['position']} {c['length']}: {c['plan']}" for c in planned) + "."]  # fmt: skip
     compiled = [f"{c['position']} {c['length']} {name} ({count})" for c in result["cells"]
                 for name, count in c.get("compiled_in_timed_steps", {}).items() if count]  # fmt: skip
     if compiled:

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from kolong.attention.chunked import ChunkBias, toeplitz_rows
+from kolong.attention.dispatch import Contribution
 from kolong.attention.flex import attend
 from kolong.positions.base import PositionEncoding
 
@@ -57,6 +58,10 @@ class ALiBiPositions(PositionEncoding):
             state["bias"] = (-state["slopes"][:, None, None] * distance)[None].to(query.dtype)
         return state["bias"]
 
+    @property
+    def contribution(self) -> Contribution:
+        return Contribution("distance")  # -m_h |i - j|: nothing trained
+
     def chunk_bias(self, layer, query, state):
         return ALiBiChunkBias(state["slopes"])
 
@@ -64,11 +69,11 @@ class ALiBiPositions(PositionEncoding):
         return alibi_flex, (state["slopes"],)
 
 
-def alibi_flex(q, k, v, block_mask, scale, dropout, slopes):
+def alibi_flex(q, k, v, block_mask, scale, dropout, options, slopes):
     def score_mod(score, b, h, q_idx, kv_idx):
         return score - slopes[h] * (q_idx - kv_idx).abs()
 
-    return attend(q, k, v, score_mod, block_mask, scale, dropout)
+    return attend(q, k, v, score_mod, block_mask, scale, dropout, options)
 
 
 class ALiBiChunkBias(ChunkBias):

@@ -17,10 +17,14 @@ bias also gives the fused paths the same terms without any (n, n) tensor:
 - `chunk_bias(layer, query, state)`: a `ChunkBias` (kolong.attention.chunked) that builds the
   bias one block of query rows at a time and reduces the gradient back onto its inputs;
 - `flex_score(layer, query, state)`: `(function, tensors)`, a module-level function
-  `function(q, k, v, block_mask, scale, dropout, *tensors)` that defines a FlexAttention `score_mod` over
-  `tensors` and returns `kolong.attention.flex.attend(q, k, v, score_mod, block_mask, scale, dropout,
+  `function(q, k, v, block_mask, scale, dropout, options, *tensors)` that defines a FlexAttention `score_mod`
+  over `tensors` and returns `kolong.attention.flex.attend(q, k, v, score_mod, block_mask, scale, dropout,
   options)` (compiled once per function; `attend` adds attention dropout when `dropout` is not None; `options`
-  is `flex.kernel_options(q, *trained)` where the score_mod gathers from a trained per-row tensor).
+  are the kernel options the attention engine chose for the tensors the score_mod reads).
+
+What a scheme hands to attention is declared, not inferred: `contribution` (a
+`kolong.attention.dispatch.Contribution`: nothing, a rotation, a bias by distance alone, a bias that depends on
+the query, and whether a value term follows), from which the attention engine plans its path.
 
 `prepare(length, device, dtype)` runs once per forward and returns whatever the layers share (an
 index of clipped distances, cos/sin tables, a bias that every layer reuses).
@@ -38,6 +42,8 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 from torch import nn
+
+from kolong.attention.dispatch import Contribution
 
 Panel = tuple[str, "np.ndarray", str, str]
 
@@ -136,6 +142,17 @@ class PositionEncoding(nn.Module):
     def has_logit_bias(self) -> bool:
         """True for schemes that add a term to the attention logits (they override `chunk_bias`)."""
         return type(self).chunk_bias is not PositionEncoding.chunk_bias
+
+    @property
+    def contribution(self) -> Contribution:
+        """What this scheme hands to attention. kolong's schemes declare it; a scheme that does not is read from
+        its hooks, assuming the most general bias (one that depends on the query) when it has one."""
+        if self.has_logit_bias:
+            trained = any(parameter.requires_grad for parameter in self.parameters())
+            return Contribution("query", value_term=self.needs_probabilities, trained=trained)
+        if type(self).rotate is not PositionEncoding.rotate:
+            return Contribution("rotation")
+        return Contribution("none")
 
     def chunk_bias(self, layer: int, query: torch.Tensor, state: Any):
         """The logit bias for chunked exact attention (a `ChunkBias`), or None for schemes without one."""

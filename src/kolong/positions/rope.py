@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from kolong.attention.dispatch import Contribution
 from kolong.positions.base import PositionEncoding, finite_number, kwarg_error
 
 
@@ -67,6 +68,10 @@ class RotaryPositions(PositionEncoding):
         angles = position[:, None] * self.frequencies(device)[None]  # (n, d/2)
         angles = torch.cat((angles, angles), dim=-1)  # (n, d)
         return angles.cos().to(dtype), angles.sin().to(dtype)
+
+    @property
+    def contribution(self) -> Contribution:
+        return Contribution("rotation")
 
     def rotate(self, layer, query, key, state):
         cos, sin = state  # (n, d_h) each

@@ -25,7 +25,8 @@ import torch
 from torch import nn
 
 from kolong.attention.chunked import ChunkBias
-from kolong.attention.flex import attend, kernel_options
+from kolong.attention.dispatch import Contribution
+from kolong.attention.flex import attend
 from kolong.positions.base import (
     PositionEncoding,
     kwarg_error,
@@ -105,6 +106,11 @@ class ShawPositions(PositionEncoding):
         index = self._index(state, length, query.device).expand(batch, heads, length, length)
         return self.profile(layer, query).gather(-1, index)
 
+    @property
+    def contribution(self) -> Contribution:
+        # q_i . w^K_clip(j - i): a bias that depends on the query; w^V adds a value term
+        return Contribution("query", value_term=self.value_tables is not None, trained=True)
+
     def chunk_bias(self, layer, query, state):
         values = None if self.value_tables is None else layer_table(self.value_tables, layer).to(query.dtype)
         return ShawChunkBias(self.profile(layer, query), values, self.max_distance)
@@ -144,7 +150,7 @@ class MaterialisedShawPositions(ShawPositions):
         return torch.einsum("bhij,ijd->bhid", probs, relative_values)
 
 
-def shaw_flex(q, k, v, block_mask, scale, dropout, profile, max_distance):
+def shaw_flex(q, k, v, block_mask, scale, dropout, options, profile, max_distance):
     """FlexAttention with Shaw's key term read from the (b, h, n, 2k+1) profile inside the kernel.
 
     The index is clamped, so it stays in range on masked entries too (an unclamped one measured 20x slower).
@@ -154,7 +160,7 @@ def shaw_flex(q, k, v, block_mask, scale, dropout, profile, max_distance):
         bucket = (kv_idx - q_idx).clamp(-max_distance, max_distance) + max_distance
         return score + profile[b, h, q_idx, bucket]
 
-    return attend(q, k, v, score_mod, block_mask, scale, dropout, kernel_options(q, profile))
+    return attend(q, k, v, score_mod, block_mask, scale, dropout, options)
 
 
 class ShawChunkBias(ChunkBias):

@@ -26,7 +26,8 @@ import torch
 from torch import nn
 
 from kolong.attention.chunked import ChunkBias, toeplitz_rows
-from kolong.attention.flex import attend, kernel_options
+from kolong.attention.dispatch import Contribution
+from kolong.attention.flex import attend
 from kolong.positions.base import (
     PositionEncoding,
     kwarg_error,
@@ -131,6 +132,10 @@ class T5Positions(PositionEncoding):
 
         return self._shared(state, "bias", make)
 
+    @property
+    def contribution(self) -> Contribution:
+        return Contribution("distance", trained=True)  # a learned bias per bucket of j - i
+
     def chunk_bias(self, layer, query, state):
         return T5ChunkBias(self.per_distance(layer, state, query.dtype))
 
@@ -173,22 +178,22 @@ def _bucket(relative, num_buckets, boundaries):
     return bucket + (relative > 0).to(bucket.dtype) * half
 
 
-def t5_flex(q, k, v, block_mask, scale, dropout, table, num_buckets, boundaries):
+def t5_flex(q, k, v, block_mask, scale, dropout, options, table, num_buckets, boundaries):
     """FlexAttention with T5's bias read from the (buckets, h) table (inference)."""
 
     def score_mod(score, b, h, q_idx, kv_idx):
         return score + table[_bucket(kv_idx - q_idx, num_buckets, boundaries), h]
 
-    return attend(q, k, v, score_mod, block_mask, scale, dropout)
+    return attend(q, k, v, score_mod, block_mask, scale, dropout, options)
 
 
-def t5_flex_rows(q, k, v, block_mask, scale, dropout, rows, num_buckets, boundaries):
+def t5_flex_rows(q, k, v, block_mask, scale, dropout, options, rows, num_buckets, boundaries):
     """FlexAttention with T5's bias read from the (b, h, n, buckets) copy of the table (training)."""
 
     def score_mod(score, b, h, q_idx, kv_idx):
         return score + rows[b, h, q_idx, _bucket(kv_idx - q_idx, num_buckets, boundaries)]
 
-    return attend(q, k, v, score_mod, block_mask, scale, dropout, kernel_options(q, rows))
+    return attend(q, k, v, score_mod, block_mask, scale, dropout, options)
 
 
 class T5ChunkBias(ChunkBias):

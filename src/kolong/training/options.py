@@ -125,6 +125,13 @@ def steps_or_all(flag: str, value: int) -> None:
         raise ConfigError(f"{flag} must be a positive number of steps, or -1 for all epochs; got {value}")
 
 
+def attention_options(flag: str, value: Any) -> None:
+    """`--attention-option NAME=VALUE` items (`kolong.attention.options.AttentionOptions`), checked when given."""
+    from kolong.attention.options import AttentionOptions
+
+    AttentionOptions.parse(value or [], flag)
+
+
 def must_be_json_object(flag: str, value: Any) -> None:
     if not isinstance(value, dict):
         raise ConfigError(f"{flag}: expected a JSON object such as '{{\"max_distance\": 16}}', got {value!r}")

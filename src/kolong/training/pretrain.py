@@ -52,7 +52,7 @@ def _split_overrides(overrides: dict, model_fields: dict, training_fields: dict)
 
 def prepare(args: PretrainArguments):
     """Everything before training: (model, tokenizer, datasets, collator, training settings); raises on bad input."""
-    from kolong.attention import varlen
+    from kolong.attention.options import AttentionOptions
     from kolong.checkpoints import load_config, load_model, load_tokenizer
     from kolong.data.corpus import load_corpus
     from kolong.models import KolongConfig, KolongForMaskedLM, KolongForPreTraining
@@ -127,6 +127,7 @@ def prepare(args: PretrainArguments):
         )
         model = model_class(config)
     model.set_attn_implementation(args.attn_implementation)
+    options = model.set_attention_options(AttentionOptions.parse(args.attention_options))
     sentence_order = args.objective == "mlm+sop"
     packing = args.packing if args.packing != "auto" else ("concatenate" if sentence_order else "documents")
     if sentence_order and (packing != "concatenate" or args.curriculum):
@@ -144,7 +145,7 @@ def prepare(args: PretrainArguments):
         tokenizer, granularity=args.masking, mlm_probability=args.mlm_probability, seed=args.seed + 7919 * rank,
         sentence_order=sentence_order, packing=packing, max_length=metadata["max_length"], schedule=schedule,
         host_facts=True,  # kolong's MLM models read nothing back from the device with them
-        segments=varlen.ENABLED,  # packed documents to FlashAttention's variable-length kernel (opt-in)
+        segments=options.packed_varlen,  # packed documents to FlashAttention's variable-length kernel (opt-in)
     )  # fmt: skip
     # numpy rows: the collator stacks them without a Python loop over tokens
     train, evaluation = (datasets[split].with_format("numpy") for split in ("train", "validation"))

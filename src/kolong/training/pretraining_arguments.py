@@ -12,6 +12,7 @@ from kolong.training.arguments import RecipeArguments
 from kolong.training.options import (
     ON_BAD,
     REQUIRED,
+    attention_options,
     column_spec,
     must_be_json_object,
     option,
@@ -104,6 +105,11 @@ class PretrainArguments(RecipeArguments):
     )
     compile: str = option("auto", "torch.compile the model: auto (on CUDA) | yes | no | regions (layer by layer, one "
                           "graph serving all: a faster start); bare: yes.", choices=("auto", "yes", "no", "regions"))  # fmt: skip
+    attention_options: list[str] = option([], "A run-time attention choice, never saved with the model: "
+                                          "--attention-option NAME=VALUE (repeat; docs/encoder.md, \"Run-time "
+                                          "options\"): flex_dropout, packed_flex_dropout, packed_varlen, banded, "
+                                          "flex_kernel_options.", "--attention-option",
+                                          check=attention_options)  # fmt: skip
     overrides: dict = option(
         {},
         "Override a preset field: --set hidden_size=256 (repeat).",

@@ -27,9 +27,9 @@ from transformers.generation import GenerationMixin
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput
 
+from kolong.attention.chunked import attention_dropout_mask
 from kolong.models.byte.configuration import KolongByteConfig
 from kolong.models.byte.gbst import GBST
-from kolong.models.encoder.attention import attention_dropout_mask
 from kolong.positions.t5 import relative_position_bucket
 
 # the output field of the decoder cache: `cache` from transformers 5.24, `past_key_values` before

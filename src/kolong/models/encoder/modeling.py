@@ -7,6 +7,7 @@ returns the standard transformers output dataclass with `loss`, so the `Trainer`
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -24,7 +25,9 @@ from transformers.modeling_outputs import (
     TokenClassifierOutput,
 )
 
+from kolong.attention.dispatch import Plan
 from kolong.attention.masks import AttentionMask
+from kolong.attention.options import AttentionOptions
 from kolong.constants import POSITION_SCALING_KEY
 from kolong.models.encoder.attention import KolongAttention
 from kolong.models.encoder.configuration import KolongConfig
@@ -133,6 +136,40 @@ class KolongPreTrainedModel(PreTrainedModel):
             from kolong.extension.scaling import install_position_scaling
 
             install_position_scaling(self)
+
+    def set_attention_options(self, options: AttentionOptions | None = None, **changes) -> AttentionOptions:
+        """Run-time attention choices for every layer (`kolong.attention.options.AttentionOptions`, or its
+        fields by name): never saved with the model. Returns the options now in force."""
+        layers = [module for module in self.modules() if isinstance(module, KolongAttention)]
+        options = dataclasses.replace(options or layers[0].options, **changes)
+        for layer in layers:
+            layer.options = options
+        return options
+
+    def attention_plans(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                        global_attention_mask: torch.Tensor | None = None, mask_layout: tuple[bool, bool] | None = None,
+                        cu_seq_lens: torch.Tensor | None = None, longest_document: torch.Tensor | None = None,
+                        ) -> list[Plan]:  # fmt: skip
+        """The attention path each layer would take for these inputs, in the model's mode (training or not) and
+        under the caller's grad mode, without computing attention: one `Plan` per layer (`plan.kernel`,
+        `plan.why`)."""
+        model = self.base_model
+        segments = (cu_seq_lens, longest_document) if cu_seq_lens is not None else None
+        mask = AttentionMask.from_attention_mask(attention_mask, layout=mask_layout, segments=segments)
+        batch, length = input_ids.shape[:2]
+        device, dtype = input_ids.device, next(self.parameters()).dtype
+        local = local_mask(model.config, mask, global_attention_mask, batch, length, device)
+        head = model.config.hidden_size // model.config.num_attention_heads
+        if torch.is_autocast_enabled(device.type):
+            dtype = torch.get_autocast_dtype(device.type)
+        query = torch.empty(batch, model.config.num_attention_heads, length, head, device=device, dtype=dtype)
+        query.requires_grad_(torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters()))
+        plans = []
+        for depth in range(model.config.num_hidden_layers):
+            layer = model.layers[0 if model.config.share_layers else depth]
+            layer_mask = local if local is not None and attends_locally(model.config, depth) else mask
+            plans.append(layer.attention.plan(query, layer_mask, model.positions))
+        return plans
 
     @torch.no_grad()
     def _init_weights(self, module):

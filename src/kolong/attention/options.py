@@ -1,0 +1,79 @@
+"""Choices about attention that belong to a machine or a measurement, never to a model.
+
+A model's own choices are config fields (`attn_implementation`, the attention pattern, dropout) and are saved
+with it. These are not: a workaround for a torch release, kernel tiles for a GPU other than those kolong was
+measured on, or a second path timed beside the default. They are given at run time
+(`model.set_attention_options(...)`, `--attention-option NAME=VALUE` on the commands that train or benchmark)
+and never written into a checkpoint.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class AttentionOptions:
+    flex_dropout: bool = field(default=True, metadata={"help": (
+        "attention dropout on CUDA inside FlexAttention, in two passes; false: the chunked exact path (a way "
+        "around a torch release whose FlexAttention cannot compile it)")})  # fmt: skip
+    packed_flex_dropout: bool = field(default=False, metadata={"help": (
+        "packed documents with attention dropout on CUDA through FlexAttention's two passes rather than SDPA's "
+        "dense mask (measured at half SDPA's speed on an H200)")})  # fmt: skip
+    packed_varlen: bool = field(default=False, metadata={"help": (
+        "packed documents on CUDA through FlashAttention's variable-length kernel, each document scored alone "
+        "(the collator then gives their segments)")})  # fmt: skip
+    banded: bool = field(default=True, metadata={"help": (
+        "local windows on CPU over key bands, one SDPA call; false: the chunked exact path")})  # fmt: skip
+    flex_kernel_options: dict | None = field(default=None, metadata={"help": (
+        "FlexAttention kernel options (a JSON object, e.g. {\"fwd_num_stages\": 2, \"BLOCK_M\": 64}) for kernels "
+        "that train a float32 tensor their score_mod reads; default: two forward stages and one backward")})  # fmt: skip
+
+    @classmethod
+    def parse(cls, items: Iterable[str], flag: str = "--attention-option") -> AttentionOptions:
+        """`NAME=VALUE` items (booleans true / false, the kernel options a JSON object); a bad one is refused
+        naming the flag, the name and what it takes."""
+        from kolong.errors import ConfigError
+
+        known = {spec.name: spec for spec in dataclasses.fields(cls)}
+        values: dict = {}
+        for item in items:
+            name, sep, text = str(item).partition("=")
+            name = name.strip().replace("-", "_")
+            if not sep or name not in known:
+                choices = ", ".join(known)
+                raise ConfigError(f"{flag} {item!r}: expected NAME=VALUE with NAME one of {choices}")
+            if name == "flex_kernel_options":
+                try:
+                    value = json.loads(text)
+                except json.JSONDecodeError:
+                    value = None
+                if not isinstance(value, dict):
+                    raise ConfigError(f"{flag} {name}: expected a JSON object of FlexAttention kernel options, "
+                                      f"e.g. '{{\"fwd_num_stages\": 2, \"BLOCK_M\": 64}}', got {text!r}")  # fmt: skip
+            else:
+                lowered = text.strip().lower()
+                if lowered not in ("true", "false", "1", "0", "yes", "no"):
+                    raise ConfigError(f"{flag} {name}: expected true or false, got {text!r}")
+                value = lowered in ("true", "1", "yes")
+            values[name] = value
+        return cls(**values)
+
+    def changed(self) -> dict:
+        """The options that differ from the defaults (what a result records)."""
+        default = type(self)()
+        return {spec.name: getattr(self, spec.name) for spec in dataclasses.fields(self)
+                if getattr(self, spec.name) != getattr(default, spec.name)}  # fmt: skip
+
+
+# One instance for every layer that was given none: a compiled layer guards on the object its options are, and
+# layers compiled one by one (`--compile regions`) must share a graph.
+DEFAULT = AttentionOptions()
+
+
+def option_help() -> str:
+    """One line per option, for the commands' --help."""
+    return "; ".join(f"{spec.name}: {spec.metadata['help']}" for spec in dataclasses.fields(AttentionOptions))

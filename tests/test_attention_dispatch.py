@@ -1,0 +1,179 @@
+"""The one choice of attention path: what each scheme declares, the plan for each case, every path in the table
+against the eager reference, the run-time options, and asking a model which plans it runs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import random_ids, tiny_kolong_config
+from kolong.attention import dispatch
+from kolong.attention.dispatch import ATTENTION_FUNCTIONS, AttentionCall, Contribution, plan_attention
+from kolong.attention.masks import AttentionMask
+from kolong.attention.options import AttentionOptions
+from kolong.errors import ConfigError
+from kolong.models import KolongModel
+
+DECLARED = {
+    "learned": Contribution("none"),
+    "sinusoidal": Contribution("none"),
+    "memn2n": Contribution("none"),
+    "none": Contribution("none"),
+    "rope": Contribution("rotation"),
+    "alibi": Contribution("distance"),
+    "t5": Contribution("distance", trained=True),
+    "shaw": Contribution("query", trained=True),
+}
+
+
+@pytest.mark.parametrize("scheme", list(DECLARED))
+def test_every_scheme_declares_what_it_hands_to_attention(scheme):
+    model = KolongModel(tiny_kolong_config(position_encoding=scheme))
+    assert model.positions.contribution == DECLARED[scheme]
+    value = KolongModel(tiny_kolong_config(position_encoding="shaw", position_kwargs={"value": True}))
+    assert value.positions.contribution == Contribution("query", value_term=True, trained=True)
+    with pytest.raises(ValueError, match="one of none, rotation, distance, query"):
+        Contribution("relative")
+
+
+def _q(grad: bool) -> torch.Tensor:
+    return torch.zeros(2, 2, 8, 4, requires_grad=grad)
+
+
+PADDING = AttentionMask.from_attention_mask(torch.tensor([[1] * 8, [1] * 6 + [0] * 2]))
+PADDING_INSIDE = AttentionMask.from_attention_mask(torch.tensor([[1] * 8, [0] + [1] * 7]))
+DOCUMENTS = AttentionMask.from_attention_mask(torch.tensor([[1] * 4 + [2] * 4, [1] * 8]))
+WINDOW = AttentionMask.from_attention_mask(torch.ones(2, 8, dtype=torch.long), window=2)
+
+
+@pytest.mark.parametrize(
+    ("contribution", "mask", "dropout", "grad", "expected"),
+    [
+        (Contribution("none"), PADDING, 0.0, True, "sdpa"),
+        (Contribution("rotation"), DOCUMENTS, 0.0, False, "sdpa"),
+        (Contribution("none"), PADDING, 0.1, True, "eager"),  # no fused CPU kernel with dropout
+        (Contribution("none"), WINDOW, 0.0, True, "banded"),
+        (Contribution("none"), WINDOW, 0.1, True, "chunked"),
+        (Contribution("distance"), PADDING, 0.0, True, "sdpa-distance-view"),  # ALiBi trains through the view
+        (Contribution("distance", trained=True), PADDING, 0.0, False, "sdpa-distance-view"),
+        (Contribution("distance", trained=True), PADDING, 0.0, True, "chunked"),  # T5's table has a gradient
+        (Contribution("distance"), PADDING_INSIDE, 0.0, False, "sdpa-row-blocks"),
+        (Contribution("distance"), DOCUMENTS, 0.0, True, "chunked"),
+        (Contribution("distance"), WINDOW, 0.0, False, "banded"),
+        (Contribution("query", trained=True), PADDING, 0.0, False, "sdpa-row-blocks"),
+        (Contribution("query", trained=True), PADDING, 0.0, True, "chunked"),
+        (Contribution("query", trained=True), WINDOW, 0.0, False, "chunked"),
+        (Contribution("query", value_term=True, trained=True), PADDING, 0.0, False, "chunked"),
+    ],
+)  # fmt: skip
+def test_the_plan_on_cpu(contribution, mask, dropout, grad, expected):
+    with torch.set_grad_enabled(grad):
+        plan = plan_attention("sdpa", _q(grad), contribution, mask, dropout, AttentionOptions())
+    assert plan.kernel == expected and plan.why and str(plan) == expected
+
+
+@pytest.mark.parametrize(
+    ("contribution", "mask", "dropout", "options", "expected"),
+    [
+        (Contribution("none"), PADDING, 0.1, {}, "sdpa"),
+        (Contribution("none"), DOCUMENTS, 0.0, {}, "flex"),  # the block mask skips the blocks between documents
+        (Contribution("none"), DOCUMENTS, 0.1, {}, "sdpa"),
+        (Contribution("none"), DOCUMENTS, 0.1, {"packed_flex_dropout": True}, "flex"),
+        (Contribution("query", trained=True), PADDING, 0.1, {}, "flex"),
+        (Contribution("query", trained=True), PADDING, 0.1, {"flex_dropout": False}, "chunked"),
+        (Contribution("query", value_term=True, trained=True), PADDING, 0.0, {}, "chunked"),
+        (Contribution("none"), WINDOW, 0.0, {}, "flex"),
+    ],
+)  # fmt: skip
+def test_the_plan_where_flex_attention_trains(monkeypatch, contribution, mask, dropout, options, expected):
+    monkeypatch.setattr(dispatch, "FLEX_DEVICES", ("cpu",))  # as on CUDA
+    plan = plan_attention("sdpa", _q(True), contribution, mask, dropout, AttentionOptions(**options))
+    assert plan.kernel == expected
+
+
+def test_the_implementation_asked_for_comes_first():
+    query = Contribution("query", trained=True)
+    assert plan_attention("eager", _q(True), query, PADDING, 0.1, AttentionOptions()).kernel == "eager"
+    assert (
+        plan_attention("flex_attention", _q(False), query, PADDING, 0.0, AttentionOptions()).kernel == "flex"
+    )
+    value = Contribution("query", value_term=True, trained=True)
+    assert (
+        plan_attention("flex_attention", _q(False), value, PADDING, 0.0, AttentionOptions()).kernel
+        == "chunked"
+    )
+
+
+SCHEME_OF_KERNEL = {
+    "sdpa": ("learned", {}, PADDING, False),
+    "sdpa-distance-view": ("t5", {}, PADDING, False),
+    "sdpa-row-blocks": ("shaw", {}, PADDING_INSIDE, False),
+    "banded": ("alibi", {}, WINDOW, False),
+    "chunked": ("shaw", {"value": True}, DOCUMENTS, True),
+}
+
+
+@pytest.mark.parametrize("kernel", list(SCHEME_OF_KERNEL))
+def test_every_path_in_the_table_is_the_eager_reference(kernel):
+    """Each function of ATTENTION_FUNCTIONS, called with its one signature, against `eager` on the same call
+    (outputs; gradients of q, k, v and the scheme's parameters where the path trains)."""
+    scheme, kwargs, mask, trains = SCHEME_OF_KERNEL[kernel]
+    torch.manual_seed(0)
+    model = KolongModel(tiny_kolong_config(position_encoding=scheme, position_kwargs=kwargs))
+    positions = model.positions
+    q, k, v = (torch.randn(2, 2, 8, 16, dtype=torch.float64, requires_grad=trains) for _ in range(3))
+    positions.double()
+    call = AttentionCall(mask, 0.0, AttentionOptions(), positions, positions.prepare(8, q.device, q.dtype))
+    results = []
+    for name in (kernel, "eager"):
+        with torch.set_grad_enabled(trains):
+            context, _ = ATTENTION_FUNCTIONS[name](q, k, v, call, 0)
+        if mask.real is not None or mask.documents is not None:  # padded queries' outputs are never read
+            real = mask.real if mask.real is not None else mask.documents != 0
+            context = context * real[:, None, :, None]
+        grads = ()
+        if trains:
+            parameters = [q, k, v, *positions.parameters()]
+            grads = torch.autograd.grad(context.square().sum(), parameters)
+        results.append((context.detach(), grads))
+    torch.testing.assert_close(results[0][0], results[1][0])
+    for ours, reference in zip(results[0][1], results[1][1], strict=True):
+        torch.testing.assert_close(ours, reference)
+
+
+def test_options_are_parsed_by_name_and_bad_ones_refused():
+    options = AttentionOptions.parse(
+        ["packed_varlen=true", "banded=False", 'flex_kernel_options={"BLOCK_M": 64}']
+    )
+    assert options == AttentionOptions(packed_varlen=True, banded=False, flex_kernel_options={"BLOCK_M": 64})
+    assert options.changed() == {
+        "packed_varlen": True,
+        "banded": False,
+        "flex_kernel_options": {"BLOCK_M": 64},
+    }
+    with pytest.raises(
+        ConfigError, match="--attention-option 'fast=yes': expected NAME=VALUE with NAME one of"
+    ):
+        AttentionOptions.parse(["fast=yes"])
+    with pytest.raises(ConfigError, match="banded: expected true or false, got 'maybe'"):
+        AttentionOptions.parse(["banded=maybe"])
+
+
+def test_a_model_says_which_plan_each_layer_runs_and_options_are_never_saved(tmp_path):
+    """`attention_plans`: local layers and full ones (ModernBERT's alternation), in training and at inference;
+    `set_attention_options` changes the plan at run time and is not written into the checkpoint."""
+    config = tiny_kolong_config(position_encoding="alibi", attention_pattern="local", attention_window=4,
+                                full_attention_every=2, num_hidden_layers=3, attention_probs_dropout_prob=0.0)  # fmt: skip
+    model = KolongModel(config).eval()
+    ids = random_ids(2, 24)
+    with torch.no_grad():
+        plans = model.attention_plans(ids)
+        assert [plan.kernel for plan in plans] == ["sdpa-distance-view", "banded", "sdpa-distance-view"]
+        model.set_attention_options(banded=False)
+        assert [plan.kernel for plan in model.attention_plans(ids)][1] == "chunked"
+    model.save_pretrained(tmp_path)
+    assert "banded" not in (tmp_path / "config.json").read_text()
+    reloaded = KolongModel.from_pretrained(tmp_path).eval()
+    with torch.no_grad():
+        assert reloaded.attention_plans(ids)[1].kernel == "banded"
+        torch.testing.assert_close(model(ids).last_hidden_state, reloaded(ids).last_hidden_state)
