@@ -36,12 +36,14 @@ FLEX_DEVICES = ("cuda",)
 
 @dataclass(frozen=True)
 class Contribution:
-    """What a position scheme hands to attention: `kind` (one of KINDS), whether it adds a value term, and
-    whether its bias has trained parameters (a gradient must flow into them)."""
+    """What a position scheme hands to attention: `kind` (one of KINDS), whether it adds a value term, whether its
+    bias has trained parameters (a gradient must flow into them), and whether the bias is constant past a reach
+    on each side, so that it splits into three regions (`regions.py`; the scheme then has `regions(...)`)."""
 
     kind: str = "none"
     value_term: bool = False
     trained: bool = False
+    regions: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -127,6 +129,11 @@ def plan_attention(implementation: str, q: torch.Tensor, contribution: Contribut
             )
     if exporting():
         return Plan("eager", "torch.export: one graph, without the fused paths' loops")
+    split = contribution.regions and options.relative_regions and dropout_p == 0
+    if flex_here and split and ((torch.is_grad_enabled() and contribution.trained) or contribution.value_term):
+        return Plan(
+            "flex-regions", "FlexAttention in three regions merged by log-sum-exp: no hot gradient addresses"
+        )
     if flex_here and not contribution.value_term:
         return Plan("flex", "FlexAttention: the bias in its score_mod, blocks outside the mask skipped")
     grad = torch.is_grad_enabled() and (q.requires_grad or contribution.trained)
@@ -199,6 +206,13 @@ def _flex(q, k, v, call: AttentionCall, layer):
     return flex.flex_call(function, q, k, v, block_mask, scale, dropout, options, *tensors), None
 
 
+def _flex_regions(q, k, v, call: AttentionCall, layer):
+    from kolong.attention.regions import flex_region_attention
+
+    terms = call.scheme.regions(layer, q, call.state)
+    return flex_region_attention(q, k, v, call.mask, terms, call.options.flex_kernel_options), None
+
+
 def _given(mask: AttentionMask) -> AttentionMask | None:
     return None if mask.empty else mask
 
@@ -224,6 +238,7 @@ ATTENTION_FUNCTIONS: dict[str, Callable] = {
     "sdpa": _sdpa,
     "varlen": _varlen,
     "flex": _flex,
+    "flex-regions": _flex_regions,
     "sdpa-distance-view": _distance_view,
     "sdpa-row-blocks": _row_blocks,
     "banded": _banded,

@@ -72,9 +72,16 @@ def flex_call(function: Callable, q, k, v, *args):
         # columns as they are.
         q, k, v = (torch.nn.functional.pad(t, (0, CPU_MIN_HEAD_DIM - head_dim)) for t in (q, k, v))
     if torch.compiler.is_compiling():  # inside a compiled model: its compile decides
-        return compiled(q, k, v, *args)[..., :head_dim]
+        return _first_columns(compiled(q, k, v, *args), head_dim)
     with labelled("flex attention"), torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
-        return compiled(q, k, v, *args)[..., :head_dim]
+        return _first_columns(compiled(q, k, v, *args), head_dim)
+
+
+def _first_columns(result, head_dim: int):
+    """The output's first `head_dim` columns (the rest are the CPU's zero padding); a tuple's first entry."""
+    if isinstance(result, tuple):
+        return (result[0][..., :head_dim], *result[1:])
+    return result[..., :head_dim]
 
 
 def compiles_per_length(model, device) -> bool:

@@ -40,6 +40,9 @@ class AttentionMask:
     _block_mask: object = field(default=None, repr=False, compare=False)
     _global_positions: torch.Tensor | None = field(default=None, repr=False, compare=False)
     _band_allowed: torch.Tensor | None = field(default=None, repr=False, compare=False)  # banded.py's mask
+    _region_block_masks: dict = field(
+        default_factory=dict, repr=False, compare=False
+    )  # regions.py's, by region
 
     @classmethod
     def from_attention_mask(
@@ -210,3 +213,21 @@ class AttentionMask:
             with flex.labelled("block mask"):
                 self._block_mask = build(self, batch, length, device, table_heads)
         return self._block_mask
+
+    def region_block_mask(self, region: str, reach: int, batch: int, length: int, device, heads: int = 1):
+        """FlexAttention's BlockMask of this mask restricted to a relative region (`kolong.attention.regions`),
+        built from the structure on first use and kept: every layer of one forward shares it."""
+        key = (region, reach)
+        if key not in self._region_block_masks:
+            from kolong.attention import flex
+            from kolong.attention.block_masks import structured_block_mask
+
+            build, table_heads = structured_block_mask, 1
+            if torch.compiler.is_compiling():  # as `block_mask`: tables per head inside a graph
+                if heads > 1:
+                    table_heads = heads
+                elif batch > 1:
+                    build = torch.compiler.disable(structured_block_mask)
+            with flex.labelled("block mask"):
+                self._region_block_masks[key] = build(self, batch, length, device, table_heads, key)
+        return self._region_block_masks[key]

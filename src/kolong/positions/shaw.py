@@ -27,6 +27,7 @@ from torch import nn
 from kolong.attention.chunked import ChunkBias
 from kolong.attention.dispatch import Contribution
 from kolong.attention.flex import attend
+from kolong.attention.regions import RegionTerms
 from kolong.positions.base import (
     PositionEncoding,
     kwarg_error,
@@ -109,7 +110,20 @@ class ShawPositions(PositionEncoding):
     @property
     def contribution(self) -> Contribution:
         # q_i . w^K_clip(j - i): a bias that depends on the query; w^V adds a value term
-        return Contribution("query", value_term=self.value_tables is not None, trained=True)
+        return Contribution("query", value_term=self.value_tables is not None, trained=True, regions=True)
+
+    def regions(self, layer, query, state) -> RegionTerms:
+        """The bias in the three regions: the clipped edges j - i <= -k and >= k are one constant per row."""
+        profile, k = self.profile(layer, query), self.max_distance  # (b, h, n, 2k+1)
+        terms = RegionTerms(k, profile[..., 0], profile[..., 1 : 2 * k], profile[..., 2 * k])
+        if self.value_tables is not None:
+            values = layer_table(self.value_tables, layer).to(query.dtype)  # (2k+1, d_h)
+            terms.value_left, terms.value_band, terms.value_right = (
+                values[0],
+                values[1 : 2 * k],
+                values[2 * k],
+            )
+        return terms
 
     def chunk_bias(self, layer, query, state):
         values = None if self.value_tables is None else layer_table(self.value_tables, layer).to(query.dtype)

@@ -28,6 +28,7 @@ from torch import nn
 from kolong.attention.chunked import ChunkBias, toeplitz_rows
 from kolong.attention.dispatch import Contribution
 from kolong.attention.flex import attend
+from kolong.attention.regions import RegionTerms
 from kolong.positions.base import (
     PositionEncoding,
     kwarg_error,
@@ -82,6 +83,9 @@ class T5Positions(PositionEncoding):
         self.bias_tables = nn.Parameter(torch.empty(tables, self.options["num_buckets"], self.num_heads))
         # read off tensors here, once: in a forward, .tolist() would break a compiled model's graph at every layer
         self.boundaries = bucket_boundaries(**self._bucket_options())
+        self.reach = saturation(**self._bucket_options())
+        self.edge_buckets = tuple(relative_position_bucket(torch.tensor([-self.reach, self.reach]),
+                                                           **self._bucket_options()).tolist())  # fmt: skip
 
     @classmethod
     def validate(cls, options, config):
@@ -134,7 +138,24 @@ class T5Positions(PositionEncoding):
 
     @property
     def contribution(self) -> Contribution:
-        return Contribution("distance", trained=True)  # a learned bias per bucket of j - i
+        # a learned bias per bucket of j - i, constant past the distance where the buckets saturate
+        return Contribution("distance", trained=True, regions=True)
+
+    def regions(self, layer, query, state) -> RegionTerms:
+        """The bias in the three regions: past `reach` (where the bucket function saturates) one constant per
+        head on each side; inside, the per-distance bias expanded to a (b, h, n, 2 reach - 1) copy that the kernel
+        reads one-to-one (its backward is a sum over the copy, not a scatter)."""
+        table = layer_table(self.bias_tables, layer)  # (buckets, h)
+        reach, (left, right) = self.reach, self.edge_buckets
+
+        def make():
+            relative = torch.arange(1 - reach, reach)
+            buckets = relative_position_bucket(relative, **self._bucket_options()).to(table.device)
+            batch, heads, length, _ = query.shape
+            return table[buckets].T[None, :, None, :].expand(batch, heads, length, -1).float().contiguous()
+
+        band = self._shared(state, "band", make)
+        return RegionTerms(reach, table[left][None, :, None], band, table[right][None, :, None])
 
     def chunk_bias(self, layer, query, state):
         return T5ChunkBias(self.per_distance(layer, state, query.dtype))
@@ -153,6 +174,18 @@ class T5Positions(PositionEncoding):
 
     def _bucket_options(self):
         return {"num_buckets": self.options["num_buckets"], "max_distance": self.options["max_distance"]}
+
+
+def saturation(num_buckets: int, max_distance: int) -> int:
+    """The least distance d from which the bucket of j - i is the same for every |j - i| >= d on each side (91 for
+    32 buckets and max_distance 128), read off the reference function."""
+    distances = torch.arange(0, max_distance + 2)
+    reach = 1
+    for sign in (-1, 1):
+        buckets = relative_position_bucket(sign * distances, num_buckets, max_distance).tolist()
+        last = next(d for d in range(len(buckets)) if all(b == buckets[-1] for b in buckets[d:]))
+        reach = max(reach, last)
+    return reach
 
 
 def bucket_boundaries(num_buckets: int, max_distance: int) -> tuple[int, ...]:

@@ -50,7 +50,7 @@ def local_mask(
         if mask.real is not None:
             global_tokens = global_tokens & mask.real  # padding is never global
     return replace(mask, window=config.attention_window, global_tokens=global_tokens, _block_mask=None,
-                   _global_positions=None, _band_allowed=None)  # fmt: skip
+                   _global_positions=None, _band_allowed=None, _region_block_masks={})  # fmt: skip
 
 
 def _checked(global_attention_mask: torch.Tensor, batch: int, length: int) -> torch.Tensor:

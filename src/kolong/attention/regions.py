@@ -1,0 +1,219 @@
+"""Exact attention with a relative bias that is constant past a reach r on each side, as three regions merged
+by their log-sum-exp: no trained tensor's gradient lands in a few hot addresses.
+
+Shaw's key term q_i . w_clip(j - i, k) and T5's buckets past the distance where the bucket function saturates
+are one constant per row (Shaw) or per head (T5) on each side. Split every query row into
+
+    left   L_i = { j : j - i <= -r }     bias c^L_i, one constant for the row
+    band   B_i = { j : |j - i| <  r }    bias band[i, j - i + r - 1], read one-to-one
+    right  R_i = { j : j - i >=  r }     bias c^R_i
+
+and attend to each region alone: out_X, lse_X (the log-sum-exp of its scores; -inf where the region holds no
+allowed key). A constant bias does not change a softmax, so the edges run without a score_mod and their
+constant enters their log-sum-exp only: lse_L' = lse_L + c^L_i. The three merge exactly:
+
+    lse_i = log(exp lse_L' + exp lse_B + exp lse_R'),   out_i = sum_X exp(lse_X' - lse_i) out_X
+
+A single score_mod reading the whole clipped profile would add every edge score's gradient into the two edge
+entries of its row (up to n adds into one address); here the band reads each (i, r) once and the edges'
+constants get their gradient through the merge, in ordinary tensor code. Shaw's value term follows from the same
+split: the edges' probability mass times w^V_-k and w^V_+k, plus the band's probabilities (from its scores
+computed one distance at a time, never an (n, n) or (n, 2k - 1, d) tensor) times w^V.
+
+`region_attention` is written against a kernel `(q, k, v, region, reach, band) -> (out, lse)`: FlexAttention on CUDA
+(`flex_region_kernel`, a block mask per region from the mask's structure) and an exact materialised kernel for
+tests (`exact_region_kernel`), so the split and the merge are tested on CPU, gradients included.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+REGIONS = ("left", "band", "right")
+
+
+@dataclass
+class RegionTerms:
+    """A scheme's bias in the three regions: `reach` r; `left` and `right`, the edges' constants (b|1, h, n|1);
+    `band` (b, h, n, 2r - 1), entry (i, r') the bias at j - i = r' - r + 1; for a value term, the value rows
+    at the two edges (d_h,) and in the band (2r - 1, d_h)."""
+
+    reach: int
+    left: torch.Tensor
+    band: torch.Tensor
+    right: torch.Tensor
+    value_left: torch.Tensor | None = None
+    value_band: torch.Tensor | None = None
+    value_right: torch.Tensor | None = None
+
+
+def inside(region: str, reach: int, relative: torch.Tensor) -> torch.Tensor:
+    """Whether key - query = `relative` lies in `region`."""
+    if region == "left":
+        return relative <= -reach
+    if region == "right":
+        return relative >= reach
+    return relative.abs() < reach
+
+
+def merge(
+    parts: list[tuple[torch.Tensor, torch.Tensor]],
+) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+    """(out, lse) of attention over the union of the parts' key sets, from each part's (out, lse), and each part's
+    share of the probability mass. A row no part reaches (every lse -inf) gets 0 and lse -inf, finite in the
+    backward too (no softmax over -infs)."""
+    lses = torch.stack([lse for _, lse in parts])  # (parts, b, h, n)
+    top = lses.amax(0)
+    top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
+    terms = torch.exp(lses - top)  # 0 for an empty part
+    total = terms.sum(0)
+    reached = total > 0
+    safe = torch.where(reached, total, torch.ones_like(total))
+    shares = list((terms / safe).unbind(0))
+    lse = torch.where(reached, top + torch.log(safe), torch.full_like(total, -math.inf))
+    out = sum(share[..., None].to(out.dtype) * out for share, (out, _) in zip(shares, parts, strict=True))
+    return out, lse, shares
+
+
+# kernel(q, k, v, region, reach, band or None) -> (out normalised within the region, lse; -inf where empty)
+Kernel = Callable[..., tuple[torch.Tensor, torch.Tensor]]
+
+
+def region_attention(q, k, v, terms: RegionTerms, kernel: Kernel, allowed_band=None) -> torch.Tensor:
+    """softmax(q k^T / sqrt(d) + bias + mask) v (+ the value term): (b, h, n, d_h), from the three regions.
+    `allowed_band(r)`: the mask's (b|1, 1, n) verdict on each query's key at j - i = r, for the value term."""
+    parts = [
+        kernel(q, k, v, region, terms.reach, terms.band if region == "band" else None) for region in REGIONS
+    ]
+    (left_out, left_lse), band_part, (right_out, right_lse) = parts
+    # the edges' constant bias shifts their log-sum-exp only (a softmax ignores a constant)
+    out, lse, (left_share, _, right_share) = merge(
+        [(left_out, left_lse + terms.left.to(left_lse.dtype)), band_part,
+         (right_out, right_lse + terms.right.to(right_lse.dtype))]
+    )  # fmt: skip
+    if terms.value_band is None:
+        return out
+    value = left_share[..., None] * terms.value_left + right_share[..., None] * terms.value_right
+    probs = band_probabilities(q, k, terms, lse, allowed_band)  # (b, h, n, 2r - 1)
+    return out + (value + torch.matmul(probs, terms.value_band.to(probs.dtype))).to(out.dtype)
+
+
+def band_probabilities(q, k, terms: RegionTerms, lse: torch.Tensor, allowed_band=None) -> torch.Tensor:
+    """p_{i, i + r} for |r| < reach: (b, h, n, 2 reach - 1), one distance at a time (q_i . k_{i + r} as a row-wise
+    product of q with k shifted by r), 0 where i + r falls outside the row or the mask forbids the pair."""
+    length, scale = q.shape[2], 1.0 / math.sqrt(q.shape[-1])
+    finite = torch.isfinite(lse)
+    safe = torch.where(finite, lse, torch.zeros_like(lse)).to(torch.promote_types(q.dtype, torch.float32))
+    columns = []
+    for offset in range(1 - terms.reach, terms.reach):
+        shifted = torch.roll(k, -offset, dims=2)  # row i holds k_{i + offset}
+        exact = torch.promote_types(q.dtype, torch.float32)  # float32, or float64 for float64 inputs
+        score = (q * shifted).sum(-1).to(exact) * scale + terms.band[..., offset + terms.reach - 1].to(exact)
+        position = torch.arange(length, device=q.device)
+        valid = (position + offset >= 0) & (position + offset < length)
+        if allowed_band is not None:
+            valid = valid & allowed_band(offset)
+        columns.append(torch.where(valid & finite, torch.exp(score - safe), torch.zeros_like(score)))
+    return torch.stack(columns, -1)
+
+
+def mask_band(mask) -> Callable[[int], torch.Tensor] | None:
+    """`allowed_band` of an AttentionMask (None: every pair): each query's key at j - i = r allowed or not."""
+    if mask is None or mask.empty:
+        return None
+
+    def allowed(offset: int) -> torch.Tensor:
+        length = (mask.real if mask.real is not None else mask.documents).shape[1]
+        keys = (
+            (torch.arange(length) + offset)
+            .clamp(0, length - 1)
+            .to((mask.real if mask.real is not None else mask.documents).device)
+        )
+        ok = torch.ones((), dtype=torch.bool)
+        if mask.real is not None:
+            ok = ok & mask.real.index_select(1, keys)
+        if mask.documents is not None:
+            ok = ok & (mask.documents == mask.documents.index_select(1, keys)) & (mask.documents != 0)
+        return ok[:, None, :]  # (b, 1, n)
+
+    return allowed
+
+
+def exact_region_kernel(mask, scale: float | None = None) -> Kernel:
+    """The reference kernel: every score materialised, the region and the mask applied, the log-sum-exp kept.
+    For tests (FlexAttention has no backward on CPU)."""
+
+    def kernel(q, k, v, region, reach, band):
+        length = q.shape[2]
+        step = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
+        scores = torch.matmul(q, k.transpose(-1, -2)) * step  # (b, h, n, n)
+        position = torch.arange(length, device=q.device)
+        relative = position[None, :] - position[:, None]  # j - i
+        if band is not None:
+            index = (relative + band.shape[-1] // 2).clamp(0, band.shape[-1] - 1)
+            scores = scores + band.gather(-1, index.expand(*band.shape[:2], -1, -1)).to(scores.dtype)
+        allowed = inside(region, reach, relative)
+        if mask is not None and not mask.empty:
+            allowed = allowed & mask.rows(0, length, length, q.device)
+        scores = scores.masked_fill(~allowed, -math.inf)
+        top = scores.amax(-1, keepdim=True)
+        top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
+        weights = torch.exp(scores - top)
+        total = weights.sum(-1, keepdim=True)
+        reached = total > 0
+        safe = torch.where(reached, total, torch.ones_like(total))
+        out = torch.matmul(weights / safe, v)
+        lse = torch.where(reached, top + torch.log(safe), torch.full_like(total, -math.inf)).squeeze(-1)
+        return out, lse
+
+    return kernel
+
+
+def region_flex(q, k, v, left_mask, band_mask, right_mask, scale, options, reach, left, band, right):
+    """The three regions through FlexAttention and their merge: (out, lse, left share, right share). Compiled
+    as one function (`flex.flex_call`); the band's score_mod reads its (b, h, n, 2r - 1) bias one-to-one, the
+    index clamped so that masked entries stay in range."""
+    from torch.nn.attention.flex_attention import AuxRequest, flex_attention
+
+    width = 2 * reach - 1
+
+    def band_mod(score, b, h, q_idx, kv_idx):
+        return score + band[b, h, q_idx, (kv_idx - q_idx + reach - 1).clamp(0, width - 1)]
+
+    parts = []
+    for region, block_mask in zip(REGIONS, (left_mask, band_mask, right_mask), strict=True):
+        out, aux = flex_attention(q, k, v, score_mod=band_mod if region == "band" else None, block_mask=block_mask,
+                                  scale=scale, return_aux=AuxRequest(lse=True), kernel_options=options)  # fmt: skip
+        parts.append((out, aux.lse))
+    (left_out, left_lse), band_part, (right_out, right_lse) = parts
+    out, lse, (left_share, _, right_share) = merge(
+        [(left_out, left_lse + left.to(left_lse.dtype)), band_part, (right_out, right_lse + right.to(right_lse.dtype))]
+    )  # fmt: skip
+    return out, lse, left_share, right_share
+
+
+def flex_region_attention(q, k, v, mask, terms: RegionTerms, chosen_options=None) -> torch.Tensor:
+    """`region_attention` through FlexAttention: a block mask per region from the mask's structure (kept on the
+    mask: every layer of the forward shares them), the three calls and the merge compiled as one function, then
+    Shaw's value term in tensor code."""
+    from kolong.attention import flex
+
+    batch, heads, length = q.shape[0], q.shape[1], q.shape[2]
+    masks = [
+        mask.region_block_mask(region, terms.reach, batch, length, q.device, heads) for region in REGIONS
+    ]
+    band = terms.band.float() if terms.band.requires_grad else terms.band  # the backward adds into it
+    options = flex.kernel_options(q, band, chosen=chosen_options)
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    out, lse, left_share, right_share = flex.flex_call(
+        region_flex, q, k, v, *masks, scale, options, terms.reach, terms.left, band, terms.right
+    )
+    if terms.value_band is None:
+        return out
+    value = left_share[..., None] * terms.value_left + right_share[..., None] * terms.value_right
+    probs = band_probabilities(q, k, terms, lse, mask_band(mask))
+    return out + (value + torch.matmul(probs, terms.value_band.to(probs.dtype))).to(out.dtype)
