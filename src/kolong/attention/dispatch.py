@@ -130,7 +130,11 @@ def plan_attention(implementation: str, q: torch.Tensor, contribution: Contribut
     if exporting():
         return Plan("eager", "torch.export: one graph, without the fused paths' loops")
     split = contribution.regions and options.relative_regions and dropout_p == 0
-    if flex_here and split and ((torch.is_grad_enabled() and contribution.trained) or contribution.value_term):
+    if (
+        flex_here
+        and split
+        and ((torch.is_grad_enabled() and contribution.trained) or contribution.value_term)
+    ):
         return Plan(
             "flex-regions", "FlexAttention in three regions merged by log-sum-exp: no hot gradient addresses"
         )
