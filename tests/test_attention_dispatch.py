@@ -21,8 +21,8 @@ DECLARED = {
     "none": Contribution("none"),
     "rope": Contribution("rotation"),
     "alibi": Contribution("distance"),
-    "t5": Contribution("distance", trained=True),
-    "shaw": Contribution("query", trained=True),
+    "t5": Contribution("distance", trained=True, regions=True),
+    "shaw": Contribution("query", trained=True, regions=True),
 }
 
 
@@ -31,7 +31,7 @@ def test_every_scheme_declares_what_it_hands_to_attention(scheme):
     model = KolongModel(tiny_kolong_config(position_encoding=scheme))
     assert model.positions.contribution == DECLARED[scheme]
     value = KolongModel(tiny_kolong_config(position_encoding="shaw", position_kwargs={"value": True}))
-    assert value.positions.contribution == Contribution("query", value_term=True, trained=True)
+    assert value.positions.contribution == Contribution("query", value_term=True, trained=True, regions=True)
     with pytest.raises(ValueError, match="one of none, rotation, distance, query"):
         Contribution("relative")
 

@@ -84,8 +84,8 @@ class T5Positions(PositionEncoding):
         # read off tensors here, once: in a forward, .tolist() would break a compiled model's graph at every layer
         self.boundaries = bucket_boundaries(**self._bucket_options())
         self.reach = saturation(**self._bucket_options())
-        self.edge_buckets = tuple(relative_position_bucket(torch.tensor([-self.reach, self.reach]),
-                                                           **self._bucket_options()).tolist())  # fmt: skip
+        edges = torch.tensor([-self.reach, self.reach], device="cpu")  # on CPU also while HF builds on "meta"
+        self.edge_buckets = tuple(relative_position_bucket(edges, **self._bucket_options()).tolist())
 
     @classmethod
     def validate(cls, options, config):
@@ -149,7 +149,7 @@ class T5Positions(PositionEncoding):
         reach, (left, right) = self.reach, self.edge_buckets
 
         def make():
-            relative = torch.arange(1 - reach, reach)
+            relative = torch.arange(1 - reach, reach, device="cpu")
             buckets = relative_position_bucket(relative, **self._bucket_options()).to(table.device)
             batch, heads, length, _ = query.shape
             return table[buckets].T[None, :, None, :].expand(batch, heads, length, -1).float().contiguous()
@@ -179,7 +179,7 @@ class T5Positions(PositionEncoding):
 def saturation(num_buckets: int, max_distance: int) -> int:
     """The least distance d from which the bucket of j - i is the same for every |j - i| >= d on each side (91 for
     32 buckets and max_distance 128), read off the reference function."""
-    distances = torch.arange(0, max_distance + 2)
+    distances = torch.arange(0, max_distance + 2, device="cpu")  # on CPU also while HF builds on "meta"
     reach = 1
     for sign in (-1, 1):
         buckets = relative_position_bucket(sign * distances, num_buckets, max_distance).tolist()
