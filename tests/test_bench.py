@@ -400,7 +400,7 @@ def test_only_resumable_benchmarks_offer_resume():
         name for name, (_, arguments) in BENCHMARKS.items() if "resume" in {f.name for f in fields(arguments)}
     }
     resumable = {name for name, (target, _) in BENCHMARKS.items() if load_benchmark(target).resumable}
-    assert offered == resumable == {"pretrain", "long-attention"}
+    assert offered == resumable == {"pretrain", "long-attention", "encoder"}
 
 
 def test_bench_logs_each_step_with_its_time_when_not_on_a_terminal(tmp_path):

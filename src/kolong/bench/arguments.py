@@ -75,7 +75,7 @@ class QABenchArguments(BenchArguments):
 
 
 @dataclass(kw_only=True)
-class EncoderBenchArguments(BenchArguments):
+class EncoderBenchArguments(ResumableBenchArguments):
     """Training/inference tokens/s, MFU and peak memory of every position scheme and attention path, next to HF
     BertModel and ModernBertModel (SDPA), interleaved round by round in one process."""
 

@@ -7,9 +7,10 @@ tokens_per_step // length). Training is forward + backward of a scalar loss (hid
 attention dropout `--attention-dropout`); inference a forward under `torch.inference_mode()`.
 `--dtype bf16` runs under autocast, `--compile` compiles every model (kolong and the references).
 
-Memory: each (implementation, length) in a fresh worker process (`python -m kolong.bench.encoder`),
-so its peak is its own: on CPU the growth of the peak resident set (VmHWM, reset before each call),
-on CUDA `torch.cuda.max_memory_allocated`.
+Memory: on CPU each (implementation, length) in a fresh worker process (`python -m kolong.bench.encoder`), so
+its peak is its own (the growth of the peak resident set, VmHWM, reset before each call); on CUDA in this
+process with the models already timed (`torch.cuda.max_memory_allocated`, reset before each call: a worker
+would compile every model again). The attention plan of each kolong model is recorded beside its speed.
 
 References: HF `BertModel` (`attn_implementation="sdpa"`) and HF `ModernBertModel` of the same
 sizes; the `eager` path of shaw and t5 (kolong's gathered (b, h, n, n) bias, the reference the
@@ -123,6 +124,21 @@ def measure_memory(name: str, length: int, args: EncoderBenchArguments) -> dict:
     return row
 
 
+def _memory_here(name: str, model, args: EncoderBenchArguments, length: int) -> dict:
+    """On CUDA, in this process with the model already timed: the allocator's peak resets before each call, and a
+    worker would compile every model again."""
+    if model is None:  # it failed to build or compile (its error is in the timed rows)
+        return {"implementation": name, "length": length, "error": "not measured"}
+    row = {"implementation": name, "length": length}
+    for mode in ("inference", "training"):
+        step = make_step(model, args, length, training=mode == "training", name=name)
+        try:
+            row[f"{mode}_peak_mb"] = peak_growth_mb(step, True)
+        except (RuntimeError, ValueError) as error:
+            row["error"] = f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
+    return row
+
+
 def _memory_worker(name: str, length: int, args: EncoderBenchArguments) -> dict:
     from kolong.positions.registry import SCHEMES
 
@@ -155,6 +171,7 @@ class EncoderBenchmark(Benchmark):
 
     name = "encoder"
     arguments = EncoderBenchArguments
+    resumable = True  # a job's time limit may stop it part-way; the next run measures the rest
 
     def sizes(self, args: EncoderBenchArguments) -> list[dict]:
         from kolong.runtime import tune_allocator
@@ -174,8 +191,11 @@ class EncoderBenchmark(Benchmark):
         names = _resolved(args)
         skipped = {name: reason for name in names if (reason := _too_long(name, length, args))}
         if mode == "memory":
-            self.models = {}
+            here = args.device.startswith("cuda") and self.models_length == length
+            if not here:
+                self.models = {}  # a worker per model: free this process's first
             rows = [{"implementation": n, "length": length, "error": skipped[n]} if n in skipped
+                    else _memory_here(n, self.models.get(n), args, length) if here
                     else _memory_worker(n, length, args) for n in names]  # fmt: skip
             return Case(steps={}, facts={"memory": rows})
         if self.models_length != length:
