@@ -20,8 +20,10 @@ import math
 
 import torch
 
-# Row blocks hold about this many scores (b x h x c x n) at a time: 2^24 floats = 64 MiB in fp32.
-BLOCK_SCORES = 2**24
+# Row blocks hold about this many scores (b x h x c x n) at a time: 2^21 floats = 8 MiB in fp32. Blocks this size
+# trained Shaw and T5 faster on 2 CPU cores than blocks of 2^24 (the scores stay in cache), and the backward's
+# temporaries, which set the path's memory, shrink with them (benchmarks/results/cpu-epyc-2core/encoder.md).
+BLOCK_SCORES = 2**21
 
 
 class ChunkBias:
