@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 import torch
@@ -177,3 +178,50 @@ def test_encoder_benchmark_modes_and_their_refusal(tmp_path):
     assert "Inference tokens/s" not in (tmp_path / "encoder.md").read_text()
     refused = run(*args, "--modes", "backward")
     assert refused.exit_code == 2 and "--modes: 'backward'" in refused.output
+
+
+@pytest.mark.parametrize("how", ["yes", "regions"])
+def test_encoder_benchmark_compiles_every_model_alike(monkeypatch, how):
+    """--compile yes compiles each model whole, regions each model's layers (kolong's and HF's alike), with static
+    shapes; every row records its first (compiling) step, the table says how, and dynamo's recompile limit is
+    raised for the run only (five kolong schemes share one forward) and restored after. Dynamo's capture only
+    (the eager backend): Inductor on CPU would take minutes for what a GPU run compiles."""
+    import torch
+
+    from kolong.bench.encoder import build_model
+
+    real_compile, calls = torch.compile, []
+    monkeypatch.setattr(
+        torch,
+        "compile",
+        lambda module, **kwargs: calls.append(kwargs) or real_compile(module, **kwargs, backend="eager"),
+    )
+    args = EncoderBenchArguments(lengths=[16, 32], implementations=["hf-bert", "learned", "shaw", "t5", "alibi"],
+                                 hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                                 vocab_size=100, tokens_per_step=64, repeats=1, memory=False, compile=how)  # fmt: skip
+    for name, layers in (("learned", lambda m: m.layers), ("hf-bert", lambda m: m.encoder.layer)):
+        model = build_model(name, args, 16)
+        whole = isinstance(model, torch._dynamo.eval_frame.OptimizedModule)
+        compiled_layers = [isinstance(layer, torch._dynamo.eval_frame.OptimizedModule) for layer in layers(
+            getattr(model, "_orig_mod", model) if whole else model)]  # fmt: skip
+        assert whole == (how == "yes") and compiled_layers == [how == "regions"] * 2
+    assert calls and all(kwargs == {"dynamic": False} for kwargs in calls)
+    limit, said_by_dynamo = torch._dynamo.config.recompile_limit, []
+    handler = logging.Handler()
+    handler.emit = lambda record: said_by_dynamo.append(record.getMessage())
+    logger = logging.getLogger("torch._dynamo.convert_frame")
+    logger.addHandler(handler)
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    try:
+        result = run_benchmark(EncoderBenchmark(), args)
+    finally:
+        logger.removeHandler(handler)
+    if how == "regions":  # past dynamo's own limit: the case the raised limit is for
+        assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs > 8
+    assert not [message for message in said_by_dynamo if "recompile_limit" in message], said_by_dynamo
+    assert torch._dynamo.config.recompile_limit == limit
+    rows = result["results"]
+    assert all(row["training_first_step_s"] >= 0 and row["inference_tokens_per_s"] > 0 for row in rows)
+    markdown = to_markdown(result)
+    said = {"yes": "compiled whole", "regions": "compiled layer by layer"}[how]
+    assert f"fp32, {said};" in markdown and "First training step, s" in markdown

@@ -106,7 +106,10 @@ class EncoderBenchArguments(ResumableBenchArguments):
                                            check=attention_options)  # fmt: skip
     device: str = option("cpu", "cpu or cuda.", choices=("cpu", "cuda"))
     dtype: str = option("fp32", "fp32, or bf16 under autocast.", choices=("fp32", "bf16"))
-    compile: bool = option(False, "torch.compile every model, kolong's and the references.")
+    compile: str = option("no", "torch.compile every model, kolong's and the references alike (static shapes): "
+                          "no | yes (each model whole) | regions (accelerate's regional compilation: each encoder "
+                          "layer on its own, the first layer's graph serving the rest, a fraction of the compile "
+                          "time); bare: yes.", choices=("no", "yes", "regions"))  # fmt: skip
     repeats: int = option(3, "Interleaved timed rounds per length and mode (the median is reported).")
     min_seconds: float = option(0.0, "Keep adding rounds until this many seconds were timed.", min=0)
     memory: bool = option(

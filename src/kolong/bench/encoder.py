@@ -5,7 +5,9 @@ in turn, round after round (`time_interleaved`), so machine load hits every row 
 the spread over rounds are reported. Every step processes the same number of tokens (batch =
 tokens_per_step // length). Training is forward + backward of a scalar loss (hidden dropout on,
 attention dropout `--attention-dropout`); inference a forward under `torch.inference_mode()`.
-`--dtype bf16` runs under autocast, `--compile` compiles every model (kolong and the references).
+`--dtype bf16` runs under autocast; `--compile yes` compiles every model whole (kolong's and the references),
+`--compile regions` layer by layer (one graph serves every layer of a model: what lets five schemes at three
+lengths compile in minutes), with static shapes either way; each row records its first step's seconds.
 
 Memory: on CPU each (implementation, length) in a fresh worker process (`python -m kolong.bench.encoder`), so
 its peak is its own (the growth of the peak resident set, VmHWM, reset before each call); on CUDA in this
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from dataclasses import asdict
 
 from kolong.attention.options import AttentionOptions
@@ -92,7 +95,29 @@ def build_model(name: str, args: EncoderBenchArguments, length: int):
         options = AttentionOptions.parse(args.attention_options)
         model.set_attention_options(options, **CUDA_OPTIONS.get(name, {}))
     model = model.to(args.device)
-    return torch.compile(model) if args.compile else model
+    return compiled(model, args.compile)
+
+
+# Graphs one benchmark may compile: every kolong scheme's model shares KolongModel.forward (and, compiled by
+# regions, one layer's forward), whose graphs dynamo counts together; past its default limit (8) the rest would
+# run eagerly with a warning. Per length: implementations x modes x (first layer, the rest).
+COMPILED_GRAPHS = 256
+
+
+def compiled(model, how: str):
+    """`model` compiled as `--compile` says (static shapes, as PyTorch advises for FlexAttention), or as it is."""
+    import torch
+
+    if how == "regions":
+        from accelerate.utils import compile_regions
+
+        return compile_regions(model, dynamic=False)
+    return torch.compile(model, dynamic=False) if how == "yes" else model
+
+
+def is_compiled(how) -> bool:
+    """Whether a result's `compile` argument compiled (older results stored a bool)."""
+    return how not in (False, None, "no")
 
 
 def step_inputs(args: EncoderBenchArguments, length: int) -> dict:
@@ -177,7 +202,12 @@ class EncoderBenchmark(Benchmark):
         from kolong.runtime import tune_allocator
 
         tune_allocator()
-        self.models, self.models_length = {}, None
+        self.models, self.models_length, self.limit = {}, None, None
+        if is_compiled(args.compile):
+            import torch
+
+            self.limit = torch._dynamo.config.recompile_limit  # restored by teardown
+            torch._dynamo.config.recompile_limit = max(self.limit, COMPILED_GRAPHS)
         unknown = [mode for mode in args.modes if mode not in ("training", "inference")]
         if unknown or not args.modes:
             raise ConfigError(
@@ -200,16 +230,24 @@ class EncoderBenchmark(Benchmark):
             return Case(steps={}, facts={"memory": rows})
         if self.models_length != length:
             self.models = {}  # free the previous length's models first
+            if is_compiled(args.compile):
+                from kolong.training.common import fresh_compile_state
+
+                fresh_compile_state()  # their graphs go too; this length's are guarded by its shapes alone
             self.models = {name: build_model(name, args, length) for name in names if name not in skipped}
             self.models_length = length
-        steps, errors, plans = {}, dict(skipped), {}
+        steps, errors, plans, first_steps = {}, dict(skipped), {}, {}
+        sync = cuda_sync(args.device) or (lambda: None)
         for name, model in self.models.items():
             plans[name] = plan_of(
                 model, step_inputs(args, length), mode == "training", args.device, args.dtype
             )
             step = make_step(model, args, length, training=mode == "training", name=name)
             try:
+                started = time.perf_counter()
                 step()  # compiles, and finds what does not fit before the timed rounds
+                sync()
+                first_steps[name] = round(time.perf_counter() - started, 2)
             except (RuntimeError, ValueError) as error:  # out of memory, unsupported
                 errors[name] = f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
                 _free_cuda(args)
@@ -219,10 +257,14 @@ class EncoderBenchmark(Benchmark):
         return Case(steps, references, repeats=args.repeats, warmup=1, min_seconds=args.min_seconds,
                     sync=cuda_sync(args.device),
                     facts={"batch": max(1, args.tokens_per_step // length), "errors": errors,
-                           "plans": plans})  # fmt: skip
+                           "plans": plans, "first_step_s": first_steps})  # fmt: skip
 
     def teardown(self) -> None:
         self.models = {}
+        if getattr(self, "limit", None) is not None:
+            import torch
+
+            torch._dynamo.config.recompile_limit, self.limit = self.limit, None
 
     def summarise(self, args: EncoderBenchArguments, rows: list[dict]) -> dict:
         return summarise(args, rows)
@@ -266,6 +308,8 @@ def summarise(args: EncoderBenchArguments, rows: list[dict]) -> dict:
                 cell[f"{mode}_mfu"] = mfu(step_flops(args, row["batch"], length, mode), timing.median, peak)
             if row.get("plans", {}).get(name):
                 cell[f"{mode}_plan"] = row["plans"][name]
+            if name in row.get("first_step_s", {}):
+                cell[f"{mode}_first_step_s"] = row["first_step_s"][name]
         for name, error in row["errors"].items():
             results.setdefault((name, length), {"implementation": name, "length": length})[
                 f"{mode}_error"
@@ -303,7 +347,15 @@ TABLES = (
     ("Inference MFU", "inference_mfu", None),
     ("Training peak memory, MB (x learned)", "training_peak_mb", None),
     ("Inference peak memory, MB (x learned)", "inference_peak_mb", None),
+    ("First training step, s (compiles, when compiled)", "training_first_step_s", None),
+    ("First inference step, s (compiles, when compiled)", "inference_first_step_s", None),
 )
+
+
+def compiled_words(how) -> str:
+    return {True: ", compiled", "yes": ", compiled whole", "regions": ", compiled layer by layer"}.get(
+        how, ""
+    )
 
 
 def to_markdown(result: dict) -> str:
@@ -315,12 +367,14 @@ def to_markdown(result: dict) -> str:
         "",
         f"Model: hidden {args['hidden_size']}, {args['num_hidden_layers']} layers, {args['num_attention_heads']} "
         f"heads, FFN {args['intermediate_size']}; {args['tokens_per_step']} tokens per step (batch = tokens / "
-        f"length); device {args['device']}, {args['dtype']}{', compiled' if args['compile'] else ''}; attention "
+        f"length); device {args['device']}, {args['dtype']}{compiled_words(args['compile'])}; attention "
         f"dropout {args['attention_dropout']}; speed: median of {args['repeats']}+ interleaved rounds.",
         "",
     ]
     for title, key, spread in TABLES:
-        if not any(key in row for row in rows):
+        if not any(key in row for row in rows) or (
+            key.endswith("first_step_s") and not is_compiled(args["compile"])
+        ):
             continue
         lines += [f"## {title}", "", "| implementation | " + " | ".join(str(n) for n in lengths) + " |",
                   "|---|" + "---:|" * len(lengths)]  # fmt: skip
@@ -332,6 +386,8 @@ def to_markdown(result: dict) -> str:
                     cells.append("—")
                 elif key.endswith("mfu"):
                     cells.append(f"{row[key]:.1%}")
+                elif key.endswith("first_step_s"):
+                    cells.append(f"{row[key]:.1f}")
                 else:
                     text = f"{row[key]:,.0f}"
                     if f"{key}_vs_learned" in row:
