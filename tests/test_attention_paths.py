@@ -467,32 +467,55 @@ def test_the_bias_view_keeps_sdpa_fused_and_linear_in_memory():
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_t5_chunked_forward_in_the_fused_kernel_gives_the_same_outputs_and_gradients(dtype, monkeypatch):
-    """Without mask or dropout, T5's chunked attention takes its output and log-sum-exp from SDPA's fused CPU
-    kernel (the bias as a Hankel view) and keeps its own backward: equal to the row-block forward and to the
-    dense reference, the table's gradient included."""
-    from test_sparse_attention import bias_for
-
+@pytest.mark.parametrize(("name", "masked"), [("t5", "none"), ("shaw", "none"), ("shaw", "padding"),
+                                              ("t5", "documents")])  # fmt: skip
+def test_chunked_forward_in_the_fused_kernel_gives_the_same_outputs_and_gradients(
+    name, masked, dtype, monkeypatch
+):
+    """Without a value term or dropout, the chunked attention takes its output and log-sum-exp from SDPA's fused
+    CPU kernel (T5 unmasked: the bias as a Hankel view; otherwise row block by row block, the block's bias, and
+    the mask, as its float mask) and keeps its own backward: equal to the row-block forward and to the dense
+    reference, the bias tensors' gradients included. A sequence of padding alone gets 0 and finite gradients."""
     torch.manual_seed(0)
     length = 29
-    q, k, v = (torch.randn(2, 2, length, 4, dtype=dtype, requires_grad=True) for _ in range(3))
-    bias = bias_for("t5", 2, length)
-    bias.tensors = (bias.tensors[0].detach().to(dtype).requires_grad_(),)
+    q, k, v = (torch.randn(3, 2, length, 4, dtype=dtype, requires_grad=True) for _ in range(3))
+    if name == "shaw":
+        from kolong.positions.shaw import ShawChunkBias
+
+        bias = ShawChunkBias(torch.randn(3, 2, length, 7, dtype=dtype, requires_grad=True), None, 3)
+    else:
+        bias = relative_bias(name, 3, 2, length, 4)
+        bias.tensors = (bias.tensors[0].detach().to(dtype).requires_grad_(),)
+    real = torch.ones(3, length, dtype=torch.bool)
+    real[1, 20:] = False
+    documents = (real.long() + (torch.arange(length) >= 11)) * real  # two documents a row, then padding
+    mask = {
+        "none": None,
+        "padding": AttentionMask(real=real),
+        "documents": AttentionMask(documents=documents),
+    }
+    mask = mask[masked]
     inputs = (q, k, v, *bias.tensors)
     taken = []
     fused = chunked._fused_forward
-    monkeypatch.setattr(chunked, "_fused_forward", lambda *a: taken.append(1) or fused(*a))
-    out = chunked.chunked_attention(q, k, v, None, bias)
-    assert taken
+    monkeypatch.setattr(chunked, "_fused_forward", lambda *a: taken.append(fused(*a)) or taken[-1])
+    out = chunked.chunked_attention(q, k, v, mask, bias)
+    assert taken and taken[-1] is not None
     d_out = torch.randn_like(out)
     grads = torch.autograd.grad(out, inputs, d_out)
     monkeypatch.setattr(chunked, "_fused_forward", lambda *a: None)
-    expected = chunked.chunked_attention(q, k, v, None, bias)
+    expected = chunked.chunked_attention(q, k, v, mask, bias)
     torch.testing.assert_close(out, expected)
-    every = AttentionMask(real=torch.ones(2, length, dtype=torch.bool))
-    torch.testing.assert_close(out, dense_reference(q, k, v, every, bias))
+    reference = mask if mask is not None else AttentionMask(real=torch.ones(3, length, dtype=torch.bool))
+    torch.testing.assert_close(out, dense_reference(q, k, v, reference, bias))
     for got, want in zip(grads, torch.autograd.grad(expected, inputs, d_out), strict=True):
         torch.testing.assert_close(got, want)
+    if masked == "padding":  # the third sequence all padding: no key for any of its rows
+        real[2] = False
+        monkeypatch.setattr(chunked, "_fused_forward", fused)
+        out = chunked.chunked_attention(q, k, v, AttentionMask(real=real), bias)
+        assert (out[2] == 0).all()
+        assert all(torch.isfinite(grad).all() for grad in torch.autograd.grad(out.sum(), inputs))
 
 
 def test_toeplitz_rows_read_the_bias_of_each_distance():

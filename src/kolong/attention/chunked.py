@@ -6,7 +6,7 @@ processed `chunk` query rows at a time. The forward keeps only q, k, v, O and th
 row; the backward recomputes S and P per row block (as FlashAttention does) and writes the gradients
 of the bias inputs itself, so no (n, n) tensor outlives one block and no scatter kernel runs:
 
-    dP = dO v^T (+ expand(dO W^V^T)),   dS = P * (dP - rowsum(P * dP)),
+    dP = dO v^T (+ expand(dO W^V^T)),   dS = P * (dP - rowsum(P * dP)) = P * (dP - dO . O),
     dq = dS k / sqrt(d),   dk = dS^T q / sqrt(d),   dv = P'^T dO,   d(bias inputs) = the scheme's reduction of dS.
 
 A scheme describes its bias by a `ChunkBias`: the tensors autograd tracks (Shaw's q.w^K profile,
@@ -40,6 +40,12 @@ class ChunkBias:
     def scores(self, tensors, start: int, stop: int, length: int, keys=None) -> torch.Tensor:
         """Additive logits of query rows start..stop-1: (b|1, h, c, n), or at the `keys` positions only."""
         raise NotImplementedError
+
+    def add_scores(
+        self, tensors, start: int, stop: int, length: int, scores: torch.Tensor, keys=None
+    ) -> None:
+        """scores += the additive logits of rows start..stop-1 (a scheme may add them region by region)."""
+        scores += self.scores(tensors, start, stop, length, keys)
 
     def distances(self, tensors, distance: torch.Tensor, length: int) -> torch.Tensor:
         """The bias at key - query = `distance` (any shape, |distance| may exceed the input): (h, *shape).
@@ -137,20 +143,24 @@ class _ChunkedAttention(torch.autograd.Function):
             # a block of c rows reads c + 2w keys: blocks about as tall as the window keep that near 3w per row
             rows = min(rows, max(16, mask.window))
         seed = int(torch.randint(0, 2**62, (), device="cpu")) if dropout_p > 0 else 0
-        fused = _fused_forward(q, k, v, mask, bias, dropout_p, tensors)
+        fused = _fused_forward(q, k, v, mask, bias, dropout_p, tensors, rows)
         if fused is None:
             fused = _row_block_forward(q, k, v, mask, bias, dropout_p, tensors, rows, seed)
         out, lse = fused
-        ctx.save_for_backward(q, k, v, lse, *tensors)
+        ctx.save_for_backward(q, k, v, lse, out, *tensors)
         ctx.mask, ctx.bias, ctx.dropout_p, ctx.seed, ctx.rows = mask, bias, dropout_p, seed, rows
         return out
 
     @staticmethod
     def backward(ctx, d_out):
-        q, k, v, lse, *tensors = ctx.saved_tensors
+        q, k, v, lse, out, *tensors = ctx.saved_tensors
         mask, bias, dropout_p, rows = ctx.mask, ctx.bias, ctx.dropout_p, ctx.rows
         length, scale = q.shape[2], 1.0 / math.sqrt(q.shape[-1])
         exact = _exact(q)
+        # The softmax backward's row sums, sum_j P'_ij dP'_ij = dO_i . O_i (FlashAttention's D; the value term and
+        # dropout included, since O = P' v + reduce(P') W^V): one product over (n, d_h) instead of a pass over
+        # every block's scores. From an output rounded to 16 bits it would not be exact: summed per block then.
+        row_sums = (d_out * out).sum(-1, keepdim=True) if out.dtype == exact else None  # (b, h, n, 1)
         # contiguous, so `_add_products` accumulates into them in place
         d_q, d_k, d_v = (
             torch.zeros_like(q),
@@ -177,7 +187,12 @@ class _ChunkedAttention(torch.autograd.Function):
             _add_products(d_v, keys, kept.transpose(-1, -2), d_block)
             d_probs = d_kept.masked_fill_(dropped, 0.0).mul_(1.0 / keep) if dropout_p > 0 else d_kept
             # dS = P * (dP - sum_j P dP): the softmax backward, in place on dP.
-            d_scores = d_probs.sub_((probs * d_probs).sum(-1, keepdim=True)).mul_(probs)
+            sums = (
+                row_sums[:, :, start:stop]
+                if row_sums is not None
+                else (probs * d_probs).sum(-1, keepdim=True)
+            )
+            d_scores = d_probs.sub_(sums).mul_(probs)
             q_block = q[:, :, start:stop].to(exact) * scale  # (b, h, c, d_h): the scale on c rows, not on n
             d_q[:, :, start:stop] = (torch.matmul(d_scores, k_block) * scale).to(q.dtype)
             _add_products(d_k, keys, d_scores.transpose(-1, -2), q_block)
@@ -206,22 +221,42 @@ def _row_block_forward(q, k, v, mask, bias, dropout_p, tensors, rows: int, seed:
     return out, lse
 
 
-def _fused_forward(q, k, v, mask, bias, dropout_p, tensors) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """The output and each row's log-sum-exp from SDPA's fused CPU kernel, for a bias by distance alone (T5)
-    with no mask and no dropout: the bias as a Hankel view (`hankel_view`), the keys reversed. The backward
-    (the bias's gradient) stays the chunked one; forward + backward took 0.7x the time at 2,048 tokens and 12
-    heads. None where it does not apply. The kernel's operator is private (the same from torch 2.11 to 2.15)."""
+def _fused_forward(q, k, v, mask, bias, dropout_p, tensors, rows: int):
+    """The output and each row's log-sum-exp from SDPA's fused CPU kernel, which returns both: the backward
+    (the bias's gradient) stays the chunked one. For a bias without a value term, no dropout and no local
+    window. A bias by distance alone (T5) with no mask goes in one call, its bias a Hankel view of the
+    per-distance vector with the keys reversed (`hankel_view`): nothing built. Any other (Shaw's, or under a
+    mask) one block of `rows` query rows at a time, the block's bias built as the kernel's float mask (what the
+    chunked forward builds too, but the kernel's scores and softmax run fused). On 2 CPU cores at 2,048 tokens
+    and 12 heads Shaw's forward took 0.6x the chunked forward's time. None where it does not apply. The kernel's
+    operator is private (the same from torch 2.11 to 2.15)."""
     kernel = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
-    usable = (
-        bias is not None and bias.by_distance and mask is None and dropout_p == 0 and q.device.type == "cpu"
-    )
-    if kernel is None or not usable:
+    usable = bias is not None and not bias.has_values and dropout_p == 0 and q.device.type == "cpu"
+    if kernel is None or not usable or (mask is not None and mask.window is not None):
         return None
-    length = q.shape[2]
-    per_distance = bias.distances(tensors, torch.arange(1 - length, length, device=q.device), length)
-    view = hankel_view(per_distance.to(q.dtype), length, length)
-    out, lse = kernel(q, k.flip(2), v.flip(2), attn_mask=view, scale=1.0 / math.sqrt(q.shape[-1]))
-    return out, lse.to(_exact(q))
+    length, scale = q.shape[2], 1.0 / math.sqrt(q.shape[-1])
+    if bias.by_distance and mask is None:
+        per_distance = bias.distances(tensors, torch.arange(1 - length, length, device=q.device), length)
+        view = hankel_view(per_distance.to(q.dtype), length, length)
+        out, lse = kernel(q, k.flip(2), v.flip(2), attn_mask=view, scale=scale)
+        return out, lse.to(_exact(q))
+    out, lse = torch.empty_like(q), q.new_empty(q.shape[:3], dtype=_exact(q))
+    for start in range(0, length, rows):
+        stop = min(start + rows, length)
+        block = q.new_zeros((*q.shape[:2], stop - start, length), dtype=_exact(q))  # (b, h, c, n)
+        bias.add_scores(tensors, start, stop, length, block)
+        allowed = mask.rows(start, stop, length, q.device) if mask is not None else None
+        if allowed is not None:
+            block.masked_fill_(~allowed, float("-inf"))
+        out[:, :, start:stop], lse[:, :, start:stop] = kernel(
+            q[:, :, start:stop], k, v, attn_mask=block.to(q.dtype), scale=scale
+        )
+    # a row with no allowed key (a sequence of padding alone): output 0 and log-sum-exp 0, as the chunked forward
+    empty = ~lse.isfinite()
+    if mask is not None and bool(empty.any()):
+        out.masked_fill_(empty[..., None], 0.0)
+        lse.masked_fill_(empty, 0.0)
+    return out, lse
 
 
 def _add_products(
@@ -248,7 +283,7 @@ def _probabilities(q, k, mask, bias, tensors, start, stop, scale, keys=None, lse
     k = _read_keys(k, keys)
     scores = torch.matmul(q[:, :, start:stop] * scale, k.transpose(-1, -2)).to(_exact(q))  # (b, h, c, n)
     if bias is not None:
-        scores += bias.scores(tensors, start, stop, length, keys)
+        bias.add_scores(tensors, start, stop, length, scores, keys)
     allowed = mask.rows(start, stop, length, q.device, keys) if mask is not None else None
     if allowed is not None:
         scores.masked_fill_(~allowed, float("-inf"))

@@ -178,35 +178,66 @@ def shaw_flex(q, k, v, block_mask, scale, dropout, options, profile, max_distanc
 
 
 class ShawChunkBias(ChunkBias):
-    """Shaw's terms for chunked attention: expand a per-bucket tensor to a row block by gathering the
-    clipped distance (forward), and sum a row block back into buckets by band plus edges (no scatter)."""
+    """Shaw's terms for chunked attention, by region. In a block of rows start..stop-1, keys left of
+    `start - k + 1` are at distance <= -k from every row (bucket 0: one constant per row) and keys from
+    `stop - 1 + k` on at distance >= k (bucket 2k); only the strip between reads the profile by distance. So a
+    block's bias is two broadcast adds and a gather over the strip, and its reduction two row sums and the strip's
+    (no scatter, no index over the whole row)."""
 
     def __init__(self, profile, value_table, max_distance: int):
         self.tensors = (profile,) if value_table is None else (profile, value_table)
         self.has_values = value_table is not None
         self.k = max_distance
 
+    def _strip(self, start, stop, length) -> tuple[int, int]:
+        """The keys [low, high) whose distance from some row of the block is inside (-k, k)."""
+        return max(0, start - self.k + 1), min(length, stop - 1 + self.k)
+
+    def _buckets(self, start, stop, keys, device) -> torch.Tensor:
+        """(c, len(keys)): bucket clip(j - i, k) + k of each row i and key j."""
+        rows = torch.arange(start, stop, device=device)[:, None]
+        return (keys[None, :] - rows).clamp(-self.k, self.k) + self.k
+
     def _expand(self, per_bucket, start, stop, length, keys=None):
         """(b, h, c, 2k+1) -> (b, h, c, n): entry (i, j) is bucket clip(j - i, k) + k of row i (j in keys)."""
-        rows = torch.arange(start, stop, device=per_bucket.device)[:, None]
         key = torch.arange(length, device=per_bucket.device) if keys is None else keys
-        index = (key[None, :] - rows).clamp(-self.k, self.k) + self.k
+        index = self._buckets(start, stop, key, per_bucket.device)
         return per_bucket.gather(-1, index.expand(*per_bucket.shape[:2], -1, -1))
+
+    def _add_expanded(self, per_bucket, start, stop, out):
+        """out (b, h, c, n) += _expand(per_bucket), region by region."""
+        low, high = self._strip(start, stop, out.shape[-1])
+        out[..., :low] += per_bucket[..., :1]  # j - i <= -k for every row of the block
+        out[..., high:] += per_bucket[..., -1:]  # j - i >= k
+        strip = self._buckets(start, stop, torch.arange(low, high, device=out.device), out.device)
+        out[..., low:high] += per_bucket.gather(-1, strip.expand(*per_bucket.shape[:2], -1, -1))
 
     def _reduce(self, x, start, stop):
         """(b, h, c, n) -> (b, h, c, 2k+1): the sum of each row over the keys of each clipped distance."""
-        length, k, device = x.shape[-1], self.k, x.device
-        rows = torch.arange(start, stop, device=device)[:, None]  # (c, 1)
-        columns = rows + torch.arange(1 - k, k, device=device)[None, :]  # (c, 2k-1): j = i + r, |r| < k
-        inside = (columns >= 0) & (columns < length)
-        band = x.gather(-1, columns.clamp(0, length - 1).expand(*x.shape[:2], -1, -1)) * inside
-        right_keys = torch.arange(length, device=device)[None, :] >= rows + k  # (c, n): j - i >= k
-        right = x.masked_fill(~right_keys, 0.0).sum(-1, keepdim=True)
-        left = x.sum(-1, keepdim=True) - band.sum(-1, keepdim=True) - right  # j - i <= -k: the rest
+        low, high = self._strip(start, stop, x.shape[-1])
+        strip = x[..., low:high]
+        buckets = self._buckets(start, stop, torch.arange(low, high, device=x.device), x.device)  # (c, w)
+        k, device = self.k, x.device
+        # the strip's keys at distance r (|r| < k) from row i sit at column i + r - low; the others are edges
+        columns = (
+            torch.arange(start, stop, device=device)[:, None] - low + torch.arange(1 - k, k, device=device)
+        )
+        inside = (columns >= 0) & (columns < high - low)
+        band = (
+            strip.gather(-1, columns.clamp(0, max(0, high - low - 1)).expand(*x.shape[:2], -1, -1)) * inside
+        )
+        left = x[..., :low].sum(-1, keepdim=True) + (strip * (buckets == 0)).sum(-1, keepdim=True)
+        right = x[..., high:].sum(-1, keepdim=True) + (strip * (buckets == 2 * k)).sum(-1, keepdim=True)
         return torch.cat((left, band, right), dim=-1)
 
     def scores(self, tensors, start, stop, length, keys=None):
         return self._expand(tensors[0][:, :, start:stop], start, stop, length, keys)
+
+    def add_scores(self, tensors, start, stop, length, scores, keys=None):
+        if keys is not None:  # a local window's keys: read one by one
+            scores += self.scores(tensors, start, stop, length, keys)
+        else:
+            self._add_expanded(tensors[0][:, :, start:stop].to(scores.dtype), start, stop, scores)
 
     def score_grads(self, tensors, start, stop, d_scores, grads):
         if grads[0] is not None:
