@@ -169,19 +169,27 @@ def assert_flex_trains_as_eager(model, batch: int, length: int) -> None:
     ids = random_ids(batch, length)
     mask = torch.ones_like(ids)
     mask[1, 15:] = 0
+    assert_trains_as_eager(model, ids, mask, "flex_attention")
+
+
+def assert_trains_as_eager(
+    model, ids, mask, implementation: str, rtol: float = 1e-4, atol: float = 1e-5
+) -> None:
+    """Outputs (on real tokens) and every parameter's gradient of `model` under `implementation` against the
+    eager reference, for `mask` (padding or packed documents' numbers)."""
     results = []
-    for implementation in ("flex_attention", "eager"):
-        model.set_attn_implementation(implementation)
+    for name in (implementation, "eager"):
+        model.set_attn_implementation(name)
         model.zero_grad(set_to_none=True)
-        hidden = model(ids, attention_mask=mask).last_hidden_state * mask[..., None]
+        hidden = model(ids, attention_mask=mask).last_hidden_state * (mask > 0)[..., None]
         hidden.square().mean().backward()
         gradients = {name: w.grad.clone() for name, w in model.named_parameters() if w.grad is not None}
         results.append((hidden.detach(), gradients))
     (actual, actual_grads), (expected, expected_grads) = results
-    torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol)
     assert actual_grads.keys() == expected_grads.keys()
     for name, grad in expected_grads.items():
-        torch.testing.assert_close(actual_grads[name], grad, rtol=1e-4, atol=1e-5, msg=name)
+        torch.testing.assert_close(actual_grads[name], grad, rtol=rtol, atol=atol, msg=name)
 
 
 def assert_one_graph(model, *inputs) -> None:
