@@ -510,7 +510,7 @@ def test_chunked_forward_in_the_fused_kernel_gives_the_same_outputs_and_gradient
     torch.testing.assert_close(out, dense_reference(q, k, v, reference, bias))
     for got, want in zip(grads, torch.autograd.grad(expected, inputs, d_out), strict=True):
         torch.testing.assert_close(got, want)
-    if masked == "padding":  # the third sequence all padding: no key for any of its rows
+    if masked == "padding":  # sequence 2 all padding: no key for any of its rows
         real[2] = False
         monkeypatch.setattr(chunked, "_fused_forward", fused)
         out = chunked.chunked_attention(q, k, v, AttentionMask(real=real), bias)

@@ -593,7 +593,7 @@ def sweep_cases() -> list:
         pytest.param(lambda w: ["predict", "cls", "--model", w["unknown_type"], "--data", w["short_text"], "-o",
                                 out(w) / "p.json"], ("model_type 'no-such-architecture'", "unknown-type/config.json"),
                      id="predict cls: a model_type nothing knows"),
-        pytest.param(lambda w: ["finetune", "seq2seq", "--model", w["unknown_type"], "--task", "nsmc", "-o", out(w)],
+        pytest.param(lambda w: ["finetune", "seq2seq", "--model", w["unknown_type"], "--task", w["pairs"], "-o", out(w)],
                      ("model_type 'no-such-architecture'",), id="finetune seq2seq: a model_type nothing knows"),
         # data
         pytest.param(lambda w: ["finetune", "qa", "--config", w["latin1_yaml"], "-o", out(w)],

@@ -219,3 +219,38 @@ def test_fine_tuning_starts_from_a_checkpoint_with_another_head(workspace):
             (tagger / name).write_bytes((model / name).read_bytes())
     finetune(tagger, data, root / "from-tagger", "--max-steps", 1)
     assert AutoModelForQuestionAnswering.from_pretrained(root / "from-tagger").qa_outputs.out_features == 2
+
+
+def test_a_finished_run_is_never_replaced_by_one_that_trains_other_settings_or_nothing(workspace):
+    """A run directory knows its arguments: a rerun that changes what is trained is refused naming the setting,
+    one whose budget is already spent is refused naming the finished step, and the results stay as they were;
+    the same command again returns them (nothing trained or written), a raised budget continues, --overwrite
+    starts afresh."""
+    root, data, model = workspace
+    out = root / "finished"
+    common = ["--model", model, "--train", data, "-o", out, *WINDOW, "--eval-every", 2, "--batch-size", 8]
+    invoke("finetune", "qa", *common, "--max-steps", 4, "--max-train-samples", 8)
+    results = out / "kolong_qa_results.json"
+    before = results.read_bytes()
+    record = json.loads((out / "kolong_run.json").read_text())
+    assert record["arguments"]["max_train_samples"] == 8 and record["finished"]["step"] == 4
+
+    for options, named in (
+        (["--max-steps", 4, "--max-train-samples", 2], "--max-train-samples: 2 now, 8 there"),
+        (["--max-steps", 4, "--max-train-samples", 8, "--lr", 1e-3], "--learning-rate: 0.001 now, 3e-05 there"),
+        (["--max-steps", 1, "--max-train-samples", 8], "finished at step 4"),
+    ):
+        refused = runner.invoke(app, ["finetune", "qa", *map(str, common), *map(str, options)])
+        said = " ".join(refused.output.split())
+        assert refused.exit_code == 2 and named in said and "--overwrite" in said, said
+        assert results.read_bytes() == before
+
+    again = invoke("finetune", "qa", *common, "--max-steps", 4, "--max-train-samples", 8)  # the same command
+    assert "finished at step 4" in " ".join(again.stderr.split()) and results.read_bytes() == before
+    assert json.loads(again.stdout)["train_examples"] == 8
+    invoke("finetune", "qa", *common, "--max-steps", 6, "--max-train-samples", 8, "--logging-steps", 1)
+    assert json.loads(results.read_text())["metrics"]["resumed_from"].endswith("checkpoint-4")
+    invoke("finetune", "qa", *common, "--max-steps", 2, "--max-train-samples", 2, "--overwrite")
+    fresh = json.loads(results.read_text())
+    assert fresh["metrics"]["resumed_from"] is None and fresh["metrics"]["train_examples"] == 2
+    assert json.loads((out / "kolong_run.json").read_text())["finished"]["step"] == 2

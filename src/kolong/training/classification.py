@@ -20,6 +20,7 @@ from kolong.training.arguments import (
     training_arguments,
 )
 from kolong.training.common import (
+    finished_run,
     quiet_trainer,
     resume_checkpoint,
     run_train_loss,
@@ -127,6 +128,8 @@ def finetune_cls(
 
     output_dir = Path(args.output_dir)
     resume_from = resume_checkpoint(args)
+    if (done := finished_run(args)) is not None:
+        return done
     data = load_classification_data(args.data, args.eval_data, args.shared_data, args.seed, args.limit)
     tokenizer = load_tokenizer(args.model)
     label_settings = (
@@ -171,7 +174,7 @@ def finetune_cls(
         callbacks=callbacks,
     )
     quiet_trainer(trainer, args.quiet)
-    output = train_or_finish(trainer, resume_from)
+    output = train_or_finish(trainer, resume_from, args)
     if stopped_by_budget(callbacks):
         return {"finished": False, "steps": trainer.state.global_step}
     metrics = {key.removeprefix("eval_"): value for key, value in trainer.evaluate().items()}

@@ -12,6 +12,14 @@ from pathlib import Path
 
 from kolong.errors import ConfigError, OutputExistsError, warn
 from kolong.io import follow_umask
+from kolong.training.run_record import (
+    RUN_FILE,
+    check_same_run,
+    finished_metrics,
+    mark_finished,
+    record_run,
+    refuse_finishing_again,
+)
 
 
 def has_gpu() -> bool:
@@ -143,8 +151,8 @@ def resume_point(output_dir: Path, overwrite: bool) -> str | None:
         return None
     for stale in [*output_dir.glob(".final-*"), *output_dir.glob(".*.tmp-*")]:  # a run killed while saving
         shutil.rmtree(stale, ignore_errors=True) if stale.is_dir() else stale.unlink(missing_ok=True)
-    if overwrite or not any(output_dir.iterdir()):
-        return None
+    if overwrite or not any(path.name != RUN_FILE for path in output_dir.iterdir()):
+        return None  # empty, or holding only the record of a run stopped before its first checkpoint
     pattern = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
     found = sorted(
         (int(match.group(1)), path)
@@ -159,7 +167,9 @@ def resume_point(output_dir: Path, overwrite: bool) -> str | None:
             break
         broken.append((checkpoint, problem))
     # with no complete checkpoint, only a directory of nothing but incomplete ones is the run's own to clear
-    if resumed is not None or (broken and len(broken) == sum(1 for _ in output_dir.iterdir())):
+    if resumed is not None or (
+        broken and len(broken) == sum(1 for p in output_dir.iterdir() if p.name != RUN_FILE)
+    ):
         then = f"resuming from {resumed.name}" if resumed else "no complete one to resume: starting afresh"
         for path, reason in broken:
             warn(f"removing incomplete checkpoint {path} ({reason}); {then}")
@@ -210,6 +220,7 @@ def save_run(trainer, tokenizer, output_dir: Path, results_file: str, args, metr
         atomic_write_json(
             output_dir / results_file, {"arguments": recorded(args), "metrics": metrics, **extra}
         )
+        mark_finished(output_dir, results_file, trainer.state.global_step, trainer.state.max_steps)
 
 
 class ListDataset:
@@ -259,19 +270,24 @@ def checkpoint_modes():
     return CheckpointModes()
 
 
-def train_or_finish(trainer, resume_from: str | None):
+def train_or_finish(trainer, resume_from: str | None, args=None):
     """`trainer.train(resume_from_checkpoint=resume_from)`, except when that checkpoint already ends the run
     (a run killed after its last checkpoint, before its final save): resuming there, the Trainer takes one
-    step past max_steps, so the checkpoint's weights and state are loaded and training is skipped."""
+    step past max_steps, so the checkpoint's weights and state are loaded and training is skipped. A run that
+    finished and kept its results is refused instead (`run_record`). A fresh run first records `args`, its
+    recipe's arguments, in the output directory (written only now, once every input was accepted)."""
     from transformers import TrainerState
     from transformers.trainer_utils import TrainOutput
 
     trainer.add_callback(checkpoint_modes())
+    if resume_from is None and args is not None:
+        record_run(Path(trainer.args.output_dir), recorded(args))  # replaces any other run's (--overwrite)
     if resume_from:
         state_file = Path(resume_from) / "trainer_state.json"
         state = json.loads(state_file.read_text(encoding="utf-8"))
         target = trainer.args.max_steps if trainer.args.max_steps > 0 else state.get("max_steps") or 0
         if target and state.get("global_step", 0) >= target:
+            refuse_finishing_again(Path(trainer.args.output_dir), target)
             trainer.state = TrainerState.load_from_json(str(state_file))
             best = trainer.state.best_model_checkpoint
             chosen = (
@@ -299,6 +315,12 @@ def _load_weights(model, checkpoint: Path) -> None:
         raise OutputExistsError(f"{checkpoint} does not hold this model's weights; pass --overwrite")
 
 
+def finished_run(args) -> dict | None:
+    """The results of the run `args` ask for when `args.output_dir` holds it finished (`run_record`), else None:
+    a recipe then returns them at once."""
+    return finished_metrics(args, recorded(args))
+
+
 def resume_checkpoint(args) -> str | None:
     """The checkpoint to resume from: `--resume_from_checkpoint` if given, else the output directory's last
     (unless `--overwrite`); refuses a non-empty output directory that holds no checkpoint."""
@@ -311,11 +333,15 @@ def resume_checkpoint(args) -> str | None:
                 f"--resume_from_checkpoint {chosen}: not a Trainer checkpoint (no trainer_state.json there)"
             )
         Path(args.output_dir).mkdir(parents=True, exist_ok=True)
+        check_same_run(Path(args.output_dir), recorded(args))
         return str(chosen)
     output = Path(args.output_dir)
     if output.exists() and not output.is_dir():
         raise ConfigError(f"--output_dir {output} is a file; give a directory")
-    return resume_point(output, args.overwrite)
+    resumed = resume_point(output, args.overwrite)
+    if resumed is not None:
+        check_same_run(output, recorded(args))
+    return resumed
 
 
 def time_budget(seconds: float):

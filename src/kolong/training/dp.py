@@ -185,6 +185,7 @@ def finetune_dp(args: DPFinetuneArguments) -> dict:
     from kolong.training.arguments import training_arguments
     from kolong.training.common import (
         ListDataset,
+        finished_run,
         quiet_trainer,
         resume_checkpoint,
         run_train_loss,
@@ -195,6 +196,8 @@ def finetune_dp(args: DPFinetuneArguments) -> dict:
 
     output_dir = Path(args.output_dir)
     resume_from = resume_checkpoint(args)
+    if (done := finished_run(args)) is not None:
+        return done
     training, evaluation = train_eval_items(read_klue_dp, Path(args.shared_data) / KLUE_DP_DEV, args)
     label2id = {label: i for i, label in enumerate(DP_LABELS)}
     tokenizer = load_tokenizer(args.model)
@@ -231,7 +234,7 @@ def finetune_dp(args: DPFinetuneArguments) -> dict:
         preprocess_logits_for_metrics=keep_predictions,
     )
     quiet_trainer(trainer, args.quiet)
-    output = train_or_finish(trainer, resume_from)
+    output = train_or_finish(trainer, resume_from, args)
     metrics = {key.removeprefix("eval_"): value for key, value in trainer.evaluate().items()}
     metrics.update(train_loss=run_train_loss(trainer, output), train_sentences=len(training),
                    eval_sentences=len(evaluation), baseline_next_eojeol=next_eojeol_baseline(evaluation),

@@ -126,6 +126,7 @@ def finetune_ner(args: NERFinetuneArguments) -> dict:
     from kolong.positions.reach import max_length_for
     from kolong.training.arguments import training_arguments
     from kolong.training.common import (
+        finished_run,
         quiet_trainer,
         resume_checkpoint,
         run_train_loss,
@@ -136,6 +137,8 @@ def finetune_ner(args: NERFinetuneArguments) -> dict:
 
     output_dir = Path(args.output_dir)
     resume_from = resume_checkpoint(args)
+    if (done := finished_run(args)) is not None:
+        return done
     training, evaluation = train_eval_items(read_klue_ner, Path(args.shared_data) / KLUE_NER_DEV, args)
     label2id = {label: i for i, label in enumerate(NER_LABELS)}
     id2label = dict(enumerate(NER_LABELS))
@@ -164,7 +167,7 @@ def finetune_ner(args: NERFinetuneArguments) -> dict:
         compute_metrics=compute_metrics,
     )
     quiet_trainer(trainer, args.quiet)
-    output = train_or_finish(trainer, resume_from)
+    output = train_or_finish(trainer, resume_from, args)
     metrics = {key.removeprefix("eval_"): value for key, value in trainer.evaluate().items()}
     all_o = [["O"] * len(s.tags) for s in evaluation]  # the trivial tagger, scored beside the model
     gold = [s.tags for s in evaluation]

@@ -23,6 +23,7 @@ from kolong.io import writes_output
 from kolong.plots.figures import save_figure
 from kolong.training.arguments import training_arguments
 from kolong.training.common import (
+    finished_run,
     fresh_compile_state,
     quiet_trainer,
     resume_checkpoint,
@@ -223,6 +224,8 @@ def pretrain_mlm(args: PretrainArguments, callbacks: list | None = None) -> dict
     """Pre-train, evaluate, save model + tokenizer + logs to `args.output_dir`; returns the final metrics."""
     output_dir = Path(args.output_dir)
     resume_from = resume_checkpoint(args)
+    if (done := finished_run(args)) is not None:
+        return done
     model, tokenizer, train, evaluation, collator, training, metadata = prepare(args)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     tokens_per_step = (
@@ -258,7 +261,7 @@ def pretrain_mlm(args: PretrainArguments, callbacks: list | None = None) -> dict
             tokens_per_step=tokens_per_step,
         )
         quiet_trainer(trainer, args.quiet)
-        output = train_or_finish(trainer, resume_from)
+        output = train_or_finish(trainer, resume_from, args)
         if stopped_by_budget(callbacks):
             return {"finished": False, "steps": trainer.state.global_step}
         metrics = {"train_loss": run_train_loss(trainer, output), "steps": trainer.state.global_step}

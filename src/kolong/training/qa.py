@@ -34,6 +34,7 @@ from kolong.training.arguments import (
     training_arguments,
 )
 from kolong.training.common import (
+    finished_run,
     has_gpu,
     quiet_trainer,
     resume_checkpoint,
@@ -119,6 +120,8 @@ def finetune_qa(
         raise DataError("--early-stopping-patience needs --eval data")
     output_dir = Path(args.output_dir)
     resume_from = resume_checkpoint(args)
+    if (done := finished_run(args)) is not None:
+        return done
 
     tokenizer = load_tokenizer(args.model)  # a bad path or tokenizer is named, never a traceback
     # start and end logits: a checkpoint with another head (a tagger's 13 labels) would size qa_outputs by it
@@ -158,7 +161,7 @@ def finetune_qa(
         decode_options={"n_best": args.n_best, "max_answer_length": args.max_answer_length},
     )
     quiet_trainer(trainer, args.quiet)
-    train_output = train_or_finish(trainer, resume_from)
+    train_output = train_or_finish(trainer, resume_from, args)
     if stopped_by_budget(callbacks):
         return {"finished": False, "steps": trainer.state.global_step}
     metrics = {

@@ -18,6 +18,7 @@ from kolong.errors import DataError
 from kolong.io import atomic_write_text, writes_output
 from kolong.training.arguments import Seq2SeqFinetuneArguments, check_eval_every, training_arguments
 from kolong.training.common import (
+    finished_run,
     quiet_trainer,
     resume_checkpoint,
     run_train_loss,
@@ -143,6 +144,8 @@ def finetune_seq2seq(args: Seq2SeqFinetuneArguments, callbacks: list | None = No
         raise DataError(f"--num-beams must be at least 1, got {args.num_beams}")
     output_dir = Path(args.output_dir)
     resume_from = resume_checkpoint(args)
+    if (done := finished_run(args)) is not None:
+        return done
     task = load_task(args.task, args.train, args.eval, args.seed, args.eval_fraction, args.limit)
     model, tokenizer = load_byte_model(args.model, args.init, args.seed)
     max_new_tokens = args.max_new_tokens or (16 if task.kind == "classification" else args.max_target_length)
@@ -171,7 +174,7 @@ def finetune_seq2seq(args: Seq2SeqFinetuneArguments, callbacks: list | None = No
         generation=generation,
     )
     quiet_trainer(trainer, args.quiet)
-    output = train_or_finish(trainer, resume_from)
+    output = train_or_finish(trainer, resume_from, args)
     if stopped_by_budget(callbacks):
         return {"finished": False, "steps": trainer.state.global_step}
     metrics = {

@@ -18,6 +18,7 @@ from kolong.io import writes_output
 from kolong.training.arguments import check_eval_every, training_arguments
 from kolong.training.common import (
     ListDataset,
+    finished_run,
     quiet_trainer,
     resume_checkpoint,
     run_train_loss,
@@ -57,6 +58,8 @@ def pretrain_span(
     lengths = parse_curriculum(args.curriculum, args.max_length)
     output_dir = Path(args.output_dir)
     resume_from = resume_checkpoint(args)
+    if (done := finished_run(args)) is not None:
+        return done
 
     step("loading the model")
     model, tokenizer = load_byte_model(args.model, args.init, args.seed)
@@ -89,7 +92,7 @@ def pretrain_span(
     )
     step("training")
     quiet_trainer(trainer, args.quiet)
-    output = train_or_finish(trainer, resume_from)
+    output = train_or_finish(trainer, resume_from, args)
     if stopped_by_budget(callbacks):
         return {"finished": False, "steps": trainer.state.global_step}
     metrics = {
