@@ -255,3 +255,25 @@ def test_the_kolong_command_takes_a_bare_bf16(monkeypatch, capsys):
         kolong.cli.main()
     assert stop.value.code != 0
     assert "--output_dir is required" in capsys.readouterr().err
+
+
+def test_config_and_command_line_values_are_converted_by_the_fields_type(monkeypatch, tmp_path):
+    """As HF reads them: YAML's `3e-5` (text to YAML) is a float, a quoted "10" an int, `True` / `False` words
+    booleans, and an auto|yes|no option takes a boolean; what is no number is refused naming the option."""
+    config = tmp_path / "args.yaml"
+    config.write_text("learning_rate: 3e-5\nmax_steps: '10'\nquiet: 'False'\nbf16: false\n"
+                      "gradient_checkpointing: 'true'\n")  # fmt: skip
+    args = captured(monkeypatch, "kolong.training.qa", "finetune_qa",
+                    "finetune", "qa", "--config", str(config), "--model", "m", "--train", "t.json", "-o", str(tmp_path))  # fmt: skip
+    assert (args.learning_rate, args.max_steps, args.quiet, args.bf16) == (3e-5, 10, False, "no")
+    assert args.extra == {"gradient_checkpointing": True}
+    from kolong.cli.arguments import bare_yes  # as `kolong` reads its command line (`kolong.cli.main`)
+
+    argv = ["finetune", "qa", "--model", "m", "--train", "t.json", "-o", str(tmp_path), "--bf16", "False", "--quiet",
+            "true", "--gradient_checkpointing", "True", "--push_to_hub", "false", "--seed", "3"]  # fmt: skip
+    args = captured(monkeypatch, "kolong.training.qa", "finetune_qa", *bare_yes(app, argv))
+    assert (args.bf16, args.quiet, args.seed) == ("no", True, 3)
+    assert args.extra == {"gradient_checkpointing": True, "push_to_hub": False}
+    config.write_text("learning_rate: fast\nmodel: m\ntrain: t.json\n")
+    result = runner.invoke(app, ["finetune", "qa", "--config", str(config), "-o", str(tmp_path)])
+    assert result.exit_code == 2 and "--learning_rate: expected a number, got 'fast'" in flat(result.output)

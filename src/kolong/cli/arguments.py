@@ -70,6 +70,7 @@ class _Option:
     required: bool
     hf: bool
     flags: list[str]
+    choices: tuple = ()
 
     def parameter(self, default: Any, help: str) -> inspect.Parameter:
         if self.kind in ("list", "ints") and isinstance(default, list):  # shown as typed: comma-separated
@@ -102,7 +103,8 @@ def _options(cls: type, hf_fields: bool) -> list[_Option]:
         hf_spelling = (f"--{metadata['hf']}",) if metadata.get("hf") not in (None, spec.name) else ()
         flags = _flags(spec.name, (*metadata.get("flags", ()), *hf_spelling))
         required = spec.default is dataclasses.MISSING and spec.default_factory is dataclasses.MISSING
-        options.append(_Option(spec.name, spec.name, kind, required, False, flags))
+        choices = tuple(metadata.get("choices") or ())
+        options.append(_Option(spec.name, spec.name, kind, required, False, flags, choices))
         covered |= {spec.name, metadata.get("hf") or spec.name, *(f.lstrip("-") for f in flags)}
         taken |= set(flags)
     if hf_fields:
@@ -114,8 +116,33 @@ def _options(cls: type, hf_fields: bool) -> list[_Option]:
     return options
 
 
+TRUE_WORDS, FALSE_WORDS = ("true", "yes", "y", "1", "on"), ("false", "no", "n", "0", "off")
+
+
+def _truth(value: Any) -> bool | None:
+    """True or False for a bool or a word HF's command line reads as one (`True`, `false`, `1`), else None."""
+    if isinstance(value, bool):
+        return value
+    word = str(value).strip().lower()
+    return True if word in TRUE_WORDS else False if word in FALSE_WORDS else None
+
+
 def _parse(option: _Option, value: Any, source: str) -> Any:
-    """A command-line or config-file value as the dataclass (or TrainingArguments) wants it."""
+    """A command-line or config-file value as the dataclass (or TrainingArguments) wants it, converted by the
+    field's declared type: YAML reads `3e-5` as text, and HF's command line takes `True` / `False`."""
+    where = f" ({source})" if source else ""
+    if {"yes", "no"} <= set(option.choices) and _truth(value) is not None and value not in option.choices:
+        return "yes" if _truth(value) else "no"  # an auto | yes | no option given a boolean
+    if option.kind == "bool" and value is not None and not isinstance(value, bool):
+        if _truth(value) is None:
+            raise ConfigError(f"{option.flags[0]}: expected true or false, got {value!r}{where}")
+        return _truth(value)
+    if option.kind in ("int", "float") and isinstance(value, str):
+        try:
+            number = float(value.strip())
+        except ValueError:
+            raise ConfigError(f"{option.flags[0]}: expected a number, got {value!r}{where}") from None
+        return int(number) if option.kind == "int" and number.is_integer() else number
     if value is None or not isinstance(value, (str, list, tuple)):
         return value
     if option.kind in ("many", "pairs") and isinstance(value, str):
@@ -290,23 +317,29 @@ class GeneratedCommand:
 
 
 def bare_yes(app: typer.Typer, argv: list[str]) -> list[str]:
-    """`argv` with `yes` after each bare auto|yes|no option (`--bf16`, `--compile`): one at the end or followed
-    by another option reads as HF's bare `--bf16` flag does, where click would take the next option as its
-    value or ask for one. Found from the typer apps' registries and the command's dataclass (no click tree
-    is built, nothing is imported)."""
+    """`argv` read as HF's command line reads it: `yes` after each bare auto|yes|no option (`--bf16`,
+    `--compile`) at the end or before another option, where click would take the next option as its value or
+    ask for one; and a boolean option followed by a word HF reads as a boolean (`--gradient_checkpointing
+    True`, `--quiet false`) as the flag or its `--no-` form. Found from the typer apps' registries and the
+    command's dataclass (no click tree is built, nothing is imported)."""
     command = _leaf_command(app, argv)
     if not isinstance(command, GeneratedCommand):
         return argv
-    bare = {
-        flag
-        for option in _options(command.cls, hf_fields=False)
-        if "yes" in (_metadata(command.cls, option.field).get("choices") or ())
-        for flag in option.flags
-    }
-    normalised = []
+    options = _options(command.cls, hf_fields=command.hf_fields)
+    bare = {flag for option in options if "yes" in option.choices for flag in option.flags}
+    booleans = {flag: option.flags[0] for option in options if option.kind == "bool" for flag in option.flags}
+    normalised, skip = [], False
     for index, token in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        following = argv[index + 1] if index + 1 < len(argv) else None
+        if token in booleans and following is not None and _truth(following) is not None:
+            normalised.append(token if _truth(following) else f"--no-{booleans[token][2:]}")
+            skip = True
+            continue
         normalised.append(token)
-        if token in bare and (index + 1 == len(argv) or argv[index + 1].startswith("-")):
+        if token in bare and (following is None or following.startswith("-")):
             normalised.append("yes")
     return normalised
 
