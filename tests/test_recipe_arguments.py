@@ -277,3 +277,21 @@ def test_config_and_command_line_values_are_converted_by_the_fields_type(monkeyp
     config.write_text("learning_rate: fast\nmodel: m\ntrain: t.json\n")
     result = runner.invoke(app, ["finetune", "qa", "--config", str(config), "-o", str(tmp_path)])
     assert result.exit_code == 2 and "--learning_rate: expected a number, got 'fast'" in flat(result.output)
+
+
+def test_hf_evaluation_flags_are_honoured_without_a_clash(tmp_path):
+    """`--eval_strategy steps --eval_steps 1` (HF's names) with kolong's derived saving: checkpoints follow the
+    evaluations, as `--eval-every` sets both; `--eval_strategy no` loads no best model; saving set by the user
+    stays theirs (a mismatch is then HF's own refusal, named)."""
+    base = dict(model="m", train="t.json", output_dir=str(tmp_path))
+    hf = training_arguments(QAFinetuneArguments(**base, extra={"eval_strategy": "steps", "eval_steps": 1}),
+                            evaluating=True, metric="f1")  # fmt: skip
+    assert (hf.eval_strategy, hf.eval_steps, hf.save_strategy, hf.save_steps) == ("steps", 1, "steps", 1)
+    assert hf.load_best_model_at_end
+    hf = training_arguments(
+        QAFinetuneArguments(**base, extra={"eval_strategy": "no"}), evaluating=True, metric="f1"
+    )
+    assert hf.eval_strategy == "no" and not hf.load_best_model_at_end
+    with pytest.raises(ConfigError, match="rejected by transformers"):
+        training_arguments(QAFinetuneArguments(**base, extra={"eval_strategy": "steps", "eval_steps": 2,
+                                                              "save_strategy": "epoch"}), evaluating=True, metric="f1")  # fmt: skip

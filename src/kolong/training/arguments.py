@@ -132,6 +132,7 @@ def training_arguments(
     extra = under_known_names(args.extra, known)
     settings.update(recipe)
     settings.update(extra)
+    _follow_the_evaluation(settings, extra, saving_given=bool(args.save_steps))
     unknown = sorted(set(extra) - known)
     if unknown:
         import transformers
@@ -143,6 +144,21 @@ def training_arguments(
         return cls(**settings)
     except (ValueError, TypeError) as error:
         raise ConfigError(f"training arguments rejected by transformers: {error}") from None
+
+
+def _follow_the_evaluation(settings: dict, extra: dict, saving_given: bool) -> None:
+    """HF's own `--eval_strategy` / `--eval_steps` honoured without a clash with what kolong derived: checkpoints
+    follow the evaluations (as kolong's own `--eval-every` sets both) unless the user set saving too, and with no
+    evaluation there is no best model to load at the end."""
+    if {"eval_strategy", "eval_steps"} & extra.keys() and not (
+        {"save_strategy", "save_steps"} & extra.keys()
+    ):
+        if not saving_given and settings["eval_strategy"] != "no":
+            settings["save_strategy"] = settings["eval_strategy"]
+            if settings["eval_strategy"] == "steps" and settings.get("eval_steps"):
+                settings["save_steps"] = settings["eval_steps"]
+    if settings["eval_strategy"] == "no" and "load_best_model_at_end" not in extra:
+        settings["load_best_model_at_end"] = False
 
 
 # -- the recipes -------------------------------------------------------------------------------------------
