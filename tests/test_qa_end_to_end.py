@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from kolong.checkpoints import build_tiny_bert_checkpoint
@@ -237,7 +238,10 @@ def test_a_finished_run_is_never_replaced_by_one_that_trains_other_settings_or_n
 
     for options, named in (
         (["--max-steps", 4, "--max-train-samples", 2], "--max-train-samples: 2 now, 8 there"),
-        (["--max-steps", 4, "--max-train-samples", 8, "--lr", 1e-3], "--learning-rate: 0.001 now, 3e-05 there"),
+        (
+            ["--max-steps", 4, "--max-train-samples", 8, "--lr", 1e-3],
+            "--learning-rate: 0.001 now, 3e-05 there",
+        ),
         (["--max-steps", 1, "--max-train-samples", 8], "finished at step 4"),
     ):
         refused = runner.invoke(app, ["finetune", "qa", *map(str, common), *map(str, options)])
@@ -254,3 +258,25 @@ def test_a_finished_run_is_never_replaced_by_one_that_trains_other_settings_or_n
     fresh = json.loads(results.read_text())
     assert fresh["metrics"]["resumed_from"] is None and fresh["metrics"]["train_examples"] == 2
     assert json.loads((out / "kolong_run.json").read_text())["finished"]["step"] == 2
+
+
+def test_a_diverged_run_stops_naming_the_step_and_keeps_only_finite_checkpoints(workspace):
+    """--lr 1e6 sends the loss to NaN within a few steps: the run stops in one line naming the step and the
+    learning rate (exit 2), writes no results, and no checkpoint holding weights that are not finite remains."""
+    from safetensors.torch import load_file
+
+    root, data, model = workspace
+    out = root / "diverged"
+    result = runner.invoke(app, ["finetune", "qa", "--model", str(model), "--train", str(data), "-o", str(out),
+                                 *map(str, WINDOW), "--lr", "1e6", "--max-steps", "12", "--logging-steps", "4",
+                                 "--eval-every", "1", "--batch-size", "4"])  # fmt: skip
+    said = " ".join(result.output.split())
+    assert (
+        result.exit_code == 2
+        and "training diverged at step" in said
+        and "--learning-rate (now 1e+06)" in said
+    )
+    assert not (out / "kolong_qa_results.json").exists()
+    for checkpoint in out.glob("checkpoint-*"):
+        weights = load_file(checkpoint / "model.safetensors")
+        assert all(torch.isfinite(tensor).all() for tensor in weights.values()), checkpoint.name

@@ -48,6 +48,10 @@ class OutOfMemoryError(KolongError, MemoryError):
     """What was asked does not fit the device's memory; the message names the case and what to lower."""
 
 
+class TrainingDivergedError(KolongError, FloatingPointError):
+    """Training met a loss or gradient that is not a finite number; the message names the step and the fix."""
+
+
 class TokenizerError(KolongError, ValueError):
     """A tokenizer cannot be built, trained, loaded or applied as asked."""
 

@@ -150,13 +150,12 @@ def _follow_the_evaluation(settings: dict, extra: dict, saving_given: bool) -> N
     """HF's own `--eval_strategy` / `--eval_steps` honoured without a clash with what kolong derived: checkpoints
     follow the evaluations (as kolong's own `--eval-every` sets both) unless the user set saving too, and with no
     evaluation there is no best model to load at the end."""
-    if {"eval_strategy", "eval_steps"} & extra.keys() and not (
-        {"save_strategy", "save_steps"} & extra.keys()
-    ):
-        if not saving_given and settings["eval_strategy"] != "no":
-            settings["save_strategy"] = settings["eval_strategy"]
-            if settings["eval_strategy"] == "steps" and settings.get("eval_steps"):
-                settings["save_steps"] = settings["eval_steps"]
+    evaluation_given = bool({"eval_strategy", "eval_steps"} & extra.keys())
+    saving_given = saving_given or bool({"save_strategy", "save_steps"} & extra.keys())
+    if evaluation_given and not saving_given and settings["eval_strategy"] != "no":
+        settings["save_strategy"] = settings["eval_strategy"]
+        if settings["eval_strategy"] == "steps" and settings.get("eval_steps"):
+            settings["save_steps"] = settings["eval_steps"]
     if settings["eval_strategy"] == "no" and "load_best_model_at_end" not in extra:
         settings["load_best_model_at_end"] = False
 
