@@ -280,3 +280,66 @@ def test_a_diverged_run_stops_naming_the_step_and_keeps_only_finite_checkpoints(
     for checkpoint in out.glob("checkpoint-*"):
         weights = load_file(checkpoint / "model.safetensors")
         assert all(torch.isfinite(tensor).all() for tensor in weights.values()), checkpoint.name
+
+
+def test_ctrl_c_writes_a_checkpoint_says_how_to_resume_and_the_rerun_announces_it(workspace, capsys):
+    """The first SIGINT lets the step finish, writes its checkpoint and stops (`InterruptedRunError`, exit 130
+    from the CLI, naming the checkpoint and the way to resume); the same call resumes there and says so."""
+    import os
+    import signal
+
+    from transformers import TrainerCallback
+
+    from kolong.errors import InterruptedRunError
+    from kolong.training.arguments import QAFinetuneArguments
+    from kolong.training.qa import finetune_qa
+
+    class CtrlCAtStep2(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kwargs):
+            if state.global_step == 1:
+                os.kill(os.getpid(), signal.SIGINT)
+
+    root, data, model = workspace
+    out = root / "interrupted"
+    args = dict(model=str(model), train=str(data), output_dir=str(out), max_length=64, doc_stride=16, max_steps=4,
+                batch_size=8, eval_every="100", quiet=True)  # fmt: skip
+    handler = signal.getsignal(signal.SIGINT)
+    with pytest.raises(InterruptedRunError, match="stopped by SIGINT at step 2: checkpoint-2 is written"):
+        finetune_qa(QAFinetuneArguments(**args), callbacks=[CtrlCAtStep2()])
+    assert signal.getsignal(signal.SIGINT) is handler  # kolong's handler only around training
+    assert (out / "checkpoint-2" / "trainer_state.json").is_file()
+    assert not (out / "kolong_qa_results.json").exists()
+    capsys.readouterr()
+    metrics = finetune_qa(QAFinetuneArguments(**args))
+    assert "resuming from checkpoint-2 (step 2 of 4)" in capsys.readouterr().err
+    assert metrics["resumed_from"].endswith("checkpoint-2")
+
+
+def test_the_trainers_progress_bar_shows_on_a_terminal_and_log_lines_otherwise(monkeypatch, tmp_path):
+    import sys
+
+    from kolong.training.arguments import QAFinetuneArguments, training_arguments
+
+    args = QAFinetuneArguments(model="m", train="t.json", output_dir=str(tmp_path))
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    assert training_arguments(args, evaluating=False).disable_tqdm is False
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False, raising=False)
+    assert training_arguments(args, evaluating=False).disable_tqdm is True
+    args.quiet = True
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    assert training_arguments(args, evaluating=False).disable_tqdm is True
+
+
+def test_an_interrupted_run_exits_with_the_shells_status_for_sigint(capsys):
+    import typer
+
+    from kolong.cli.common import user_errors
+    from kolong.errors import InterruptedRunError
+
+    with pytest.raises(typer.Exit) as stop, user_errors():
+        raise InterruptedRunError(
+            "stopped by SIGINT at step 2: checkpoint-2 is written in out; run the same command"
+        )
+    assert stop.value.exit_code == 130 and "stopped by SIGINT at step 2" in " ".join(
+        capsys.readouterr().err.split()
+    )

@@ -52,6 +52,10 @@ class TrainingDivergedError(KolongError, FloatingPointError):
     """Training met a loss or gradient that is not a finite number; the message names the step and the fix."""
 
 
+class InterruptedRunError(KolongError):
+    """A run stopped by Ctrl-C or SIGTERM at a checkpoint; the message says how to resume."""
+
+
 class TokenizerError(KolongError, ValueError):
     """A tokenizer cannot be built, trained, loaded or applied as asked."""
 

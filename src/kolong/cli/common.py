@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from kolong.errors import KolongError
+from kolong.errors import InterruptedRunError, KolongError
 
 console = Console()
 errors = Console(stderr=True)
@@ -24,6 +24,9 @@ def user_errors() -> Iterator[None]:
     """Turn kolong's refusals (`KolongError`) into one red line and exit status 2, never a traceback."""
     try:
         yield
+    except InterruptedRunError as error:  # Ctrl-C: the shell's status for SIGINT, after the way to resume
+        errors.print(f"[bold yellow]{escape(str(error))}[/]", highlight=False, soft_wrap=True)
+        raise typer.Exit(130) from None
     except (KolongError, FileNotFoundError) as error:
         errors.print(f"[bold red]error:[/] {escape(str(error))}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None

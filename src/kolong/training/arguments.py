@@ -124,7 +124,9 @@ def training_arguments(
         greater_is_better=True if evaluating and metric else None,
         logging_steps=args.logging_steps,
         report_to="none",
-        disable_tqdm=args.quiet or None,
+        # the Trainer's bar on a terminal (transformers would hide it at kolong's log level, errors only), its
+        # log lines where output goes to a file
+        disable_tqdm=args.quiet or not _on_a_terminal(),
         **device_settings(args.bf16),
     )
     cls = Seq2SeqTrainingArguments if seq2seq else TrainingArguments
@@ -144,6 +146,12 @@ def training_arguments(
         return cls(**settings)
     except (ValueError, TypeError) as error:
         raise ConfigError(f"training arguments rejected by transformers: {error}") from None
+
+
+def _on_a_terminal() -> bool:
+    import sys
+
+    return bool(getattr(sys.stderr, "isatty", lambda: False)())
 
 
 def _follow_the_evaluation(settings: dict, extra: dict, saving_given: bool) -> None:

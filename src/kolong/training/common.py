@@ -10,8 +10,9 @@ import re
 import shutil
 from pathlib import Path
 
-from kolong.errors import ConfigError, OutputExistsError, TrainingDivergedError, warn
+from kolong.errors import ConfigError, OutputExistsError, warn
 from kolong.io import follow_umask
+from kolong.training.guards import announce, stop_on_non_finite, stop_on_signal
 from kolong.training.run_record import (
     RUN_FILE,
     check_same_run,
@@ -270,47 +271,6 @@ def checkpoint_modes():
     return CheckpointModes()
 
 
-def stop_on_non_finite():
-    """A Trainer callback that stops a diverged run: a logged loss or gradient norm that is not finite (HF's
-    `logging_nan_inf_filter` hides NaN losses from the log, not from the gradient norm), or weights that are
-    not, found when a checkpoint is written (that checkpoint is removed: the last one left holds finite
-    weights). Raises `TrainingDivergedError` naming the step and what to change."""
-    import math
-
-    import torch
-    from transformers import TrainerCallback
-
-    def diverged(args, state, what: str):
-        dtype = "fp16" if args.fp16 else "bf16" if args.bf16 else "fp32"
-        kept = [p.name for p in Path(args.output_dir).glob("checkpoint-*") if p.is_dir()]
-        last = max(kept, key=lambda name: int(name.rsplit("-", 1)[1]), default=None)
-        raise TrainingDivergedError(
-            f"training diverged at step {state.global_step} ({what}): lower --learning-rate (now "
-            f"{args.learning_rate:g}), add warm-up (--warmup), or train in {'bf16 or fp32' if dtype == 'fp16' else 'fp32'} "
-            f"(now {dtype}); "
-            + (f"the last checkpoint, {last}, holds finite weights" if last else "no checkpoint was kept")
-        )
-
-    class StopOnNonFinite(TrainerCallback):
-        def on_log(self, args, state, control, logs=None, **kwargs):
-            bad = {key: value for key, value in (logs or {}).items()
-                   if key in ("loss", "grad_norm") and isinstance(value, float) and not math.isfinite(value)}  # fmt: skip
-            if bad:
-                diverged(args, state, ", ".join(f"{key} {value}" for key, value in bad.items()))
-
-        def on_save(self, args, state, control, model=None, **kwargs):
-            if model is None or all(
-                torch.isfinite(p).all() for p in model.parameters() if p.is_floating_point()
-            ):
-                return
-            checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-            if state.is_world_process_zero:
-                shutil.rmtree(checkpoint, ignore_errors=True)
-            diverged(args, state, "weights that are not finite")
-
-    return StopOnNonFinite()
-
-
 def train_or_finish(trainer, resume_from: str | None, args=None):
     """`trainer.train(resume_from_checkpoint=resume_from)`, except when that checkpoint already ends the run
     (a run killed after its last checkpoint, before its final save): resuming there, the Trainer takes one
@@ -322,6 +282,8 @@ def train_or_finish(trainer, resume_from: str | None, args=None):
 
     trainer.add_callback(checkpoint_modes())
     trainer.add_callback(stop_on_non_finite())
+    signals = stop_on_signal()
+    trainer.add_callback(signals)
     if resume_from is None and args is not None:
         record_run(Path(trainer.args.output_dir), recorded(args))  # replaces any other run's (--overwrite)
     if resume_from:
@@ -337,7 +299,13 @@ def train_or_finish(trainer, resume_from: str | None, args=None):
             )
             _load_weights(trainer.model, Path(chosen))
             return TrainOutput(trainer.state.global_step, float("nan"), {})
-    return trainer.train(resume_from_checkpoint=resume_from)
+        announce(
+            f"resuming from {Path(resume_from).name} (step {state.get('global_step', 0)} of {target or '?'})"
+        )
+    with signals.installed():
+        output = trainer.train(resume_from_checkpoint=resume_from)
+    signals.raise_if_stopped(trainer)
+    return output
 
 
 def _load_weights(model, checkpoint: Path) -> None:
