@@ -114,6 +114,8 @@ def ws(tmp_path_factory):
     paths["cls_single"].write_text("text\tlabel\n" + "좋은 영화\t1\n" * 10, encoding="utf-8")
     paths["cls_latin1"] = root / "latin1.tsv"
     paths["cls_latin1"].write_bytes("text\tlabel\n좋은 영화\t1\n".encode() + b"caf\xe9\t0\n")
+    paths["cls_cp949"] = root / "cp949.tsv"
+    paths["cls_cp949"].write_bytes("text\tlabel\n좋은 영화\t1\n나쁜 영화\t0\n".encode("cp949"))
     paths["cls_lists"] = root / "lists.jsonl"
     paths["cls_lists"].write_text("[1, 2]\n")
     paths["pairs"] = root / "pairs.jsonl"
@@ -541,7 +543,7 @@ def sweep_cases() -> list:
                      id="plot: unknown scheme"),
         pytest.param(lambda w: ["plot", "positions", "-o", out(w) / "p.png"], ("MODELS",), id="plot: nothing to draw"),
         pytest.param(lambda w: ["evaluate", "qa", "--data", w["empty_squad"], "--predictions", w["predictions"]],
-                     ("no question to score",), id="evaluate qa: no questions"),
+                     ("holds no questions",), id="evaluate qa: no questions"),
         pytest.param(lambda w: ["evaluate", "qa", "--data", w["squad"], "--predictions", w["squad"]],
                      ("predictions must be",), id="evaluate qa: predictions not a mapping"),
         pytest.param(lambda w: ["evaluate", "qa", "--data", w["root"] / "none.json", "--predictions", w["predictions"]],
@@ -643,6 +645,16 @@ def sweep_cases() -> list:
                      ("no review text",), id="bench tokenizer: no review"),
         pytest.param(lambda w: ["finetune", "cls", "--model", w["model"], "--data", w["cls_latin1"], "-o", out(w)],
                      ("latin1.tsv:3", "not UTF-8"), id="finetune cls: non-UTF-8 TSV"),
+        pytest.param(lambda w: ["finetune", "cls", "--model", w["model"], "--data", w["cls_cp949"], "-o", out(w)],
+                     ("iconv -f cp949",), id="finetune cls: TSV in Windows' Korean encoding"),
+        pytest.param(lambda w: ["finetune", "qa", "--model", w["model"], "--train", "kq/trian.json", "-o", out(w),
+                                "--max-length", 64, "--doc-stride", 16],
+                     ("kq/trian.json: no such file",), id="finetune qa: a typo in --train"),
+        pytest.param(lambda w: ["finetune", "qa", "--model", w["model"], "--train", w["empty_squad"], "-o", out(w),
+                                "--max-length", 64, "--doc-stride", 16],
+                     ("holds no questions",), id="finetune qa: no questions"),
+        pytest.param(lambda w: ["data", "long-docs", w["empty_squad"], "-o", out(w) / "l.json"],
+                     ("holds no questions",), id="data long-docs: no questions"),
         pytest.param(lambda w: ["finetune", "cls", "--model", w["model"], "--data", w["cls_mixed"], "-o", out(w)],
                      ("mix numbers",), id="finetune cls: mixed label types"),
         pytest.param(lambda w: ["finetune", "cls", "--model", w["model"], "--data", w["cls_single"], "-o", out(w)],

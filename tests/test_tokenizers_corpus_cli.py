@@ -82,6 +82,22 @@ def test_bad_lines_fail_with_file_and_line_or_are_skipped(corpus):
     assert reader.report.bad_lines[0][:2] == (str(corpus["bad"]), 2)
 
 
+def test_a_corpus_in_windows_korean_encoding_is_named_and_never_skipped_wholesale(tmp_path):
+    legacy = tmp_path / "legacy.txt"
+    legacy.write_bytes("대한민국은 민주공화국이다.\n".encode("cp949") * 6 + "좋은 문장\n".encode() * 2)
+    with pytest.raises(
+        CorpusError, match=r"legacy\.txt:1: .*CP949 / EUC-KR.*iconv -f cp949 -t utf-8"
+    ) as refused:
+        list(Corpus([legacy]))
+    assert "--on-bad-line skip" not in str(refused.value)  # skipping would drop the whole file
+    with pytest.raises(CorpusError, match=r"6 lines skipped as bad against 2 read .*6 of them read as CP949"):
+        list(Corpus([legacy], on_bad_line="skip"))
+    stray = tmp_path / "stray.txt"
+    stray.write_bytes("좋은 문장\n".encode() * 3 + "대한민국\n".encode("cp949"))
+    reader = Corpus([stray], on_bad_line="skip")  # a stray line is skipped, as asked
+    assert list(reader) == ["좋은 문장"] * 3 and reader.report.korean_legacy_lines == 1
+
+
 def test_empty_or_missing_corpora_are_errors(corpus, tmp_path):
     with pytest.raises(CorpusError, match="no documents"):
         list(Corpus([corpus["empty"]]))

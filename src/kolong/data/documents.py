@@ -29,9 +29,18 @@ class CorpusReport:
     characters: int = 0
     empty_lines: int = 0
     bad_lines: list[tuple[str, int, str]] = field(default_factory=list)  # (file, line number, reason)
+    korean_legacy_lines: int = 0  # not UTF-8, but Hangul read as CP949 / EUC-KR
 
     def describe_bad_lines(self, limit: int = 5) -> list[str]:
         return [f"{path}:{line}: {reason}" for path, line, reason in self.bad_lines[:limit]]
+
+
+def _reads_as_korean_legacy(line: bytes) -> bool:
+    """Whether bytes that are not UTF-8 read as Hangul in CP949 (a superset of EUC-KR), Windows' Korean."""
+    try:
+        return any("\uac00" <= char <= "\ud7a3" for char in line.decode("cp949"))
+    except UnicodeDecodeError:
+        return False
 
 
 class Corpus:
@@ -76,15 +85,32 @@ class Corpus:
                 if self.limit is not None and self.report.documents >= self.limit:
                     return
             done_bytes += path.stat().st_size
-        if self.report.documents == 0:
+        report, files = self.report, ", ".join(str(p) for p in self.paths)
+        if report.documents == 0:
             raise CorpusError(
-                f"the corpus ({', '.join(str(p) for p in self.paths)}) has no documents: "
-                f"{self.report.empty_lines} empty lines, {len(self.report.bad_lines)} bad lines"
+                f"the corpus ({files}) has no documents: "
+                f"{report.empty_lines} empty lines, {len(report.bad_lines)} bad lines{self._legacy_hint()}"
+            )
+        if len(report.bad_lines) > report.documents:  # skipping is for stray lines, not most of a corpus
+            raise CorpusError(
+                f"the corpus ({files}): {len(report.bad_lines):,} lines skipped as bad against {report.documents:,} "
+                f"read (first: {report.describe_bad_lines(1)[0]}){self._legacy_hint()}"
             )
 
-    def _bad(self, path: Path, number: int, reason: str) -> None:
+    def _legacy_hint(self) -> str:
+        if not self.report.korean_legacy_lines:
+            return ""
+        return (f"; {self.report.korean_legacy_lines:,} of them read as CP949 / EUC-KR Korean: convert the files "
+                "with `iconv -f cp949 -t utf-8 IN > OUT`")  # fmt: skip
+
+    def _bad(self, path: Path, number: int, reason: str, korean_legacy: bool = False) -> None:
         if self.on_bad_line == "error":
-            raise CorpusError(f"{path}:{number}: {reason} (pass --on-bad-line skip to skip such lines)")
+            remedy = (  # skipping a file in Windows' Korean encoding would skip all of it
+                f"it reads as CP949 / EUC-KR Korean: convert the file with `iconv -f cp949 -t utf-8 {path} > OUT`"
+                if korean_legacy
+                else "pass --on-bad-line skip to skip such lines"
+            )
+            raise CorpusError(f"{path}:{number}: {reason}; {remedy}")
         self.report.bad_lines.append((str(path), number, reason))
 
     def _counted(self, document: str) -> str:
@@ -111,7 +137,11 @@ class Corpus:
                     try:
                         text = line.decode("utf-8")
                     except UnicodeDecodeError as error:
-                        self._bad(path, number, f"not valid UTF-8 (byte {error.start}: {error.reason})")
+                        legacy = _reads_as_korean_legacy(line)
+                        self.report.korean_legacy_lines += legacy
+                        self._bad(
+                            path, number, f"not valid UTF-8 (byte {error.start}: {error.reason})", legacy
+                        )
                         continue
                     text = text.rstrip("\r\n")
                     if column is not None:

@@ -22,12 +22,30 @@ def _split_name(source: str, split: str) -> tuple[str, str]:
     return source, split
 
 
+# What a data file's name ends with: such a name is a path, never a dataset on the Hub.
+_FILE_SUFFIXES = (".json", ".jsonl", ".tsv", ".csv", ".txt", ".gz", ".parquet", ".arrow", ".xml", ".conll")
+
+
+def looks_local(name: str) -> bool:
+    """Whether `name` can only mean a local path (a typo in a file name): a data file's suffix, a path that
+    starts at the root, home or the current folder, or a folder part that exists here. Such a name missing
+    is said at once instead of after `datasets` has tried the Hub (about 30 s of retries offline)."""
+    path = Path(name)
+    return (
+        path.suffix.lower() in _FILE_SUFFIXES
+        or name.startswith(("/", "./", "../", "~", "\\"))
+        or (len(path.parts) > 1 and path.parent.is_dir())
+    )
+
+
 def dataset_rows(source: str | Path, split: str) -> list[tuple[int, dict]]:
     """(row number, row) of `split` of a saved or named dataset; DataError naming the source otherwise."""
-    import datasets
-
     name, split = _split_name(str(source), split)
     path = Path(name)
+    if not path.exists() and looks_local(name):
+        raise DataError(f"{source}: no such file")
+    import datasets
+
     try:
         if path.is_dir() and any((path / marker).is_file() for marker in _SAVED_MARKERS):
             loaded = datasets.load_from_disk(str(path))
@@ -56,7 +74,20 @@ def utf8_text(path: str | Path) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:
         line = data[: error.start].count(b"\n") + 1
-        raise DataError(f"{path}:{line}: not UTF-8 text ({error.reason} at byte {error.start})") from None
+        raise DataError(
+            f"{path}:{line}: not UTF-8 text ({error.reason} at byte {error.start}){_korean_hint(data, path)}"
+        ) from None
+
+
+def _korean_hint(data: bytes, path) -> str:
+    """How to convert a file in Windows' Korean encoding (CP949, a superset of EUC-KR), when it reads as one."""
+    try:
+        text = data.decode("cp949")
+    except UnicodeDecodeError:
+        return ""
+    if not any("\uac00" <= char <= "\ud7a3" for char in text):  # no Hangul syllable: some other encoding
+        return ""
+    return f"; it reads as CP949 / EUC-KR Korean: convert it with `iconv -f cp949 -t utf-8 {path} > {Path(path).stem}.utf8{Path(path).suffix}`"
 
 
 def table_rows(

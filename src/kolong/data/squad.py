@@ -109,6 +109,10 @@ def parse_squad(
                     skipped.append((question_id, problem))
                     continue
                 examples.append(QAExample(question_id, question, context, answers, impossible, title, a))
+    if not examples:  # nothing to train on, predict or score: said here, not as a traceback further on
+        why = f"every one of its {len(skipped)} questions was skipped (first: {skipped[0][1]})" if skipped else (
+            "it holds no questions")  # fmt: skip
+        raise DataError(f"{source}: {why}")
     version = str(payload.get("version", "")) if isinstance(payload, dict) else ""
     return SquadDataset(source, version, examples, skipped, payload)
 

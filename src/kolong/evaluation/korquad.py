@@ -168,14 +168,9 @@ def unscored_predictions(predictions: dict, questions, predictions_path, data) -
 def evaluate_files(data, predictions_path, metric: str = "korquad", on_bad_example: str = "error") -> dict:
     """`kolong evaluate qa`: score a predictions file against a SQuAD/KorQuAD file (no torch needed)."""
     from kolong.data.squad import read_squad
-    from kolong.errors import DataError
 
     dataset = read_squad(data, on_bad_example)
-    gold = dataset.gold()
-    if not gold:
-        raise DataError(
-            f"{data} holds no question to score" + (" (every one was skipped)" if dataset.skipped else "")
-        )
+    gold = dataset.gold()  # never empty: read_squad refuses a file with no question
     predictions = read_predictions(predictions_path)
     unscored = unscored_predictions(
         predictions, [question_id for question_id, *_ in gold], predictions_path, data
