@@ -705,6 +705,19 @@ def test_unscored_prediction_ids_are_counted_in_a_warning(ws):
     assert scores["unscored_predictions"] == 2 and scores["exact_match"] == 0
 
 
+def test_unanswered_questions_are_counted_in_a_warning(ws, tmp_path):
+    predictions = json.loads(ws["predictions"].read_text())
+    first, *rest = sorted(predictions)
+    partial = tmp_path / "partial.json"
+    partial.write_text(json.dumps({question_id: predictions[question_id] for question_id in rest}))
+    result = invoke(["evaluate", "qa", "--data", ws["squad"], "--predictions", partial])
+    assert result.exit_code == 0, result.output
+    assert f"warning: 1 of {len(predictions)} questions" in result.output and repr(first) in result.output
+    assert json.loads(result.stdout.splitlines()[0])["missing"] == 1
+    complete = invoke(["evaluate", "qa", "--data", ws["squad"], "--predictions", ws["predictions"]])
+    assert complete.exit_code == 0 and "warning" not in complete.output
+
+
 def test_prediction_needs_no_answers(ws, tmp_path):
     out = tmp_path / "p.json"
     result = invoke(

@@ -175,6 +175,14 @@ def evaluate_files(data, predictions_path, metric: str = "korquad", on_bad_examp
     unscored = unscored_predictions(
         predictions, [question_id for question_id, *_ in gold], predictions_path, data
     )
+    unanswered = [question_id for question_id, *_ in gold if question_id not in predictions]
+    if unanswered:  # the official script warns of each; one line with the count and the first ids here
+        from kolong.errors import warn
+
+        warn(
+            f"{len(unanswered)} of {len(gold)} questions of {data} have no prediction in {predictions_path} "
+            f"and score 0 (e.g. {', '.join(map(repr, unanswered[:3]))})"
+        )
     scores = score_questions(gold, predictions, metric)
     scores["skipped_examples"] = len(dataset.skipped)
     scores["unscored_predictions"] = len(unscored)
