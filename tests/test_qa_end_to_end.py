@@ -343,3 +343,30 @@ def test_an_interrupted_run_exits_with_the_shells_status_for_sigint(capsys):
     assert stop.value.exit_code == 130 and "stopped by SIGINT at step 2" in " ".join(
         capsys.readouterr().err.split()
     )
+
+
+@pytest.mark.parametrize(("epochs", "lr", "evaluations"), [(1, 1e-3, 1), (2, 0.0, 3)])
+def test_the_final_evaluation_reuses_the_last_one_when_it_scored_the_model_kept(workspace, epochs, lr, evaluations):
+    """One evaluation per epoch; the final metrics are the kept model's. When the last evaluation scored it
+    it is not run again; when the best checkpoint is an earlier one (a zero learning rate never improves on
+    the first epoch) that one is evaluated anew."""
+    from kolong.training.arguments import QAFinetuneArguments
+    from kolong.training.qa import finetune_qa
+
+    calls = []
+
+    def counting(trainer_class):
+        class Counting(trainer_class):
+            def evaluate(self, *args, **kwargs):
+                calls.append(self.state.global_step)
+                return super().evaluate(*args, **kwargs)
+
+        return Counting
+
+    root, data, model = workspace
+    args = QAFinetuneArguments(model=str(model), train=str(data), eval=str(data), output_dir=str(root / f"once-{lr}"),
+                               max_length=64, doc_stride=16, epochs=epochs, learning_rate=lr, batch_size=8,
+                               quiet=True)  # fmt: skip
+    metrics = finetune_qa(args, wrap_trainer=counting)
+    assert len(calls) == evaluations, calls
+    assert metrics["intervals"]["f1"]["n"] == 14 and "eval_f1" in metrics

@@ -20,6 +20,7 @@ from kolong.training.arguments import (
     training_arguments,
 )
 from kolong.training.common import (
+    final_evaluation,
     finished_run,
     quiet_trainer,
     resume_checkpoint,
@@ -177,7 +178,7 @@ def finetune_cls(
     output = train_or_finish(trainer, resume_from, args)
     if stopped_by_budget(callbacks):
         return {"finished": False, "steps": trainer.state.global_step}
-    metrics = {key.removeprefix("eval_"): value for key, value in trainer.evaluate().items()}
+    metrics = {key.removeprefix("eval_"): value for key, value in final_evaluation(trainer).items()}
     metrics["intervals"] = classification_intervals(
         last["predictions"], last["labels"], data.is_regression, args.seed
     )

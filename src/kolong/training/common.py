@@ -271,6 +271,39 @@ def checkpoint_modes():
     return CheckpointModes()
 
 
+def evaluated_steps():
+    """A Trainer callback listing the steps this process evaluated, in order (`final_evaluation`)."""
+    from transformers import TrainerCallback
+
+    class EvaluatedSteps(TrainerCallback):
+        def __init__(self):
+            self.steps = []
+
+        def on_evaluate(self, args, state, control, **kwargs):
+            self.steps.append(state.global_step)
+
+    return EvaluatedSteps()
+
+
+def final_evaluation(trainer) -> dict:
+    """The evaluation metrics of the model training ended with (the best checkpoint's when
+    `load_best_model_at_end`): taken from the log when this process's last evaluation was of that very step
+    (so a recipe's record of the last predictions is that step's too), measured anew otherwise. The Trainer's
+    last scheduled evaluation is usually of that step: evaluating again would double the run's evaluation time
+    for the same numbers."""
+    state = trainer.state
+    loaded = state.global_step
+    best = state.best_model_checkpoint
+    if trainer.args.load_best_model_at_end and best and Path(best).is_dir():
+        loaded = int(Path(best).name.rsplit("-", 1)[-1])
+    seen = getattr(trainer, "evaluated_steps", [])
+    if seen and seen[-1] == loaded:
+        for entry in reversed(state.log_history):
+            if entry.get("step") == loaded and any(key.startswith("eval_") for key in entry):
+                return {key: value for key, value in entry.items() if key != "step"}
+    return trainer.evaluate()
+
+
 def train_or_finish(trainer, resume_from: str | None, args=None):
     """`trainer.train(resume_from_checkpoint=resume_from)`, except when that checkpoint already ends the run
     (a run killed after its last checkpoint, before its final save): resuming there, the Trainer takes one
@@ -281,6 +314,9 @@ def train_or_finish(trainer, resume_from: str | None, args=None):
     from transformers.trainer_utils import TrainOutput
 
     trainer.add_callback(checkpoint_modes())
+    evaluations = evaluated_steps()
+    trainer.add_callback(evaluations)
+    trainer.evaluated_steps = evaluations.steps  # read by final_evaluation
     trainer.add_callback(stop_on_non_finite())
     signals = stop_on_signal()
     trainer.add_callback(signals)

@@ -185,6 +185,7 @@ def finetune_dp(args: DPFinetuneArguments) -> dict:
     from kolong.training.arguments import training_arguments
     from kolong.training.common import (
         ListDataset,
+        final_evaluation,
         finished_run,
         quiet_trainer,
         resume_checkpoint,
@@ -235,7 +236,7 @@ def finetune_dp(args: DPFinetuneArguments) -> dict:
     )
     quiet_trainer(trainer, args.quiet)
     output = train_or_finish(trainer, resume_from, args)
-    metrics = {key.removeprefix("eval_"): value for key, value in trainer.evaluate().items()}
+    metrics = {key.removeprefix("eval_"): value for key, value in final_evaluation(trainer).items()}
     metrics.update(train_loss=run_train_loss(trainer, output), train_sentences=len(training),
                    eval_sentences=len(evaluation), baseline_next_eojeol=next_eojeol_baseline(evaluation),
                    intervals=dp_intervals(last["heads"], last["labels"], evaluation, args.seed))  # fmt: skip

@@ -126,6 +126,7 @@ def finetune_ner(args: NERFinetuneArguments) -> dict:
     from kolong.positions.reach import max_length_for
     from kolong.training.arguments import training_arguments
     from kolong.training.common import (
+        final_evaluation,
         finished_run,
         quiet_trainer,
         resume_checkpoint,
@@ -168,7 +169,7 @@ def finetune_ner(args: NERFinetuneArguments) -> dict:
     )
     quiet_trainer(trainer, args.quiet)
     output = train_or_finish(trainer, resume_from, args)
-    metrics = {key.removeprefix("eval_"): value for key, value in trainer.evaluate().items()}
+    metrics = {key.removeprefix("eval_"): value for key, value in final_evaluation(trainer).items()}
     all_o = [["O"] * len(s.tags) for s in evaluation]  # the trivial tagger, scored beside the model
     gold = [s.tags for s in evaluation]
     metrics.update(train_loss=run_train_loss(trainer, output), train_sentences=len(training),

@@ -23,6 +23,7 @@ from kolong.io import writes_output
 from kolong.plots.figures import save_figure
 from kolong.training.arguments import training_arguments
 from kolong.training.common import (
+    final_evaluation,
     finished_run,
     fresh_compile_state,
     quiet_trainer,
@@ -267,7 +268,7 @@ def pretrain_mlm(args: PretrainArguments, callbacks: list | None = None) -> dict
         metrics = {"train_loss": run_train_loss(trainer, output), "steps": trainer.state.global_step}
         if evaluation is not None:
             metrics.update(
-                {k: v for k, v in trainer.evaluate().items() if k in ("eval_loss", "eval_perplexity")}
+                {k: v for k, v in final_evaluation(trainer).items() if k in ("eval_loss", "eval_perplexity")}
             )
     history = trainer.state.log_history
     save_run(trainer, tokenizer, output_dir, "pretrain_log.json", args, metrics, log_history=history)

@@ -34,6 +34,7 @@ from kolong.training.arguments import (
     training_arguments,
 )
 from kolong.training.common import (
+    final_evaluation,
     finished_run,
     has_gpu,
     quiet_trainer,
@@ -172,7 +173,7 @@ def finetune_qa(
         "resumed_from": resume_from,
     }
     if args.eval:
-        metrics.update(trainer.evaluate())
+        metrics.update(final_evaluation(trainer))
         metrics["intervals"] = score_intervals(
             gold_answers(eval_examples), trainer.last_predictions, seed=args.seed
         )

@@ -18,6 +18,7 @@ from kolong.errors import DataError
 from kolong.io import atomic_write_text, writes_output
 from kolong.training.arguments import Seq2SeqFinetuneArguments, check_eval_every, training_arguments
 from kolong.training.common import (
+    final_evaluation,
     finished_run,
     quiet_trainer,
     resume_checkpoint,
@@ -189,7 +190,7 @@ def finetune_seq2seq(args: Seq2SeqFinetuneArguments, callbacks: list | None = No
         "max_new_tokens": max_new_tokens,
         "resumed_from": resume_from,
     }
-    metrics.update(trainer.evaluate())
+    metrics.update(final_evaluation(trainer))
     if task.kind == "classification":
         majority = max(sum(p.target == label for p in task.eval) for label in task.labels)
         metrics["eval_majority_class_accuracy"] = 100.0 * majority / len(task.eval)

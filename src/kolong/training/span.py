@@ -18,6 +18,7 @@ from kolong.io import writes_output
 from kolong.training.arguments import check_eval_every, training_arguments
 from kolong.training.common import (
     ListDataset,
+    final_evaluation,
     finished_run,
     quiet_trainer,
     resume_checkpoint,
@@ -110,7 +111,7 @@ def pretrain_span(
         "resumed_from": resume_from,
     }
     if eval_chunks:
-        metrics.update(trainer.evaluate())
+        metrics.update(final_evaluation(trainer))
     save_run(trainer, tokenizer, output_dir, "kolong_pretrain_results.json", args, metrics)
     return metrics
 
