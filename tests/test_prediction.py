@@ -28,3 +28,24 @@ def test_token_lengths_count_pairs_and_truncation(tmp_path):
         token_lengths(tokenizer, texts, [None, "다"], 64) == single
     )  # not every text has a pair: texts alone
     assert token_lengths(tokenizer, texts, None, 3) == [4, 3]  # counted to max_length + 1: 4 means cut
+
+
+def test_progress_is_a_bar_on_a_terminal_and_a_line_a_tenth_otherwise(monkeypatch, capsys):
+    import sys
+
+    from kolong.training.prediction import progress
+
+    for _ in by_length(list(range(100)), [1] * 100, 8):
+        pass
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 10 and lines[-1].startswith("predicting: 100/100 items (100%")  # stderr is captured
+    for _ in by_length(list(range(10)), [1] * 10, 8):  # a batch or two: nothing to show
+        pass
+    assert capsys.readouterr().err == ""
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    with progress(100, "window") as advance:
+        for _ in range(13):
+            advance(8)  # the last batch counted whole stops at the total
+    shown = capsys.readouterr().err
+    assert "100/100" in shown and "104" not in shown and "window" in shown

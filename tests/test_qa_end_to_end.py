@@ -370,3 +370,32 @@ def test_the_final_evaluation_reuses_the_last_one_when_it_scored_the_model_kept(
     metrics = finetune_qa(args, wrap_trainer=counting)
     assert len(calls) == evaluations, calls
     assert metrics["intervals"]["f1"]["n"] == 14 and "eval_f1" in metrics
+
+
+def test_one_length_rule_from_fine_tuning_to_prediction(workspace):
+    """No --max-length: windows of the model's positions, said in one line, recorded in the saved config and
+    as the tokenizer's model_max_length; `predict qa` reads at that length unless told otherwise, and warns
+    when told."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    root, data, model = workspace
+    out = root / "length-rule"
+    result = invoke("finetune", "qa", "--model", model, "--train", data, "-o", out, "--max-steps", 1)
+    assert "windows of 64 tokens (the model's positions, at most 2,048" in result.stderr
+    assert AutoConfig.from_pretrained(out).task_specific_params["question-answering"] == {
+        "max_seq_len": 64, "doc_stride": 21}  # fmt: skip
+    assert AutoTokenizer.from_pretrained(out).model_max_length == 64
+
+    predicted = invoke("predict", "qa", "--model", out, "--data", data, "-o", root / "rule.json")
+    assert "windows of 64 tokens" in " ".join(predicted.stdout.split()) and "warning" not in predicted.stderr
+    shorter = invoke("predict", "qa", "--model", out, "--data", data, "-o", root / "rule-48.json",
+                     "--max-length", 48)  # fmt: skip
+    assert "fine-tuned on 64-token windows; reading at 48" in shorter.stderr
+
+
+def test_the_default_stride_fits_every_window_kolong_accepts():
+    from kolong.data.qa_features import check_stride, default_stride
+
+    for length in range(8, 9000):
+        check_stride(length, default_stride(length))
+    assert default_stride(384) == 128 and default_stride(256) == 85 and default_stride(2048) == 128

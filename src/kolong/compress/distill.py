@@ -189,8 +189,15 @@ def distill(args: QADistillArguments | ClassificationDistillArguments) -> dict:
         layers = args.student_layers or (teacher.config.num_hidden_layers + 1) // 2
         student, picked = make_student(teacher, layers)
     if qa:  # here, where the message can name the user's models, not the student's scratch copy below
-        from kolong.positions.reach import check_max_length
+        from kolong.data.qa_features import trained_windows
+        from kolong.positions.reach import check_max_length, max_length_for
+        from kolong.training.qa import DEFAULT_MAX_LENGTH
 
+        taught = trained_windows(teacher)  # the student learns on the windows its teacher was fine-tuned on
+        if args.max_length is None:
+            args.max_length = taught.get("max_seq_len") or max_length_for(teacher, None, DEFAULT_MAX_LENGTH, "")
+            if args.doc_stride is None and args.max_length == taught.get("max_seq_len"):
+                args.doc_stride = taught.get("doc_stride")
         check_max_length(teacher, args.max_length, args.teacher)
         if args.model:  # a student made here has the teacher's positions
             check_max_length(student, args.max_length, args.model)

@@ -137,6 +137,31 @@ def check_stride(max_length: int, doc_stride: int) -> None:
         )
 
 
+def default_stride(max_length: int) -> int:
+    """The overlap of windows when none is asked for: HF's 128 for its 384-token windows, a third of shorter
+    ones (so any window length kolong accepts has a stride that fits it), never more than 128 for longer ones
+    (a longer overlap only adds windows: answers are short)."""
+    return min(128, max_length // 3)
+
+
+def trained_windows(model_or_config) -> dict:
+    """{"max_seq_len", "doc_stride"} a QA model was fine-tuned with (`kolong finetune qa` records them in the
+    config's `task_specific_params["question-answering"]`, HF's place for a task's defaults, under the QA
+    pipeline's names); {} for a model fine-tuned elsewhere."""
+    config = getattr(model_or_config, "config", model_or_config)
+    params = getattr(config, "task_specific_params", None) or {}
+    return dict(params.get("question-answering") or {})
+
+
+def record_windows(model, tokenizer, max_length: int, doc_stride: int) -> None:
+    """Record the windows a QA model is fine-tuned on, in its config and as the tokenizer's `model_max_length`,
+    so whatever reads the saved model reads it as it was trained (`trained_windows`)."""
+    params = dict(getattr(model.config, "task_specific_params", None) or {})
+    params["question-answering"] = {"max_seq_len": max_length, "doc_stride": doc_stride}
+    model.config.task_specific_params = params
+    tokenizer.model_max_length = max_length
+
+
 # Context characters tokenised per call: the tokenizer's per-token objects (about a kilobyte a token, freed
 # after each call) stay within a few hundred megabytes however many windows the examples make.
 CHARACTERS_PER_CALL = 400_000
@@ -179,7 +204,26 @@ def _calls(examples: list[QAExample]) -> Iterator[tuple[int, int]]:
         yield first, len(examples)
 
 
+def _check_room(tokenizer, examples: list[QAExample], max_length: int, stride: int, sliding: bool) -> None:
+    """A DataError naming the first question too long for its window: after the question and the special
+    tokens a window must hold more context tokens than it shares with the next (tokenizers would panic)."""
+    lengths = [len(ids) for ids in tokenizer([e.question.lstrip() for e in examples], add_special_tokens=False)[
+        "input_ids"]]  # fmt: skip
+    room = max_length - tokenizer.num_special_tokens_to_add(pair=True)
+    needed = stride + 1 if sliding else 1
+    for example, length in zip(examples, lengths, strict=True):
+        if room - length < needed:
+            left = f"{max(room - length, 0)} context tokens"
+            need = f"more than --doc-stride {stride}" if sliding else "one at least"
+            fix = "raise --max-length or lower --doc-stride" if sliding and stride else "raise --max-length"
+            raise DataError(
+                f"question {example.id} is {length} tokens, too long for {max_length}-token windows: they leave "
+                f"{left} beside it, and need {need}; {fix}"
+            )
+
+
 def _encode(tokenizer, examples: list[QAExample], max_length: int, stride: int, sliding: bool, padding: bool):
+    _check_room(tokenizer, examples, max_length, stride, sliding)
     try:
         return tokenizer(
             [e.question.lstrip() for e in examples],

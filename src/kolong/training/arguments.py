@@ -190,13 +190,18 @@ class QAFinetuneArguments(RecipeArguments):
     eval: str | None = option(
         None, "Evaluation data (as --train), scored with the official KorQuAD metric.", "--validation_file"
     )
-    max_length: int = option(
-        384,
-        "Tokens per window (question + context + specials); up to the model's positions.",
+    max_length: int | None = option(
+        None,
+        "Tokens per window (question + context + specials); default: the model's positions, at most 2,048. "
+        "Recorded in the saved model: `predict qa` and the pipeline read at it.",
         "--max_seq_length",
     )
     strategy: str = option("sliding-window", "truncate | sliding-window.", choices=STRATEGIES)
-    doc_stride: int = option(128, "Tokens windows share (HF `stride`); under half a window.", min=0)
+    doc_stride: int | None = option(
+        None,
+        "Tokens windows share (HF `stride`), under half a window; default: a third of it, at most 128.",
+        min=0,
+    )
     pad_to_max_length: bool = option(False, PADDING_HELP)
     n_best: int = option(20, "Candidate spans per window kept when decoding answers.", "--n_best_size")
     max_answer_length: int = option(30, "Longest answer, in tokens.")
@@ -227,10 +232,14 @@ class QAPredictArguments(CheckedArguments):
     nbest_output: str | None = option(None, "Also write the n-best lists here.", "--nbest")
     overwrite: bool = option(False, "Replace existing --output / --nbest files.")
     max_length: int | None = option(
-        None, "Window length (default: the model's positions).", "--max_seq_length"
+        None,
+        "Window length; default: the one the model was fine-tuned at (else its positions). Another is warned of.",
+        "--max_seq_length",
     )
     strategy: str = option("sliding-window", "truncate | sliding-window.", choices=STRATEGIES)
-    doc_stride: int = option(128, "Tokens consecutive windows share; under half a window.", min=0)
+    doc_stride: int | None = option(
+        None, "Tokens consecutive windows share, under half a window; default: the fine-tuning's, or a third of "
+        "the window, at most 128.", min=0)  # fmt: skip
     pad_to_max_length: bool = option(False, PADDING_HELP)
     batch_size: int = option(16, "Windows per forward pass.", "--per_device_eval_batch_size")
     n_best: int = option(20, "Candidate spans per window.", "--n_best_size")

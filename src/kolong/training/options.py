@@ -161,12 +161,12 @@ def check_eval_every(value: str | int) -> str:
     return text
 
 
-def check_windows(max_length: int | None, doc_stride: int, strategy: str) -> None:
+def check_windows(max_length: int | None, doc_stride: int | None, strategy: str) -> None:
     if max_length is not None and max_length < 8:
         raise ConfigError(
             f"--max_length must be at least 8 tokens (question, context and specials), got {max_length}"
         )
-    if max_length is not None and strategy == "sliding-window":
+    if max_length is not None and doc_stride is not None and strategy == "sliding-window":
         from kolong.data.qa_features import check_stride
 
         check_stride(max_length, doc_stride)

@@ -3,7 +3,11 @@ count of the inputs cut at the maximum length (which the fine-tuning recipes rep
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import contextlib
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
 
 
 def by_length(items: list, lengths: list[int], batch_size: int, unit: str = "item") -> Iterator[list]:
@@ -14,14 +18,47 @@ def by_length(items: list, lengths: list[int], batch_size: int, unit: str = "ite
     set in file order, every batch of 32 held a sentence cut at 128 tokens (192,000 token slots for 115,122
     tokens); in token order, 116,740. The longest batch comes first, so one too large for memory fails at once.
     Callers key their results by id and write them in the input's order (`in_order`)."""
-    from transformers.utils import logging
-
     order = sorted(range(len(items)), key=lambda i: -lengths[i])
-    with logging.tqdm(total=len(items), unit=unit, desc="predicting") as bar:
+    with progress(len(items), unit) as advance:
         for start in range(0, len(order), batch_size):
             batch = [items[i] for i in order[start : start + batch_size]]
             yield batch
-            bar.update(len(batch))
+            advance(len(batch))
+
+
+@contextlib.contextmanager
+def progress(
+    total: int, unit: str, what: str = "predicting", lines: int = 10
+) -> Iterator[Callable[[int], None]]:
+    """`advance(n)` for a loop over `total` items: a tqdm bar (count, rate, ETA) on a terminal; where stderr is
+    a file or a pipe, a plain line each tenth of the way (a bar there would be thousands of redraws); nothing
+    for a loop of one batch's worth. (transformers' own bars stay off: kolong hides its per-file bars.)"""
+    from tqdm.auto import tqdm
+
+    if int(os.environ.get("RANK", "0")) != 0 or total < _FEW:
+        yield lambda n: None
+        return
+    if getattr(sys.stderr, "isatty", lambda: False)():
+        with tqdm(total=total, unit=unit, desc=what, file=sys.stderr) as bar:
+            yield lambda n: bar.update(min(n, total - bar.n))  # a last batch counted whole stops at total
+        return
+    done, shown, start = 0, 0, time.perf_counter()
+
+    def advance(n: int) -> None:
+        nonlocal done, shown
+        if done == total:
+            return
+        done = min(done + n, total)
+        if done * lines // total > shown or done == total:
+            shown = done * lines // total
+            rate = done / max(time.perf_counter() - start, 1e-9)
+            print(f"{what}: {done:,}/{total:,} {unit}s ({100 * done / total:.0f}%, {rate:,.1f} {unit}s/s)",
+                  file=sys.stderr, flush=True)  # fmt: skip
+
+    yield advance
+
+
+_FEW = 64  # fewer items than this take a batch or two: no progress to show
 
 
 def token_lengths(tokenizer, texts: list[str], pairs: list | None, max_length: int) -> list[int]:

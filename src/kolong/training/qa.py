@@ -19,15 +19,19 @@ from kolong.data.qa_features import (
     QAFeatures,
     WindowCollator,
     build_features,
+    check_stride,
+    default_stride,
+    record_windows,
     stack_logits,
+    trained_windows,
     window_batches,
 )
 from kolong.data.squad import gold_answers, read_squad
-from kolong.errors import ConfigError, DataError
+from kolong.errors import ConfigError, DataError, warn
 from kolong.evaluation.korquad import score_intervals, score_questions
 from kolong.evaluation.qa_postprocess import decode_answers
 from kolong.io import atomic_write_json, writes_output
-from kolong.positions.reach import check_max_length, model_max_length
+from kolong.positions.reach import check_max_length, max_length_for, model_max_length
 from kolong.training.arguments import (
     QAFinetuneArguments,
     QAPredictArguments,
@@ -44,6 +48,11 @@ from kolong.training.common import (
     stopped_by_budget,
     train_or_finish,
 )
+from kolong.training.prediction import progress
+
+# Windows `finetune qa` trains on when no --max-length is given, for a model that reads more: a whole
+# KorQuAD article is 1,000-2,000 tokens, and longer windows cost memory quadratically (docs/qa.md).
+DEFAULT_MAX_LENGTH = 2048
 
 
 def _dataset(features: QAFeatures, with_labels: bool):
@@ -84,7 +93,7 @@ def make_qa_trainer_class():
 
 
 def windows(
-    tokenizer, examples: list, args, max_length: int, what: str, report: Callable[[str], None]
+    tokenizer, examples: list, args, max_length: int, what: str, report: Callable[[str], None], stride: int
 ) -> QAFeatures:
     """`build_features` of `examples` with `args`' strategy, stride and padding, reported before and after:
     tokenising thousands of long documents takes minutes on a CPU."""
@@ -92,9 +101,7 @@ def windows(
     characters = sum(len(e.context) for e in examples)
     report(f"{what}: {len(examples):,} questions ({characters:,} context characters) into windows of up to "
            f"{max_length} tokens")  # fmt: skip
-    features = build_features(
-        tokenizer, examples, max_length, args.strategy, args.doc_stride, args.pad_to_max_length
-    )
+    features = build_features(tokenizer, examples, max_length, args.strategy, stride, args.pad_to_max_length)
     report(f"{what}: {len(features):,} windows in {time.perf_counter() - started:.1f} s")
     return features
 
@@ -127,16 +134,23 @@ def finetune_qa(
     tokenizer = load_tokenizer(args.model)  # a bad path or tokenizer is named, never a traceback
     # start and end logits: a checkpoint with another head (a tagger's 13 labels) would size qa_outputs by it
     model = load_model(args.model, AutoModelForQuestionAnswering, num_labels=2)
-    check_max_length(model, args.max_length, args.model)
+    max_length = max_length_for(model, args.max_length, DEFAULT_MAX_LENGTH, args.model)
+    stride = default_stride(max_length) if args.doc_stride is None else args.doc_stride
+    if args.strategy == "sliding-window":
+        check_stride(max_length, stride)
+    if args.max_length is None:
+        report(f"windows of {max_length} tokens (the model's positions, at most {DEFAULT_MAX_LENGTH:,}; "
+               "--max-length to change)")  # fmt: skip
+    record_windows(model, tokenizer, max_length, stride)  # in every checkpoint and the final model
 
     train_set = read_squad(args.train, args.on_bad_example)
     train_examples = train_set.examples[: args.max_train_samples]
-    train_features = windows(tokenizer, train_examples, args, args.max_length, "training", report)
+    train_features = windows(tokenizer, train_examples, args, max_length, "training", report, stride)
     eval_examples = eval_features = None
     if args.eval:
         eval_examples = read_squad(args.eval, args.on_bad_example, split="validation").examples
         eval_examples = eval_examples[: args.max_eval_samples]
-        eval_features = windows(tokenizer, eval_examples, args, args.max_length, "evaluation", report)
+        eval_features = windows(tokenizer, eval_examples, args, max_length, "evaluation", report, stride)
     padding = args.pad_to_max_length
 
     training_args = training_arguments(args, evaluating=bool(args.eval), metric="f1" if args.eval else None)
@@ -146,7 +160,7 @@ def finetune_qa(
     collator = (
         default_data_collator
         if padding
-        else WindowCollator(tokenizer, args.max_length, compiles_per_length(model, training_args.device))
+        else WindowCollator(tokenizer, max_length, compiles_per_length(model, training_args.device))
     )
     trainer_class = make_qa_trainer_class()
     trainer = (wrap_trainer(trainer_class) if wrap_trainer else trainer_class)(
@@ -181,6 +195,25 @@ def finetune_qa(
     return metrics
 
 
+def prediction_windows(model, tokenizer, max_length: int | None, doc_stride: int | None, name: str):
+    """(window length, stride) to read with: those asked for, else those the model was fine-tuned at
+    (`trained_windows`), else its positions (and the tokenizer's limit) with the default stride. Reading at
+    another length than the fine-tuning's is allowed (an extended model may read longer) but warned of."""
+    trained = trained_windows(model)
+    length = (
+        max_length or trained.get("max_seq_len") or min(model_max_length(model), tokenizer.model_max_length)
+    )
+    check_max_length(model, length, name)
+    if max_length and trained.get("max_seq_len") and max_length != trained["max_seq_len"]:
+        warn(f"{name} was fine-tuned on {trained['max_seq_len']}-token windows; reading at {max_length}, its "
+             "answers may differ from what its evaluation measured")  # fmt: skip
+    if doc_stride is not None:
+        return length, doc_stride
+    if length == trained.get("max_seq_len") and "doc_stride" in trained:
+        return length, int(trained["doc_stride"])
+    return length, default_stride(length)
+
+
 def predict_logits(
     model, features: QAFeatures, batch_size: int, compile: bool = False, tokenizer=None
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -206,14 +239,24 @@ def predict_logits(
         runner = torch.compile(model) if compile else model
         return _predict_plainly(runner, model.device, features, batch_size, collate)
 
-    with tempfile.TemporaryDirectory(prefix="kolong-predict-") as scratch:
+    from transformers import TrainerCallback
+
+    class Advance(TrainerCallback):  # kolong's progress (a bar, or lines in a log) in place of HF's bar
+        def on_prediction_step(self, args, state, control, **kwargs):
+            advance(batch_size)
+
+    with (
+        tempfile.TemporaryDirectory(prefix="kolong-predict-") as scratch,
+        progress(len(features), "window") as advance,
+    ):
         args = TrainingArguments(
             output_dir=scratch,
             per_device_eval_batch_size=batch_size,
             report_to="none",
             dataloader_pin_memory=has_gpu(),
+            disable_tqdm=True,
         )
-        trainer = Trainer(model=model, args=args, data_collator=collate)
+        trainer = Trainer(model=model, args=args, data_collator=collate, callbacks=[Advance()])
         output = trainer.predict(_dataset(features, with_labels=False))
     return output.predictions[0], output.predictions[1]  # batches of different lengths: padded with -100
 
@@ -222,8 +265,9 @@ def _predict_plainly(model, device, features, batch_size: int, collate) -> tuple
     import torch
 
     starts, ends = [], []
-    with torch.inference_mode():
+    with torch.inference_mode(), progress(len(features), "window") as advance:
         for batch in window_batches(features, batch_size, collate):
+            advance(len(batch["input_ids"]))
             output = model(**{name: tensor.to(device) for name, tensor in batch.items()})
             starts.append(output.start_logits.float().cpu().numpy())
             ends.append(output.end_logits.float().cpu().numpy())
@@ -258,9 +302,10 @@ def _predict(args: QAPredictArguments, report: Callable[[str], None]) -> tuple[d
     model = load_model(
         args.model, AutoModelForQuestionAnswering, all_weights="fine-tune it first with `kolong finetune qa`"
     ).eval()
-    max_length = args.max_length or min(model_max_length(model), tokenizer.model_max_length)
-    check_max_length(model, max_length, args.model)
-    features = windows(tokenizer, dataset.examples, args, max_length, "prediction", report)
+    max_length, stride = prediction_windows(model, tokenizer, args.max_length, args.doc_stride, args.model)
+    if args.strategy == "sliding-window":
+        check_stride(max_length, stride)
+    features = windows(tokenizer, dataset.examples, args, max_length, "prediction", report, stride)
     start_logits, end_logits = predict_logits(model, features, args.batch_size, args.compile, tokenizer)
     predictions, nbest = decode_answers(
         dataset.examples,
