@@ -346,7 +346,9 @@ def test_an_interrupted_run_exits_with_the_shells_status_for_sigint(capsys):
 
 
 @pytest.mark.parametrize(("epochs", "lr", "evaluations"), [(1, 1e-3, 1), (2, 0.0, 3)])
-def test_the_final_evaluation_reuses_the_last_one_when_it_scored_the_model_kept(workspace, epochs, lr, evaluations):
+def test_the_final_evaluation_reuses_the_last_one_when_it_scored_the_model_kept(
+    workspace, epochs, lr, evaluations
+):
     """One evaluation per epoch; the final metrics are the kept model's. When the last evaluation scored it
     it is not run again; when the best checkpoint is an earlier one (a zero learning rate never improves on
     the first epoch) that one is evaluated anew."""

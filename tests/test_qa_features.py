@@ -124,7 +124,9 @@ def test_bad_arguments(tokenizer):
         build_features(tokenizer, [example], 24, "sliding-window", doc_stride=12)
     assert issubclass(ConfigError, ValueError)
     long_question = QAExample("q", "질문 " * 40, example.context, example.answers)
-    with pytest.raises(DataError, match="question q is 80 tokens, too long for 24-token windows: they leave 0"):
+    with pytest.raises(
+        DataError, match="question q is 80 tokens, too long for 24-token windows: they leave 0"
+    ):
         build_features(tokenizer, [long_question], 24, "sliding-window", doc_stride=4)
     medium_question = QAExample(
         "q", "질문 " * 7, example.context, example.answers

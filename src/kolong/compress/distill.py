@@ -195,7 +195,9 @@ def distill(args: QADistillArguments | ClassificationDistillArguments) -> dict:
 
         taught = trained_windows(teacher)  # the student learns on the windows its teacher was fine-tuned on
         if args.max_length is None:
-            args.max_length = taught.get("max_seq_len") or max_length_for(teacher, None, DEFAULT_MAX_LENGTH, "")
+            args.max_length = taught.get("max_seq_len") or max_length_for(
+                teacher, None, DEFAULT_MAX_LENGTH, ""
+            )
             if args.doc_stride is None and args.max_length == taught.get("max_seq_len"):
                 args.doc_stride = taught.get("doc_stride")
         check_max_length(teacher, args.max_length, args.teacher)
