@@ -203,8 +203,22 @@ def _wrap_tokenizer_auto() -> None:
     _register_first(module.AutoTokenizer, ("from_pretrained",), register_tokenizers)
 
 
+def quiet_torchao_import() -> None:
+    """Where torchao is installed (kolong's compress extra), transformers imports it when it loads any model;
+    its import logs the CUDA-only kernels a CPU build cannot load, and torch logs a deprecation for each enum
+    torchao registers: lines about neither the user's model nor their code. Their loggers are set to errors
+    only, unless the application has set a level of its own."""
+    import logging
+
+    for name in ("torchao", "torch.utils._pytree"):
+        logger = logging.getLogger(name)
+        if logger.level == logging.NOTSET:
+            logger.setLevel(logging.ERROR)
+
+
 def install() -> None:
     """Called once by `import kolong`."""
+    quiet_torchao_import()
     auto = "transformers.models.auto."
     after_import(auto + "configuration_auto", _wrap_config_auto)
     after_import(auto + "modeling_auto", _wrap_model_autos)

@@ -83,14 +83,11 @@ def _quiet_transformers() -> None:
 
 
 def _quiet_torchao() -> None:
-    import logging
     import warnings
 
-    # Where torchao is installed (the compress extra), transformers imports it when it loads any model: its
-    # import reports CUDA-only kernels a CPU build cannot load, and torch warns about enums it registers.
-    # Neither concerns the command being run.
-    for name in ("torchao", "torch.utils._pytree"):
-        logging.getLogger(name).setLevel(logging.ERROR)
+    from kolong.integration import quiet_torchao_import
+
+    quiet_torchao_import()
     # torch >= 2.15 compiling a quantized model (`predict qa --compile`) asks torchao 0.18's int8 tensors for a
     # cache key they lack: the model compiles and runs, only torch's compile cache cannot keep it.
     warnings.filterwarnings(

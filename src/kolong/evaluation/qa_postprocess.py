@@ -31,7 +31,9 @@ def decode_answers(
     allow_no_answer: bool = False,
     null_threshold: float = 0.0,
 ) -> tuple[dict[str, str], dict[str, list[dict]]]:
-    """Returns ({id: answer text}, {id: n-best list of {text, score, start, end}})."""
+    """Returns ({id: answer text}, {id: n-best list of {text, score, probability, start, end}}): `score` is the
+    start + end logit sum that ranks candidates across windows, `probability` HF's pipeline score
+    (`window_probabilities`)."""
     windows_of = defaultdict(list)
     for window, example_index in enumerate(features.example_index):
         windows_of[example_index].append(window)
@@ -48,6 +50,7 @@ def decode_answers(
             score = float(starts[cls_index] + ends[cls_index])
             null_score = score if null_score is None else max(null_score, score)
             context = np.flatnonzero(offsets[:, 0] >= 0)  # (context tokens,)
+            start_probability, end_probability = window_probabilities(starts, ends, context)
             top_starts = context[np.argsort(starts[context], kind="stable")[::-1][:n_best]]
             top_ends = context[np.argsort(ends[context], kind="stable")[::-1][:n_best]]
             for s in top_starts:
@@ -59,6 +62,7 @@ def decode_answers(
                         {
                             "text": example.context[start_char:end_char],
                             "score": float(starts[s] + ends[e]),
+                            "probability": float(start_probability[s] * end_probability[e]),
                             "start": int(start_char),
                             "end": int(end_char),
                         }
@@ -74,6 +78,36 @@ def decode_answers(
             predictions[example.id] = best["text"]
         nbest[example.id] = candidates
     return predictions, nbest
+
+
+def window_probabilities(starts: np.ndarray, ends: np.ndarray, context: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Start and end probabilities of one window's tokens as HF's question-answering pipeline gives them: a
+    softmax over the context tokens and [CLS] (index 0), zero for the question, special and padding tokens.
+    (tokens,) each."""
+    keep = np.union1d(context, [0])
+    probabilities = []
+    for logits in (starts, ends):
+        chosen = logits[keep].astype(np.float64)
+        weights = np.exp(chosen - chosen.max())
+        full = np.zeros(len(logits))
+        full[keep] = weights / weights.sum()
+        probabilities.append(full)
+    return tuple(probabilities)
+
+
+def null_answers(features: QAFeatures, start_logits: np.ndarray, end_logits: np.ndarray) -> dict[int, dict]:
+    """{example index: {"score", "logit_score"}} of the empty answer: HF's score, the smallest [CLS] start x
+    end probability over the example's windows, and the largest [CLS] logit sum (what `decode_answers`
+    compares with the best span)."""
+    null: dict[int, dict] = {}
+    for window, example_index in enumerate(features.example_index):
+        starts, ends = start_logits[window], end_logits[window]
+        context = np.flatnonzero(features.offsets[window][:, 0] >= 0)
+        start_probability, end_probability = window_probabilities(starts, ends, context)
+        score, logits = float(start_probability[0] * end_probability[0]), float(starts[0] + ends[0])
+        seen = null.setdefault(example_index, {"score": score, "logit_score": logits})
+        seen["score"], seen["logit_score"] = min(seen["score"], score), max(seen["logit_score"], logits)
+    return null
 
 
 def _unique_spans(candidates: list[dict]) -> list[dict]:
