@@ -129,8 +129,9 @@ def test_evaluate_cli_prints_json(tmp_path):
         app, ["evaluate", "qa", "--data", str(data), "--predictions", str(predictions)]
     )
     assert result.exit_code == 0, result.output
-    scores = json.loads(result.output)
+    scores = json.loads(result.stdout)
     assert scores["total"] == 14 and scores["missing"] == 13
+    assert "13 of 14 questions" in result.stderr  # the unanswered ones, warned of
     assert scores["f1"] == pytest.approx(100 * (10 / 11) / 14)  # P = 5/6, R = 1
 
     predictions.write_text("[1, 2]")

@@ -6,9 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from kolong.data.shared import HELP as SHARED_HELP
 from kolong.training.options import CheckedArguments, attention_options, check_windows, option
 
-KORQUAD_DEV = "../shared/data/korquad/KorQuAD_v1.0_dev.shared.json"
+KORQUAD_DEV = "the shared KorQuAD 1.0 dev set"  # kolong.data.shared.korquad_dev()
 
 
 def known_schemes(flag: str, names: list[str]) -> None:
@@ -51,7 +52,9 @@ class ExtendBenchArguments(BenchArguments):
 class StartupBenchArguments(BenchArguments):
     """Time `kolong --help`, subcommand help pages and `kolong evaluate qa` as fresh processes."""
 
-    data: str = option(KORQUAD_DEV, "SQuAD/KorQuAD JSON; its first --questions questions are scored.")
+    data: str | None = option(
+        None, f"SQuAD/KorQuAD JSON (default: {KORQUAD_DEV}); its first --questions questions are scored."
+    )
     questions: int = option(800, "Questions scored by `evaluate qa`.")
     rounds: int = option(7, "Interleaved rounds (the median is reported).")
     official_script: str | None = option(
@@ -134,7 +137,9 @@ class TokenizerBenchArguments(BenchArguments):
     train_documents: int = option(50000, "Reviews to train the vocabulary.")
     vocab_size: int = option(32000, "WordPiece vocabulary size.")
     repeats: int = option(3, "Timed rounds (the median is reported).")
-    data: str | None = option(None, "NSMC reviews TSV (default: ../shared/data/nsmc/reviews.shared.tsv.gz).")
+    data: str | None = option(
+        None, "NSMC reviews TSV (default: nsmc/reviews.shared.tsv.gz in the shared data folder)."
+    )
 
 
 @dataclass(kw_only=True)
@@ -164,7 +169,7 @@ class PretrainBenchArguments(ResumableBenchArguments):
     text: list[str] = option([], "Text files or shared names (nsmc, korquad) to build the corpora from "
                              "(default: the built-in Korean sample).", kind="list")  # fmt: skip
     tokenizer: str | None = option(None, "Tokenizer directory (default: a tiny character WordPiece).")
-    shared_data: str = option("../shared/data", "The shared data folder, for --text nsmc,korquad.")
+    shared_data: str | None = option(None, SHARED_HELP)
     max_documents: int = option(20000, "Documents read from --text.")
     peak_tflops: float | None = option(None, "Peak TFLOP/s of the device for MFU (known GPUs: looked up).")
     profile: bool | None = option(None, "Also trace one more, untimed run of each pipeline (torch.profiler): the "

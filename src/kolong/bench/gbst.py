@@ -20,8 +20,9 @@ from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
-from kolong.bench.arguments import KORQUAD_DEV, GBSTBenchArguments
+from kolong.bench.arguments import GBSTBenchArguments
 from kolong.bench.harness import Benchmark, Case, Measured, resolve_device, run
+from kolong.data.shared import korquad_dev
 from kolong.errors import ConfigError
 
 __all__ = ["GBSTBenchArguments", "GBSTBenchmark", "run_gbst_benchmark"]
@@ -65,7 +66,7 @@ def bench_inputs(args: GBSTBenchArguments) -> tuple[str, list[tuple[str, str]]]:
     """(description, [(source, target)]) of long Korean QA inputs."""
     from kolong.data.squad import read_squad
 
-    path = None if args.data == "builtin" else Path(args.data or KORQUAD_DEV)
+    path = None if args.data == "builtin" else Path(args.data) if args.data else korquad_dev()
     if path is not None and path.is_file():  # an explicit path is checked to exist by the arguments
         examples = [e for e in read_squad(path).examples if len(e.context.encode("utf-8")) >= args.min_bytes]
         if not examples:

@@ -128,7 +128,7 @@ def bench_examples(data: Path | None, limit: int) -> tuple[str, list[QAExample]]
         examples = build_long_documents(read_squad(path))[:limit]
         return f"article-level {path.name}, first {len(examples)} questions", examples
     examples = parse_squad(korean_qa_dataset()).examples
-    return f"built-in Korean sample ({len(examples)} questions; ../shared/data absent)", examples
+    return f"built-in Korean sample ({len(examples)} questions; the shared KorQuAD file absent)", examples
 
 
 class QABenchmark(Benchmark):

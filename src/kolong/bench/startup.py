@@ -18,6 +18,7 @@ from pathlib import Path
 
 from kolong.bench.arguments import StartupBenchArguments
 from kolong.bench.harness import Benchmark, Case, Measured, run
+from kolong.data.shared import korquad_dev
 from kolong.errors import DataError
 
 HELP_COMMANDS = (
@@ -89,7 +90,7 @@ class StartupBenchmark(Benchmark):
     light_machine = True  # nothing here imports torch
 
     def setup(self, args: StartupBenchArguments, size: dict) -> Case:
-        data = Path(args.data)
+        data = Path(args.data) if args.data else korquad_dev()
         if not data.is_file():
             raise DataError(f"--data {data} is not a file")
         if args.official_script is not None and not Path(args.official_script).is_file():

@@ -1,6 +1,6 @@
 """`kolong bench tokenizer`: the MeCab morpheme tokenizer against raw MeCab and HF BertTokenizerFast.
 
-On NSMC reviews (`../shared/data/nsmc/reviews.shared.tsv.gz`), one run:
+On NSMC reviews (`nsmc/reviews.shared.tsv.gz` in the shared data folder), one run:
 
 1. trains a MeCab + WordPiece vocabulary on the first `train_documents` reviews;
 2. times, on the next `documents` reviews (median of `repeats` interleaved rounds after a warm-up), each side
@@ -25,9 +25,8 @@ from pathlib import Path
 
 from kolong.bench.arguments import TokenizerBenchArguments
 from kolong.bench.harness import Benchmark, Case, run
+from kolong.data.nsmc import default_nsmc_path
 from kolong.errors import TokenizerError
-
-DEFAULT_DATA = Path("../shared/data/nsmc/reviews.shared.tsv.gz")
 
 
 def nsmc_reviews(path: Path, limit: int) -> list[str]:
@@ -69,7 +68,7 @@ class TokenizerBenchmark(Benchmark):
 
         from kolong.tokenizers import ByteTokenizer, train_tokenizer
 
-        self.path = Path(args.data) if args.data else DEFAULT_DATA
+        self.path = Path(args.data) if args.data else default_nsmc_path()
         reviews = nsmc_reviews(self.path, args.train_documents + args.documents)
         if len(reviews) <= args.train_documents:
             raise TokenizerError(f"{self.path} has only {len(reviews)} reviews; lower --train-documents")

@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from kolong.cli.common import console, one_of, share, user_errors
+from kolong.data.shared import HELP as SHARED_HELP
 
 app = typer.Typer(help="Prepare datasets.", no_args_is_help=True, rich_markup_mode=None)
 
@@ -111,7 +112,7 @@ def corpus(
     on_bad_line: str = typer.Option(
         "error", callback=one_of("error", "skip"), help="error | skip: a line that is not UTF-8."
     ),
-    shared_data: Path = typer.Option(Path("../shared/data"), help="Where nsmc / korquad are found."),
+    shared_data: Path = typer.Option(None, "--shared-data", help=SHARED_HELP),
     limit: int = typer.Option(None, min=1, help="Stop after this many documents."),
     seed: int = typer.Option(0, min=0, max=2**32 - 1, help="Seed of the held-out split."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty output directory."),

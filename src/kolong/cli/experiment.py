@@ -7,6 +7,8 @@ from pathlib import Path
 import typer
 
 from kolong.cli.common import console, finite, one_of, positive, user_errors
+from kolong.data.shared import HELP as SHARED_HELP
+from kolong.data.shared import shared_root
 
 MAX_MINUTES = typer.Option(0.0, "--max-minutes", min=0, callback=finite,
                            help="Stop training at a checkpoint once this call has run this many minutes (0: no "
@@ -27,7 +29,9 @@ def length(
     model: str = typer.Option(
         None, "--model", help="Base checkpoint with 512 learned positions (default: bundled MiniLM)."
     ),
-    data: Path = typer.Option(None, "--data", help="KorQuAD 1.0 JSON (default: ../shared/data/korquad/...)."),
+    data: Path = typer.Option(
+        None, "--data", help="KorQuAD 1.0 JSON (default: the shared KorQuAD 1.0 dev set)."
+    ),
     variants: str = typer.Option(
         ",".join(
             ("512-truncate", "512-sliding", "1024-interpolate", "1024-copy", "2048-interpolate", "2048-copy")
@@ -115,7 +119,7 @@ def positions(
     ),
     results: Path = typer.Option(Path("docs/experiments/positions-cpu.json"), help="Results JSON."),
     figures: Path = typer.Option(Path("docs/images"), help="Where the plot goes."),
-    shared_data: Path = typer.Option(Path("../shared/data"), help="NSMC reviews and KorQuAD."),
+    shared_data: Path = typer.Option(None, "--shared-data", help=SHARED_HELP),
     learning_rate: float = typer.Option(1e-3, callback=positive, help="Pre-training peak learning rate."),
     overrides: list[str] = typer.Option(None, "--set", help="Override a scale setting: --set steps=2000."),
     seed: int = typer.Option(42, min=0, max=2**32 - 1, help="Seed of everything."),
@@ -139,7 +143,7 @@ def positions(
 
     args = PositionStudyArguments(
         work_dir=str(work_dir), results=str(results), figures=str(figures), scale=scale,
-        schemes=tuple(s.strip() for s in schemes.split(",")), shared_data=str(shared_data),
+        schemes=tuple(s.strip() for s in schemes.split(",")), shared_data=str(shared_root(shared_data)),
         learning_rate=learning_rate, seed=seed, max_minutes=max_minutes, overrides={},
     )  # fmt: skip
     with user_errors(), console.status("position study") as status:
@@ -169,7 +173,7 @@ def base(
     work_dir: Path = typer.Option(
         Path("runs/base"), help="Documents, tokenizer, corpus, checkpoints; the model goes to WORK_DIR/model."
     ),
-    shared_data: Path = typer.Option(Path("../shared/data"), help="NSMC reviews, KorQuAD, KLUE dev sets."),
+    shared_data: Path = typer.Option(None, "--shared-data", help=SHARED_HELP),
     max_minutes: float = MAX_MINUTES,
     overrides: list[str] = typer.Option(
         None,
@@ -187,7 +191,7 @@ def base(
 
     with user_errors(), console.status("base model") as status:
         args = BaseModelArguments(
-            work_dir=str(work_dir), scale=scale, shared_data=str(shared_data), max_minutes=max_minutes,
+            work_dir=str(work_dir), scale=scale, shared_data=str(shared_root(shared_data)), max_minutes=max_minutes,
             seed=seed, overrides=parse_pairs("--set", overrides),
         )  # fmt: skip
         try:
@@ -311,7 +315,7 @@ def gbst(
         Path("docs/experiments/gbst-cpu.json"), help="Results JSON (markdown beside)."
     ),
     figures: Path = typer.Option(Path("docs/images"), help="Where the plot goes."),
-    shared_data: Path = typer.Option(Path("../shared/data"), help="NSMC, KorQuAD and the KLUE dev sets."),
+    shared_data: Path = typer.Option(None, "--shared-data", help=SHARED_HELP),
     eval_fraction: float = typer.Option(
         0.2, min=0.01, max=0.9, callback=finite, help="Held-out share of each dev file."
     ),
@@ -329,7 +333,7 @@ def gbst(
 
     _run_study("GBST study", lambda: GbstStudyArguments(
         work_dir=str(work_dir), results=str(results), figures=str(figures), scale=scale,
-        tasks=tuple(t.strip() for t in tasks.split(",") if t.strip()), shared_data=str(shared_data),
+        tasks=tuple(t.strip() for t in tasks.split(",") if t.strip()), shared_data=str(shared_root(shared_data)),
         eval_fraction=eval_fraction, seed=seed, max_minutes=max_minutes, overrides=parse_pairs("--set", overrides),
     ), run_gbst_study, to_markdown, results)  # fmt: skip
 
@@ -353,7 +357,7 @@ def sensitivity(
         Path("docs/experiments/sensitivity-cpu.json"), help="Results JSON (markdown beside)."
     ),
     figures: Path = typer.Option(Path("docs/images"), help="Where sensitivity.png goes."),
-    shared_data: Path = typer.Option(Path("../shared/data"), help="NSMC reviews (held-out MLM text)."),
+    shared_data: Path = typer.Option(None, "--shared-data", help=SHARED_HELP),
     seed: int = typer.Option(42, min=0, max=2**32 - 1, help="Seed of the masks and the bootstrap."),
 ) -> None:
     """Q-BERT's sensitivity study on kolong models: fake-quantize one parameter group at a time (position
@@ -366,7 +370,7 @@ def sensitivity(
         mlm_models={k: str(v) for k, v in parse_pairs("--mlm", mlm).items()},
         qa_models={k: str(v) for k, v in parse_pairs("--qa", qa).items()},
         qa_eval=str(qa_eval) if qa_eval else "", work_dir=str(work_dir), results=str(results),
-        figures=str(figures), shared_data=str(shared_data), trained_reviews=trained_reviews,
+        figures=str(figures), shared_data=str(shared_root(shared_data)), trained_reviews=trained_reviews,
         trained_length=trained_length, block_length=block_length, blocks=blocks, qa_length=qa_length, seed=seed,
     ), run_sensitivity, to_markdown, results, figures / "sensitivity.png")  # fmt: skip
 

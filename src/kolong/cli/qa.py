@@ -8,6 +8,8 @@ from pathlib import Path
 import typer
 
 from kolong.cli.common import one_of, user_errors
+from kolong.data.shared import HELP as SHARED_HELP
+from kolong.data.shared import shared_file, shared_root
 
 KLUE_TASKS = (
     "ynat",
@@ -79,7 +81,7 @@ def evaluate_klue(
         "--data",
         help="KLUE gold file (default for nli, sts, ner, dp: the dev set under --shared-data).",
     ),
-    shared_data: Path = typer.Option(Path("../shared/data"), "--shared-data", help="The shared data folder."),
+    shared_data: Path = typer.Option(None, "--shared-data", help=SHARED_HELP),
     missing: str = typer.Option(
         "wrong",
         "--missing",
@@ -102,7 +104,7 @@ def evaluate_klue(
                 raise typer.BadParameter(
                     f"{task} has no dev set in the shared data: pass its gold file", param_hint="--data"
                 )
-            data = shared_data / DEFAULT_GOLD[task]
+            data = shared_file(DEFAULT_GOLD[task], shared_data)
         if output is not None:
             check_output_file(output, overwrite)
         scores = {"task": task, **score_klue_files(task, data, predictions, missing)}
@@ -125,7 +127,7 @@ def _evaluate_klue_all(directory, data_dir, shared_data, missing, model_name, ou
                 t: p for t in TASKS for p in (data_dir / f"{t}.json", data_dir / f"{t}.tsv") if p.is_file()
             }
         else:
-            gold = {task: shared_data / path for task, path in DEFAULT_GOLD.items()}
+            gold = {task: shared_root(shared_data) / path for task, path in DEFAULT_GOLD.items()}
         if output is not None:
             check_output_file(output, overwrite)
         scores = score_klue_directory(directory, gold, missing)

@@ -26,6 +26,7 @@ from kolong.data.examples import NLI_LABELS, Example
 from kolong.data.klue import read_klue_nli, read_klue_sts
 from kolong.data.kornlu import read_kornli, read_korsts
 from kolong.data.nsmc import read_nsmc
+from kolong.data.shared import missing, shared_root
 from kolong.data.sources import table_rows
 from kolong.errors import DataError
 
@@ -51,7 +52,7 @@ def _split(examples: list[Example], eval_share: float, seed: int) -> tuple[list[
 
 def _require(path: Path) -> Path:
     if not path.is_file():
-        raise DataError(f"{path} not found (pass --shared-data DIR pointing at the shared data folder)")
+        raise missing(path)
     return path
 
 
@@ -145,10 +146,10 @@ def _is_float(value) -> bool:
 
 
 def load_classification_data(
-    data: str, eval_data: str | None = None, shared_data: str | Path = "../shared/data", seed: int = 0,
+    data: str, eval_data: str | None = None, shared_data: str | Path | None = None, seed: int = 0,
     limit: int | None = None,
 ) -> ClassificationData:  # fmt: skip
-    root = Path(shared_data)
+    root = shared_root(shared_data)
     if data == "nsmc":
         result = _nsmc(root, seed, limit)
     elif data in NAMED:

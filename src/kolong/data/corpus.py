@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from kolong.data.documents import Corpus
+from kolong.data.shared import missing, shared_root
 from kolong.errors import CorpusError, DataError
 from kolong.io import writes_output
 
@@ -50,15 +51,13 @@ class CorpusStats:
     bad_lines: list[str] = field(default_factory=list)
 
 
-def resolve_source(source: str, shared_data: Path) -> tuple[Path, int | None]:
+def resolve_source(source: str, shared_data: str | Path | None) -> tuple[Path, int | None]:
     """A file path, or one of the shared-data names (`nsmc`, `korquad`, `klue`)."""
     if source in SHARED_SOURCES:
         relative, column = SHARED_SOURCES[source]
-        path = shared_data / relative
+        path = shared_root(shared_data) / relative
         if not path.exists():
-            raise DataError(
-                f"{source}: {path} not found (pass --shared-data DIR pointing at the shared data folder)"
-            )
+            raise missing(path)
         return path, column
     path = Path(source)
     if not path.is_file():
@@ -68,7 +67,7 @@ def resolve_source(source: str, shared_data: Path) -> tuple[Path, int | None]:
 
 def read_documents(
     sources: list[str],
-    shared_data: str | Path = "../shared/data",
+    shared_data: str | Path | None = None,
     blank_line_documents: bool = False,
     on_bad_line: str = "error",
     report: list[str] | None = None,
@@ -77,7 +76,7 @@ def read_documents(
     """Documents of every source in order: one per line, or paragraphs between blank lines."""
     if not sources:
         raise DataError("no corpus source given")
-    shared_data = Path(shared_data)
+    shared_data = shared_root(shared_data)
     count = 0
     for source in sources:
         path, column = resolve_source(source, shared_data)
@@ -267,7 +266,7 @@ def build_corpus(
     max_length: int = 128,
     held_out: float = 0.01,
     seed: int = 0,
-    shared_data: str | Path = "../shared/data",
+    shared_data: str | Path | None = None,
     blank_line_documents: bool = False,
     on_bad_line: str = "error",
     limit: int | None = None,

@@ -29,7 +29,9 @@ ENTITY = re.compile(r"<([^>]+?):(" + "|".join(TAGS) + r")>")
 
 
 def default_klue_ner_path() -> Path:
-    return Path("../shared/data/klue/klue-ner-v1.1_dev.tsv")
+    from kolong.data.shared import shared_root
+
+    return shared_root() / "klue" / "klue-ner-v1.1_dev.tsv"
 
 
 @dataclass

@@ -12,6 +12,7 @@ import io
 from pathlib import Path
 
 from kolong.data.examples import NLI_LABELS, Example
+from kolong.data.shared import missing
 from kolong.data.sources import utf8_text
 from kolong.errors import DataError
 
@@ -19,7 +20,7 @@ from kolong.errors import DataError
 def _rows(path: str | Path) -> list[tuple[int, dict]]:
     path = Path(path)
     if not path.is_file():
-        raise DataError(f"{path} not found (pass --shared-data DIR pointing at the shared data folder)")
+        raise missing(path)
     handle = io.StringIO(utf8_text(path), newline="")
     rows = csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)
     return [(number, row) for number, row in enumerate(rows, 2)]  # line 1 is the header

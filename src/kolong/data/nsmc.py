@@ -26,8 +26,10 @@ HEADER = ("review_id", "movie_id", "rating", "document")
 
 
 def default_nsmc_path() -> Path:
-    """../shared/data/nsmc/reviews.shared.tsv.gz, relative to the working directory."""
-    return Path("../shared/data/nsmc/reviews.shared.tsv.gz")
+    """nsmc/reviews.shared.tsv.gz under the shared data folder (`kolong.data.shared`)."""
+    from kolong.data.shared import shared_root
+
+    return shared_root() / "nsmc" / "reviews.shared.tsv.gz"
 
 
 def label_of(rating: int) -> int | None:

@@ -25,6 +25,7 @@ from kolong.data import klue
 from kolong.data.examples import NLI_LABELS as NLI_CLASSES
 from kolong.data.examples import hold_out
 from kolong.data.klue import read_klue_nli
+from kolong.data.shared import shared_root
 from kolong.data.sources import table_rows
 from kolong.errors import DataError
 
@@ -72,7 +73,7 @@ def _klue_ner_pairs(path: str | None) -> list[TextPair]:
 def _klue_dp_pairs(path: str | None) -> list[TextPair]:
     from kolong.data.klue_dp import read_klue_dp
 
-    sentences = read_klue_dp(path or Path("../shared/data") / klue.DP_DEV)
+    sentences = read_klue_dp(path or shared_root() / klue.DP_DEV)
     return [TextPair(s.id, dp_source(s), dp_target(s), gold_arcs=(s.heads, s.labels)) for s in sentences]
 
 
@@ -80,15 +81,13 @@ def _korquad_pairs(path: str | None) -> list[TextPair]:
     """Generative extractive QA: the question and its paragraph in, the answer text out (KorQuAD 1.0 JSON)."""
     from kolong.data.squad import read_squad
 
-    examples = read_squad(
-        path or Path("../shared/data") / "korquad" / "KorQuAD_v1.0_dev.shared.json"
-    ).examples
+    examples = read_squad(path or shared_root() / "korquad" / "KorQuAD_v1.0_dev.shared.json").examples
     return [TextPair(e.id, f"질문: {e.question}\n문맥: {e.context}", e.answers[0].text,
                      gold_answers=[a.text for a in e.answers]) for e in examples if e.answers]  # fmt: skip
 
 
 def _klue_nli_pairs(path: str | None) -> list[TextPair]:
-    examples = read_klue_nli(path or Path("../shared/data") / klue.NLI_DEV)
+    examples = read_klue_nli(path or shared_root() / klue.NLI_DEV)
     return [
         TextPair(e.id, f"전제: {e.text}\n가설: {e.pair}", NLI_LABELS[NLI_CLASSES[e.label]]) for e in examples
     ]

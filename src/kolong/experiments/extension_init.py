@@ -50,6 +50,7 @@ from pathlib import Path
 
 import numpy as np
 
+from kolong.data.shared import shared_root
 from kolong.evaluation.bootstrap import agreed
 from kolong.experiments.extension_eval import (
     BOUNDARY,
@@ -204,7 +205,7 @@ def run_extension_init(
     base = json.loads(summary_path.read_text(encoding="utf-8"))
     work.mkdir(parents=True, exist_ok=True)
     tokenizer = load_tokenizer(base["model"])
-    shared = base.get("shared_data", "../shared/data")
+    shared = base.get("shared_data") or str(shared_root())
     _, held_out = heldout_articles(shared, base["heldout_fraction"], base["seed"])
     on_step("held-out blocks")
     sets = {"articles": evaluation_blocks(tokenizer, unique_contexts(held_out), args.length, args.mask_rate, args.seed,

@@ -66,7 +66,7 @@ class LengthExperimentArguments:
     model: str | None = None
     """Base checkpoint (512 learned positions); default: the bundled all-MiniLM-L6-v2."""
     data: str | None = None
-    """KorQuAD 1.0 JSON (paragraph level); default: ../shared/data/korquad/KorQuAD_v1.0_dev.shared.json."""
+    """KorQuAD 1.0 JSON (paragraph level); default: the shared KorQuAD 1.0 dev set (`kolong.data.shared`)."""
     variants: tuple[str, ...] = DEFAULT_VARIANTS
     train_questions: int = 100
     """Questions sampled from the training articles (all: 0)."""
@@ -102,13 +102,9 @@ def parse_variant(name: str) -> tuple[int, str]:
 
 
 def default_data_path() -> Path:
-    return (
-        Path(__file__).resolve().parents[3].parent
-        / "shared"
-        / "data"
-        / "korquad"
-        / "KorQuAD_v1.0_dev.shared.json"
-    )
+    from kolong.data.shared import korquad_dev
+
+    return korquad_dev()
 
 
 def split_capped(examples: list[QAExample], eval_fraction: float, seed: int, article_tokens: dict, cap: int):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from kolong.data.shared import HELP as SHARED_HELP
 from kolong.errors import ConfigError
 from kolong.training.options import (
     ON_BAD,
@@ -282,7 +283,7 @@ class ClassificationArguments(RecipeArguments):
         "--eval",
         "--validation_file",
     )
-    shared_data: str = option("../shared/data", "Where the named datasets are found.")
+    shared_data: str | None = option(None, SHARED_HELP)
     max_length: int | None = option(None, "Tokens per example, pairs: both sentences (default: 128, or the "
                                     "model's positions if fewer).", "--max_seq_length")  # fmt: skip
     limit: int | None = option(None, "At most this many training examples (NSMC: per class and split).")

@@ -420,6 +420,10 @@ def train_eval_items(read, default_path: Path, args) -> tuple[list, list]:
     `--eval-fraction` of the training items held out; `--limit` caps training (evaluation: a quarter of it)."""
     from kolong.data.examples import hold_out
 
+    if not args.train and not Path(default_path).is_file():
+        from kolong.data.shared import missing
+
+        raise missing(Path(default_path))
     training = read(args.train or default_path)
     if args.eval:
         evaluation = read(args.eval)

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from kolong.data.shared import HELP as SHARED_HELP
+from kolong.data.shared import shared_root
 from kolong.io import writes_output
 from kolong.training.arguments import RecipeArguments
 from kolong.training.options import REQUIRED, CheckedArguments, option
@@ -28,7 +30,7 @@ class DPFinetuneArguments(RecipeArguments):
     train: str | None = option(None, "KLUE-DP TSV to train on (default: the shared KLUE-DP dev set, split).")
     eval: str | None = option(None, "KLUE-DP TSV to evaluate on (default: --eval-fraction of --train).")
     eval_fraction: float = option(0.2, "Share of --train held out when there is no --eval (seeded).", below=1)
-    shared_data: str = option("../shared/data", "Where the KLUE-DP dev set is found.")
+    shared_data: str | None = option(None, SHARED_HELP)
     max_length: int | None = option(
         None,
         "Tokens per sentence (default: 256, or the model's positions if fewer); eojeols past it are not "
@@ -199,7 +201,7 @@ def finetune_dp(args: DPFinetuneArguments) -> dict:
     resume_from = resume_checkpoint(args)
     if (done := finished_run(args)) is not None:
         return done
-    training, evaluation = train_eval_items(read_klue_dp, Path(args.shared_data) / KLUE_DP_DEV, args)
+    training, evaluation = train_eval_items(read_klue_dp, shared_root(args.shared_data) / KLUE_DP_DEV, args)
     label2id = {label: i for i, label in enumerate(DP_LABELS)}
     tokenizer = load_tokenizer(args.model)
     model = _parser(args.model, args.arc_size, args.label_size)

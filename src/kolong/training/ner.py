@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from kolong.data.shared import HELP as SHARED_HELP
+from kolong.data.shared import shared_root
 from kolong.io import writes_output
 from kolong.training.arguments import RecipeArguments
 from kolong.training.options import REQUIRED, CheckedArguments, option
@@ -34,7 +36,7 @@ class NERFinetuneArguments(RecipeArguments):
     )
     eval: str | None = option(None, "KLUE-NER TSV to evaluate on (default: --eval-fraction of --train).")
     eval_fraction: float = option(0.2, "Share of --train held out when there is no --eval (seeded).", below=1)
-    shared_data: str = option("../shared/data", "Where the KLUE-NER dev set is found.")
+    shared_data: str | None = option(None, SHARED_HELP)
     max_length: int | None = option(
         None,
         "Tokens per sentence (default: 128, or the model's positions if fewer); characters past it are "
@@ -140,7 +142,7 @@ def finetune_ner(args: NERFinetuneArguments) -> dict:
     resume_from = resume_checkpoint(args)
     if (done := finished_run(args)) is not None:
         return done
-    training, evaluation = train_eval_items(read_klue_ner, Path(args.shared_data) / KLUE_NER_DEV, args)
+    training, evaluation = train_eval_items(read_klue_ner, shared_root(args.shared_data) / KLUE_NER_DEV, args)
     label2id = {label: i for i, label in enumerate(NER_LABELS)}
     id2label = dict(enumerate(NER_LABELS))
     tokenizer = load_tokenizer(args.model)

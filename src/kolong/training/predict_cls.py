@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from kolong.data.shared import HELP as SHARED_HELP
 from kolong.training.options import REQUIRED, CheckedArguments, option
 
 
@@ -25,7 +26,7 @@ class ClassificationPredictArguments(CheckedArguments):
                        "with --seed).")  # fmt: skip
     output: str = option(REQUIRED, "predictions.json to write: {id: label or score}.", "-o")
     overwrite: bool = option(False, "Replace an existing --output file.")
-    shared_data: str = option("../shared/data", "Where the named datasets are found.")
+    shared_data: str | None = option(None, SHARED_HELP)
     seed: int = option(42, "Seed of a named dataset's split (the one `finetune cls` used).", min=0)
     max_length: int | None = option(
         None, "Tokens per example, pairs: both sentences (default: 128, or the model's positions if fewer)."
