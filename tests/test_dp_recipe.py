@@ -76,7 +76,7 @@ def test_finetune_predict_evaluate_dp(dp_file, tmp_path, kolong_encoder):
     out = tmp_path / "dp"
     invoke("finetune", "dp", "-m", model, "--train", dp_file, "--eval", dp_file, "-o", out, "--epochs", 30,
            "--lr", 2e-3, "--batch-size", 4, "--arc-size", 32, "--label-size", 16, "--seed", 0)  # fmt: skip
-    metrics = json.loads((out / "dp_results.json").read_text())["metrics"]
+    metrics = json.loads((out / "kolong_dp_results.json").read_text())["metrics"]
     assert metrics["eval_sentences"] == 12 and metrics["truncated_eojeols"] == 0
     assert metrics["uas"] > 50  # three sentences learned (random heads: about 30%)
     # every eojeol -> the next, the last -> ROOT: 8 of the 10 arcs of these head-final sentences

@@ -126,7 +126,7 @@ def test_killed_pretraining_resumes_onto_the_uninterrupted_loss_curve(inputs, tm
     assert resumed.returncode == 0, resumed.stderr
 
     def losses(out):
-        log = json.loads((out / "pretrain_log.json").read_text())
+        log = json.loads((out / "kolong_pretrain_results.json").read_text())
         return log["metrics"]["train_loss"], [
             (h["step"], h["loss"]) for h in log["log_history"] if "loss" in h
         ]

@@ -87,7 +87,7 @@ def test_finetune_ner_end_to_end(ner_files, tmp_path):
                                       str(ner_files), "-o", str(out), "--epochs", "40", "--lr", "3e-3",
                                       "--batch-size", "4", "--max-length", "48", "--seed", "0"])  # fmt: skip
     assert result.exit_code == 0, result.output
-    metrics = json.loads((out / "ner_results.json").read_text())["metrics"]
+    metrics = json.loads((out / "kolong_ner_results.json").read_text())["metrics"]
     assert metrics["eval_sentences"] == 12 and metrics["entity_f1"] > 50  # memorises 4 sentences
     assert 0 <= metrics["char_f1"] <= 100 and metrics["baseline_all_o"]["entity_f1"] == 0.0
     span = metrics["intervals"]["entity_f1"]

@@ -295,3 +295,38 @@ def test_hf_evaluation_flags_are_honoured_without_a_clash(tmp_path):
     with pytest.raises(ConfigError, match="rejected by transformers"):
         training_arguments(QAFinetuneArguments(**base, extra={"eval_strategy": "steps", "eval_steps": 2,
                                                               "save_strategy": "epoch"}), evaluating=True, metric="f1")  # fmt: skip
+
+
+TRAINING_AND_PREDICTION = [*RECIPES, ("finetune", "ner"), ("finetune", "dp"), ("predict", "qa"), ("predict", "cls"),
+                           ("predict", "ner"), ("predict", "dp"), ("predict", "seq2seq")]  # fmt: skip
+
+
+@pytest.mark.parametrize("command", TRAINING_AND_PREDICTION)
+def test_one_spelling_per_concept(command):
+    """-m is the model and -o the output everywhere; --overwrite is a plain flag as on the hand-written
+    commands; the sample cap takes HF's --max-train-samples wherever a recipe has one."""
+    text = " ".join(runner.invoke(app, [*command, "--help"], terminal_width=200).output.split())
+    assert "-m, --model" in text and "-o, " in text and "--overwrite" in text and "--no-overwrite" not in text
+    if command[0] == "finetune":
+        assert "--max-train-samples" in text and "--limit" in text
+
+
+@pytest.mark.parametrize("command", [("finetune", "qa"), ("finetune", "cls"), ("pretrain", "mlm")])
+def test_the_help_of_a_training_command_puts_kolongs_options_before_hfs(command):
+    text = runner.invoke(app, [*command, "--help"], terminal_width=200).output
+    hf = text.index("Hugging Face TrainingArguments")
+    assert text.index("--model") < text.index("--seed") < hf < text.index("--lr_scheduler_type")
+    assert "[HF]" not in text and "--lr_scheduler_type" not in text[:hf]
+
+
+def test_extend_keeps_dash_m_for_no_other_meaning():
+    text = runner.invoke(app, ["extend", "--help"], terminal_width=200).output
+    assert "--method" in text and "-m," not in text and "{MODEL}" in text
+
+
+def test_overwrite_false_on_the_command_line_is_the_flags_absence():
+    from kolong.cli.arguments import bare_yes
+
+    argv = ["predict", "qa", "--model", "m", "--overwrite", "false", "--data", "d"]
+    assert bare_yes(app, argv) == ["predict", "qa", "--model", "m", "--data", "d"]
+    assert bare_yes(app, [*argv[:4], "--overwrite", "True"]) == [*argv[:4], "--overwrite"]

@@ -20,7 +20,13 @@ from __future__ import annotations
 import torch
 from transformers import Pipeline
 
-from kolong.data.qa_features import WindowCollator, build_features, stack_logits, window_batches
+from kolong.data.qa_features import (
+    WindowCollator,
+    build_features,
+    prediction_windows,
+    stack_logits,
+    window_batches,
+)
 from kolong.data.squad import QAExample
 from kolong.errors import CheckpointError, ConfigError, DataError
 from kolong.evaluation.qa_postprocess import decode_answers, null_answers
@@ -153,9 +159,7 @@ class LongDocumentQAPipeline(Pipeline):
 
 
 def _windows(model, tokenizer, max_seq_len: int | None, doc_stride: int | None) -> tuple[int, int]:
-    """The fine-tuning's windows unless asked otherwise (`kolong.training.qa.prediction_windows`)."""
-    from kolong.training.qa import prediction_windows
-
+    """The fine-tuning's windows unless asked otherwise (`kolong.data.qa_features.prediction_windows`)."""
     return prediction_windows(model, tokenizer, max_seq_len, doc_stride, "the pipeline's model")
 
 

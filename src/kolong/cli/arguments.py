@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from typer.core import TyperCommand
 
 from kolong.cli.common import user_errors
 from kolong.errors import ConfigError
@@ -77,7 +78,10 @@ class _Option:
             help = f"{help}  [default: {','.join(str(item) for item in default)}]"
         if default is dataclasses.MISSING or isinstance(default, (dict, list)):
             default = None
-        if self.kind == "bool":
+        if self.kind == "bool" and self.field in FLAGS_ONLY:
+            declarations, annotation = self.flags, bool
+            default = bool(default)
+        elif self.kind == "bool":
             declarations = [f"{self.flags[0]}/--no-{self.flags[0][2:]}", *self.flags[1:]]
             annotation = bool | None
         elif self.kind in ("many", "pairs"):
@@ -90,6 +94,10 @@ class _Option:
         return inspect.Parameter(
             self.python_name, inspect.Parameter.KEYWORD_ONLY, default=info, annotation=annotation
         )
+
+
+# Booleans that are plain flags, spelled as on every hand-written command (`--overwrite`, never `--no-overwrite`)
+FLAGS_ONLY = ("overwrite",)
 
 
 def _options(cls: type, hf_fields: bool) -> list[_Option]:
@@ -301,7 +309,7 @@ class GeneratedCommand:
         for option in _options(self.cls, self.hf_fields):
             if option.hf:
                 row = rows[option.field]
-                parameters.append(option.parameter(None, f"[HF] {row[3]} (HF default: {row[2]!r})"))
+                parameters.append(option.parameter(None, f"{HF_MARK}{row[3]} (HF default: {row[2]!r})"))
             else:
                 help = _metadata(self.cls, option.field).get("help", "")
                 if option.kind == "scheme":
@@ -335,7 +343,10 @@ def bare_yes(app: typer.Typer, argv: list[str]) -> list[str]:
             continue
         following = argv[index + 1] if index + 1 < len(argv) else None
         if token in booleans and following is not None and _truth(following) is not None:
-            normalised.append(token if _truth(following) else f"--no-{booleans[token][2:]}")
+            if _truth(following):
+                normalised.append(token)
+            elif booleans[token][2:] not in FLAGS_ONLY:  # `--overwrite false`: the flag's absence
+                normalised.append(f"--no-{booleans[token][2:]}")
             skip = True
             continue
         normalised.append(token)
@@ -385,6 +396,28 @@ def _leaf_command(app: typer.Typer, argv: list[str]):
             return None
         current = groups[token]
     return None
+
+
+HF_MARK = "[HF] "  # the start of the help of an option generated from a TrainingArguments field
+
+
+class SectionedHelp(TyperCommand):
+    """--help of a training command in two sections: kolong's options (the recipe's own first), then the
+    Hugging Face `TrainingArguments` fields it also takes. In one list, a recipe's dozen options were lost
+    among HF's hundred."""
+
+    def format_options(self, ctx, formatter) -> None:
+        own, hf = [], []
+        for parameter in self.get_params(ctx):
+            record = parameter.get_help_record(ctx)
+            if record is not None:
+                (hf if record[1].startswith(HF_MARK) else own).append(record)
+        with formatter.section("Options"):
+            formatter.write_dl(own)
+        if hf:
+            title = "Hugging Face TrainingArguments (on the command line or in --config, as HF's scripts take them)"
+            with formatter.section(title):
+                formatter.write_dl([(names, text.removeprefix(HF_MARK)) for names, text in hf])
 
 
 def command_from(cls: type, hf_fields: bool = True) -> Callable[[Callable], GeneratedCommand]:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from kolong.cli.arguments import command_from
+from kolong.cli.arguments import SectionedHelp, command_from
 from kolong.cli.common import console, one_of, user_errors
 from kolong.compress.distill import ClassificationDistillArguments, QADistillArguments
 
@@ -17,7 +17,9 @@ export_app = typer.Typer(
 
 
 def quantize(
-    model: str = typer.Argument(..., help="Hub name or directory of a kolong or HF encoder (with its head)."),
+    model: str = typer.Argument(
+        ..., metavar="MODEL", help="Hub name or directory of a kolong or HF encoder (with its head)."
+    ),
     output: Path = typer.Option(..., "--output", "-o", help="Directory for the quantized checkpoint."),
     scheme: str = typer.Option(
         "int8-dynamic",
@@ -46,7 +48,9 @@ def quantize(
 
 @export_app.command("onnx")
 def onnx(
-    model: str = typer.Argument(..., help="Hub name or directory of a kolong or HF encoder (with its head)."),
+    model: str = typer.Argument(
+        ..., metavar="MODEL", help="Hub name or directory of a kolong or HF encoder (with its head)."
+    ),
     output: Path = typer.Option(
         ..., "--output", "-o", help="The .onnx file to write (report beside, .json)."
     ),
@@ -78,7 +82,7 @@ distill_app = typer.Typer(
 )
 
 
-@distill_app.command("qa")
+@distill_app.command("qa", cls=SectionedHelp)
 @command_from(QADistillArguments)
 def distill_qa(args: QADistillArguments) -> None:
     """Distil a QA teacher (start / end soft targets, hidden states) into a student with fewer layers, trained
@@ -91,7 +95,7 @@ def distill_qa(args: QADistillArguments) -> None:
     console.print_json(json.dumps(distill(args), ensure_ascii=False))
 
 
-@distill_app.command("cls")
+@distill_app.command("cls", cls=SectionedHelp)
 @command_from(ClassificationDistillArguments)
 def distill_cls(args: ClassificationDistillArguments) -> None:
     """Distil a classification teacher (soft targets, hidden states) into a student with fewer layers, trained

@@ -10,7 +10,9 @@ from kolong.cli.common import console, json_object, one_of, user_errors
 
 
 def convert(
-    model: str = typer.Argument(..., help="Hub name or local directory of a BERT, RoBERTa or ELECTRA model."),
+    model: str = typer.Argument(
+        ..., metavar="MODEL", help="Hub name or local directory of a BERT, RoBERTa or ELECTRA model."
+    ),
     output: Path = typer.Option(..., "--output", "-o", help="Directory to write the kolong checkpoint to."),
     head: str = typer.Option(
         "base",

@@ -14,7 +14,9 @@ app = typer.Typer(help="Prepare datasets.", no_args_is_help=True, rich_markup_mo
 
 @app.command("long-docs")
 def long_docs(
-    source: Path = typer.Argument(..., help="SQuAD v1 / KorQuAD 1.0 JSON (paragraph-level)."),
+    source: Path = typer.Argument(
+        ..., metavar="SOURCE", help="SQuAD v1 / KorQuAD 1.0 JSON (paragraph-level)."
+    ),
     output: Path = typer.Option(..., "--output", "-o", help="JSON file to write (article-level)."),
     separator: str = typer.Option(
         "\\n", help="Text put between joined paragraphs (escape sequences allowed)."
@@ -49,7 +51,9 @@ def long_docs(
 
 @app.command("split")
 def split(
-    source: Path = typer.Argument(..., help="SQuAD v1 / KorQuAD 1.0 JSON (paragraph- or article-level)."),
+    source: Path = typer.Argument(
+        ..., metavar="SOURCE", help="SQuAD v1 / KorQuAD 1.0 JSON (paragraph- or article-level)."
+    ),
     output: Path = typer.Option(..., "--output", "-o", help="Directory to write train.json and dev.json to."),
     eval_share: float = typer.Option(
         0.2, "--eval-share", callback=share, help="Share of articles for dev.json (at least one article)."
@@ -96,6 +100,7 @@ def report_skipped(skipped: list[tuple[str, str]]) -> None:
 def corpus(
     sources: list[str] = typer.Argument(
         ...,
+        metavar="SOURCES",
         help="Text files (plain or gzip; one document per line) and/or the shared-data names nsmc, korquad, klue.",
     ),
     tokenizer: str = typer.Option(..., "--tokenizer", "-t", help="Tokenizer directory or hub name."),

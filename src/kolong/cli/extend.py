@@ -11,7 +11,7 @@ from kolong.cli.common import console, one_of, step_progress, user_errors
 
 def extend(
     model: str = typer.Argument(
-        ..., help="Hub name or local directory of a model with a learned absolute table."
+        ..., metavar="MODEL", help="Hub name or local directory of a model with a learned absolute table."
     ),
     max_length: int = typer.Option(
         ..., "--max-length", "-n", min=1, help="New number of token positions, e.g. 2048."
@@ -22,7 +22,6 @@ def extend(
     method: str = typer.Option(
         "interpolate",
         "--method",
-        "-m",
         callback=one_of("interpolate", "copy", "last", "random"),
         help="interpolate | copy | last | random (see docs/extension.md).",
     ),

@@ -6,7 +6,7 @@ import json
 
 import typer
 
-from kolong.cli.arguments import command_from
+from kolong.cli.arguments import SectionedHelp, command_from
 from kolong.cli.common import console, report
 from kolong.training.arguments import (
     ClassificationArguments,
@@ -23,7 +23,7 @@ app = typer.Typer(help="Fine-tune models on tasks.", no_args_is_help=True, rich_
 predict_app = typer.Typer(help="Run fine-tuned models on data.", no_args_is_help=True, rich_markup_mode=None)
 
 
-@app.command("qa")
+@app.command("qa", cls=SectionedHelp)
 @command_from(QAFinetuneArguments)
 def finetune_qa(args: QAFinetuneArguments) -> None:
     """Fine-tune an extractive QA model (resumes from the last checkpoint in -o).
@@ -35,7 +35,7 @@ def finetune_qa(args: QAFinetuneArguments) -> None:
     console.print_json(json.dumps(run(args, report=report), ensure_ascii=False))
 
 
-@app.command("cls")
+@app.command("cls", cls=SectionedHelp)
 @command_from(ClassificationArguments)
 def finetune_cls(args: ClassificationArguments) -> None:
     """Fine-tune MODEL for sentence / pair classification (accuracy, macro F1) or regression (Pearson).
@@ -51,7 +51,7 @@ def finetune_cls(args: ClassificationArguments) -> None:
                   + ", ".join(f"{k} {v:.4f}" for k, v in shown.items()))  # fmt: skip
 
 
-@app.command("ner")
+@app.command("ner", cls=SectionedHelp)
 @command_from(NERFinetuneArguments)
 def finetune_ner(args: NERFinetuneArguments) -> None:
     """Fine-tune MODEL for KLUE-NER token classification (each sub-word labelled by its first character's tag);
@@ -68,7 +68,7 @@ def finetune_ner(args: NERFinetuneArguments) -> None:
                   f"{metrics['baseline_all_o']['char_f1']:.2f})")  # fmt: skip
 
 
-@app.command("dp")
+@app.command("dp", cls=SectionedHelp)
 @command_from(DPFinetuneArguments)
 def finetune_dp(args: DPFinetuneArguments) -> None:
     """Fine-tune a biaffine dependency parser on KLUE-DP over MODEL (any kolong or HF encoder; eojeols read
@@ -85,7 +85,7 @@ def finetune_dp(args: DPFinetuneArguments) -> None:
                   f"{metrics['baseline_next_eojeol']['uas']:.2f}")  # fmt: skip
 
 
-@app.command("seq2seq")
+@app.command("seq2seq", cls=SectionedHelp)
 @command_from(Seq2SeqFinetuneArguments)
 def finetune_seq2seq(args: Seq2SeqFinetuneArguments) -> None:
     """Fine-tune a byte model text-to-text (labels as words, KLUE-NER as <entity:TAG> markup); resumes in -o.

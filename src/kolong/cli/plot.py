@@ -25,7 +25,9 @@ app = typer.Typer(help="Draw figures (position tables, ...).", no_args_is_help=T
 @app.command("positions")
 def positions(
     models: list[str] = typer.Argument(
-        None, help="One or two checkpoints with learned tables, e.g. the original and the extended."
+        None,
+        metavar="MODELS",
+        help="One or two checkpoints with learned tables, e.g. the original and the extended.",
     ),
     output: Path = typer.Option(
         ..., "--output", "-o", callback=_image_path, help="Image file to write (.png, .pdf, .svg)."

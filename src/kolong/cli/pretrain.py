@@ -6,7 +6,7 @@ import json
 
 import typer
 
-from kolong.cli.arguments import command_from
+from kolong.cli.arguments import SectionedHelp, command_from
 from kolong.cli.common import console, user_errors
 from kolong.errors import ConfigError, KolongError
 from kolong.training.pretraining_arguments import PretrainArguments, SpanPretrainArguments
@@ -14,7 +14,7 @@ from kolong.training.pretraining_arguments import PretrainArguments, SpanPretrai
 app = typer.Typer(help="Pre-training recipes.", no_args_is_help=True, rich_markup_mode=None)
 
 
-@app.command("mlm")
+@app.command("mlm", cls=SectionedHelp)
 @command_from(PretrainArguments)
 def mlm(args: PretrainArguments) -> None:
     """Pre-train kolong's encoder with masked language modelling; started again, it resumes exactly.
@@ -36,7 +36,7 @@ def mlm(args: PretrainArguments) -> None:
     console.print(f"[green]pre-trained[/] -> {args.output_dir}: {summary}")
 
 
-@app.command("span")
+@app.command("span", cls=SectionedHelp)
 @command_from(SpanPretrainArguments)
 def span(args: SpanPretrainArguments) -> None:
     """Pre-train a byte-level encoder-decoder with T5 span corruption aligned to UTF-8 characters.

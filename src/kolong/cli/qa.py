@@ -60,6 +60,7 @@ def evaluate_qa(
 def evaluate_klue(
     task: str = typer.Argument(
         ...,
+        metavar="TASK",
         help="ynat | nli | sts | ner | dp | mrc, or all: every TASK.json in the --predictions directory.",
         callback=one_of(*KLUE_TASKS, "all"),
     ),

@@ -234,7 +234,7 @@ def distill(args: QADistillArguments | ClassificationDistillArguments) -> dict:
     )
     # The recipe recorded its own arguments, whose model is the scratch copy of the student (deleted by now):
     # the results file names the distillation's arguments and its teacher instead.
-    results = Path(args.output_dir) / ("kolong_qa_results.json" if qa else "cls_results.json")
+    results = Path(args.output_dir) / ("kolong_qa_results.json" if qa else "kolong_cls_results.json")
     if results.is_file():  # written by the main process only
         atomic_write_json(results, {"arguments": recorded(args), "metrics": metrics})
     return metrics

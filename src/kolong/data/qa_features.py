@@ -162,6 +162,28 @@ def record_windows(model, tokenizer, max_length: int, doc_stride: int) -> None:
     tokenizer.model_max_length = max_length
 
 
+def prediction_windows(model, tokenizer, max_length: int | None, doc_stride: int | None, name: str):
+    """(window length, stride) to read with: those asked for, else those the model was fine-tuned at
+    (`trained_windows`), else its positions (and the tokenizer's limit) with the default stride. Reading at
+    another length than the fine-tuning's is allowed (an extended model may read longer) but warned of."""
+    from kolong.errors import warn
+    from kolong.positions.reach import check_max_length, model_max_length
+
+    trained = trained_windows(model)
+    length = (
+        max_length or trained.get("max_seq_len") or min(model_max_length(model), tokenizer.model_max_length)
+    )
+    check_max_length(model, length, name)
+    if max_length and trained.get("max_seq_len") and max_length != trained["max_seq_len"]:
+        warn(f"{name} was fine-tuned on {trained['max_seq_len']}-token windows; reading at {max_length}, its "
+             "answers may differ from what its evaluation measured")  # fmt: skip
+    if doc_stride is not None:
+        return length, doc_stride
+    if length == trained.get("max_seq_len") and "doc_stride" in trained:
+        return length, int(trained["doc_stride"])
+    return length, default_stride(length)
+
+
 # Context characters tokenised per call: the tokenizer's per-token objects (about a kilobyte a token, freed
 # after each call) stay within a few hundred megabytes however many windows the examples make.
 CHARACTERS_PER_CALL = 400_000

@@ -20,7 +20,7 @@ stayed at the unigram plateau in 2,000 CPU steps, so the first phase is not opti
 Stages (each resumable; a rerun skips what is done and `--max-minutes` stops pre-training at a checkpoint
 so that a time-limited job can run it): documents -> tokenizer -> corpus -> pre-training (two phases) -> model card. The result is a
 normal checkpoint (`AutoModelForMaskedLM` after `import kolong`) with its tokenizer, `loss.png`,
-`pretrain_log.json` and a README model card.
+`kolong_pretrain_results.json` and a README model card.
 """
 
 from __future__ import annotations

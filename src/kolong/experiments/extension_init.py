@@ -117,7 +117,7 @@ def _variant(base_model: str, work: Path, method: str, length: int, seed: int) -
 
 
 def _trained_steps(out: Path) -> int:
-    log = out / "pretrain_log.json"
+    log = out / "kolong_pretrain_results.json"
     return json.loads(log.read_text(encoding="utf-8"))["metrics"]["steps"] if log.is_file() else 0
 
 

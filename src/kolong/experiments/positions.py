@@ -307,7 +307,7 @@ def plot_study(results: dict, figures: Path) -> list[Path]:
     axes[0].legend()
     names = list(results["runs"])
     for axis, task, metric in ((axes[1], "nsmc", "accuracy"), (axes[2], "korquad", "f1")):
-        scale = 100 if task == "nsmc" else 1
+        scale = 1  # both in percent
         values = [results["runs"][n][task].get(metric, 0) * scale for n in names]
         spans = [results["runs"][n][task].get("intervals", {}).get(metric) for n in names]
         errors = [[v - (s["low"] * scale if s else v) for v, s in zip(values, spans, strict=True)],
@@ -346,7 +346,7 @@ def to_markdown(results: dict) -> str:
         lines.append(
             f"| {name} | {held[0][1]:.3f} -> {held[-1][1]:.3f} | {run['mlm']['minutes']:.1f}"
             f"{'*' if run['mlm'].get('resumed') else ''} | "
-            f"{_cell(run['nsmc'], 'accuracy', 100)} | {_cell(run['nsmc'], 'macro_f1', 100)} | "
+            f"{_cell(run['nsmc'], 'accuracy')} | {_cell(run['nsmc'], 'macro_f1')} | "
             f"{_cell(run['korquad'], 'exact_match')} | {_cell(run['korquad'], 'f1')} |"
         )
     if any(run["mlm"].get("resumed") for run in results["runs"].values()):

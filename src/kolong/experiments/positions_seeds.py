@@ -22,7 +22,7 @@ from kolong.plots.figures import save_figure
 
 BASELINE = "learned"
 # (title, task in a run's results, metric, scale to percent); higher is better for both
-DOWNSTREAM = (("NSMC-style accuracy", "nsmc", "accuracy", 100.0), ("KorQuAD F1", "korquad", "f1", 1.0))
+DOWNSTREAM = (("NSMC-style accuracy", "nsmc", "accuracy", 1.0), ("KorQuAD F1", "korquad", "f1", 1.0))
 MASK_DRAWS = 4  # masks per held-out row: a row's loss averages them, so the comparison is not about one draw
 
 

@@ -39,7 +39,7 @@ class RecipeArguments(CheckedArguments):
         REQUIRED, "Checkpoints, the final model and tokenizer, results.", "-o", "--output"
     )
     model: str | None = option(
-        None, "Checkpoint to start from (hub name or directory).", "--model_name_or_path"
+        None, "Checkpoint to start from (hub name or directory).", "-m", "--model_name_or_path"
     )
     overwrite: bool = option(
         False, "Start afresh in a non-empty output directory instead of resuming.", "--overwrite_output_dir"
@@ -183,7 +183,7 @@ class QAFinetuneArguments(RecipeArguments):
     """`kolong finetune qa` (flag names of HF's run_qa.py accepted too)."""
 
     model: str = option(
-        REQUIRED, "Checkpoint to fine-tune (its QA head is created if missing).", "--model_name_or_path"
+        REQUIRED, "Checkpoint to fine-tune (its QA head is created if missing).", "-m", "--model_name_or_path"
     )
     train: str = option(
         REQUIRED, "SQuAD/KorQuAD JSON, a saved `datasets` directory or a hub dataset name.", "--train_file"
@@ -209,7 +209,9 @@ class QAFinetuneArguments(RecipeArguments):
     on_bad_example: str = option(
         "error", "error | skip an example whose answer is not in its context.", choices=ON_BAD
     )
-    max_train_samples: int | None = option(None, "Train on the first N questions only (a quick trial run).")
+    max_train_samples: int | None = option(
+        None, "Train on the first N questions only (a quick trial run).", "--limit"
+    )
     max_eval_samples: int | None = option(None, "Evaluate on the first N questions only.")
     epochs: float = option(2.0)
     learning_rate: float = option(3e-5)
@@ -225,7 +227,7 @@ class QAFinetuneArguments(RecipeArguments):
 class QAPredictArguments(CheckedArguments):
     """`kolong predict qa`."""
 
-    model: str = option(REQUIRED, "Fine-tuned QA checkpoint.", "--model_name_or_path")
+    model: str = option(REQUIRED, "Fine-tuned QA checkpoint.", "-m", "--model_name_or_path")
     data: str = option(
         REQUIRED, "Questions: SQuAD/KorQuAD JSON, a saved `datasets` directory or a hub name.", "--test_file"
     )
@@ -286,7 +288,12 @@ class ClassificationArguments(RecipeArguments):
     shared_data: str | None = option(None, SHARED_HELP)
     max_length: int | None = option(None, "Tokens per example, pairs: both sentences (default: 128, or the "
                                     "model's positions if fewer).", "--max_seq_length")  # fmt: skip
-    limit: int | None = option(None, "At most this many training examples (NSMC: per class and split).")
+    limit: int | None = option(
+        None,
+        "At most this many training examples (NSMC: per class and split).",
+        "--max_train_samples",
+        "--max-train-samples",
+    )
     epochs: float = option(3.0)
     batch_size: int = option(32)
     eval_batch_size: int = option(64)
@@ -313,7 +320,12 @@ class Seq2SeqFinetuneArguments(RecipeArguments):
         "--validation_file",
     )
     eval_fraction: float = option(0.1, "Share held out when --eval is absent.", below=1)
-    limit: int | None = option(None, "At most N training (and N/4 evaluation) examples.")
+    limit: int | None = option(
+        None,
+        "At most N training (and N/4 evaluation) examples.",
+        "--max_train_samples",
+        "--max-train-samples",
+    )
     max_source_length: int = option(1024, "Input bytes kept.")
     max_target_length: int = option(512, "Target bytes kept.")
     max_new_tokens: int | None = option(

@@ -2,7 +2,8 @@
 
 Works for any checkpoint with a sequence-classification head in transformers (BERT, RoBERTa, ELECTRA,
 ...) and for kolong's encoder. Classification reports accuracy and macro F1 (scikit-learn),
-regression Pearson and Spearman correlations (scipy); the best checkpoint by the main metric is kept.
+regression Pearson and Spearman correlations (scipy), all in percent as KLUE and KorQuAD report theirs;
+the best checkpoint by the main metric is kept.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def classification_intervals(
             x, y = scores[rows], labels[rows]
             if np.ptp(x) == 0 or np.ptp(y) == 0:
                 return 0.0
-            return float(spearmanr(x, y)[0]) if rank else float(np.corrcoef(x, y)[0, 1])
+            return 100.0 * (float(spearmanr(x, y)[0]) if rank else float(np.corrcoef(x, y)[0, 1]))
 
         return {name: statistic_interval(lambda rows, rank=rank: correlation(rows, rank), len(labels), seed=seed)
                 for name, rank in (("pearson", False), ("spearman", True))}  # fmt: skip
@@ -60,10 +61,10 @@ def classification_intervals(
         hits = np.bincount(gold[predicted == gold], minlength=classes)
         counted = np.bincount(predicted, minlength=classes) + np.bincount(gold, minlength=classes)
         present = counted > 0
-        return float((2 * hits[present] / counted[present]).mean())
+        return 100.0 * float((2 * hits[present] / counted[present]).mean())
 
     def accuracy(rows) -> float:
-        return float((chosen[rows] == labels[rows]).mean())
+        return 100.0 * float((chosen[rows] == labels[rows]).mean())
 
     return {name: statistic_interval(statistic, len(labels), seed=seed)
             for name, statistic in (("accuracy", accuracy), ("macro_f1", macro_f1))}  # fmt: skip
@@ -77,15 +78,15 @@ def classification_metrics(predictions: np.ndarray, labels: np.ndarray, regressi
         if np.ptp(predictions) == 0 or np.ptp(labels) == 0:  # correlation undefined for a constant
             return {"pearson": 0.0, "spearman": 0.0}
         return {
-            "pearson": float(pearsonr(predictions, labels)[0]),
-            "spearman": float(spearmanr(predictions, labels)[0]),
+            "pearson": 100.0 * float(pearsonr(predictions, labels)[0]),
+            "spearman": 100.0 * float(spearmanr(predictions, labels)[0]),
         }
     from sklearn.metrics import accuracy_score, f1_score
 
     chosen = predictions.argmax(axis=-1)
     return {
-        "accuracy": float(accuracy_score(labels, chosen)),
-        "macro_f1": float(f1_score(labels, chosen, average="macro")),
+        "accuracy": 100.0 * float(accuracy_score(labels, chosen)),
+        "macro_f1": 100.0 * float(f1_score(labels, chosen, average="macro")),
     }
 
 
@@ -184,5 +185,5 @@ def finetune_cls(
     )
     metrics.update(train_loss=run_train_loss(trainer, output), train_examples=len(data.train),
                    eval_examples=len(data.eval), data=data.name)  # fmt: skip
-    save_run(trainer, tokenizer, output_dir, "cls_results.json", args, metrics)
+    save_run(trainer, tokenizer, output_dir, "kolong_cls_results.json", args, metrics)
     return metrics

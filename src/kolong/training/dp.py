@@ -36,7 +36,12 @@ class DPFinetuneArguments(RecipeArguments):
         "Tokens per sentence (default: 256, or the model's positions if fewer); eojeols past it are not "
         "scored (and counted).",
     )
-    limit: int | None = option(None, "At most this many training sentences (evaluation: a quarter of it).")
+    limit: int | None = option(
+        None,
+        "At most this many training sentences (evaluation: a quarter of it).",
+        "--max_train_samples",
+        "--max-train-samples",
+    )
     arc_size: int = option(512, "Width of the arc MLP views (Dozat & Manning: 500).")
     label_size: int = option(128, "Width of the label MLP views (Dozat & Manning: 100).")
     epochs: float = option(3.0)
@@ -49,7 +54,7 @@ class DPFinetuneArguments(RecipeArguments):
 class DPPredictArguments(CheckedArguments):
     """`kolong predict dp`."""
 
-    model: str = option(REQUIRED, "Fine-tuned parser (`kolong finetune dp`).")
+    model: str = option(REQUIRED, "Fine-tuned parser (`kolong finetune dp`).", "-m")
     data: str = option(REQUIRED, "KLUE-DP TSV (its eojeols are parsed; gold heads are not read), or a text file "
                        "of one sentence per line (eojeols: its space-separated words; ids: line-N).")  # fmt: skip
     output: str = option(REQUIRED, "predictions.json to write: {id: {heads, labels}}.", "-o")
@@ -242,7 +247,7 @@ def finetune_dp(args: DPFinetuneArguments) -> dict:
     metrics.update(train_loss=run_train_loss(trainer, output), train_sentences=len(training),
                    eval_sentences=len(evaluation), baseline_next_eojeol=next_eojeol_baseline(evaluation),
                    intervals=dp_intervals(last["heads"], last["labels"], evaluation, args.seed))  # fmt: skip
-    save_run(trainer, tokenizer, output_dir, "dp_results.json", args, metrics)
+    save_run(trainer, tokenizer, output_dir, "kolong_dp_results.json", args, metrics)
     return metrics
 
 

@@ -43,7 +43,12 @@ class NERFinetuneArguments(RecipeArguments):
         "predicted O.",
         "--max_seq_length",
     )
-    limit: int | None = option(None, "At most this many training sentences (evaluation: a quarter of it).")
+    limit: int | None = option(
+        None,
+        "At most this many training sentences (evaluation: a quarter of it).",
+        "--max_train_samples",
+        "--max-train-samples",
+    )
     epochs: float = option(3.0)
     batch_size: int = option(32)
     eval_batch_size: int = option(64)
@@ -179,7 +184,7 @@ def finetune_ner(args: NERFinetuneArguments) -> dict:
                    baseline_all_o={"entity_f1": klue.ner_entity_macro_f1(all_o, gold),
                                    "char_f1": klue.ner_char_macro_f1(all_o, gold)},
                    intervals=ner_intervals(last["tags"], evaluation, args.seed))  # fmt: skip
-    save_run(trainer, tokenizer, output_dir, "ner_results.json", args, metrics)
+    save_run(trainer, tokenizer, output_dir, "kolong_ner_results.json", args, metrics)
     return metrics
 
 
@@ -187,7 +192,7 @@ def finetune_ner(args: NERFinetuneArguments) -> dict:
 class NERPredictArguments(CheckedArguments):
     """`kolong predict ner`."""
 
-    model: str = option(REQUIRED, "Fine-tuned token-classification checkpoint (`kolong finetune ner`).")
+    model: str = option(REQUIRED, "Fine-tuned token-classification checkpoint (`kolong finetune ner`).", "-m")
     data: str = option(REQUIRED, "KLUE-NER TSV, or a text file with one sentence per line (ids: line-N).")
     output: str = option(
         REQUIRED,

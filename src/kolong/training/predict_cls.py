@@ -20,7 +20,7 @@ from kolong.training.options import REQUIRED, CheckedArguments, option
 class ClassificationPredictArguments(CheckedArguments):
     """`kolong predict cls`."""
 
-    model: str = option(REQUIRED, "Fine-tuned classification checkpoint (`kolong finetune cls`).")
+    model: str = option(REQUIRED, "Fine-tuned classification checkpoint (`kolong finetune cls`).", "-m")
     data: str = option(REQUIRED, "KLUE-NLI / KLUE-STS JSON, a .tsv/.csv/.jsonl file (labels not needed), a .txt "
                        "file of one text per line, or a named dataset of `finetune cls` (its evaluation split, "
                        "with --seed).")  # fmt: skip

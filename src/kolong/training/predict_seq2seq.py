@@ -27,7 +27,7 @@ from kolong.training.options import REQUIRED, CheckedArguments, option
 class Seq2SeqPredictArguments(CheckedArguments):
     """`kolong predict seq2seq`."""
 
-    model: str = option(REQUIRED, "Fine-tuned byte model (`kolong finetune seq2seq`).")
+    model: str = option(REQUIRED, "Fine-tuned byte model (`kolong finetune seq2seq`).", "-m")
     task: str = option(REQUIRED, "nsmc | klue-ner | klue-nli | klue-dp | korquad | FILE: how --data is read "
                        "and what is written.")  # fmt: skip
     data: str | None = option(

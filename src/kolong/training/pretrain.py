@@ -271,7 +271,9 @@ def pretrain_mlm(args: PretrainArguments, callbacks: list | None = None) -> dict
                 {k: v for k, v in final_evaluation(trainer).items() if k in ("eval_loss", "eval_perplexity")}
             )
     history = trainer.state.log_history
-    save_run(trainer, tokenizer, output_dir, "pretrain_log.json", args, metrics, log_history=history)
+    save_run(
+        trainer, tokenizer, output_dir, "kolong_pretrain_results.json", args, metrics, log_history=history
+    )
     if trainer.is_world_process_zero():
         plot_losses(
             history, output_dir / "loss.png", title=f"{args.preset} / {model.config.position_encoding}"
@@ -328,4 +330,4 @@ def plot_losses(history: list[dict], output: Path, title: str = "") -> Path | No
 
 
 def read_log(output_dir: str | Path) -> dict:
-    return json.loads((Path(output_dir) / "pretrain_log.json").read_text(encoding="utf-8"))
+    return json.loads((Path(output_dir) / "kolong_pretrain_results.json").read_text(encoding="utf-8"))

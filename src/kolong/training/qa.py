@@ -21,17 +21,17 @@ from kolong.data.qa_features import (
     build_features,
     check_stride,
     default_stride,
+    prediction_windows,
     record_windows,
     stack_logits,
-    trained_windows,
     window_batches,
 )
 from kolong.data.squad import gold_answers, read_squad
-from kolong.errors import ConfigError, DataError, warn
+from kolong.errors import ConfigError, DataError
 from kolong.evaluation.korquad import score_intervals, score_questions
 from kolong.evaluation.qa_postprocess import decode_answers
 from kolong.io import atomic_write_json, writes_output
-from kolong.positions.reach import check_max_length, max_length_for, model_max_length
+from kolong.positions.reach import max_length_for, model_max_length
 from kolong.training.arguments import (
     QAFinetuneArguments,
     QAPredictArguments,
@@ -193,25 +193,6 @@ def finetune_qa(
         )
     save_run(trainer, tokenizer, output_dir, "kolong_qa_results.json", args, metrics)
     return metrics
-
-
-def prediction_windows(model, tokenizer, max_length: int | None, doc_stride: int | None, name: str):
-    """(window length, stride) to read with: those asked for, else those the model was fine-tuned at
-    (`trained_windows`), else its positions (and the tokenizer's limit) with the default stride. Reading at
-    another length than the fine-tuning's is allowed (an extended model may read longer) but warned of."""
-    trained = trained_windows(model)
-    length = (
-        max_length or trained.get("max_seq_len") or min(model_max_length(model), tokenizer.model_max_length)
-    )
-    check_max_length(model, length, name)
-    if max_length and trained.get("max_seq_len") and max_length != trained["max_seq_len"]:
-        warn(f"{name} was fine-tuned on {trained['max_seq_len']}-token windows; reading at {max_length}, its "
-             "answers may differ from what its evaluation measured")  # fmt: skip
-    if doc_stride is not None:
-        return length, doc_stride
-    if length == trained.get("max_seq_len") and "doc_stride" in trained:
-        return length, int(trained["doc_stride"])
-    return length, default_stride(length)
 
 
 def predict_logits(
