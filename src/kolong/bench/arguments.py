@@ -252,6 +252,7 @@ class LongAttentionBenchArguments(ResumableBenchArguments):
     patterns: list[str] = option(["full", "local+global", "sliding"], "Comma-separated subset of: full, "
                                  "local+global, local+global-chunked (the same through the chunked path: CPU's before the banded one), "
                                  "local+global-flex (the same through compiled FlexAttention; inference only on CPU), "
+                                 "full-checkpointed (full attention, training with gradient checkpointing), "
                                  "sliding (512-token windows of the full model).",
                                  kind="list")  # fmt: skip
     window: int = option(256, "Local window: tokens each side a token attends to.")
@@ -267,6 +268,9 @@ class LongAttentionBenchArguments(ResumableBenchArguments):
     num_hidden_layers: int = option(4, "Encoder layers.", "--layers")
     num_attention_heads: int = option(4, "Attention heads.", "--heads")
     intermediate_size: int = option(1024, "FFN width.")
+    shapes: list[str] = option([], "Named model shapes measured one after another, in place of the four options "
+                               "above: minilm (6 layers x 384, all-MiniLM-L6-v2's), base (12 x 768, BERT-base's).",
+                               kind="list")  # fmt: skip
     modes: list[str] = option(["inference", "training"], "inference (forward) and/or training (forward + "
                               "backward).", kind="list")  # fmt: skip
     max_full_length: int = option(16384, "Longest input for full attention (its time grows as n^2).")

@@ -23,7 +23,7 @@ import contextlib
 import json
 import math
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from kolong.bench.arguments import LongAttentionBenchArguments
@@ -31,9 +31,17 @@ from kolong.bench.harness import Benchmark, Case, cuda_sync
 from kolong.bench.memory import peak_growth_mb, run_worker
 from kolong.bench.steps import encoder_step
 
-PATTERNS = ("full", "local+global", "local+global-chunked", "local+global-flex", "sliding")
+PATTERNS = (
+    "full",
+    "full-checkpointed",
+    "local+global",
+    "local+global-chunked",
+    "local+global-flex",
+    "sliding",
+)
 COLOURS = {
     "full": "tab:red",
+    "full-checkpointed": "tab:orange",
     "local+global": "tab:blue",
     "local+global-chunked": "tab:cyan",
     "local+global-flex": "tab:purple",
@@ -41,9 +49,32 @@ COLOURS = {
 }
 
 VARIANTS = {  # the patterns that read the same model through another attention path
+    "full-checkpointed": "full attention, training with gradient checkpointing (each layer recomputed in the "
+    "backward)",
     "local+global-chunked": "local + global through the chunked exact path (CPU's path before the banded one)",
     "local+global-flex": "local + global through compiled FlexAttention (`attn_implementation='flex_attention'`)",
 }
+
+
+SHAPES = {  # named model shapes (--shapes): the encoders a Korean team fine-tunes on long documents
+    "minilm": {
+        "hidden_size": 384,
+        "num_hidden_layers": 6,
+        "num_attention_heads": 12,
+        "intermediate_size": 1536,
+    },
+    "base": {
+        "hidden_size": 768,
+        "num_hidden_layers": 12,
+        "num_attention_heads": 12,
+        "intermediate_size": 3072,
+    },
+}
+
+
+def shaped(args: LongAttentionBenchArguments, shape: str | None) -> LongAttentionBenchArguments:
+    """`args` with `shape`'s dimensions (None: as given)."""
+    return args if shape is None else replace(args, shapes=[], **SHAPES[shape])
 
 
 def build_model(pattern: str, args: LongAttentionBenchArguments):
@@ -66,7 +97,7 @@ def build_model(pattern: str, args: LongAttentionBenchArguments):
         model.set_attn_implementation("flex_attention")
     if pattern == "local+global-chunked":  # the chunked exact path timed beside the banded one
         model.set_attention_options(banded=False)
-    if args.gradient_checkpointing:
+    if args.gradient_checkpointing or pattern == "full-checkpointed":
         # transformers' newer name (the older one warns there); releases before it have only the older one
         enable = (
             getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
@@ -158,7 +189,9 @@ def _memory_worker(pattern: str, length: int, args: LongAttentionBenchArguments)
 
 def skipped(pattern: str, length: int, mode: str, args: LongAttentionBenchArguments) -> bool:
     """Full attention past --max-full-length; FlexAttention's training on CPU, where it has no backward."""
-    if pattern == "full":
+    if pattern == "full-checkpointed" and mode == "inference":  # nothing to recompute without a backward
+        return True
+    if pattern in ("full", "full-checkpointed"):
         return length > args.max_full_length
     return pattern == "local+global-flex" and mode == "training" and args.device == "cpu"
 
@@ -195,12 +228,25 @@ class LongAttentionBenchmark(Benchmark):
                               "runs FlexAttention (compare it with local+global-flex)")  # fmt: skip
         if args.sliding_overlap >= args.sliding_length:
             raise ConfigError("--sliding-overlap must be smaller than --sliding-length")
+        unknown = [shape for shape in args.shapes if shape not in SHAPES]
+        if unknown:
+            raise ConfigError(f"--shapes: {unknown[0]!r}; choose from {', '.join(SHAPES)}")
         tune_allocator()
-        self.models = {pattern: build_model(pattern, args) for pattern in args.patterns}
+        self.models, self.shape = {}, None
         modes = [*args.modes, *(["memory"] if args.memory else []), *(["profile"] if args.profile else [])]
-        return [{"length": length, "mode": mode} for length in args.lengths for mode in modes]
+        cases = [{"length": length, "mode": mode} for length in args.lengths for mode in modes]
+        return [{"shape": shape, **case} for shape in args.shapes for case in cases] if args.shapes else cases
+
+    def _models_of(self, args: LongAttentionBenchArguments, shape: str | None) -> dict:
+        """The patterns' models of one shape, built when its first case comes (one shape held at a time)."""
+        if not self.models or self.shape != shape:
+            self.models, self.shape = {}, shape
+            self.models = {pattern: build_model(pattern, args) for pattern in args.patterns}
+        return self.models
 
     def setup(self, args: LongAttentionBenchArguments, size: dict) -> Case:
+        args = shaped(args, size.get("shape"))
+        self.models = self._models_of(args, size.get("shape"))
         length, mode = size["length"], size["mode"]
         patterns = [p for p in args.patterns if not skipped(p, length, mode, args)]
         if mode == "memory":
@@ -223,8 +269,10 @@ class LongAttentionBenchmark(Benchmark):
         return summarise(args, rows)
 
     def figures(self, result: dict, output_dir: Path) -> list[Path]:
+        # with --shapes, the largest shape's (the last named)
+        shown = result if "shapes" not in result else list(result["shapes"].values())[-1]
         with contextlib.suppress(ImportError):  # matplotlib is in the base install; a plot is a bonus
-            return [plot(result, output_dir / "long-attention.png")]
+            return [plot(shown, output_dir / "long-attention.png")]
         return []
 
     def to_markdown(self, result: dict) -> str:
@@ -232,6 +280,16 @@ class LongAttentionBenchmark(Benchmark):
 
 
 def summarise(args: LongAttentionBenchArguments, rows: list[dict]) -> dict:
+    """Seconds, memory and growth exponents per mode, pattern and length; with --shapes, those of each shape
+    under "shapes" (with its dimensions)."""
+    if not args.shapes:
+        return {"arguments": asdict(args), **_tables(args, rows)}
+    return {"arguments": asdict(args), "shapes": {
+        shape: {"dimensions": SHAPES[shape], **_tables(args, [r for r in rows if r.get("shape") == shape])}
+        for shape in args.shapes}}  # fmt: skip
+
+
+def _tables(args: LongAttentionBenchArguments, rows: list[dict]) -> dict:
     seconds: dict[str, dict[str, dict[int, float]]] = {}
     memory: dict[str, dict[str, dict[int, float]]] = {}
     for row in rows:
@@ -254,8 +312,8 @@ def summarise(args: LongAttentionBenchArguments, rows: list[dict]) -> dict:
     }  # fmt: skip
     errors = [m for row in rows if row["mode"] == "memory" for m in row["memory"] if "error" in m]
     traces = [trace for row in rows if row["mode"] == "profile" for trace in row["traces"]]
-    return {"arguments": asdict(args), "seconds": _keyed(seconds), "memory_mb": _keyed(memory),
-            "exponents": exponents, "memory_errors": errors, "traces": traces}  # fmt: skip
+    return {"seconds": _keyed(seconds), "memory_mb": _keyed(memory), "exponents": exponents,
+            "memory_errors": errors, "traces": traces}  # fmt: skip
 
 
 def _keyed(table: dict) -> dict:
@@ -266,19 +324,33 @@ def _keyed(table: dict) -> dict:
 
 def to_markdown(result: dict) -> str:
     args = result["arguments"]
+    model = (f"{', '.join(args['shapes'])} shapes" if args.get("shapes") else
+             f"{args['num_hidden_layers']} layers, hidden {args['hidden_size']}")  # fmt: skip
     lines = [
         "# kolong bench long-attention", "",
-        f"One encoder ({args['num_hidden_layers']} layers, hidden {args['hidden_size']}, {args['position_encoding']} "
+        f"One encoder ({model}, {args['position_encoding']} "
         f"positions, {args['device']} {args['dtype']}) reading one document: full attention, local + global "
         f"(window {args['window']} each side, {args['global_tokens']} global tokens) and {args['sliding_length']}-token "
         f"sliding windows (overlap {args['sliding_overlap']}). Median seconds per call; peak memory growth in MB"
         f"{'; training with gradient checkpointing' if args.get('gradient_checkpointing') else ''}.",
         *[f"`{pattern}`: {VARIANTS[pattern]}." for pattern in args["patterns"] if pattern in VARIANTS],
     ]  # fmt: skip
+    if "shapes" not in result:
+        return "\n".join(lines + _table_lines(result, "##")) + "\n"
+    for shape, tables in result["shapes"].items():
+        size = tables["dimensions"]
+        lines += ["", f"## {shape}: {size['num_hidden_layers']} layers x {size['hidden_size']}, "
+                  f"{size['num_attention_heads']} heads, FFN {size['intermediate_size']}"]  # fmt: skip
+        lines += _table_lines(tables, "###")
+    return "\n".join(lines) + "\n"
+
+
+def _table_lines(result: dict, heading: str) -> list[str]:
+    lines = []
     for kind, unit in (("seconds", "s"), ("memory_mb", "MB")):
         for mode, by_pattern in result[kind].items():
             lengths = sorted({int(n) for values in by_pattern.values() for n in values})
-            lines += ["", f"## {mode}: {'time' if kind == 'seconds' else 'peak memory'} ({unit})", "",
+            lines += ["", f"{heading} {mode}: {'time' if kind == 'seconds' else 'peak memory'} ({unit})", "",
                       "| pattern | " + " | ".join(map(str, lengths)) + " | growth exponent |",
                       "|---|" + "---:|" * (len(lengths) + 1)]  # fmt: skip
             for pattern, values in by_pattern.items():
@@ -293,7 +365,7 @@ def to_markdown(result: dict) -> str:
         lines.append(f"\nMemory of {error['pattern']} at {error['length']}: {error['error']}")
     if result.get("traces"):
         lines += ["", *trace_markdown(result["traces"])]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def trace_markdown(traces: list[dict]) -> list[str]:
