@@ -175,3 +175,54 @@ def test_profile_says_where_a_call_spends_its_time(tmp_path):
     assert traces["full"]["ms_per_step"] > 0 and traces["full"]["costliest_host_ops"]
     table = (tmp_path / "long-attention.md").read_text()
     assert "| local+global-flex, 64, inference |" in table and "flex attention" in table
+
+
+def test_named_shapes_are_measured_one_after_another(tmp_path, monkeypatch):
+    from kolong.bench import long_attention
+
+    tiny = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64}
+    monkeypatch.setitem(long_attention.SHAPES, "minilm", tiny)
+    monkeypatch.setitem(long_attention.SHAPES, "base", {**tiny, "num_hidden_layers": 2})
+    result = CliRunner().invoke(app, [
+        "bench", "long-attention", "--shapes", "minilm,base", "--lengths", "32,64", "--patterns",
+        "full,full-checkpointed,sliding", "--sliding-length", "32", "--sliding-overlap", "8", "--repeats", "1",
+        "--no-memory", "--output-dir", str(tmp_path),
+    ])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    data = json.loads((tmp_path / "long-attention.json").read_text())
+    assert (
+        list(data["shapes"]) == ["minilm", "base"]
+        and data["shapes"]["base"]["dimensions"]["num_hidden_layers"] == 2
+    )
+    for tables in data["shapes"].values():
+        assert set(tables["seconds"]["training"]) == {"full", "full-checkpointed", "sliding"}
+        assert "full-checkpointed" not in tables["seconds"]["inference"]  # nothing to recompute there
+    text = (tmp_path / "long-attention.md").read_text()
+    assert (
+        "## minilm: 1 layers x 32" in text
+        and "## base: 2 layers x 32" in text
+        and "### training: time" in text
+    )
+    refused = CliRunner().invoke(
+        app, ["bench", "long-attention", "--shapes", "huge", "--output-dir", str(tmp_path)]
+    )
+    assert refused.exit_code == 2 and "--shapes: 'huge'" in refused.output
+
+
+def test_checkpointing_recomputes_full_attention_with_the_same_gradients():
+    from kolong.bench.arguments import LongAttentionBenchArguments
+    from kolong.bench.long_attention import build_model
+
+    args = LongAttentionBenchArguments(lengths=[64], hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                       intermediate_size=64)  # fmt: skip
+    grads = []
+    for pattern in ("full", "full-checkpointed"):
+        model = build_model(pattern, args).train()
+        assert any(getattr(m, "gradient_checkpointing", False) for m in model.modules()) == (
+            pattern != "full"
+        )
+        ids = torch.randint(5, 8000, (1, 64), generator=torch.Generator().manual_seed(0))
+        model(input_ids=ids).last_hidden_state.square().mean().backward()
+        grads.append([p.grad for p in model.parameters() if p.grad is not None])
+    for plain, recomputed in zip(*grads, strict=True):
+        torch.testing.assert_close(recomputed, plain)

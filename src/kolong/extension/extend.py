@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from kolong.extension.block_sparse import sparse_block_size
 from kolong.extension.position_table import ExtensionError, find_position_table
 from kolong.extension.scaling import CONFIG_KEY, install_position_scaling
 from kolong.extension.tables import METHODS, extend_rows
@@ -47,6 +48,13 @@ def extend_position_embeddings(
     if getattr(config, CONFIG_KEY, None):
         raise ExtensionError(
             "this model already scales its position ids (keep-short behaviour); extend the original checkpoint instead"
+        )
+    block = sparse_block_size(config)
+    if block and max_length % block:
+        raise ExtensionError(
+            f"{config.model_type}'s block-sparse attention pads every input to a multiple of its {block}-token "
+            f"blocks, so a {max_length}-position table would be read past its end; choose a multiple of {block}, "
+            f"e.g. --max-length {-(-max_length // block) * block}"
         )
     factor = None
     if keep_short_behaviour:
