@@ -7,7 +7,12 @@ import json
 
 import pytest
 import torch
-from transformers import AutoModelForQuestionAnswering, AutoTokenizer, BigBirdConfig, BigBirdForQuestionAnswering
+from transformers import (
+    AutoModelForQuestionAnswering,
+    AutoTokenizer,
+    BigBirdConfig,
+    BigBirdForQuestionAnswering,
+)
 from typer.testing import CliRunner
 
 import kolong
@@ -64,12 +69,17 @@ def test_extend_command_and_the_qa_path_end_to_end(bigbird_qa):
     root, model = bigbird_qa
     runner = CliRunner()
     extended = root / "qa-512"
-    result = runner.invoke(app, ["extend", str(model), "--max-length", "512", "--method", "copy", "-o", str(extended)])
+    result = runner.invoke(
+        app, ["extend", str(model), "--max-length", "512", "--method", "copy", "-o", str(extended)]
+    )
     assert result.exit_code == 0, result.output
     refused = runner.invoke(app, ["extend", str(model), "--max-length", "1000", "-o", str(root / "bad")])
     assert refused.exit_code == 2 and "multiple of 16" in refused.output
     reloaded = AutoModelForQuestionAnswering.from_pretrained(extended)
-    assert type(reloaded).__name__ == "BigBirdForQuestionAnswering" and reloaded.config.max_position_embeddings == 512
+    assert (
+        type(reloaded).__name__ == "BigBirdForQuestionAnswering"
+        and reloaded.config.max_position_embeddings == 512
+    )
 
     data = root / "qa.json"
     data.write_text(json.dumps(korean_qa_dataset(), ensure_ascii=False), encoding="utf-8")
@@ -80,16 +90,22 @@ def test_extend_command_and_the_qa_path_end_to_end(bigbird_qa):
     metrics = json.loads((trained / "kolong_qa_results.json").read_text())["metrics"]
     assert metrics["train_loss"] < 100  # the [CLS] label of windows without the answer is not masked away
     predictions = root / "predictions.json"
-    result = runner.invoke(app, ["predict", "qa", "-m", str(trained), "--data", str(data), "-o", str(predictions)])
+    result = runner.invoke(
+        app, ["predict", "qa", "-m", str(trained), "--data", str(data), "-o", str(predictions)]
+    )
     assert result.exit_code == 0, result.output
-    contexts = {q["id"]: p["context"] for a in korean_qa_dataset()["data"] for p in a["paragraphs"] for q in p["qas"]}
+    contexts = {
+        q["id"]: p["context"] for a in korean_qa_dataset()["data"] for p in a["paragraphs"] for q in p["qas"]
+    }
     answers = json.loads(predictions.read_text())
     assert set(answers) == set(contexts) and all(answer in contexts[i] for i, answer in answers.items())
 
     from transformers import pipeline
 
     _, document = long_text(10_000)
-    answer = pipeline("long-document-qa", model=str(trained))(question="대한민국의 주권은 누구에게 있는가?", context=document)
+    answer = pipeline("long-document-qa", model=str(trained))(
+        question="대한민국의 주권은 누구에게 있는가?", context=document
+    )
     assert document[answer["start"] : answer["end"]] == answer["answer"] and 0 <= answer["score"] <= 1
 
 
