@@ -127,7 +127,7 @@ def test_regression_file_reports_correlations(checkpoint, tmp_path):
     )
     assert "pearson" in metrics and "spearman" in metrics and "accuracy" not in metrics
     assert set(metrics["intervals"]) == {"pearson", "spearman"}
-    assert metrics["intervals"]["pearson"]["mean"] == pytest.approx(metrics["pearson"], abs=1e-6)
+    assert metrics["intervals"]["pearson"]["mean"] == pytest.approx(metrics["pearson"], abs=1e-4)  # percent
 
 
 def test_file_reader_errors_name_the_line(tmp_path):

@@ -37,7 +37,7 @@ def test_study_runs_resumes_and_reports(shared_data, tmp_path):
     assert set(results["runs"]) == {"shaw", "learned-wordpiece"}
     for run in results["runs"].values():
         assert run["mlm"]["held_out"][0][0] == 0  # the curve starts at step 0
-        assert 0 <= run["nsmc"]["accuracy"] <= 1 and "f1" in run["korquad"]
+        assert 0 <= run["nsmc"]["accuracy"] <= 100 and "f1" in run["korquad"]  # percent
         span = run["korquad"]["intervals"]["f1"]
         assert span["low"] <= run["korquad"]["f1"] <= span["high"]
         assert run["nsmc"]["intervals"]["accuracy"]["n"] == run["nsmc"]["eval_examples"]

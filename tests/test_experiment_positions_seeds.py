@@ -10,7 +10,8 @@ from kolong.experiments.positions_seeds import across_seeds, seeds_markdown
 
 
 def run(vocabulary: str, loss: float, accuracy: tuple[float, float, float], f1: tuple[float, float, float]):
-    """A study run as `run_position_study` records it: accuracy as a fraction, F1 in percent."""
+    """A study run as `run_position_study` records it: accuracy and F1 in percent (given here as fractions)."""
+    accuracy = tuple(100 * value for value in accuracy)
     return {"vocabulary": vocabulary, "mlm": {"held_out": [(0, 9.0), (300, loss)]},
             "nsmc": {"accuracy": accuracy[0], "intervals": {"accuracy": {"low": accuracy[1], "high": accuracy[2]}}},
             "korquad": {"f1": f1[0], "intervals": {"f1": {"low": f1[1], "high": f1[2]}}}}  # fmt: skip

@@ -218,7 +218,6 @@ def test_refusals():
     [
         ("roformer", "no learned absolute position table"),
         ("deberta-v2", "no learned absolute position table"),
-        ("modernbert", "no learned absolute position table"),
     ],
 )
 def test_refuses_models_without_a_learned_absolute_table(model_type, message):

@@ -22,8 +22,9 @@ def extend(
     method: str = typer.Option(
         "interpolate",
         "--method",
-        callback=one_of("interpolate", "copy", "last", "random"),
-        help="interpolate | copy | last | random (see docs/extension.md).",
+        callback=one_of("interpolate", "copy", "last", "random", "linear", "ntk", "yarn"),
+        help="Learned tables: interpolate | copy | last | random. RoPE models (ModernBERT, mmBERT): linear "
+        "(interpolate means it there too) | ntk | yarn, on the global layers (see docs/extension.md).",
     ),
     keep_short_behaviour: bool = typer.Option(
         False,

@@ -10,6 +10,7 @@ from pathlib import Path
 from kolong.checkpoints import load_config, load_model, load_tokenizer
 from kolong.extension.extend import extend_position_embeddings, set_tokenizer_max_length
 from kolong.extension.position_table import ExtensionError, find_position_table
+from kolong.extension.rope import rope_layer_parameters
 from kolong.io import atomic_output_dir, check_output_dir, writes_output
 
 
@@ -61,7 +62,8 @@ def extend_checkpoint(
 
     step(f"loading {model_or_path}")
     model = load_model(model_or_path)
-    old_length = find_position_table(model).max_length
+    rope = rope_layer_parameters(model.config) is not None
+    old_length = model.config.max_position_embeddings if rope else find_position_table(model).max_length
     loaded_tokenizer = None
     if tokenizer:
         step("loading tokenizer")
@@ -87,7 +89,7 @@ def extend_checkpoint(
         method=method,
         old_length=old_length,
         new_length=max_length,
-        rows=find_position_table(model).rows,
+        rows=0 if rope else find_position_table(model).rows,
         seconds=seconds,
         tokenizer_saved=loaded_tokenizer is not None,
     )

@@ -7,6 +7,7 @@ from torch import nn
 
 from kolong.extension.block_sparse import sparse_block_size
 from kolong.extension.position_table import ExtensionError, find_position_table
+from kolong.extension.rope import ROPE_METHODS, extend_rope, rope_layer_parameters
 from kolong.extension.scaling import CONFIG_KEY, install_position_scaling
 from kolong.extension.tables import METHODS, extend_rows
 
@@ -29,15 +30,32 @@ def extend_position_embeddings(
         max_length: the new number of token positions (RoBERTa-family tables get padding_idx + 1 more
             rows, so `config.max_position_embeddings` becomes max_length + padding_idx + 1 there).
         method: "interpolate" (the paper's doubling, generalised to any length), "copy" (tile the rows,
-            Longformer), "last" (repeat the last row) or "random" (new rows ~ N(0, std)).
+            Longformer), "last" (repeat the last row) or "random" (new rows ~ N(0, std)). For a RoPE model
+            (ModernBERT, mmBERT): "linear" (position interpolation; "interpolate" means it there too), "ntk"
+            or "yarn", applied to its global layers (`kolong.extension.rope`).
         keep_short_behaviour: only with "interpolate" and max_length a multiple of the old length:
             position ids are multiplied by the factor so inputs of up to the old length reproduce the
             original model (see `kolong.extension.scaling`; stored in the config).
         std: standard deviation of "random" rows; defaults to `config.initializer_range` (or 0.02).
         seed: seed of the "random" rows.
     """
+    if (
+        rope_layer_parameters(getattr(model, "config", None)) is not None
+    ):  # ModernBERT, mmBERT: no table, a rotation
+        if keep_short_behaviour:
+            raise ExtensionError("keep-short behaviour is for learned position tables; RoPE models have none")
+        extend_rope(model, max_length, "linear" if method == "interpolate" else method)
+        return model
+    if method in ROPE_METHODS:
+        raise ExtensionError(
+            f"method {method!r} is for RoPE models (ModernBERT, mmBERT); {model.config.model_type} has a learned "
+            f"position table: choose one of {', '.join(METHODS)}"
+        )
     if method not in METHODS:
-        raise ExtensionError(f"unknown extension method {method!r}; choose one of {', '.join(METHODS)}")
+        raise ExtensionError(
+            f"unknown extension method {method!r}; choose one of {', '.join(METHODS)} (learned tables) or "
+            f"{', '.join(ROPE_METHODS)} (RoPE models)"
+        )
     table = find_position_table(model)
     config = model.config
     old_length = table.max_length

@@ -1,0 +1,91 @@
+"""Length extension of RoPE encoders (ModernBERT, mmBERT and the Korean checkpoints built on them).
+
+A RoPE model has no position table to grow: it reads any position, but attends badly past the length it was
+trained at. Extension gives its *global* (full-attention) layers a rotation fitted to the new length; the
+local (sliding-window) layers attend within a fixed window that does not grow, so their rotation is left as
+it is. With s = new length / old length, theta the global layers' base and d the head size:
+
+- `linear`, position interpolation (Chen et al., 2023): positions divided by s, so the new length spans the
+  angles the model was trained on;
+- `ntk`, NTK-aware scaling: a new base theta' = theta * s^(d / (d - 2)), which stretches the slow
+  frequencies by s and leaves the fastest (local word order) nearly as they were;
+- `yarn` (Peng et al., 2023): per-frequency interpolation between the two, and attention logits scaled by
+  the temperature (0.1 ln s + 1)^2, which changes short inputs a little too.
+
+The result is written where transformers reads it for these models: `rope_parameters` per layer type,
+`full_attention` only (the legacy `rope_scaling` would reach the local layers too), with YaRN's
+`original_max_position_embeddings` written explicitly (without it its correction range is computed for the
+new length). A plain `AutoModel.from_pretrained` of the saved checkpoint is the extended model.
+"""
+
+from __future__ import annotations
+
+import math
+
+from kolong.extension.position_table import ExtensionError
+
+ROPE_METHODS = ("linear", "ntk", "yarn")
+GLOBAL = "full_attention"
+
+
+def rope_layer_parameters(config) -> dict | None:
+    """The per-layer-type RoPE parameters of a model with global layers (`rope_parameters` keyed by layer type,
+    ModernBERT's layout), or None for a model without them."""
+    parameters = getattr(config, "rope_parameters", None)
+    if isinstance(parameters, dict) and isinstance(parameters.get(GLOBAL), dict):
+        return parameters
+    return None
+
+
+def extended_rope(config, max_length: int, method: str) -> dict:
+    """The global layers' RoPE parameters for `max_length` tokens by `method` (see the module docstring)."""
+    if method not in ROPE_METHODS:
+        raise ExtensionError(
+            f"method {method!r} is for learned position tables; {config.model_type} uses RoPE: choose one of "
+            f"{', '.join(ROPE_METHODS)}"
+        )
+    old_length = int(config.max_position_embeddings)
+    if not isinstance(max_length, int) or max_length <= old_length:
+        raise ExtensionError(
+            f"the target length must be larger than the model's current {old_length} positions (got {max_length})"
+        )
+    current = rope_layer_parameters(config)[GLOBAL]
+    if current.get("rope_type", "default") != "default":
+        raise ExtensionError(
+            f"the global layers' RoPE is already {current['rope_type']!r}; extend the original checkpoint instead"
+        )
+    theta, factor = float(current["rope_theta"]), max_length / old_length
+    head = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    if method == "linear":
+        return {"rope_type": "linear", "rope_theta": theta, "factor": factor}
+    if method == "ntk":
+        return {"rope_type": "default", "rope_theta": theta * factor ** (head / (head - 2))}
+    return {"rope_type": "yarn", "rope_theta": theta, "factor": factor,
+            "original_max_position_embeddings": old_length}  # fmt: skip
+
+
+def yarn_temperature(factor: float) -> float:
+    """YaRN's scale of cos and sin, (0.1 ln s + 1): attention logits grow by its square at every length."""
+    return 0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0
+
+
+def extend_rope(model, max_length: int, method: str = "yarn") -> None:
+    """Extend a RoPE model in place: its config gets the global layers' new RoPE and `max_length` positions,
+    and its rotary modules are rebuilt from the config (no weight changes)."""
+    config = model.config
+    new = extended_rope(config, max_length, method)
+    old_length = int(config.max_position_embeddings)
+    parameters = {kind: dict(values) if isinstance(values, dict) else values
+                  for kind, values in rope_layer_parameters(config).items()}  # fmt: skip
+    parameters[GLOBAL] = new
+    config.rope_parameters = parameters
+    config.max_position_embeddings = max_length
+    config.kolong_extension = {"method": method, "original_length": old_length, "layers": GLOBAL}
+    for name, module in list(model.named_modules()):
+        if type(module).__name__.endswith("RotaryEmbedding") and hasattr(module, "config"):
+            rebuilt = type(module)(config=config)
+            buffer = next(module.buffers(), None)
+            if buffer is not None:
+                rebuilt = rebuilt.to(buffer.device)
+            parent, _, child = name.rpartition(".")
+            setattr(model.get_submodule(parent) if parent else model, child, rebuilt)
