@@ -190,6 +190,31 @@ def test_rope_scaling_changes_frequencies_as_documented():
     assert ntk.frequencies()[-1] == pytest.approx(plain.frequencies()[-1] / 4 ** ((dim - 2) / (dim - 2)))
 
 
+def test_rope_yarn_matches_transformers_yarn_and_scales_by_its_temperature():
+    """The same frequencies as transformers' "yarn" rope type (ModernBERT's global layers after `kolong extend
+    --method yarn`), and cos / sin scaled by 0.1 ln(factor) + 1."""
+    from transformers import ModernBertConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    options = {"scaling": "yarn", "factor": 4.0, "original_length": 16}
+    yarn = KolongModel(tiny_kolong_config(position_encoding="rope", position_kwargs=options)).positions
+    plain = KolongModel(tiny_kolong_config(position_encoding="rope")).positions
+    heads = yarn.num_heads
+    reference = ModernBertConfig(hidden_size=yarn.head_dim * heads, num_attention_heads=heads,
+                                 max_position_embeddings=64)  # fmt: skip
+    reference.rope_parameters = {"full_attention": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                                                    "original_max_position_embeddings": 16}}  # fmt: skip
+    theta, temperature = ROPE_INIT_FUNCTIONS["yarn"](reference, "cpu", layer_type="full_attention")
+    torch.testing.assert_close(yarn.frequencies().float(), theta, rtol=1e-6, atol=1e-7)
+    assert temperature == pytest.approx(0.1 * math.log(4) + 1)
+    cos_yarn, _ = yarn.prepare(1, "cpu", torch.float64)
+    assert cos_yarn[0, 0].item() == pytest.approx(temperature)  # position 0: cos 0 = 1, scaled
+    assert yarn.frequencies()[0] == plain.frequencies()[0]  # the fastest pair is kept
+    assert yarn.frequencies()[-1] == pytest.approx(plain.frequencies()[-1] / 4)  # the slowest interpolated
+    with pytest.raises(ValueError, match="original_length"):
+        tiny_kolong_config(position_encoding="rope", position_kwargs={"scaling": "yarn", "factor": 4.0})
+
+
 @pytest.mark.parametrize(
     ("settings", "field"),
     [

@@ -6,7 +6,11 @@ and Llama). Two ways to stretch a model trained at length L to longer inputs:
 
 - `scaling="linear"` (position interpolation, Chen et al. 2023): pos -> pos / factor;
 - `scaling="ntk"` (NTK-aware): base -> base * factor^(d / (d - 2)), which keeps the highest
-  frequencies and slows the lowest ones.
+  frequencies and slows the lowest ones;
+- `scaling="yarn"` (Peng et al. 2023): each frequency interpolated by how many turns it makes over the
+  `original_length` the model was trained at (fewer than `beta_slow` = 1: divided by the factor; more than
+  `beta_fast` = 32: kept; a linear ramp between), and cos / sin scaled by 0.1 ln(factor) + 1, the
+  attention temperature. The same formula as transformers' "yarn" rope type (tested against it).
 """
 
 from __future__ import annotations
@@ -28,7 +32,12 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 class RotaryPositions(PositionEncoding):
     name = "rope"
     relative = True
-    defaults: ClassVar[dict[str, Any]] = {"base": 10000.0, "scaling": None, "factor": 1.0}
+    defaults: ClassVar[dict[str, Any]] = {
+        "base": 10000.0,
+        "scaling": None,
+        "factor": 1.0,
+        "original_length": None,
+    }
     per_head = True
 
     @classmethod
@@ -47,11 +56,16 @@ class RotaryPositions(PositionEncoding):
         if head_dim % 2:
             raise kwarg_error(cls.name, "base", f"rotary positions need an even head size, got {head_dim}")
         finite_number(cls.name, options, "base", above=1)
-        if options["scaling"] not in (None, "linear", "ntk"):
+        if options["scaling"] not in (None, "linear", "ntk", "yarn"):
             raise kwarg_error(
-                cls.name, "scaling", f"must be null, 'linear' or 'ntk', got {options['scaling']!r}"
+                cls.name, "scaling", f"must be null, 'linear', 'ntk' or 'yarn', got {options['scaling']!r}"
             )
         finite_number(cls.name, options, "factor", above=1, inclusive=True)
+        if options["scaling"] == "yarn":
+            original = options["original_length"]
+            if isinstance(original, bool) or not isinstance(original, int) or original < 1:
+                raise kwarg_error(cls.name, "original_length", "yarn needs the length the model was trained at, "
+                                  f"a whole number of tokens, got {original!r}")  # fmt: skip
 
     def frequencies(self, device=None) -> torch.Tensor:
         dim = self.head_dim
@@ -59,7 +73,28 @@ class RotaryPositions(PositionEncoding):
         if self.options["scaling"] == "ntk":
             base = base * self.options["factor"] ** (dim / (dim - 2))
         pair = torch.arange(0, dim, 2, dtype=torch.float64, device=device)
-        return base ** (-pair / dim)  # theta_i: (d/2,)
+        theta = base ** (-pair / dim)  # theta_i: (d/2,)
+        if self.options["scaling"] == "yarn":
+            theta = self._yarn(theta, base, dim)
+        return theta
+
+    def _yarn(self, theta: torch.Tensor, base: float, dim: int) -> torch.Tensor:
+        """YaRN's per-frequency mix (its eq. 17-19): frequency i turns L / (2 pi / theta_i) times over the
+        trained length L; dimensions are ramped from extrapolation (kept) to interpolation (/ factor)."""
+        import math
+
+        def dimension(turns: float) -> float:  # the pair index that turns `turns` times over L
+            return (
+                dim * math.log(self.options["original_length"] / (turns * 2 * math.pi)) / (2 * math.log(base))
+            )
+
+        low = max(math.floor(dimension(32.0)), 0)  # beta_fast: faster pairs are kept
+        high = min(math.ceil(dimension(1.0)), dim - 1)  # beta_slow: slower pairs are interpolated
+        ramp = (torch.arange(dim // 2, dtype=torch.float64, device=theta.device) - low) / max(
+            high - low, 0.001
+        )
+        kept = 1 - ramp.clamp(0, 1)  # 1: extrapolate (keep), 0: interpolate
+        return theta / self.options["factor"] * (1 - kept) + theta * kept
 
     def prepare(self, length, device, dtype):
         position = torch.arange(length, dtype=torch.float64, device=device)
@@ -67,7 +102,12 @@ class RotaryPositions(PositionEncoding):
             position = position / self.options["factor"]
         angles = position[:, None] * self.frequencies(device)[None]  # (n, d/2)
         angles = torch.cat((angles, angles), dim=-1)  # (n, d)
-        return angles.cos().to(dtype), angles.sin().to(dtype)
+        scale = 1.0
+        if self.options["scaling"] == "yarn":  # the attention temperature: logits grow by its square
+            import math
+
+            scale = 0.1 * math.log(self.options["factor"]) + 1.0
+        return (angles.cos() * scale).to(dtype), (angles.sin() * scale).to(dtype)
 
     @property
     def contribution(self) -> Contribution:
