@@ -38,17 +38,25 @@ PATTERNS = (
     "local+global-chunked",
     "local+global-flex",
     "sliding",
+    "hf-modernbert",
+    "hf-bigbird",
 )
 COLOURS = {
     "full": "tab:red",
     "full-checkpointed": "tab:orange",
+    "hf-modernbert": "tab:brown",
+    "hf-bigbird": "tab:gray",
     "local+global": "tab:blue",
     "local+global-chunked": "tab:cyan",
     "local+global-flex": "tab:purple",
     "sliding": "tab:green",
 }
 
-VARIANTS = {  # the patterns that read the same model through another attention path
+VARIANTS = {  # the patterns that read the same model through another attention path, or HF's long encoders
+    "hf-modernbert": "HF `ModernBertModel` of the same size (a global layer every third, the others local with "
+    "the same window each side; RoPE; GeGLU FFN of the same width), SDPA",
+    "hf-bigbird": "HF `BigBirdModel` of the same size (block-sparse: blocks of 64, 3 random blocks; full attention "
+    "below 704 tokens)",
     "full-checkpointed": "full attention, training with gradient checkpointing (each layer recomputed in the "
     "backward)",
     "local+global-chunked": "local + global through the chunked exact path (CPU's path before the banded one)",
@@ -78,8 +86,12 @@ def shaped(args: LongAttentionBenchArguments, shape: str | None) -> LongAttentio
 
 
 def build_model(pattern: str, args: LongAttentionBenchArguments):
-    """The benchmark's encoder with `pattern`'s attention; the same weights for every pattern (seed 0)."""
+    """The benchmark's encoder with `pattern`'s attention; the same weights for every pattern (seed 0); HF's
+    ModernBERT and BigBird of the same size for the hf- patterns."""
     import torch
+
+    if pattern.startswith("hf-"):
+        return _hf_reference(pattern, args)
 
     from kolong.models import KolongConfig, KolongModel
 
@@ -104,6 +116,34 @@ def build_model(pattern: str, args: LongAttentionBenchArguments):
         )
         enable({"use_reentrant": False})
     return model
+
+
+def _hf_reference(pattern: str, args: LongAttentionBenchArguments):
+    """HF's long-context encoders a Korean team would pick instead (mmBERT / ModernBERT, KoBigBird), at the
+    benchmark's size, random weights (speed and memory do not depend on them), no dropout."""
+    import torch
+    from transformers import BigBirdConfig, BigBirdModel, ModernBertConfig, ModernBertModel
+
+    from kolong.extension.block_sparse import keep_block_sparse
+
+    torch.manual_seed(0)
+    size = dict(vocab_size=8000, hidden_size=args.hidden_size, num_hidden_layers=args.num_hidden_layers,
+                num_attention_heads=args.num_attention_heads, intermediate_size=args.intermediate_size)  # fmt: skip
+    if pattern == "hf-modernbert":
+        config = ModernBertConfig(**size, max_position_embeddings=max(args.lengths), local_attention=2 * args.window,
+                                  global_attn_every_n_layers=3, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                                  cls_token_id=1, sep_token_id=2)  # fmt: skip
+        model = ModernBertModel(config)
+    else:
+        block = 64
+        config = BigBirdConfig(**size, max_position_embeddings=-(-max(args.lengths) // block) * block, block_size=block,
+                               num_random_blocks=3, attention_type="block_sparse", hidden_dropout_prob=0.0,
+                               attention_probs_dropout_prob=0.0)  # fmt: skip
+        model = BigBirdModel(config, add_pooling_layer=False)
+        keep_block_sparse(model)  # one short input must not leave the longer ones on full attention
+    if args.gradient_checkpointing:
+        model.gradient_checkpointing_enable({"use_reentrant": False})
+    return model.to(args.device)
 
 
 def sliding_windows(ids, length: int, overlap: int):
@@ -131,7 +171,9 @@ def make_step(model, pattern: str, args: LongAttentionBenchArguments, length: in
         global_mask = torch.zeros_like(ids)
         global_mask[:, : args.global_tokens] = 1
         global_mask = global_mask.to(args.device)
-    inputs = {"input_ids": ids.to(args.device), "global_attention_mask": global_mask}
+    inputs = {"input_ids": ids.to(args.device)}
+    if not pattern.startswith("hf-"):
+        inputs["global_attention_mask"] = global_mask
     return encoder_step(model, inputs, training, args.device, args.dtype)
 
 
