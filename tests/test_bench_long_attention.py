@@ -226,3 +226,30 @@ def test_checkpointing_recomputes_full_attention_with_the_same_gradients():
         grads.append([p.grad for p in model.parameters() if p.grad is not None])
     for plain, recomputed in zip(*grads, strict=True):
         torch.testing.assert_close(recomputed, plain)
+
+
+def test_hf_modernbert_and_bigbird_are_measured_beside_kolongs_patterns(tmp_path):
+    result = CliRunner().invoke(app, [
+        "bench", "long-attention", "--lengths", "128", "--patterns", "full,hf-modernbert,hf-bigbird", "--window", "8",
+        "--hidden-size", "32", "--layers", "3", "--heads", "2", "--intermediate-size", "64", "--repeats", "1",
+        "--no-memory", "--output-dir", str(tmp_path),
+    ])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    data = json.loads((tmp_path / "long-attention.json").read_text())
+    assert set(data["seconds"]["training"]) == {"full", "hf-modernbert", "hf-bigbird"}
+    text = (tmp_path / "long-attention.md").read_text()
+    assert "HF `ModernBertModel` of the same size" in text and "HF `BigBirdModel` of the same size" in text
+
+
+def test_the_hf_references_have_the_benchmarks_size():
+    from kolong.bench.arguments import LongAttentionBenchArguments
+    from kolong.bench.long_attention import build_model
+
+    args = LongAttentionBenchArguments(lengths=[1000], window=8, hidden_size=32, num_hidden_layers=3,
+                                       num_attention_heads=2, intermediate_size=64)  # fmt: skip
+    modernbert, bigbird = build_model("hf-modernbert", args), build_model("hf-bigbird", args)
+    assert (
+        modernbert.config.local_attention == 16 and modernbert.config.layer_types.count("full_attention") == 1
+    )
+    assert bigbird.config.max_position_embeddings == 1024 and bigbird.config.attention_type == "block_sparse"
+    assert hasattr(bigbird, "_kolong_keeps_block_sparse")
