@@ -223,7 +223,7 @@ def test_rope_yarn_matches_transformers_yarn_and_scales_by_its_temperature():
         (dict(position_encoding="shaw", position_kwargs={"max_distance": 0}), "max_distance"),
         (dict(position_encoding="shaw", position_kwargs={"k": 3}), "'k'"),
         (dict(position_encoding="t5", position_kwargs={"num_buckets": 7}), "num_buckets"),
-        (dict(position_encoding="rope", position_kwargs={"scaling": "yarn"}), "scaling"),
+        (dict(position_encoding="rope", position_kwargs={"scaling": "dynamic"}), "scaling"),
         (dict(position_encoding="learned", position_kwargs={"init_std": -1}), "init_std"),
         (dict(position_encoding="rope", position_kwargs={"base": float("nan")}), "'base'.*finite number > 1"),
         (
