@@ -253,3 +253,13 @@ def test_the_hf_references_have_the_benchmarks_size():
     )
     assert bigbird.config.max_position_embeddings == 1024 and bigbird.config.attention_type == "block_sparse"
     assert hasattr(bigbird, "_kolong_keeps_block_sparse")
+
+
+def test_the_named_shapes_are_the_checkpoints_shapes():
+    from kolong.bench.long_attention import SHAPES
+
+    assert SHAPES["base"] == {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
+                              "intermediate_size": 3072}  # fmt: skip
+    assert SHAPES["minilm"]["num_hidden_layers"] == 6 and SHAPES["minilm"]["hidden_size"] == 384
+    assert SHAPES["mmbert-base"]["num_hidden_layers"] == 22 and SHAPES["mmbert-small"]["hidden_size"] == 384
+    assert all(s["hidden_size"] % s["num_attention_heads"] == 0 for s in SHAPES.values())

@@ -269,7 +269,8 @@ class LongAttentionBenchArguments(ResumableBenchArguments):
     num_attention_heads: int = option(4, "Attention heads.", "--heads")
     intermediate_size: int = option(1024, "FFN width.")
     shapes: list[str] = option([], "Named model shapes measured one after another, in place of the four options "
-                               "above: minilm (6 layers x 384, all-MiniLM-L6-v2's), base (12 x 768, BERT-base's).",
+                               "above: minilm (6 layers x 384, all-MiniLM-L6-v2's), base (12 x 768, BERT-base's), "
+                               "mmbert-small (22 x 384), mmbert-base (22 x 768).",
                                kind="list")  # fmt: skip
     modes: list[str] = option(["inference", "training"], "inference (forward) and/or training (forward + "
                               "backward).", kind="list")  # fmt: skip

@@ -77,6 +77,19 @@ SHAPES = {  # named model shapes (--shapes): the encoders a Korean team fine-tun
         "num_attention_heads": 12,
         "intermediate_size": 3072,
     },
+    # mmBERT's (ModernBERT's layout): 22 layers, a narrow GeGLU FFN
+    "mmbert-small": {
+        "hidden_size": 384,
+        "num_hidden_layers": 22,
+        "num_attention_heads": 6,
+        "intermediate_size": 1152,
+    },
+    "mmbert-base": {
+        "hidden_size": 768,
+        "num_hidden_layers": 22,
+        "num_attention_heads": 12,
+        "intermediate_size": 1152,
+    },
 }
 
 
