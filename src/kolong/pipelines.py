@@ -101,7 +101,10 @@ class LongDocumentQAPipeline(Pipeline):
             examples.append(
                 QAExample(id=str(index), question=pair["question"], context=pair["context"], answers=[])
             )
-        length, stride = _windows(self.model, self.tokenizer, max_seq_len, doc_stride)
+        # the fine-tuning's windows unless asked otherwise
+        length, stride = prediction_windows(
+            self.model, self.tokenizer, max_seq_len, doc_stride, "the pipeline's model"
+        )
         features = build_features(self.tokenizer, examples, length, "sliding-window", stride, padding=False)
         return {"examples": examples, "features": features, "max_length": length}
 
@@ -158,11 +161,6 @@ class LongDocumentQAPipeline(Pipeline):
         # Pipeline.forward moves tensors to the device; our inputs are python lists, placed batch by batch.
         with torch.inference_mode():
             return self._forward(model_inputs, **forward_params)
-
-
-def _windows(model, tokenizer, max_seq_len: int | None, doc_stride: int | None) -> tuple[int, int]:
-    """The fine-tuning's windows unless asked otherwise (`kolong.data.qa_features.prediction_windows`)."""
-    return prediction_windows(model, tokenizer, max_seq_len, doc_stride, "the pipeline's model")
 
 
 def _refuse_an_untrained_head(model) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 from kolong.data.shared import HELP as SHARED_HELP
 from kolong.training.options import CheckedArguments, attention_options, check_windows, option
 
-KORQUAD_DEV = "the shared KorQuAD 1.0 dev set"  # kolong.data.shared.korquad_dev()
+KORQUAD_DEFAULT = "the shared KorQuAD 1.0 dev set"  # what the help says of kolong.data.shared.korquad_dev()
 
 
 def known_schemes(flag: str, names: list[str]) -> None:
@@ -53,7 +53,7 @@ class StartupBenchArguments(BenchArguments):
     """Time `kolong --help`, subcommand help pages and `kolong evaluate qa` as fresh processes."""
 
     data: str | None = option(
-        None, f"SQuAD/KorQuAD JSON (default: {KORQUAD_DEV}); its first --questions questions are scored."
+        None, f"SQuAD/KorQuAD JSON (default: {KORQUAD_DEFAULT}); its first --questions questions are scored."
     )
     questions: int = option(800, "Questions scored by `evaluate qa`.")
     rounds: int = option(7, "Interleaved rounds (the median is reported).")
@@ -70,7 +70,9 @@ class QABenchArguments(BenchArguments):
     doc_stride: int = option(128, "Window overlap in tokens.")
     questions: int = option(400, "Article-level KorQuAD questions to use.")
     repeats: int = option(3, "Timed rounds (the median is reported).")
-    data: str | None = option(None, f"KorQuAD JSON (default: {KORQUAD_DEV}; a built-in sample when absent).")
+    data: str | None = option(
+        None, f"KorQuAD JSON (default: {KORQUAD_DEFAULT}; a built-in sample when absent)."
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -205,7 +207,7 @@ class GBSTBenchArguments(BenchArguments):
         None, 'torch thread counts to measure, e.g. "1,2" (default: torch\'s). On a shared CPU one thread avoids '
         "the stalls of threads waiting for each other while another process holds a core.", kind="ints",
     )  # fmt: skip
-    data: str | None = option(None, f"KorQuAD-style JSON (default: {KORQUAD_DEV}, or the built-in Korean "
+    data: str | None = option(None, f"KorQuAD-style JSON (default: {KORQUAD_DEFAULT}, or the built-in Korean "
                               "text where it is absent); builtin: the built-in text.")  # fmt: skip
     device: str = option("auto", "auto | cpu | cuda.", choices=("auto", "cpu", "cuda"))
     dtype: str = option(

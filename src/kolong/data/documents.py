@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kolong.data.sources import reads_as_korean_legacy
 from kolong.errors import CorpusError
 
 ON_BAD_LINE = ("error", "skip")
@@ -33,14 +34,6 @@ class CorpusReport:
 
     def describe_bad_lines(self, limit: int = 5) -> list[str]:
         return [f"{path}:{line}: {reason}" for path, line, reason in self.bad_lines[:limit]]
-
-
-def _reads_as_korean_legacy(line: bytes) -> bool:
-    """Whether bytes that are not UTF-8 read as Hangul in CP949 (a superset of EUC-KR), Windows' Korean."""
-    try:
-        return any("\uac00" <= char <= "\ud7a3" for char in line.decode("cp949"))
-    except UnicodeDecodeError:
-        return False
 
 
 class Corpus:
@@ -137,7 +130,7 @@ class Corpus:
                     try:
                         text = line.decode("utf-8")
                     except UnicodeDecodeError as error:
-                        legacy = _reads_as_korean_legacy(line)
+                        legacy = reads_as_korean_legacy(line)
                         self.report.korean_legacy_lines += legacy
                         self._bad(
                             path, number, f"not valid UTF-8 (byte {error.start}: {error.reason})", legacy

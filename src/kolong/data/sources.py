@@ -79,13 +79,18 @@ def utf8_text(path: str | Path) -> str:
         ) from None
 
 
-def _korean_hint(data: bytes, path) -> str:
-    """How to convert a file in Windows' Korean encoding (CP949, a superset of EUC-KR), when it reads as one."""
+def reads_as_korean_legacy(data: bytes) -> bool:
+    """Whether bytes that are not UTF-8 read as Hangul in CP949 (a superset of EUC-KR), Windows' Korean; without
+    a Hangul syllable they are some other encoding."""
     try:
-        text = data.decode("cp949")
+        return any("\uac00" <= char <= "\ud7a3" for char in data.decode("cp949"))
     except UnicodeDecodeError:
-        return ""
-    if not any("\uac00" <= char <= "\ud7a3" for char in text):  # no Hangul syllable: some other encoding
+        return False
+
+
+def _korean_hint(data: bytes, path) -> str:
+    """How to convert a file in Windows' Korean encoding, when it reads as one."""
+    if not reads_as_korean_legacy(data):
         return ""
     return f"; it reads as CP949 / EUC-KR Korean: convert it with `iconv -f cp949 -t utf-8 {path} > {Path(path).stem}.utf8{Path(path).suffix}`"
 

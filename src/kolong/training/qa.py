@@ -284,8 +284,6 @@ def _predict(args: QAPredictArguments, report: Callable[[str], None]) -> tuple[d
         args.model, AutoModelForQuestionAnswering, all_weights="fine-tune it first with `kolong finetune qa`"
     ).eval()
     max_length, stride = prediction_windows(model, tokenizer, args.max_length, args.doc_stride, args.model)
-    if args.strategy == "sliding-window":
-        check_stride(max_length, stride)
     features = windows(tokenizer, dataset.examples, args, max_length, "prediction", report, stride)
     start_logits, end_logits = predict_logits(model, features, args.batch_size, args.compile, tokenizer)
     predictions, nbest = decode_answers(
