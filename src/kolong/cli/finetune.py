@@ -48,7 +48,7 @@ def finetune_cls(args: ClassificationArguments) -> None:
     shown = {k: v for k, v in metrics.items() if k in ("accuracy", "macro_f1", "pearson", "spearman", "loss")}
     console.print(f"[green]fine-tuned[/] {metrics['data']} ({metrics['train_examples']} train / "
                   f"{metrics['eval_examples']} eval) -> {args.output_dir}: "
-                  + ", ".join(f"{k} {v:.4f}" for k, v in shown.items()))  # fmt: skip
+                  + ", ".join(f"{k} {v:.4f}" if k == "loss" else f"{k} {v:.2f}" for k, v in shown.items()))  # fmt: skip
 
 
 @app.command("ner", cls=SectionedHelp)
