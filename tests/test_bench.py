@@ -29,14 +29,14 @@ def test_qa_benchmark_agrees_with_the_reference(tmp_path):
 
 
 def test_pretrain_benchmark_measures_the_three_pipelines_and_the_padding(tmp_path):
-    from kolong.bench.pretrain import PIPELINES, PretrainBenchmark, run_pretrain_benchmark
+    from kolong.bench.pretrain import DENSE, PIPELINES, PretrainBenchmark, run_pretrain_benchmark
     from kolong.bench.pretrain import to_markdown as pretrain_markdown
 
     result = run_pretrain_benchmark(lengths=[32, 64], positions=["learned", "shaw"], tokens_per_step=256, steps=4,
                                     rounds=1, hidden_size=64, layers=1, device="cpu", on_step=lambda m: None)  # fmt: skip
     cells = {(c["position"], c["length"]): c for c in result["cells"]}
     assert set(cells) == {("learned", 32), ("learned", 64), ("shaw", 32), ("shaw", 64)}
-    assert set(cells["learned", 32]["tokens_per_second"]) == set(PIPELINES)
+    assert set(cells["learned", 32]["tokens_per_second"]) == set(PIPELINES) - {DENSE}  # no --dense-head
     assert (
         "HF BertForMaskedLM" not in cells["shaw", 64]["tokens_per_second"]
         and cells["shaw", 64]["versus_hf"] > 0
@@ -70,6 +70,52 @@ def test_pretrain_benchmark_measures_the_three_pipelines_and_the_padding(tmp_pat
     assert json_path.name == "pretrain.json"
 
 
+def test_bench_pretrain_dense_head_times_kolong_with_every_position_scored(monkeypatch):
+    """--dense-head: kolong's pipeline once more with `sparse_prediction` off, in the same rounds, on corpora
+    tokenised by a WordPiece trained for --vocab-size; the ratio and each side's FLOPs are reported."""
+    from transformers import PreTrainedModel
+
+    from kolong.bench.pretrain import DENSE, run_pretrain_benchmark, to_markdown
+
+    seen = []
+    post_init = PreTrainedModel.post_init
+
+    def recording(self):
+        if type(self).__name__ == "KolongForMaskedLM":
+            seen.append(self.config.sparse_prediction)
+        return post_init(self)
+
+    monkeypatch.setattr(PreTrainedModel, "post_init", recording)
+    result = run_pretrain_benchmark(lengths=[32], positions=["learned"], tokens_per_step=128, steps=4, rounds=1,
+                                    hidden_size=32, layers=1, device="cpu", dense_head=True, vocab_size=400,
+                                    morph="none", on_step=lambda m: None)  # fmt: skip
+    assert True in seen and False in seen
+    cell = result["cells"][0]
+    rates = cell["tokens_per_second"]
+    assert rates[DENSE] > 0 and cell["sparse_versus_dense"] == rates["kolong pretrain mlm"] / rates[DENSE]
+    flops = cell["flops_per_step"]
+    assert (
+        flops["kolong pretrain mlm"] < flops[DENSE] < flops["HF BertForMaskedLM"]
+    )  # dense head, inside documents
+    settings = result["settings"]
+    assert 100 < settings["vocab_size"] <= 400 and settings["trained_wordpiece_morphemes"] == "none"
+    text = to_markdown(result)
+    assert (
+        "| dense head tok/s | sparse / dense head |" in text and f"{cell['sparse_versus_dense']:.2f}x" in text
+    )
+    assert "MFU raw / kolong / dense head / HF" in text and "WordPiece trained on the documents, none" in text
+
+
+def test_bench_pretrain_vocab_size_and_tokenizer_exclude_each_other():
+    from kolong.bench.arguments import PretrainBenchArguments
+    from kolong.errors import ConfigError
+
+    with pytest.raises(
+        ConfigError, match="--vocab-size trains the corpora's tokenizer and --tokenizer names one"
+    ):
+        PretrainBenchArguments(vocab_size=32000, tokenizer="tok")
+
+
 def test_pretrain_flops_credit_each_side_for_its_own_math():
     """The one count by hand for the base preset's size: 6 N per token, the head on what each side scores,
     12 L d per allowed pair (kolong's inside documents, HF's over whole rows)."""
@@ -82,6 +128,10 @@ def test_pretrain_flops_credit_each_side_for_its_own_math():
     weights, head = 12 * 12 * 768**2, 768**2 + 768 * 32_000
     assert flops["kolong pretrain mlm"] == 6 * weights * 2048 + 6 * head * 300 + 12 * 12 * 768 * 50_000
     assert flops["HF BertForMaskedLM"] == 6 * weights * 2048 + 6 * head * 2048 + 12 * 12 * 768 * 2048**2
+    assert (
+        flops["kolong pretrain mlm, dense head"]
+        == 6 * weights * 2048 + 6 * head * 2048 + 12 * 12 * 768 * 50_000
+    )
     assert pipeline_flops(args, 32_000, None) is None  # a run that counted nothing claims no MFU
 
 
@@ -116,13 +166,13 @@ def test_a_step_trace_says_nothing_while_it_traces():
 
 def test_bench_pretrain_profile_traces_one_untimed_run_of_each_pipeline():
     """--profile: one more run of each pipeline, traced and untimed, says where a step's time goes."""
-    from kolong.bench.pretrain import PIPELINES, run_pretrain_benchmark
+    from kolong.bench.pretrain import DENSE, PIPELINES, run_pretrain_benchmark
     from kolong.bench.pretrain import to_markdown as pretrain_markdown
 
     result = run_pretrain_benchmark(lengths=[32], positions=["learned"], tokens_per_step=128, steps=4, rounds=1,
                                     hidden_size=32, layers=1, device="cpu", profile=True, on_step=lambda m: None)  # fmt: skip
     traces = {t["pipeline"]: t for t in result["traces"]}
-    assert set(traces) == set(PIPELINES)
+    assert set(traces) == set(PIPELINES) - {DENSE}
     for trace in traces.values():
         assert trace["steps"] == 3 and trace["ms_per_step"] > 0  # the 3 steps after the warm-up step
         assert trace["device_busy"] is None and trace["syncs_per_step"] is None  # CPU: no device to wait for

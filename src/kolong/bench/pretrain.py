@@ -113,15 +113,27 @@ class PretrainBenchmark(Benchmark):
             text = self._root / "documents.txt"
             if not text.is_file():
                 text.write_text("\n".join(d.replace("\n", " ") for d in self._texts), encoding="utf-8")
-            tokenizer = args.tokenizer or str(
-                build_tiny_bert_checkpoint(
-                    self._root / "tokenizer", max_position_embeddings=max(args.lengths)
+            if args.vocab_size:
+                tokenizer = str(self._trained_tokenizer(args))
+            else:
+                tokenizer = args.tokenizer or str(
+                    build_tiny_bert_checkpoint(
+                        self._root / "tokenizer", max_position_embeddings=max(args.lengths)
+                    )
                 )
-            )
             self._tokenizer = tokenizer
             self._corpora[length] = self._root / f"corpus-{length}"
             build_corpus([str(text)], tokenizer, self._corpora[length], max_length=length, held_out=0.0)
         return self._corpora[length]
+
+    def _trained_tokenizer(self, args: PretrainBenchArguments) -> Path:
+        """A WordPiece of `args.vocab_size` entries trained on the bench's documents with `args.morph`."""
+        from kolong.tokenizers.training import save_tokenizer, train_tokenizer
+
+        target = self._root / f"wordpiece-{args.vocab_size}"
+        if not (target / "tokenizer_config.json").is_file():
+            save_tokenizer(train_tokenizer(self._texts, args.morph, args.vocab_size), target)
+        return target
 
     def start(self, args: PretrainBenchArguments) -> None:
         """The scratch folder and the documents every case builds its corpus from (once per run)."""
@@ -131,8 +143,9 @@ class PretrainBenchmark(Benchmark):
             self._texts = _documents(args, self._root)
             self.padding = None
 
-    def run_arguments(self, args: PretrainBenchArguments, size: dict, device: str):
-        """`PretrainArguments` of one run of a case: the tiny preset at the bench's size, on its corpus."""
+    def run_arguments(self, args: PretrainBenchArguments, size: dict, device: str, dense_head: bool = False):
+        """`PretrainArguments` of one run of a case: the tiny preset at the bench's size, on its corpus (with
+        `dense_head`, every position through the vocabulary projection)."""
         from kolong.training.pretrain import PretrainArguments
 
         length = size["length"]
@@ -145,7 +158,8 @@ class PretrainBenchmark(Benchmark):
             overrides={"hidden_size": args.hidden_size, "num_hidden_layers": args.layers,
                        "num_attention_heads": max(1, args.hidden_size // 64),
                        "intermediate_size": 4 * args.hidden_size, "max_position_embeddings": max(512, length),
-                       "attention_probs_dropout_prob": args.attention_dropout},
+                       "attention_probs_dropout_prob": args.attention_dropout,
+                       **({"sparse_prediction": False} if dense_head else {})},
             extra={"use_cpu": device == "cpu", "save_strategy": "no"}, attention_options=list(args.attention_options),
         )  # fmt: skip
 
@@ -159,21 +173,21 @@ class PretrainBenchmark(Benchmark):
         batch = max(1, args.tokens_per_step // length)
         warmup = max(1, args.steps // 4)
 
-        def arguments():
-            return self.run_arguments(args, size, device)
+        def arguments(dense_head: bool = False):
+            return self.run_arguments(args, size, device, dense_head)
 
         traces: dict[str, dict] = {}  # a fact of the case, filled by the traced calls
 
-        def traced(name: str, pipeline):
+        def traced(name: str, pipeline, dense_head: bool = False):
             """Timed calls of `pipeline`; with --profile, its first call (the untimed warm-up) is traced."""
             pending = [profile]
 
             def call() -> Measured:
                 if not pending[0]:
-                    return pipeline(arguments(), device, warmup)
+                    return pipeline(arguments(dense_head), device, warmup)
                 pending[0] = False
                 trace = StepTrace(device)
-                pipeline(arguments(), device, warmup, trace)
+                pipeline(arguments(dense_head), device, warmup, trace)
                 traces[name] = trace.summary
                 return Measured(0.0)
 
@@ -181,6 +195,8 @@ class PretrainBenchmark(Benchmark):
 
         steps = {"raw step": traced("raw step", raw_step),
                  "kolong pretrain mlm": traced("kolong pretrain mlm", kolong_pipeline)}  # fmt: skip
+        if args.dense_head:
+            steps[DENSE] = traced(DENSE, kolong_pipeline, dense_head=True)
         references = {}
         if size["position"] == args.positions[0]:  # one HF run per length: it has learned positions only
             references["HF BertForMaskedLM"] = traced("HF BertForMaskedLM", hf_pipeline)
@@ -219,14 +235,18 @@ class PretrainBenchmark(Benchmark):
         hf = {c["length"]: c["tokens_per_second"]["HF BertForMaskedLM"] for c in cells
               if "HF BertForMaskedLM" in c["tokens_per_second"]}  # fmt: skip
         for cell in cells:
+            rates = cell["tokens_per_second"]
             if cell["length"] in hf:
-                cell["versus_hf"] = cell["tokens_per_second"]["kolong pretrain mlm"] / hf[cell["length"]]
+                cell["versus_hf"] = rates["kolong pretrain mlm"] / hf[cell["length"]]
+            if DENSE in rates:
+                cell["sparse_versus_dense"] = rates["kolong pretrain mlm"] / rates[DENSE]
         traces = [{"position": row["position"], "length": row["length"], "pipeline": name, **summary}
                   for row in rows for name, summary in row.get("traces", {}).items()]  # fmt: skip
         return {"settings": {**{k: getattr(args, k) for k in ("tokens_per_step", "steps", "rounds", "hidden_size",
                                                                "layers", "attention_dropout", "compile", "text",
-                                                               "tokenizer")},
+                                                               "tokenizer", "dense_head")},
                              "vocab_size": rows[0]["vocab"] if rows else None,
+                             "trained_wordpiece_morphemes": args.morph if args.vocab_size else None,
                              "attention_options": AttentionOptions.parse(args.attention_options).changed()},
                 "device": rows[0]["device"] if rows else None, "cells": cells, "padding": self.padding,
                 "traces": traces}  # fmt: skip
@@ -402,14 +422,16 @@ def pipeline_flops(args: PretrainBenchArguments, vocab: int, counts: dict | None
     model = FlopCount.encoder(args.hidden_size, args.layers, 4 * args.hidden_size, vocab)
     kolong = model.training(counts["tokens"], counts["document_pairs"], counts["labelled"])
     hf = model.training(counts["tokens"], counts["row_pairs"], counts["tokens"])
-    return {"raw step": kolong, "kolong pretrain mlm": kolong, "HF BertForMaskedLM": hf}
+    dense = model.training(counts["tokens"], counts["document_pairs"], counts["tokens"])
+    return {"raw step": kolong, "kolong pretrain mlm": kolong, DENSE: dense, "HF BertForMaskedLM": hf}
 
 
 def run_pretrain_benchmark(on_step=None, **options) -> dict:
     return run(PretrainBenchmark(), PretrainBenchArguments(**options), on_step)
 
 
-PIPELINES = ("raw step", "kolong pretrain mlm", "HF BertForMaskedLM")
+DENSE = "kolong pretrain mlm, dense head"
+PIPELINES = ("raw step", "kolong pretrain mlm", DENSE, "HF BertForMaskedLM")
 
 
 def padding_report(
@@ -449,17 +471,21 @@ def device_busy(result: dict, cell: dict) -> dict[str, float]:
             if (t["position"], t["length"]) == (cell["position"], cell["length"]) and t.get("device_busy") is not None}  # fmt: skip
 
 
-def _each(values: dict | None, fmt: str) -> str:
+def _each(values: dict | None, fmt: str, names) -> str:
     if not values:
         return "—"
-    return " / ".join(
-        format(values[name], fmt) if values.get(name) is not None else "—" for name in PIPELINES
-    )
+    return " / ".join(format(values[name], fmt) if values.get(name) is not None else "—" for name in names)
 
 
 def to_markdown(result: dict) -> str:
     s, device = result["settings"], result["device"]
     vocab = f"vocabulary {s['vocab_size']:,}" if s.get("vocab_size") else "vocabulary not recorded"
+    if s.get("trained_wordpiece_morphemes"):
+        vocab += f" (a WordPiece trained on the documents, {s['trained_wordpiece_morphemes']} morphemes)"
+    dense = any(DENSE in c["tokens_per_second"] for c in result["cells"])
+    names = [name for name in PIPELINES if dense or name != DENSE]
+    short = " / ".join({"raw step": "raw", "kolong pretrain mlm": "kolong", DENSE: "dense head",
+                        "HF BertForMaskedLM": "HF"}[name] for name in names)  # fmt: skip
     lines = [
         "# kolong bench pretrain: pipeline overhead, MFU and the HF baseline",
         "",
@@ -469,17 +495,23 @@ def to_markdown(result: dict) -> str:
         f"attention options: {s.get('attention_options') or 'the defaults'}.",
         "",
         "| position | length | batch | raw step tok/s | kolong pretrain mlm tok/s | pipeline overhead | HF BertForMaskedLM tok/s "
-        "| kolong / HF | MFU raw / kolong / HF | device busy raw / kolong / HF |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| kolong / HF | " + ("dense head tok/s | sparse / dense head | " if dense else "")
+        + f"MFU {short} | device busy {short} |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if dense else "") + "---:|---:|",
     ]  # fmt: skip
     for c in result["cells"]:
         rates = c["tokens_per_second"]
         hf = rates.get("HF BertForMaskedLM")
         versus = f"{c['versus_hf']:.2f}x" if "versus_hf" in c else "—"
+        dense_cells = ""
+        if dense:
+            ratio = f"{c['sparse_versus_dense']:.2f}x" if "sparse_versus_dense" in c else "—"
+            dense_cells = f"{format(rates[DENSE], ',.0f') if DENSE in rates else '—'} | {ratio} | "
         lines.append(
             f"| {c['position']} | {c['length']} | {c['batch']} | {rates['raw step']:,.0f} | "
             f"{rates['kolong pretrain mlm']:,.0f} | {c['overhead']:.1%} | {format(hf, ',.0f') if hf else '—'} | "
-            f"{versus} | {_each(c.get('mfu'), '.1%')} | {_each(device_busy(result, c), '.0%')} |"
+            f"{versus} | {dense_cells}{_each(c.get('mfu'), '.1%', names)} | "
+            f"{_each(device_busy(result, c), '.0%', names)} |"
         )
     counted = [c for c in result["cells"] if c.get("step_counts")]
     if counted:
@@ -504,8 +536,13 @@ def to_markdown(result: dict) -> str:
     if compiled:
         lines += ["", "**Graphs were compiled during timed steps** (their time is in the median): "
                   f"{', '.join(compiled)}. A batch of a new shape or layout recompiled the model."]  # fmt: skip
-    lines += ["", "Goals: pipeline overhead < 10% at every length; on GPU, kolong >= 1.5x the HF baseline at 512 and "
-              "MFU >= 40% for the base preset at 2048.", ""]  # fmt: skip
+    if dense:
+        lines += ["", "Dense head: kolong's pipeline with `sparse_prediction` off, every position through the "
+                  "vocabulary projection and the loss (as HF's head); sparse / dense head: the tokens/s the sparse "
+                  "head gains from scoring the labelled positions alone."]  # fmt: skip
+    lines += ["", "Goals: pipeline overhead < 10% at every length; on GPU, kolong >= 1.5x the HF baseline at 512, "
+              "MFU >= 40% for the base preset at 2048, and the sparse head >= 1.2x the dense one at a 32k "
+              "vocabulary.", ""]  # fmt: skip
     if result.get("traces"):
         lines += ["## Where the time goes (one more, untimed run of each pipeline, traced by torch.profiler)", "",
                   "| position, length, pipeline | ms per step (traced) | device busy | host reads per step | "

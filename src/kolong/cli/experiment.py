@@ -24,7 +24,10 @@ app = typer.Typer(
 @app.command("length")
 def length(
     output: Path = typer.Option(
-        Path("runs/length"), "--output-dir", "-o", help="Where models and results go."
+        Path("runs/length"),
+        "--output-dir",
+        "-o",
+        help="Where the split, the models in training and the report go.",
     ),
     model: str = typer.Option(
         None, "--model", help="Base checkpoint with 512 learned positions (default: bundled MiniLM)."
@@ -36,8 +39,8 @@ def length(
         ",".join(
             ("512-truncate", "512-sliding", "1024-interpolate", "1024-copy", "2048-interpolate", "2048-copy")
         ),
-        help="Comma-separated LENGTH-KIND list; KIND: truncate, sliding, interpolate, copy, sparse (copy + "
-        "local:W+global attention, W = --sparse-window).",
+        help="Readers, a comma-separated LENGTH-KIND list; KIND: truncate, sliding, interpolate, copy, sparse "
+        "(copy + local:W+global attention, W = --sparse-window).",
     ),
     sparse_window: int = typer.Option(
         256, "--sparse-window", min=1, help="Local window (tokens each side) of N-sparse."
@@ -54,55 +57,104 @@ def length(
         min=0,
         help="Drop articles longer than this (0: keep all); bounds CPU cost.",
     ),
-    epochs: float = typer.Option(1.0, callback=positive, help="Fine-tuning epochs per variant."),
+    steps: int = typer.Option(
+        0, "--steps", min=0, help="Optimiser steps for every reader (0: --epochs of the reference's windows)."
+    ),
+    epochs: float = typer.Option(
+        1.0,
+        callback=positive,
+        help="Without --steps: every reader gets the steps of this many epochs of the "
+        "reference reader's training windows.",
+    ),
     learning_rate: float = typer.Option(5e-5, "--learning-rate", "--lr", callback=positive),
     batch_size: int = typer.Option(
-        8, "--batch-size", min=1, help="Effective batch size (accumulated for long windows)."
+        8, "--batch-size", min=1, help="Effective batch size in windows (accumulated for long windows)."
     ),
     windows_per_step: int = typer.Option(
-        8, "--windows-per-step", min=1, help="Windows of 512 tokens per forward pass."
+        8, "--windows-per-step", min=1, help="Windows of 512 tokens per forward pass (memory only)."
     ),
-    seed: int = typer.Option(42, min=0, max=2**32 - 1),
+    seed: int = typer.Option(
+        42,
+        min=0,
+        max=2**32 - 1,
+        help="Seed of the article split and question samples (and of fine-tuning without --seeds).",
+    ),
+    seeds: str = typer.Option(
+        "",
+        "--seeds",
+        help="Fine-tuning seeds, comma-separated (e.g. 42,43,44): every reader once per seed, "
+        "scored on the mean over seeds.",
+    ),
+    results_dir: Path = typer.Option(
+        None,
+        "--results-dir",
+        help="Where each finished reader and seed writes its small result file "
+        "(default: OUTPUT/results); a rerun runs only the missing ones.",
+    ),
+    keep_models: bool = typer.Option(
+        False, "--keep-models", help="Keep the fine-tuned models (OUTPUT/READER/seed-S/model)."
+    ),
     reference: str = typer.Option(
         None,
         "--reference",
-        help="Variant every other is compared with, question by question (paired bootstrap; default: "
-        "the shortest N-sliding, e.g. 512-sliding, else the first variant).",
+        help="Reader every other is compared with, question by question (paired bootstrap; default: "
+        "the shortest N-sliding, e.g. 512-sliding, else the first).",
     ),
     overwrite: bool = typer.Option(
-        False, "--overwrite", help="Redo finished variants instead of skipping them."
+        False, "--overwrite", help="Redo finished readers instead of reading their result files."
     ),
     max_minutes: float = MAX_MINUTES,
 ) -> None:
-    """512-truncate vs 512-sliding vs extended 1024/2048 (interpolate, copy) on article-level KorQuAD."""
+    """512-truncate vs 512-sliding vs extended readers (interpolate, copy, sparse) on article-level KorQuAD:
+    equal optimiser steps, one or more seeds, F1 by answer position, paired verdicts."""
     from kolong.experiments.length import LengthExperimentArguments, run_length_experiment
 
-    arguments = LengthExperimentArguments(
-        output_dir=str(output),
-        model=model,
-        data=str(data) if data else None,
-        variants=tuple(v.strip() for v in variants.split(",") if v.strip()),
-        train_questions=train_questions,
-        eval_questions=eval_questions,
-        max_document_tokens=max_document_tokens,
-        epochs=epochs,
-        learning_rate=learning_rate,
-        batch_size=batch_size,
-        windows_per_step_at_512=windows_per_step,
-        sparse_window=sparse_window,
-        seed=seed,
-        reference=reference,
-        overwrite=overwrite,
-        max_minutes=max_minutes,
-    )
+    with user_errors():
+        arguments = LengthExperimentArguments(
+            output_dir=str(output),
+            model=model,
+            data=str(data) if data else None,
+            variants=tuple(v.strip() for v in variants.split(",") if v.strip()),
+            train_questions=train_questions,
+            eval_questions=eval_questions,
+            max_document_tokens=max_document_tokens,
+            steps=steps,
+            epochs=epochs,
+            learning_rate=learning_rate,
+            batch_size=batch_size,
+            windows_per_step_at_512=windows_per_step,
+            sparse_window=sparse_window,
+            seed=seed,
+            seeds=_seeds(seeds),
+            results_dir=str(results_dir) if results_dir else None,
+            keep_models=keep_models,
+            reference=reference,
+            overwrite=overwrite,
+            max_minutes=max_minutes,
+        )
     with user_errors(), console.status("starting") as status:
         outcome = run_length_experiment(arguments, on_step=_printed(status))
     if not outcome["finished"]:
         return  # the study said where it stopped (--max-minutes) and how to resume
     console.print((output / "results.md").read_text(encoding="utf-8"))
     console.print(
-        f"[green]wrote[/] {output / 'results.json'}, {output / 'results.md'}, {output / 'f1_by_length.png'}"
+        f"[green]wrote[/] {output / 'results.json'}, {output / 'results.md'}, "
+        f"{output / 'f1_by_answer_position.png'}"
     )
+
+
+def _seeds(text: str) -> tuple[int, ...]:
+    """--seeds 42,43,44 as whole numbers, each once; a bad one named."""
+    from kolong.errors import DataError
+
+    seeds = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        if not part.isdigit() or int(part) >= 2**32:
+            raise DataError(f"--seeds: {part!r} is not a seed (a whole number from 0 to 2**32 - 1)")
+        if int(part) in seeds:
+            raise DataError(f"--seeds: {part} is given twice")
+        seeds.append(int(part))
+    return tuple(seeds)
 
 
 @app.command("positions")
@@ -110,8 +162,8 @@ def positions(
     scale: str = typer.Option(
         "cpu-quick",
         callback=one_of("cpu-quick", "cpu", "gpu-mini", "gpu"),
-        help="cpu-quick (~30 min per seed on 2 cores) | cpu (a few hours) | gpu-mini (3 x 512, 49M tokens, "
-        "minutes on one GPU) | gpu (the paper).",
+        help="cpu-quick (~30 min per seed on 2 cores) | cpu (a few hours) | gpu-mini (6 x 512, 32,000 entries, "
+        "106M tokens: the Korean base's size and tokens) | gpu (the paper).",
     ),
     schemes: str = typer.Option("learned,shaw,rope,alibi", help="Position schemes to compare."),
     work_dir: Path = typer.Option(

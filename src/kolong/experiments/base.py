@@ -41,26 +41,31 @@ READS = {
     "documents-continuous": "packed documents, positions numbered across each 512-token row",
     "concatenate": "contiguous 512-token blocks",
 }
+# Korean text besides NSMC, KorQuAD and KLUE: the sentences of KorSTS and KorNLI (shared data) and KoNLPy's
+# Constitution and National Assembly bills (`kolong[demo]`)
+MORE_TEXT = ("korsts", "kornli", "konlpy")
 SCALES = {
     # tokens per step = batch_size x 512 (4x the rows while the curriculum is at 128); steps: the documents
     # phase, then full_rows_steps with positions numbered across each row; klue_sentences None: all 12k
     "tiny": dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
                  vocab_size=600, reviews=300, klue_sentences=2000, steps=4, batch_size=2, learning_rate=1e-3,
                  curriculum="128:0.5,512", eval_blocks=8, full_rows_steps=2, full_rows_learning_rate=5e-4,
-                 **PACKING),
+                 more_text=[], **PACKING),
     "cpu": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024,
                 vocab_size=16000, reviews=100000, klue_sentences=None, steps=1600, batch_size=8,
                 learning_rate=1e-3, curriculum="128:0.8,512", eval_blocks=200, full_rows_steps=800,
-                full_rows_learning_rate=1e-3, **PACKING),
-    # about 27M parameters (54 MB in bf16); estimated at under 10 minutes of one H100 (docs/gpu.md)
+                full_rows_learning_rate=1e-3, more_text=[], **PACKING),
+    # a real vocabulary size (32,000, as KLUE's and KoELECTRA's) and (5,500 + 1,000) x 16,384 = 106M tokens;
+    # about 35M parameters; every Korean text of the shared data and KoNLPy's corpus but the held-out articles
+    # and the last ~19,600 reviews (the unseen text its held-out losses read)
     "gpu-mini": dict(hidden_size=512, num_hidden_layers=6, num_attention_heads=8, intermediate_size=2048,
-                     vocab_size=16000, reviews=639599, klue_sentences=None, steps=5000, batch_size=32,
+                     vocab_size=32000, reviews=620000, klue_sentences=None, steps=5500, batch_size=32,
                      learning_rate=7e-4, curriculum="128:0.8,512", eval_blocks=1000, full_rows_steps=1000,
-                     full_rows_learning_rate=3e-4, **PACKING),
+                     full_rows_learning_rate=3e-4, more_text=list(MORE_TEXT), **PACKING),
     "gpu": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
-                vocab_size=32000, reviews=639599, klue_sentences=None, steps=25000, batch_size=64,
+                vocab_size=32000, reviews=620000, klue_sentences=None, steps=25000, batch_size=64,
                 learning_rate=5e-4, curriculum="128:0.9,512", eval_blocks=2000, full_rows_steps=5000,
-                full_rows_learning_rate=2e-4, **PACKING),
+                full_rows_learning_rate=2e-4, more_text=list(MORE_TEXT), **PACKING),
 }  # fmt: skip
 MODEL_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
 
@@ -105,7 +110,28 @@ def _documents(args: BaseModelArguments, settings: dict) -> list[str]:
     articles = list(dict.fromkeys(e.context for e in trained_on))  # whole articles, paragraphs joined
     reviews = list(read_documents(["nsmc"], args.shared_data, limit=settings["reviews"]))
     klue = read_documents(["klue"], args.shared_data, limit=settings["klue_sentences"])
-    return reviews + articles + list(klue)
+    return (
+        reviews + articles + list(klue) + more_documents(settings["more_text"], args.shared_data, args.seed)
+    )
+
+
+def more_documents(names: list[str], shared_data: str | Path, seed: int) -> list[str]:
+    """The texts of `MORE_TEXT` sources: each sentence of KorSTS / KorNLI once, KoNLPy's law and bills whole."""
+    from kolong.data.classification import NAMED
+
+    texts: list[str] = []
+    for name in names:
+        if name not in MORE_TEXT:
+            raise ValueError(f"setting more_text: {name!r} is not one of {', '.join(MORE_TEXT)}")
+        if name == "konlpy":
+            from kolong.data.konlpy_corpus import read_bills, read_constitution
+
+            texts += [read_constitution(), *read_bills().values()]
+            continue
+        data = NAMED[name](Path(shared_data), seed)
+        sentences = (t for e in [*data.train, *data.eval] for t in (e.text, e.pair) if t)
+        texts += list(dict.fromkeys(sentences))
+    return texts
 
 
 def _stage(work: Path, name: str, make: Callable[[], dict]) -> dict:
@@ -129,7 +155,11 @@ def build_base_model(args: BaseModelArguments, on_step: Callable[[str], None] = 
         atomic_write_text(work / "documents.txt", "\n".join(" ".join(t.split()) for t in texts) + "\n")
         return {"documents": len(texts), "characters": sum(len(t) for t in texts)}
 
-    on_step("1/5 documents (NSMC + whole KorQuAD pre-training articles + KLUE)")
+    on_step(
+        "1/5 documents (NSMC + whole KorQuAD pre-training articles + KLUE"
+        + "".join(f" + {name}" for name in settings["more_text"])
+        + ")"
+    )
     data = _stage(work, "documents", documents)
 
     def tokenizer() -> dict:
@@ -195,19 +225,55 @@ def build_base_model(args: BaseModelArguments, on_step: Callable[[str], None] = 
         on_step(f"stopped at step {done:,} of {total:,}: run the same command to resume")
         return {"finished": False, "steps": done, "work_dir": str(work)}
 
-    on_step("5/5 model card and the loss curve of both phases")
+    on_step("5/5 held-out MLM loss on unseen articles and reviews, model card, the loss curve of both phases")
+    unseen = _stage(work, "unseen", lambda: unseen_losses(work / "model", args, settings))
     _plot_phases(work, settings, args.scale)
     summary = {
         "finished": True, "model": str(work / "model"), "scale": args.scale, "settings": settings,
         "data": data, "steps": total, "tokens": total * settings["batch_size"] * 512,
         "held_out_loss": second.get("eval_loss"), "train_loss": second.get("train_loss"),
-        "held_out_loss_documents_phase": first.get("eval_loss"),
+        "held_out_loss_documents_phase": first.get("eval_loss"), "unseen_loss": unseen,
         "heldout_fraction": args.heldout_fraction, "seed": args.seed, "shared_data": args.shared_data,
         "minutes_this_call": (time.perf_counter() - started) / 60,
     }  # fmt: skip
     atomic_write_text(work / "model" / "README.md", model_card(summary))
     atomic_write_json(work / "base.json", summary)
     return summary
+
+
+def unseen_losses(model_dir: Path, args: BaseModelArguments, settings: dict) -> dict:
+    """MLM loss (15% of tokens masked, fixed masks) on text the base never read, 512-token blocks: the held-out
+    KorQuAD articles, and the NSMC reviews after its training ones back to back. Per set: the mean over
+    blocks of each block's mean loss at its masked tokens, with a 95% bootstrap interval over blocks."""
+    import numpy as np
+    import torch
+    from transformers import AutoModelForMaskedLM
+
+    from kolong.checkpoints import load_model, load_tokenizer
+    from kolong.evaluation.bootstrap import interval
+    from kolong.experiments.extension_eval import (
+        evaluation_blocks,
+        heldout_reviews,
+        token_losses,
+        unique_contexts,
+    )
+
+    tokenizer = load_tokenizer(model_dir)
+    model = load_model(model_dir, AutoModelForMaskedLM).eval()
+    model.to("cuda" if torch.cuda.is_available() else "cpu")
+    _, held_out = heldout_articles(args.shared_data, args.heldout_fraction, args.seed)
+    sets = {
+        "articles": evaluation_blocks(tokenizer, unique_contexts(held_out), 512, 0.15, args.seed,
+                                      settings["eval_blocks"]),
+        "reviews": evaluation_blocks(tokenizer, heldout_reviews(args.shared_data, settings["reviews"]), 512, 0.15,
+                                     args.seed, settings["eval_blocks"], stream=True),
+    }  # fmt: skip
+    found = {}
+    for name, (ids, masks) in sets.items():
+        if len(ids):
+            per_block = np.nanmean(token_losses(model, ids, masks, tokenizer.mask_token_id, 16), axis=1)
+            found[name] = {**interval(per_block), "blocks": len(ids)}
+    return found
 
 
 def _reads(packing: str) -> str:
@@ -242,9 +308,14 @@ def model_card(summary: dict) -> str:
         f"- data: {data['documents']:,} documents, {data['characters']:,} characters: NSMC reviews "
         f"(up to {s['reviews']:,}), whole KorQuAD 1.0 dev articles of the pre-training split "
         f"({1 - summary['heldout_fraction']:.0%} of articles, split by article with seed {summary['seed']}), "
-        "KLUE dev sentences (NLI, STS, NER, DP)",
+        "KLUE dev sentences (NLI, STS, NER, DP)"
+        + ("; " + ", ".join({"korsts": "KorSTS sentences", "kornli": "KorNLI sentences",
+                             "konlpy": "KoNLPy's Constitution and bills"}[n] for n in s["more_text"])
+           if s.get("more_text") else ""),
         f"- training: {summary['steps']:,} steps, {summary['tokens']:,} tokens, peak lr {s['learning_rate']}",
         f"- held-out MLM loss: {loss:.3f}" if loss is not None else "- held-out MLM loss: not evaluated",
+        *[f"- MLM loss on unseen {name} ({found['blocks']:,} blocks of 512 tokens, 15% masked): {found['mean']:.3f} "
+          f"[{found['low']:.3f}, {found['high']:.3f}]" for name, found in summary.get("unseen_loss", {}).items()],
         "", "Licences: the data's (see the shared data README); for research on length extension, not production.",
         "",
     ])  # fmt: skip

@@ -65,13 +65,14 @@ def token_losses(model, ids: np.ndarray, masks: np.ndarray, mask_id: int, batch:
     import torch
 
     out = np.full(ids.shape, np.nan)
+    device = next(model.parameters()).device
     with torch.inference_mode():
         for start in range(0, len(ids), batch):
-            target = torch.from_numpy(ids[start : start + batch])
-            mask = torch.from_numpy(masks[start : start + batch])
+            target = torch.from_numpy(ids[start : start + batch]).to(device)
+            mask = torch.from_numpy(masks[start : start + batch]).to(device)
             logits = model(input_ids=torch.where(mask, mask_id, target)).logits.float()
             loss = torch.nn.functional.cross_entropy(logits.transpose(1, 2), target, reduction="none")
-            out[start : start + batch] = torch.where(mask, loss, torch.nan).numpy()
+            out[start : start + batch] = torch.where(mask, loss, torch.nan).cpu().numpy()
     return out
 
 

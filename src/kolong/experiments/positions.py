@@ -45,10 +45,11 @@ SCALES = {
     "cpu": dict(hidden_size=256, num_hidden_layers=3, num_attention_heads=4, intermediate_size=1024,
                 steps=4000, batch_size=32, vocab_size=32000, reviews=200000, nsmc_limit=20000,
                 qa_train_questions=1500, qa_eval_questions=400, qa_max_context_chars=6000),
-    # a study for one GPU: 3 x 512, 3,000 steps x 128 blocks (49M tokens), the full balanced NSMC-style split and
-    # all of article-level KorQuAD; each stage resumes, so a time-limited job run again finishes it
-    "gpu-mini": dict(hidden_size=512, num_hidden_layers=3, num_attention_heads=8, intermediate_size=2048,
-                     steps=3000, batch_size=128, vocab_size=16000, reviews=639599, nsmc_limit=1_000_000,
+    # a study for one GPU at the size of `kolong experiment base --scale gpu-mini` (6 x 512, 32,000 entries) and
+    # as many tokens (6,500 steps x 128 blocks of 128: 106M), the full balanced NSMC-style split and all of
+    # article-level KorQuAD; each stage resumes, so a time-limited job run again finishes it
+    "gpu-mini": dict(hidden_size=512, num_hidden_layers=6, num_attention_heads=8, intermediate_size=2048,
+                     steps=6500, batch_size=128, vocab_size=32000, reviews=639599, nsmc_limit=1_000_000,
                      qa_train_questions=0, qa_eval_questions=0, qa_max_context_chars=100000),
     "gpu": dict(hidden_size=768, num_hidden_layers=3, num_attention_heads=12, intermediate_size=3072,
                 steps=100000, batch_size=256, vocab_size=32000, reviews=639599, nsmc_limit=100000,
