@@ -450,6 +450,49 @@ def _run_study(title: str, make_args, run, to_markdown, results: Path, *also_wri
     )
 
 
+@app.command("rope-extension")
+def rope_extension(
+    model: str = typer.Option(
+        ...,
+        "--model",
+        "-m",
+        help="A kolong `rope` MLM checkpoint (e.g. "
+        "WORK/mlm-rope of `kolong experiment positions --schemes rope`).",
+    ),
+    output: Path = typer.Option(
+        Path("runs/rope-extension"), "--output-dir", "-o", help="Where the results go."
+    ),
+    trained_length: int = typer.Option(
+        128,
+        "--trained-length",
+        min=8,
+        help="Tokens per block the model was pre-trained on (the positions study: 128).",
+    ),
+    factor: int = typer.Option(4, "--factor", min=2, help="Extend this many times past the trained length."),
+    methods: str = typer.Option(
+        "none,linear,ntk,yarn", help="Comma-separated: none (unscaled extrapolation), linear, ntk, yarn."
+    ),
+    blocks: int = typer.Option(48, "--blocks", min=2, help="Held-out blocks of each length."),
+    shared_data: Path = typer.Option(None, "--shared-data", help=SHARED_HELP),
+    seed: int = typer.Option(42, min=0, max=2**32 - 1, help="Seed of the masks."),
+) -> None:
+    """Which RoPE extension keeps a trained model's behaviour, and where: MLM loss by position past the trained
+    length, and what each method does to short inputs."""
+    from kolong.experiments.rope_extension import RopeExtensionArguments, run_rope_extension
+
+    arguments = RopeExtensionArguments(
+        model=model, output_dir=str(output), trained_length=trained_length, factor=factor,
+        methods=tuple(m.strip() for m in methods.split(",") if m.strip()), blocks=blocks,
+        shared_data=str(shared_root(shared_data)), seed=seed,
+    )  # fmt: skip
+    with user_errors(), console.status("starting") as status:
+        run_rope_extension(arguments, on_step=_printed(status))
+    console.print((output / "results.md").read_text(encoding="utf-8"))
+    console.print(
+        f"[green]wrote[/] {output / 'results.json'}, {output / 'results.md'}, {output / 'rope_extension.png'}"
+    )
+
+
 def _printed(status):
     """on_step for a study: each step printed as it starts (a log of what is done) and shown in the status line."""
     return lambda message: console.print(message) or status.update(message)

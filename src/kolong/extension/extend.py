@@ -7,7 +7,13 @@ from torch import nn
 
 from kolong.extension.block_sparse import sparse_block_size
 from kolong.extension.position_table import ExtensionError, find_position_table
-from kolong.extension.rope import ROPE_METHODS, extend_rope, rope_layer_parameters
+from kolong.extension.rope import (
+    ROPE_METHODS,
+    extend_kolong_rope,
+    extend_rope,
+    is_kolong_rope,
+    rope_layer_parameters,
+)
 from kolong.extension.scaling import CONFIG_KEY, install_position_scaling
 from kolong.extension.tables import METHODS, extend_rows
 
@@ -45,6 +51,11 @@ def extend_position_embeddings(
         if keep_short_behaviour:
             raise ExtensionError("keep-short behaviour is for learned position tables; RoPE models have none")
         extend_rope(model, max_length, "linear" if method == "interpolate" else method)
+        return model
+    if is_kolong_rope(getattr(model, "config", None)):  # kolong's own encoder, every layer rotary
+        if keep_short_behaviour:
+            raise ExtensionError("keep-short behaviour is for learned position tables; RoPE models have none")
+        extend_kolong_rope(model, max_length, "linear" if method == "interpolate" else method)
         return model
     if method in ROPE_METHODS:
         raise ExtensionError(

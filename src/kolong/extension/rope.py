@@ -16,6 +16,9 @@ The result is written where transformers reads it for these models: `rope_parame
 `full_attention` only (the legacy `rope_scaling` would reach the local layers too), with YaRN's
 `original_max_position_embeddings` written explicitly (without it its correction range is computed for the
 new length). A plain `AutoModel.from_pretrained` of the saved checkpoint is the extended model.
+
+kolong's own encoder with the `rope` scheme (every layer global) takes the same three methods as its scheme's
+options (`position_kwargs`: `scaling`, `factor`, `original_length`): `extend_kolong_rope`.
 """
 
 from __future__ import annotations
@@ -89,3 +92,42 @@ def extend_rope(model, max_length: int, method: str = "yarn") -> None:
                 rebuilt = rebuilt.to(buffer.device)
             parent, _, child = name.rpartition(".")
             setattr(model.get_submodule(parent) if parent else model, child, rebuilt)
+
+
+def is_kolong_rope(config) -> bool:
+    """Whether `config` is kolong's own encoder with rotary positions (its scheme reads `position_kwargs`)."""
+    return (
+        getattr(config, "model_type", None) == "kolong"
+        and getattr(config, "position_encoding", None) == "rope"
+    )
+
+
+def extend_kolong_rope(model, max_length: int, method: str = "yarn") -> None:
+    """Extend a kolong `rope` model in place: its scheme's options get `method` scaled by new / old length
+    (YaRN also the trained length), `max_position_embeddings` the new length, and the scheme is rebuilt
+    (it holds no weights)."""
+    from kolong.positions import build_position_encoding
+
+    config = model.config
+    if method not in ROPE_METHODS:
+        raise ExtensionError(
+            f"method {method!r} is for learned position tables; kolong's rope scheme takes one of "
+            f"{', '.join(ROPE_METHODS)}"
+        )
+    old_length = int(config.max_position_embeddings)
+    if not isinstance(max_length, int) or max_length <= old_length:
+        raise ExtensionError(
+            f"the target length must be larger than the model's current {old_length} positions (got {max_length})"
+        )
+    options = dict(config.position_kwargs or {})
+    if options.get("scaling"):
+        raise ExtensionError(
+            f"this model's rope is already scaled ({options['scaling']!r}); extend the original checkpoint instead"
+        )
+    options.update(scaling=method, factor=max_length / old_length)
+    if method == "yarn":
+        options["original_length"] = old_length
+    config.position_kwargs = options
+    config.max_position_embeddings = max_length
+    config.kolong_extension = {"method": method, "original_length": old_length}
+    model.base_model.positions = build_position_encoding(config)
