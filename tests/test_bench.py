@@ -104,6 +104,8 @@ def test_bench_pretrain_dense_head_times_kolong_with_every_position_scored(monke
         "| dense head tok/s | sparse / dense head |" in text and f"{cell['sparse_versus_dense']:.2f}x" in text
     )
     assert "MFU raw / kolong / dense head / HF" in text and "WordPiece trained on the documents, none" in text
+    settings["vocab_size"], settings["vocab_size_asked"] = 12_288, 32_000  # as 20,000 NSMC reviews gave
+    assert "32,000 asked: the documents gave fewer, give more --max-documents" in to_markdown(result)
 
 
 def test_bench_pretrain_vocab_size_and_tokenizer_exclude_each_other():

@@ -127,12 +127,14 @@ class PretrainBenchmark(Benchmark):
         return self._corpora[length]
 
     def _trained_tokenizer(self, args: PretrainBenchArguments) -> Path:
-        """A WordPiece of `args.vocab_size` entries trained on the bench's documents with `args.morph`."""
+        """A WordPiece of up to `args.vocab_size` entries trained on the bench's documents with `args.morph`;
+        every piece seen once may enter (the head's cost is what is measured, so the size matters more than
+        rare pieces), and the table says when the documents gave fewer entries than asked."""
         from kolong.tokenizers.training import save_tokenizer, train_tokenizer
 
         target = self._root / f"wordpiece-{args.vocab_size}"
         if not (target / "tokenizer_config.json").is_file():
-            save_tokenizer(train_tokenizer(self._texts, args.morph, args.vocab_size), target)
+            save_tokenizer(train_tokenizer(self._texts, args.morph, args.vocab_size, min_frequency=1), target)
         return target
 
     def start(self, args: PretrainBenchArguments) -> None:
@@ -247,6 +249,7 @@ class PretrainBenchmark(Benchmark):
                                                                "tokenizer", "dense_head")},
                              "vocab_size": rows[0]["vocab"] if rows else None,
                              "trained_wordpiece_morphemes": args.morph if args.vocab_size else None,
+                             "vocab_size_asked": args.vocab_size,
                              "attention_options": AttentionOptions.parse(args.attention_options).changed()},
                 "device": rows[0]["device"] if rows else None, "cells": cells, "padding": self.padding,
                 "traces": traces}  # fmt: skip
@@ -481,7 +484,12 @@ def to_markdown(result: dict) -> str:
     s, device = result["settings"], result["device"]
     vocab = f"vocabulary {s['vocab_size']:,}" if s.get("vocab_size") else "vocabulary not recorded"
     if s.get("trained_wordpiece_morphemes"):
-        vocab += f" (a WordPiece trained on the documents, {s['trained_wordpiece_morphemes']} morphemes)"
+        vocab += f" (a WordPiece trained on the documents, {s['trained_wordpiece_morphemes']} morphemes"
+        if s.get("vocab_size") and s.get("vocab_size_asked") and s["vocab_size"] < s["vocab_size_asked"]:
+            vocab += (
+                f"; **{s['vocab_size_asked']:,} asked: the documents gave fewer, give more --max-documents**"
+            )
+        vocab += ")"
     dense = any(DENSE in c["tokens_per_second"] for c in result["cells"])
     names = [name for name in PIPELINES if dense or name != DENSE]
     short = " / ".join({"raw step": "raw", "kolong pretrain mlm": "kolong", DENSE: "dense head",

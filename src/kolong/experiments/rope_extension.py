@@ -75,7 +75,7 @@ def run_rope_extension(args: RopeExtensionArguments, on_step=print) -> dict:
 
     from kolong.checkpoints import load_model, load_tokenizer
     from kolong.data.corpus import read_documents
-    from kolong.evaluation.bootstrap import interval
+    from kolong.evaluation.bootstrap import interval, paired_difference
     from kolong.experiments.extension_eval import evaluation_blocks, token_losses
     from kolong.extension.position_table import ExtensionError
     from kolong.extension.rope import is_kolong_rope, yarn_temperature
@@ -109,15 +109,15 @@ def run_rope_extension(args: RopeExtensionArguments, on_step=print) -> dict:
     reference_loss = np.nanmean(
         token_losses(original, short_ids, short_masks, mask_id, args.batch_size), axis=1
     )
-    rows = []
+    rows, per_block = [], {}
     for method in args.methods:
         on_step(f"{method}: reading {len(long_ids)} blocks of {long} tokens")
         reader = extended(model, method, trained, args.factor)
         losses = token_losses(reader, long_ids, long_masks, mask_id, args.batch_size)
-        by_bucket = {}
+        by_bucket, per_block[method] = {}, {}
         for low, high, label in buckets(trained, args.factor):
-            per_block = np.nanmean(losses[:, low:high], axis=1)
-            by_bucket[label] = interval(per_block[~np.isnan(per_block)])
+            per_block[method][label] = np.nanmean(losses[:, low:high], axis=1)
+            by_bucket[label] = interval(per_block[method][label])
         with torch.inference_mode():
             states = reader(input_ids=torch.from_numpy(short_ids), output_hidden_states=True).hidden_states[
                 -1
@@ -130,6 +130,10 @@ def run_rope_extension(args: RopeExtensionArguments, on_step=print) -> dict:
                      "short_cosine": {"mean": float(cosine.mean()), "min": float(cosine.min())},
                      "short_loss_change": interval(short_loss - reference_loss),
                      "logit_scale": yarn_temperature(args.factor) ** 2 if method == "yarn" else 1.0})  # fmt: skip
+    if "none" in per_block:  # each method minus plain extrapolation on the same blocks: the paired interval
+        for row in rows:
+            row["minus_none"] = {label: paired_difference(values, per_block["none"][label])
+                                 for label, values in per_block[row["method"]].items()}  # fmt: skip
     result = {"arguments": asdict(args), "buckets": [label for _, _, label in buckets(trained, args.factor)],
               "methods": rows}  # fmt: skip
     out = Path(args.output_dir)
@@ -161,7 +165,23 @@ def to_markdown(result: dict) -> str:
             + f" | {cosine['mean']:.4f} / {cosine['min']:.4f} | {change['mean']:+.3f} "
             f"[{change['low']:+.3f}, {change['high']:+.3f}] | {row['logit_scale']:.3f} |"
         )  # fmt: skip
+    paired = [row for row in result["methods"] if "minus_none" in row and row["method"] != "none"]
+    if paired:
+        lines += ["", "Each method minus `none` on the same blocks (paired bootstrap 95% interval); **bold**: the "
+                  "interval excludes 0.", "", "| method - none | " + " | ".join(labels) + " |",
+                  "|---|" + "---|" * len(labels)]  # fmt: skip
+        for row in paired:
+            lines.append(
+                f"| {row['method']} | "
+                + " | ".join(_signed(row["minus_none"][label]) for label in labels)
+                + " |"
+            )
     return "\n".join(lines) + "\n"
+
+
+def _signed(summary: dict) -> str:
+    text = f"{summary['mean']:+.3f} [{summary['low']:+.3f}, {summary['high']:+.3f}]"
+    return f"**{text}**" if summary["low"] > 0 or summary["high"] < 0 else text
 
 
 def _interval(summary: dict) -> str:
@@ -169,23 +189,44 @@ def _interval(summary: dict) -> str:
 
 
 def plot(result: dict, path: Path) -> Path:
+    """Loss by position per method; beside it, each method minus `none` on the same blocks."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = result["buckets"]
-    figure, axis = plt.subplots(figsize=(8, 4.5))
-    width = 0.8 / len(result["methods"])
-    for index, row in enumerate(result["methods"]):
-        cells = [row["loss_by_position"][label] for label in labels]
+    labels, rows = result["buckets"], result["methods"]
+    paired = [row for row in rows if row.get("minus_none") and row["method"] != "none"]
+    figure, axes = plt.subplots(1, 2 if paired else 1, figsize=(14 if paired else 8, 4.5), squeeze=False)
+    colours = {row["method"]: f"C{index}" for index, row in enumerate(rows)}
+    _bars(
+        axes[0][0],
+        [(row["method"], [row["loss_by_position"][label] for label in labels]) for row in rows],
+        colours,
+    )
+    lowest = min(row["loss_by_position"][label]["low"] for row in rows for label in labels)
+    axes[0][0].set_ylim(bottom=max(0.0, lowest - 0.5))
+    axes[0][0].set(xlabel="token position", ylabel="held-out MLM loss",
+                   title=f"RoPE extension x{result['arguments']['factor']} past the trained length")  # fmt: skip
+    axes[0][0].set_xticks(range(len(labels)), labels)
+    if paired:
+        axis = axes[0][1]
+        _bars(
+            axis, [(row["method"], [row["minus_none"][label] for label in labels]) for row in paired], colours
+        )
+        axis.axhline(0, color="black", linewidth=0.8)
+        axis.set_xticks(range(len(labels)), labels)
+        axis.set(xlabel="token position", ylabel="loss minus none's (same blocks)",
+                 title="Paired difference (95% interval)")  # fmt: skip
+    return save_figure(figure, path, dpi=110)
+
+
+def _bars(axis, series: list[tuple[str, list[dict]]], colours: dict) -> None:
+    width = 0.8 / len(series)
+    for index, (name, cells) in enumerate(series):
         means = [c["mean"] for c in cells]
         errors = [[m - c["low"] for m, c in zip(means, cells, strict=True)],
                   [c["high"] - m for m, c in zip(means, cells, strict=True)]]  # fmt: skip
-        positions = [i + (index - (len(result["methods"]) - 1) / 2) * width for i in range(len(labels))]
-        axis.bar(positions, means, width, yerr=errors, capsize=2, label=row["method"])
-    axis.set_xticks(range(len(labels)), labels)
-    axis.set(xlabel="token position", ylabel="held-out MLM loss",
-             title=f"RoPE extension x{result['arguments']['factor']} past the trained length")  # fmt: skip
+        positions = [i + (index - (len(series) - 1) / 2) * width for i in range(len(cells))]
+        axis.bar(positions, means, width, yerr=errors, capsize=2, label=name, color=colours[name])
     axis.legend(fontsize=8)
-    return save_figure(figure, path, dpi=110)
