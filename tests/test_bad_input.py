@@ -217,6 +217,7 @@ REQUIRED = {
     ("evaluate", "qa"): ["--data", "SQUAD", "--predictions", "PRED"],
     ("evaluate", "klue"): ["nli", "--predictions", "PRED"],
     ("experiment", "length"): ["-o", "OUT"],
+    ("experiment", "rope-extension"): ["-m", "MODEL", "-o", "OUT"],
     ("experiment", "positions"): ["--work-dir", "OUT"],
     ("experiment", "base"): ["--work-dir", "OUT"],
     ("experiment", "extension-init"): ["--base-dir", "BASE", "--work-dir", "OUT"],

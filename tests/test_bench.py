@@ -124,7 +124,7 @@ def test_pretrain_flops_credit_each_side_for_its_own_math():
     from kolong.bench.arguments import PretrainBenchArguments
     from kolong.bench.pretrain import pipeline_flops
 
-    args = PretrainBenchArguments(hidden_size=768, layers=12)
+    args = PretrainBenchArguments(hidden_size=768, layers=12, dense_head=True)
     counts = {"tokens": 2048.0, "labelled": 300.0, "document_pairs": 50_000.0, "row_pairs": 2048.0**2}
     flops = pipeline_flops(args, 32_000, counts)
     weights, head = 12 * 12 * 768**2, 768**2 + 768 * 32_000

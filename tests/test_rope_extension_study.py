@@ -51,7 +51,8 @@ def test_extend_writes_the_rope_schemes_options_and_reloads_with_auto_classes(tm
 def test_extend_refuses_a_table_method_on_a_rope_model(tmp_path):
     _, path = _rope_checkpoint(tmp_path)
     with pytest.raises(
-        ExtensionError, match="method 'copy' is for learned position tables; kolong's rope scheme"
+        ExtensionError,
+        match="method 'copy' is for learned position tables; kolong's rope scheme takes RoPE methods: choose",
     ):
         extend_checkpoint(path, tmp_path / "long", 256, "copy")
 

@@ -30,7 +30,7 @@ def length(
         help="Where the split, the models in training and the report go.",
     ),
     model: str = typer.Option(
-        None, "--model", help="Base checkpoint with 512 learned positions (default: bundled MiniLM)."
+        None, "--model", "-m", help="Base checkpoint with 512 learned positions (default: bundled MiniLM)."
     ),
     data: Path = typer.Option(
         None, "--data", help="KorQuAD 1.0 JSON (default: the shared KorQuAD 1.0 dev set)."

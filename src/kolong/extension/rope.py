@@ -42,16 +42,7 @@ def rope_layer_parameters(config) -> dict | None:
 
 def extended_rope(config, max_length: int, method: str) -> dict:
     """The global layers' RoPE parameters for `max_length` tokens by `method` (see the module docstring)."""
-    if method not in ROPE_METHODS:
-        raise ExtensionError(
-            f"method {method!r} is for learned position tables; {config.model_type} uses RoPE: choose one of "
-            f"{', '.join(ROPE_METHODS)}"
-        )
-    old_length = int(config.max_position_embeddings)
-    if not isinstance(max_length, int) or max_length <= old_length:
-        raise ExtensionError(
-            f"the target length must be larger than the model's current {old_length} positions (got {max_length})"
-        )
+    old_length = _checked(config, max_length, method, f"{config.model_type} uses RoPE")
     current = rope_layer_parameters(config)[GLOBAL]
     if current.get("rope_type", "default") != "default":
         raise ExtensionError(
@@ -65,6 +56,20 @@ def extended_rope(config, max_length: int, method: str) -> dict:
         return {"rope_type": "default", "rope_theta": theta * factor ** (head / (head - 2))}
     return {"rope_type": "yarn", "rope_theta": theta, "factor": factor,
             "original_max_position_embeddings": old_length}  # fmt: skip
+
+
+def _checked(config, max_length: int, method: str, family: str) -> int:
+    """The model's current length, once `method` is a RoPE method and `max_length` longer than it."""
+    if method not in ROPE_METHODS:
+        raise ExtensionError(
+            f"method {method!r} is for learned position tables; {family}: choose one of {', '.join(ROPE_METHODS)}"
+        )
+    old_length = int(config.max_position_embeddings)
+    if not isinstance(max_length, int) or max_length <= old_length:
+        raise ExtensionError(
+            f"the target length must be larger than the model's current {old_length} positions (got {max_length})"
+        )
+    return old_length
 
 
 def yarn_temperature(factor: float) -> float:
@@ -109,16 +114,7 @@ def extend_kolong_rope(model, max_length: int, method: str = "yarn") -> None:
     from kolong.positions import build_position_encoding
 
     config = model.config
-    if method not in ROPE_METHODS:
-        raise ExtensionError(
-            f"method {method!r} is for learned position tables; kolong's rope scheme takes one of "
-            f"{', '.join(ROPE_METHODS)}"
-        )
-    old_length = int(config.max_position_embeddings)
-    if not isinstance(max_length, int) or max_length <= old_length:
-        raise ExtensionError(
-            f"the target length must be larger than the model's current {old_length} positions (got {max_length})"
-        )
+    old_length = _checked(config, max_length, method, "kolong's rope scheme takes RoPE methods")
     options = dict(config.position_kwargs or {})
     if options.get("scaling"):
         raise ExtensionError(
