@@ -164,11 +164,10 @@ def halved_checkpoint(target: Path) -> None:
     ):
         shutil.copy(Path(source) / name, target / name)
     weights = load_file(Path(source) / "model.safetensors")
-    halved = {name: tensor.to(torch.float16) for name, tensor in weights.items()}
-    worst = max(
-        ((halved[n].float() - t).abs().max() / t.abs().max().clamp_min(1e-12)).item()
-        for n, t in weights.items()
-    )
+    halved = {name: tensor.to(torch.float16) if tensor.is_floating_point() else tensor  # ids stay whole
+              for name, tensor in weights.items()}  # fmt: skip
+    worst = max(((halved[n].float() - t).abs().max() / t.abs().max().clamp_min(1e-12)).item()
+                for n, t in weights.items() if t.is_floating_point())  # fmt: skip
     save_file(halved, target / "model.safetensors", metadata={"format": "pt"})
     print(f"{target}: fp16 weights, largest change {worst:.1e} of a tensor's largest value")
 
