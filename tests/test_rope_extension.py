@@ -17,7 +17,8 @@ from kolong.cli import app
 from kolong.data.samples import korean_qa_dataset
 from kolong.demo import long_text
 from kolong.extension import ExtensionError
-from kolong.extension.rope import extended_rope, yarn_temperature
+from kolong.extension.rope import extended_rope
+from kolong.positions.rope import yarn_temperature
 
 OLD = 128
 

@@ -57,14 +57,12 @@ def buckets(trained: int, factor: int) -> list[tuple[int, int, str]]:
 def extended(model, method: str, trained_length: int, factor: int):
     """A copy of `model` that reads factor x trained_length tokens by `method` ('none': unscaled)."""
     from kolong.extension.rope import extend_kolong_rope
-    from kolong.positions import build_position_encoding
 
     copied = copy.deepcopy(model)
-    copied.config.max_position_embeddings = trained_length  # what the weights were trained at
-    if method == "none":
+    if method == "none":  # the same rotation, read further
         copied.config.max_position_embeddings = trained_length * factor
-        copied.base_model.positions = build_position_encoding(copied.config)
     else:
+        copied.config.max_position_embeddings = trained_length  # what the weights were trained at
         extend_kolong_rope(copied, trained_length * factor, method)
     return copied.eval()
 
@@ -78,7 +76,8 @@ def run_rope_extension(args: RopeExtensionArguments, on_step=print) -> dict:
     from kolong.evaluation.bootstrap import interval, paired_difference
     from kolong.experiments.extension_eval import evaluation_blocks, token_losses
     from kolong.extension.position_table import ExtensionError
-    from kolong.extension.rope import is_kolong_rope, yarn_temperature
+    from kolong.extension.rope import is_kolong_rope
+    from kolong.positions.rope import yarn_temperature
 
     unknown = [m for m in args.methods if m not in METHODS]
     if unknown:
@@ -101,14 +100,11 @@ def run_rope_extension(args: RopeExtensionArguments, on_step=print) -> dict:
     long_ids, long_masks = blocks(long)
     short_ids, short_masks = blocks(trained)
     mask_id = tokenizer.mask_token_id
-    with torch.inference_mode():
-        original = extended(model, "none", trained, 1)
-        reference_states = original(
+    with torch.inference_mode():  # the model as trained, on inputs of its trained length
+        reference_states = model(
             input_ids=torch.from_numpy(short_ids), output_hidden_states=True
         ).hidden_states[-1]
-    reference_loss = np.nanmean(
-        token_losses(original, short_ids, short_masks, mask_id, args.batch_size), axis=1
-    )
+    reference_loss = np.nanmean(token_losses(model, short_ids, short_masks, mask_id, args.batch_size), axis=1)
     rows, per_block = [], {}
     for method in args.methods:
         on_step(f"{method}: reading {len(long_ids)} blocks of {long} tokens")

@@ -10,7 +10,7 @@ from pathlib import Path
 from kolong.checkpoints import load_config, load_model, load_tokenizer
 from kolong.extension.extend import extend_position_embeddings, set_tokenizer_max_length
 from kolong.extension.position_table import ExtensionError, find_position_table
-from kolong.extension.rope import is_kolong_rope, rope_layer_parameters
+from kolong.extension.rope import rope_extender
 from kolong.io import atomic_output_dir, check_output_dir, writes_output
 
 
@@ -62,7 +62,7 @@ def extend_checkpoint(
 
     step(f"loading {model_or_path}")
     model = load_model(model_or_path)
-    rope = rope_layer_parameters(model.config) is not None or is_kolong_rope(model.config)
+    rope = rope_extender(model.config) is not None
     old_length = model.config.max_position_embeddings if rope else find_position_table(model).max_length
     loaded_tokenizer = None
     if tokenizer:

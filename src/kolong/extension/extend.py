@@ -7,13 +7,7 @@ from torch import nn
 
 from kolong.extension.block_sparse import sparse_block_size
 from kolong.extension.position_table import ExtensionError, find_position_table
-from kolong.extension.rope import (
-    ROPE_METHODS,
-    extend_kolong_rope,
-    extend_rope,
-    is_kolong_rope,
-    rope_layer_parameters,
-)
+from kolong.extension.rope import ROPE_METHODS, rope_extender
 from kolong.extension.scaling import CONFIG_KEY, install_position_scaling
 from kolong.extension.tables import METHODS, extend_rows
 
@@ -45,17 +39,11 @@ def extend_position_embeddings(
         std: standard deviation of "random" rows; defaults to `config.initializer_range` (or 0.02).
         seed: seed of the "random" rows.
     """
-    if (
-        rope_layer_parameters(getattr(model, "config", None)) is not None
-    ):  # ModernBERT, mmBERT: no table, a rotation
+    extend_rotation = rope_extender(getattr(model, "config", None))  # ModernBERT, mmBERT, kolong's rope
+    if extend_rotation is not None:  # no table, a rotation
         if keep_short_behaviour:
             raise ExtensionError("keep-short behaviour is for learned position tables; RoPE models have none")
-        extend_rope(model, max_length, "linear" if method == "interpolate" else method)
-        return model
-    if is_kolong_rope(getattr(model, "config", None)):  # kolong's own encoder, every layer rotary
-        if keep_short_behaviour:
-            raise ExtensionError("keep-short behaviour is for learned position tables; RoPE models have none")
-        extend_kolong_rope(model, max_length, "linear" if method == "interpolate" else method)
+        extend_rotation(model, max_length, "linear" if method == "interpolate" else method)
         return model
     if method in ROPE_METHODS:
         raise ExtensionError(

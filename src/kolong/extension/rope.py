@@ -23,8 +23,6 @@ options (`position_kwargs`: `scaling`, `factor`, `original_length`): `extend_kol
 
 from __future__ import annotations
 
-import math
-
 from kolong.extension.position_table import ExtensionError
 
 ROPE_METHODS = ("linear", "ntk", "yarn")
@@ -72,11 +70,6 @@ def _checked(config, max_length: int, method: str, family: str) -> int:
     return old_length
 
 
-def yarn_temperature(factor: float) -> float:
-    """YaRN's scale of cos and sin, (0.1 ln s + 1): attention logits grow by its square at every length."""
-    return 0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0
-
-
 def extend_rope(model, max_length: int, method: str = "yarn") -> None:
     """Extend a RoPE model in place: its config gets the global layers' new RoPE and `max_length` positions,
     and its rotary modules are rebuilt from the config (no weight changes)."""
@@ -97,6 +90,14 @@ def extend_rope(model, max_length: int, method: str = "yarn") -> None:
                 rebuilt = rebuilt.to(buffer.device)
             parent, _, child = name.rpartition(".")
             setattr(model.get_submodule(parent) if parent else model, child, rebuilt)
+
+
+def rope_extender(config):
+    """The function that extends a RoPE model of `config` in place (`extend_rope` for ModernBERT's per-layer-type
+    layout, `extend_kolong_rope` for kolong's `rope` scheme), or None for a model without rotary positions."""
+    if rope_layer_parameters(config) is not None:
+        return extend_rope
+    return extend_kolong_rope if is_kolong_rope(config) else None
 
 
 def is_kolong_rope(config) -> bool:

@@ -15,6 +15,7 @@ and Llama). Two ways to stretch a model trained at length L to longer inputs:
 
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar
 
 import numpy as np
@@ -22,6 +23,11 @@ import torch
 
 from kolong.attention.dispatch import Contribution
 from kolong.positions.base import PositionEncoding, finite_number, kwarg_error
+
+
+def yarn_temperature(factor: float) -> float:
+    """YaRN's scale of cos and sin, (0.1 ln s + 1): attention logits grow by its square at every length."""
+    return 0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -102,11 +108,7 @@ class RotaryPositions(PositionEncoding):
             position = position / self.options["factor"]
         angles = position[:, None] * self.frequencies(device)[None]  # (n, d/2)
         angles = torch.cat((angles, angles), dim=-1)  # (n, d)
-        scale = 1.0
-        if self.options["scaling"] == "yarn":  # the attention temperature: logits grow by its square
-            import math
-
-            scale = 0.1 * math.log(self.options["factor"]) + 1.0
+        scale = yarn_temperature(self.options["factor"]) if self.options["scaling"] == "yarn" else 1.0
         return (angles.cos() * scale).to(dtype), (angles.sin() * scale).to(dtype)
 
     @property
