@@ -207,6 +207,37 @@ def test_named_shapes_are_measured_one_after_another(tmp_path, monkeypatch):
         app, ["bench", "long-attention", "--shapes", "huge", "--output-dir", str(tmp_path)]
     )
     assert refused.exit_code == 2 and "--shapes: 'huge'" in refused.output
+    for shapes, message in (
+        ("base:4k", "--shapes: 'base:4k'; after the colon"),
+        ("huge:64", "--shapes: 'huge'"),
+    ):
+        refused = CliRunner().invoke(
+            app, ["bench", "long-attention", "--shapes", shapes, "--output-dir", str(tmp_path)]
+        )
+        assert refused.exit_code == 2 and message in refused.output, refused.output
+
+
+def test_a_shape_can_stop_short_of_the_longest_length(tmp_path, monkeypatch):
+    """`base:32`: the larger shape only up to 32 tokens, the smaller one at every length; its model is built
+    for what it reads."""
+    from kolong.bench import long_attention
+
+    tiny = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64}
+    monkeypatch.setitem(long_attention.SHAPES, "minilm", tiny)
+    monkeypatch.setitem(long_attention.SHAPES, "base", {**tiny, "num_hidden_layers": 2})
+    result = CliRunner().invoke(app, [
+        "bench", "long-attention", "--shapes", "minilm,base:32", "--lengths", "32,64", "--patterns",
+        "full,sliding", "--sliding-length", "32", "--sliding-overlap", "8", "--repeats", "1", "--no-memory",
+        "--output-dir", str(tmp_path),
+    ])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    data = json.loads((tmp_path / "long-attention.json").read_text())
+    assert set(data["shapes"]["minilm"]["seconds"]["training"]["full"]) == {"32", "64"}
+    assert set(data["shapes"]["base"]["seconds"]["training"]["full"]) == {"32"}
+    assert long_attention.shaped(long_attention.LongAttentionBenchArguments(
+        shapes=["minilm", "base:32"], lengths=[32, 64]), "base").lengths == [32]  # fmt: skip
+    text = (tmp_path / "long-attention.md").read_text()
+    assert "| full | " in text.split("## base")[1] and "| 64 |" not in text.split("## base")[1]
 
 
 def test_checkpointing_recomputes_full_attention_with_the_same_gradients():

@@ -290,7 +290,8 @@ class LongAttentionBenchArguments(ResumableBenchArguments):
     intermediate_size: int = option(1024, "FFN width.")
     shapes: list[str] = option([], "Named model shapes measured one after another, in place of the four options "
                                "above: minilm (6 layers x 384, all-MiniLM-L6-v2's), base (12 x 768, BERT-base's), "
-                               "mmbert-small (22 x 384), mmbert-base (22 x 768).",
+                               "mmbert-small (22 x 384), mmbert-base (22 x 768); NAME:N measures that shape up to N tokens only "
+                               "(base:4096).",
                                kind="list")  # fmt: skip
     modes: list[str] = option(["inference", "training"], "inference (forward) and/or training (forward + "
                               "backward).", kind="list")  # fmt: skip
