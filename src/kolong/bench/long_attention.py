@@ -347,7 +347,7 @@ class LongAttentionBenchmark(Benchmark):
         return summarise(args, rows)
 
     def figures(self, result: dict, output_dir: Path) -> list[Path]:
-        # with --shapes, the largest shape's (the last named)
+        # with --shapes, the last named shape's: name last the one to plot
         shown = result if "shapes" not in result else list(result["shapes"].values())[-1]
         with contextlib.suppress(ImportError):  # matplotlib is in the base install; a plot is a bonus
             return [plot(shown, output_dir / "long-attention.png")]
