@@ -294,3 +294,33 @@ def test_the_named_shapes_are_the_checkpoints_shapes():
     assert SHAPES["minilm"]["num_hidden_layers"] == 6 and SHAPES["minilm"]["hidden_size"] == 384
     assert SHAPES["mmbert-base"]["num_hidden_layers"] == 22 and SHAPES["mmbert-small"]["hidden_size"] == 384
     assert all(s["hidden_size"] % s["num_attention_heads"] == 0 for s in SHAPES.values())
+
+
+def test_a_pattern_whose_memory_worker_is_killed_is_not_timed_at_that_length(tmp_path, monkeypatch):
+    """On CPU a length's memory workers run first; a pattern that one of them could not fit (the worker killed)
+    is left out of that length's timing instead of taking the run down, and the table says so."""
+    from kolong.bench import long_attention
+
+    measured = long_attention._memory_worker
+
+    def worker(pattern, length, args):
+        if pattern == "sliding" and length == 64:
+            return {"pattern": pattern, "length": length, "error": "killed (out of memory?)"}
+        return measured(pattern, length, args)
+
+    monkeypatch.setattr(long_attention, "_memory_worker", worker)
+    result = CliRunner().invoke(app, [
+        "bench", "long-attention", "--lengths", "32,64", "--patterns", "full,sliding", "--hidden-size", "32",
+        "--layers", "1", "--heads", "2", "--intermediate-size", "64", "--sliding-length", "32",
+        "--sliding-overlap", "8", "--repeats", "1", "--output-dir", str(tmp_path),
+    ])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    data = json.loads((tmp_path / "long-attention.json").read_text())
+    for mode in ("inference", "training"):
+        assert set(data["seconds"][mode]["sliding"]) == {"32"} and set(data["seconds"][mode]["full"]) == {
+            "32",
+            "64",
+        }
+    assert data["memory_errors"] == [{"pattern": "sliding", "length": 64, "error": "killed (out of memory?)"}]
+    text = (tmp_path / "long-attention.md").read_text()
+    assert "Memory of sliding at 64: killed (out of memory?); not timed at this length" in text

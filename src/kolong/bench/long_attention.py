@@ -307,8 +307,11 @@ class LongAttentionBenchmark(Benchmark):
             raise ConfigError("--sliding-overlap must be smaller than --sliding-length")
         limits = shape_limits(args.shapes)
         tune_allocator()
-        self.models, self.shape = {}, None
-        modes = [*args.modes, *(["memory"] if args.memory else []), *(["profile"] if args.profile else [])]
+        self.models, self.shape, self.unfit = {}, None, {}
+        memory, profile = ["memory"] if args.memory else [], ["profile"] if args.profile else []
+        # on CPU each length's memory workers go first: a pattern whose worker that length kills (out of memory) is
+        # left out of its timing there, which would otherwise take this process, and the run, down with it
+        modes = [*memory, *args.modes, *profile] if args.device == "cpu" else [*args.modes, *memory, *profile]
         cases = [{"length": length, "mode": mode} for length in args.lengths for mode in modes]
         if not limits:
             return cases
@@ -326,15 +329,18 @@ class LongAttentionBenchmark(Benchmark):
         args = shaped(args, size.get("shape"))
         self.models = self._models_of(args, size.get("shape"))
         length, mode = size["length"], size["mode"]
-        patterns = [p for p in args.patterns if not skipped(p, length, mode, args)]
+        unfit = self.unfit.get((size.get("shape"), length), set())
+        patterns = [p for p in args.patterns if not skipped(p, length, mode, args) and p not in unfit]
         if mode == "memory":
             if args.device.startswith("cuda"):
                 rows = [_memory_here(p, length, args, self.models[p]) for p in patterns]
             else:
                 rows = [_memory_worker(p, length, args) for p in patterns]
+                self.unfit[size.get("shape"), length] = {row["pattern"] for row in rows if "error" in row}
             return Case(steps={}, facts={"memory": rows})
         if mode == "profile":
-            return Case(steps={}, facts={"traces": traced_calls(self.models, args, length)})
+            models = {p: model for p, model in self.models.items() if p not in unfit}
+            return Case(steps={}, facts={"traces": traced_calls(models, args, length)})
         steps = {p: make_step(self.models[p], p, args, length, mode == "training") for p in patterns}
         # full attention is the reference the sparse patterns are compared with
         references = {"full": steps.pop("full")} if "full" in steps and len(steps) > 1 else {}
@@ -439,8 +445,16 @@ def _table_lines(result: dict, heading: str) -> list[str]:
                     + " | ".join(cells)
                     + f" | {'—' if exponent is None else f'{exponent:.2f}'} |"
                 )
+    timed = {
+        (p, int(n))
+        for by_pattern in result["seconds"].values()
+        for p, values in by_pattern.items()
+        for n in values
+    }
     for error in result.get("memory_errors", []):
-        lines.append(f"\nMemory of {error['pattern']} at {error['length']}: {error['error']}")
+        pattern, length = error["pattern"], error["length"]
+        untimed = "" if (pattern, length) in timed else "; not timed at this length"
+        lines.append(f"\nMemory of {pattern} at {length}: {error['error']}{untimed}")
     if result.get("traces"):
         lines += ["", *trace_markdown(result["traces"])]
     return lines
