@@ -301,12 +301,10 @@ def test_a_pattern_whose_memory_worker_is_killed_is_not_timed_at_that_length(tmp
     is left out of that length's timing instead of taking the run down, and the table says so."""
     from kolong.bench import long_attention
 
-    measured = long_attention._memory_worker
-
-    def worker(pattern, length, args):
+    def worker(pattern, length, args):  # a worker's row without its process (the test is the skipping)
         if pattern == "sliding" and length == 64:
             return {"pattern": pattern, "length": length, "error": "killed (out of memory?)"}
-        return measured(pattern, length, args)
+        return {"pattern": pattern, "length": length, "inference_peak_mb": 1.0, "training_peak_mb": 2.0}
 
     monkeypatch.setattr(long_attention, "_memory_worker", worker)
     result = CliRunner().invoke(app, [
