@@ -129,6 +129,11 @@ class EncoderBenchArguments(ResumableBenchArguments):
     peak_tflops: float | None = option(
         None, "Peak TFLOP/s of the device for MFU (default: known GPUs by name; none on CPU)."
     )
+    profile: bool = option(
+        False, "Also trace 3 more calls of each implementation per length and mode (torch.profiler): device "
+        "busy, the device's time by kernel kind (attention, matmul, fused, copies), the costliest kernels and "
+        "host operations."
+    )  # fmt: skip
 
 
 @dataclass(kw_only=True)

@@ -149,6 +149,23 @@ def measure_memory(name: str, length: int, args: EncoderBenchArguments) -> dict:
     return row
 
 
+def traced_calls(models: dict, args: EncoderBenchArguments, length: int, calls: int = 3) -> list[dict]:
+    """Each model's calls at `length` in each mode, traced by torch.profiler (`kolong.bench.trace`)."""
+    from kolong.bench.trace import traced_call
+
+    rows = []
+    for mode in args.modes:
+        for name, model in models.items():
+            step = make_step(model, args, length, training=mode == "training", name=name)
+            try:
+                summary = traced_call(step, args.device, calls)
+            except (RuntimeError, ValueError):  # what failed in the timed case (its error is in those rows)
+                _free_cuda(args)
+                continue
+            rows.append({"implementation": name, "length": length, "mode": mode, **summary})
+    return rows
+
+
 def _memory_here(name: str, model, args: EncoderBenchArguments, length: int) -> dict:
     """On CUDA, in this process with the model already timed: the allocator's peak resets before each call, and a
     worker would compile every model again."""
@@ -213,7 +230,8 @@ class EncoderBenchmark(Benchmark):
             raise ConfigError(
                 f"--modes: {unknown[0] if unknown else 'nothing'!r}; choose from training, inference"
             )
-        modes = (*args.modes, *(("memory",) if args.memory else ()))
+        # traced while this length's models are built; memory last (on CPU it frees them for its workers)
+        modes = (*args.modes, *(("profile",) if args.profile else ()), *(("memory",) if args.memory else ()))
         return [{"length": length, "mode": mode} for length in args.lengths for mode in modes]
 
     def setup(self, args: EncoderBenchArguments, size: dict) -> Case:
@@ -228,14 +246,10 @@ class EncoderBenchmark(Benchmark):
                     else _memory_here(n, self.models.get(n), args, length) if here
                     else _memory_worker(n, length, args) for n in names]  # fmt: skip
             return Case(steps={}, facts={"memory": rows})
-        if self.models_length != length:
-            self.models = {}  # free the previous length's models first
-            if is_compiled(args.compile):
-                from kolong.training.common import fresh_compile_state
-
-                fresh_compile_state()  # their graphs go too; this length's are guarded by its shapes alone
-            self.models = {name: build_model(name, args, length) for name in names if name not in skipped}
-            self.models_length = length
+        if mode == "profile":
+            self._models_at(length, names, skipped, args)
+            return Case(steps={}, facts={"traces": traced_calls(self.models, args, length)})
+        self._models_at(length, names, skipped, args)
         steps, errors, plans, first_steps = {}, dict(skipped), {}, {}
         sync = cuda_sync(args.device) or (lambda: None)
         for name, model in self.models.items():
@@ -258,6 +272,18 @@ class EncoderBenchmark(Benchmark):
                     sync=cuda_sync(args.device),
                     facts={"batch": max(1, args.tokens_per_step // length), "errors": errors,
                            "plans": plans, "first_step_s": first_steps})  # fmt: skip
+
+    def _models_at(self, length: int, names: list[str], skipped: dict, args: EncoderBenchArguments) -> None:
+        """This length's models in `self.models`, built once for its modes."""
+        if self.models_length == length and self.models:
+            return
+        self.models = {}  # free the previous length's models first
+        if is_compiled(args.compile):
+            from kolong.training.common import fresh_compile_state
+
+            fresh_compile_state()  # their graphs go too; this length's are guarded by its shapes alone
+        self.models = {name: build_model(name, args, length) for name in names if name not in skipped}
+        self.models_length = length
 
     def teardown(self) -> None:
         self.models = {}
@@ -289,8 +315,12 @@ def step_flops(args: EncoderBenchArguments, batch: int, length: int, mode: str) 
 def summarise(args: EncoderBenchArguments, rows: list[dict]) -> dict:
     peak = device_peak_flops(args.device, args.dtype, args.peak_tflops)
     results: dict[tuple[str, int], dict] = {}
+    traces = []
     for row in rows:
         length, mode = row["length"], row["mode"]
+        if mode == "profile":
+            traces += row["traces"]
+            continue
         if mode == "memory":
             for measured in row["memory"]:
                 cell = results.setdefault((measured["implementation"], length), {})
@@ -315,8 +345,11 @@ def summarise(args: EncoderBenchArguments, rows: list[dict]) -> dict:
                 f"{mode}_error"
             ] = error
     _add_ratios(results)
+    from kolong.bench.encoder_goals import goal_rows
+
+    cells = list(results.values())
     return {"arguments": {**asdict(args), "implementations": _resolved(args)}, "peak_flops": peak,
-            "results": list(results.values())}  # fmt: skip
+            "results": cells, "goals": goal_rows(cells, args.device), "traces": traces}  # fmt: skip
 
 
 def _add_ratios(results: dict) -> None:
@@ -410,6 +443,14 @@ def to_markdown(result: dict) -> str:
                      if k.endswith("error")})  # fmt: skip
     if errors:
         lines += ["Not measured: " + "; ".join(errors), ""]
+    if result.get("goals"):
+        from kolong.bench.encoder_goals import goals_markdown
+
+        lines += [*goals_markdown(result["goals"], args), ""]
+    if result.get("traces"):
+        from kolong.bench.trace import calls_markdown
+
+        lines += [*calls_markdown(result["traces"], "implementation"), ""]
     return "\n".join(lines)
 
 

@@ -231,7 +231,7 @@ def measure_memory(pattern: str, length: int, args: LongAttentionBenchArguments,
 
 def traced_calls(models: dict, args: LongAttentionBenchArguments, length: int, calls: int = 3) -> list[dict]:
     """Each pattern's calls at `length` in each mode, traced by torch.profiler after one untraced call."""
-    from kolong.bench.trace import StepTrace
+    from kolong.bench.trace import traced_call
 
     rows = []
     for mode in args.modes:
@@ -239,13 +239,8 @@ def traced_calls(models: dict, args: LongAttentionBenchArguments, length: int, c
             if skipped(pattern, length, mode, args):
                 continue
             step = make_step(model, pattern, args, length, training=mode == "training")
-            step()  # compiled already by the timed case, unless this call resumed after it
-            trace = StepTrace("cuda" if args.device.startswith("cuda") else "cpu")
-            trace.start()
-            for _ in range(calls):
-                step()
-            trace.stop(calls)
-            rows.append({"pattern": pattern, "length": length, "mode": mode, **trace.summary})
+            summary = traced_call(step, args.device, calls)
+            rows.append({"pattern": pattern, "length": length, "mode": mode, **summary})
     return rows
 
 
@@ -456,29 +451,9 @@ def _table_lines(result: dict, heading: str) -> list[str]:
         untimed = "" if (pattern, length) in timed else "; not timed at this length"
         lines.append(f"\nMemory of {pattern} at {length}: {error['error']}{untimed}")
     if result.get("traces"):
-        lines += ["", *trace_markdown(result["traces"])]
-    return lines
+        from kolong.bench.trace import calls_markdown
 
-
-def trace_markdown(traces: list[dict]) -> list[str]:
-    """Where each call's time goes: traced ms per call, device busy, syncs, kolong's ranges, top kernels."""
-    lines = ["## Where the time goes (3 traced calls per pattern, length and mode)", "",
-             "Ranges: ms per call inside kolong's profiler ranges, host / device (the time on the device of the "
-             "kernels launched inside).", "",
-             "| pattern, length, mode | ms per call (traced) | device busy | syncs per call | kolong's ranges: "
-             "host / device ms | costliest kernels (device ms per call) | costliest host operations (ms) |",
-             "|---|---:|---:|---:|---|---|---|"]  # fmt: skip
-    for trace in traces:
-        busy = "—" if trace["device_busy"] is None else f"{trace['device_busy']:.0%}"
-        syncs = "—" if trace["syncs_per_step"] is None else f"{trace['syncs_per_step']:.1f}"
-        ranges = ", ".join(
-            f"{name} {host:.2f} / {'—' if device is None else f'{device:.2f}'}"
-            for name, (host, device) in trace["labelled_ms"].items()
-        )
-        kernels = ", ".join(f"{name[:60]} {ms:.2f}" for name, ms in trace["costliest_kernels"][:3]) or "—"
-        host = ", ".join(f"{name[:60]} {ms:.2f}" for name, ms in trace["costliest_host_ops"][:3])
-        lines.append(f"| {trace['pattern']}, {trace['length']}, {trace['mode']} | {trace['ms_per_step']:.2f} "
-                     f"| {busy} | {syncs} | {ranges or '—'} | {kernels} | {host} |")  # fmt: skip
+        lines += ["", *calls_markdown(result["traces"], "pattern")]
     return lines
 
 

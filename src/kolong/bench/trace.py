@@ -113,3 +113,42 @@ def to_markdown_rows(label: str, summary: dict) -> str:
         f"| {label} | {summary['ms_per_step']:.2f} | {busy} | {summary['host_reads_per_step']:.1f} | {syncs} "
         f"| {ops} |"
     )
+
+
+def traced_call(step, device: str, calls: int = 3) -> dict:
+    """`step` traced for `calls` calls after one untraced call (which compiles, unless the timed case did)."""
+    step()
+    trace = StepTrace("cuda" if device.startswith("cuda") else "cpu")
+    trace.start()
+    for _ in range(calls):
+        step()
+    trace.stop(calls)
+    return trace.summary
+
+
+def calls_markdown(traces: list[dict], label: str, calls: int = 3) -> list[str]:
+    """Where each traced call's time goes, one row per trace labelled by its `label` field, length and mode:
+    traced ms per call, device busy, syncs, kolong's profiler ranges, the device's time by kernel kind, the
+    costliest kernels and host operations."""
+    lines = [f"## Where the time goes ({calls} traced calls per {label}, length and mode)", "",
+             "Ranges: ms per call inside kolong's profiler ranges, host / device (the time on the device of the "
+             "kernels launched inside). By kind: device ms per call in each kind of kernel "
+             f"({' / '.join(KINDS)}).", "",
+             f"| {label}, length, mode | ms per call (traced) | device busy | syncs per call | kolong's ranges: "
+             "host / device ms | device ms by kind | costliest kernels (device ms per call) "
+             "| costliest host operations (ms) |",
+             "|---|---:|---:|---:|---|---|---|---|"]  # fmt: skip
+    for trace in traces:
+        busy = "—" if trace["device_busy"] is None else f"{trace['device_busy']:.0%}"
+        syncs = "—" if trace["syncs_per_step"] is None else f"{trace['syncs_per_step']:.1f}"
+        ranges = ", ".join(
+            f"{name} {host:.2f} / {'—' if device is None else f'{device:.2f}'}"
+            for name, (host, device) in trace["labelled_ms"].items()
+        )
+        kinds = trace.get("kernel_ms_by_kind")
+        by_kind = " / ".join(f"{kinds[kind]:.2f}" for kind in KINDS) if kinds else "—"
+        kernels = ", ".join(f"{name[:60]} {ms:.2f}" for name, ms in trace["costliest_kernels"][:3]) or "—"
+        host = ", ".join(f"{name[:60]} {ms:.2f}" for name, ms in trace["costliest_host_ops"][:3])
+        lines.append(f"| {trace[label]}, {trace['length']}, {trace['mode']} | {trace['ms_per_step']:.2f} "
+                     f"| {busy} | {syncs} | {ranges or '—'} | {by_kind} | {kernels} | {host} |")  # fmt: skip
+    return lines

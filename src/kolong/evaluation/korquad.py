@@ -106,7 +106,12 @@ def score_questions(
     Returns percentages: {"exact_match", "f1"} for korquad, {"exact_match", "rouge_w"} for klue-mrc,
     plus "total" and "missing" (questions without a prediction, scored 0).
     """
-    scores = question_scores(questions, predictions, metric)
+    return _percentages(question_scores(questions, predictions, metric))
+
+
+def _percentages(scores: dict) -> dict:
+    """question_scores' lists -> the mean of each in percent, "total" and "missing" (a count)."""
+    scores = dict(scores)
     missing = len(scores.pop("missing"))
     total = len(scores["exact_match"])
     scale = 100.0 / total if total else 0.0
@@ -175,7 +180,8 @@ def evaluate_files(data, predictions_path, metric: str = "korquad", on_bad_examp
     unscored = unscored_predictions(
         predictions, [question_id for question_id, *_ in gold], predictions_path, data
     )
-    unanswered = [question_id for question_id, *_ in gold if question_id not in predictions]
+    per_question = question_scores(gold, predictions, metric)
+    unanswered = per_question["missing"]
     if unanswered:  # the official script warns of each; one line with the count and the first ids here
         from kolong.errors import warn
 
@@ -183,7 +189,7 @@ def evaluate_files(data, predictions_path, metric: str = "korquad", on_bad_examp
             f"{len(unanswered)} of {len(gold)} questions of {data} have no prediction in {predictions_path} "
             f"and score 0 (e.g. {', '.join(map(repr, unanswered[:3]))})"
         )
-    scores = score_questions(gold, predictions, metric)
+    scores = _percentages(per_question)
     scores["skipped_examples"] = len(dataset.skipped)
     scores["unscored_predictions"] = len(unscored)
     return scores

@@ -1,0 +1,112 @@
+"""The goals `kolong bench encoder` holds kolong to, and how far each measured cell is from its goal.
+
+Relative positions are worth little if they train far slower than learned ones where encoders are
+pre-trained, and learned positions must not cost more than HF's `BertModel`. The goals are stated for one
+setting per device: on CUDA, BERT-base's shape (12 x 768, 12 heads, FFN 3,072), bf16, compiled, 16,384 tokens
+per step, no attention dropout; on CPU, the bench's small model in fp32 on 2 cores. Every run is judged
+against its device's goals and its table header states its own setting, so a reader sees when the two differ.
+A missed goal is reported with its gap, never averaged away.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+RELATIVE = ("shaw", "shaw-value", "t5", "alibi", "rope")
+
+
+def _key(name: str) -> Callable[[dict, dict], float | None]:
+    return lambda cell, cells: cell.get(name)
+
+
+def _learned_vs_hf(cell: dict, cells: dict) -> float | None:
+    """learned's training tokens/s over HF BertModel's at the same length."""
+    hf = cells.get(("hf-bert", cell["length"]), {}).get("training_tokens_per_s")
+    return cell["training_tokens_per_s"] / hf if hf and "training_tokens_per_s" in cell else None
+
+
+@dataclass(frozen=True)
+class Goal:
+    text: str
+    implementations: tuple[str, ...]
+    value: Callable[[dict, dict], float | None]  # (cell, every cell by (implementation, length)) -> measured
+    applies: Callable[[int], bool]  # at which lengths
+    target: float
+    at_least: bool = True
+    percent: bool = False  # a fraction shown in percent (MFU); otherwise a ratio shown as 1.23x
+
+
+GOALS: dict[str, tuple[Goal, ...]] = {
+    "cuda": (
+        Goal("training tokens/s vs learned, up to 2,048 tokens", RELATIVE, _key("training_tokens_per_s_vs_learned"),
+             lambda n: n <= 2048, 0.8),
+        Goal("training tokens/s vs learned, 8,192 tokens and longer", RELATIVE,
+             _key("training_tokens_per_s_vs_learned"), lambda n: n >= 8192, 0.6),
+        Goal("inference tokens/s vs learned", RELATIVE, _key("inference_tokens_per_s_vs_learned"),
+             lambda n: True, 0.8),
+        Goal("training peak memory vs learned, 2,048 tokens and longer", RELATIVE,
+             _key("training_peak_mb_vs_learned"), lambda n: n >= 2048, 1.3, at_least=False),
+        Goal("inference peak memory vs learned, 2,048 tokens and longer", RELATIVE,
+             _key("inference_peak_mb_vs_learned"), lambda n: n >= 2048, 1.3, at_least=False),
+        Goal("learned vs HF BertModel, training tokens/s", ("learned",), _learned_vs_hf, lambda n: True, 1.0),
+        Goal("learned, training MFU at 512 tokens", ("learned",), _key("training_mfu"), lambda n: n == 512, 0.4,
+             percent=True),
+    ),
+    "cpu": (
+        Goal("training tokens/s vs learned, up to 2,048 tokens", ("shaw", "t5"),
+             _key("training_tokens_per_s_vs_learned"), lambda n: n <= 2048, 0.8),
+        Goal("Shaw's training peak memory growth vs learned", ("shaw",), _key("training_peak_mb_vs_learned"),
+             lambda n: True, 1.3, at_least=False),
+    ),
+}  # fmt: skip
+
+
+def goal_rows(cells: list[dict], device: str) -> list[dict]:
+    """One row per (goal, implementation, length) that this run measured: the value, the target, met or not,
+    and the gap (value - target: below 0 a shortfall of an at-least goal, above 0 an excess of an at-most one)."""
+    by_key = {(cell["implementation"], cell["length"]): cell for cell in cells}
+    rows = []
+    for goal in GOALS["cuda" if device.startswith("cuda") else "cpu"]:
+        for (name, length), cell in by_key.items():
+            if name not in goal.implementations or not goal.applies(length):
+                continue
+            value = goal.value(cell, by_key)
+            if value is None:
+                continue
+            met = value >= goal.target if goal.at_least else value <= goal.target
+            rows.append({"goal": goal.text, "implementation": name, "length": length, "value": value,
+                         "target": goal.target, "at_least": goal.at_least, "percent": goal.percent, "met": met,
+                         "gap": value - goal.target})  # fmt: skip
+    return rows
+
+
+def _cell(row: dict) -> str:
+    if row["percent"]:
+        value, gap = f"{row['value']:.1%}", f"{abs(row['gap']) * 100:.1f} points"
+    else:
+        value, gap = f"{row['value']:.2f}x", f"{abs(row['gap']):.2f}x"
+    if row["met"]:
+        return f"{value} met"
+    return f"**{value}: {gap} {'short' if row['at_least'] else 'over'}**"
+
+
+def goals_markdown(rows: list[dict], args: dict) -> list[str]:
+    """The goals table: one line per (goal, implementation), a cell per length, each missed one with its gap."""
+    lengths = sorted({row["length"] for row in rows})
+    met = sum(row["met"] for row in rows)
+    device = "CUDA: BERT-base's shape, bf16, compiled, 16,384 tokens per step, no attention dropout" if str(
+        args["device"]).startswith("cuda") else "CPU: the bench's small model, fp32, 2 cores"  # fmt: skip
+    lines = [f"## Goals ({device}): {met} of {len(rows)} met", "",
+             "| goal | target | implementation | " + " | ".join(f"{n:,}" for n in lengths) + " |",
+             "|---|---:|---|" + "---:|" * len(lengths)]  # fmt: skip
+    table: dict[tuple[str, str], dict[int, dict]] = {}
+    for row in rows:
+        table.setdefault((row["goal"], row["implementation"]), {})[row["length"]] = row
+    for (goal, name), by_length in table.items():
+        first = next(iter(by_length.values()))
+        sign = ">=" if first["at_least"] else "<="
+        target = f"{first['target']:.0%}" if first["percent"] else f"{first['target']}x"
+        cells = [_cell(by_length[n]) if n in by_length else "—" for n in lengths]
+        lines.append(f"| {goal} | {sign} {target} | {name} | " + " | ".join(cells) + " |")
+    return lines
