@@ -322,3 +322,26 @@ def test_a_pattern_whose_memory_worker_is_killed_is_not_timed_at_that_length(tmp
     assert data["memory_errors"] == [{"pattern": "sliding", "length": 64, "error": "killed (out of memory?)"}]
     text = (tmp_path / "long-attention.md").read_text()
     assert "Memory of sliding at 64: killed (out of memory?); not timed at this length" in text
+
+
+def test_goals_judge_local_global_against_full_attention_at_16k():
+    from kolong.bench.long_attention import goal_lines, goals
+
+    seconds = {"training": {"full": {4096: 2.0, 16384: 30.0}, "local+global": {4096: 2.0, 16384: 10.0}},
+               "inference": {"full": {16384: 9.0}, "local+global": {16384: 2.0}}}  # fmt: skip
+    memory = {"training": {"full": {16384: 1000.0}, "local+global": {16384: 1200.0}}}
+    judged = {(r["goal"].split(" at ")[0].split(" over ")[0], r["mode"]): r for r in goals(seconds, memory)}
+    speed, inference = (
+        judged[("full attention's time", "training")],
+        judged[("full attention's time", "inference")],
+    )
+    assert speed["met"] and speed["value"] == pytest.approx(3.0) and inference["value"] == pytest.approx(4.5)
+    peak = judged[("local + global's peak memory", "training")]
+    assert not peak["met"] and peak["gap"] == pytest.approx(0.2)
+    growth = judged[("local + global's time", "training")]
+    assert not growth["met"] and growth["value"] == pytest.approx(5.0)
+    assert len(judged) == 4  # inference has neither a 4,096 time nor a memory: those two goals are not judged
+    text = "\n".join(goal_lines(goals(seconds, memory), "##"))
+    assert (
+        "## Goals: 2 of 4 met" in text and "1.20x **0.20x over**" in text and "5.00x **0.50x over**" in text
+    )

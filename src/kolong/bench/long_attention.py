@@ -392,7 +392,51 @@ def _tables(args: LongAttentionBenchArguments, rows: list[dict]) -> dict:
     errors = [m for row in rows if row["mode"] == "memory" for m in row["memory"] if "error" in m]
     traces = [trace for row in rows if row["mode"] == "profile" for trace in row["traces"]]
     return {"seconds": _keyed(seconds), "memory_mb": _keyed(memory), "exponents": exponents,
-            "memory_errors": errors, "traces": traces}  # fmt: skip
+            "memory_errors": errors, "traces": traces, "goals": goals(seconds, memory)}  # fmt: skip
+
+
+# What local + global windows must give over full attention through SDPA for a 16k-token document to be worth
+# reading with them (set for a GPU, where full attention is FlashAttention; judged on every device).
+GOAL_LENGTH, GOAL_BASE_LENGTH = 16384, 4096
+GOALS = (  # (text, target, at least)
+    ("full attention's time over local + global's at 16,384 tokens", 3.0, True),
+    ("local + global's peak memory over full attention's at 16,384 tokens", 1.0, False),
+    ("local + global's time at 16,384 tokens over its time at 4,096", 4.5, False),
+)
+
+
+def goals(seconds: dict, memory: dict) -> list[dict]:
+    """Each goal per mode where this run measured what it needs: value, target, met, gap (value - target)."""
+    rows = []
+    for mode in seconds:
+        time, peak = seconds[mode], memory.get(mode, {})
+        full, local = time.get("full", {}), time.get("local+global", {})
+        values = (
+            full[GOAL_LENGTH] / local[GOAL_LENGTH] if GOAL_LENGTH in full and GOAL_LENGTH in local else None,
+            peak["local+global"][GOAL_LENGTH] / peak["full"][GOAL_LENGTH]
+            if GOAL_LENGTH in peak.get("local+global", {}) and peak.get("full", {}).get(GOAL_LENGTH) else None,
+            local[GOAL_LENGTH] / local[GOAL_BASE_LENGTH] if GOAL_LENGTH in local and GOAL_BASE_LENGTH in local else None,
+        )  # fmt: skip
+        for (text, target, at_least), value in zip(GOALS, values, strict=True):
+            if value is not None:
+                met = value >= target if at_least else value <= target
+                rows.append({"goal": text, "mode": mode, "value": value, "target": target, "at_least": at_least,
+                             "met": met, "gap": value - target})  # fmt: skip
+    return rows
+
+
+def goal_lines(rows: list[dict], heading: str) -> list[str]:
+    lines = ["", f"{heading} Goals: {sum(r['met'] for r in rows)} of {len(rows)} met", "",
+             "| goal | mode | target | measured |", "|---|---|---:|---:|"]  # fmt: skip
+    for row in rows:
+        verdict = (
+            "met" if row["met"] else f"**{abs(row['gap']):.2f}x {'short' if row['at_least'] else 'over'}**"
+        )
+        sign = ">=" if row["at_least"] else "<="
+        lines.append(
+            f"| {row['goal']} | {row['mode']} | {sign} {row['target']}x | {row['value']:.2f}x {verdict} |"
+        )
+    return lines
 
 
 def _keyed(table: dict) -> dict:
@@ -450,6 +494,8 @@ def _table_lines(result: dict, heading: str) -> list[str]:
         pattern, length = error["pattern"], error["length"]
         untimed = "" if (pattern, length) in timed else "; not timed at this length"
         lines.append(f"\nMemory of {pattern} at {length}: {error['error']}{untimed}")
+    if result.get("goals"):
+        lines += goal_lines(result["goals"], heading)
     if result.get("traces"):
         from kolong.bench.trace import calls_markdown
 
