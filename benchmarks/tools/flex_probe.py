@@ -24,7 +24,10 @@ tokens, bf16), each variant changing one thing, so that a slow compiled step can
 
 Forward under no_grad and forward + backward are timed separately (interleaved rounds, medians), each
 variant compiled on its own (`dynamic=False`, as kolong compiles flex). Documents are drawn with lengths
-from 3 to 20 tokens (NSMC's reviews average 11) from a fixed seed. Writes flex-probe.{json,md}. A variant
+from 3 to 20 tokens (NSMC's reviews average 11) from a fixed seed; `--document-tokens 100,600` draws longer
+ones (KorQuAD's contexts: where FlashAttention's variable-length kernel may pay), and `--padded` puts one
+document per row and pads the rest, as a fine-tuning batch (SDPA then leaves its flash kernel for the mask;
+the variable-length kernel computes the real tokens only). Writes flex-probe.{json,md}. A variant
 that fails to compile is recorded with the line of the error that names its cause, and the others go on.
 """
 
@@ -57,12 +60,21 @@ MODEL_VARIANTS = {"model-sdpa-documents": (DROPOUT, False), "model-flex-document
 MODEL_VOCABULARY = 1000
 
 
-def packed_documents(batch: int, length: int, seed: int = 0) -> torch.Tensor:
-    """(batch, length) document numbers 1, 2, ... of documents of 3 to 20 tokens, packed without padding."""
+def packed_documents(batch: int, length: int, seed: int = 0, tokens: tuple[int, int] = (3, 20),
+                     padded: bool = False) -> torch.Tensor:  # fmt: skip
+    """(batch, length) document numbers 1, 2, ... of documents of `tokens` (least, most) tokens: packed without
+    padding, or with `padded` one document per row and 0 (padding) after it."""
+    least, most = tokens
     generator = torch.Generator().manual_seed(seed)
     rows = []
     for _ in range(batch):
-        lengths = torch.randint(3, 21, (length,), generator=generator)  # more than enough documents
+        lengths = torch.randint(least, most + 1, (length,), generator=generator)  # more than enough documents
+        if padded:
+            real = min(int(lengths[0]), length)
+            rows.append(
+                torch.cat([torch.ones(real, dtype=torch.long), torch.zeros(length - real, dtype=torch.long)])
+            )
+            continue
         rows.append(torch.repeat_interleave(torch.arange(1, length + 1), lengths)[:length])
     return torch.stack(rows)
 
@@ -166,7 +178,8 @@ def _p() -> float:
 
 def probe(args, on_partial=None) -> dict:
     """The probe's result; `on_partial(result)` after each mode (forward, then training) is timed."""
-    documents = packed_documents(args.batch, args.length).to(args.device)
+    documents = packed_documents(args.batch, args.length, tokens=args.document_tokens, padded=args.padded)
+    documents = documents.to(args.device)
     mask = AttentionMask.from_attention_mask(documents).block_mask(args.batch, args.length, args.device)
     computed = (mask.kv_num_blocks.sum() + (mask.full_kv_num_blocks.sum() if mask.full_kv_num_blocks is not None
                 else 0)).item() / (args.batch * mask.kv_num_blocks.shape[-1] ** 2)  # fmt: skip
@@ -191,6 +204,8 @@ def probe(args, on_partial=None) -> dict:
     result = {"benchmark": "flex-probe", "machine": describe_machine(), "blocks_computed": computed,
               "shape": {"batch": args.batch, "heads": args.heads, "length": args.length, "head_dim": args.head_dim},
               "dropout": DROPOUT, "model_layers": args.model_layers,
+              "documents": {"tokens": list(args.document_tokens), "padded": args.padded,
+                            "real_tokens": float((documents > 0).float().mean())},
               "rows": [{"variant": name} for name in args.variants]}  # fmt: skip
     # Forward first, written before training compiles: a run cut short keeps its forward times. Each first
     # call compiles: a log cut short still says which variant took long.
@@ -236,8 +251,9 @@ def to_markdown(result: dict) -> str:
     lines = [
         "# FlexAttention under packed documents, one attention call (benchmarks/tools/flex_probe.py)",
         "",
-        f"Batch {shape['batch']}, {shape['heads']} heads of {shape['head_dim']}, {shape['length']} tokens; documents "
-        f"of 3-20 tokens packed; {result['blocks_computed']:.1%} of the 128 x 128 blocks hold an allowed score. "
+        f"Batch {shape['batch']}, {shape['heads']} heads of {shape['head_dim']}, {shape['length']} tokens; "
+        f"{_documents_words(result.get('documents'))}; {result['blocks_computed']:.1%} of the 128 x 128 blocks "
+        "hold an allowed score. "
         f"Training = forward + backward, SDPA with dropout {result['dropout']} (flex-documents-dropout: two passes). "
         f"model-* rows: kolong's encoder, {result.get('model_layers', 1)} layer(s) with embeddings, FFN and norms, "
         "compiled whole under bf16 autocast (hidden dropout 0.1). Median ms of interleaved rounds.",
@@ -255,6 +271,27 @@ def to_markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _documents_words(documents: dict | None) -> str:
+    if documents is None:  # a result from before the option
+        return "documents of 3-20 tokens packed"
+    least, most = documents["tokens"]
+    if documents["padded"]:
+        return f"one document of {least}-{most} tokens per row, padded ({documents['real_tokens']:.0%} real tokens)"
+    return f"documents of {least}-{most} tokens packed"
+
+
+def _token_range(text: str) -> tuple[int, int]:
+    try:
+        least, most = (int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected LEAST,MOST tokens such as 100,600, got {text!r}"
+        ) from None
+    if not 1 <= least <= most:
+        raise argparse.ArgumentTypeError(f"expected 1 <= LEAST <= MOST, got {text!r}")
+    return least, most
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python benchmarks/tools/flex_probe.py", description=__doc__.split("\n\n")[0]
@@ -267,6 +304,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--variants", type=lambda text: text.split(","), default=list(VARIANTS),
                         help=f"comma-separated, of: {', '.join(VARIANTS)}")  # fmt: skip
     parser.add_argument("--model-layers", type=int, default=1, help="layers of the model-* variants' encoder")
+    parser.add_argument("--document-tokens", type=_token_range, default=(3, 20), metavar="LEAST,MOST",
+                        help="each document's tokens, drawn uniformly (default 3,20: NSMC's reviews)")  # fmt: skip
+    parser.add_argument("--padded", action="store_true",
+                        help="one document per row, padded to --length (a fine-tuning batch), not packed")  # fmt: skip
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--no-training", dest="training", action="store_false",
                         help="forward only (FlexAttention has no backward on CPU)")  # fmt: skip

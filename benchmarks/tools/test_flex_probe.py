@@ -182,3 +182,37 @@ def test_a_variant_that_fails_is_reported_and_the_others_are_still_timed(monkeyp
     assert flex["failed"] == f"forward: RuntimeError: {INDUCTOR_MESSAGE.splitlines()[0]}"
     markdown = (tmp_path / "flex-probe.md").read_text()
     assert "| flex-documents | failed |" in markdown and "- flex-documents: forward: RuntimeError" in markdown
+
+
+def test_longer_documents_and_padded_rows_as_asked():
+    packed = flex_probe.packed_documents(2, 700, seed=2, tokens=(100, 300))
+    lengths = torch.unique_consecutive(packed[0], return_counts=True)[1][:-1]
+    assert int(lengths.min()) >= 100 and int(lengths.max()) <= 300
+    padded = flex_probe.packed_documents(3, 400, seed=2, tokens=(50, 250), padded=True)
+    for row in padded:
+        real = int((row > 0).sum())
+        assert 50 <= real <= 250 and bool((row[:real] == 1).all()) and bool((row[real:] == 0).all())
+
+
+def test_under_padding_every_variant_gives_the_real_rows_the_same_attention():
+    args = Namespace(batch=2, heads=2, length=256, head_dim=32, device="cpu", training=False)
+    documents = flex_probe.packed_documents(2, 256, seed=3, tokens=(40, 200), padded=True)
+    real = documents > 0
+    outputs = []
+    for name in ("sdpa-documents", "flex-documents", "varlen-documents"):
+        torch.manual_seed(0)
+        forward, _ = flex_probe.variant_calls(name, args, documents, compile=False)
+        with torch.no_grad():
+            outputs.append(forward().transpose(1, 2)[real])  # (real tokens, heads, head_dim)
+    for output in outputs[1:]:
+        torch.testing.assert_close(output, outputs[0], rtol=1e-4, atol=1e-5)
+
+
+def test_the_document_options_reach_the_result_and_bad_ranges_are_refused(tmp_path, capsys):
+    result = flex_probe.main([*TINY, "--variants", "sdpa-documents,varlen-documents", "--document-tokens", "40,120",
+                              "--padded", "--output-dir", str(tmp_path)])  # fmt: skip
+    assert result["documents"]["tokens"] == [40, 120] and result["documents"]["padded"]
+    assert "one document of 40-120 tokens per row, padded" in (tmp_path / "flex-probe.md").read_text()
+    with pytest.raises(SystemExit) as stopped:
+        flex_probe.main([*TINY, "--document-tokens", "600,100"])
+    assert stopped.value.code == 2 and "LEAST <= MOST" in capsys.readouterr().err
