@@ -123,3 +123,21 @@ def test_a_short_input_does_not_leave_the_model_on_full_attention(bigbird_qa):
         kept = model.bert.attention_type == "block_sparse"
         assert kept == hasattr(model.bert, "_kolong_keeps_block_sparse"), model.bert.attention_type
     assert kept  # the second model, through kolong's loader
+
+
+def test_hf_block_sparse_attention_builds_the_dense_probabilities_whether_asked_or_not():
+    """What docs/choosing.md says of HF's BigBird memory: since transformers 5.4 its block-sparse attention
+    assembles every layer's (b, h, n, n) probabilities even when no attentions are asked for, so its memory
+    grows as n^2 (transformers 5.0-5.3 built them only for `output_attentions`). When this fails, HF has
+    changed it: measure BigBird again and rewrite the sentence."""
+    from transformers.models.big_bird.modeling_big_bird import BigBirdBlockSparseAttention
+
+    model = tiny_bigbird(positions=512)
+    returned = []
+    for module in model.modules():
+        if isinstance(module, BigBirdBlockSparseAttention):
+            module.register_forward_hook(lambda module, args, output: returned.append(output[1]))
+    with torch.no_grad():
+        model(torch.randint(5, 100, (1, 512)), output_attentions=False)  # block-sparse: past (5 + 2 r) x 16
+    assert len(returned) == 2  # both layers took the block-sparse path
+    assert all(probs is not None and tuple(probs.shape) == (1, 2, 512, 512) for probs in returned)

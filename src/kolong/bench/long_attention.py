@@ -56,7 +56,7 @@ VARIANTS = {  # the patterns that read the same model through another attention 
     "hf-modernbert": "HF `ModernBertModel` of the same size (a global layer every third, the others local with "
     "the same window each side; RoPE; GeGLU FFN of the same width), SDPA",
     "hf-bigbird": "HF `BigBirdModel` of the same size (block-sparse: blocks of 64, 3 random blocks; full attention "
-    "below 704 tokens)",
+    "below 704 tokens; since transformers 5.4 every layer also assembles the dense (n, n) probabilities)",
     "full-checkpointed": "full attention, training with gradient checkpointing (each layer recomputed in the "
     "backward)",
     "local+global-chunked": "local + global through the chunked exact path (CPU's path before the banded one)",
