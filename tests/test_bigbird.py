@@ -141,3 +141,84 @@ def test_hf_block_sparse_attention_builds_the_dense_probabilities_whether_asked_
         model(torch.randint(5, 100, (1, 512)), output_attentions=False)  # block-sparse: past (5 + 2 r) x 16
     assert len(returned) == 2  # both layers took the block-sparse path
     assert all(probs is not None and tuple(probs.shape) == (1, 2, 512, 512) for probs in returned)
+
+
+def _copies(positions=1024):
+    """An HF BigBird in float64 and a copy running kolong's linear-memory block-sparse attention."""
+    import copy
+
+    from kolong.extension.block_sparse import sparse_attention_in_linear_memory
+
+    hf = tiny_bigbird(positions=positions).double()
+    ours = copy.deepcopy(hf)
+    assert sparse_attention_in_linear_memory(ours) == 2 and sparse_attention_in_linear_memory(ours) == 0
+    return hf, ours
+
+
+@pytest.mark.parametrize("training", [False, True], ids=["eval", "train"])
+@pytest.mark.parametrize(("length", "padding"), [(256, 20), (512, 0), (800, 37), (1024, 0)])
+def test_linear_memory_block_sparse_attention_equals_hfs(training, length, padding):
+    """Outputs and every gradient as HF's block-sparse attention gives them: its random blocks (the paper's
+    plan at 1,024 tokens, the per-head plan otherwise, seeded per layer in training), its -10,000 penalty
+    for padded keys, zeros at padded queries (800 tokens: BigBird pads to 816 itself)."""
+    hf, ours = _copies()
+    hf.train(training)
+    ours.train(training)
+    ids = torch.randint(5, 100, (2, length), generator=torch.Generator().manual_seed(length))
+    mask = torch.ones_like(ids)
+    if padding:
+        mask[1, -padding:] = 0
+    outputs = []
+    for model in (hf, ours):
+        logits = model(ids, attention_mask=mask)
+        (logits.start_logits.sum() + logits.end_logits.sum()).backward()
+        grads = {name: p.grad for name, p in model.named_parameters() if p.grad is not None}
+        outputs.append((logits.start_logits, grads))
+    (expected, expected_grads), (got, got_grads) = outputs
+    real = mask.bool()
+    torch.testing.assert_close(got[real], expected[real], rtol=1e-10, atol=1e-10)
+    assert expected_grads.keys() == got_grads.keys()
+    for name, grad in expected_grads.items():
+        torch.testing.assert_close(got_grads[name], grad, rtol=1e-9, atol=1e-10, msg=name)
+
+
+def test_linear_memory_attention_never_makes_an_n_by_n_tensor_and_hands_attentions_to_hf():
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Largest(TorchDispatchMode):
+        numel = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for tensor in out if isinstance(out, (tuple, list)) else (out,):
+                if isinstance(tensor, torch.Tensor):
+                    Largest.numel = max(Largest.numel, tensor.numel())
+            return out
+
+    hf, ours = _copies()
+    ids = torch.randint(5, 100, (1, 1024))
+    dense = 2 * 1024 * 1024  # heads x n x n
+    for model, grows in ((hf, True), (ours, False)):
+        Largest.numel = 0
+        with torch.no_grad(), Largest():
+            model(ids)
+        assert (Largest.numel >= dense) == grows, (type(model).__name__, Largest.numel)
+    with torch.no_grad():
+        attentions = ours(ids, output_attentions=True).attentions  # asked for: HF's own code builds them
+    assert len(attentions) == 2 and attentions[0].shape == (1, 2, 1024, 1024)
+
+
+def test_models_kolong_loads_run_block_sparse_in_linear_memory(bigbird_qa):
+    from kolong.checkpoints import load_model
+
+    _, path = bigbird_qa
+    from transformers import BigBirdForQuestionAnswering
+
+    model = load_model(path, BigBirdForQuestionAnswering)
+    layers = [m for m in model.modules() if type(m).__name__ == "BigBirdBlockSparseAttention"]
+    assert layers and all(getattr(m, "_kolong_linear_memory", False) for m in layers)
+    with pytest.raises(ValueError, match="at least 4 blocks of 16"):
+        from kolong.attention.bigbird import block_sparse_attention
+
+        q = torch.zeros(1, 1, 48, 8)
+        block_sparse_attention(q, q, q, torch.ones(1, 48), torch.zeros(1, 1, 1, 2, dtype=torch.long), 16)

@@ -155,9 +155,10 @@ def load_model(
         from kolong.extension.scaling import install_position_scaling
 
         install_position_scaling(model)
-    from kolong.extension.block_sparse import keep_block_sparse
+    from kolong.extension.block_sparse import run_block_sparse
 
-    keep_block_sparse(model)  # BigBird: one short window must not turn every later one to full attention
+    # BigBird: one short window must not turn every later one to full attention, nor a long one cost n^2 memory
+    run_block_sparse(model)
     return model
 
 

@@ -30,7 +30,7 @@ from kolong.data.qa_features import (
 from kolong.data.squad import QAExample
 from kolong.errors import CheckpointError, ConfigError, DataError
 from kolong.evaluation.qa_postprocess import decode_answers, null_answers
-from kolong.extension.block_sparse import keep_block_sparse
+from kolong.extension.block_sparse import run_block_sparse
 
 TASK = "long-document-qa"
 
@@ -57,7 +57,7 @@ class LongDocumentQAPipeline(Pipeline):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         _refuse_an_untrained_head(self.model)
-        keep_block_sparse(self.model)  # BigBird: a short document must not leave later ones on full attention
+        run_block_sparse(self.model)  # BigBird: block-sparse after a short document, in linear memory
 
     def __call__(self, inputs=None, question: str | None = None, context: str | None = None, **kwargs):
         if question is not None or context is not None:

@@ -278,7 +278,9 @@ class LongAttentionBenchArguments(ResumableBenchArguments):
                                  "local+global, local+global-chunked (the same through the chunked path: CPU's before the banded one), "
                                  "local+global-flex (the same through compiled FlexAttention; inference only on CPU), "
                                  "full-checkpointed (full attention, training with gradient checkpointing), "
-                                 "sliding (512-token windows of the full model).",
+                                 "sliding (512-token windows of the full model), hf-modernbert and hf-bigbird "
+                                 "(HF's ModernBertModel and BigBirdModel of the same size), hf-bigbird-kolong (that "
+                                 "BigBird as kolong loads it: block-sparse attention in linear memory).",
                                  kind="list")  # fmt: skip
     window: int = option(256, "Local window: tokens each side a token attends to.")
     global_tokens: int = option(64, "Global tokens at the start (a question), for local+global.", min=0)

@@ -40,12 +40,14 @@ PATTERNS = (
     "sliding",
     "hf-modernbert",
     "hf-bigbird",
+    "hf-bigbird-kolong",
 )
 COLOURS = {
     "full": "tab:red",
     "full-checkpointed": "tab:orange",
     "hf-modernbert": "tab:brown",
     "hf-bigbird": "tab:gray",
+    "hf-bigbird-kolong": "tab:olive",
     "local+global": "tab:blue",
     "local+global-chunked": "tab:cyan",
     "local+global-flex": "tab:purple",
@@ -57,6 +59,8 @@ VARIANTS = {  # the patterns that read the same model through another attention 
     "the same window each side; RoPE; GeGLU FFN of the same width), SDPA",
     "hf-bigbird": "HF `BigBirdModel` of the same size (block-sparse: blocks of 64, 3 random blocks; full attention "
     "below 704 tokens; since transformers 5.4 every layer also assembles the dense (n, n) probabilities)",
+    "hf-bigbird-kolong": "the same BigBird model as kolong loads it: its block-sparse attention through "
+    "`kolong.attention.bigbird` (the same outputs, linear memory)",
     "full-checkpointed": "full attention, training with gradient checkpointing (each layer recomputed in the "
     "backward)",
     "local+global-chunked": "local + global through the chunked exact path (CPU's path before the banded one)",
@@ -159,7 +163,7 @@ def _hf_reference(pattern: str, args: LongAttentionBenchArguments):
     import torch
     from transformers import BigBirdConfig, BigBirdModel, ModernBertConfig, ModernBertModel
 
-    from kolong.extension.block_sparse import keep_block_sparse
+    from kolong.extension.block_sparse import keep_block_sparse, sparse_attention_in_linear_memory
 
     torch.manual_seed(0)
     size = dict(vocab_size=8000, hidden_size=args.hidden_size, num_hidden_layers=args.num_hidden_layers,
@@ -176,6 +180,8 @@ def _hf_reference(pattern: str, args: LongAttentionBenchArguments):
                                attention_probs_dropout_prob=0.0)  # fmt: skip
         model = BigBirdModel(config, add_pooling_layer=False)
         keep_block_sparse(model)  # one short input must not leave the longer ones on full attention
+        if pattern == "hf-bigbird-kolong":
+            sparse_attention_in_linear_memory(model)
     if args.gradient_checkpointing:
         model.gradient_checkpointing_enable({"use_reentrant": False})
     return model.to(args.device)
