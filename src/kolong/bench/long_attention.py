@@ -342,10 +342,23 @@ class LongAttentionBenchmark(Benchmark):
         if mode == "profile":
             models = {p: model for p, model in self.models.items() if p not in unfit}
             return Case(steps={}, facts={"traces": traced_calls(models, args, length)})
-        steps = {p: make_step(self.models[p], p, args, length, mode == "training") for p in patterns}
+        steps, errors = {}, {}
+        sync = cuda_sync(args.device) or (lambda: None)
+        for pattern in patterns:
+            step = make_step(self.models[pattern], pattern, args, length, mode == "training")
+            try:  # the warm-up call, which also finds a pattern that cannot run here (HF's BigBird under bf16)
+                step()
+                sync()
+            except (RuntimeError, ValueError) as error:
+                errors[pattern] = f"{type(error).__name__}: {str(error).strip().splitlines()[0][:200]}"
+                self.unfit.setdefault((size.get("shape"), length), set()).add(pattern)
+                _free_cuda(args)
+                continue
+            steps[pattern] = step
         # full attention is the reference the sparse patterns are compared with
         references = {"full": steps.pop("full")} if "full" in steps and len(steps) > 1 else {}
-        return Case(steps, references, repeats=args.repeats, warmup=1, sync=cuda_sync(args.device))
+        return Case(steps, references, repeats=args.repeats, warmup=0, sync=cuda_sync(args.device),
+                    facts={"errors": errors})  # fmt: skip
 
     def teardown(self) -> None:
         self.models = {}
@@ -362,6 +375,13 @@ class LongAttentionBenchmark(Benchmark):
 
     def to_markdown(self, result: dict) -> str:
         return to_markdown(result)
+
+
+def _free_cuda(args) -> None:
+    if args.device.startswith("cuda"):
+        import torch
+
+        torch.cuda.empty_cache()
 
 
 def summarise(args: LongAttentionBenchArguments, rows: list[dict]) -> dict:
@@ -396,9 +416,11 @@ def _tables(args: LongAttentionBenchArguments, rows: list[dict]) -> dict:
         for kind, table in (("seconds", seconds), ("memory_mb", memory))
     }  # fmt: skip
     errors = [m for row in rows if row["mode"] == "memory" for m in row["memory"] if "error" in m]
+    failed = [{"pattern": pattern, "length": row["length"], "mode": row["mode"], "error": error}
+              for row in rows for pattern, error in row.get("errors", {}).items()]  # fmt: skip
     traces = [trace for row in rows if row["mode"] == "profile" for trace in row["traces"]]
     return {"seconds": _keyed(seconds), "memory_mb": _keyed(memory), "exponents": exponents,
-            "memory_errors": errors, "traces": traces, "goals": goals(seconds, memory)}  # fmt: skip
+            "memory_errors": errors, "failed": failed, "traces": traces, "goals": goals(seconds, memory)}  # fmt: skip
 
 
 # What local + global windows must give over full attention through SDPA for a 16k-token document to be worth
@@ -500,6 +522,9 @@ def _table_lines(result: dict, heading: str) -> list[str]:
         pattern, length = error["pattern"], error["length"]
         untimed = "" if (pattern, length) in timed else "; not timed at this length"
         lines.append(f"\nMemory of {pattern} at {length}: {error['error']}{untimed}")
+    for failure in result.get("failed", []):
+        lines.append(f"\n{failure['pattern']} at {failure['length']}, {failure['mode']}: failed ({failure['error']}); "
+                     "not timed at this length")  # fmt: skip
     if result.get("goals"):
         lines += goal_lines(result["goals"], heading)
     if result.get("traces"):
