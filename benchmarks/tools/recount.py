@@ -3,7 +3,8 @@ again with today's report: `python benchmarks/tools/recount.py benchmarks/result
 
 The timings stay as measured; what is derived from them is computed again:
 
-- `encoder`: training and inference MFU of every cell, from its tokens/s (every row whole: every pair allowed);
+- `encoder`: training and inference MFU of every cell, from its tokens/s (every row whole: every pair allowed),
+  and every cell against its device's goals (`kolong.bench.encoder_goals`);
 - `pretrain`: each case's step counts (tokens, labelled positions, pairs inside documents and over whole rows)
   replayed on this machine from the result's own options, as the raw step drew its batches (the corpus rebuilt
   from the same documents, rows in the same seeded order, the collator's seeded masks), then the FLOPs of each
@@ -58,6 +59,9 @@ def recount_encoder(result: dict, shared_data: Path | None = None) -> dict:
                     step_flops(args, cell["batch"], cell["length"], mode), tokens / speed, peak
                 )
     result["peak_flops"] = peak
+    from kolong.bench.encoder_goals import goal_rows
+
+    result["goals"] = goal_rows(result["results"], args.device)  # each cell against today's goals
     return result
 
 

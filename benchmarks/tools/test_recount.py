@@ -49,3 +49,15 @@ def test_an_encoder_result_gets_training_and_inference_mfu():
     per_token = 6 * weights + 12 * 2 * 64 * 128  # every pair of a whole row
     assert cell["training_mfu"] == pytest.approx(1e6 * per_token / (PEAK_TFLOPS["H100"]["bf16"] * 1e12))
     assert cell["inference_mfu"] == pytest.approx(3e6 * per_token / 3 / (PEAK_TFLOPS["H100"]["bf16"] * 1e12))
+
+
+def test_an_encoder_result_is_judged_against_its_devices_goals():
+    result = {
+        "benchmark": "encoder", "machine": {"gpu": "NVIDIA H200"},
+        "arguments": {"device": "cuda", "dtype": "bf16", "lengths": [512], "implementations": ["learned", "shaw"]},
+        "results": [{"implementation": "learned", "length": 512, "batch": 4, "training_tokens_per_s": 1e6},
+                    {"implementation": "shaw", "length": 512, "batch": 4, "training_tokens_per_s": 5e5,
+                     "training_tokens_per_s_vs_learned": 0.5}],
+    }  # fmt: skip
+    (goal,) = [g for g in recount.recount_encoder(result)["goals"] if g["implementation"] == "shaw"]
+    assert goal["target"] == 0.8 and not goal["met"] and goal["gap"] == pytest.approx(-0.3)
