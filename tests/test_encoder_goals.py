@@ -66,7 +66,7 @@ def test_the_bench_reports_goals_and_where_each_call_spends_its_time(tmp_path):
     assert all(t["ms_per_step"] > 0 and t["costliest_host_ops"] for t in result["traces"])
     markdown = to_markdown(result)
     assert (
-        "## Goals (CPU" in markdown
+        "## Goals (set for CPU" in markdown
         and "| training tokens/s vs learned, up to 2,048 tokens | >= 0.8x | shaw |" in markdown
     )
     assert "| shaw, 32, training |" in markdown and "Where the time goes" in markdown

@@ -97,7 +97,7 @@ def goals_markdown(rows: list[dict], args: dict) -> list[str]:
     met = sum(row["met"] for row in rows)
     device = "CUDA: BERT-base's shape, bf16, compiled, 16,384 tokens per step, no attention dropout" if str(
         args["device"]).startswith("cuda") else "CPU: the bench's small model, fp32, 2 cores"  # fmt: skip
-    lines = [f"## Goals ({device}): {met} of {len(rows)} met", "",
+    lines = [f"## Goals (set for {device}): {met} of {len(rows)} met", "",
              "| goal | target | implementation | " + " | ".join(f"{n:,}" for n in lengths) + " |",
              "|---|---:|---|" + "---:|" * len(lengths)]  # fmt: skip
     table: dict[tuple[str, str], dict[int, dict]] = {}
