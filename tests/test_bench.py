@@ -46,7 +46,9 @@ def test_pretrain_benchmark_measures_the_three_pipelines_and_the_padding(tmp_pat
     assert padding["packed"] < 0.05 < padding["line_by_line"] + padding["cut_line_by_line"]  # padded or cut
     markdown = pretrain_markdown(result)
     assert "pipeline overhead" in markdown and "line by line" in markdown
-    assert "sets that scheme's kolong pipeline against HF's learned recipe" in markdown  # what shaw's ratio is
+    assert (
+        "sets that scheme's kolong pipeline against HF's learned recipe" in markdown
+    )  # what shaw's ratio is
     # 4 steps of 256 tokens fit the built-in sample once: no epoch's end is timed, and no warning
     assert all(0 < c["epochs_per_run"] < 1 for c in cells.values()) and "shorter than one run" not in markdown
     cells["learned", 64]["epochs_per_run"] = 1.7  # as on an H200 with 20,000 NSMC reviews: the table says so

@@ -27,12 +27,11 @@ def _release_free_memory() -> None:
     # stays resident, and a second call in the same process would reuse it without raising the resident set:
     # measured after a forward, a training step's growth would leave out up to the forward's peak. malloc_trim
     # hands every free page back first (glibc only; elsewhere nothing to do).
+    import contextlib
     import ctypes
 
-    try:
+    with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
 
 
 def _reset_peak() -> None:

@@ -524,8 +524,11 @@ def to_markdown(result: dict) -> str:
             f"{_each(device_busy(result, c), '.0%', names)} |"
         )
     if any(c["position"] != "learned" and "versus_hf" in c for c in result["cells"]):
-        lines += ["", "HF's recipe has learned positions only, run once per length: `kolong / HF` of another "
-                  "scheme's row sets that scheme's kolong pipeline against HF's learned recipe of the same length."]
+        lines += [
+            "",
+            "HF's recipe has learned positions only, run once per length: `kolong / HF` of another "
+            "scheme's row sets that scheme's kolong pipeline against HF's learned recipe of the same length.",
+        ]
     counted = [c for c in result["cells"] if c.get("step_counts")]
     if counted:
         lines += ["", "MFU: the one count of `kolong.bench.flops` (6 N per token that is not padding, the prediction "
