@@ -296,6 +296,17 @@ def test_the_named_shapes_are_the_checkpoints_shapes():
     assert all(s["hidden_size"] % s["num_attention_heads"] == 0 for s in SHAPES.values())
 
 
+def _full_and_sliding_at_32_and_64(tmp_path, *options) -> dict:
+    """A tiny run of full attention and sliding windows at 32 and 64 tokens: its result JSON."""
+    result = CliRunner().invoke(app, [
+        "bench", "long-attention", "--lengths", "32,64", "--patterns", "full,sliding", "--hidden-size", "32",
+        "--layers", "1", "--heads", "2", "--intermediate-size", "64", "--sliding-length", "32",
+        "--sliding-overlap", "8", "--repeats", "1", *options, "--output-dir", str(tmp_path),
+    ])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    return json.loads((tmp_path / "long-attention.json").read_text())
+
+
 def test_a_pattern_whose_memory_worker_is_killed_is_not_timed_at_that_length(tmp_path, monkeypatch):
     """On CPU a length's memory workers run first; a pattern that one of them could not fit (the worker killed)
     is left out of that length's timing instead of taking the run down, and the table says so."""
@@ -307,13 +318,7 @@ def test_a_pattern_whose_memory_worker_is_killed_is_not_timed_at_that_length(tmp
         return {"pattern": pattern, "length": length, "inference_peak_mb": 1.0, "training_peak_mb": 2.0}
 
     monkeypatch.setattr(long_attention, "_memory_worker", worker)
-    result = CliRunner().invoke(app, [
-        "bench", "long-attention", "--lengths", "32,64", "--patterns", "full,sliding", "--hidden-size", "32",
-        "--layers", "1", "--heads", "2", "--intermediate-size", "64", "--sliding-length", "32",
-        "--sliding-overlap", "8", "--repeats", "1", "--output-dir", str(tmp_path),
-    ])  # fmt: skip
-    assert result.exit_code == 0, result.output
-    data = json.loads((tmp_path / "long-attention.json").read_text())
+    data = _full_and_sliding_at_32_and_64(tmp_path)
     for mode in ("inference", "training"):
         assert set(data["seconds"][mode]["sliding"]) == {"32"} and set(data["seconds"][mode]["full"]) == {
             "32",
@@ -364,13 +369,7 @@ def test_a_pattern_that_fails_to_run_is_recorded_and_the_others_are_timed(tmp_pa
         return real_step(model, pattern, args, length, training)
 
     monkeypatch.setattr(long_attention, "make_step", make_step)
-    result = CliRunner().invoke(app, [
-        "bench", "long-attention", "--lengths", "32,64", "--patterns", "full,sliding", "--hidden-size", "32",
-        "--layers", "1", "--heads", "2", "--intermediate-size", "64", "--sliding-length", "32",
-        "--sliding-overlap", "8", "--repeats", "1", "--no-memory", "--output-dir", str(tmp_path),
-    ])  # fmt: skip
-    assert result.exit_code == 0, result.output
-    data = json.loads((tmp_path / "long-attention.json").read_text())
+    data = _full_and_sliding_at_32_and_64(tmp_path, "--no-memory")
     assert set(data["seconds"]["inference"]["sliding"]) == {"32"} and set(data["seconds"]["inference"]["full"]) == {
         "32", "64"}  # fmt: skip
     assert [(f["pattern"], f["length"], f["mode"]) for f in data["failed"]] == [("sliding", 64, "inference")]
