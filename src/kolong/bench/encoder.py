@@ -31,7 +31,7 @@ from dataclasses import asdict
 from kolong.attention.options import AttentionOptions
 from kolong.bench.arguments import EncoderBenchArguments
 from kolong.bench.flops import FlopCount, device_peak_flops, mfu
-from kolong.bench.harness import Benchmark, Case, cuda_sync
+from kolong.bench.harness import Benchmark, Case, cuda_sync, free_cuda
 from kolong.bench.memory import peak_growth_mb, run_worker
 from kolong.bench.steps import encoder_step, plan_of
 from kolong.errors import ConfigError
@@ -160,7 +160,7 @@ def traced_calls(models: dict, args: EncoderBenchArguments, length: int, calls: 
             try:
                 summary = traced_call(step, args.device, calls)
             except (RuntimeError, ValueError):  # what failed in the timed case (its error is in those rows)
-                _free_cuda(args)
+                free_cuda(args.device)
                 continue
             rows.append({"implementation": name, "length": length, "mode": mode, **summary})
     return rows
@@ -264,7 +264,7 @@ class EncoderBenchmark(Benchmark):
                 first_steps[name] = round(time.perf_counter() - started, 2)
             except (RuntimeError, ValueError) as error:  # out of memory, unsupported
                 errors[name] = f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
-                _free_cuda(args)
+                free_cuda(args.device)
                 continue
             steps[name] = step
         references = {name: steps.pop(name) for name in HF_MODELS if name in steps}
@@ -297,13 +297,6 @@ class EncoderBenchmark(Benchmark):
 
     def to_markdown(self, result: dict) -> str:
         return to_markdown(result)
-
-
-def _free_cuda(args) -> None:
-    if args.device.startswith("cuda"):
-        import torch
-
-        torch.cuda.empty_cache()
 
 
 def step_flops(args: EncoderBenchArguments, batch: int, length: int, mode: str) -> float:

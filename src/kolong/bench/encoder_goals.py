@@ -62,6 +62,13 @@ GOALS: dict[str, tuple[Goal, ...]] = {
 }  # fmt: skip
 
 
+def judged(value: float, target: float, at_least: bool = True) -> dict:
+    """A measured value against its goal: met or not, and the gap (value - target: below 0 a shortfall of an
+    at-least goal, above 0 an excess of an at-most one). Every bench's goals are judged here."""
+    met = value >= target if at_least else value <= target
+    return {"value": value, "target": target, "at_least": at_least, "met": met, "gap": value - target}
+
+
 def goal_rows(cells: list[dict], device: str) -> list[dict]:
     """One row per (goal, implementation, length) that this run measured: the value, the target, met or not,
     and the gap (value - target: below 0 a shortfall of an at-least goal, above 0 an excess of an at-most one)."""
@@ -74,10 +81,8 @@ def goal_rows(cells: list[dict], device: str) -> list[dict]:
             value = goal.value(cell, by_key)
             if value is None:
                 continue
-            met = value >= goal.target if goal.at_least else value <= goal.target
-            rows.append({"goal": goal.text, "implementation": name, "length": length, "value": value,
-                         "target": goal.target, "at_least": goal.at_least, "percent": goal.percent, "met": met,
-                         "gap": value - goal.target})  # fmt: skip
+            rows.append({"goal": goal.text, "implementation": name, "length": length, "percent": goal.percent,
+                         **judged(value, goal.target, goal.at_least)})  # fmt: skip
     return rows
 
 

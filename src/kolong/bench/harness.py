@@ -93,6 +93,14 @@ def cuda_sync(device: str) -> Callable[[], None] | None:
     return torch.cuda.synchronize
 
 
+def free_cuda(device: str) -> None:
+    """Hand a failed case's cached CUDA blocks back before the next one (nothing on CPU)."""
+    if str(device).startswith("cuda"):
+        import torch
+
+        torch.cuda.empty_cache()
+
+
 def _call(step: Step, sync: Callable[[], None] | None) -> tuple[float, dict]:
     started = time.perf_counter()
     reported = step()

@@ -27,7 +27,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from kolong.bench.arguments import LongAttentionBenchArguments
-from kolong.bench.harness import Benchmark, Case, cuda_sync
+from kolong.bench.harness import Benchmark, Case, cuda_sync, free_cuda
 from kolong.bench.memory import peak_growth_mb, run_worker
 from kolong.bench.steps import encoder_step
 
@@ -352,7 +352,7 @@ class LongAttentionBenchmark(Benchmark):
             except (RuntimeError, ValueError) as error:
                 errors[pattern] = f"{type(error).__name__}: {str(error).strip().splitlines()[0][:200]}"
                 self.unfit.setdefault((size.get("shape"), length), set()).add(pattern)
-                _free_cuda(args)
+                free_cuda(args.device)
                 continue
             steps[pattern] = step
         # full attention is the reference the sparse patterns are compared with
@@ -375,13 +375,6 @@ class LongAttentionBenchmark(Benchmark):
 
     def to_markdown(self, result: dict) -> str:
         return to_markdown(result)
-
-
-def _free_cuda(args) -> None:
-    if args.device.startswith("cuda"):
-        import torch
-
-        torch.cuda.empty_cache()
 
 
 def summarise(args: LongAttentionBenchArguments, rows: list[dict]) -> dict:
@@ -435,6 +428,8 @@ GOALS = (  # (text, target, at least)
 
 def goals(seconds: dict, memory: dict) -> list[dict]:
     """Each goal per mode where this run measured what it needs: value, target, met, gap (value - target)."""
+    from kolong.bench.encoder_goals import judged
+
     rows = []
     for mode in seconds:
         time, peak = seconds[mode], memory.get(mode, {})
@@ -447,9 +442,7 @@ def goals(seconds: dict, memory: dict) -> list[dict]:
         )  # fmt: skip
         for (text, target, at_least), value in zip(GOALS, values, strict=True):
             if value is not None:
-                met = value >= target if at_least else value <= target
-                rows.append({"goal": text, "mode": mode, "value": value, "target": target, "at_least": at_least,
-                             "met": met, "gap": value - target})  # fmt: skip
+                rows.append({"goal": text, "mode": mode, **judged(value, target, at_least)})
     return rows
 
 
