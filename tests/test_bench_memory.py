@@ -30,3 +30,30 @@ def test_a_call_after_another_is_measured_as_if_it_ran_first():
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     growths = json.loads(done.stdout.strip().splitlines()[-1])
     assert all(240 <= growth <= 300 for growth in growths), growths
+
+
+def test_compress_measures_a_warm_call_of_pytorch_and_the_first_call_of_onnxruntime():
+    """A compiled variant's first call compiles (a cost paid once), so `bench compress` measures PyTorch
+    variants warm; onnxruntime keeps the arena its first call grows, so there the first call is the one."""
+    script = textwrap.dedent("""
+        import json
+        import torch
+        from kolong.bench.compress import _call_growth_mb
+
+        def step_of():
+            calls = []
+
+            def step():  # the first call needs 256 MB (as compiling does), later ones 64 MB; freed on return
+                calls.append(1)
+                pieces = [torch.ones(8 * 2**20) for _ in range(8 if len(calls) == 1 else 2)]
+                return sum(float(p[0]) for p in pieces)
+
+            return step
+
+        print(json.dumps([_call_growth_mb(("torch", None), step_of(), "cpu"),
+                          _call_growth_mb(("ort", None), step_of(), "cpu")]))
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    warm, first = json.loads(done.stdout.strip().splitlines()[-1])
+    assert 56 <= warm <= 90, warm
+    assert 240 <= first <= 300, first

@@ -97,9 +97,10 @@ def _quiet_torchao() -> None:
 
 def main() -> None:
     from kolong.integration import after_import
-    from kolong.runtime import tune_allocator
+    from kolong.runtime import flush_denormals, tune_allocator
 
     tune_allocator()
+    flush_denormals()
     _quiet_torchao()
     # Only commands that need transformers import it; they find it quiet.
     after_import("transformers.utils.logging", _quiet_transformers)
