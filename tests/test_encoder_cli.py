@@ -225,3 +225,16 @@ def test_encoder_benchmark_compiles_every_model_alike(monkeypatch, how):
     markdown = to_markdown(result)
     said = {"yes": "compiled whole", "regions": "compiled layer by layer"}[how]
     assert f"fp32, {said};" in markdown and "First training step, s" in markdown
+
+
+def test_encoder_profile_shows_the_chunked_paths_forward_backward_and_bias_gradient(tmp_path):
+    """--profile on CPU: a trained bias's training step reports the time inside the chunked path's ranges."""
+    result = run("bench", "encoder", "--implementations", "learned,shaw", "--lengths", "32", "--hidden-size", "32",
+                 "--layers", "1", "--heads", "2", "--intermediate-size", "64", "--tokens-per-step", "64",
+                 "--repeats", "1", "--no-memory", "--modes", "training", "--profile", "--output-dir", str(tmp_path))  # fmt: skip
+    assert result.exit_code == 0, result.output
+    traces = {t["implementation"]: t for t in json.loads((tmp_path / "encoder.json").read_text())["traces"]}
+    assert traces["learned"]["labelled_ms"] == {}
+    ranges = traces["shaw"]["labelled_ms"]
+    assert set(ranges) == {"chunked forward", "chunked backward", "chunked bias gradient"}
+    assert ranges["chunked backward"][0] > ranges["chunked bias gradient"][0] > 0

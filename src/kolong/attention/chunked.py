@@ -143,9 +143,10 @@ class _ChunkedAttention(torch.autograd.Function):
             # a block of c rows reads c + 2w keys: blocks about as tall as the window keep that near 3w per row
             rows = min(rows, max(16, mask.window))
         seed = int(torch.randint(0, 2**62, (), device="cpu")) if dropout_p > 0 else 0
-        fused = _fused_forward(q, k, v, mask, bias, dropout_p, tensors, rows)
-        if fused is None:
-            fused = _row_block_forward(q, k, v, mask, bias, dropout_p, tensors, rows, seed)
+        with _labelled("chunked forward"):
+            fused = _fused_forward(q, k, v, mask, bias, dropout_p, tensors, rows)
+            if fused is None:
+                fused = _row_block_forward(q, k, v, mask, bias, dropout_p, tensors, rows, seed)
         out, lse = fused
         ctx.save_for_backward(q, k, v, lse, out, *tensors)
         ctx.mask, ctx.bias, ctx.dropout_p, ctx.seed, ctx.rows = mask, bias, dropout_p, seed, rows
@@ -153,6 +154,11 @@ class _ChunkedAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, d_out):
+        with _labelled("chunked backward"):
+            return _ChunkedAttention._backward(ctx, d_out)
+
+    @staticmethod
+    def _backward(ctx, d_out):
         q, k, v, lse, out, *tensors = ctx.saved_tensors
         mask, bias, dropout_p, rows = ctx.mask, ctx.bias, ctx.dropout_p, ctx.rows
         length, scale = q.shape[2], 1.0 / math.sqrt(q.shape[-1])
@@ -197,7 +203,8 @@ class _ChunkedAttention(torch.autograd.Function):
             d_q[:, :, start:stop] = (torch.matmul(d_scores, k_block) * scale).to(q.dtype)
             _add_products(d_k, keys, d_scores.transpose(-1, -2), q_block)
             if bias is not None:
-                bias.score_grads(tensors, start, stop, _scatter_keys(d_scores, keys, length), grads)
+                with _labelled("chunked bias gradient"):
+                    bias.score_grads(tensors, start, stop, _scatter_keys(d_scores, keys, length), grads)
         return (d_q, d_k.to(k.dtype), d_v.to(v.dtype), None, None, None, *grads)
 
 
@@ -291,6 +298,13 @@ def _probabilities(q, k, mask, bias, tensors, start, stop, scale, keys=None, lse
         lse = torch.logsumexp(scores, dim=-1)
         lse = lse.masked_fill(lse == float("-inf"), 0.0)
     return scores.sub_(lse[..., None]).exp_(), lse
+
+
+def _labelled(name: str):
+    # `bench ... --profile` reports the time inside kolong's ranges by name
+    from kolong.attention.flex import labelled
+
+    return labelled(name)
 
 
 def _exact(tensor: torch.Tensor) -> torch.dtype:
