@@ -7,7 +7,7 @@ does at any length past a few hundred tokens (slope x distance), and so can a tr
 process of its own, because the flush mode is fixed per thread when torch starts its threads: SDPA's
 forward and backward of one layer (batch 1, `heads` x `head_size`, fp32), with no bias and with ALiBi's as
 kolong's CPU path passes it, with the flush off and on, alternating the processes round by round. Writes
-subnormals.{json,md} (default: benchmarks/results/DEVICE/).
+subnormals-DEVICE.{json,md} (default: docs/experiments/; DEVICE the class of the machine, `cpu-xeon-2core`, ...).
 """
 
 from __future__ import annotations
@@ -113,18 +113,19 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--rounds", type=int, default=5, help="worker processes per setting (default 5)")
     parser.add_argument("--calls", type=int, default=3, help="timed calls per worker and bias (default 3)")
     parser.add_argument(
-        "--output-dir", help="where to write subnormals.{json,md} (default benchmarks/results/DEVICE)"
+        "--output-dir", help="where to write subnormals-DEVICE.{json,md} (default docs/experiments)"
     )
     args = parser.parse_args(argv)
     runs = measure(args.length, args.heads, args.head_size, args.rounds, args.calls)
     machine = describe_machine()
-    out = Path(args.output_dir or Path(__file__).parents[1] / "results" / device_class(machine))
+    out = Path(args.output_dir or Path(__file__).parents[2] / "docs" / "experiments")
+    stem = f"subnormals-{device_class(machine)}"
     command = "python benchmarks/tools/subnormals.py " + " ".join(argv if argv is not None else sys.argv[1:])
     result = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": machine,
               "commit": source_commit(), "command": command.strip(), "arguments": vars(args), "runs": runs,
               "summary": summary(runs)}  # fmt: skip
-    atomic_write_json(out / "subnormals.json", result)
-    atomic_write_text(out / "subnormals.md", to_markdown(result))
+    atomic_write_json(out / f"{stem}.json", result)
+    atomic_write_text(out / f"{stem}.md", to_markdown(result))
     print(to_markdown(result))
     return result
 

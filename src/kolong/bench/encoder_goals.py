@@ -14,10 +14,29 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 RELATIVE = ("shaw", "shaw-value", "t5", "alibi", "rope")
+VS = "vs learned positions (the faster of learned and HF BertModel)"
 
 
 def _key(name: str) -> Callable[[dict, dict], float | None]:
     return lambda cell, cells: cell.get(name)
+
+
+def _vs_learned_positions(mode: str) -> Callable[[dict, dict], float | None]:
+    """`mode`'s tokens/s over the faster of kolong's learned positions and HF BertModel at the same length.
+
+    The two compute the same thing, so on a shared machine their gap is noise, and a ratio to the slower one
+    would flatter the scheme: a CPU run measured HF BertModel at 1.30x learned at 2,048 tokens (Xeon, 2 cores).
+    A cell without absolute figures (a stored result recounted) falls back to its ratio to learned."""
+    key = f"{mode}_tokens_per_s"
+
+    def value(cell: dict, cells: dict) -> float | None:
+        bars = [cells.get((name, cell["length"]), {}).get(key) for name in ("learned", "hf-bert")]
+        bars = [bar for bar in bars if bar]
+        if cell.get(key) and bars:
+            return cell[key] / max(bars)
+        return cell.get(f"{key}_vs_learned")
+
+    return value
 
 
 def _learned_vs_hf(cell: dict, cells: dict) -> float | None:
@@ -39,12 +58,11 @@ class Goal:
 
 GOALS: dict[str, tuple[Goal, ...]] = {
     "cuda": (
-        Goal("training tokens/s vs learned, up to 2,048 tokens", RELATIVE, _key("training_tokens_per_s_vs_learned"),
+        Goal(f"training tokens/s {VS}, up to 2,048 tokens", RELATIVE, _vs_learned_positions("training"),
              lambda n: n <= 2048, 0.8),
-        Goal("training tokens/s vs learned, 8,192 tokens and longer", RELATIVE,
-             _key("training_tokens_per_s_vs_learned"), lambda n: n >= 8192, 0.6),
-        Goal("inference tokens/s vs learned", RELATIVE, _key("inference_tokens_per_s_vs_learned"),
-             lambda n: True, 0.8),
+        Goal(f"training tokens/s {VS}, 8,192 tokens and longer", RELATIVE, _vs_learned_positions("training"),
+             lambda n: n >= 8192, 0.6),
+        Goal(f"inference tokens/s {VS}", RELATIVE, _vs_learned_positions("inference"), lambda n: True, 0.8),
         Goal("training peak memory vs learned, 2,048 tokens and longer", RELATIVE,
              _key("training_peak_mb_vs_learned"), lambda n: n >= 2048, 1.3, at_least=False),
         Goal("inference peak memory vs learned, 2,048 tokens and longer", RELATIVE,
@@ -54,8 +72,8 @@ GOALS: dict[str, tuple[Goal, ...]] = {
              percent=True),
     ),
     "cpu": (
-        Goal("training tokens/s vs learned, up to 2,048 tokens", ("shaw", "t5"),
-             _key("training_tokens_per_s_vs_learned"), lambda n: n <= 2048, 0.8),
+        Goal(f"training tokens/s {VS}, up to 2,048 tokens", ("shaw", "t5"), _vs_learned_positions("training"),
+             lambda n: n <= 2048, 0.8),
         Goal("Shaw's training peak memory growth vs learned", ("shaw",), _key("training_peak_mb_vs_learned"),
              lambda n: True, 1.3, at_least=False),
     ),
