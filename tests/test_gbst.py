@@ -241,6 +241,9 @@ def test_bench_gbst_with_a_static_cache_and_bf16(tmp_path):
         encoder_layers=1, decoder_layers=1, threads=[1], data="builtin", cache="static", decoder="generate",
         dtype="bf16", device="cpu",
     )  # fmt: skip
+    from torch._dynamo.utils import counters
+
+    counters["inductor"]["cudagraph_skips"] += 3  # an earlier compile in this process: not this run's
     result = run_gbst_benchmark(args, on_step=lambda message: None)
     assert result["device"] == "cpu" and result["results"][0]["speedup"]["inference"] > 0
     # the note under the table speaks of the device measured: CPU threads here, kernel launches on a GPU

@@ -162,11 +162,14 @@ class GBSTBenchmark(Benchmark):
 
     def sizes(self, args: GBSTBenchArguments) -> list[dict]:
         import torch
+        from torch._dynamo.utils import counters
 
         from kolong.models.byte import KolongByteConfig, KolongByteForConditionalGeneration, add_gbst
         from kolong.tokenizers import ByteTokenizer
         from kolong.training.span import parse_blocks_option
 
+        # Inductor's counters are the process's: count this run's skips only
+        self.cudagraph_skips_before = int(counters["inductor"]["cudagraph_skips"])
         self.description, pairs = bench_inputs(args)
         self.device = device = resolve_device(args.device)
         tokenizer = ByteTokenizer()
@@ -265,7 +268,7 @@ class GBSTBenchmark(Benchmark):
             "device": self.device,
             # graphs Inductor compiled for CUDA graphs (reduce-overhead: kolong's step, generate's static one)
             # but ran without them; the log's "skipping cudagraphs" lines say why
-            "cudagraph_skips": int(counters["inductor"]["cudagraph_skips"]),
+            "cudagraph_skips": int(counters["inductor"]["cudagraph_skips"]) - self.cudagraph_skips_before,
             "data": self.description,
             "settings": asdict(args),
             "input_bytes": {"max": longest, "mean": statistics.mean(self.lengths)},
