@@ -25,6 +25,11 @@ from transformers import (
 )
 
 import kolong  # noqa: F401  (registers kolong's hooks before any model is built)
+from kolong.runtime import flush_denormals
+
+# As the `kolong` command runs (subnormal floats flushed), in every worker from the start, before torch's first
+# parallel operation: a test that runs the command's `main` cannot change the numerics of the tests after it.
+flush_denormals()
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 

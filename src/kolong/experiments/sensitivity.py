@@ -67,7 +67,8 @@ def fake_quantize(weight, bits: int, rows: slice | None = None):
         return out
     levels = 2 ** (bits - 1) - 1
     flat = weight.reshape(-1, weight.shape[-1])
-    scale = flat.abs().amax(dim=1, keepdim=True).clamp_min(torch.finfo(weight.dtype).tiny) / levels
+    # clamped after the division: tiny / levels is subnormal, which the `kolong` command flushes to 0 (0 / 0)
+    scale = (flat.abs().amax(dim=1, keepdim=True) / levels).clamp_min(torch.finfo(weight.dtype).tiny)
     return (torch.round(flat / scale).clamp(-levels, levels) * scale).reshape(weight.shape)
 
 
