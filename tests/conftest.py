@@ -25,11 +25,6 @@ from transformers import (
 )
 
 import kolong  # noqa: F401  (registers kolong's hooks before any model is built)
-from kolong.runtime import flush_denormals
-
-# As the `kolong` command runs (subnormal floats flushed), in every worker from the start, before torch's first
-# parallel operation: a test that runs the command's `main` cannot change the numerics of the tests after it.
-flush_denormals()
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
@@ -72,6 +67,16 @@ def build_tiny(family: str, head: str = "base", seed: int = 0):
     torch.manual_seed(seed)
     # initializer_range 0.5 gives position rows large enough that a wrong row changes the outputs.
     return HEADS[head].from_config(tiny_config(family)).eval()
+
+
+@pytest.fixture(autouse=True)
+def _subnormals_kept(monkeypatch):
+    """The `kolong` command flushes subnormal floats for its whole process, Python's own floats included
+    (kolong.runtime). A test that runs the command's `main` in a pytest worker would leave every later test there
+    flushed, and hypothesis refuses to draw floats then; tests of the flush run it in a process of their own."""
+    import kolong.runtime
+
+    monkeypatch.setattr(kolong.runtime, "flush_denormals", lambda: None)
 
 
 @pytest.fixture

@@ -104,3 +104,15 @@ def test_study_end_to_end(shared_data, tmp_path):
     )
     assert (tmp_path / "sensitivity.png").is_file() and "| position rows >= 16 |" in to_markdown(results)
     assert json.loads((tmp_path / "results.json").read_text())["studies"].keys() == {"mlm:tiny", "qa:tiny"}
+
+
+def test_a_zero_row_quantizes_to_zero_with_subnormals_flushed():
+    """As `kolong experiment sensitivity` runs: the scale's guard must not be a subnormal (flushed to 0: 0 / 0)."""
+    import subprocess
+    import sys
+
+    script = ("import torch; torch.set_flush_denormal(True); "
+              "from kolong.experiments.sensitivity import fake_quantize; "
+              "print(bool(torch.equal(fake_quantize(torch.zeros(2, 3), 4), torch.zeros(2, 3))))")  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert done.stdout.strip().splitlines()[-1] == "True"

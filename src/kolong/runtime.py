@@ -13,7 +13,9 @@ tokens reaches -1,447, and one layer's SDPA forward and backward took 1.4 s inst
 fp32).
 What they would add to a row's probabilities is below fp32's resolution of its sum, so no result changes
 beyond rounding. The CPU's flush mode is per thread and a new thread copies its creator's, so it is set right
-after torch is imported, before torch starts its worker threads.
+after torch is imported, before torch starts its worker threads. The mode is the process's, so Python's own
+float arithmetic flushes too (1e-310 * 1.0 == 0.0), and code must not compute a subnormal on purpose: a guard
+like `clamp_min(finfo.tiny) / 7` becomes 0 (clamp after dividing).
 """
 
 from __future__ import annotations
