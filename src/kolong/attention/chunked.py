@@ -20,6 +20,8 @@ import math
 
 import torch
 
+from kolong.attention.profiling import labelled
+
 # Row blocks hold about this many scores (b x h x c x n) at a time: 2^21 floats = 8 MiB in fp32. Blocks this size
 # trained Shaw and T5 faster on 2 CPU cores than blocks of 2^24 (the scores stay in cache), and the backward's
 # temporaries, which set the path's memory, shrink with them (benchmarks/results/cpu-epyc-2core/encoder.md).
@@ -143,7 +145,7 @@ class _ChunkedAttention(torch.autograd.Function):
             # a block of c rows reads c + 2w keys: blocks about as tall as the window keep that near 3w per row
             rows = min(rows, max(16, mask.window))
         seed = int(torch.randint(0, 2**62, (), device="cpu")) if dropout_p > 0 else 0
-        with _labelled("chunked forward"):
+        with labelled("chunked forward"):
             fused = _fused_forward(q, k, v, mask, bias, dropout_p, tensors, rows)
             if fused is None:
                 fused = _row_block_forward(q, k, v, mask, bias, dropout_p, tensors, rows, seed)
@@ -154,7 +156,7 @@ class _ChunkedAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, d_out):
-        with _labelled("chunked backward"):
+        with labelled("chunked backward"):
             return _ChunkedAttention._backward(ctx, d_out)
 
     @staticmethod
@@ -203,7 +205,7 @@ class _ChunkedAttention(torch.autograd.Function):
             d_q[:, :, start:stop] = (torch.matmul(d_scores, k_block) * scale).to(q.dtype)
             _add_products(d_k, keys, d_scores.transpose(-1, -2), q_block)
             if bias is not None:
-                with _labelled("chunked bias gradient"):
+                with labelled("chunked bias gradient"):
                     bias.score_grads(tensors, start, stop, _scatter_keys(d_scores, keys, length), grads)
         return (d_q, d_k.to(k.dtype), d_v.to(v.dtype), None, None, None, *grads)
 
@@ -298,13 +300,6 @@ def _probabilities(q, k, mask, bias, tensors, start, stop, scale, keys=None, lse
         lse = torch.logsumexp(scores, dim=-1)
         lse = lse.masked_fill(lse == float("-inf"), 0.0)
     return scores.sub_(lse[..., None]).exp_(), lse
-
-
-def _labelled(name: str):
-    # `bench ... --profile` reports the time inside kolong's ranges by name
-    from kolong.attention.flex import labelled
-
-    return labelled(name)
 
 
 def _exact(tensor: torch.Tensor) -> torch.dtype:

@@ -20,13 +20,13 @@ dropout exactly in two passes
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 
 import torch
 from torch.nn.attention.flex_attention import flex_attention
 
 from kolong.attention import flex_dropout
+from kolong.attention.profiling import labelled
 
 # Tests turn compilation off to run the same score_mods through eager flex_attention on CPU.
 COMPILE = True
@@ -39,16 +39,6 @@ _compiled: dict[Callable, Callable] = {}
 # multiple of 16 (torch 2.15.0 too); from 32 up it was exact at every length tried. Smaller heads are padded
 # with zeros to this.
 CPU_MIN_HEAD_DIM = 32
-
-
-PROFILER_PREFIX = "kolong: "  # kolong's own profiler ranges, which `bench ... --profile` reports by name
-
-
-def labelled(name: str):
-    """A torch.profiler range named PROFILER_PREFIX + NAME; none inside a compiled graph."""
-    if torch.compiler.is_compiling():
-        return contextlib.nullcontext()
-    return torch.profiler.record_function(PROFILER_PREFIX + name)
 
 
 def trained_reads_in_float32(args: tuple) -> tuple:

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from kolong.attention.profiling import labelled
+
 
 def exporting() -> bool:
     """True only under torch.export (ONNX), never under torch.compile.
@@ -200,7 +202,6 @@ class AttentionMask:
         if self.empty:  # every key allowed: no mask_mod either
             return None
         if self._block_mask is None:
-            from kolong.attention import flex
             from kolong.attention.block_masks import structured_block_mask
 
             build, table_heads = structured_block_mask, 1
@@ -210,7 +211,7 @@ class AttentionMask:
                     table_heads = heads
                 elif batch > 1:  # one head cannot be written out per head: built eagerly, at a graph break
                     build = torch.compiler.disable(structured_block_mask)
-            with flex.labelled("block mask"):
+            with labelled("block mask"):
                 self._block_mask = build(self, batch, length, device, table_heads)
         return self._block_mask
 
@@ -219,7 +220,6 @@ class AttentionMask:
         built from the structure on first use and kept: every layer of one forward shares it."""
         key = (region, reach)
         if key not in self._region_block_masks:
-            from kolong.attention import flex
             from kolong.attention.block_masks import structured_block_mask
 
             build, table_heads = structured_block_mask, 1
@@ -228,6 +228,6 @@ class AttentionMask:
                     table_heads = heads
                 elif batch > 1:
                     build = torch.compiler.disable(structured_block_mask)
-            with flex.labelled("block mask"):
+            with labelled("block mask"):
                 self._region_block_masks[key] = build(self, batch, length, device, table_heads, key)
         return self._region_block_masks[key]

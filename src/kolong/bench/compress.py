@@ -14,9 +14,9 @@ Each step is one forward of one window of `length` tokens. Peak memory is one ca
 process's resident memory (on a GPU: of allocated device memory), freed memory handed back first
 (`peak_growth_mb`): a PyTorch variant's warm call, after one call that compiles and fills lazy state (what
 compiling costs once is not what serving costs each time); an onnxruntime variant's first call, since
-onnxruntime keeps its arena between calls and a warm call would show none of its working memory. onnxruntime's variants run on the CPU
-only (kolong depends on onnxruntime's CPU package), so `--device cuda` leaves them out of `all` and
-refuses them by name. onnxruntime's threads are told not to spin between calls, so that they do not
+onnxruntime keeps its arena between calls and a warm call would show none of its working memory.
+onnxruntime's variants run on the CPU only (kolong depends on onnxruntime's CPU package), so `--device cuda`
+leaves them out of `all` and refuses them by name. onnxruntime's threads are told not to spin between calls, so that they do not
 steal the cores of the PyTorch steps interleaved with them. With --eval, every variant answers the same
 questions (sliding windows of the model's length) and its F1 is reported with the paired change from fp32.
 """
