@@ -21,8 +21,8 @@ DECLARED = {
     "none": Contribution("none"),
     "rope": Contribution("rotation"),
     "alibi": Contribution("distance"),
-    "t5": Contribution("distance", trained=True, regions=True),
-    "shaw": Contribution("query", trained=True, regions=True),
+    "t5": Contribution("distance", trained=True, reach=91),  # where 32 buckets to distance 128 saturate
+    "shaw": Contribution("query", trained=True, reach=16),  # max_distance
 }
 
 
@@ -31,13 +31,13 @@ def test_every_scheme_declares_what_it_hands_to_attention(scheme):
     model = KolongModel(tiny_kolong_config(position_encoding=scheme))
     assert model.positions.contribution == DECLARED[scheme]
     value = KolongModel(tiny_kolong_config(position_encoding="shaw", position_kwargs={"value": True}))
-    assert value.positions.contribution == Contribution("query", value_term=True, trained=True, regions=True)
+    assert value.positions.contribution == Contribution("query", value_term=True, trained=True, reach=16)
     with pytest.raises(ValueError, match="one of none, rotation, distance, query"):
         Contribution("relative")
 
 
-def _q(grad: bool) -> torch.Tensor:
-    return torch.zeros(2, 2, 8, 4, requires_grad=grad)
+def _q(grad: bool, length: int = 8) -> torch.Tensor:
+    return torch.zeros(2, 2, length, 4, requires_grad=grad)
 
 
 PADDING = AttentionMask.from_attention_mask(torch.tensor([[1] * 8, [1] * 6 + [0] * 2]))
@@ -70,6 +70,35 @@ def test_the_plan_on_cpu(contribution, mask, dropout, grad, expected):
     with torch.set_grad_enabled(grad):
         plan = plan_attention("sdpa", _q(grad), contribution, mask, dropout, AttentionOptions())
     assert plan.kernel == expected and plan.why and str(plan) == expected
+
+
+LONG_PADDING = AttentionMask.from_attention_mask(torch.tensor([[1] * 40, [1] * 30 + [0] * 10]))
+LONG_DOCUMENTS = AttentionMask.from_attention_mask(torch.tensor([[1] * 20 + [2] * 20, [1] * 40]))
+
+
+@pytest.mark.parametrize(
+    ("contribution", "mask", "dropout", "grad", "options", "expected"),
+    [
+        (Contribution("query", trained=True, reach=4), LONG_PADDING, 0.0, True, {}, "sdpa-regions"),
+        (Contribution("query", trained=True, reach=4), LONG_PADDING, 0.0, False, {}, "sdpa-regions"),
+        (Contribution("query", value_term=True, trained=True, reach=4), LONG_PADDING, 0.0, False, {}, "sdpa-regions"),
+        (Contribution("distance", trained=True, reach=4), LONG_PADDING, 0.0, True, {}, "sdpa-regions"),
+        (Contribution("distance", trained=True, reach=4), LONG_PADDING, 0.0, False, {}, "sdpa-distance-view"),
+        (Contribution("query", trained=True, reach=6), LONG_PADDING, 0.0, True, {}, "chunked"),  # strips too wide
+        (Contribution("query", trained=True, reach=4), LONG_PADDING, 0.1, True, {}, "chunked"),
+        (Contribution("query", trained=True, reach=4), LONG_DOCUMENTS, 0.0, True, {}, "chunked"),
+        (Contribution("query", trained=True, reach=4), LONG_PADDING, 0.0, True, {"relative_regions": False}, "chunked"),
+    ],
+)  # fmt: skip
+def test_the_regions_on_cpu_where_their_strips_are_a_quarter_of_the_row_or_less(
+    monkeypatch, contribution, mask, dropout, grad, options, expected
+):
+    from kolong.attention import sdpa_regions
+
+    monkeypatch.setattr(sdpa_regions, "BLOCK_ROWS", 4)  # 40 tokens hold four strips of 4 + 2 x 4 - 2 keys
+    with torch.set_grad_enabled(grad):
+        plan = plan_attention("sdpa", _q(grad, 40), contribution, mask, dropout, AttentionOptions(**options))
+    assert plan.kernel == expected
 
 
 @pytest.mark.parametrize(
@@ -110,6 +139,7 @@ SCHEME_OF_KERNEL = {
     "sdpa-row-blocks": ("shaw", {}, PADDING_INSIDE, False),
     "banded": ("alibi", {}, WINDOW, False),
     "chunked": ("shaw", {"value": True}, DOCUMENTS, True),
+    "sdpa-regions": ("shaw", {"value": True, "max_distance": 2}, PADDING, True),
 }
 
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from conftest import random_ids, tiny_kolong_config
-from kolong.attention import chunked, flex
+from kolong.attention import chunked, flex, sdpa_regions
 from kolong.attention.masks import AttentionMask
 from kolong.models import KolongConfig, KolongForMaskedLM, KolongModel
 from kolong.positions.t5 import bucket_boundaries, relative_position_bucket
@@ -34,8 +34,10 @@ pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without to
 
 @pytest.fixture(autouse=True)
 def small_blocks(monkeypatch):
-    """Row blocks of 16 queries, so every test crosses block boundaries; flex_attention uncompiled."""
+    """Row blocks of 16 queries, so every test crosses block boundaries (and blocks of 2 for the CPU regions, so
+    Shaw's reach of 3 takes them from 24 tokens on); flex_attention uncompiled."""
     monkeypatch.setattr(chunked, "BLOCK_SCORES", 1)
+    monkeypatch.setattr(sdpa_regions, "BLOCK_ROWS", 2)
     monkeypatch.setattr(flex, "COMPILE", False)
 
 
@@ -383,6 +385,7 @@ def test_shaw_infers_through_sdpa_per_row_block_and_matches_the_reference(name, 
     from kolong.attention import dispatch, rowwise
 
     monkeypatch.setattr(rowwise, "MASK_ENTRIES", 1)  # row blocks of 16 rows: three blocks
+    monkeypatch.setattr(sdpa_regions, "BLOCK_ROWS", 128)  # rows too short for the CPU regions' strips
     taken = []
     monkeypatch.setattr(
         rowwise, "row_block_attention", lambda *a, _f=rowwise.row_block_attention: taken.append(1) or _f(*a)

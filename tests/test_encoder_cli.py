@@ -145,27 +145,32 @@ def test_encoder_benchmark_rejects_unknown_implementations():
         run_benchmark(EncoderBenchmark(), EncoderBenchArguments(implementations=["bert"], memory=False))
 
 
-def test_chunked_references_train_with_dropout_outside_flex_attention():
-    """`shaw-chunked` / `t5-chunked` models run with FlexAttention's dropout off (the path before it), their own
-    run-time option; every other model keeps it on."""
-    from kolong.bench.encoder import EncoderBenchArguments, _resolved, build_model, implementations, make_step
+def test_chunked_references_take_the_chunked_path_on_each_device():
+    """`shaw-chunked` / `t5-chunked` models run through the chunked exact path by their own run-time options: on
+    CUDA with FlexAttention's dropout off (the path before it), on CPU with the three regions off; every other
+    model keeps both on. `all` measures them on every device."""
+    from kolong.bench.encoder import (
+        REFERENCE_OPTIONS,
+        EncoderBenchArguments,
+        _resolved,
+        build_model,
+        implementations,
+        make_step,
+    )  # fmt: skip
 
     args = EncoderBenchArguments(lengths=[16], hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
                                  intermediate_size=64, tokens_per_step=32, attention_dropout=0.1)  # fmt: skip
     references = ("shaw-chunked", "t5-chunked")
     assert [implementations()[name][0] for name in references] == ["shaw", "t5"]
-    assert not set(references) & set(_resolved(args))  # `all` on CPU: the same paths as shaw and t5
-    args.device = "cuda"
     assert set(references) <= set(_resolved(args))
-    args.device = "cpu"
     seen = []
     for name in ("shaw-chunked", "shaw"):
         model = build_model(name, args, 16)
-        model.register_forward_hook(
-            lambda module, *_: seen.append(module.layers[0].attention.options.flex_dropout)
-        )
+        options = model.layers[0].attention.options
+        seen.append((options.flex_dropout, options.relative_regions))
         make_step(model, args, 16, training=True, name=name)()
-    assert seen == [False, True]
+    assert seen == [(True, False), (True, True)]
+    assert REFERENCE_OPTIONS["shaw-chunked"]["cuda"] == {"flex_dropout": False}  # CUDA's, set the same way
 
 
 def test_encoder_benchmark_modes_and_their_refusal(tmp_path):

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from kolong.attention import banded, rowwise, varlen
+from kolong.attention import banded, rowwise, sdpa_regions, varlen
 from kolong.attention.chunked import attention_dropout_mask, chunked_attention
 from kolong.attention.masks import AttentionMask, exporting
 from kolong.attention.options import DEFAULT, AttentionOptions
@@ -37,13 +37,14 @@ FLEX_DEVICES = ("cuda",)
 @dataclass(frozen=True)
 class Contribution:
     """What a position scheme hands to attention: `kind` (one of KINDS), whether it adds a value term, whether its
-    bias has trained parameters (a gradient must flow into them), and whether the bias is constant past a reach
-    on each side, so that it splits into three regions (`regions.py`; the scheme then has `regions(...)`)."""
+    bias has trained parameters (a gradient must flow into them), and `reach`: where the bias is constant past a
+    distance on each side, that distance, so that it splits into three regions (`regions.py`; the scheme then has
+    `regions(...)`); 0 where it does not."""
 
     kind: str = "none"
     value_term: bool = False
     trained: bool = False
-    regions: bool = False
+    reach: int = 0
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -52,6 +53,10 @@ class Contribution:
     @property
     def bias(self) -> bool:
         return self.kind in ("distance", "query")
+
+    @property
+    def regions(self) -> bool:
+        return self.reach > 0
 
 
 @dataclass(frozen=True)
@@ -142,17 +147,23 @@ def plan_attention(implementation: str, q: torch.Tensor, contribution: Contribut
         return Plan("flex", "FlexAttention: the bias in its score_mod, blocks outside the mask skipped")
     grad = torch.is_grad_enabled() and (q.requires_grad or contribution.trained)
     bias_grad = torch.is_grad_enabled() and contribution.trained
-    if dropout_p == 0 and mask.window is None and contribution.bias and not contribution.value_term:
-        if (
-            contribution.kind == "distance"
-            and not bias_grad
-            and rowwise.row_ends(mask, q.shape[2]) is not None
-        ):
-            return Plan(
-                "sdpa-distance-view", "a bias by distance alone, as one strided view: SDPA's fused kernel"
-            )
-        if not grad:
-            return Plan("sdpa-row-blocks", "SDPA per block of query rows, each block's bias built")
+    plain_bias = dropout_p == 0 and mask.window is None and contribution.bias and not contribution.value_term
+    if (
+        plain_bias
+        and contribution.kind == "distance"
+        and not bias_grad
+        and rowwise.row_ends(mask, q.shape[2]) is not None
+    ):
+        return Plan(
+            "sdpa-distance-view", "a bias by distance alone, as one strided view: SDPA's fused kernel"
+        )
+    if split and mask.keys_only and sdpa_regions.fits(q, contribution.reach):
+        return Plan(
+            "sdpa-regions",
+            "three regions: the far keys through SDPA's fused CPU kernel, the near strip in blocks",
+        )
+    if plain_bias and not grad:
+        return Plan("sdpa-row-blocks", "SDPA per block of query rows, each block's bias built")
     # over key bands a bias is a float mask per band: kept for the backward, so only without a gradient
     banded_bias = not contribution.bias or (contribution.kind == "distance" and not grad)
     if dropout_p == 0 and mask.window is not None and options.banded and banded_bias:
@@ -221,6 +232,11 @@ def _given(mask: AttentionMask) -> AttentionMask | None:
     return None if mask.empty else mask
 
 
+def _sdpa_regions(q, k, v, call: AttentionCall, layer):
+    terms = call.scheme.regions(layer, q, call.state)
+    return sdpa_regions.sdpa_region_attention(q, k, v, _given(call.mask), terms), None
+
+
 def _distance_view(q, k, v, call: AttentionCall, layer):
     return rowwise.distance_attention(q, k, v, _given(call.mask), call.bias(q, layer)), None
 
@@ -243,6 +259,7 @@ ATTENTION_FUNCTIONS: dict[str, Callable] = {
     "varlen": _varlen,
     "flex": _flex,
     "flex-regions": _flex_regions,
+    "sdpa-regions": _sdpa_regions,
     "sdpa-distance-view": _distance_view,
     "sdpa-row-blocks": _row_blocks,
     "banded": _banded,

@@ -17,8 +17,8 @@ would compile every model again). The attention plan of each kolong model is rec
 References: HF `BertModel` (`attn_implementation="sdpa"`) and HF `ModernBertModel` of the same
 sizes; the `eager` path of shaw and t5 (kolong's gathered (b, h, n, n) bias, the reference the
 fused paths are tested against); Shaw materialising (n, n, d_h) relation tensors (`-naive`); Shaw and T5
-training with attention dropout through the chunked exact path instead of FlexAttention (`-chunked`, CUDA's
-path before dropout moved into FlexAttention; the same as the plain scheme on CPU).
+through the chunked exact path (`-chunked`: on CUDA with attention dropout instead of FlexAttention, CUDA's path
+before dropout moved into FlexAttention; on CPU instead of the three regions).
 """
 
 from __future__ import annotations
@@ -51,7 +51,12 @@ REFERENCES: dict[str, tuple[str, dict, str]] = {
     "t5-chunked": ("t5", {}, "sdpa"),
 }
 # Run-time attention options of the references (`set_attention_options`); each is its scheme's own path off CUDA.
-CUDA_OPTIONS = {"shaw-chunked": {"flex_dropout": False}, "t5-chunked": {"flex_dropout": False}}
+# On CUDA attention dropout through the chunked path rather than FlexAttention; on CPU the chunked path rather
+# than the three regions.
+REFERENCE_OPTIONS = {
+    name: {"cuda": {"flex_dropout": False}, "cpu": {"relative_regions": False}}
+    for name in ("shaw-chunked", "t5-chunked")
+}
 
 
 def implementations() -> dict[str, tuple[str, dict, str]]:
@@ -93,7 +98,8 @@ def build_model(name: str, args: EncoderBenchArguments, length: int):
             naive.load_state_dict(model.positions.state_dict())
             model.positions = naive
         options = AttentionOptions.parse(args.attention_options)
-        model.set_attention_options(options, **CUDA_OPTIONS.get(name, {}))
+        device = "cuda" if args.device.startswith("cuda") else "cpu"
+        model.set_attention_options(options, **REFERENCE_OPTIONS.get(name, {}).get(device, {}))
     model = model.to(args.device)
     return compiled(model, args.compile)
 
@@ -191,9 +197,7 @@ def _memory_worker(name: str, length: int, args: EncoderBenchArguments) -> dict:
 
 def _resolved(args: EncoderBenchArguments) -> list[str]:
     known = implementations()
-    # `all` leaves out the CUDA_OPTIONS references off CUDA, where they are their scheme's own path
-    every = [name for name in known if args.device.startswith("cuda") or name not in CUDA_OPTIONS]
-    names = every if args.implementations in (["all"], []) else list(args.implementations)
+    names = list(known) if args.implementations in (["all"], []) else list(args.implementations)
     unknown = sorted(set(names) - set(known))
     if unknown:
         raise ConfigError(f"--implementations: unknown {unknown[0]!r}; choose from {', '.join(known)}")

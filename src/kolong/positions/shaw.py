@@ -110,7 +110,9 @@ class ShawPositions(PositionEncoding):
     @property
     def contribution(self) -> Contribution:
         # q_i . w^K_clip(j - i): a bias that depends on the query; w^V adds a value term
-        return Contribution("query", value_term=self.value_tables is not None, trained=True, regions=True)
+        return Contribution(
+            "query", value_term=self.value_tables is not None, trained=True, reach=self.max_distance
+        )
 
     def regions(self, layer, query, state) -> RegionTerms:
         """The bias in the three regions: the clipped edges j - i <= -k and >= k are one constant per row."""

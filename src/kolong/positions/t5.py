@@ -139,7 +139,7 @@ class T5Positions(PositionEncoding):
     @property
     def contribution(self) -> Contribution:
         # a learned bias per bucket of j - i, constant past the distance where the buckets saturate
-        return Contribution("distance", trained=True, regions=True)
+        return Contribution("distance", trained=True, reach=self.reach)
 
     def regions(self, layer, query, state) -> RegionTerms:
         """The bias in the three regions: past `reach` (where the bucket function saturates) one constant per

@@ -1,0 +1,351 @@
+"""The three regions of `regions.py` on CPU, forward and backward, through SDPA's fused CPU kernel.
+
+Query rows go in blocks of c. For the rows start..stop-1 of a block, every key j <= start - r is in the left
+region of every row, every key j >= stop - 1 + r in the right region, and only the strip between (c + 2r - 2
+keys) mixes the three. So:
+
+- the far keys of each side go through the fused kernel without a bias (a constant does not change a softmax):
+  out and lse per row, the side's constant added to its lse. The staircase the blocks make is covered by
+  rectangles, halving recursively (`_Layout.rectangles`), so that most of the work is in a few tall calls;
+- the strip is tensor code: the block's (c, c + 2r - 2) scores, Shaw's profile (or T5's per-distance copy) added
+  on its diagonals (entry (a, t), distance t - r + 1, sits at a (c + 2r - 1) + t of the block) and the two
+  constants on either side of them;
+- the parts merge by log-sum-exp.
+
+The kernel's backward takes no gradient through a log-sum-exp. With the merged output O and log-sum-exp L (as
+ring attention does), the kernel's backward of a far rectangle run with L_i - c_i in place of its own lse and
+O_i - w^V_side in place of its output computes P_ij = exp(s_ij + c_i - L_i) and dS_ij = P_ij (dO_i . (v_j + w^V_side)
+- dO_i . O_i), the merged attention's own (Shaw's value row w^V_side is the same for every far key of the side).
+Each side's constant then gets
+
+    dc_i = sum_{j far} dS_ij = share_i (dO_i . (O_far,i + w^V_side) - dO_i . O_i)
+
+from the side's share of the row's mass and its normalised output, and the strip's terms come from its own
+recomputed probabilities. No (n, n) tensor, no gradient added into a few addresses; on 2 CPU cores at 2,048
+tokens Shaw and T5 train at 0.75-0.8x learned positions against the chunked path's 0.64-0.69x (docs/encoder.md).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from kolong.attention.profiling import labelled
+from kolong.attention.regions import RegionTerms, merge
+
+# Query rows per block. A block's near strip (the keys within reach of some row of it, c + 2r - 2 of them) is
+# tensor code and the far keys on each side are the fused kernel's: shorter blocks give the kernel more of the
+# work, taller ones fewer, larger calls. Timed on 2 CPU cores at 2,048 tokens, 12 heads of 64 (docs/encoder.md).
+BLOCK_ROWS = 128
+
+
+def fits(q: torch.Tensor, reach: int) -> bool:
+    """Whether this path takes `q` for a bias of `reach`:
+
+    - on CPU, with the fused kernel's operators (private; the same from torch 2.11 to 2.15);
+    - in float32 or float64: the edges' constants get their gradient from a difference of two products with the
+      output (`_backward`), which an output rounded to 16 bits would leave without its digits (bf16 autocast
+      takes the chunked path, which sums the probabilities themselves);
+    - rows long enough that the near strips (BLOCK_ROWS + 2r - 2 keys a row) are at most a quarter of the work:
+      below that the chunked path was as fast or faster (docs/encoder.md)."""
+    ops = torch.ops.aten
+    return (
+        q.device.type == "cpu"
+        and q.dtype in (torch.float32, torch.float64)
+        and 4 * (BLOCK_ROWS + 2 * reach - 2) <= q.shape[2]
+        and hasattr(ops, "_scaled_dot_product_flash_attention_for_cpu")
+        and hasattr(ops, "_scaled_dot_product_flash_attention_for_cpu_backward")
+    )
+
+
+def _exact(tensor: torch.Tensor) -> torch.dtype:
+    return torch.promote_types(tensor.dtype, torch.float32)
+
+
+class _Layout:
+    """Where each block's keys lie, and the masks that do not change from layer to layer."""
+
+    def __init__(self, q, real: torch.Tensor | None, reach: int):
+        self.length, self.reach = q.shape[2], reach
+        self.width = 2 * reach - 1  # the band's distances
+        self.real = real
+        # (b, 1, 1, n) additive mask of padded keys for the kernel; real keys counted up to each position
+        self.keys_mask = None if real is None else torch.zeros(real.shape, dtype=q.dtype).masked_fill(
+            ~real, -math.inf)[:, None, None]  # fmt: skip
+        self.counts = None if real is None else F.pad(real.long().cumsum(1), (1, 0))  # (b, n + 1)
+        # padded key index m is key m - r + 1: a block's near strip is padded keys [start, stop + 2r - 2)
+        present = torch.ones(1, self.length, dtype=torch.bool) if real is None else real
+        self.valid = F.pad(present, (reach - 1, reach - 1), value=False)[
+            :, None, None
+        ]  # (b|1, 1, 1, n + 2r - 2)
+
+    def blocks(self):
+        for start in range(0, self.length, BLOCK_ROWS):
+            yield start, min(start + BLOCK_ROWS, self.length)
+
+    def rectangles(self, side: str) -> list[tuple[slice, slice]]:
+        """The far keys of one side as (query rows, keys) rectangles for the kernel: a block of rows start..stop-1
+        reads keys j <= start - r on the left and j >= stop - 1 + r on the right (the rest of its row is its
+        strip). The staircase this makes is split in halves, recursively: one rectangle of half the rows by the
+        keys all of them read, then each half's own staircase. So most of the work is in a few tall calls
+        (the kernel is slow on short ones) and a row is in about log2(n / c) rectangles per side."""
+        n, c, r, found = self.length, BLOCK_ROWS, self.reach, []
+
+        def cover(
+            lo: int, hi: int
+        ) -> None:  # rows of blocks lo..hi-1, keys nearer than lo's (left) or hi's (right)
+            if hi - lo <= 1:
+                return
+            mid = (lo + hi) // 2
+            if side == "left":
+                rows, keys = (
+                    slice(mid * c, min(n, hi * c)),
+                    slice(max(0, lo * c - r + 1), max(0, mid * c - r + 1)),
+                )
+            else:
+                rows, keys = (
+                    slice(lo * c, mid * c),
+                    slice(min(n, mid * c + r - 1), min(n, min(n, hi * c) + r - 1)),
+                )
+            if keys.stop > keys.start:
+                found.append((rows, keys))
+            cover(lo, mid)
+            cover(mid, hi)
+
+        cover(0, -(-n // c))
+        return found
+
+    def near(self, start: int, stop: int) -> slice:
+        return slice(start, stop + self.width - 1)  # in padded key indices
+
+    def sides(self, rows: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+        """(c, c + 2r - 2) masks of a block's strip: left of the band (t < 0) and right of it (t > 2r - 2)."""
+        relative = (
+            torch.arange(rows + self.width - 1, device=device)[None, :]
+            - torch.arange(rows, device=device)[:, None]
+        )
+        return relative < 0, relative > self.width - 1
+
+    def reached(self, keys: slice) -> torch.Tensor | None:
+        """(b, 1, 1) whether each sequence has a real key in `keys` (the kernel gives a row with none lse 0)."""
+        if self.counts is None:
+            return None
+        return (self.counts[:, keys.stop] > self.counts[:, keys.start])[:, None, None]
+
+
+def _diagonals(block: torch.Tensor, width: int) -> torch.Tensor:
+    """(b, h, c, c + width - 1) contiguous -> (b, h, c, width): entry (a, t) = block[a, a + t], a view."""
+    b, h, c, m = block.shape
+    return block.as_strided((b, h, c, width), (h * c * m, c * m, m + 1, 1), block.storage_offset())
+
+
+def _near_scores(q, k_padded, terms, left, right, layout: _Layout, start, stop, scale, exact):
+    """(b, h, c, c + 2r - 2) biased scores of rows start..stop-1 against their strip, -inf where no key; and the
+    strip's side masks."""
+    keys = k_padded[:, :, layout.near(start, stop)]
+    product = torch.matmul(q[:, :, start:stop].to(keys.dtype), keys.transpose(-1, -2))
+    scores = product.to(exact).mul_(scale)  # contiguous (b, h, c, m)
+    _diagonals(scores, layout.width).add_(terms.band[:, :, start:stop].to(exact))
+    before, after = layout.sides(stop - start, q.device)
+    scores = (
+        scores
+        + before * left[:, :, start:stop, None].to(exact)
+        + after * right[:, :, start:stop, None].to(exact)
+    )
+    return scores.masked_fill_(~layout.valid[..., layout.near(start, stop)], -math.inf), before, after
+
+
+def _far(q, k, v, layout: _Layout, keys: slice, rows: slice, scale):
+    """One rectangle of far keys through the kernel: output and lse (b, h, rows), -inf where it holds no key."""
+    kernel = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+    mask = None if layout.keys_mask is None else layout.keys_mask[..., keys]
+    out, lse = kernel(q[:, :, rows], k[:, :, keys], v[:, :, keys], 0.0, False, attn_mask=mask, scale=scale)
+    reached = layout.reached(keys)
+    lse = lse.to(_exact(q))
+    return out, (lse if reached is None else lse.masked_fill(~reached, -math.inf))
+
+
+def _forward(q, k, v, terms: RegionTerms, left, right, layout: _Layout):
+    """The output, the merged log-sum-exp, and each far side's normalised output and shifted lse (for the
+    backward)."""
+    batch, heads, length, _ = q.shape
+    exact, scale = _exact(q), 1.0 / math.sqrt(q.shape[-1])
+    k_padded, v_padded = (F.pad(t, (0, 0, layout.reach - 1, layout.reach - 1)) for t in (k, v))
+    far_out = [torch.zeros_like(q), torch.zeros_like(q)]
+    far_lse = [q.new_full((batch, heads, length), -math.inf, dtype=exact) for _ in range(2)]
+    near_out = torch.empty(q.shape, dtype=exact)
+    near_lse = q.new_empty((batch, heads, length), dtype=exact)
+    for side, name in enumerate(("left", "right")):
+        for rows, keys in layout.rectangles(name):
+            out, lse = _far(q, k, v, layout, keys, rows, scale)
+            merged, merged_lse, _ = merge(
+                [(far_out[side][:, :, rows], far_lse[side][:, :, rows]), (out, lse)]
+            )
+            far_out[side][:, :, rows], far_lse[side][:, :, rows] = merged.to(q.dtype), merged_lse
+    for start, stop in layout.blocks():
+        scores, before, after = _near_scores(
+            q, k_padded, terms, left, right, layout, start, stop, scale, exact
+        )
+        top = scores.amax(-1, keepdim=True)
+        top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
+        weights = scores.sub_(top).exp_()
+        total = weights.sum(-1, keepdim=True)
+        reached = total > 0
+        probs = weights.div_(torch.where(reached, total, torch.ones_like(total)))
+        near_lse[:, :, start:stop] = torch.where(reached, top + total.log(), -math.inf).squeeze(-1)
+        block = torch.matmul(probs, v_padded[:, :, layout.near(start, stop)].to(exact))
+        if (
+            terms.value_band is not None
+        ):  # Shaw's value rows: w^V_-k on the strip's left, w^V_+k right, w^V_t between
+            block += (torch.matmul(_diagonals(probs, layout.width), terms.value_band.to(exact))
+                      + (probs * before).sum(-1, keepdim=True) * terms.value_left.to(exact)
+                      + (probs * after).sum(-1, keepdim=True) * terms.value_right.to(exact))  # fmt: skip
+        near_out[:, :, start:stop] = block
+    far_lse = [far_lse[0] + left.to(exact), far_lse[1] + right.to(exact)]
+    out, lse, (left_share, _, right_share) = merge(
+        [(far_out[0], far_lse[0]), (near_out, near_lse), (far_out[1], far_lse[1])]
+    )
+    if terms.value_band is not None:
+        out = out + left_share[..., None] * terms.value_left + right_share[..., None] * terms.value_right
+    return out.to(q.dtype), lse, far_out, far_lse
+
+
+def _backward(d_out, q, k, v, terms: RegionTerms, left, right, layout: _Layout, out, lse, far_out, far_lse):
+    """Every input's gradient from the merged output and log-sum-exp (see the module's docstring)."""
+    kernel = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
+    exact, scale, reach, width = _exact(q), 1.0 / math.sqrt(q.shape[-1]), layout.reach, layout.width
+    lse = torch.where(torch.isfinite(lse), lse, math.inf)  # a row no region reaches: every exp(s - L) is 0
+    d_exact = d_out.to(exact)
+    row_sums = (d_exact * out.to(exact)).sum(-1)  # D_i = dO_i . O_i, (b, h, n)
+    k_padded, v_padded = (F.pad(t, (0, 0, reach - 1, reach - 1)).to(exact) for t in (k, v))
+    d_q = torch.zeros(q.shape, dtype=exact)
+    d_k, d_v = torch.zeros(k.shape, dtype=exact), torch.zeros(v.shape, dtype=exact)
+    d_kp, d_vp = torch.zeros_like(k_padded), torch.zeros_like(v_padded)
+    d_left = torch.zeros(lse.shape, dtype=exact)
+    d_right, d_band = torch.zeros_like(d_left), torch.zeros((*lse.shape, width), dtype=exact)
+    values = terms.value_band is not None
+    d_value_rows = [torch.zeros(q.shape[-1], dtype=exact) for _ in range(2)]
+    d_value_band = torch.zeros((width, q.shape[-1]), dtype=exact) if values else None
+    # each far side's backward sees the merged attention: lse less its constant, O less its value row
+    passed = [(out if not values else out - terms.value_left.to(out.dtype), (lse - left.to(exact)).to(exact)),
+              (out if not values else out - terms.value_right.to(out.dtype), (lse - right.to(exact)).to(exact))]  # fmt: skip
+    for (side_out, side_lse), name in zip(passed, ("left", "right"), strict=True):
+        for rows, keys in layout.rectangles(name):
+            mask = None if layout.keys_mask is None else layout.keys_mask[..., keys]
+            dq, dk, dv = kernel(d_out[:, :, rows], q[:, :, rows], k[:, :, keys], v[:, :, keys], side_out[:, :, rows],
+                                side_lse[:, :, rows], 0.0, False, attn_mask=mask, scale=scale)  # fmt: skip
+            d_q[:, :, rows] += dq
+            d_k[:, :, keys] += dk
+            d_v[:, :, keys] += dv
+    for start, stop in layout.blocks():
+        rows = slice(start, stop)
+        near = layout.near(start, stop)
+        scores, before, after = _near_scores(
+            q, k_padded, terms, left, right, layout, start, stop, scale, exact
+        )
+        probs = scores.sub_(
+            lse[:, :, rows, None]
+        ).exp_()  # the merged attention's probabilities, 0 off the strip
+        d_block = d_exact[:, :, rows]  # (b, h, c, d_h)
+        d_probs = torch.matmul(d_block, v_padded[:, :, near].transpose(-1, -2))  # (b, h, c, m)
+        if values:
+            _diagonals(d_probs, width).add_(torch.matmul(d_block, terms.value_band.to(exact).T))
+            d_probs += before * (d_block @ terms.value_left.to(exact))[..., None]
+            d_probs += after * (d_block @ terms.value_right.to(exact))[..., None]
+            d_value_band += torch.einsum("bhct,bhcd->td", _diagonals(probs, width), d_block)
+            d_value_rows[0] += torch.einsum("bhc,bhcd->d", (probs * before).sum(-1), d_block)
+            d_value_rows[1] += torch.einsum("bhc,bhcd->d", (probs * after).sum(-1), d_block)
+        d_vp[:, :, near] += torch.matmul(probs.transpose(-1, -2), d_block)
+        d_scores = d_probs.sub_(row_sums[:, :, rows, None]).mul_(probs)  # dS = P (dP - D)
+        d_left[:, :, rows] = (d_scores * before).sum(-1)
+        d_right[:, :, rows] = (d_scores * after).sum(-1)
+        d_band[:, :, rows] = _diagonals(d_scores, width)
+        d_q[:, :, rows] += torch.matmul(d_scores, k_padded[:, :, near]) * scale
+        d_kp[:, :, near] += torch.matmul(d_scores.transpose(-1, -2), q[:, :, rows].to(exact)) * scale
+    # the far sides' constants and value rows, from their share of the mass: dc = share (dO . (O_far + w^V) - D)
+    for side, value in enumerate((terms.value_left, terms.value_right)):
+        share = torch.exp(far_lse[side] - lse)
+        reached = far_out[side].to(exact) if value is None else far_out[side].to(exact) + value.to(exact)
+        (d_left if side == 0 else d_right).add_(share * ((d_exact * reached).sum(-1) - row_sums))
+        if value is not None:
+            d_value_rows[side] += torch.einsum("bhn,bhnd->d", share, d_exact)
+    inner = slice(reach - 1, reach - 1 + q.shape[2])
+    d_k += d_kp[:, :, inner]
+    d_v += d_vp[:, :, inner]
+    return d_q, d_k, d_v, d_left, d_band, d_right, d_value_rows[0], d_value_band, d_value_rows[1]
+
+
+def _reduce_to(grad: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """Sum a gradient over the dimensions `like` broadcasts (T5's constants are (1, h, 1))."""
+    dims = [i for i, (g, s) in enumerate(zip(grad.shape, like.shape, strict=True)) if s == 1 and g != 1]
+    return (grad.sum(dims, keepdim=True) if dims else grad).to(like.dtype)
+
+
+class _SdpaRegions(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, real, reach, left, band, right, value_left, value_band, value_right):
+        terms = RegionTerms(reach, left, band, right, value_left, value_band, value_right)
+        layout = _Layout(q, real, reach)
+        rows = (*q.shape[:2], q.shape[2])
+        with labelled("regions forward"):
+            out, lse, far_out, far_lse = _forward(
+                q, k, v, terms, left.expand(rows), right.expand(rows), layout
+            )
+        ctx.save_for_backward(q, k, v, out, lse, *far_out, *far_lse, *terms_tensors(terms))
+        ctx.layout = layout
+        return out
+
+    @staticmethod
+    def backward(ctx, d_out):
+        q, k, v, out, lse, left_out, right_out, left_lse, right_lse, *saved = ctx.saved_tensors
+        left, band, right, value_left, value_band, value_right = saved
+        terms = RegionTerms(ctx.layout.reach, left, band, right, value_left, value_band, value_right)
+        rows = (*q.shape[:2], q.shape[2])
+        with labelled("regions backward"):
+            grads = _backward(d_out, q, k, v, terms, left.expand(rows), right.expand(rows), ctx.layout, out, lse,
+                              (left_out, right_out), (left_lse, right_lse))  # fmt: skip
+        d_q, d_k, d_v, d_left, d_band, d_right, d_value_left, d_value_band, d_value_right = grads
+        return (
+            d_q.to(q.dtype), d_k.to(k.dtype), d_v.to(v.dtype), None, None,
+            _reduce_to(d_left, left), _reduce_to(d_band, band), _reduce_to(d_right, right),
+            None if value_left is None else d_value_left.to(value_left.dtype),
+            None if value_band is None else d_value_band.to(value_band.dtype),
+            None if value_right is None else d_value_right.to(value_right.dtype),
+        )  # fmt: skip
+
+
+def terms_tensors(terms: RegionTerms) -> tuple:
+    return terms.left, terms.band, terms.right, terms.value_left, terms.value_band, terms.value_right
+
+
+def _broadcast_rows(constant: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """An edge's constant as (b|1, h, n|1), the layout of the log-sum-exp it shifts."""
+    return constant if constant.dim() == 3 else constant.reshape(like.shape[:3])
+
+
+# Never traced: its loops and the private operators run eagerly between two graphs of a compiled model.
+@torch.compiler.disable
+def sdpa_region_attention(q, k, v, mask, terms: RegionTerms) -> torch.Tensor:
+    """softmax(q k^T / sqrt(d) + bias + mask) v (+ Shaw's value term): (b, h, n, d_h), exact, for a mask of padding
+    alone (or none). `terms`: the scheme's `RegionTerms`."""
+    if mask is not None and not mask.keys_only:
+        raise ValueError(
+            "the CPU region path takes padding masks only (no packed documents, no local window)"
+        )
+    real = None if mask is None else mask.real
+    left, right = _broadcast_rows(terms.left, q), _broadcast_rows(terms.right, q)
+    return _SdpaRegions.apply(
+        q,
+        k,
+        v,
+        real,
+        terms.reach,
+        left,
+        terms.band,
+        right,
+        terms.value_left,
+        terms.value_band,
+        terms.value_right,
+    )
