@@ -12,17 +12,20 @@ keys) mixes the three. So:
   constants on either side of them;
 - the parts merge by log-sum-exp.
 
-The kernel's backward takes no gradient through a log-sum-exp. With the merged output O and log-sum-exp L (as
-ring attention does), the kernel's backward of a far rectangle run with L_i - c_i in place of its own lse and
-O_i - w^V_side in place of its output computes P_ij = exp(s_ij + c_i - L_i) and dS_ij = P_ij (dO_i . (v_j + w^V_side)
-- dO_i . O_i), the merged attention's own (Shaw's value row w^V_side is the same for every far key of the side).
-Each side's constant then gets
+The kernel's backward takes no gradient through a log-sum-exp, and needs none. Run on a far rectangle with the
+merged output and log-sum-exp (as ring attention does): L_i - c_i in place of its own lse and O_i - w^V_side in
+place of its output, it computes
+
+    P_ij = exp(s_ij + c_i - L_i),   dS_ij = P_ij (dO_i . (v_j + w^V_side) - dO_i . O_i),
+
+the merged attention's own (Shaw's value row w^V_side is the same for every far key of the side). Each side's
+constant then gets
 
     dc_i = sum_{j far} dS_ij = share_i (dO_i . (O_far,i + w^V_side) - dO_i . O_i)
 
 from the side's share of the row's mass and its normalised output, and the strip's terms come from its own
-recomputed probabilities. No (n, n) tensor, no gradient added into a few addresses; on 2 CPU cores at 2,048
-tokens Shaw and T5 train at 0.75-0.8x learned positions against the chunked path's 0.64-0.69x (docs/encoder.md).
+recomputed probabilities. No (n, n) tensor, no gradient added into a few addresses. On 2 CPU cores at 2,048
+tokens this trains Shaw and T5 faster than the chunked path (docs/encoder.md); at 512 it does not (`fits`).
 """
 
 from __future__ import annotations
@@ -37,7 +40,8 @@ from kolong.attention.regions import RegionTerms, merge
 
 # Query rows per block. A block's near strip (the keys within reach of some row of it, c + 2r - 2 of them) is
 # tensor code and the far keys on each side are the fused kernel's: shorter blocks give the kernel more of the
-# work, taller ones fewer, larger calls. Timed on 2 CPU cores at 2,048 tokens, 12 heads of 64 (docs/encoder.md).
+# work, taller ones fewer, larger calls. On 2 CPU cores (attention alone, 2,048 tokens, 12 heads of 64) blocks of
+# 64 rows were slower and blocks of 256 no faster.
 BLOCK_ROWS = 128
 
 
@@ -70,16 +74,14 @@ class _Layout:
     def __init__(self, q, real: torch.Tensor | None, reach: int):
         self.length, self.reach = q.shape[2], reach
         self.width = 2 * reach - 1  # the band's distances
-        self.real = real
         # (b, 1, 1, n) additive mask of padded keys for the kernel; real keys counted up to each position
         self.keys_mask = None if real is None else torch.zeros(real.shape, dtype=q.dtype).masked_fill(
             ~real, -math.inf)[:, None, None]  # fmt: skip
         self.counts = None if real is None else F.pad(real.long().cumsum(1), (1, 0))  # (b, n + 1)
         # padded key index m is key m - r + 1: a block's near strip is padded keys [start, stop + 2r - 2)
         present = torch.ones(1, self.length, dtype=torch.bool) if real is None else real
-        self.valid = F.pad(present, (reach - 1, reach - 1), value=False)[
-            :, None, None
-        ]  # (b|1, 1, 1, n + 2r - 2)
+        valid = F.pad(present, (reach - 1, reach - 1), value=False)  # (b|1, n + 2r - 2)
+        self.valid = valid[:, None, None]
 
     def blocks(self):
         for start in range(0, self.length, BLOCK_ROWS):
@@ -93,9 +95,8 @@ class _Layout:
         (the kernel is slow on short ones) and a row is in about log2(n / c) rectangles per side."""
         n, c, r, found = self.length, BLOCK_ROWS, self.reach, []
 
-        def cover(
-            lo: int, hi: int
-        ) -> None:  # rows of blocks lo..hi-1, keys nearer than lo's (left) or hi's (right)
+        def cover(lo: int, hi: int) -> None:
+            """Rows of blocks lo..hi-1, whose keys beyond block lo's far keys (left) or hi's (right) are covered."""
             if hi - lo <= 1:
                 return
             mid = (lo + hi) // 2
@@ -196,9 +197,8 @@ def _forward(q, k, v, terms: RegionTerms, left, right, layout: _Layout):
         probs = weights.div_(torch.where(reached, total, torch.ones_like(total)))
         near_lse[:, :, start:stop] = torch.where(reached, top + total.log(), -math.inf).squeeze(-1)
         block = torch.matmul(probs, v_padded[:, :, layout.near(start, stop)].to(exact))
-        if (
-            terms.value_band is not None
-        ):  # Shaw's value rows: w^V_-k on the strip's left, w^V_+k right, w^V_t between
+        if terms.value_band is not None:
+            # Shaw's value rows: w^V_-k on the strip's left, w^V_+k on its right, w^V_t on its diagonals
             block += (torch.matmul(_diagonals(probs, layout.width), terms.value_band.to(exact))
                       + (probs * before).sum(-1, keepdim=True) * terms.value_left.to(exact)
                       + (probs * after).sum(-1, keepdim=True) * terms.value_right.to(exact))  # fmt: skip
@@ -245,9 +245,8 @@ def _backward(d_out, q, k, v, terms: RegionTerms, left, right, layout: _Layout, 
         scores, before, after = _near_scores(
             q, k_padded, terms, left, right, layout, start, stop, scale, exact
         )
-        probs = scores.sub_(
-            lse[:, :, rows, None]
-        ).exp_()  # the merged attention's probabilities, 0 off the strip
+        # the merged attention's probabilities, 0 off the strip
+        probs = scores.sub_(lse[:, :, rows, None]).exp_()
         d_block = d_exact[:, :, rows]  # (b, h, c, d_h)
         d_probs = torch.matmul(d_block, v_padded[:, :, near].transpose(-1, -2))  # (b, h, c, m)
         if values:
@@ -288,12 +287,12 @@ class _SdpaRegions(torch.autograd.Function):
     def forward(ctx, q, k, v, real, reach, left, band, right, value_left, value_band, value_right):
         terms = RegionTerms(reach, left, band, right, value_left, value_band, value_right)
         layout = _Layout(q, real, reach)
-        rows = (*q.shape[:2], q.shape[2])
+        rows = q.shape[:3]  # the constants as (b, h, n), the layout of the lse they shift
         with labelled("regions forward"):
             out, lse, far_out, far_lse = _forward(
                 q, k, v, terms, left.expand(rows), right.expand(rows), layout
             )
-        ctx.save_for_backward(q, k, v, out, lse, *far_out, *far_lse, *terms_tensors(terms))
+        ctx.save_for_backward(q, k, v, out, lse, *far_out, *far_lse, *_tensors(terms))
         ctx.layout = layout
         return out
 
@@ -302,7 +301,7 @@ class _SdpaRegions(torch.autograd.Function):
         q, k, v, out, lse, left_out, right_out, left_lse, right_lse, *saved = ctx.saved_tensors
         left, band, right, value_left, value_band, value_right = saved
         terms = RegionTerms(ctx.layout.reach, left, band, right, value_left, value_band, value_right)
-        rows = (*q.shape[:2], q.shape[2])
+        rows = q.shape[:3]
         with labelled("regions backward"):
             grads = _backward(d_out, q, k, v, terms, left.expand(rows), right.expand(rows), ctx.layout, out, lse,
                               (left_out, right_out), (left_lse, right_lse))  # fmt: skip
@@ -316,36 +315,18 @@ class _SdpaRegions(torch.autograd.Function):
         )  # fmt: skip
 
 
-def terms_tensors(terms: RegionTerms) -> tuple:
+def _tensors(terms: RegionTerms) -> tuple:
     return terms.left, terms.band, terms.right, terms.value_left, terms.value_band, terms.value_right
-
-
-def _broadcast_rows(constant: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """An edge's constant as (b|1, h, n|1), the layout of the log-sum-exp it shifts."""
-    return constant if constant.dim() == 3 else constant.reshape(like.shape[:3])
 
 
 # Never traced: its loops and the private operators run eagerly between two graphs of a compiled model.
 @torch.compiler.disable
 def sdpa_region_attention(q, k, v, mask, terms: RegionTerms) -> torch.Tensor:
     """softmax(q k^T / sqrt(d) + bias + mask) v (+ Shaw's value term): (b, h, n, d_h), exact, for a mask of padding
-    alone (or none). `terms`: the scheme's `RegionTerms`."""
+    alone (or none). `terms`: the scheme's `RegionTerms`, its constants (b|1, h, n|1)."""
     if mask is not None and not mask.keys_only:
         raise ValueError(
             "the CPU region path takes padding masks only (no packed documents, no local window)"
         )
     real = None if mask is None else mask.real
-    left, right = _broadcast_rows(terms.left, q), _broadcast_rows(terms.right, q)
-    return _SdpaRegions.apply(
-        q,
-        k,
-        v,
-        real,
-        terms.reach,
-        left,
-        terms.band,
-        right,
-        terms.value_left,
-        terms.value_band,
-        terms.value_right,
-    )
+    return _SdpaRegions.apply(q, k, v, real, terms.reach, *_tensors(terms))
