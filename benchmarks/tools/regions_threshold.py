@@ -1,0 +1,155 @@
+"""Where the three regions beat the chunked path on this CPU, attention alone: `python
+benchmarks/tools/regions_threshold.py` (a diagnostic beside `kolong bench encoder`, not installed with kolong).
+
+`sdpa-regions` is taken only where a row holds at least four of its near strips (BLOCK_ROWS + 2r - 2 keys,
+`kolong.attention.sdpa_regions.fits`); below that the chunked path is. This times one attention layer's forward
+and backward on both paths for Shaw (reach 16) and T5 (reach 91, 32 buckets to distance 128) at each length,
+the batch filling a fixed number of tokens, beside SDPA without a bias (what learned positions run), in
+interleaved rounds. Writes regions-threshold-DEVICE.{json,md} (default: docs/experiments/; DEVICE the class of
+the machine, `cpu-xeon-2core`, ...).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+PATHS = ("sdpa", "chunked", "sdpa-regions")
+SCHEMES = {"shaw": {"max_distance": 16}, "t5": {}}
+
+
+def cases(lengths: list[int], tokens: int, heads: int, head_size: int, seed: int = 0) -> dict:
+    """{(scheme, length): (call per path, the reach)}: each call runs one forward and backward."""
+    import torch
+
+    from kolong.attention.dispatch import ATTENTION_FUNCTIONS, AttentionCall
+    from kolong.attention.masks import AttentionMask
+    from kolong.attention.options import AttentionOptions
+    from kolong.models import KolongConfig, KolongModel
+
+    built = {}
+    for scheme, kwargs in SCHEMES.items():
+        for length in lengths:
+            torch.manual_seed(seed)
+            config = KolongConfig(hidden_size=heads * head_size, num_hidden_layers=1, num_attention_heads=heads,
+                                  intermediate_size=4 * heads * head_size, position_encoding=scheme,
+                                  position_kwargs=kwargs, max_position_embeddings=length)  # fmt: skip
+            positions = KolongModel(config).positions
+            shape = (max(1, tokens // length), heads, length, head_size)
+            q, k, v = (torch.randn(shape, requires_grad=True) for _ in range(3))
+            grad = torch.randn(shape)
+
+            def call(path, q=q, k=k, v=v, grad=grad, positions=positions, length=length):
+                if path == "sdpa":
+                    out = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+                else:
+                    state = positions.prepare(length, q.device, q.dtype)
+                    attention = AttentionCall(AttentionMask(), 0.0, AttentionOptions(), positions, state)
+                    out = ATTENTION_FUNCTIONS[path](q, k, v, attention, 0)[0]
+                out.backward(grad)
+
+            built[scheme, length] = (call, positions.contribution.reach)
+    return built
+
+
+def measure(built: dict, rounds: int) -> dict:
+    """{scheme: {length: {path: [seconds per round]}}}, every path of every case once per round, in turn."""
+    runs: dict = {}
+    for (scheme, length), (call, _) in built.items():
+        runs.setdefault(scheme, {})[str(length)] = {path: [] for path in PATHS}
+        for path in PATHS:  # warm up
+            call(path)
+    for _ in range(rounds):
+        for (scheme, length), (call, _) in built.items():
+            for path in PATHS:
+                start = time.perf_counter()
+                call(path)
+                runs[scheme][str(length)][path].append(time.perf_counter() - start)
+    return runs
+
+
+def summary(runs: dict, reaches: dict, block_rows: int) -> dict:
+    """Per scheme and length: median ms per path, the regions against the chunked path, the path the rule takes
+    and whether it is the faster of the two."""
+    found: dict = {}
+    for scheme, by_length in runs.items():
+        for length, by_path in by_length.items():
+            ms = {path: statistics.median(values) * 1e3 for path, values in by_path.items()}
+            taken = "sdpa-regions" if 4 * (block_rows + 2 * reaches[scheme] - 2) <= int(length) else "chunked"
+            faster = min(("chunked", "sdpa-regions"), key=ms.__getitem__)
+            found.setdefault(scheme, {})[length] = {
+                "ms": ms,
+                "regions_vs_chunked": ms["chunked"] / ms["sdpa-regions"],
+                "vs_sdpa": {path: ms["sdpa"] / ms[path] for path in ("chunked", "sdpa-regions")},
+                "taken": taken,
+                "taken_is_faster": taken == faster,
+            }
+    return found
+
+
+def to_markdown(result: dict) -> str:
+    from kolong.bench.results import machine_line
+
+    a = result["arguments"]
+    lines = [f"# The CPU's three regions against the chunked path, attention alone ({result['date']})", "",
+             f"One layer's attention, forward + backward, fp32, {a['heads']} heads of {a['head_size']}, "
+             f"{a['tokens']} tokens per call (batch = tokens / length), no mask; median of {a['rounds']} "
+             f"interleaved rounds. `sdpa` is SDPA without a bias (learned positions' attention); the rule takes "
+             f"the regions where 4 (BLOCK_ROWS + 2r - 2) <= n, BLOCK_ROWS = {result['block_rows']}.", "",
+             "| scheme (reach) | length | sdpa, ms | chunked, ms | regions, ms | regions' speed vs chunked "
+             "| taken | the faster? |",
+             "|---|---:|---:|---:|---:|---:|---|---|"]  # fmt: skip
+    for scheme, by_length in result["summary"].items():
+        for length, cell in by_length.items():
+            ms = cell["ms"]
+            lines.append(f"| {scheme} ({result['reaches'][scheme]}) | {int(length):,} | {ms['sdpa']:.0f} | "
+                         f"{ms['chunked']:.0f} | {ms['sdpa-regions']:.0f} | {cell['regions_vs_chunked']:.2f}x | "
+                         f"{cell['taken']} | {'yes' if cell['taken_is_faster'] else '**no**'} |")  # fmt: skip
+    lines += ["", machine_line(result)]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> dict:
+    from kolong.attention import sdpa_regions
+    from kolong.bench.machine import describe_machine, device_class
+    from kolong.bench.results import source_commit
+    from kolong.io import atomic_write_json, atomic_write_text
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--lengths", default="512,1024,2048", help="comma-separated lengths (default 512,1024,2048)"
+    )
+    parser.add_argument("--tokens", type=int, default=2048, help="tokens per call (default 2048)")
+    parser.add_argument("--heads", type=int, default=12, help="attention heads (default 12)")
+    parser.add_argument("--head-size", type=int, default=64, help="width of each head (default 64)")
+    parser.add_argument("--rounds", type=int, default=9, help="interleaved rounds (default 9)")
+    parser.add_argument(
+        "--output-dir", help="where to write regions-threshold-DEVICE.{json,md} (default docs/experiments)"
+    )
+    args = parser.parse_args(argv)
+    lengths = [int(part) for part in args.lengths.split(",") if part.strip()]
+    built = cases(lengths, args.tokens, args.heads, args.head_size)
+    reaches = {scheme: reach for (scheme, _), (_, reach) in built.items()}
+    runs = measure(built, args.rounds)
+    machine = describe_machine()
+    out = Path(args.output_dir or Path(__file__).parents[2] / "docs" / "experiments")
+    stem = f"regions-threshold-{device_class(machine)}"
+    command = "python benchmarks/tools/regions_threshold.py " + " ".join(
+        argv if argv is not None else sys.argv[1:]
+    )
+    result = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": machine,
+              "commit": source_commit(), "command": command.strip(), "arguments": vars(args),
+              "block_rows": sdpa_regions.BLOCK_ROWS, "reaches": reaches, "runs": runs,
+              "summary": summary(runs, reaches, sdpa_regions.BLOCK_ROWS)}  # fmt: skip
+    atomic_write_json(out / f"{stem}.json", result)
+    atomic_write_text(out / f"{stem}.md", to_markdown(result))
+    print(to_markdown(result))
+    return result
+
+
+if __name__ == "__main__":
+    main()
