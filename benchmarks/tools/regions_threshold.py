@@ -11,12 +11,10 @@ the machine, `cpu-xeon-2core`, ...).
 
 from __future__ import annotations
 
-import argparse
 import statistics
-import sys
 import time
-from datetime import datetime, timezone
-from pathlib import Path
+
+import diagnostic
 
 PATHS = ("sdpa", "chunked", "sdpa-regions")
 SCHEMES = {"shaw": {"max_distance": 16}, "t5": {}}
@@ -115,40 +113,21 @@ def to_markdown(result: dict) -> str:
 
 def main(argv: list[str] | None = None) -> dict:
     from kolong.attention import sdpa_regions
-    from kolong.bench.machine import describe_machine, device_class
-    from kolong.bench.results import source_commit
-    from kolong.io import atomic_write_json, atomic_write_text
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
+    found = diagnostic.parser(__doc__, "regions-threshold")
+    found.add_argument(
         "--lengths", default="512,1024,2048", help="comma-separated lengths (default 512,1024,2048)"
     )
-    parser.add_argument("--tokens", type=int, default=2048, help="tokens per call (default 2048)")
-    parser.add_argument("--heads", type=int, default=12, help="attention heads (default 12)")
-    parser.add_argument("--head-size", type=int, default=64, help="width of each head (default 64)")
-    parser.add_argument("--rounds", type=int, default=9, help="interleaved rounds (default 9)")
-    parser.add_argument(
-        "--output-dir", help="where to write regions-threshold-DEVICE.{json,md} (default docs/experiments)"
-    )
-    args = parser.parse_args(argv)
+    found.add_argument("--tokens", type=int, default=2048, help="tokens per call (default 2048)")
+    found.add_argument("--rounds", type=int, default=9, help="interleaved rounds (default 9)")
+    args = found.parse_args(argv)
     lengths = [int(part) for part in args.lengths.split(",") if part.strip()]
     built = cases(lengths, args.tokens, args.heads, args.head_size)
     reaches = {scheme: reach for (scheme, _), (_, reach) in built.items()}
     runs = measure(built, args.rounds)
-    machine = describe_machine()
-    out = Path(args.output_dir or Path(__file__).parents[2] / "docs" / "experiments")
-    stem = f"regions-threshold-{device_class(machine)}"
-    command = "python benchmarks/tools/regions_threshold.py " + " ".join(
-        argv if argv is not None else sys.argv[1:]
-    )
-    result = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": machine,
-              "commit": source_commit(), "command": command.strip(), "arguments": vars(args),
-              "block_rows": sdpa_regions.BLOCK_ROWS, "reaches": reaches, "runs": runs,
-              "summary": summary(runs, reaches, sdpa_regions.BLOCK_ROWS)}  # fmt: skip
-    atomic_write_json(out / f"{stem}.json", result)
-    atomic_write_text(out / f"{stem}.md", to_markdown(result))
-    print(to_markdown(result))
-    return result
+    measured = {"block_rows": sdpa_regions.BLOCK_ROWS, "reaches": reaches, "runs": runs,
+                "summary": summary(runs, reaches, sdpa_regions.BLOCK_ROWS)}  # fmt: skip
+    return diagnostic.write("regions-threshold", "regions_threshold.py", argv, args, measured, to_markdown)
 
 
 if __name__ == "__main__":

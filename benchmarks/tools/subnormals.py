@@ -12,13 +12,13 @@ subnormals-DEVICE.{json,md} (default: docs/experiments/; DEVICE the class of the
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import subprocess
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
+
+import diagnostic
 
 BIASES = ("none", "alibi")
 
@@ -102,32 +102,14 @@ def to_markdown(result: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from kolong.bench.machine import describe_machine, device_class
-    from kolong.bench.results import source_commit
-    from kolong.io import atomic_write_json, atomic_write_text
-
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--length", type=int, default=2048, help="tokens per row (default 2048)")
-    parser.add_argument("--heads", type=int, default=12, help="attention heads (default 12)")
-    parser.add_argument("--head-size", type=int, default=64, help="width of each head (default 64)")
-    parser.add_argument("--rounds", type=int, default=5, help="worker processes per setting (default 5)")
-    parser.add_argument("--calls", type=int, default=3, help="timed calls per worker and bias (default 3)")
-    parser.add_argument(
-        "--output-dir", help="where to write subnormals-DEVICE.{json,md} (default docs/experiments)"
-    )
-    args = parser.parse_args(argv)
+    found = diagnostic.parser(__doc__, "subnormals")
+    found.add_argument("--length", type=int, default=2048, help="tokens per row (default 2048)")
+    found.add_argument("--rounds", type=int, default=5, help="worker processes per setting (default 5)")
+    found.add_argument("--calls", type=int, default=3, help="timed calls per worker and bias (default 3)")
+    args = found.parse_args(argv)
     runs = measure(args.length, args.heads, args.head_size, args.rounds, args.calls)
-    machine = describe_machine()
-    out = Path(args.output_dir or Path(__file__).parents[2] / "docs" / "experiments")
-    stem = f"subnormals-{device_class(machine)}"
-    command = "python benchmarks/tools/subnormals.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    result = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": machine,
-              "commit": source_commit(), "command": command.strip(), "arguments": vars(args), "runs": runs,
-              "summary": summary(runs)}  # fmt: skip
-    atomic_write_json(out / f"{stem}.json", result)
-    atomic_write_text(out / f"{stem}.md", to_markdown(result))
-    print(to_markdown(result))
-    return result
+    return diagnostic.write("subnormals", "subnormals.py", argv, args, {"runs": runs, "summary": summary(runs)},
+                            to_markdown)  # fmt: skip
 
 
 if __name__ == "__main__":
