@@ -3,6 +3,8 @@ against the eager reference, the run-time options, and asking a model which plan
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -207,3 +209,13 @@ def test_a_model_says_which_plan_each_layer_runs_and_options_are_never_saved(tmp
     with torch.no_grad():
         assert reloaded.attention_plans(ids)[1].kernel == "banded"
         torch.testing.assert_close(model(ids).last_hidden_state, reloaded(ids).last_hidden_state)
+
+
+def test_the_pretraining_help_names_every_run_time_option():
+    from typer.testing import CliRunner
+
+    from kolong.cli import app
+
+    shown = CliRunner().invoke(app, ["pretrain", "mlm", "--help"], terminal_width=200).output
+    words = "".join(shown.split())  # rich wraps the help anywhere
+    assert all(spec.name in words for spec in dataclasses.fields(AttentionOptions))

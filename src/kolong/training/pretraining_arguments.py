@@ -6,8 +6,9 @@ reads it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
+from kolong.attention.options import AttentionOptions
 from kolong.training.arguments import RecipeArguments
 from kolong.training.options import (
     ON_BAD,
@@ -17,6 +18,8 @@ from kolong.training.options import (
     must_be_json_object,
     option,
 )
+
+ATTENTION_OPTION_NAMES = [spec.name for spec in fields(AttentionOptions)]
 
 
 @dataclass(kw_only=True)
@@ -107,8 +110,7 @@ class PretrainArguments(RecipeArguments):
                           "graph serving all: a faster start); bare: yes.", choices=("auto", "yes", "no", "regions"))  # fmt: skip
     attention_options: list[str] = option([], "A run-time attention choice, never saved with the model: "
                                           "--attention-option NAME=VALUE (repeat; docs/encoder.md, \"Run-time "
-                                          "options\"): flex_dropout, packed_flex_dropout, packed_varlen, banded, "
-                                          "flex_kernel_options.", "--attention-option",
+                                          f"options\"): {', '.join(ATTENTION_OPTION_NAMES)}.", "--attention-option",
                                           check=attention_options)  # fmt: skip
     overrides: dict = option(
         {},
