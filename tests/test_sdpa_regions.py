@@ -30,7 +30,7 @@ def test_the_rectangles_cover_each_rows_far_keys_exactly_once(monkeypatch, rows,
         }
         for side, wanted in expected.items():
             count = torch.zeros(length, length, dtype=torch.long)
-            for query_rows, keys in layout.rectangles(side):
+            for query_rows, keys in layout.rectangles[side]:
                 count[query_rows, keys] += 1
             assert count.max() <= 1, (side, length)
             assert torch.equal(count.bool(), wanted), (side, length)

@@ -159,18 +159,22 @@ def exact_region_kernel(mask, scale: float | None = None) -> Kernel:
         allowed = inside(region, reach, relative)
         if mask is not None and not mask.empty:
             allowed = allowed & mask.rows(0, length, length, q.device)
-        scores = scores.masked_fill(~allowed, -math.inf)
-        top = scores.amax(-1, keepdim=True)
-        top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
-        weights = torch.exp(scores - top)
-        total = weights.sum(-1, keepdim=True)
-        reached = total > 0
-        safe = torch.where(reached, total, torch.ones_like(total))
-        out = torch.matmul(weights / safe, v)
-        lse = torch.where(reached, top + torch.log(safe), torch.full_like(total, -math.inf)).squeeze(-1)
-        return out, lse
+        probs, lse = softmax_with_lse(scores.masked_fill(~allowed, -math.inf))
+        return torch.matmul(probs, v), lse
 
     return kernel
+
+
+def softmax_with_lse(scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Softmax over the last dimension and its log-sum-exp: a row of -inf alone gets probabilities 0 and
+    log-sum-exp -inf (not NaN). Out of place, so that autograd can differentiate the exact kernel through it."""
+    top = scores.amax(-1, keepdim=True)
+    top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
+    weights = torch.exp(scores - top)
+    total = weights.sum(-1, keepdim=True)
+    reached = total > 0
+    probs = weights / torch.where(reached, total, torch.ones_like(total))
+    return probs, torch.where(reached, top + total.log(), -math.inf).squeeze(-1)
 
 
 def region_flex(q, k, v, left_mask, band_mask, right_mask, scale, options, reach, left, band, right):

@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from kolong.attention.profiling import labelled
-from kolong.attention.regions import RegionTerms, merge
+from kolong.attention.regions import RegionTerms, merge, softmax_with_lse
 
 # Query rows per block. A block's near strip (the keys within reach of some row of it, c + 2r - 2 of them) is
 # tensor code and the far keys on each side are the fused kernel's: shorter blocks give the kernel more of the
@@ -83,12 +83,13 @@ class _Layout:
         present = torch.ones(1, self.length, dtype=torch.bool) if real is None else real
         valid = F.pad(present, (reach - 1, reach - 1), value=False)  # (b|1, n + 2r - 2)
         self.valid = valid[:, None, None]
+        self.rectangles = {side: self._rectangles(side) for side in ("left", "right")}  # forward and backward
 
     def blocks(self):
         for start in range(0, self.length, BLOCK_ROWS):
             yield start, min(start + BLOCK_ROWS, self.length)
 
-    def rectangles(self, side: str) -> list[tuple[slice, slice]]:
+    def _rectangles(self, side: str) -> list[tuple[slice, slice]]:
         """The far keys of one side as (query rows, keys) rectangles for the kernel: a block of rows start..stop-1
         reads keys j <= start - r on the left and j >= stop - 1 + r on the right (the rest of its row is its
         strip). The staircase this makes is split in halves, recursively: one rectangle of half the rows by the
@@ -180,7 +181,7 @@ def _forward(q, k, v, terms: RegionTerms, left, right, layout: _Layout):
     near_out = torch.empty(q.shape, dtype=exact)
     near_lse = q.new_empty((batch, heads, length), dtype=exact)
     for side, name in enumerate(("left", "right")):
-        for rows, keys in layout.rectangles(name):
+        for rows, keys in layout.rectangles[name]:
             out, lse = _far(q, k, v, layout, keys, rows, scale)
             merged, merged_lse, _ = merge(
                 [(far_out[side][:, :, rows], far_lse[side][:, :, rows]), (out, lse)]
@@ -190,13 +191,7 @@ def _forward(q, k, v, terms: RegionTerms, left, right, layout: _Layout):
         scores, before, after = _near_scores(
             q, k_padded, terms, left, right, layout, start, stop, scale, exact
         )
-        top = scores.amax(-1, keepdim=True)
-        top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
-        weights = scores.sub_(top).exp_()
-        total = weights.sum(-1, keepdim=True)
-        reached = total > 0
-        probs = weights.div_(torch.where(reached, total, torch.ones_like(total)))
-        near_lse[:, :, start:stop] = torch.where(reached, top + total.log(), -math.inf).squeeze(-1)
+        probs, near_lse[:, :, start:stop] = softmax_with_lse(scores)
         block = torch.matmul(probs, v_padded[:, :, layout.near(start, stop)].to(exact))
         if terms.value_band is not None:
             # Shaw's value rows: w^V_-k on the strip's left, w^V_+k on its right, w^V_t on its diagonals
@@ -233,7 +228,7 @@ def _backward(d_out, q, k, v, terms: RegionTerms, left, right, layout: _Layout, 
     passed = [(out if not values else out - terms.value_left.to(out.dtype), (lse - left.to(exact)).to(exact)),
               (out if not values else out - terms.value_right.to(out.dtype), (lse - right.to(exact)).to(exact))]  # fmt: skip
     for (side_out, side_lse), name in zip(passed, ("left", "right"), strict=True):
-        for rows, keys in layout.rectangles(name):
+        for rows, keys in layout.rectangles[name]:
             mask = None if layout.keys_mask is None else layout.keys_mask[..., keys]
             dq, dk, dv = kernel(d_out[:, :, rows], q[:, :, rows], k[:, :, keys], v[:, :, keys], side_out[:, :, rows],
                                 side_lse[:, :, rows], 0.0, False, attn_mask=mask, scale=scale)  # fmt: skip
@@ -277,12 +272,6 @@ def _backward(d_out, q, k, v, terms: RegionTerms, left, right, layout: _Layout, 
     return d_q, d_k, d_v, d_left, d_band, d_right, d_value_rows[0], d_value_band, d_value_rows[1]
 
 
-def _reduce_to(grad: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """Sum a gradient over the dimensions `like` broadcasts (T5's constants are (1, h, 1))."""
-    dims = [i for i, (g, s) in enumerate(zip(grad.shape, like.shape, strict=True)) if s == 1 and g != 1]
-    return (grad.sum(dims, keepdim=True) if dims else grad).to(like.dtype)
-
-
 class _SdpaRegions(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, real, reach, left, band, right, value_left, value_band, value_right):
@@ -307,9 +296,13 @@ class _SdpaRegions(torch.autograd.Function):
             grads = _backward(d_out, q, k, v, terms, left.expand(rows), right.expand(rows), ctx.layout, out, lse,
                               (left_out, right_out), (left_lse, right_lse))  # fmt: skip
         d_q, d_k, d_v, d_left, d_band, d_right, d_value_left, d_value_band, d_value_right = grads
+        # over the dimensions the constants broadcast (T5's are (1, h, 1))
+        summed = [
+            g.sum_to_size(t.shape).to(t.dtype) for g, t in ((d_left, left), (d_band, band), (d_right, right))
+        ]
         return (
             d_q.to(q.dtype), d_k.to(k.dtype), d_v.to(v.dtype), None, None,
-            _reduce_to(d_left, left), _reduce_to(d_band, band), _reduce_to(d_right, right),
+            *summed,
             None if value_left is None else d_value_left.to(value_left.dtype),
             None if value_band is None else d_value_band.to(value_band.dtype),
             None if value_right is None else d_value_right.to(value_right.dtype),
