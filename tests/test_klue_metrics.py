@@ -56,7 +56,7 @@ def test_ner_entity_f1_in_runs_equals_the_flat_sequence(sentences):
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(
     st.lists(
         st.lists(st.tuples(st.sampled_from(TAGS), st.sampled_from(TAGS)), max_size=6), min_size=1, max_size=8

@@ -43,7 +43,7 @@ def test_a_toy_scheme_appears_everywhere(toy_scheme, tmp_path):
 
     result = runner.invoke(app, ["bench", "encoder", "--implementations", "toy,learned", "--lengths", "16",
                                  "--hidden-size", "16", "--layers", "1", "--heads", "2", "--intermediate-size", "32",
-                                 "--tokens-per-step", "32", "--min-seconds", "0.01", "--output-dir", str(tmp_path)])  # fmt: skip
+                                 "--tokens-per-step", "32", "--min-seconds", "0.01", "--no-memory", "--output-dir", str(tmp_path)])  # fmt: skip
     assert result.exit_code == 0, result.output
     rows = json.loads(next(tmp_path.glob("encoder*.json")).read_text())["results"]
     assert {row["implementation"] for row in rows if "error" not in row} == {"toy", "learned"}
