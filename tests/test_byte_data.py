@@ -54,6 +54,30 @@ def test_nsmc_split_is_balanced_movie_disjoint_and_seeded(tmp_path):
     assert len(limited.train) == 40 and len(limited.test) == 10
 
 
+def test_nsmc_is_parsed_once_across_seeds_and_again_when_the_file_changes(tmp_path, monkeypatch):
+    """A study splits one file per seed and scheme: the parse is kept, as tuples the garbage collector stops
+    tracking (each Trainer.train starts with a full collection), and a rewritten file is read afresh."""
+    import gc
+    import os
+
+    import kolong.data.nsmc as nsmc
+
+    path = write_nsmc_sample(tmp_path / "r.tsv")
+    parsed, reader = [], nsmc.read_reviews
+    monkeypatch.setattr(nsmc, "read_reviews", lambda p: parsed.append(p) or reader(p))
+    first = [read_nsmc(path, seed=seed) for seed in (11, 12, 13)]
+    assert len(parsed) == 1 and len({tuple(r.review_id for r in s.train) for s in first}) == 3
+    assert all(isinstance(r, nsmc.NSMCReview) and r.label in (0, 1) for r in first[0].train)
+    stat = path.stat()
+    key = (path.resolve(), stat.st_size, stat.st_mtime_ns)
+    gc.collect()
+    kept = nsmc._reviews_by_movie(*key)
+    assert not any(gc.is_tracked(review) for reviews in kept.values() for review in reviews)
+    write_nsmc_sample(path, seed=1)
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1))
+    assert read_nsmc(path, seed=11).train != first[0].train and len(parsed) == 2
+
+
 def test_nsmc_bad_lines_name_the_file_and_line(tmp_path):
     path = tmp_path / "bad.tsv"
     path.write_text(
