@@ -88,3 +88,45 @@ def test_the_bench_reports_goals_and_where_each_call_spends_its_time(tmp_path):
         in markdown
     )
     assert "| shaw, 32, training |" in markdown and "Where the time goes" in markdown
+
+
+def test_the_medians_interval_comes_from_order_statistics_with_its_coverage():
+    """Golden values: P(Binomial(11, 1/2) <= 1) = 12 / 2048, so the 2nd and 10th of 11 sorted rounds hold the
+    median with probability 1 - 24 / 2048; below 6 rounds min-max, with less than 95%."""
+    from kolong.bench.encoder_goals import median_interval
+
+    rounds = [0.9, 0.5, 0.7, 1.1, 0.8, 0.6, 1.0, 0.75, 0.85, 0.95, 0.65]
+    assert median_interval(rounds) == pytest.approx((0.8, 0.6, 1.0, 1 - 24 / 2048))
+    assert median_interval([3, 1, 2, 5, 4]) == pytest.approx((3, 1, 5, 1 - 2 / 32))
+    assert median_interval(list(range(21)))[1:3] == (5, 15)  # P(X <= 5) = 0.013 <= 0.025 < P(X <= 6) = 0.039
+
+
+def test_speed_goals_pair_the_rounds_and_decide_only_outside_the_noise():
+    """Both steps timed in the same rounds: the goal is the median of the per-round ratios, against the faster of
+    learned and HF BertModel by median; a cell whose interval holds the target is within the noise."""
+    load = [1.0, 1.3, 0.9, 1.6, 1.1, 1.0, 1.4]  # the machine's load, the same for every step of a round
+    learned = [1.0 * x for x in load]
+    steady = [1.1 * x for x in load]  # 0.91x in every round: decided, however noisy the rounds
+    noisy = [s * f for s, f in zip(steady, [0.9, 1.1, 1.05, 0.85, 1.2, 0.95, 1.12], strict=True)]
+    cells = [cell("learned", 512, training_tokens_per_s=1000.0, training_seconds=learned),
+             cell("hf-bert", 512, training_tokens_per_s=900.0, training_seconds=[1.2 * x for x in load]),
+             cell("shaw", 512, training_tokens_per_s=900.0, training_seconds=steady),
+             cell("t5", 512, training_tokens_per_s=700.0, training_seconds=noisy)]  # fmt: skip
+    rows = {r["implementation"]: r for r in goal_rows(cells, "cpu") if "tokens/s" in r["goal"]}
+    shaw, t5 = rows["shaw"], rows["t5"]
+    assert shaw["value"] == pytest.approx(1 / 1.1) and shaw["decided"] and shaw["met"]
+    assert shaw["low"] == pytest.approx(1 / 1.1) == shaw["high"]
+    assert t5["low"] < 0.8 < t5["high"] and not t5["decided"]
+    assert t5["value"] == pytest.approx(sorted(a / b for a, b in zip(learned, noisy, strict=True))[3])
+    lines = "\n".join(goals_markdown(list(rows.values()), {"device": "cpu"}))
+    assert "| 0.91x [0.91, 0.91] met |" in lines and "| 0.87x [0.76, 1.07] met, within the noise |" in lines
+    assert "2 of 2 met (1 within the noise" in lines
+    short = {**t5, "value": 0.78, "met": False, "gap": -0.02}  # a median below the target, still undecided
+    assert (
+        "**0.78x [0.76, 1.07]: 0.02x short, within the noise**"
+        in goals_markdown([short], {"device": "cpu"})[-1]
+    )
+    assert "coverage 98.4% or more" in lines  # 7 rounds: min-max holds the median 1 - 2 / 128 of the time
+    cells[-1].pop("training_seconds")  # a stored result without rounds: the ratio of medians, no interval
+    (old,) = [r for r in goal_rows(cells, "cpu") if r["implementation"] == "t5" and "tokens/s" in r["goal"]]
+    assert old["value"] == pytest.approx(0.7) and "decided" not in old

@@ -329,7 +329,7 @@ def summarise(args: EncoderBenchArguments, rows: list[dict]) -> dict:
         for name, timing in row["timings"].items():
             cell = results.setdefault((name, length), {"implementation": name, "length": length})
             speed = tokens / timing.median
-            cell.update({"batch": row["batch"], f"{mode}_tokens_per_s": speed,
+            cell.update({"batch": row["batch"], f"{mode}_tokens_per_s": speed, f"{mode}_seconds": list(timing.seconds),
                          f"{mode}_spread": (max(timing.seconds) - min(timing.seconds)) / 2 / timing.median})  # fmt: skip
             if peak:
                 cell[f"{mode}_mfu"] = mfu(step_flops(args, row["batch"], length, mode), timing.median, peak)

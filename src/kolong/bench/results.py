@@ -40,7 +40,8 @@ class Timing:
     def as_dict(self) -> dict:
         return {
             "median_s": self.median, "min_s": min(self.seconds), "max_s": max(self.seconds),
-            "rounds": len(self.seconds), **{f"median_{k}": statistics.median(v) for k, v in self.extras.items()},
+            "rounds": len(self.seconds), "seconds": list(self.seconds),
+            **{f"median_{k}": statistics.median(v) for k, v in self.extras.items()},
         }  # fmt: skip
 
 
@@ -212,7 +213,7 @@ def timings_markdown(result: dict) -> str:
     rows = result.get("timings", [])
     if not rows:
         return ""
-    size_keys = [k for k in rows[0] if k not in ("step", "reference", "median_s", "min_s", "max_s", "rounds")
+    size_keys = [k for k in rows[0] if k not in ("step", "reference", "median_s", "min_s", "max_s", "rounds", "seconds")
                  and not k.startswith("median_")]  # fmt: skip
     lines = ["## Every timing (seconds per call; median, min-max over interleaved rounds)", "",
              "| case | step | median s | min-max s | rounds |", "|---|---|---:|---:|---:|"]  # fmt: skip
