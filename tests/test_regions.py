@@ -174,3 +174,16 @@ def test_the_model_trains_through_flex_regions_as_the_eager_reference(eager_flex
     model.set_attention_options(relative_regions=False)  # the single score_mod, to time both
     kernels = {plan.kernel for plan in model.attention_plans(ids, documents)}
     assert kernels == ({"chunked"} if kwargs.get("value") else {"flex"})
+
+
+def test_a_row_of_minus_infinity_gets_zero_probabilities_and_a_finite_gradient():
+    """softmax_with_lse (the exact kernel's and the merge's): an empty row is 0 with lse -inf, and nothing NaN flows
+    back through it, whichever output the loss reads."""
+    from kolong.attention.regions import softmax_with_lse
+
+    scores = torch.tensor([[-math.inf, -math.inf], [1.0, 2.0]], requires_grad=True)
+    probs, lse = softmax_with_lse(scores)
+    assert probs[0].tolist() == [0.0, 0.0] and lse[0] == -math.inf
+    torch.testing.assert_close(lse[1], torch.logsumexp(scores[1], 0))
+    (probs.sum() + lse[1]).backward()
+    assert torch.isfinite(scores.grad).all() and scores.grad[0].tolist() == [0.0, 0.0]

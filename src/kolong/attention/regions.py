@@ -66,15 +66,8 @@ def merge(
     """(out, lse) of attention over the union of the parts' key sets, from each part's (out, lse), and each part's
     share of the probability mass. A row no part reaches (every lse -inf) gets 0 and lse -inf, finite in the
     backward too (no softmax over -infs)."""
-    lses = torch.stack([lse for _, lse in parts])  # (parts, b, h, n)
-    top = lses.amax(0)
-    top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
-    terms = torch.exp(lses - top)  # 0 for an empty part
-    total = terms.sum(0)
-    reached = total > 0
-    safe = torch.where(reached, total, torch.ones_like(total))
-    shares = list((terms / safe).unbind(0))
-    lse = torch.where(reached, top + torch.log(safe), torch.full_like(total, -math.inf))
+    shares, lse = softmax_with_lse(torch.stack([lse for _, lse in parts], dim=-1))  # over (b, h, n, parts)
+    shares = list(shares.unbind(-1))
     out = sum(share[..., None].to(out.dtype) * out for share, (out, _) in zip(shares, parts, strict=True))
     return out, lse, shares
 
@@ -173,8 +166,8 @@ def softmax_with_lse(scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     weights = torch.exp(scores - top)
     total = weights.sum(-1, keepdim=True)
     reached = total > 0
-    probs = weights / torch.where(reached, total, torch.ones_like(total))
-    return probs, torch.where(reached, top + total.log(), -math.inf).squeeze(-1)
+    safe = torch.where(reached, total, torch.ones_like(total))  # log(0) would send NaN back through the where
+    return weights / safe, torch.where(reached, top + safe.log(), -math.inf).squeeze(-1)
 
 
 def region_flex(q, k, v, left_mask, band_mask, right_mask, scale, options, reach, left, band, right):
