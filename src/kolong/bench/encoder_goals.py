@@ -39,13 +39,18 @@ def _vs_learned_positions(mode: str) -> Callable[[dict, dict], float | None]:
     key = f"{mode}_tokens_per_s"
 
     def value(cell: dict, cells: dict) -> float | None:
-        bars = [cells.get((name, cell["length"]), {}).get(key) for name in ("learned", "hf-bert")]
-        bars = [bar for bar in bars if bar]
-        if cell.get(key) and bars:
-            return cell[key] / max(bars)
+        bar = _bar(cell, cells, key)
+        if cell.get(key) and bar:
+            return cell[key] / bar[key]
         return cell.get(f"{key}_vs_learned")
 
     return value
+
+
+def _bar(cell: dict, cells: dict, key: str) -> dict | None:
+    """The cell of the faster, by `key`'s median, of learned positions and HF BertModel at `cell`'s length."""
+    bars = [cells.get((name, cell["length"]), {}) for name in ("learned", "hf-bert")]
+    return max((bar for bar in bars if bar.get(key)), key=lambda bar: bar[key], default=None)
 
 
 def _rounds_vs_learned_positions(mode: str) -> Callable[[dict, dict], list[float] | None]:
@@ -54,11 +59,9 @@ def _rounds_vs_learned_positions(mode: str) -> Callable[[dict, dict], list[float
     key, seconds = f"{mode}_tokens_per_s", f"{mode}_seconds"
 
     def rounds(cell: dict, cells: dict) -> list[float] | None:
-        bars = [cells.get((name, cell["length"]), {}) for name in ("learned", "hf-bert")]
-        bars = [bar for bar in bars if bar.get(key) and bar.get(seconds)]
-        if not cell.get(seconds) or not bars:
+        bar = _bar(cell, cells, key)
+        if not cell.get(seconds) or not bar or not bar.get(seconds):
             return None
-        bar = max(bars, key=lambda other: other[key])
         return _paired(bar[seconds], cell[seconds])
 
     return rounds
