@@ -165,7 +165,8 @@ def _split(
     by_movie = _reviews_by_movie(path, size, mtime_ns)
     total = sum(len(reviews) for reviews in by_movie.values())
     rng = random.Random(seed)
-    movies = sorted(by_movie)
+    ordered = sorted(by_movie)
+    movies = list(ordered)
     rng.shuffle(movies)
     test_movies: set[str] = set()
     held = 0
@@ -174,8 +175,8 @@ def _split(
             break
         test_movies.add(movie)
         held += len(by_movie[movie])
-    train = [r for m in sorted(by_movie) if m not in test_movies for r in by_movie[m]]
-    test = [r for m in sorted(by_movie) if m in test_movies for r in by_movie[m]]
+    train = [r for m in ordered if m not in test_movies for r in by_movie[m]]
+    test = [r for m in ordered if m in test_movies for r in by_movie[m]]
     train_cap = None if limit is None else max(1, limit // 2)
     test_cap = None if limit is None else max(1, limit // 8)
     split = _balanced(train, rng, train_cap), _balanced(test, rng, test_cap)
