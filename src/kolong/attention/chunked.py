@@ -252,13 +252,19 @@ def _fused_forward(q, k, v, mask, bias, dropout_p, tensors, rows: int):
     out, lse = torch.empty_like(q), q.new_empty(q.shape[:3], dtype=_exact(q))
     for start in range(0, length, rows):
         stop = min(start + rows, length)
-        block = q.new_zeros((*q.shape[:2], stop - start, length), dtype=_exact(q))  # (b, h, c, n)
-        bias.add_scores(tensors, start, stop, length, block)
-        allowed = mask.rows(start, stop, length, q.device) if mask is not None else None
+        keys = mask.key_index(start, stop, length, q.device) if mask is not None else None  # packed documents
+        width = length if keys is None else len(keys)
+        block = q.new_zeros((*q.shape[:2], stop - start, width), dtype=_exact(q))  # (b, h, c, n | keys)
+        bias.add_scores(tensors, start, stop, length, block, keys)
+        allowed = mask.rows(start, stop, length, q.device, keys) if mask is not None else None
         if allowed is not None:
             block.masked_fill_(~allowed, float("-inf"))
         out[:, :, start:stop], lse[:, :, start:stop] = kernel(
-            q[:, :, start:stop], k, v, attn_mask=block.to(q.dtype), scale=scale
+            q[:, :, start:stop],
+            _read_keys(k, keys),
+            _read_keys(v, keys),
+            attn_mask=block.to(q.dtype),
+            scale=scale,
         )
     # a row with no allowed key (a sequence of padding alone): output 0 and log-sum-exp 0, as the chunked forward
     empty = ~lse.isfinite()

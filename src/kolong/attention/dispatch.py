@@ -23,7 +23,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from kolong.attention import banded, rowwise, sdpa_regions, varlen
+from kolong.attention import banded, documents, rowwise, sdpa_regions, varlen
 from kolong.attention.chunked import attention_dropout_mask, chunked_attention
 from kolong.attention.masks import AttentionMask, exporting
 from kolong.attention.options import DEFAULT, AttentionOptions
@@ -127,6 +127,11 @@ def plan_attention(implementation: str, q: torch.Tensor, contribution: Contribut
             if dropout_p > 0 and not on_cuda:
                 return Plan(
                     "eager", "SDPA has no fused CPU kernel with dropout; the explicit path draws it cheaper"
+                )
+            if dropout_p == 0 and documents.worth_it(q, mask):
+                return Plan(
+                    "sdpa-document-blocks",
+                    "packed documents: SDPA per block of queries, over the keys their documents span",
                 )
             return Plan(
                 "sdpa",
@@ -237,6 +242,10 @@ def _sdpa_regions(q, k, v, call: AttentionCall, layer):
     return sdpa_regions.sdpa_region_attention(q, k, v, _given(call.mask), terms), None
 
 
+def _document_blocks(q, k, v, call: AttentionCall, layer):
+    return documents.document_block_attention(q, k, v, call.mask), None
+
+
 def _distance_view(q, k, v, call: AttentionCall, layer):
     return rowwise.distance_attention(q, k, v, _given(call.mask), call.bias(q, layer)), None
 
@@ -260,6 +269,7 @@ ATTENTION_FUNCTIONS: dict[str, Callable] = {
     "flex": _flex,
     "flex-regions": _flex_regions,
     "sdpa-regions": _sdpa_regions,
+    "sdpa-document-blocks": _document_blocks,
     "sdpa-distance-view": _distance_view,
     "sdpa-row-blocks": _row_blocks,
     "banded": _banded,

@@ -42,6 +42,7 @@ class AttentionMask:
     _block_mask: object = field(default=None, repr=False, compare=False)
     _global_positions: torch.Tensor | None = field(default=None, repr=False, compare=False)
     _band_allowed: torch.Tensor | None = field(default=None, repr=False, compare=False)  # banded.py's mask
+    _document_extents: tuple[list[int], list[int]] | None = field(default=None, repr=False, compare=False)
     _region_block_masks: dict = field(
         default_factory=dict, repr=False, compare=False
     )  # regions.py's, by region
@@ -127,12 +128,56 @@ class AttentionMask:
             allowed = near if allowed is None else allowed & near
         return allowed
 
-    def key_index(self, start: int, stop: int, length: int, device) -> torch.Tensor | None:
-        """The only keys queries start..stop-1 can attend to under a local window, or None for all keys.
+    def document_keys(self, start: int, stop: int) -> tuple[int, int] | None:
+        """Packed documents: the keys [low, high) that hold every key queries start..stop-1 may attend to, in
+        any row of the batch (from the first token of the earliest document of those queries to the last of the
+        latest); low == high when they are all padding. None without packed documents."""
+        if self.documents is None:
+            return None
+        low, high = self._extents()
+        low, high = min(low[start:stop]), max(high[start:stop])
+        return (low, high) if high > low else (start, start)
 
-        The band [start - window, stop + window) plus every global token of the batch; all keys when a
-        query of the block is global (it attends everywhere) or the band covers the input. The chunked
-        path reads only these keys, so local attention costs O(n w) rather than O(n^2)."""
+    def document_keys_read(self, rows: int) -> float:
+        """The share of the (n, n) pairs that blocks of `rows` queries read over their `document_keys` (1 without
+        packed documents)."""
+        if self.documents is None:
+            return 1.0
+        length = self.documents.shape[1]
+        read = 0
+        for start in range(0, length, rows):
+            low, high = self.document_keys(start, min(start + rows, length))
+            read += (min(start + rows, length) - start) * (high - low)
+        return read / length**2
+
+    @torch.compiler.disable  # host reads: inside a compiled model they run eagerly, at a graph break
+    def _extents(self) -> tuple[list[int], list[int]]:
+        """Per query position, the first key and one past the last of its document, the widest over the batch's
+        rows (padding queries, where `real` says so, read nothing): one host read per forward, kept for every
+        layer. A document's tokens need not be contiguous for this to hold."""
+        if self._document_extents is None:
+            documents = self.documents
+            batch, length = documents.shape
+            position = torch.arange(length, device=documents.device).expand(batch, length)
+            slots = int(documents.max()) + 1
+            first = documents.new_full((batch, slots), length).scatter_reduce(1, documents, position, "amin")
+            last = documents.new_full((batch, slots), -1).scatter_reduce(1, documents, position, "amax")
+            padding = torch.zeros_like(documents, dtype=torch.bool) if self.real is None else ~self.real
+            low = first.gather(1, documents).masked_fill(padding, length).amin(0)
+            high = (last.gather(1, documents) + 1).masked_fill(padding, 0).amax(0)
+            self._document_extents = (low.tolist(), high.tolist())
+        return self._document_extents
+
+    def key_index(self, start: int, stop: int, length: int, device) -> torch.Tensor | None:
+        """The only keys queries start..stop-1 can attend to, or None for all keys.
+
+        Under a local window: the band [start - window, stop + window) plus every global token of the batch;
+        all keys when a query of the block is global (it attends everywhere) or the band covers the input. With
+        packed documents: their `document_keys`. The chunked path reads only these keys, so local attention
+        costs O(n w) rather than O(n^2), and short packed documents about O(n (c + document))."""
+        if self.window is None and self.documents is not None:
+            low, high = self.document_keys(start, stop)
+            return None if high - low >= length else torch.arange(low, max(high, low + 1), device=device)
         if self.window is None or length <= 2 * self.window + (stop - start):
             return None
         positions = self.global_positions()

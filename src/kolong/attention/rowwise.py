@@ -104,9 +104,14 @@ def row_block_attention(q, k, v, mask: AttentionMask | None, bias: ChunkBias) ->
     out = torch.empty_like(q)
     for start in range(0, length, rows):
         stop = min(start + rows, length)
-        scores = bias.scores(bias.tensors, start, stop, length).to(q.dtype)  # (b|1, h, c, n)
-        allowed = None if mask is None else mask.rows(start, stop, length, q.device)  # (b|1, 1, c|1, n)
+        # packed documents: the keys their documents span (`AttentionMask.key_index`), else every key
+        keys = None if mask is None else mask.key_index(start, stop, length, q.device)
+        scores = bias.scores(bias.tensors, start, stop, length, keys).to(q.dtype)  # (b|1, h, c, n | keys)
+        allowed = None if mask is None else mask.rows(start, stop, length, q.device, keys)  # (b|1, 1, c|1, ·)
         if allowed is not None:
             scores = torch.where(allowed, scores, float("-inf"))
-        out[:, :, start:stop] = F.scaled_dot_product_attention(q[:, :, start:stop], k, v, attn_mask=scores)
+        k_block, v_block = (x if keys is None else x.index_select(2, keys) for x in (k, v))
+        out[:, :, start:stop] = F.scaled_dot_product_attention(
+            q[:, :, start:stop], k_block, v_block, attn_mask=scores
+        )
     return out
