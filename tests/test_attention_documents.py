@@ -83,13 +83,13 @@ def test_the_chunked_path_reads_only_the_documents_keys_and_stays_exact(name, mo
     forward and with the row-block one."""
     monkeypatch.setattr(chunked, "BLOCK_SCORES", 1)
     torch.manual_seed(0)
-    length = 70
-    lengths = [5, 12, 7, 9, 11, 6, 8, 12]
+    length = 140
+    lengths = [5, 12, 7, 9, 11, 6, 8, 12] * 2
     packed = torch.stack([
         torch.cat([torch.full((size,), number + 1) for number, size in enumerate(order)])
         for order in (lengths, lengths[::-1])
     ])  # fmt: skip
-    packed[1, 62:] = 0  # padding at the end of the second row
+    packed[1, 132:] = 0  # padding at the end of the second row
     mask = AttentionMask.from_attention_mask(packed)
     q, k, v = (torch.randn(2, 2, length, 4, dtype=torch.float64, requires_grad=True) for _ in range(3))
     bias = relative_bias(name, 2, 2, length, 4)
@@ -114,14 +114,16 @@ def test_the_chunked_path_reads_only_the_documents_keys_and_stays_exact(name, mo
 
 
 @pytest.mark.parametrize("name", ["shaw", "alibi"])
-def test_inference_per_row_block_reads_only_the_documents_keys(name):
-    """`sdpa-row-blocks` (a bias, no gradient) under packed documents: the dense reference on every real query."""
+def test_inference_per_row_block_reads_only_the_documents_keys(name, monkeypatch):
+    """`sdpa-row-blocks` (a bias, no gradient) under packed documents, blocks of 16 queries: each reads its
+    documents' span, and the output is the dense reference's on every real query."""
     from kolong.attention import rowwise
 
+    monkeypatch.setattr(rowwise, "MASK_ENTRIES", 1)
     torch.manual_seed(0)
-    length = 40
+    length = 80
     packed = (torch.arange(length) // 7 + 1).repeat(2, 1)
-    packed[1, 35:] = 0
+    packed[1, 75:] = 0
     mask = AttentionMask.from_attention_mask(packed)
     q, k, v = (torch.randn(2, 2, length, 4, dtype=torch.float64) for _ in range(3))
     bias = relative_bias("shaw-value" if name == "shaw" else name, 2, 2, length, 4)
@@ -129,10 +131,16 @@ def test_inference_per_row_block_reads_only_the_documents_keys(name):
         from kolong.positions.shaw import ShawChunkBias
 
         bias = ShawChunkBias(bias.tensors[0].detach(), None, 3)
+    read = []
+    key_index = AttentionMask.key_index
+    monkeypatch.setattr(
+        AttentionMask, "key_index", lambda self, *a: read.append(key_index(self, *a)) or read[-1]
+    )
     real = (packed != 0)[:, None, :, None]
     with torch.no_grad():
         out = rowwise.row_block_attention(q, k, v, mask, bias)
         torch.testing.assert_close(out * real, dense_reference(q, k, v, mask, bias) * real)
+    assert len(read) == 5 and all(keys is not None and len(keys) <= 16 + 2 * 6 for keys in read)
 
 
 def _documents_of(mean: int, length: int = 64, rows: int = 2) -> torch.Tensor:
@@ -141,12 +149,12 @@ def _documents_of(mean: int, length: int = 64, rows: int = 2) -> torch.Tensor:
 
 
 def test_the_plan_takes_the_blocks_where_they_skip_enough_pairs(monkeypatch):
-    """Blocks of 8 queries: documents of 4 tokens (a block reads 8 of 64 keys) take the blocks; documents of 48
-    and 16 tokens (62% of the pairs) the one dense call; attention dropout, a bias, or CUDA's plans, not at all."""
+    """Blocks of 8 queries: documents of 4 tokens (a block reads 8 of 64 keys) take the blocks; documents of 56
+    and 8 tokens (78% of the pairs) the one dense call; attention dropout, a bias, or CUDA's plans, not at all."""
     monkeypatch.setattr(documents, "BLOCK_ROWS", 8)
     q = torch.zeros(2, 2, 64, 4, requires_grad=True)
     none, options = Contribution("none"), AttentionOptions()
-    short, long = (AttentionMask.from_attention_mask(_documents_of(size)) for size in (4, 48))
+    short, long = (AttentionMask.from_attention_mask(_documents_of(size)) for size in (4, 56))
     assert short.document_keys_read(8) <= documents.MAX_SHARE < long.document_keys_read(8)
     assert plan_attention("sdpa", q, none, short, 0.0, options).kernel == "sdpa-document-blocks"
     assert plan_attention("sdpa", q, none, long, 0.0, options).kernel == "sdpa"

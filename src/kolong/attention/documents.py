@@ -29,9 +29,10 @@ from kolong.attention.masks import AttentionMask
 # documents of 17-700 tokens packed into 512 and 2,048) blocks of 256 were as fast as blocks of 128 or faster,
 # blocks of 64 slower, and one call per batch row (each row's own spans) slower still.
 BLOCK_ROWS = 256
-# Take the blocks when they read at most this share of the (n, n) pairs. Measured as above: 0.1 of the pairs
-# took 0.25x the dense call's time, 0.3 about 0.5x, 0.6 about 0.75x; at 0.9 the blocks were 1.1x slower.
-MAX_SHARE = 0.6
+# Take the blocks when they read at most this share of the (n, n) pairs. Measured with 12 heads of 64 on 2 CPU
+# cores (docs/experiments/document-blocks-cpu-xeon-2core.md): 0.15 of the pairs ran 2.9x faster than the dense
+# call, 0.37 1.6x, 0.62 1.3x; 0.9 and more (documents of 100 tokens and longer in rows of 512) 0.74-0.96x.
+MAX_SHARE = 0.75
 
 
 def worth_it(q: torch.Tensor, mask: AttentionMask) -> bool:
