@@ -1,4 +1,5 @@
-"""Every benchmark figure the README and docs quote is checked against the result file it comes from.
+"""Every benchmark figure the README and docs quote is checked against the result file it comes from (a
+`kolong bench` result under benchmarks/results/, or a diagnostic's under docs/experiments/).
 
 A quoted figure is a link to a result's markdown whose title names the value in the JSON beside it:
 `[32.3%](../benchmarks/results/h200/pretrain.md "cells/0/mfu/kolong pretrain mlm")` (docs/benchmarks.md).
@@ -55,7 +56,11 @@ def quoted_figures() -> list[tuple[str, str, Path, str]]:
     for page in PAGES:
         for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
             for text, target, title in LINK.findall(line):
-                if title and "benchmarks/results/" in target and target.endswith(".md"):
+                if (
+                    title
+                    and ("benchmarks/results/" in target or "experiments/" in target)
+                    and target.endswith(".md")
+                ):
                     json_path = (page.parent / target).resolve().with_suffix(".json")
                     found.append((f"{page.relative_to(ROOT)}:{number}", text, json_path, title))
     return found
