@@ -128,7 +128,7 @@ def to_markdown(result: dict) -> str:
              f"{a['tokens']} tokens per call (batch = tokens / length), documents of exponentially distributed "
              f"lengths packed into every row; median of {a['rounds']} interleaved rounds. `sdpa`: one call under "
              f"the dense (b, 1, n, n) mask; blocks: SDPA per {result['block_rows']} queries over the keys their "
-             f"documents span (the share of the pairs they read in the third column), taken where that share is "
+             f"documents span (the share of the pairs they read: 'share read'), taken where that share is "
              f"at most {result['max_share']}. Shaw (reach 16) on the chunked path reading every key, and reading "
              f"its blocks' documents' keys.", "",
              "| length | mean document | share read | sdpa, ms | blocks, ms | blocks' speed | taken | the faster? "

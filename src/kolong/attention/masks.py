@@ -159,9 +159,11 @@ class AttentionMask:
             documents = self.documents
             batch, length = documents.shape
             position = torch.arange(length, device=documents.device).expand(batch, length)
-            slots = int(documents.max()) + 1
-            first = documents.new_full((batch, slots), length).scatter_reduce(1, documents, position, "amin")
-            last = documents.new_full((batch, slots), -1).scatter_reduce(1, documents, position, "amax")
+            numbers = int(documents.max()) + 1
+            first = documents.new_full((batch, numbers), length).scatter_reduce(
+                1, documents, position, "amin"
+            )
+            last = documents.new_full((batch, numbers), -1).scatter_reduce(1, documents, position, "amax")
             padding = torch.zeros_like(documents, dtype=torch.bool) if self.real is None else ~self.real
             low = first.gather(1, documents).masked_fill(padding, length).amin(0)
             high = (last.gather(1, documents) + 1).masked_fill(padding, 0).amax(0)
