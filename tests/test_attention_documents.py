@@ -40,7 +40,7 @@ def test_the_keys_a_block_of_queries_can_reach_span_its_documents_in_every_row()
     assert mask.document_keys(9, 11) == (8, 11)  # row 0's padding reads nothing
     assert mask.document_keys(0, 11) == (0, 11)
     assert mask.key_index(0, 11, 11, "cpu") is None  # the whole row: no index
-    assert mask.key_index(0, 1, 11, "cpu").tolist() == [0, 1, 2]
+    assert mask.key_index(0, 1, 11, "cpu") == range(0, 3)  # one run of keys: sliced, not gathered
     # pairs read by blocks of 4: rows 0-3 keys [0, 6), 4-7 [1, 9), 8-10 [5, 11)
     assert mask.document_keys_read(4) == pytest.approx((4 * 6 + 4 * 8 + 3 * 6) / 121)
     # a document split in two (numbers reused) is spanned whole; a block of padding alone reads no key
@@ -110,7 +110,7 @@ def test_the_chunked_path_reads_only_the_documents_keys_and_stays_exact(name, mo
             torch.autograd.grad((out * real).square().sum(), inputs), expected_grads, strict=True
         ):
             torch.testing.assert_close(got, want)
-    assert read and all(keys is not None and len(keys) < length for keys in read)
+    assert read and all(isinstance(keys, range) and len(keys) < length for keys in read)
 
 
 @pytest.mark.parametrize("name", ["shaw", "alibi"])
@@ -191,3 +191,41 @@ def test_a_packed_model_trains_through_the_blocks_like_the_reference(monkeypatch
         torch.testing.assert_close(results[0][0], results[1][0])
         for key, grad in results[1][1].items():
             torch.testing.assert_close(results[0][1][key], grad, rtol=1e-4, atol=1e-5, msg=key)
+
+
+def test_shaw_reads_and_reduces_a_run_of_keys_as_the_same_columns_of_the_whole_row():
+    """Over a run of keys anywhere (left of a block, across it, right of it, one key), Shaw's expanded bias is the
+    whole row's columns, and each reduction equals the whole row's with zeros off the run."""
+    from kolong.positions.shaw import ShawChunkBias
+
+    torch.manual_seed(0)
+    length, k = 30, 3
+    bias = ShawChunkBias(torch.randn(2, 2, length, 2 * k + 1), torch.randn(2 * k + 1, 4), k)
+    for start, stop in ((0, 6), (10, 16), (24, 30)):
+        for run in (range(0, 4), range(0, 30), range(8, 20), range(12, 13), range(20, 30), range(2, 9)):
+            whole = bias.scores(bias.tensors, start, stop, length)  # (2, 2, c, n)
+            torch.testing.assert_close(
+                bias.scores(bias.tensors, start, stop, length, run), whole[..., run.start : run.stop]
+            )
+            scores = torch.zeros(2, 2, stop - start, len(run))
+            bias.add_scores(bias.tensors, start, stop, length, scores, run)
+            torch.testing.assert_close(scores, whole[..., run.start : run.stop])
+            block = torch.randn(2, 2, stop - start, len(run))
+            widened = torch.nn.functional.pad(block, (run.start, length - run.stop))
+            grads, expected = (
+                [torch.zeros(2, 2, length, 2 * k + 1), None],
+                [torch.zeros(2, 2, length, 2 * k + 1), None],
+            )
+            bias.score_grads(bias.tensors, start, stop, block, grads, run)
+            bias.score_grads(bias.tensors, start, stop, widened, expected)
+            torch.testing.assert_close(grads[0], expected[0])
+            torch.testing.assert_close(
+                bias.values(bias.tensors, start, stop, block, run),
+                bias.values(bias.tensors, start, stop, widened),
+            )
+            d_out = torch.randn(2, 2, stop - start, 4)
+            tables = [None, torch.zeros(2 * k + 1, 4)], [None, torch.zeros(2 * k + 1, 4)]
+            d_run = bias.value_grads(bias.tensors, start, stop, block, d_out, tables[0], run)
+            d_whole = bias.value_grads(bias.tensors, start, stop, widened, d_out, tables[1])
+            torch.testing.assert_close(d_run, d_whole[..., run.start : run.stop])
+            torch.testing.assert_close(tables[0][1], tables[1][1])

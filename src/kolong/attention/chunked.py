@@ -19,7 +19,9 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 
+from kolong.attention.masks import Keys, take_keys
 from kolong.attention.profiling import labelled
 
 # Row blocks hold about this many scores (b x h x c x n) at a time: 2^21 floats = 8 MiB in fp32. Blocks this size
@@ -38,9 +40,12 @@ class ChunkBias:
     tensors: tuple[torch.Tensor, ...] = ()
     has_values: bool = False  # Shaw's value term: O += reduce(P') W^V
     by_distance: bool = False  # the bias depends on j - i alone (`distances`): the banded path can take it
+    # The reductions (`score_grads`, `values`, `value_grads`) take a block over one run of keys (`keys`, a range:
+    # packed documents' spans) as it is; otherwise they are given the whole row, zeros at the keys not read.
+    key_runs: bool = False
 
-    def scores(self, tensors, start: int, stop: int, length: int, keys=None) -> torch.Tensor:
-        """Additive logits of query rows start..stop-1: (b|1, h, c, n), or at the `keys` positions only."""
+    def scores(self, tensors, start: int, stop: int, length: int, keys: Keys = None) -> torch.Tensor:
+        """Additive logits of query rows start..stop-1: (b|1, h, c, n), or at the `keys` only."""
         raise NotImplementedError
 
     def add_scores(
@@ -54,15 +59,20 @@ class ChunkBias:
         Only for `by_distance` schemes."""
         raise NotImplementedError
 
-    def score_grads(self, tensors, start: int, stop: int, d_scores: torch.Tensor, grads: list) -> None:
-        """Add the gradient of the bias inputs, given dL/dS of the row block (b, h, c, n)."""
+    def score_grads(self, tensors, start: int, stop: int, d_scores: torch.Tensor, grads: list,
+                    keys: range | None = None) -> None:  # fmt: skip
+        """Add the gradient of the bias inputs, given dL/dS of the row block (b, h, c, n | keys)."""
 
-    def values(self, tensors, start: int, stop: int, probs: torch.Tensor) -> torch.Tensor:
+    def values(
+        self, tensors, start: int, stop: int, probs: torch.Tensor, keys: range | None = None
+    ) -> torch.Tensor:
         """The value term of the row block: (b, h, c, d_h)."""
         raise NotImplementedError
 
-    def value_grads(self, tensors, start, stop, probs, d_out, grads: list) -> torch.Tensor:
-        """Add the value inputs' gradients; return the value term's part of dL/dP' (b, h, c, n)."""
+    def value_grads(
+        self, tensors, start, stop, probs, d_out, grads: list, keys: range | None = None
+    ) -> torch.Tensor:
+        """Add the value inputs' gradients; return the value term's part of dL/dP' (b, h, c, n | keys)."""
         raise NotImplementedError
 
 
@@ -103,16 +113,40 @@ def block_rows(batch: int, heads: int, length: int, keys: int | None = None) -> 
     return max(16, min(length, BLOCK_SCORES // max(1, batch * heads * (keys or length))))
 
 
-def _scatter_keys(block: torch.Tensor, keys: torch.Tensor | None, length: int) -> torch.Tensor:
-    """(..., len(keys)) -> (..., length) with zeros at the keys a local block did not read."""
+def _scatter_keys(block: torch.Tensor, keys: Keys, length: int) -> torch.Tensor:
+    """(..., len(keys)) -> (..., length) with zeros at the keys a block did not read."""
     if keys is None:
         return block
+    if isinstance(keys, range):
+        return F.pad(block, (keys.start, length - keys.stop))
     return block.new_zeros(*block.shape[:-1], length).index_copy_(-1, keys, block)
 
 
-def _read_keys(x: torch.Tensor, keys: torch.Tensor | None) -> torch.Tensor:
+def _read_keys(x: torch.Tensor, keys: Keys) -> torch.Tensor:
     """(b, h, n, d) -> the rows of the block's keys."""
-    return x if keys is None else x.index_select(2, keys)
+    return take_keys(x, keys, dim=2)
+
+
+def _for_bias(bias: ChunkBias, block: torch.Tensor, keys: Keys, length: int) -> torch.Tensor:
+    """A block over the keys read, as the bias's reductions take it: as it is where the bias reads that kind of
+    keys (all of them; a run, for `key_runs` schemes), else widened to the whole row."""
+    return (
+        block
+        if keys is None or (bias.key_runs and isinstance(keys, range))
+        else _scatter_keys(block, keys, length)
+    )
+
+
+def _bias_keys(bias: ChunkBias, keys: Keys) -> range | None:
+    """The keys a bias's reductions are given: the run where it reads runs, else None (the whole row)."""
+    return keys if bias.key_runs and isinstance(keys, range) else None
+
+
+def _from_bias(bias: ChunkBias, block: torch.Tensor, keys: Keys) -> torch.Tensor:
+    """The inverse of `_for_bias` on a block of the same layout."""
+    if keys is None or (bias.key_runs and isinstance(keys, range)):
+        return block
+    return take_keys(block, keys, dim=-1)
 
 
 def attention_dropout_mask(shape, p: float, device, generator=None) -> tuple[torch.Tensor, float]:
@@ -189,9 +223,9 @@ class _ChunkedAttention(torch.autograd.Function):
             d_block = d_out[:, :, start:stop].to(exact)  # (b, h, c, d_h)
             d_kept = torch.matmul(d_block, v_block.transpose(-1, -2))  # (b, h, c, n | keys)
             if bias is not None and bias.has_values:
-                full = _scatter_keys(kept, keys, length)
-                d_value = bias.value_grads(tensors, start, stop, full, d_block, grads)
-                d_kept += d_value if keys is None else d_value.index_select(-1, keys)
+                d_value = bias.value_grads(tensors, start, stop, _for_bias(bias, kept, keys, length), d_block, grads,
+                                           _bias_keys(bias, keys))  # fmt: skip
+                d_kept += _from_bias(bias, d_value, keys)
             _add_products(d_v, keys, kept.transpose(-1, -2), d_block)
             d_probs = d_kept.masked_fill_(dropped, 0.0).mul_(1.0 / keep) if dropout_p > 0 else d_kept
             # dS = P * (dP - sum_j P dP): the softmax backward, in place on dP.
@@ -206,7 +240,8 @@ class _ChunkedAttention(torch.autograd.Function):
             _add_products(d_k, keys, d_scores.transpose(-1, -2), q_block)
             if bias is not None:
                 with labelled("chunked bias gradient"):
-                    bias.score_grads(tensors, start, stop, _scatter_keys(d_scores, keys, length), grads)
+                    bias.score_grads(tensors, start, stop, _for_bias(bias, d_scores, keys, length), grads,
+                                     _bias_keys(bias, keys))  # fmt: skip
         return (d_q, d_k.to(k.dtype), d_v.to(v.dtype), None, None, None, *grads)
 
 
@@ -224,8 +259,10 @@ def _row_block_forward(q, k, v, mask, bias, dropout_p, tensors, rows: int, seed:
             probs = probs.masked_fill_(dropped, 0.0).mul_(1.0 / keep)
         block = torch.matmul(probs.to(v.dtype), _read_keys(v, keys))  # (b, h, c, d_h)
         if bias is not None and bias.has_values:
-            full = _scatter_keys(probs, keys, length)
-            block = block + bias.values(tensors, start, stop, full).to(block.dtype)
+            values = bias.values(
+                tensors, start, stop, _for_bias(bias, probs, keys, length), _bias_keys(bias, keys)
+            )
+            block = block + values.to(block.dtype)
         out[:, :, start:stop] = block
     return out, lse
 
@@ -274,9 +311,7 @@ def _fused_forward(q, k, v, mask, bias, dropout_p, tensors, rows: int):
     return out, lse
 
 
-def _add_products(
-    total: torch.Tensor, keys: torch.Tensor | None, left: torch.Tensor, right: torch.Tensor
-) -> None:
+def _add_products(total: torch.Tensor, keys: Keys, left: torch.Tensor, right: torch.Tensor) -> None:
     """total[:, :, keys] += left @ right (all keys when None; then in place, no (b, h, n, d_h) temporary per
     block, which cost more than the product itself once blocks are a few rows tall)."""
     if keys is None and total.is_contiguous():
@@ -284,6 +319,8 @@ def _add_products(
         total.flatten(0, 1).baddbmm_(left.flatten(0, 1).to(total.dtype), right.flatten(0, 1).to(total.dtype))
     elif keys is None:
         total += torch.matmul(left, right)
+    elif isinstance(keys, range):
+        total[:, :, keys.start : keys.stop] += torch.matmul(left, right).to(total.dtype)
     else:
         total.index_add_(2, keys, torch.matmul(left, right).to(total.dtype))
 

@@ -31,6 +31,24 @@ def exporting() -> bool:
     return torch.compiler.is_exporting() if flag is None else bool(flag)
 
 
+# The keys a block of queries reads: all (None), one run of them (a `range`: sliced, no copy), or their positions.
+Keys = range | torch.Tensor | None
+
+
+def key_positions(keys: range | torch.Tensor, device) -> torch.Tensor:
+    """The positions of `keys` as a tensor."""
+    return torch.arange(keys.start, keys.stop, device=device) if isinstance(keys, range) else keys
+
+
+def take_keys(x: torch.Tensor, keys: Keys, dim: int) -> torch.Tensor:
+    """`x` at the `keys` along `dim`: itself, a slice (a view), or the positions gathered."""
+    if keys is None:
+        return x
+    if isinstance(keys, range):
+        return x.narrow(dim, keys.start, len(keys))
+    return x.index_select(dim, keys)
+
+
 @dataclass
 class AttentionMask:
     real: torch.Tensor | None = None  # (b, n) bool: keys that are tokens, not padding
@@ -104,11 +122,14 @@ class AttentionMask:
     def empty(self) -> bool:
         return self.real is None and self.keys_only
 
-    def rows(self, start: int, stop: int, length: int, device, keys: torch.Tensor | None = None):
+    def rows(self, start: int, stop: int, length: int, device, keys: Keys = None):
         """Allowed keys of queries start..stop-1: bool (b|1, 1, c|1, n), or None when all are allowed.
 
-        With `keys` (positions, from `key_index`), only those keys: (b|1, 1, c|1, len(keys))."""
-        pick = (lambda t: t) if keys is None else (lambda t: t.index_select(1, keys))
+        With `keys` (from `key_index`), only those keys: (b|1, 1, c|1, len(keys))."""
+
+        def pick(t):
+            return take_keys(t, keys, dim=1)
+
         allowed = None if self.real is None else pick(self.real)[:, None, None, :]  # (b, 1, 1, n)
         if self.documents is not None:
             same = (
@@ -117,7 +138,7 @@ class AttentionMask:
             allowed = same if allowed is None else allowed & same
         if self.window is not None:
             query = torch.arange(start, stop, device=device)[:, None]
-            key = torch.arange(length, device=device) if keys is None else keys
+            key = torch.arange(length, device=device) if keys is None else key_positions(keys, device)
             near = ((key[None, :] - query).abs() <= self.window)[None, None]  # (1, 1, c, n)
             if self.global_tokens is not None:
                 near = (
@@ -170,8 +191,9 @@ class AttentionMask:
             self._document_extents = (low.tolist(), high.tolist())
         return self._document_extents
 
-    def key_index(self, start: int, stop: int, length: int, device) -> torch.Tensor | None:
-        """The only keys queries start..stop-1 can attend to, or None for all keys.
+    def key_index(self, start: int, stop: int, length: int, device) -> Keys:
+        """The only keys queries start..stop-1 can attend to, or None for all keys: a `range` where they are one
+        run (packed documents), else their positions.
 
         Under a local window: the band [start - window, stop + window) plus every global token of the batch;
         all keys when a query of the block is global (it attends everywhere) or the band covers the input. With
@@ -181,7 +203,7 @@ class AttentionMask:
         documents about O(n (c + document))."""
         if self.window is None and self.documents is not None:
             low, high = self.document_keys(start, stop)
-            return None if 2 * (high - low) > length else torch.arange(low, max(high, low + 1), device=device)
+            return None if 2 * (high - low) > length else range(low, max(high, low + 1))
         if self.window is None or length <= 2 * self.window + (stop - start):
             return None
         positions = self.global_positions()

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 
 from kolong.attention.banded import MASK_ENTRIES
 from kolong.attention.chunked import ChunkBias, asks_gradient, hankel_view
-from kolong.attention.masks import AttentionMask
+from kolong.attention.masks import AttentionMask, take_keys
 
 
 def fits_distance(bias: ChunkBias | None) -> bool:
@@ -110,7 +110,7 @@ def row_block_attention(q, k, v, mask: AttentionMask | None, bias: ChunkBias) ->
         allowed = None if mask is None else mask.rows(start, stop, length, q.device, keys)  # (b|1, 1, c|1, ·)
         if allowed is not None:
             scores = torch.where(allowed, scores, float("-inf"))
-        k_block, v_block = (x if keys is None else x.index_select(2, keys) for x in (k, v))
+        k_block, v_block = (take_keys(x, keys, dim=2) for x in (k, v))
         out[:, :, start:stop] = F.scaled_dot_product_attention(
             q[:, :, start:stop], k_block, v_block, attn_mask=scores
         )

@@ -19,6 +19,7 @@ import torch
 from kolong.attention.chunked import ChunkBias, toeplitz_rows
 from kolong.attention.dispatch import Contribution
 from kolong.attention.flex import attend
+from kolong.attention.masks import key_positions
 from kolong.positions.base import PositionEncoding
 
 
@@ -90,5 +91,5 @@ class ALiBiChunkBias(ChunkBias):
         if keys is None:  # the (h, 2n - 1) bias of every distance, read as a Toeplitz block
             distance = torch.arange(1 - length, length, device=device, dtype=self.slopes.dtype)
             return toeplitz_rows(self.distances(tensors, distance, length), start, stop, length)[None]
-        distance = keys[None, :] - torch.arange(start, stop, device=device)[:, None]
+        distance = key_positions(keys, device)[None, :] - torch.arange(start, stop, device=device)[:, None]
         return self.distances(tensors, distance, length)[None]  # (1, h, c, len(keys))

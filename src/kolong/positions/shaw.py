@@ -184,16 +184,21 @@ class ShawChunkBias(ChunkBias):
     `start - k + 1` are at distance <= -k from every row (bucket 0: one constant per row) and keys from
     `stop - 1 + k` on at distance >= k (bucket 2k); only the strip between reads the profile by distance. So a
     block's bias is two broadcast adds and a gather over the strip, and its reduction two row sums and the strip's
-    (no scatter, no index over the whole row)."""
+    (no scatter, no index over the whole row). The same holds over one run of keys (packed documents' spans), the
+    block's columns then the keys `run.start` on."""
+
+    key_runs = True
 
     def __init__(self, profile, value_table, max_distance: int):
         self.tensors = (profile,) if value_table is None else (profile, value_table)
         self.has_values = value_table is not None
         self.k = max_distance
 
-    def _strip(self, start, stop, length) -> tuple[int, int]:
-        """The keys [low, high) whose distance from some row of the block is inside (-k, k)."""
-        return max(0, start - self.k + 1), min(length, stop - 1 + self.k)
+    def _strip(self, start, stop, first, end) -> tuple[int, int]:
+        """The columns [low, high) of a block over keys first..end-1 whose distance from some row of the block is
+        inside (-k, k)."""
+        low = min(max(0, start - self.k + 1 - first), end - first)
+        return low, max(low, min(end, stop - 1 + self.k) - first)
 
     def _buckets(self, start, stop, keys, device) -> torch.Tensor:
         """(c, len(keys)): bucket clip(j - i, k) + k of each row i and key j."""
@@ -201,33 +206,45 @@ class ShawChunkBias(ChunkBias):
         return (keys[None, :] - rows).clamp(-self.k, self.k) + self.k
 
     def _expand(self, per_bucket, start, stop, length, keys=None):
-        """(b, h, c, 2k+1) -> (b, h, c, n): entry (i, j) is bucket clip(j - i, k) + k of row i (j in keys)."""
-        key = torch.arange(length, device=per_bucket.device) if keys is None else keys
-        index = self._buckets(start, stop, key, per_bucket.device)
+        """(b, h, c, 2k+1) -> (b, h, c, n | keys): entry (i, j) is bucket clip(j - i, k) + k of row i."""
+        if keys is None or isinstance(keys, range):
+            first, end = (0, length) if keys is None else (keys.start, keys.stop)
+            out = per_bucket.new_zeros(*per_bucket.shape[:3], end - first)
+            self._add_expanded(per_bucket, start, stop, out, first)
+            return out
+        index = self._buckets(start, stop, keys, per_bucket.device)
         return per_bucket.gather(-1, index.expand(*per_bucket.shape[:2], -1, -1))
 
-    def _add_expanded(self, per_bucket, start, stop, out):
-        """out (b, h, c, n) += _expand(per_bucket), region by region."""
-        low, high = self._strip(start, stop, out.shape[-1])
+    def _add_expanded(self, per_bucket, start, stop, out, first: int = 0):
+        """out (b, h, c, columns: keys first..) += the expanded buckets, region by region."""
+        low, high = self._strip(start, stop, first, first + out.shape[-1])
         out[..., :low] += per_bucket[..., :1]  # j - i <= -k for every row of the block
         out[..., high:] += per_bucket[..., -1:]  # j - i >= k
-        strip = self._buckets(start, stop, torch.arange(low, high, device=out.device), out.device)
+        keys = torch.arange(first + low, first + high, device=out.device)
+        strip = self._buckets(start, stop, keys, out.device)
         out[..., low:high] += per_bucket.gather(-1, strip.expand(*per_bucket.shape[:2], -1, -1))
 
-    def _reduce(self, x, start, stop):
-        """(b, h, c, n) -> (b, h, c, 2k+1): the sum of each row over the keys of each clipped distance."""
-        low, high = self._strip(start, stop, x.shape[-1])
+    def _reduce(self, x, start, stop, first: int = 0):
+        """(b, h, c, columns: keys first..) -> (b, h, c, 2k+1): the sum of each row over the keys of each clipped
+        distance."""
+        low, high = self._strip(start, stop, first, first + x.shape[-1])
         strip = x[..., low:high]
-        buckets = self._buckets(start, stop, torch.arange(low, high, device=x.device), x.device)  # (c, w)
+        buckets = self._buckets(
+            start, stop, torch.arange(first + low, first + high, device=x.device), x.device
+        )
         k, device = self.k, x.device
-        # the strip's keys at distance r (|r| < k) from row i sit at column i + r - low; the others are edges
+        # the strip's keys at distance r (|r| < k) from row i sit at column i + r - first - low; the others are edges
         columns = (
-            torch.arange(start, stop, device=device)[:, None] - low + torch.arange(1 - k, k, device=device)
+            torch.arange(start, stop, device=device)[:, None]
+            - first
+            - low
+            + torch.arange(1 - k, k, device=device)
         )
         inside = (columns >= 0) & (columns < high - low)
-        band = (
-            strip.gather(-1, columns.clamp(0, max(0, high - low - 1)).expand(*x.shape[:2], -1, -1)) * inside
-        )
+        if high > low:
+            band = strip.gather(-1, columns.clamp(0, high - low - 1).expand(*x.shape[:2], -1, -1)) * inside
+        else:  # a run wholly on one side of the block: no key within reach
+            band = x.new_zeros(*x.shape[:3], 2 * k - 1)
         left = x[..., :low].sum(-1, keepdim=True) + (strip * (buckets == 0)).sum(-1, keepdim=True)
         right = x[..., high:].sum(-1, keepdim=True) + (strip * (buckets == 2 * k)).sum(-1, keepdim=True)
         return torch.cat((left, band, right), dim=-1)
@@ -236,23 +253,28 @@ class ShawChunkBias(ChunkBias):
         return self._expand(tensors[0][:, :, start:stop], start, stop, length, keys)
 
     def add_scores(self, tensors, start, stop, length, scores, keys=None):
-        if keys is not None:  # a local window's keys: read one by one
+        if keys is None or isinstance(keys, range):
+            first = 0 if keys is None else keys.start
+            self._add_expanded(tensors[0][:, :, start:stop].to(scores.dtype), start, stop, scores, first)
+        else:  # a local window's keys: read one by one
             scores += self.scores(tensors, start, stop, length, keys)
-        else:
-            self._add_expanded(tensors[0][:, :, start:stop].to(scores.dtype), start, stop, scores)
 
-    def score_grads(self, tensors, start, stop, d_scores, grads):
+    def score_grads(self, tensors, start, stop, d_scores, grads, keys=None):
         if grads[0] is not None:
-            grads[0][:, :, start:stop] += self._reduce(d_scores, start, stop).to(grads[0].dtype)
+            first = 0 if keys is None else keys.start
+            grads[0][:, :, start:stop] += self._reduce(d_scores, start, stop, first).to(grads[0].dtype)
 
-    def values(self, tensors, start, stop, probs):
+    def values(self, tensors, start, stop, probs, keys=None):
         # sum_r (sum_{j: clip(j-i) = r} alpha_ij) w^V_r: (b, h, c, d_h)
-        return torch.matmul(self._reduce(probs, start, stop), tensors[1].to(probs.dtype))
+        first = 0 if keys is None else keys.start
+        return torch.matmul(self._reduce(probs, start, stop, first), tensors[1].to(probs.dtype))
 
-    def value_grads(self, tensors, start, stop, probs, d_out, grads):
+    def value_grads(self, tensors, start, stop, probs, d_out, grads, keys=None):
         table = tensors[1].to(probs.dtype)  # (2k+1, d_h)
+        first = 0 if keys is None else keys.start
         if grads[1] is not None:
-            buckets = self._reduce(probs, start, stop)  # (b, h, c, 2k+1)
+            buckets = self._reduce(probs, start, stop, first)  # (b, h, c, 2k+1)
             grads[1] += torch.einsum("bhcr,bhcd->rd", buckets, d_out).to(grads[1].dtype)
         # d alpha_ij += dz_i . w^V_clip(j-i)
-        return self._expand(torch.matmul(d_out, table.T), start, stop, probs.shape[-1])
+        runs = range(first, first + probs.shape[-1])
+        return self._expand(torch.matmul(d_out, table.T), start, stop, probs.shape[-1], runs)

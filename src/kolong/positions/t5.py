@@ -28,6 +28,7 @@ from torch import nn
 from kolong.attention.chunked import ChunkBias, toeplitz_rows
 from kolong.attention.dispatch import Contribution
 from kolong.attention.flex import attend
+from kolong.attention.masks import key_positions
 from kolong.attention.regions import RegionTerms
 from kolong.positions.base import (
     PositionEncoding,
@@ -244,10 +245,13 @@ class T5ChunkBias(ChunkBias):
     def scores(self, tensors, start, stop, length, keys=None):
         if keys is None:
             return toeplitz_rows(tensors[0], start, stop, length)[None]  # (1, h, c, n)
+        keys = key_positions(keys, tensors[0].device)
         index = keys[None, :] - torch.arange(start, stop, device=keys.device)[:, None]
         return tensors[0][:, index + length - 1][None]  # (1, h, c, len(keys))
 
-    def score_grads(self, tensors, start, stop, d_scores, grads):
+    def score_grads(
+        self, tensors, start, stop, d_scores, grads, keys=None
+    ):  # the whole row: key_runs is False
         if grads[0] is None:
             return
         _, heads, rows, length = d_scores.shape
