@@ -197,13 +197,11 @@ class AttentionMask:
 
         Under a local window: the band [start - window, stop + window) plus every global token of the batch;
         all keys when a query of the block is global (it attends everywhere) or the band covers the input. With
-        packed documents: their `document_keys`, where they are at most half the row (a wider span read through
-        an index cost Shaw more than every key: docs/experiments/document-blocks-cpu-xeon-2core.md). The chunked
-        path reads only these keys, so local attention costs O(n w) rather than O(n^2), and short packed
-        documents about O(n (c + document))."""
+        packed documents: their `document_keys`, one run. The chunked path reads only these keys, so local
+        attention costs O(n w) rather than O(n^2), and short packed documents about O(n (c + document))."""
         if self.window is None and self.documents is not None:
             low, high = self.document_keys(start, stop)
-            return None if 2 * (high - low) > length else range(low, max(high, low + 1))
+            return None if high - low >= length else range(low, max(high, low + 1))
         if self.window is None or length <= 2 * self.window + (stop - start):
             return None
         positions = self.global_positions()
