@@ -30,8 +30,8 @@ from kolong.attention.masks import AttentionMask
 # blocks of 64 slower, and one call per batch row (each row's own spans) slower still.
 BLOCK_ROWS = 256
 # Take the blocks when they read at most this share of the (n, n) pairs. Measured with 12 heads of 64 on 2 CPU
-# cores (docs/experiments/document-blocks-cpu-xeon-2core.md): 0.15 of the pairs ran 2.9x faster than the dense
-# call, 0.37 1.6x, 0.62 1.3x; 0.9 and more (documents of 100 tokens and longer in rows of 512) 0.74-0.96x.
+# cores (docs/experiments/document-blocks-cpu-xeon-2core.md): 0.15 of the pairs ran 3.5x faster than the dense
+# call, 0.37 1.9x, 0.62 1.3x; 0.9 and more (documents of 100 tokens and longer in rows of 512) 0.89-0.98x.
 MAX_SHARE = 0.75
 
 
