@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import random
 import statistics
-import time
 
 import diagnostic
 
@@ -83,18 +82,7 @@ def cases(
 
 def measure(built: dict, rounds: int) -> dict:
     """{length: {mean: {path: [seconds per round]}}}, every path of every case once per round, in turn."""
-    runs: dict = {}
-    for (length, mean), (call, _) in built.items():
-        runs.setdefault(str(length), {})[str(mean)] = {path: [] for path in PATHS}
-        for path in PATHS:  # warm up
-            call(path)
-    for _ in range(rounds):
-        for (length, mean), (call, _) in built.items():
-            for path in PATHS:
-                start = time.perf_counter()
-                call(path)
-                runs[str(length)][str(mean)][path].append(time.perf_counter() - start)
-    return runs
+    return diagnostic.measure(built, PATHS, rounds)
 
 
 def summary(runs: dict, shares: dict, max_share: float) -> dict:
@@ -119,14 +107,11 @@ def summary(runs: dict, shares: dict, max_share: float) -> dict:
 
 
 def to_markdown(result: dict) -> str:
-    from kolong.bench.results import machine_line
-
     a = result["arguments"]
     lines = [f"# Packed documents on CPU: SDPA per block of queries against the dense mask, attention alone "
              f"({result['date']})", "",
-             f"One layer's attention, forward + backward, fp32, {a['heads']} heads of {a['head_size']}, "
-             f"{a['tokens']} tokens per call (batch = tokens / length), documents of exponentially distributed "
-             f"lengths packed into every row; median of {a['rounds']} interleaved rounds. `sdpa`: one call under "
+             f"{diagnostic.layer_setting(a)}, documents of exponentially distributed lengths packed into every "
+             f"row; median of {a['rounds']} interleaved rounds. `sdpa`: one call under "
              f"the dense (b, 1, n, n) mask; blocks: SDPA per {result['block_rows']} queries over the keys their "
              f"documents span (the share of the pairs they read: 'share read'), taken where that share is "
              f"at most {result['max_share']}. Shaw (reach 16) on the chunked path reading every key, and reading "
@@ -134,33 +119,25 @@ def to_markdown(result: dict) -> str:
              "| length | mean document | share read | sdpa, ms | blocks, ms | blocks' speed | taken | the faster? "
              "| Shaw every key, ms | Shaw documents' keys, ms | Shaw's speed-up |",
              "|---:|---:|---:|---:|---:|---:|---|---|---:|---:|---:|"]  # fmt: skip
-    for length, by_mean in result["summary"].items():
-        for mean, cell in by_mean.items():
-            ms = cell["ms"]
-            every, own = ms["shaw: every key"], ms["shaw: the documents' keys"]
-            lines.append(f"| {int(length):,} | {mean} | {cell['share']:.2f} | {ms['sdpa']:.0f} | "
-                         f"{ms['sdpa-document-blocks']:.0f} | {cell['blocks_vs_dense']:.2f}x | {cell['taken']} | "
-                         f"{'yes' if cell['taken_is_faster'] else '**no**'} | {every:.0f} | {own:.0f} | "
-                         f"{cell['shaw_documents_vs_every_key']:.2f}x |")  # fmt: skip
-    lines += ["", machine_line(result)]
-    return "\n".join(lines) + "\n"
+    for length, mean, cell, ms in diagnostic.cells(result["summary"]):
+        every, own = ms["shaw: every key"], ms["shaw: the documents' keys"]
+        lines.append(f"| {int(length):,} | {mean} | {cell['share']:.2f} | {ms['sdpa']:.0f} | "
+                     f"{ms['sdpa-document-blocks']:.0f} | {cell['blocks_vs_dense']:.2f}x | {cell['taken']} | "
+                     f"{'yes' if cell['taken_is_faster'] else '**no**'} | {every:.0f} | {own:.0f} | "
+                     f"{cell['shaw_documents_vs_every_key']:.2f}x |")  # fmt: skip
+    return diagnostic.page(lines, result)
 
 
 def main(argv: list[str] | None = None) -> dict:
     from kolong.attention import documents
 
-    found = diagnostic.parser(__doc__, "document-blocks")
+    found = diagnostic.parser(__doc__, "document-blocks", tokens=4096, rounds=7)
     found.add_argument("--lengths", default="512,2048", help="comma-separated row lengths (default 512,2048)")
     found.add_argument(
-        "--means",
-        default="17,100,300,700",
-        help="comma-separated mean document lengths (default 17,100,300,700)",
+        "--means", default="17,100,300,700", help="mean document lengths (default 17,100,300,700)"
     )
-    found.add_argument("--tokens", type=int, default=4096, help="tokens per call (default 4096)")
-    found.add_argument("--rounds", type=int, default=7, help="interleaved rounds (default 7)")
     args = found.parse_args(argv)
-    lengths = [int(part) for part in args.lengths.split(",") if part.strip()]
-    means = [int(part) for part in args.means.split(",") if part.strip()]
+    lengths, means = diagnostic.integers(args.lengths), diagnostic.integers(args.means)
     built = cases(lengths, means, args.tokens, args.heads, args.head_size)
     shares: dict = {}
     for (length, mean), (_, share) in built.items():

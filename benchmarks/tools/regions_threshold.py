@@ -12,7 +12,6 @@ the machine, `cpu-xeon-2core`, ...).
 from __future__ import annotations
 
 import statistics
-import time
 
 import diagnostic
 
@@ -56,18 +55,7 @@ def cases(lengths: list[int], tokens: int, heads: int, head_size: int, seed: int
 
 def measure(built: dict, rounds: int) -> dict:
     """{scheme: {length: {path: [seconds per round]}}}, every path of every case once per round, in turn."""
-    runs: dict = {}
-    for (scheme, length), (call, _) in built.items():
-        runs.setdefault(scheme, {})[str(length)] = {path: [] for path in PATHS}
-        for path in PATHS:  # warm up
-            call(path)
-    for _ in range(rounds):
-        for (scheme, length), (call, _) in built.items():
-            for path in PATHS:
-                start = time.perf_counter()
-                call(path)
-                runs[scheme][str(length)][path].append(time.perf_counter() - start)
-    return runs
+    return diagnostic.measure(built, PATHS, rounds)
 
 
 def summary(runs: dict, reaches: dict, block_rows: int) -> dict:
@@ -90,38 +78,30 @@ def summary(runs: dict, reaches: dict, block_rows: int) -> dict:
 
 
 def to_markdown(result: dict) -> str:
-    from kolong.bench.results import machine_line
-
     a = result["arguments"]
     lines = [f"# The CPU's three regions against the chunked path, attention alone ({result['date']})", "",
-             f"One layer's attention, forward + backward, fp32, {a['heads']} heads of {a['head_size']}, "
-             f"{a['tokens']} tokens per call (batch = tokens / length), no mask; median of {a['rounds']} "
+             f"{diagnostic.layer_setting(a)}, no mask; median of {a['rounds']} "
              f"interleaved rounds. `sdpa` is SDPA without a bias (learned positions' attention); the rule takes "
              f"the regions where 4 (BLOCK_ROWS + 2r - 2) <= n, BLOCK_ROWS = {result['block_rows']}.", "",
              "| scheme (reach) | length | sdpa, ms | chunked, ms | regions, ms | regions' speed vs chunked "
              "| taken | the faster? |",
              "|---|---:|---:|---:|---:|---:|---|---|"]  # fmt: skip
-    for scheme, by_length in result["summary"].items():
-        for length, cell in by_length.items():
-            ms = cell["ms"]
-            lines.append(f"| {scheme} ({result['reaches'][scheme]}) | {int(length):,} | {ms['sdpa']:.0f} | "
-                         f"{ms['chunked']:.0f} | {ms['sdpa-regions']:.0f} | {cell['regions_vs_chunked']:.2f}x | "
-                         f"{cell['taken']} | {'yes' if cell['taken_is_faster'] else '**no**'} |")  # fmt: skip
-    lines += ["", machine_line(result)]
-    return "\n".join(lines) + "\n"
+    for scheme, length, cell, ms in diagnostic.cells(result["summary"]):
+        lines.append(f"| {scheme} ({result['reaches'][scheme]}) | {int(length):,} | {ms['sdpa']:.0f} | "
+                     f"{ms['chunked']:.0f} | {ms['sdpa-regions']:.0f} | {cell['regions_vs_chunked']:.2f}x | "
+                     f"{cell['taken']} | {'yes' if cell['taken_is_faster'] else '**no**'} |")  # fmt: skip
+    return diagnostic.page(lines, result)
 
 
 def main(argv: list[str] | None = None) -> dict:
     from kolong.attention import sdpa_regions
 
-    found = diagnostic.parser(__doc__, "regions-threshold")
+    found = diagnostic.parser(__doc__, "regions-threshold", tokens=2048, rounds=9)
     found.add_argument(
         "--lengths", default="512,1024,2048", help="comma-separated lengths (default 512,1024,2048)"
     )
-    found.add_argument("--tokens", type=int, default=2048, help="tokens per call (default 2048)")
-    found.add_argument("--rounds", type=int, default=9, help="interleaved rounds (default 9)")
     args = found.parse_args(argv)
-    lengths = [int(part) for part in args.lengths.split(",") if part.strip()]
+    lengths = diagnostic.integers(args.lengths)
     built = cases(lengths, args.tokens, args.heads, args.head_size)
     reaches = {scheme: reach for (scheme, _), (_, reach) in built.items()}
     runs = measure(built, args.rounds)
