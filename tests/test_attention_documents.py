@@ -150,7 +150,8 @@ def _documents_of(mean: int, length: int = 64, rows: int = 2) -> torch.Tensor:
 
 def test_the_plan_takes_the_blocks_where_they_skip_enough_pairs(monkeypatch):
     """Blocks of 8 queries: documents of 4 tokens (a block reads 8 of 64 keys) take the blocks; documents of 56
-    and 8 tokens (78% of the pairs) the one dense call; attention dropout, a bias, or CUDA's plans, not at all."""
+    and 8 tokens (78% of the pairs) the one dense call. With attention dropout, the chunked path over the spans,
+    or the explicit one."""
     monkeypatch.setattr(documents, "BLOCK_ROWS", 8)
     q = torch.zeros(2, 2, 64, 4, requires_grad=True)
     none, options = Contribution("none"), AttentionOptions()
@@ -158,7 +159,9 @@ def test_the_plan_takes_the_blocks_where_they_skip_enough_pairs(monkeypatch):
     assert short.document_keys_read(8) <= documents.MAX_SHARE < long.document_keys_read(8)
     assert plan_attention("sdpa", q, none, short, 0.0, options).kernel == "sdpa-document-blocks"
     assert plan_attention("sdpa", q, none, long, 0.0, options).kernel == "sdpa"
-    assert plan_attention("sdpa", q, none, short, 0.1, options).kernel == "eager"
+    # with attention dropout (no fused CPU kernel): the chunked path over the same spans, else the explicit one
+    assert plan_attention("sdpa", q, none, short, 0.1, options).kernel == "chunked"
+    assert plan_attention("sdpa", q, none, long, 0.1, options).kernel == "eager"
     shaw = Contribution("query", trained=True, reach=4)
     assert plan_attention("sdpa", q, shaw, short, 0.0, options).kernel == "chunked"
 
@@ -229,3 +232,29 @@ def test_shaw_reads_and_reduces_a_run_of_keys_as_the_same_columns_of_the_whole_r
             d_whole = bias.value_grads(bias.tensors, start, stop, widened, d_out, tables[1])
             torch.testing.assert_close(d_run, d_whole[..., run.start : run.stop])
             torch.testing.assert_close(tables[0][1], tables[1][1])
+
+
+def test_dropout_over_a_run_of_keys_has_exact_gradients(monkeypatch):
+    """gradcheck in float64 through the chunked backward over packed documents' runs with attention dropout and
+    Shaw's value term (the masks are drawn per block over the run, and redrawn the same in the backward)."""
+    from kolong.positions.shaw import ShawChunkBias
+
+    monkeypatch.setattr(chunked, "BLOCK_SCORES", 1)  # blocks of 16 queries
+    torch.manual_seed(0)
+    length = 40
+    packed = (torch.arange(length) // 6 + 1)[None]
+    packed[0, 36:] = 0
+    mask = AttentionMask.from_attention_mask(packed)
+    q, k, v = (torch.randn(1, 2, length, 4, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    profile = torch.randn(1, 2, length, 7, dtype=torch.float64, requires_grad=True)
+    table = torch.randn(7, 4, dtype=torch.float64, requires_grad=True)
+    assert isinstance(mask.key_index(0, 16, length, "cpu"), range)
+
+    def attend(q, k, v, profile, table):
+        torch.manual_seed(1)  # the same dropout masks at every call of gradcheck
+        return chunked.chunked_attention(q, k, v, mask, ShawChunkBias(profile, table, 3), dropout_p=0.3)
+
+    assert torch.autograd.gradcheck(attend, (q, k, v, profile, table), fast_mode=True)
+    torch.manual_seed(1)
+    plain = chunked.chunked_attention(q, k, v, mask, None, dropout_p=0.3)  # no bias: learned positions' case
+    assert torch.isfinite(plain).all() and plain.shape == q.shape

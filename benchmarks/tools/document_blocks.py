@@ -17,7 +17,14 @@ import statistics
 
 import diagnostic
 
-PATHS = ("sdpa", "sdpa-document-blocks", "shaw: every key", "shaw: the documents' keys")
+PATHS = (
+    "sdpa",
+    "sdpa-document-blocks",
+    "shaw: every key",
+    "shaw: the documents' keys",
+    "dropout: eager",
+    "dropout: chunked",
+)
 
 
 def packed_rows(rows: int, length: int, mean: int, seed: int):
@@ -43,6 +50,7 @@ def cases(
 
     from kolong.attention import documents
     from kolong.attention.chunked import chunked_attention
+    from kolong.attention.dispatch import ATTENTION_FUNCTIONS, AttentionCall
     from kolong.attention.masks import AttentionMask
     from kolong.models import KolongConfig, KolongModel
 
@@ -66,6 +74,10 @@ def cases(
                 if path == "sdpa":
                     allowed = mask.additive(length, q.dtype, q.device)
                     out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+                elif path.startswith(
+                    "dropout"
+                ):  # BERT's attention dropout: the explicit path or the chunked one
+                    out = ATTENTION_FUNCTIONS[path.split(": ")[1]](q, k, v, AttentionCall(mask, 0.1), 0)[0]
                 elif path == "sdpa-document-blocks":
                     out = documents.document_block_attention(q, k, v, mask)
                 else:
@@ -87,7 +99,8 @@ def measure(built: dict, rounds: int) -> dict:
 
 def summary(runs: dict, shares: dict, max_share: float) -> dict:
     """Per length and mean: median ms per path, the blocks' speed against the dense call, the path the rule takes
-    and whether it is the faster of the two; Shaw's speed with its documents' keys against every key."""
+    and whether it is the faster of the two; Shaw's speed with its documents' keys against every key; with
+    attention dropout, the chunked path's speed against the explicit one."""
     found: dict = {}
     for length, by_mean in runs.items():
         for mean, by_path in by_mean.items():
@@ -100,6 +113,7 @@ def summary(runs: dict, shares: dict, max_share: float) -> dict:
                 "share": share,
                 "blocks_vs_dense": ms["sdpa"] / ms["sdpa-document-blocks"],
                 "shaw_documents_vs_every_key": ms["shaw: every key"] / ms["shaw: the documents' keys"],
+                "dropout_chunked_vs_eager": ms["dropout: eager"] / ms["dropout: chunked"],
                 "taken": taken,
                 "taken_is_faster": taken == faster,
             }
@@ -115,16 +129,19 @@ def to_markdown(result: dict) -> str:
              f"the dense (b, 1, n, n) mask; blocks: SDPA per {result['block_rows']} queries over the keys their "
              f"documents span (the share of the pairs they read: 'share read'), taken where that share is "
              f"at most {result['max_share']}. Shaw (reach 16) on the chunked path reading every key, and reading "
-             f"its blocks' documents' keys.", "",
+             f"its blocks' documents' keys. With attention dropout 0.1 (no bias), the explicit path (`eager`, "
+             f"every pair materialised) and the chunked one over the documents' keys, taken by the same rule.", "",
              "| length | mean document | share read | sdpa, ms | blocks, ms | blocks' speed | taken | the faster? "
-             "| Shaw every key, ms | Shaw documents' keys, ms | Shaw's speed-up |",
-             "|---:|---:|---:|---:|---:|---:|---|---|---:|---:|---:|"]  # fmt: skip
+             "| Shaw every key, ms | Shaw documents' keys, ms | Shaw's speed-up | dropout: eager, ms "
+             "| dropout: chunked, ms | chunked's speed |",
+             "|---:|---:|---:|---:|---:|---:|---|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
     for length, mean, cell, ms in diagnostic.cells(result["summary"]):
         every, own = ms["shaw: every key"], ms["shaw: the documents' keys"]
         lines.append(f"| {int(length):,} | {mean} | {cell['share']:.2f} | {ms['sdpa']:.0f} | "
                      f"{ms['sdpa-document-blocks']:.0f} | {cell['blocks_vs_dense']:.2f}x | {cell['taken']} | "
                      f"{'yes' if cell['taken_is_faster'] else '**no**'} | {every:.0f} | {own:.0f} | "
-                     f"{cell['shaw_documents_vs_every_key']:.2f}x |")  # fmt: skip
+                     f"{cell['shaw_documents_vs_every_key']:.2f}x | {ms['dropout: eager']:.0f} | "
+                f"{ms['dropout: chunked']:.0f} | {cell['dropout_chunked_vs_eager']:.2f}x |")  # fmt: skip
     return diagnostic.page(lines, result)
 
 

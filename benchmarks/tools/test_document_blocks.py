@@ -11,14 +11,15 @@ import document_blocks
 
 
 def test_the_verdicts_come_from_the_medians_and_the_rule():
-    paths = ("sdpa", "sdpa-document-blocks", "shaw: every key", "shaw: the documents' keys")
-    runs = {"2048": {"17": dict(zip(paths, ([0.2, 0.3, 0.2], [0.05, 0.1, 0.05], [0.6], [0.3]), strict=True)),
-                     "700": dict(zip(paths, ([0.2], [0.25], [0.6], [0.6]), strict=True))}}  # fmt: skip
+    paths = document_blocks.PATHS
+    runs = {"2048": {"17": dict(zip(paths, ([0.2, 0.3, 0.2], [0.05, 0.1, 0.05], [0.6], [0.3], [2.0], [0.25]), strict=True)),
+                     "700": dict(zip(paths, ([0.2], [0.25], [0.6], [0.6], [2.0], [1.0]), strict=True))}}  # fmt: skip
     found = document_blocks.summary(runs, {"2048": {"17": 0.1, "700": 0.9}}, max_share=0.6)
     short, long = found["2048"]["17"], found["2048"]["700"]
     assert short["ms"]["sdpa"] == pytest.approx(200.0) and short["blocks_vs_dense"] == pytest.approx(4.0)
     assert short["taken"] == "sdpa-document-blocks" and short["taken_is_faster"]
     assert short["shaw_documents_vs_every_key"] == pytest.approx(2.0)
+    assert short["dropout_chunked_vs_eager"] == pytest.approx(8.0)
     assert long["taken"] == "sdpa" and long["taken_is_faster"]
     wrong = document_blocks.summary(runs, {"2048": {"17": 0.7, "700": 0.5}}, max_share=0.6)
     assert not wrong["2048"]["17"]["taken_is_faster"] and not wrong["2048"]["700"]["taken_is_faster"]

@@ -125,6 +125,11 @@ def plan_attention(implementation: str, q: torch.Tensor, contribution: Contribut
         packed = not mask.keys_only and flex_here and (dropout_p == 0 or options.packed_flex_dropout)
         if not packed:
             if dropout_p > 0 and not on_cuda:
+                if documents.worth_it(q, mask):
+                    return Plan(
+                        "chunked",
+                        "packed documents with dropout: the chunked path over the keys their documents span",
+                    )
                 return Plan(
                     "eager", "SDPA has no fused CPU kernel with dropout; the explicit path draws it cheaper"
                 )

@@ -36,8 +36,9 @@ MAX_SHARE = 0.75
 
 
 def worth_it(q: torch.Tensor, mask: AttentionMask) -> bool:
-    """Whether this path takes `q` under `mask`: on CPU, packed documents without a local window, and blocks
-    that read at most MAX_SHARE of the pairs (one host read of the documents' extents, kept by the mask)."""
+    """Whether this path takes `q` under `mask` (with attention dropout, the chunked path over the same spans):
+    on CPU, packed documents without a local window, and blocks that read at most MAX_SHARE of the pairs (one
+    host read of the documents' extents, kept by the mask)."""
     return (
         q.device.type == "cpu"
         and mask.documents is not None
