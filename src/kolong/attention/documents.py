@@ -30,8 +30,10 @@ from kolong.attention.masks import AttentionMask
 # blocks of 64 slower, and one call per batch row (each row's own spans) slower still.
 BLOCK_ROWS = 256
 # Take the blocks when they read at most this share of the (n, n) pairs. Measured with 12 heads of 64 on 2 CPU
-# cores (docs/experiments/document-blocks-cpu-xeon-2core.md): 0.15 of the pairs ran 3.5x faster than the dense
-# call, 0.37 1.9x, 0.62 1.3x; 0.9 and more (documents of 100 tokens and longer in rows of 512) 0.89-0.98x.
+# cores (docs/experiments/document-blocks-cpu-xeon-2core.md): 0.15 of the pairs ran 3.4x faster than the dense
+# call, 0.37 1.8x, 0.62 1.2x; 0.9 and more (documents of 100 tokens and longer in rows of 512) 0.89-0.93x. With
+# attention dropout the chunked path over the same spans against the explicit path: 1.3-10x faster up to 0.62,
+# 0.78-0.99x from 0.9.
 MAX_SHARE = 0.75
 
 
