@@ -122,31 +122,25 @@ def _scatter_keys(block: torch.Tensor, keys: Keys, length: int) -> torch.Tensor:
     return block.new_zeros(*block.shape[:-1], length).index_copy_(-1, keys, block)
 
 
-def _read_keys(x: torch.Tensor, keys: Keys) -> torch.Tensor:
-    """(b, h, n, d) -> the rows of the block's keys."""
-    return take_keys(x, keys, dim=2)
+def _as_read(bias: ChunkBias, keys: Keys) -> bool:
+    """Whether the bias's reductions take a block over `keys` as it is (all keys; a run, for `key_runs` schemes);
+    otherwise they are given the whole row, zeros at the keys not read."""
+    return keys is None or (bias.key_runs and isinstance(keys, range))
 
 
 def _for_bias(bias: ChunkBias, block: torch.Tensor, keys: Keys, length: int) -> torch.Tensor:
-    """A block over the keys read, as the bias's reductions take it: as it is where the bias reads that kind of
-    keys (all of them; a run, for `key_runs` schemes), else widened to the whole row."""
-    return (
-        block
-        if keys is None or (bias.key_runs and isinstance(keys, range))
-        else _scatter_keys(block, keys, length)
-    )
+    """A block over the keys read, as the bias's reductions take it."""
+    return block if _as_read(bias, keys) else _scatter_keys(block, keys, length)
 
 
 def _bias_keys(bias: ChunkBias, keys: Keys) -> range | None:
-    """The keys a bias's reductions are given: the run where it reads runs, else None (the whole row)."""
-    return keys if bias.key_runs and isinstance(keys, range) else None
+    """The keys a bias's reductions are given: the run where it takes runs, else None (the whole row)."""
+    return keys if _as_read(bias, keys) else None
 
 
 def _from_bias(bias: ChunkBias, block: torch.Tensor, keys: Keys) -> torch.Tensor:
     """The inverse of `_for_bias` on a block of the same layout."""
-    if keys is None or (bias.key_runs and isinstance(keys, range)):
-        return block
-    return take_keys(block, keys, dim=-1)
+    return block if _as_read(bias, keys) else take_keys(block, keys, dim=-1)
 
 
 def attention_dropout_mask(shape, p: float, device, generator=None) -> tuple[torch.Tensor, float]:
@@ -213,7 +207,7 @@ class _ChunkedAttention(torch.autograd.Function):
         for index, start in enumerate(range(0, length, rows)):
             stop = min(start + rows, length)
             keys = mask.key_index(start, stop, length, q.device) if mask is not None else None
-            k_block, v_block = _read_keys(k, keys).to(exact), _read_keys(v, keys).to(exact)
+            k_block, v_block = take_keys(k, keys, dim=2).to(exact), take_keys(v, keys, dim=2).to(exact)
             lse_block = lse[:, :, start:stop]
             probs = _probabilities(q, k, mask, bias, tensors, start, stop, scale, keys, lse_block)[0]
             kept, keep = probs, 1.0
@@ -257,7 +251,7 @@ def _row_block_forward(q, k, v, mask, bias, dropout_p, tensors, rows: int, seed:
         if dropout_p > 0:
             dropped, keep = _dropped(probs.shape, dropout_p, seed + index, q.device)
             probs = probs.masked_fill_(dropped, 0.0).mul_(1.0 / keep)
-        block = torch.matmul(probs.to(v.dtype), _read_keys(v, keys))  # (b, h, c, d_h)
+        block = torch.matmul(probs.to(v.dtype), take_keys(v, keys, dim=2))  # (b, h, c, d_h)
         if bias is not None and bias.has_values:
             values = bias.values(
                 tensors, start, stop, _for_bias(bias, probs, keys, length), _bias_keys(bias, keys)
@@ -298,8 +292,8 @@ def _fused_forward(q, k, v, mask, bias, dropout_p, tensors, rows: int):
             block.masked_fill_(~allowed, float("-inf"))
         out[:, :, start:stop], lse[:, :, start:stop] = kernel(
             q[:, :, start:stop],
-            _read_keys(k, keys),
-            _read_keys(v, keys),
+            take_keys(k, keys, dim=2),
+            take_keys(v, keys, dim=2),
             attn_mask=block.to(q.dtype),
             scale=scale,
         )
@@ -332,7 +326,7 @@ def _probabilities(q, k, mask, bias, tensors, start, stop, scale, keys=None, lse
     allowed key get probabilities 0 (and log-sum-exp 0) rather than NaN.
     """
     length = k.shape[2]
-    k = _read_keys(k, keys)
+    k = take_keys(k, keys, dim=2)
     scores = torch.matmul(q[:, :, start:stop] * scale, k.transpose(-1, -2)).to(_exact(q))  # (b, h, c, n)
     if bias is not None:
         bias.add_scores(tensors, start, stop, length, scores, keys)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from kolong.attention.masks import AttentionMask
+from kolong.attention.masks import AttentionMask, take_keys
 
 # Query rows per SDPA call: a block's span is about c plus the documents it cuts, so shorter blocks read fewer
 # needless keys and taller ones make fewer calls. On 2 CPU cores (forward and backward, 4 and 12 heads of 64,
@@ -59,16 +59,15 @@ def document_block_attention(q, k, v, mask: AttentionMask) -> torch.Tensor:
     blocks = []
     for start in range(0, length, BLOCK_ROWS):
         stop = min(start + BLOCK_ROWS, length)
-        low, high = mask.document_keys(start, stop) or (0, length)  # one document a row: every key
-        high = max(high, low + 1)  # a block of padding alone reads one key, masked
-        allowed = mask.rows(start, stop, length, q.device, torch.arange(low, high, device=q.device))
+        keys = mask.key_index(start, stop, length, q.device) or range(length)  # a run of keys, never empty
+        allowed = mask.rows(start, stop, length, q.device, keys)
         additive = None
         if allowed is not None:  # (b|1, 1, c, span)
             additive = torch.zeros(allowed.shape, dtype=q.dtype, device=q.device)
             additive.masked_fill_(~allowed, low_value)
         blocks.append(
             F.scaled_dot_product_attention(
-                q[:, :, start:stop], k[:, :, low:high], v[:, :, low:high], attn_mask=additive
+                q[:, :, start:stop], take_keys(k, keys, dim=2), take_keys(v, keys, dim=2), attn_mask=additive
             )
         )
     return torch.cat(blocks, dim=2)

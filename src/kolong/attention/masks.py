@@ -185,9 +185,10 @@ class AttentionMask:
                 1, documents, position, "amin"
             )
             last = documents.new_full((batch, numbers), -1).scatter_reduce(1, documents, position, "amax")
-            padding = torch.zeros_like(documents, dtype=torch.bool) if self.real is None else ~self.real
-            low = first.gather(1, documents).masked_fill(padding, length).amin(0)
-            high = (last.gather(1, documents) + 1).masked_fill(padding, 0).amax(0)
+            low, high = first.gather(1, documents), last.gather(1, documents) + 1
+            if self.real is not None:  # padding queries read nothing
+                low, high = low.masked_fill(~self.real, length), high.masked_fill(~self.real, 0)
+            low, high = low.amin(0), high.amax(0)
             self._document_extents = (low.tolist(), high.tolist())
         return self._document_extents
 

@@ -179,6 +179,11 @@ def shaw_flex(q, k, v, block_mask, scale, dropout, options, profile, max_distanc
     return attend(q, k, v, score_mod, block_mask, scale, dropout, options)
 
 
+def _first(keys: range | None) -> int:
+    """The first key of a block over `keys` (a run, or every key)."""
+    return 0 if keys is None else keys.start
+
+
 class ShawChunkBias(ChunkBias):
     """Shaw's terms for chunked attention, by region. In a block of rows start..stop-1, keys left of
     `start - k + 1` are at distance <= -k from every row (bucket 0: one constant per row) and keys from
@@ -254,24 +259,23 @@ class ShawChunkBias(ChunkBias):
 
     def add_scores(self, tensors, start, stop, length, scores, keys=None):
         if keys is None or isinstance(keys, range):
-            first = 0 if keys is None else keys.start
-            self._add_expanded(tensors[0][:, :, start:stop].to(scores.dtype), start, stop, scores, first)
+            self._add_expanded(
+                tensors[0][:, :, start:stop].to(scores.dtype), start, stop, scores, _first(keys)
+            )
         else:  # a local window's keys: read one by one
             scores += self.scores(tensors, start, stop, length, keys)
 
     def score_grads(self, tensors, start, stop, d_scores, grads, keys=None):
         if grads[0] is not None:
-            first = 0 if keys is None else keys.start
-            grads[0][:, :, start:stop] += self._reduce(d_scores, start, stop, first).to(grads[0].dtype)
+            grads[0][:, :, start:stop] += self._reduce(d_scores, start, stop, _first(keys)).to(grads[0].dtype)
 
     def values(self, tensors, start, stop, probs, keys=None):
         # sum_r (sum_{j: clip(j-i) = r} alpha_ij) w^V_r: (b, h, c, d_h)
-        first = 0 if keys is None else keys.start
-        return torch.matmul(self._reduce(probs, start, stop, first), tensors[1].to(probs.dtype))
+        return torch.matmul(self._reduce(probs, start, stop, _first(keys)), tensors[1].to(probs.dtype))
 
     def value_grads(self, tensors, start, stop, probs, d_out, grads, keys=None):
         table = tensors[1].to(probs.dtype)  # (2k+1, d_h)
-        first = 0 if keys is None else keys.start
+        first = _first(keys)
         if grads[1] is not None:
             buckets = self._reduce(probs, start, stop, first)  # (b, h, c, 2k+1)
             grads[1] += torch.einsum("bhcr,bhcd->rd", buckets, d_out).to(grads[1].dtype)
