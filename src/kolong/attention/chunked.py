@@ -28,6 +28,11 @@ from kolong.attention.profiling import labelled
 # trained Shaw and T5 faster on 2 CPU cores than blocks of 2^24 (the scores stay in cache), and the backward's
 # temporaries, which set the path's memory, shrink with them (benchmarks/results/cpu-epyc-2core/encoder.md).
 BLOCK_SCORES = 2**21
+# Under packed documents a block reads the keys its documents span, about its own rows plus the documents it cuts:
+# taller blocks read more needless keys. Blocks of at most 128 rows were as fast as 64 or faster on 2 CPU cores
+# (Shaw, 4 and 12 heads of 64, rows of 1,024 and 2,048), where a batch of one row at 4 heads (512 rows a block)
+# ran up to 1.4x slower.
+DOCUMENT_ROWS = 128
 
 
 class ChunkBias:
@@ -172,6 +177,8 @@ class _ChunkedAttention(torch.autograd.Function):
         if mask is not None and mask.window is not None:
             # a block of c rows reads c + 2w keys: blocks about as tall as the window keep that near 3w per row
             rows = min(rows, max(16, mask.window))
+        elif mask is not None and mask.documents is not None:
+            rows = min(rows, DOCUMENT_ROWS)
         seed = int(torch.randint(0, 2**62, (), device="cpu")) if dropout_p > 0 else 0
         with labelled("chunked forward"):
             fused = _fused_forward(q, k, v, mask, bias, dropout_p, tensors, rows)

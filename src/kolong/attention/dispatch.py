@@ -248,7 +248,7 @@ def _sdpa_regions(q, k, v, call: AttentionCall, layer):
 
 
 def _document_blocks(q, k, v, call: AttentionCall, layer):
-    return documents.document_block_attention(q, k, v, call.mask), None
+    return documents.each_row(documents.document_block_attention, q, k, v, call.mask), None
 
 
 def _distance_view(q, k, v, call: AttentionCall, layer):
@@ -256,7 +256,10 @@ def _distance_view(q, k, v, call: AttentionCall, layer):
 
 
 def _row_blocks(q, k, v, call: AttentionCall, layer):
-    return rowwise.row_block_attention(q, k, v, _given(call.mask), call.bias(q, layer)), None
+    def attention(q, k, v, mask):
+        return rowwise.row_block_attention(q, k, v, _given(mask), call.bias(q, layer))
+
+    return documents.each_row(attention, q, k, v, call.mask), None
 
 
 def _banded(q, k, v, call: AttentionCall, layer):
@@ -264,7 +267,10 @@ def _banded(q, k, v, call: AttentionCall, layer):
 
 
 def _chunked(q, k, v, call: AttentionCall, layer):
-    return chunked_attention(q, k, v, _given(call.mask), call.bias(q, layer), call.dropout_p), None
+    def attention(q, k, v, mask):
+        return chunked_attention(q, k, v, _given(mask), call.bias(q, layer), call.dropout_p)
+
+    return documents.each_row(attention, q, k, v, call.mask), None
 
 
 ATTENTION_FUNCTIONS: dict[str, Callable] = {

@@ -61,6 +61,8 @@ class AttentionMask:
     _global_positions: torch.Tensor | None = field(default=None, repr=False, compare=False)
     _band_allowed: torch.Tensor | None = field(default=None, repr=False, compare=False)  # banded.py's mask
     _document_extents: tuple[list[int], list[int]] | None = field(default=None, repr=False, compare=False)
+    _row_extents: list[tuple[list[int], list[int]]] | None = field(default=None, repr=False, compare=False)
+    _batch_rows: list[AttentionMask] | None = field(default=None, repr=False, compare=False)
     _region_block_masks: dict = field(
         default_factory=dict, repr=False, compare=False
     )  # regions.py's, by region
@@ -159,11 +161,14 @@ class AttentionMask:
         low, high = min(low[start:stop]), max(high[start:stop])
         return (low, high) if high > low else (start, start)
 
-    def document_keys_read(self, rows: int) -> float:
+    def document_keys_read(self, rows: int, by_row: bool = False) -> float:
         """The share of the (n, n) pairs that blocks of `rows` queries read over their `document_keys` (1 without
-        packed documents)."""
+        packed documents); `by_row`: the mean over the batch's rows, each block over its own row's keys."""
         if self.documents is None:
             return 1.0
+        if by_row:
+            masks = self.batch_rows()
+            return sum(mask.document_keys_read(rows) for mask in masks) / len(masks)
         length = self.documents.shape[1]
         read = 0
         for start in range(0, length, rows):
@@ -175,7 +180,8 @@ class AttentionMask:
     def _extents(self) -> tuple[list[int], list[int]]:
         """Per query position, the first key and one past the last of its document, the widest over the batch's
         rows (padding queries, where `real` says so, read nothing): one host read per forward, kept for every
-        layer. A document's tokens need not be contiguous for this to hold."""
+        layer, which also keeps each row's own (`batch_rows`). A document's tokens need not be contiguous for
+        this to hold."""
         if self._document_extents is None:
             documents = self.documents
             batch, length = documents.shape
@@ -188,9 +194,30 @@ class AttentionMask:
             low, high = first.gather(1, documents), last.gather(1, documents) + 1
             if self.real is not None:  # padding queries read nothing
                 low, high = low.masked_fill(~self.real, length), high.masked_fill(~self.real, 0)
-            low, high = low.amin(0), high.amax(0)
-            self._document_extents = (low.tolist(), high.tolist())
+            # the widest first, then each row's own
+            found = torch.cat([low.amin(0, keepdim=True), low, high.amax(0, keepdim=True), high]).tolist()
+            self._document_extents = (found[0], found[batch + 1])
+            self._row_extents = [(found[1 + row], found[batch + 2 + row]) for row in range(batch)]
         return self._document_extents
+
+    def batch_rows(self) -> list[AttentionMask]:
+        """Packed documents: one mask per row of the batch, each knowing its own row's document extents (no
+        further host read), kept for every layer. A block of queries then reads the keys its own row's documents
+        span, where the batch's widest span is the union over every row's documents."""
+        if self._batch_rows is None and self.documents.shape[0] == 1:
+            self._batch_rows = [self]
+        if self._batch_rows is None:
+            self._extents()
+            self._batch_rows = [
+                AttentionMask(
+                    real=None if self.real is None else self.real[row : row + 1],
+                    documents=self.documents[row : row + 1],
+                    _document_extents=extents,
+                    _row_extents=[extents],
+                )
+                for row, extents in enumerate(self._row_extents)
+            ]
+        return self._batch_rows
 
     def key_index(self, start: int, stop: int, length: int, device) -> Keys:
         """The only keys queries start..stop-1 can attend to, or None for all keys: a `range` where they are one

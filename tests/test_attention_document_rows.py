@@ -1,0 +1,107 @@
+"""Packed documents attended row by row: where the rows of a batch hold differently placed documents, each block of
+queries reads its own row's span instead of the union over the batch, and every path that reads spans (the SDPA
+blocks, the chunked path, the inference row blocks) stays exact through the model."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import random_ids, tiny_kolong_config
+from kolong.attention import chunked, documents
+from kolong.attention.masks import AttentionMask
+from kolong.models import KolongModel
+
+
+def _staggered(rows: int, size: int, length: int, shift: int) -> torch.Tensor:
+    """Documents of `size` tokens, each row's boundaries `shift` tokens after the row above's."""
+    positions = torch.arange(length)
+    return torch.stack([(positions + row * shift) // size + 1 for row in range(rows)])
+
+
+def test_each_rows_mask_knows_its_own_documents_extents():
+    # row 0: [0, 3) [3, 5) [5, 9) then padding; row 1: [0, 1) [1, 6) [6, 8) [8, 11)
+    packed = torch.tensor([[1, 1, 1, 2, 2, 3, 3, 3, 3, 0, 0], [4, 2, 2, 2, 2, 2, 7, 7, 1, 1, 1]])
+    mask = AttentionMask.from_attention_mask(packed)
+    first, second = mask.batch_rows()
+    assert mask.batch_rows()[0] is first  # kept for every layer
+    assert first.document_keys(0, 1) == (0, 3) and second.document_keys(0, 1) == (0, 1)
+    assert mask.document_keys(0, 1) == (0, 3)  # the batch's: the union
+    assert first.document_keys(9, 11) == (9, 9)  # padding alone reads nothing
+    assert second.document_keys(9, 11) == (8, 11)
+    assert torch.equal(first.rows(0, 11, 11, "cpu"), mask.rows(0, 11, 11, "cpu")[:1])
+    assert torch.equal(second.rows(0, 11, 11, "cpu"), mask.rows(0, 11, 11, "cpu")[1:])
+    # blocks of 4: row 0 reads [0, 5) [3, 9) [5, 9) (query 8's document; 9 and 10 are padding), row 1 [0, 6)
+    # [1, 8) [8, 11); the batch's blocks read [0, 6) [1, 9) [5, 11)
+    row_0, row_1 = (4 * 5 + 4 * 6 + 3 * 4) / 121, (4 * 6 + 4 * 7 + 3 * 3) / 121
+    assert mask.document_keys_read(4) == pytest.approx((4 * 6 + 4 * 8 + 3 * 6) / 121)
+    assert first.document_keys_read(4) == pytest.approx(row_0)
+    assert mask.document_keys_read(4, by_row=True) == pytest.approx((row_0 + row_1) / 2)
+    assert mask.document_keys_read(4, by_row=True) < mask.document_keys_read(4)
+    single = AttentionMask.from_attention_mask(packed[:1])
+    assert single.batch_rows() == [single]
+
+
+def test_rows_are_attended_alone_where_their_own_spans_read_fewer_pairs(monkeypatch):
+    monkeypatch.setattr(documents, "BLOCK_ROWS", 8)
+    q = torch.zeros(4, 2, 64, 4)
+    staggered = AttentionMask.from_attention_mask(_staggered(4, 16, 64, 5))
+    aligned = AttentionMask.from_attention_mask(_staggered(4, 16, 64, 0))
+    assert staggered.document_keys_read(8, by_row=True) <= documents.BY_ROW * staggered.document_keys_read(8)
+    assert documents.by_row(q, staggered)
+    assert not documents.by_row(q, aligned)  # every row's span is the batch's
+    assert not documents.by_row(q[:1], AttentionMask.from_attention_mask(_staggered(1, 16, 64, 5)))
+    assert not documents.by_row(q[..., :16, :], AttentionMask.from_attention_mask(_staggered(4, 16, 16, 5)))
+    assert not documents.by_row(q, AttentionMask.from_attention_mask(torch.ones(4, 64, dtype=torch.long)))
+
+
+@pytest.mark.parametrize(
+    ("scheme", "dropout", "grad", "path"),
+    [
+        ("learned", 0.0, True, "sdpa-document-blocks"),
+        ("learned", 0.1, True, "chunked"),
+        ("shaw", 0.0, True, "chunked"),
+        ("t5", 0.0, True, "chunked"),
+        ("alibi", 0.0, False, "sdpa-row-blocks"),
+    ],
+)
+def test_a_model_attending_row_by_row_is_the_reference(scheme, dropout, grad, path, monkeypatch):
+    """Four rows of staggered documents and padding: the plan's path runs once per row (the SDPA blocks, the chunked
+    path with and without attention dropout, the inference row blocks), and the outputs on real tokens and every
+    parameter's gradient are the eager path's under the same dropout masks."""
+    from kolong.attention import rowwise
+
+    monkeypatch.setattr(documents, "BLOCK_ROWS", 8)
+    monkeypatch.setattr(chunked, "BLOCK_SCORES", 1)
+    monkeypatch.setattr(rowwise, "MASK_ENTRIES", 1)
+    packed = _staggered(4, 12, 64, 5)
+    packed[1, 58:] = 0
+    ids = random_ids(4, 64)
+    split = []
+    each_row = documents.each_row
+    monkeypatch.setattr(
+        documents, "each_row", lambda *a: split.append(documents.by_row(a[1], a[4])) or each_row(*a)
+    )
+    torch.manual_seed(0)
+    config = tiny_kolong_config(position_encoding=scheme, attention_probs_dropout_prob=dropout)
+    model = KolongModel(config)
+    with torch.set_grad_enabled(grad):
+        assert {plan.kernel for plan in model.attention_plans(ids, attention_mask=packed)} == {path}
+    results = []
+    for implementation in ("sdpa", "eager"):
+        model.set_attn_implementation(implementation)
+        model.zero_grad(set_to_none=True)
+        torch.manual_seed(1)
+        with torch.set_grad_enabled(grad):
+            hidden = model(ids, attention_mask=packed).last_hidden_state * (packed != 0)[..., None]
+        if grad:
+            hidden.square().mean().backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        results.append((hidden.detach(), grads))
+    assert split and all(split)
+    if dropout > 0:  # the paths draw their own masks: the same distribution, not the same draws
+        assert torch.isfinite(results[0][0]).all()
+        return
+    torch.testing.assert_close(results[0][0], results[1][0], rtol=1e-4, atol=1e-5)
+    for key, grad_ in results[1][1].items():
+        torch.testing.assert_close(results[0][1][key], grad_, rtol=1e-4, atol=1e-5, msg=key)
