@@ -15,6 +15,10 @@ document) is a few times less work than SDPA's one call under the dense (b, 1, n
 kernel does not skip masked pairs; FlexAttention's block mask, which does, has no backward on CPU. Autograd runs
 each block's fused backward. Where the documents are long the spans cover most of each row and the one dense call
 is as fast: `worth_it` decides from the spans, before any work.
+
+Over a batch a block's span is the union of its rows' spans; where the rows' documents fall differently (long
+documents, many rows) the paths over spans go one row at a time, each block over its own row's span (`by_row`,
+`each_row`): the chunked and row-block paths (Shaw, T5, ALiBi) too.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from kolong.attention.masks import AttentionMask, take_keys
 # Query rows per SDPA call: a block's span is about c plus the documents it cuts, so shorter blocks read fewer
 # needless keys and taller ones make fewer calls. On 2 CPU cores (forward and backward, 4 and 12 heads of 64,
 # documents of 17-700 tokens packed into 512 and 2,048) blocks of 256 were as fast as blocks of 128 or faster,
-# blocks of 64 slower, and one call per batch row (each row's own spans) slower still.
+# blocks of 64 slower.
 BLOCK_ROWS = 256
 # Take the blocks when they read at most this share of the (n, n) pairs. Measured with 12 heads of 64 on 2 CPU
 # cores (docs/experiments/document-blocks-cpu-xeon-2core.md): 0.15 of the pairs ran 3.4x faster than the dense
@@ -40,9 +44,10 @@ MAX_SHARE = 0.75
 
 
 # Attend row by row where the rows' own spans read at most this share of the pairs the batch's widest spans
-# read. Measured on 2 CPU cores (12 and 4 heads of 64, batches of 2 and 8 rows of 2,048, documents of 17-700
-# tokens): a share of 0.54-0.62 of the widest ran 1.1-2.8x faster row by row, 0.76-0.81 1.1-1.6x, 0.9-0.93
-# (short documents, whose spans are narrow in every row) 0.84-1.06x.
+# read. On 2 CPU cores (12 heads of 64, batches of 2 and 8 rows of 2,048, documents of 17-700 tokens;
+# docs/experiments/document-rows-cpu-xeon-2core.md) shares of 0.53-0.81 of the batch's ran 1.1-1.5x faster row
+# by row through SDPA's blocks and 1.2-3.4x through Shaw's chunked path; at 0.88 (short documents in 8 rows)
+# 0.86x and 0.68x. Rows of fewer than 4 blocks stay whole: their spans are most of the row either way.
 BY_ROW = 0.85
 
 
