@@ -105,3 +105,34 @@ def test_a_model_attending_row_by_row_is_the_reference(scheme, dropout, grad, pa
     torch.testing.assert_close(results[0][0], results[1][0], rtol=1e-4, atol=1e-5)
     for key, grad_ in results[1][1].items():
         torch.testing.assert_close(results[0][1][key], grad_, rtol=1e-4, atol=1e-5, msg=key)
+
+
+@pytest.mark.parametrize("scheme", ["learned", "shaw"])
+def test_a_compiled_model_attends_row_by_row_as_the_eager_one(scheme, monkeypatch):
+    """The split's host reads and per-row masks run between graphs of a compiled model: the same loss and
+    gradients as the model run eagerly."""
+    from kolong.models import KolongForMaskedLM
+
+    monkeypatch.setattr(documents, "BLOCK_ROWS", 8)
+    packed = _staggered(3, 12, 64, 5)
+    ids = random_ids(3, 64)
+    rows = []  # the batch size of every mask a block of queries reads its keys from
+    key_index = AttentionMask.key_index
+    monkeypatch.setattr(
+        AttentionMask,
+        "key_index",
+        lambda self, *a: rows.append(self.documents.shape[0]) or key_index(self, *a),
+    )
+    torch.manual_seed(0)
+    model = KolongForMaskedLM(tiny_kolong_config(position_encoding=scheme, attention_probs_dropout_prob=0.0))
+    results = []
+    for run in (model, torch.compile(model, backend="aot_eager")):
+        model.zero_grad(set_to_none=True)
+        loss = run(input_ids=ids, attention_mask=packed, labels=ids).loss
+        loss.backward()
+        results.append((loss.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]))
+        assert rows and set(rows) == {1}, "every block reads one row's keys"
+        rows.clear()
+    torch.testing.assert_close(results[1][0], results[0][0])
+    for compiled, eager in zip(results[1][1], results[0][1], strict=True):
+        torch.testing.assert_close(compiled, eager, rtol=1e-4, atol=1e-5)
