@@ -9,7 +9,9 @@ import torch
 
 from conftest import random_ids, tiny_kolong_config
 from kolong.attention import chunked, documents
+from kolong.attention.dispatch import Contribution, plan_attention
 from kolong.attention.masks import AttentionMask
+from kolong.attention.options import AttentionOptions
 from kolong.models import KolongModel
 
 
@@ -49,6 +51,10 @@ def test_rows_are_attended_alone_where_their_own_spans_read_fewer_pairs(monkeypa
     aligned = AttentionMask.from_attention_mask(_staggered(4, 16, 64, 0))
     assert staggered.document_keys_read(8, by_row=True) <= documents.BY_ROW * staggered.document_keys_read(8)
     assert documents.by_row(q, staggered)
+    plan = plan_attention("sdpa", q, Contribution("none"), staggered, 0.0, AttentionOptions())
+    assert plan.kernel == "sdpa-document-blocks" and "one row of the batch at a time" in plan.why
+    plan = plan_attention("sdpa", q, Contribution("none"), aligned, 0.0, AttentionOptions())
+    assert plan.kernel == "sdpa-document-blocks" and "row" not in plan.why
     assert not documents.by_row(q, aligned)  # every row's span is the batch's
     assert not documents.by_row(q[:1], AttentionMask.from_attention_mask(_staggered(1, 16, 64, 5)))
     assert not documents.by_row(q[..., :16, :], AttentionMask.from_attention_mask(_staggered(4, 16, 16, 5)))

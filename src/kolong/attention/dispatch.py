@@ -128,7 +128,8 @@ def plan_attention(implementation: str, q: torch.Tensor, contribution: Contribut
                 if documents.worth_it(q, mask):
                     return Plan(
                         "chunked",
-                        "packed documents with dropout: the chunked path over the keys their documents span",
+                        "packed documents with dropout: the chunked path over the keys their documents span"
+                        + _by_row(q, mask),
                     )
                 return Plan(
                     "eager", "SDPA has no fused CPU kernel with dropout; the explicit path draws it cheaper"
@@ -136,7 +137,8 @@ def plan_attention(implementation: str, q: torch.Tensor, contribution: Contribut
             if dropout_p == 0 and documents.worth_it(q, mask):
                 return Plan(
                     "sdpa-document-blocks",
-                    "packed documents: SDPA per block of queries, over the keys their documents span",
+                    "packed documents: SDPA per block of queries, over the keys their documents span"
+                    + _by_row(q, mask),
                 )
             return Plan(
                 "sdpa",
@@ -173,12 +175,24 @@ def plan_attention(implementation: str, q: torch.Tensor, contribution: Contribut
             "three regions: the far keys through SDPA's fused CPU kernel, the near strip in blocks",
         )
     if plain_bias and not grad:
-        return Plan("sdpa-row-blocks", "SDPA per block of query rows, each block's bias built")
+        return Plan(
+            "sdpa-row-blocks", "SDPA per block of query rows, each block's bias built" + _by_row(q, mask)
+        )
     # over key bands a bias is a float mask per band: kept for the backward, so only without a gradient
     banded_bias = not contribution.bias or (contribution.kind == "distance" and not grad)
     if dropout_p == 0 and mask.window is not None and options.banded and banded_bias:
         return Plan("banded", "a local window over key bands: one SDPA call")
-    return Plan("chunked", "the chunked exact path: linear memory, the bias's gradient without a scatter")
+    return Plan(
+        "chunked",
+        "the chunked exact path: linear memory, the bias's gradient without a scatter" + _by_row(q, mask),
+    )
+
+
+def _by_row(q: torch.Tensor, mask: AttentionMask) -> str:
+    """What a path over packed documents' spans adds to its plan's reason when it goes row by row."""
+    return (
+        "; one row of the batch at a time, over its own documents' spans" if documents.by_row(q, mask) else ""
+    )
 
 
 def _eager(q, k, v, call: AttentionCall, layer):
