@@ -53,8 +53,9 @@ def test_rows_are_attended_alone_where_their_own_spans_read_fewer_pairs(monkeypa
     assert documents.by_row(q, staggered)
     plan = plan_attention("sdpa", q, Contribution("none"), staggered, 0.0, AttentionOptions())
     assert plan.kernel == "sdpa-document-blocks" and "one row of the batch at a time" in plan.why
+    assert plan.by_row and plan.label == "sdpa-document-blocks by row"
     plan = plan_attention("sdpa", q, Contribution("none"), aligned, 0.0, AttentionOptions())
-    assert plan.kernel == "sdpa-document-blocks" and "row" not in plan.why
+    assert plan.label == "sdpa-document-blocks" and "row" not in plan.why
     assert not documents.by_row(q, aligned)  # every row's span is the batch's
     assert not documents.by_row(q[:1], AttentionMask.from_attention_mask(_staggered(1, 16, 64, 5)))
     assert not documents.by_row(q[..., :16, :], AttentionMask.from_attention_mask(_staggered(4, 16, 16, 5)))

@@ -65,9 +65,15 @@ class Plan:
 
     kernel: str
     why: str
+    by_row: bool = False  # packed documents attended one row of the batch at a time (`documents.each_row`)
 
     def __str__(self) -> str:
         return self.kernel
+
+    @property
+    def label(self) -> str:
+        """The kernel, and "by row" where it goes one row of the batch at a time: what benchmarks print."""
+        return f"{self.kernel} by row" if self.by_row else self.kernel
 
 
 @dataclass
@@ -100,9 +106,24 @@ class AttentionCall:
         return None if self.scheme is None else self.scheme.value_term(layer, probs, self.state)
 
 
+# The paths that read packed documents' spans through `documents.each_row`: one row of the batch at a time where
+# `documents.by_row` says so.
+BY_ROW_PATHS = ("sdpa-document-blocks", "sdpa-row-blocks", "chunked")
+
+
 def plan_attention(implementation: str, q: torch.Tensor, contribution: Contribution, mask: AttentionMask,
                    dropout_p: float, options: AttentionOptions) -> Plan:  # fmt: skip
     """The path of one attention call. `q`: its device, dtype, shape, and whether it wants a gradient."""
+    plan = _path(implementation, q, contribution, mask, dropout_p, options)
+    if plan.kernel in BY_ROW_PATHS and documents.by_row(q, mask):
+        return Plan(
+            plan.kernel, plan.why + "; one row of the batch at a time, over its own documents' spans", True
+        )
+    return plan
+
+
+def _path(implementation: str, q: torch.Tensor, contribution: Contribution, mask: AttentionMask,
+          dropout_p: float, options: AttentionOptions) -> Plan:  # fmt: skip
     from kolong.attention import flex
 
     if implementation == "eager":
@@ -128,8 +149,7 @@ def plan_attention(implementation: str, q: torch.Tensor, contribution: Contribut
                 if documents.worth_it(q, mask):
                     return Plan(
                         "chunked",
-                        "packed documents with dropout: the chunked path over the keys their documents span"
-                        + _by_row(q, mask),
+                        "packed documents with dropout: the chunked path over the keys their documents span",
                     )
                 return Plan(
                     "eager", "SDPA has no fused CPU kernel with dropout; the explicit path draws it cheaper"
@@ -137,8 +157,7 @@ def plan_attention(implementation: str, q: torch.Tensor, contribution: Contribut
             if dropout_p == 0 and documents.worth_it(q, mask):
                 return Plan(
                     "sdpa-document-blocks",
-                    "packed documents: SDPA per block of queries, over the keys their documents span"
-                    + _by_row(q, mask),
+                    "packed documents: SDPA per block of queries, over the keys their documents span",
                 )
             return Plan(
                 "sdpa",
@@ -175,24 +194,12 @@ def plan_attention(implementation: str, q: torch.Tensor, contribution: Contribut
             "three regions: the far keys through SDPA's fused CPU kernel, the near strip in blocks",
         )
     if plain_bias and not grad:
-        return Plan(
-            "sdpa-row-blocks", "SDPA per block of query rows, each block's bias built" + _by_row(q, mask)
-        )
+        return Plan("sdpa-row-blocks", "SDPA per block of query rows, each block's bias built")
     # over key bands a bias is a float mask per band: kept for the backward, so only without a gradient
     banded_bias = not contribution.bias or (contribution.kind == "distance" and not grad)
     if dropout_p == 0 and mask.window is not None and options.banded and banded_bias:
         return Plan("banded", "a local window over key bands: one SDPA call")
-    return Plan(
-        "chunked",
-        "the chunked exact path: linear memory, the bias's gradient without a scatter" + _by_row(q, mask),
-    )
-
-
-def _by_row(q: torch.Tensor, mask: AttentionMask) -> str:
-    """What a path over packed documents' spans adds to its plan's reason when it goes row by row."""
-    return (
-        "; one row of the batch at a time, over its own documents' spans" if documents.by_row(q, mask) else ""
-    )
+    return Plan("chunked", "the chunked exact path: linear memory, the bias's gradient without a scatter")
 
 
 def _eager(q, k, v, call: AttentionCall, layer):

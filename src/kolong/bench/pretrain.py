@@ -334,7 +334,7 @@ def attention_plan(args, device: str) -> str:
     bf16 = device == "cuda" and torch.cuda.is_bf16_supported()
     with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
         plans = model.base_model.attention_plans(**{k: batch[k] for k in keys if k in batch})
-    kernels = [plan.kernel for plan in plans]
+    kernels = [plan.label for plan in plans]
     return ", ".join(f"{kernel} x{kernels.count(kernel)}" for kernel in dict.fromkeys(kernels))
 
 

@@ -43,5 +43,5 @@ def plan_of(model, inputs: dict, training: bool, device: str, dtype: str) -> str
         given = {
             k: v for k, v in inputs.items() if k in ("input_ids", "attention_mask", "global_attention_mask")
         }
-        kernels = [plan.kernel for plan in plans(**given)]
+        kernels = [plan.label for plan in plans(**given)]
     return ", ".join(f"{kernel} x{kernels.count(kernel)}" for kernel in dict.fromkeys(kernels))
