@@ -292,11 +292,13 @@ def _fused_forward(q, k, v, mask, bias, dropout_p, tensors, rows: int):
         stop = min(start + rows, length)
         keys = mask.key_index(start, stop, length, q.device) if mask is not None else None  # packed documents
         width = length if keys is None else len(keys)
-        block = q.new_zeros((*q.shape[:2], stop - start, width), dtype=_exact(q))  # (b, h, c, n | keys)
+        shape = (*q.shape[:2], stop - start, width)  # (b, h, c, n | keys)
+        blocked = mask.blocked(start, stop, length, q.device, keys, _exact(q)) if mask is not None else None
+        # the bias added onto the mask (-inf stays -inf): one pass fewer than a fill then the mask
+        block = (
+            blocked.expand(shape).contiguous() if blocked is not None else q.new_zeros(shape, dtype=_exact(q))
+        )
         bias.add_scores(tensors, start, stop, length, block, keys)
-        allowed = mask.rows(start, stop, length, q.device, keys) if mask is not None else None
-        if allowed is not None:
-            block.masked_fill_(~allowed, float("-inf"))
         out[:, :, start:stop], lse[:, :, start:stop] = kernel(
             q[:, :, start:stop],
             take_keys(k, keys, dim=2),
@@ -337,9 +339,9 @@ def _probabilities(q, k, mask, bias, tensors, start, stop, scale, keys=None, lse
     scores = torch.matmul(q[:, :, start:stop] * scale, k.transpose(-1, -2)).to(_exact(q))  # (b, h, c, n)
     if bias is not None:
         bias.add_scores(tensors, start, stop, length, scores, keys)
-    allowed = mask.rows(start, stop, length, q.device, keys) if mask is not None else None
-    if allowed is not None:
-        scores.masked_fill_(~allowed, float("-inf"))
+    blocked = mask.blocked(start, stop, length, q.device, keys, scores.dtype) if mask is not None else None
+    if blocked is not None:
+        scores.add_(blocked)
     if lse is None:
         lse = torch.logsumexp(scores, dim=-1)
         lse = lse.masked_fill(lse == float("-inf"), 0.0)

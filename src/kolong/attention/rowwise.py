@@ -107,9 +107,9 @@ def row_block_attention(q, k, v, mask: AttentionMask | None, bias: ChunkBias) ->
         # packed documents: the keys their documents span (`AttentionMask.key_index`), else every key
         keys = None if mask is None else mask.key_index(start, stop, length, q.device)
         scores = bias.scores(bias.tensors, start, stop, length, keys).to(q.dtype)  # (b|1, h, c, n | keys)
-        allowed = None if mask is None else mask.rows(start, stop, length, q.device, keys)  # (b|1, 1, c|1, ·)
-        if allowed is not None:
-            scores = torch.where(allowed, scores, float("-inf"))
+        blocked = None if mask is None else mask.blocked(start, stop, length, q.device, keys, q.dtype)
+        if blocked is not None:  # (b|1, 1, c|1, ·): 0 or -inf
+            scores = scores + blocked
         k_block, v_block = (take_keys(x, keys, dim=2) for x in (k, v))
         out[:, :, start:stop] = F.scaled_dot_product_attention(
             q[:, :, start:stop], k_block, v_block, attn_mask=scores
