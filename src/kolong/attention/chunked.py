@@ -21,13 +21,16 @@ import math
 import torch
 import torch.nn.functional as F
 
-from kolong.attention.masks import Keys, take_keys
+from kolong.attention.masks import Keys, as_additive, take_keys
 from kolong.attention.profiling import labelled
 
 # Row blocks hold about this many scores (b x h x c x n) at a time: 2^21 floats = 8 MiB in fp32. Blocks this size
 # trained Shaw and T5 faster on 2 CPU cores than blocks of 2^24 (the scores stay in cache), and the backward's
 # temporaries, which set the path's memory, shrink with them (benchmarks/results/cpu-epyc-2core/encoder.md).
 BLOCK_SCORES = 2**21
+# The floor of s - L before exp: exp(-87) = 1.6e-38 is the smallest power of e that float32 holds as a normal
+# number.
+EXP_FLOOR = -87.0
 # Under packed documents a block reads the keys its documents span, about its own rows plus the documents it cuts:
 # taller blocks read more needless keys. Blocks of at most 128 rows were as fast as 64 or faster on 2 CPU cores
 # (Shaw, 4 and 12 heads of 64, rows of 1,024 and 2,048), where a batch of one row at 4 heads (512 rows a block)
@@ -339,13 +342,19 @@ def _probabilities(q, k, mask, bias, tensors, start, stop, scale, keys=None, lse
     scores = torch.matmul(q[:, :, start:stop] * scale, k.transpose(-1, -2)).to(_exact(q))  # (b, h, c, n)
     if bias is not None:
         bias.add_scores(tensors, start, stop, length, scores, keys)
-    blocked = mask.blocked(start, stop, length, q.device, keys, scores.dtype) if mask is not None else None
-    if blocked is not None:
-        scores.add_(blocked)
+    allowed = mask.rows(start, stop, length, q.device, keys) if mask is not None else None
     if lse is None:
+        if allowed is not None:
+            scores.add_(as_additive(allowed, scores.dtype))
         lse = torch.logsumexp(scores, dim=-1)
         lse = lse.masked_fill(lse == float("-inf"), 0.0)
-    return scores.sub_(lse[..., None]).exp_(), lse
+    # s - L <= 0 on every allowed key. Floored at EXP_FLOOR: exp of -inf, or of a logit so far below the row's
+    # log-sum-exp that its probability is subnormal, takes the CPU's slow path (16x and more per element); what the
+    # floor adds is below 2e-38 of the row's mass. Masked keys then get exactly 0 from the product with the mask.
+    probs = scores.sub_(lse[..., None]).clamp_(EXP_FLOOR, 0.0).exp_()
+    if allowed is not None:
+        probs.mul_(allowed.to(probs.dtype))
+    return probs, lse
 
 
 def _exact(tensor: torch.Tensor) -> torch.dtype:
