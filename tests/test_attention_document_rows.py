@@ -158,3 +158,34 @@ def test_the_additive_block_mask_is_the_boolean_one():
             assert blocked.dtype == torch.float64 and blocked.shape == allowed.shape
             assert torch.equal(blocked == 0, allowed) and bool((blocked[~allowed] == float("-inf")).all())
     assert AttentionMask().blocked(0, 4, 4, "cpu") is None
+
+
+def test_probabilities_far_below_a_rows_peak_and_masked_keys(monkeypatch):
+    """Logits 200 below a row's peak (probabilities that would be subnormal or 0) and masked keys: the chunked
+    path's probabilities are the softmax's to float32's resolution, masked keys exactly 0, and the outputs and
+    gradients the dense reference's."""
+    monkeypatch.setattr(chunked, "BLOCK_SCORES", 1)
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 24, 4) for _ in range(3))
+    k[:, :, 5] *= 60.0  # one key far above the others in every row
+    packed = torch.tensor([[1] * 10 + [2] * 10 + [0] * 4])
+    mask = AttentionMask.from_attention_mask(packed)
+    probs = chunked._probabilities(q, k, mask, None, (), 0, 24, 0.5)[0]
+    allowed = mask.rows(0, 24, 24, "cpu")
+    expected = (q @ k.transpose(-1, -2) * 0.5).masked_fill(~allowed, float("-inf")).softmax(-1).nan_to_num()
+    within = allowed.expand_as(probs)
+    assert bool(
+        (expected[within] < 1e-38).any()
+    )  # the case at stake: probabilities below float32's normal range
+    assert bool((probs[~within] == 0).all())
+    torch.testing.assert_close(probs, expected, rtol=2e-6, atol=1e-7)
+    q, k, v = (t.double().requires_grad_() for t in (q, k, v))
+    real = (packed != 0)[:, None, :, None]
+    out = chunked.chunked_attention(q, k, v, mask) * real
+    scores = (q @ k.transpose(-1, -2) / 2).masked_fill(~allowed, float("-inf")).softmax(-1).nan_to_num()
+    reference = (scores @ v) * real
+    torch.testing.assert_close(out, reference)
+    d_out = torch.randn_like(out)
+    for got, want in zip(torch.autograd.grad(out, (q, k, v), d_out), torch.autograd.grad(reference, (q, k, v), d_out),
+                         strict=True):  # fmt: skip
+        torch.testing.assert_close(got, want)
