@@ -257,6 +257,22 @@ def test_cpu_attention_dropout_drops_at_the_requested_rate_and_follows_the_seed(
     assert not torch.allclose(a, c)
 
 
+def test_cpu_dropout_bits_are_uniform_in_every_quarter_of_a_64_bit_draw():
+    """Four 16-bit values come from each 64-bit draw: each of the four positions is uniform on its own (its top
+    four bits fall in 16 even bins), the draws follow the generator, and any shape is filled."""
+    from kolong.attention.chunked import _random_int16
+
+    bits = _random_int16((4001, 64), "cpu", torch.Generator().manual_seed(0))
+    assert bits.shape == (4001, 64) and bits.dtype == torch.int16
+    by_position = bits.flatten()[: 4 * 64000].view(-1, 4).long() + 32768  # (draws, position in the word)
+    for position in range(4):
+        counts = torch.bincount(by_position[:, position] >> 12, minlength=16).double()
+        chi_square = ((counts - 4000) ** 2 / 4000).sum().item()
+        assert chi_square < 45, (position, chi_square)  # 15 degrees of freedom: p < 1e-4 above 45
+    again = _random_int16((4001, 64), "cpu", torch.Generator().manual_seed(0))
+    assert torch.equal(bits, again) and _random_int16((0, 3), "cpu").shape == (0, 3)
+
+
 def test_qa_length_check_knows_relative_schemes_have_no_limit():
     from kolong.training.qa import model_max_length
 
