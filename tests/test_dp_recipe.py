@@ -78,7 +78,8 @@ def test_finetune_predict_evaluate_dp(dp_file, tmp_path, kolong_encoder):
            "--lr", 2e-3, "--batch-size", 4, "--arc-size", 32, "--label-size", 16, "--seed", 0)  # fmt: skip
     metrics = json.loads((out / "kolong_dp_results.json").read_text())["metrics"]
     assert metrics["eval_sentences"] == 12 and metrics["truncated_eojeols"] == 0
-    assert metrics["uas"] > 50  # three sentences learned (random heads: about 30%)
+    # learned beyond random heads (about 30%): 5 to 7 of the 10 distinct arcs over seeds 0-5
+    assert metrics["uas"] >= 50
     # every eojeol -> the next, the last -> ROOT: 8 of the 10 arcs of these head-final sentences
     assert metrics["baseline_next_eojeol"]["uas"] == pytest.approx(80.0)
     spans = metrics["intervals"]
