@@ -76,6 +76,12 @@ class Plan:
         return f"{self.kernel} by row" if self.by_row else self.kernel
 
 
+def plan_summary(plans: list[Plan]) -> str:
+    """Each layer's path, counted in order of first use: "flex x12", "sdpa-row-blocks x2, chunked by row x2"."""
+    labels = [plan.label for plan in plans]
+    return ", ".join(f"{label} x{labels.count(label)}" for label in dict.fromkeys(labels))
+
+
 @dataclass
 class AttentionCall:
     """Everything one attention call reads beside q, k, v and the layer. The scheme's terms come from `scheme` (an

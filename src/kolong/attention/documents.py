@@ -28,7 +28,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from kolong.attention.masks import AttentionMask, take_keys
+from kolong.attention.masks import AttentionMask, as_additive, take_keys
 
 # Query rows per SDPA call: a block's span is about c plus the documents it cuts, so shorter blocks read fewer
 # needless keys and taller ones make fewer calls. On 2 CPU cores (forward and backward, 4 and 12 heads of 64,
@@ -80,10 +80,10 @@ def each_row(attention: Callable, q, k, v, mask: AttentionMask, split: bool | No
     `split` (default: `by_row`) says so, else once."""
     if not (by_row(q, mask) if split is None else split):
         return attention(q, k, v, mask)
-    rows = [slice(row, row + 1) for row in range(q.shape[0])]
     return torch.cat(
-        [attention(q[row], k[row], v[row], alone) for row, alone in zip(rows, mask.batch_rows(), strict=True)]
-    )
+        [attention(q[row : row + 1], k[row : row + 1], v[row : row + 1], alone)
+         for row, alone in enumerate(mask.batch_rows())]
+    )  # fmt: skip
 
 
 @torch.compiler.disable  # a loop over blocks whose key spans are read on the host, as the chunked path
@@ -96,11 +96,8 @@ def document_block_attention(q, k, v, mask: AttentionMask) -> torch.Tensor:
     for start in range(0, length, BLOCK_ROWS):
         stop = min(start + BLOCK_ROWS, length)
         keys = mask.key_index(start, stop, length, q.device) or range(length)  # a run of keys, never empty
-        allowed = mask.rows(start, stop, length, q.device, keys)
-        additive = None
-        if allowed is not None:  # (b|1, 1, c, span)
-            additive = torch.zeros(allowed.shape, dtype=q.dtype, device=q.device)
-            additive.masked_fill_(~allowed, low_value)
+        allowed = mask.rows(start, stop, length, q.device, keys)  # (b|1, 1, c, span)
+        additive = None if allowed is None else as_additive(allowed, q.dtype, low_value)
         blocks.append(
             F.scaled_dot_product_attention(
                 q[:, :, start:stop], take_keys(k, keys, dim=2), take_keys(v, keys, dim=2), attn_mask=additive

@@ -49,11 +49,10 @@ def take_keys(x: torch.Tensor, keys: Keys, dim: int) -> torch.Tensor:
     return x.index_select(dim, keys)
 
 
-def as_additive(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """A boolean mask as an additive one: 0 where allowed, -inf elsewhere."""
-    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill_(
-        ~allowed, float("-inf")
-    )
+def as_additive(allowed: torch.Tensor, dtype: torch.dtype, low: float = float("-inf")) -> torch.Tensor:
+    """A boolean mask as an additive one: 0 where allowed, `low` elsewhere (the dtype's minimum keeps a row with
+    no allowed key finite through a softmax)."""
+    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill_(~allowed, low)
 
 
 @dataclass
@@ -70,6 +69,9 @@ class AttentionMask:
     _document_extents: tuple[list[int], list[int]] | None = field(default=None, repr=False, compare=False)
     _row_extents: list[tuple[list[int], list[int]]] | None = field(default=None, repr=False, compare=False)
     _batch_rows: list[AttentionMask] | None = field(default=None, repr=False, compare=False)
+    _keys_read: dict = field(
+        default_factory=dict, repr=False, compare=False
+    )  # `document_keys_read`, by arguments
     _region_block_masks: dict = field(
         default_factory=dict, repr=False, compare=False
     )  # regions.py's, by region
@@ -181,6 +183,11 @@ class AttentionMask:
         packed documents); `by_row`: the mean over the batch's rows, each block over its own row's keys."""
         if self.documents is None:
             return 1.0
+        if (rows, by_row) not in self._keys_read:  # asked by the plan and the path of every layer: kept
+            self._keys_read[rows, by_row] = self._share_read(rows, by_row)
+        return self._keys_read[rows, by_row]
+
+    def _share_read(self, rows: int, by_row: bool) -> float:
         if by_row:
             masks = self.batch_rows()
             return sum(mask.document_keys_read(rows) for mask in masks) / len(masks)
@@ -228,7 +235,6 @@ class AttentionMask:
                     real=None if self.real is None else self.real[row : row + 1],
                     documents=self.documents[row : row + 1],
                     _document_extents=extents,
-                    _row_extents=[extents],
                 )
                 for row, extents in enumerate(self._row_extents)
             ]
@@ -276,7 +282,7 @@ class AttentionMask:
         allowed = self.rows(0, length, length, device)
         if allowed is None:
             return None
-        return torch.zeros((), dtype=dtype, device=device).masked_fill(~allowed, torch.finfo(dtype).min)
+        return as_additive(allowed, dtype, torch.finfo(dtype).min)
 
     def mask_mod(self):
         """FlexAttention's mask_mod(b, h, q, kv) -> bool, reading this mask's tensors; None if all allowed."""

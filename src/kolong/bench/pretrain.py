@@ -327,6 +327,8 @@ def attention_plan(args, device: str) -> str:
     than from the switches that lead to it."""
     import torch
 
+    from kolong.attention.dispatch import plan_summary
+
     model, collated, _ = collated_steps(dataclasses.replace(args, max_steps=1))
     model.to(device).train()
     batch = {k: v.to(device) if hasattr(v, "to") else v for k, v in collated[0].items()}
@@ -334,8 +336,7 @@ def attention_plan(args, device: str) -> str:
     bf16 = device == "cuda" and torch.cuda.is_bf16_supported()
     with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
         plans = model.base_model.attention_plans(**{k: batch[k] for k in keys if k in batch})
-    kernels = [plan.label for plan in plans]
-    return ", ".join(f"{kernel} x{kernels.count(kernel)}" for kernel in dict.fromkeys(kernels))
+    return plan_summary(plans)
 
 
 def kolong_pipeline(args, device: str, warmup: int, trace=None) -> Measured:

@@ -32,6 +32,8 @@ def plan_of(model, inputs: dict, training: bool, device: str, dtype: str) -> str
     x12", "sdpa-row-blocks x2"), or "" for a model that is not kolong's (HF's)."""
     import torch
 
+    from kolong.attention.dispatch import plan_summary
+
     plans = getattr(getattr(model, "_orig_mod", model), "attention_plans", None)
     if plans is None:
         return ""
@@ -43,5 +45,4 @@ def plan_of(model, inputs: dict, training: bool, device: str, dtype: str) -> str
         given = {
             k: v for k, v in inputs.items() if k in ("input_ids", "attention_mask", "global_attention_mask")
         }
-        kernels = [plan.label for plan in plans(**given)]
-    return ", ".join(f"{kernel} x{kernels.count(kernel)}" for kernel in dict.fromkeys(kernels))
+        return plan_summary(plans(**given))
