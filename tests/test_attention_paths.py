@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from conftest import random_ids, tiny_kolong_config
 from kolong.attention import chunked, flex, sdpa_regions
@@ -224,6 +225,72 @@ def test_local_attention_reads_only_its_band_and_stays_exact(name, monkeypatch):
     assert banded and max(len(keys) for keys in banded) < length  # blocks away from globals read a band
     assert {0, 1, 40} <= set(banded[-1].tolist())  # global keys are always read
     assert read[0] is None  # the block holding global queries reads every key
+
+
+@pytest.mark.parametrize("name", ["shaw-value", "t5", "alibi"])
+def test_a_schemes_block_is_its_bias_less_each_rows_shift(name):
+    """`ChunkBias.block`, the tensor the chunked path adds q k^T into: the bias of the rows (every key, a run of
+    keys, a window's keys by index), less the shift of each row when given, contiguous, in the dtype asked for."""
+    torch.manual_seed(0)
+    batch, heads, length = 2, 2, 40
+    bias = relative_bias(name, batch, heads, length, 4)
+    tensors = tuple(t.detach() for t in bias.tensors)
+    for start, stop in ((0, 9), (13, 27), (31, 40)):
+        shift = torch.randn(batch, heads, stop - start, dtype=torch.float64)
+        whole = bias.scores(tensors, start, stop, length)  # (b|1, h, c, n)
+        for keys in (None, range(5, 33), torch.tensor([0, 1, 14, 20, 39])):
+            expected = (
+                whole
+                if keys is None
+                else whole[..., keys if isinstance(keys, torch.Tensor) else slice(keys.start, keys.stop)]
+            )
+            shape = (batch, heads, stop - start, expected.shape[-1])
+            for given in (None, shift):
+                block = bias.block(tensors, start, stop, length, shape, torch.float32, keys, given)
+                assert block.shape == shape and block.dtype == torch.float32 and block.is_contiguous()
+                wanted = expected.expand(shape) - (0 if given is None else given[..., None])
+                torch.testing.assert_close(block, wanted.float())
+
+
+class _FullCopies(TorchDispatchMode):
+    """Records every copy (clone, copy_, _to_copy) whose result has one of `shapes`."""
+
+    def __init__(self, shapes):
+        super().__init__()
+        self.shapes, self.seen = shapes, []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        copies = (torch.ops.aten.clone, torch.ops.aten.copy_, torch.ops.aten._to_copy)
+        if func.overloadpacket in copies and tuple(out.shape) in self.shapes:
+            self.seen.append(str(func))
+        return out
+
+
+def test_chunked_attention_copies_views_of_one_projection_once_not_per_block(monkeypatch):
+    """q, k, v as the encoder makes them, views of one (b, n, 3, h, d_h) projection whose (b, h) axes do not merge:
+    outputs and gradients as from contiguous copies, and the path copies each once per call (forward and backward
+    together), where a batched product over such a view copies it at every block."""
+    torch.manual_seed(0)
+    batch, heads, length, head_dim = 3, 2, 64, 4
+    monkeypatch.setattr(chunked, "BLOCK_SCORES", batch * heads * length * 16)  # four blocks of 16 rows
+    projection = torch.randn(batch, length, 3, heads, head_dim, dtype=torch.float64, requires_grad=True)
+    bias = relative_bias("shaw-value", batch, heads, length, head_dim)
+    real = torch.ones(batch, length, dtype=torch.bool)
+    real[2, 41:] = False
+    views = projection.permute(2, 0, 3, 1, 4).unbind(0)
+    assert not views[1].is_contiguous()
+    results = []
+    for q, k, v in (views, [t.contiguous() for t in views]):
+        with _FullCopies({(batch, heads, length, head_dim), (batch, heads, head_dim, length)}) as copies:
+            out = chunked.chunked_attention(q, k, v, AttentionMask(real=real), bias)
+            grads = torch.autograd.grad(out.square().sum(), (projection, *bias.tensors))
+        results.append((out, grads, copies.seen))
+    torch.testing.assert_close(results[0][0], results[1][0])
+    for got, expected in zip(results[0][1], results[1][1], strict=True):
+        torch.testing.assert_close(got, expected)
+    assert len(results[0][2]) == 3, results[0][2]  # q, k and v, once
+    assert results[1][2] == []
 
 
 def test_chunked_gradients_are_exact_with_dropout_and_shaw_value_term():

@@ -56,6 +56,16 @@ class ChunkBias:
         """Additive logits of query rows start..stop-1: (b|1, h, c, n), or at the `keys` only."""
         raise NotImplementedError
 
+    def block(self, tensors, start: int, stop: int, length: int, shape, dtype, keys: Keys = None,
+              shift: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+        """A new contiguous block of `shape` (b, h, c, n | keys) and `dtype`: the additive logits of rows
+        start..stop-1, less `shift` (b, h, c) on each row when given. The product q k^T is added into it."""
+        bias = self.scores(tensors, start, stop, length, keys).to(dtype)
+        if shift is None:
+            return bias.expand(shape).contiguous()
+        # into a contiguous tensor: an output of broadcast operands may take their strides
+        return torch.sub(bias, shift[..., None].to(dtype), out=bias.new_empty(shape))
+
     def add_scores(
         self, tensors, start: int, stop: int, length: int, scores: torch.Tensor, keys=None
     ) -> None:
@@ -184,6 +194,9 @@ def _dropped(shape, p: float, seed: int, device) -> tuple[torch.Tensor, float]:
 class _ChunkedAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, mask, bias, dropout_p, *tensors):
+        # Views of one (b, n, 3, h, d_h) projection: their (b, h) axes do not merge, so every batched product
+        # over them would copy its operand first (twice per block and pass). One copy each, kept for the backward.
+        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
         batch, heads, length, _ = q.shape
         rows = block_rows(batch, heads, length, mask.keys_per_row(length) if mask is not None else None)
         if mask is not None and mask.window is not None:
@@ -307,10 +320,11 @@ def _fused_forward(q, k, v, mask, bias, dropout_p, tensors, rows: int):
         shape = (*q.shape[:2], stop - start, width)  # (b, h, c, n | keys)
         blocked = mask.blocked(start, stop, length, q.device, keys, _exact(q)) if mask is not None else None
         # the bias added onto the mask (-inf stays -inf): one pass fewer than a fill then the mask
-        block = (
-            blocked.expand(shape).contiguous() if blocked is not None else q.new_zeros(shape, dtype=_exact(q))
-        )
-        bias.add_scores(tensors, start, stop, length, block, keys)
+        if blocked is None:
+            block = bias.block(tensors, start, stop, length, shape, _exact(q), keys)
+        else:
+            block = blocked.expand(shape).contiguous()
+            bias.add_scores(tensors, start, stop, length, block, keys)
         out[:, :, start:stop], lse[:, :, start:stop] = kernel(
             q[:, :, start:stop],
             take_keys(k, keys, dim=2),
@@ -340,6 +354,29 @@ def _add_products(total: torch.Tensor, keys: Keys, left: torch.Tensor, right: to
         total.index_add_(2, keys, torch.matmul(left, right).to(total.dtype))
 
 
+def _scores(q, k, bias, tensors, start, stop, scale, keys=None, shift=None) -> torch.Tensor:
+    """q k^T / sqrt(d) + bias - shift of rows start..stop-1 over `keys` (all when None): (b, h, c, n | keys) in the
+    exact dtype. The GEMM adds the product into the block that holds the bias (and the shift, folded into the bias
+    by the scheme): passes over the block of their own, for the bias, the shift and the scale, cost more than the
+    product's read of it."""
+    exact, length = _exact(q), k.shape[2]
+    k = take_keys(k, keys, dim=2)
+    shape = (*q.shape[:2], stop - start, k.shape[2])
+    if bias is not None:
+        block = bias.block(tensors, start, stop, length, shape, exact, keys, shift).contiguous()
+    elif shift is not None:
+        block = shift.to(exact).neg()[..., None].expand(shape).contiguous()
+    else:
+        block = q.new_zeros(shape, dtype=exact)
+    # contiguous q, k: their (b, h) axes merge, so flatten is a view
+    rows, keys_t = q[:, :, start:stop].flatten(0, 1), k.flatten(0, 1).transpose(1, 2)
+    if q.dtype == exact:
+        block.flatten(0, 1).baddbmm_(rows, keys_t, alpha=scale)
+    else:  # 16-bit q, k keep their 16-bit product
+        block.flatten(0, 1).add_(torch.bmm(rows, keys_t), alpha=scale)
+    return block
+
+
 def _probabilities(q, k, mask, bias, tensors, start, stop, scale, keys=None, lse=None):
     """Softmax probabilities of rows start..stop-1 in float32 or wider (b, h, c, n), and their log-sum-exp.
 
@@ -347,20 +384,19 @@ def _probabilities(q, k, mask, bias, tensors, start, stop, scale, keys=None, lse
     allowed key get probabilities 0 (and log-sum-exp 0) rather than NaN.
     """
     length = k.shape[2]
-    k = take_keys(k, keys, dim=2)
-    scores = torch.matmul(q[:, :, start:stop] * scale, k.transpose(-1, -2)).to(_exact(q))  # (b, h, c, n)
-    if bias is not None:
-        bias.add_scores(tensors, start, stop, length, scores, keys)
+    # (b, h, c, n): s - L when L is given
+    scores = _scores(q, k, bias, tensors, start, stop, scale, keys, shift=lse)
     allowed = mask.rows(start, stop, length, q.device, keys) if mask is not None else None
     if lse is None:
         if allowed is not None:
             scores.add_(as_additive(allowed, scores.dtype))
         lse = torch.logsumexp(scores, dim=-1)
         lse = lse.masked_fill(lse == float("-inf"), 0.0)
+        scores.sub_(lse[..., None])
     # s - L <= 0 on every allowed key. Floored at EXP_FLOOR: exp of -inf, or of a logit so far below the row's
     # log-sum-exp that its probability is subnormal, takes the CPU's slow path (16x and more per element); what the
     # floor adds is below 2e-38 of the row's mass. Masked keys then get exactly 0 from the product with the mask.
-    probs = scores.sub_(lse[..., None]).clamp_(EXP_FLOOR, 0.0).exp_()
+    probs = scores.clamp_(EXP_FLOOR, 0.0).exp_()
     if allowed is not None:
         probs.mul_(allowed.to(probs.dtype))
     return probs, lse

@@ -275,6 +275,8 @@ def _backward(d_out, q, k, v, terms: RegionTerms, left, right, layout: _Layout, 
 class _SdpaRegions(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, real, reach, left, band, right, value_left, value_band, value_right):
+        # a view of the (b, n, 3, h, d_h) projection: each block's product would copy its rows
+        q = q.contiguous()
         terms = RegionTerms(reach, left, band, right, value_left, value_band, value_right)
         layout = _Layout(q, real, reach)
         rows = q.shape[:3]  # the constants as (b, h, n), the layout of the lse they shift

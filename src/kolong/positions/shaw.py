@@ -211,23 +211,32 @@ class ShawChunkBias(ChunkBias):
         return (keys[None, :] - rows).clamp(-self.k, self.k) + self.k
 
     def _expand(self, per_bucket, start, stop, length, keys=None):
-        """(b, h, c, 2k+1) -> (b, h, c, n | keys): entry (i, j) is bucket clip(j - i, k) + k of row i."""
+        """(b, h, c, 2k+1) -> (b, h, c, n | keys), a new contiguous tensor: entry (i, j) is bucket clip(j - i, k) + k
+        of row i."""
         if keys is None or isinstance(keys, range):
             first, end = (0, length) if keys is None else (keys.start, keys.stop)
-            out = per_bucket.new_zeros(*per_bucket.shape[:3], end - first)
-            self._add_expanded(per_bucket, start, stop, out, first)
+            out = per_bucket.new_empty(*per_bucket.shape[:3], end - first)
+            self._place(per_bucket, start, stop, out, first, add=False)
             return out
         index = self._buckets(start, stop, keys, per_bucket.device)
         return per_bucket.gather(-1, index.expand(*per_bucket.shape[:2], -1, -1))
 
-    def _add_expanded(self, per_bucket, start, stop, out, first: int = 0):
-        """out (b, h, c, columns: keys first..) += the expanded buckets, region by region."""
+    def _place(self, per_bucket, start, stop, out, first: int = 0, add: bool = True):
+        """out (b, h, c, columns: keys first..) += (or, with add=False, =) the expanded buckets, region by region."""
         low, high = self._strip(start, stop, first, first + out.shape[-1])
-        out[..., :low] += per_bucket[..., :1]  # j - i <= -k for every row of the block
-        out[..., high:] += per_bucket[..., -1:]  # j - i >= k
         keys = torch.arange(first + low, first + high, device=out.device)
-        strip = self._buckets(start, stop, keys, out.device)
-        out[..., low:high] += per_bucket.gather(-1, strip.expand(*per_bucket.shape[:2], -1, -1))
+        index = self._buckets(start, stop, keys, out.device).expand(*per_bucket.shape[:2], -1, -1)
+        strip = per_bucket.gather(-1, index)
+        regions = (
+            (slice(0, low), per_bucket[..., :1]),  # j - i <= -k for every row of the block
+            (slice(high, None), per_bucket[..., -1:]),  # j - i >= k
+            (slice(low, high), strip),
+        )
+        # each view taken just before its write: under autograd, writing through a view of `out` taken before an
+        # earlier write into it raises
+        for columns, value in regions:
+            target = out[..., columns]
+            (target.add_ if add else target.copy_)(value)
 
     def _reduce(self, x, start, stop, first: int = 0):
         """(b, h, c, columns: keys first..) -> (b, h, c, 2k+1): the sum of each row over the keys of each clipped
@@ -257,11 +266,16 @@ class ShawChunkBias(ChunkBias):
     def scores(self, tensors, start, stop, length, keys=None):
         return self._expand(tensors[0][:, :, start:stop], start, stop, length, keys)
 
+    def block(self, tensors, start, stop, length, shape, dtype, keys=None, shift=None):
+        # the shift folded into the (c, 2k + 1) buckets before they are spread over the row: no pass of its own
+        per_bucket = tensors[0][:, :, start:stop].to(dtype)
+        if shift is not None:
+            per_bucket = per_bucket - shift[..., None].to(dtype)
+        return self._expand(per_bucket, start, stop, length, keys).expand(shape).contiguous()
+
     def add_scores(self, tensors, start, stop, length, scores, keys=None):
         if keys is None or isinstance(keys, range):
-            self._add_expanded(
-                tensors[0][:, :, start:stop].to(scores.dtype), start, stop, scores, _first(keys)
-            )
+            self._place(tensors[0][:, :, start:stop].to(scores.dtype), start, stop, scores, _first(keys))
         else:  # a local window's keys: read one by one
             scores += self.scores(tensors, start, stop, length, keys)
 
