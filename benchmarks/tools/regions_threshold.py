@@ -4,8 +4,8 @@ benchmarks/tools/regions_threshold.py` (a diagnostic beside `kolong bench encode
 `sdpa-regions` is taken only where a row holds at least four of its near strips (BLOCK_ROWS + 2r - 2 keys,
 `kolong.attention.sdpa_regions.fits`); below that the chunked path is. This times one attention layer's forward
 and backward on both paths for Shaw (reach 16) and T5 (reach 91, 32 buckets to distance 128) at each length,
-the batch filling a fixed number of tokens, beside SDPA without a bias (what learned positions run), in
-interleaved rounds. Writes regions-threshold-DEVICE.{json,md} (default: docs/experiments/; DEVICE the class of
+the batch filling a fixed number of tokens (q, k and v views of one projection, as in the encoder), beside SDPA
+without a bias (what learned positions run), in interleaved rounds. Writes regions-threshold-DEVICE.{json,md} (default: docs/experiments/; DEVICE the class of
 the machine, `cpu-xeon-2core`, ...).
 """
 
@@ -36,11 +36,13 @@ def cases(lengths: list[int], tokens: int, heads: int, head_size: int, seed: int
                                   intermediate_size=4 * heads * head_size, position_encoding=scheme,
                                   position_kwargs=kwargs, max_position_embeddings=length)  # fmt: skip
             positions = KolongModel(config).positions
-            shape = (max(1, tokens // length), heads, length, head_size)
-            q, k, v = (torch.randn(shape, requires_grad=True) for _ in range(3))
-            grad = torch.randn(shape)
+            batch = max(1, tokens // length)
+            # q, k, v as the encoder makes them: views of one (b, n, 3, h, d_h) projection
+            projection = torch.randn(batch, length, 3, heads, head_size, requires_grad=True)
+            grad = torch.randn(batch, heads, length, head_size)
 
-            def call(path, q=q, k=k, v=v, grad=grad, positions=positions, length=length):
+            def call(path, projection=projection, grad=grad, positions=positions, length=length):
+                q, k, v = projection.permute(2, 0, 3, 1, 4).unbind(0)
                 if path == "sdpa":
                     out = torch.nn.functional.scaled_dot_product_attention(q, k, v)
                 else:
@@ -98,7 +100,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     found = diagnostic.parser(__doc__, "regions-threshold", tokens=2048, rounds=9)
     found.add_argument(
-        "--lengths", default="512,1024,2048", help="comma-separated lengths (default 512,1024,2048)"
+        "--lengths", default="512,1024,2048,4096", help="comma-separated lengths (default 512,1024,2048,4096)"
     )
     args = found.parse_args(argv)
     lengths = diagnostic.integers(args.lengths)
