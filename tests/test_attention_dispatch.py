@@ -74,8 +74,8 @@ def test_the_plan_on_cpu(contribution, mask, dropout, grad, expected):
     assert plan.kernel == expected and plan.why and str(plan) == expected
 
 
-LONG_PADDING = AttentionMask.from_attention_mask(torch.tensor([[1] * 40, [1] * 30 + [0] * 10]))
-LONG_DOCUMENTS = AttentionMask.from_attention_mask(torch.tensor([[1] * 20 + [2] * 20, [1] * 40]))
+LONG_PADDING = AttentionMask.from_attention_mask(torch.tensor([[1] * 80, [1] * 60 + [0] * 20]))
+LONG_DOCUMENTS = AttentionMask.from_attention_mask(torch.tensor([[1] * 40 + [2] * 40, [1] * 80]))
 
 
 @pytest.mark.parametrize(
@@ -92,14 +92,14 @@ LONG_DOCUMENTS = AttentionMask.from_attention_mask(torch.tensor([[1] * 20 + [2] 
         (Contribution("query", trained=True, reach=4), LONG_PADDING, 0.0, True, {"relative_regions": False}, "chunked"),
     ],
 )  # fmt: skip
-def test_the_regions_on_cpu_where_their_strips_are_a_quarter_of_the_row_or_less(
+def test_the_regions_on_cpu_where_their_strips_are_an_eighth_of_the_row_or_less(
     monkeypatch, contribution, mask, dropout, grad, options, expected
 ):
     from kolong.attention import sdpa_regions
 
-    monkeypatch.setattr(sdpa_regions, "BLOCK_ROWS", 4)  # 40 tokens hold four strips of 4 + 2 x 4 - 2 keys
+    monkeypatch.setattr(sdpa_regions, "BLOCK_ROWS", 4)  # 80 tokens hold eight strips of 4 + 2 x 4 - 2 keys
     with torch.set_grad_enabled(grad):
-        plan = plan_attention("sdpa", _q(grad, 40), contribution, mask, dropout, AttentionOptions(**options))
+        plan = plan_attention("sdpa", _q(grad, 80), contribution, mask, dropout, AttentionOptions(**options))
     assert plan.kernel == expected
 
 

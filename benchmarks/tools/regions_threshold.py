@@ -1,7 +1,7 @@
 """Where the three regions beat the chunked path on this CPU, attention alone: `python
 benchmarks/tools/regions_threshold.py` (a diagnostic beside `kolong bench encoder`, not installed with kolong).
 
-`sdpa-regions` is taken only where a row holds at least four of its near strips (BLOCK_ROWS + 2r - 2 keys,
+`sdpa-regions` is taken only where a row holds at least STRIPS (8) of its near strips (BLOCK_ROWS + 2r - 2 keys,
 `kolong.attention.sdpa_regions.fits`); below that the chunked path is. This times one attention layer's forward
 and backward on both paths for Shaw (reach 16) and T5 (reach 91, 32 buckets to distance 128) at each length,
 the batch filling a fixed number of tokens (q, k and v views of one projection, as in the encoder), beside SDPA
@@ -60,14 +60,18 @@ def measure(built: dict, rounds: int) -> dict:
     return diagnostic.measure(built, PATHS, rounds)
 
 
-def summary(runs: dict, reaches: dict, block_rows: int) -> dict:
+def summary(runs: dict, reaches: dict, block_rows: int, strips: int) -> dict:
     """Per scheme and length: median ms per path, the regions against the chunked path, the path the rule takes
     and whether it is the faster of the two."""
     found: dict = {}
     for scheme, by_length in runs.items():
         for length, by_path in by_length.items():
             ms = {path: statistics.median(values) * 1e3 for path, values in by_path.items()}
-            taken = "sdpa-regions" if 4 * (block_rows + 2 * reaches[scheme] - 2) <= int(length) else "chunked"
+            taken = (
+                "sdpa-regions"
+                if strips * (block_rows + 2 * reaches[scheme] - 2) <= int(length)
+                else "chunked"
+            )
             faster = min(("chunked", "sdpa-regions"), key=ms.__getitem__)
             found.setdefault(scheme, {})[length] = {
                 "ms": ms,
@@ -84,7 +88,8 @@ def to_markdown(result: dict) -> str:
     lines = [f"# The CPU's three regions against the chunked path, attention alone ({result['date']})", "",
              f"{diagnostic.layer_setting(a)}, no mask; median of {a['rounds']} "
              f"interleaved rounds. `sdpa` is SDPA without a bias (learned positions' attention); the rule takes "
-             f"the regions where 4 (BLOCK_ROWS + 2r - 2) <= n, BLOCK_ROWS = {result['block_rows']}.", "",
+             f"the regions where STRIPS (BLOCK_ROWS + 2r - 2) <= n, STRIPS = {result['strips']}, "
+             f"BLOCK_ROWS = {result['block_rows']}.", "",
              "| scheme (reach) | length | sdpa, ms | chunked, ms | regions, ms | regions' speed vs chunked "
              "| taken | the faster? |",
              "|---|---:|---:|---:|---:|---:|---|---|"]  # fmt: skip
@@ -107,8 +112,8 @@ def main(argv: list[str] | None = None) -> dict:
     built = cases(lengths, args.tokens, args.heads, args.head_size)
     reaches = {scheme: reach for (scheme, _), (_, reach) in built.items()}
     runs = measure(built, args.rounds)
-    measured = {"block_rows": sdpa_regions.BLOCK_ROWS, "reaches": reaches, "runs": runs,
-                "summary": summary(runs, reaches, sdpa_regions.BLOCK_ROWS)}  # fmt: skip
+    measured = {"block_rows": sdpa_regions.BLOCK_ROWS, "strips": sdpa_regions.STRIPS, "reaches": reaches,
+                "runs": runs, "summary": summary(runs, reaches, sdpa_regions.BLOCK_ROWS, sdpa_regions.STRIPS)}  # fmt: skip
     return diagnostic.write("regions-threshold", "regions_threshold.py", argv, args, measured, to_markdown)
 
 

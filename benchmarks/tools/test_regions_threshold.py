@@ -12,18 +12,18 @@ import regions_threshold
 
 def test_the_verdicts_come_from_the_medians_and_the_rule():
     runs = {"t5": {"512": {"sdpa": [0.1, 0.2, 0.1], "chunked": [0.3, 0.3, 0.4], "sdpa-regions": [0.5, 0.4, 0.6]},
-                   "2048": {"sdpa": [0.2, 0.2, 0.2], "chunked": [0.8, 0.9, 0.8], "sdpa-regions": [0.6, 0.6, 0.7]}}}  # fmt: skip
-    found = regions_threshold.summary(runs, {"t5": 91}, block_rows=128)
-    short, long = found["t5"]["512"], found["t5"]["2048"]
+                   "4096": {"sdpa": [0.2, 0.2, 0.2], "chunked": [0.8, 0.9, 0.8], "sdpa-regions": [0.6, 0.6, 0.7]}}}  # fmt: skip
+    found = regions_threshold.summary(runs, {"t5": 91}, block_rows=128, strips=8)
+    short, long = found["t5"]["512"], found["t5"]["4096"]
     assert short["ms"] == pytest.approx({"sdpa": 100.0, "chunked": 300.0, "sdpa-regions": 500.0})
-    assert short["taken"] == "chunked" and short["taken_is_faster"]  # 4 x (128 + 180) = 1,232 > 512
+    assert short["taken"] == "chunked" and short["taken_is_faster"]  # 8 x (128 + 180) = 2,464 > 512
     assert long["taken"] == "sdpa-regions" and long["taken_is_faster"]
     assert long["regions_vs_chunked"] == pytest.approx(0.8 / 0.6)
     assert long["vs_sdpa"]["sdpa-regions"] == pytest.approx(0.2 / 0.6)
     wrong = regions_threshold.summary(
-        {"t5": {"2048": {**runs["t5"]["2048"], "chunked": [0.1]}}}, {"t5": 91}, 128
+        {"t5": {"4096": {**runs["t5"]["4096"], "chunked": [0.1]}}}, {"t5": 91}, 128, 8
     )
-    assert not wrong["t5"]["2048"]["taken_is_faster"]
+    assert not wrong["t5"]["4096"]["taken_is_faster"]
 
 
 def test_the_diagnostic_times_every_path_and_writes_its_tables(tmp_path):

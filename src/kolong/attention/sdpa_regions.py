@@ -43,6 +43,10 @@ from kolong.attention.regions import RegionTerms, merge, softmax_with_lse
 # work, taller ones fewer, larger calls. On 2 CPU cores (attention alone, 2,048 tokens, 12 heads of 64) blocks of
 # 64 rows were slower and blocks of 256 no faster.
 BLOCK_ROWS = 128
+# Rows hold at least this many near strips (BLOCK_ROWS + 2r - 2 keys each) before the regions are taken: with
+# strips of a larger share the chunked path was as fast or faster, attention alone on 2 CPU cores (Shaw's and T5's
+# strips at 15% of the row: 0.92x and 1.02x the chunked path's speed; at 8%: 1.08x and 1.32x).
+STRIPS = 8
 
 
 def fits(q: torch.Tensor, reach: int) -> bool:
@@ -52,14 +56,14 @@ def fits(q: torch.Tensor, reach: int) -> bool:
     - in float32 or float64: the edges' constants get their gradient from a difference of two products with the
       output (`_backward`), which an output rounded to 16 bits would leave without its digits (bf16 autocast
       takes the chunked path, which sums the probabilities themselves);
-    - rows long enough that the near strips (BLOCK_ROWS + 2r - 2 keys a row) are at most a quarter of the work:
+    - rows long enough that the near strips (BLOCK_ROWS + 2r - 2 keys a row) are at most 1 / STRIPS of the work:
       below that the chunked path was as fast or faster (docs/experiments/regions-threshold-cpu-xeon-2core.md,
       from benchmarks/tools/regions_threshold.py)."""
     ops = torch.ops.aten
     return (
         q.device.type == "cpu"
         and q.dtype in (torch.float32, torch.float64)
-        and 4 * (BLOCK_ROWS + 2 * reach - 2) <= q.shape[2]
+        and STRIPS * (BLOCK_ROWS + 2 * reach - 2) <= q.shape[2]
         and hasattr(ops, "_scaled_dot_product_flash_attention_for_cpu")
         and hasattr(ops, "_scaled_dot_product_flash_attention_for_cpu_backward")
     )
