@@ -293,6 +293,36 @@ def test_chunked_attention_copies_views_of_one_projection_once_not_per_block(mon
     assert results[1][2] == []
 
 
+@pytest.mark.parametrize("reach", [1, 5, 12, 40])
+def test_t5s_chunked_bias_within_a_reach_gives_the_dense_gradient(monkeypatch, reach):
+    """T5's chunk bias over distances -reach..reach, its edges standing for every distance past them: outputs and
+    gradients (q, k, v and the clipped vector) equal dense attention with that vector gathered by clipped distance,
+    over blocks whose keys lie past the reach on the left, the right, both or neither."""
+    from kolong.positions.t5 import T5ChunkBias
+
+    torch.manual_seed(0)
+    batch, heads, length = 2, 2, 37
+    monkeypatch.setattr(chunked, "BLOCK_SCORES", batch * heads * length * 8)  # blocks of 16 rows
+    q, k, v = (
+        torch.randn(batch, heads, length, 4, dtype=torch.float64, requires_grad=True) for _ in range(3)
+    )
+    clipped = torch.randn(heads, 2 * reach + 1, dtype=torch.float64, requires_grad=True)
+    real = torch.ones(batch, length, dtype=torch.bool)
+    real[1, 30:] = False
+    mask = AttentionMask(real=real)
+    tensors = (q, k, v, clipped)
+    out = chunked.chunked_attention(q, k, v, mask, T5ChunkBias(clipped, reach))
+    grads = torch.autograd.grad(out.square().sum(), tensors)
+    position = torch.arange(length)
+    distance = (position[None, :] - position[:, None]).clamp(-reach, reach) + reach  # (n, n)
+    scores = q @ k.transpose(-1, -2) / 2.0 + clipped[:, distance][None]  # d_h = 4
+    probs = scores.masked_fill(~mask.rows(0, length, length, "cpu"), float("-inf")).softmax(-1)
+    expected = probs @ v
+    torch.testing.assert_close(out, expected)
+    for got, wanted in zip(grads, torch.autograd.grad(expected.square().sum(), tensors), strict=True):
+        torch.testing.assert_close(got, wanted)
+
+
 def test_chunked_gradients_are_exact_with_dropout_and_shaw_value_term():
     """gradcheck in float64 through the hand-written backward: bias, value term, padding and dropout.
 

@@ -7,8 +7,9 @@ distances share the last bucket. The function matches HF's `T5Attention._relativ
 (tested). T5 computes the bias once and every layer reuses it (`shared=True`, the default).
 
 The bias depends on j - i only, so every path starts from one vector per head over the 2n - 1
-distances. The reference (`eager`) indexes it into (1, h, n, n); the chunked path builds row blocks
-and sums the gradient along diagonals (a skewed write into a zero buffer, no scatter); FlexAttention computes
+distances. The reference (`eager`) indexes it into (1, h, n, n); the chunked path reads the distances within the
+reach where the buckets saturate, the edges standing for the rest (`T5ChunkBias`), and sums its gradient along
+diagonals within the reach (a skewed write into a zero buffer, no scatter) and as plain sums past it; FlexAttention computes
 the bucket in its kernel from the bucket boundaries (`t5_flex`) and reads the small (buckets, h) table at
 inference; in training it reads a (b, h, n, buckets) copy of it instead, because FlexAttention's backward
 adds each score's gradient into the tensor the score_mod read, atomically: into 32 x 12 addresses that was
@@ -106,10 +107,15 @@ class T5Positions(PositionEncoding):
 
     def prepare(self, length, device, dtype):
         relative = torch.arange(1 - length, length)  # j - i for every distance: (2n-1,)
-        buckets = relative_position_bucket(
-            relative, self.options["num_buckets"], self.options["max_distance"]
-        )
-        return {"buckets": buckets.to(device), "length": length, "bias": {}}
+        buckets = relative_position_bucket(relative, **self._bucket_options())
+        # the chunked paths' vector: distances -reach..reach, its edges standing for every distance past them
+        within = relative_position_bucket(torch.arange(-self.reach, self.reach + 1), **self._bucket_options())
+        return {
+            "buckets": buckets.to(device),
+            "within_reach": within.to(device),
+            "length": length,
+            "bias": {},
+        }
 
     def per_distance(self, layer, state, dtype) -> torch.Tensor:
         """The bias of every distance j - i = 1-n .. n-1 for every head: (h, 2n-1)."""
@@ -159,7 +165,8 @@ class T5Positions(PositionEncoding):
         return RegionTerms(reach, table[left][None, :, None], band, table[right][None, :, None])
 
     def chunk_bias(self, layer, query, state):
-        return T5ChunkBias(self.per_distance(layer, state, query.dtype))
+        table = layer_table(self.bias_tables, layer)
+        return T5ChunkBias(table[state["within_reach"]].T.to(query.dtype).contiguous(), self.reach)
 
     def flex_score(self, layer, query, state):
         table = layer_table(self.bias_tables, layer)  # (buckets, h)
@@ -231,37 +238,55 @@ def t5_flex_rows(q, k, v, block_mask, scale, dropout, options, rows, num_buckets
 
 
 class T5ChunkBias(ChunkBias):
-    """Row blocks of the (h, 2n-1) per-distance bias; the gradient summed along diagonals."""
+    """T5's bias for the chunked paths: per head one entry for each distance -reach..reach, the two edges standing
+    for every distance past them, where T5's buckets saturate. Row blocks read it through the distance clipped to
+    the reach; its gradient is the block's diagonal sums over the keys within reach of some row of the block (a
+    skewed write into a zero buffer, no scatter) and plain sums over the keys past the reach of every row. Without
+    a reach the vector holds every distance of the input, (h, 2n - 1), each its own."""
 
     by_distance = True
 
-    def __init__(self, per_distance):
-        self.tensors = (per_distance,)
+    def __init__(self, per_distance, reach: int | None = None):
+        self.tensors = (per_distance,)  # (h, 2 reach + 1)
+        self.reach = (per_distance.shape[1] - 1) // 2 if reach is None else reach
+
+    def _index(self, distance: torch.Tensor) -> torch.Tensor:
+        return distance.clamp(-self.reach, self.reach) + self.reach
 
     def distances(self, tensors, distance, length):
-        # distances past the input (a band's keys beyond either end) are masked; clamp them into the table
-        return tensors[0][:, (distance + length - 1).clamp(0, 2 * length - 2)]  # (h, ...)
+        return tensors[0][:, self._index(distance)]  # (h, ...)
 
     def scores(self, tensors, start, stop, length, keys=None):
+        device = tensors[0].device
         if keys is None:
-            return toeplitz_rows(tensors[0], start, stop, length)[None]  # (1, h, c, n)
-        keys = key_positions(keys, tensors[0].device)
-        index = keys[None, :] - torch.arange(start, stop, device=keys.device)[:, None]
-        return tensors[0][:, index + length - 1][None]  # (1, h, c, len(keys))
+            every = self.distances(tensors, torch.arange(1 - length, length, device=device), length)
+            return toeplitz_rows(every, start, stop, length)[None]  # (1, h, c, n)
+        keys = key_positions(keys, device)
+        return self.distances(
+            tensors, keys[None, :] - torch.arange(start, stop, device=device)[:, None], length
+        )[None]  # (1, h, c, len(keys))
 
     def score_grads(
         self, tensors, start, stop, d_scores, grads, keys=None
     ):  # the whole row: key_runs is False
         if grads[0] is None:
             return
+        grad = grads[0]
         _, heads, rows, length = d_scores.shape
-        # Skew: entry (i, j) of the batch's sum goes to column j - i + c of a zero (h, c, n + c + 1) buffer, written
-        # through a view whose rows step n + c (one less than the buffer's), so the column sums are the sums
-        # along diagonals. One zero fill and one strided write; no padded copies.
-        skewed = d_scores.new_zeros(heads, rows, length + rows + 1)
-        view = skewed.as_strided((heads, rows, length), (skewed.stride(0), length + rows, 1), rows)
-        torch.sum(d_scores, 0, out=view)
-        diagonals = skewed.sum(1)  # (h, n + c + 1): column col holds local distance col - c
-        offset = length - 1 - rows - start  # index into the 2n - 1 distances of column 0
-        low, high = max(0, -offset), min(length + rows + 1, 2 * length - 1 - offset)
-        grads[0][:, offset + low : offset + high] += diagonals[:, low:high].to(grads[0].dtype)
+        # keys left of `low` are at distance <= -reach from every row of the block, keys from `high` on at >= reach
+        low = min(max(0, start - self.reach + 1), length)
+        high = max(low, min(length, stop - 1 + self.reach))
+        grad[:, 0] += d_scores[..., :low].sum((0, 2, 3)).to(grad.dtype)
+        grad[:, -1] += d_scores[..., high:].sum((0, 2, 3)).to(grad.dtype)
+        width = high - low
+        if width == 0:
+            return
+        # Skew: entry (a, t) of the strip's sum over the batch goes to column t - a + c of a zero (h, c, width + c + 1)
+        # buffer, written through a view whose rows step width + c (one less than the buffer's), so the column sums
+        # are the sums along diagonals. One zero fill and one strided write.
+        skewed = d_scores.new_zeros(heads, rows, width + rows + 1)
+        view = skewed.as_strided((heads, rows, width), (skewed.stride(0), width + rows, 1), rows)
+        torch.sum(d_scores[..., low:high], 0, out=view)
+        diagonals = skewed.sum(1)[:, 1 : width + rows]  # t - a = 1 - c .. width - 1
+        distance = torch.arange(low - start + 1 - rows, low - start + width, device=grad.device)
+        grad.index_add_(1, self._index(distance), diagonals.to(grad.dtype))
