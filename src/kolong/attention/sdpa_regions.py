@@ -45,7 +45,7 @@ from kolong.attention.regions import RegionTerms, merge, softmax_with_lse
 BLOCK_ROWS = 128
 # Rows hold at least this many near strips (BLOCK_ROWS + 2r - 2 keys each) before the regions are taken: with
 # strips of a larger share the chunked path was as fast or faster, attention alone on 2 CPU cores (Shaw's and T5's
-# strips at 15% of the row: 0.92x and 1.02x the chunked path's speed; at 8%: 1.08x and 1.32x).
+# strips at 15% of the row: 0.94x and 0.98x the chunked path's speed; at 8%: 1.11x and 1.24x).
 STRIPS = 8
 
 
