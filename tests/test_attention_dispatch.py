@@ -104,6 +104,46 @@ def test_the_regions_on_cpu_where_their_strips_are_an_eighth_of_the_row_or_less(
 
 
 @pytest.mark.parametrize(
+    ("mask", "dropout", "grad", "dtype", "options", "expected"),
+    [
+        (LONG_PADDING, 0.0, True, torch.float32, {}, "sdpa-distance-grad"),
+        (AttentionMask(), 0.0, True, torch.float64, {}, "sdpa-distance-grad"),
+        (LONG_PADDING, 0.0, False, torch.float32, {}, "sdpa-distance-view"),  # no gradient: the view alone
+        (LONG_PADDING, 0.1, True, torch.float32, {}, "chunked"),
+        (LONG_PADDING, 0.0, True, torch.bfloat16, {}, "chunked"),  # the edges' gradient needs a 32-bit output
+        (LONG_DOCUMENTS, 0.0, True, torch.float32, {}, "chunked"),
+        (LONG_PADDING, 0.0, True, torch.float32, {"relative_regions": False}, "chunked"),
+    ],
+)  # fmt: skip
+def test_a_trained_bias_by_distance_trains_through_its_view_where_the_band_is_a_quarter_of_the_row_or_less(
+    monkeypatch, mask, dropout, grad, dtype, options, expected
+):
+    from kolong.attention import hankel
+
+    monkeypatch.setattr(hankel, "BLOCK_ROWS", 4)  # 80 tokens hold four strips of 4 + 2 x 4 - 2 keys and more
+    contribution = Contribution("distance", trained=True, reach=4)
+    q = torch.zeros(2, 2, 80, 4, dtype=dtype, requires_grad=grad)
+    with torch.set_grad_enabled(grad):
+        plan = plan_attention("sdpa", q, contribution, mask, dropout, AttentionOptions(**options))
+    assert plan.kernel == expected
+
+
+def test_the_view_trains_only_padding_at_the_rows_ends_and_strips_of_a_quarter_row(monkeypatch):
+    from kolong.attention import hankel
+
+    monkeypatch.setattr(hankel, "BLOCK_ROWS", 4)
+
+    def kernel(reach, mask=LONG_PADDING):
+        contribution = Contribution("distance", trained=True, reach=reach)
+        return plan_attention("sdpa", _q(True, 80), contribution, mask, 0.0, AttentionOptions()).kernel
+
+    assert kernel(9) == "sdpa-distance-grad"  # 4 x (4 + 2 x 9 - 2) = 80 tokens
+    assert kernel(10) != "sdpa-distance-grad"
+    inside = AttentionMask.from_attention_mask(torch.tensor([[1] * 80, [0] * 10 + [1] * 70]))
+    assert kernel(4, inside) != "sdpa-distance-grad"
+
+
+@pytest.mark.parametrize(
     ("contribution", "mask", "dropout", "options", "expected"),
     [
         (Contribution("none"), PADDING, 0.1, {}, "sdpa"),
@@ -142,6 +182,7 @@ SCHEME_OF_KERNEL = {
     "banded": ("alibi", {}, WINDOW, False),
     "chunked": ("shaw", {"value": True}, DOCUMENTS, True),
     "sdpa-regions": ("shaw", {"value": True, "max_distance": 2}, PADDING, True),
+    "sdpa-distance-grad": ("t5", {"num_buckets": 8, "max_distance": 6}, PADDING, True),
 }
 
 

@@ -1,12 +1,13 @@
-"""Where the three regions beat the chunked path on this CPU, attention alone: `python
+"""Where each exact path that trains a relative bias wins on this CPU, attention alone: `python
 benchmarks/tools/regions_threshold.py` (a diagnostic beside `kolong bench encoder`, not installed with kolong).
 
-`sdpa-regions` is taken only where a row holds at least STRIPS (8) of its near strips (BLOCK_ROWS + 2r - 2 keys,
-`kolong.attention.sdpa_regions.fits`); below that the chunked path is. This times one attention layer's forward
-and backward on both paths for Shaw (reach 16) and T5 (reach 91, 32 buckets to distance 128) at each length,
-the batch filling a fixed number of tokens (q, k and v views of one projection, as in the encoder), beside SDPA
-without a bias (what learned positions run), in interleaved rounds. Writes regions-threshold-DEVICE.{json,md} (default: docs/experiments/; DEVICE the class of
-the machine, `cpu-xeon-2core`, ...).
+Shaw (reach 16) and T5 (reach 91, 32 buckets to distance 128) train through the chunked path, the three regions
+(`sdpa-regions`: rows of at least `sdpa_regions.STRIPS` near strips), and T5 also through its strided view
+(`sdpa-distance-grad`: rows of at least `hankel.STRIPS` band strips). This times one attention layer's forward and
+backward on each at each length, the batch filling a fixed number of tokens (q, k and v views of one projection,
+as in the encoder), beside SDPA without a bias (what learned positions run), in interleaved rounds, and says which
+path kolong's dispatch takes there and whether it is the fastest. Writes regions-threshold-DEVICE.{json,md}
+(default: docs/experiments/; DEVICE the class of the machine, `cpu-xeon-2core`, ...).
 """
 
 from __future__ import annotations
@@ -15,15 +16,17 @@ import statistics
 
 import diagnostic
 
-PATHS = ("sdpa", "chunked", "sdpa-regions")
+# the exact trained paths of each scheme, timed beside SDPA without a bias
+PATHS = {"shaw": ("chunked", "sdpa-regions"), "t5": ("chunked", "sdpa-regions", "sdpa-distance-grad")}
 SCHEMES = {"shaw": {"max_distance": 16}, "t5": {}}
 
 
 def cases(lengths: list[int], tokens: int, heads: int, head_size: int, seed: int = 0) -> dict:
-    """{(scheme, length): (call per path, the reach)}: each call runs one forward and backward."""
+    """{(scheme, length): (call per path, the reach, the path kolong takes)}: each call runs one forward and
+    backward."""
     import torch
 
-    from kolong.attention.dispatch import ATTENTION_FUNCTIONS, AttentionCall
+    from kolong.attention.dispatch import ATTENTION_FUNCTIONS, AttentionCall, plan_attention
     from kolong.attention.masks import AttentionMask
     from kolong.attention.options import AttentionOptions
     from kolong.models import KolongConfig, KolongModel
@@ -51,69 +54,85 @@ def cases(lengths: list[int], tokens: int, heads: int, head_size: int, seed: int
                     out = ATTENTION_FUNCTIONS[path](q, k, v, attention, 0)[0]
                 out.backward(grad)
 
-            built[scheme, length] = (call, positions.contribution.reach)
+            q = projection.permute(2, 0, 3, 1, 4)[0]
+            taken = plan_attention(
+                "sdpa", q, positions.contribution, AttentionMask(), 0.0, AttentionOptions()
+            )
+            built[scheme, length] = (call, positions.contribution.reach, taken.kernel)
     return built
 
 
 def measure(built: dict, rounds: int) -> dict:
     """{scheme: {length: {path: [seconds per round]}}}, every path of every case once per round, in turn."""
-    return diagnostic.measure(built, PATHS, rounds)
+    runs: dict = {}
+    for scheme in SCHEMES:
+        cases_of = {key: value for key, value in built.items() if key[0] == scheme}
+        runs.update(diagnostic.measure(cases_of, ("sdpa", *PATHS[scheme]), rounds))
+    return runs
 
 
-def summary(runs: dict, reaches: dict, block_rows: int, strips: int) -> dict:
-    """Per scheme and length: median ms per path, the regions against the chunked path, the path the rule takes
-    and whether it is the faster of the two."""
+def summary(runs: dict, taken: dict) -> dict:
+    """Per scheme and length: median ms per path, each path's speed against the chunked path and against SDPA,
+    the path kolong takes (`taken[scheme][length]`), the fastest, and whether they are the same."""
     found: dict = {}
     for scheme, by_length in runs.items():
         for length, by_path in by_length.items():
             ms = {path: statistics.median(values) * 1e3 for path, values in by_path.items()}
-            taken = (
-                "sdpa-regions"
-                if strips * (block_rows + 2 * reaches[scheme] - 2) <= int(length)
-                else "chunked"
-            )
-            faster = min(("chunked", "sdpa-regions"), key=ms.__getitem__)
+            exact = [path for path in ms if path != "sdpa"]
+            fastest = min(exact, key=ms.__getitem__)
             found.setdefault(scheme, {})[length] = {
                 "ms": ms,
-                "regions_vs_chunked": ms["chunked"] / ms["sdpa-regions"],
-                "vs_sdpa": {path: ms["sdpa"] / ms[path] for path in ("chunked", "sdpa-regions")},
-                "taken": taken,
-                "taken_is_faster": taken == faster,
+                "vs_chunked": {path: ms["chunked"] / ms[path] for path in exact if path != "chunked"},
+                "vs_sdpa": {path: ms["sdpa"] / ms[path] for path in exact},
+                "taken": taken[scheme][length],
+                "fastest": fastest,
+                "taken_is_fastest": taken[scheme][length] == fastest,
             }
     return found
 
 
 def to_markdown(result: dict) -> str:
     a = result["arguments"]
-    lines = [f"# The CPU's three regions against the chunked path, attention alone ({result['date']})", "",
-             f"{diagnostic.layer_setting(a)}, no mask; median of {a['rounds']} "
-             f"interleaved rounds. `sdpa` is SDPA without a bias (learned positions' attention); the rule takes "
-             f"the regions where STRIPS (BLOCK_ROWS + 2r - 2) <= n, STRIPS = {result['strips']}, "
-             f"BLOCK_ROWS = {result['block_rows']}.", "",
-             "| scheme (reach) | length | sdpa, ms | chunked, ms | regions, ms | regions' speed vs chunked "
-             "| taken | the faster? |",
-             "|---|---:|---:|---:|---:|---:|---|---|"]  # fmt: skip
+    lines = [f"# The CPU's exact paths for a trained relative bias, attention alone ({result['date']})", "",
+             f"{diagnostic.layer_setting(a)}, no mask; median of {a['rounds']} interleaved rounds. `sdpa` is SDPA "
+             f"without a bias (learned positions' attention). kolong takes `sdpa-regions` where rows hold "
+             f"{result['strips']['sdpa-regions']} near strips ({result['block_rows']['sdpa-regions']} + 2r - 2 keys "
+             f"each), and T5's `sdpa-distance-grad` where they hold {result['strips']['sdpa-distance-grad']} band "
+             f"strips ({result['block_rows']['sdpa-distance-grad']} + 2r - 2 keys each); the chunked path "
+             "elsewhere.", "",
+             "| scheme (reach) | length | sdpa, ms | chunked, ms | sdpa-regions, ms | sdpa-distance-grad, ms "
+             "| fastest vs chunked | taken | the fastest? |",
+             "|---|---:|---:|---:|---:|---:|---:|---|---|"]  # fmt: skip
     for scheme, length, cell, ms in diagnostic.cells(result["summary"]):
+        shown = {path: f"{ms[path]:.0f}" if path in ms else "-" for path in ("chunked", "sdpa-regions",
+                                                                              "sdpa-distance-grad")}  # fmt: skip
+        speed = cell["vs_chunked"].get(cell["fastest"], 1.0)
         lines.append(f"| {scheme} ({result['reaches'][scheme]}) | {int(length):,} | {ms['sdpa']:.0f} | "
-                     f"{ms['chunked']:.0f} | {ms['sdpa-regions']:.0f} | {cell['regions_vs_chunked']:.2f}x | "
-                     f"{cell['taken']} | {'yes' if cell['taken_is_faster'] else '**no**'} |")  # fmt: skip
+                     f"{shown['chunked']} | {shown['sdpa-regions']} | {shown['sdpa-distance-grad']} | "
+                     f"{speed:.2f}x ({cell['fastest']}) | {cell['taken']} | "
+                     f"{'yes' if cell['taken_is_fastest'] else '**no**'} |")  # fmt: skip
     return diagnostic.page(lines, result)
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from kolong.attention import sdpa_regions
+    from kolong.attention import hankel, sdpa_regions
 
     found = diagnostic.parser(__doc__, "regions-threshold", tokens=2048, rounds=9)
-    found.add_argument(
-        "--lengths", default="512,1024,2048,4096", help="comma-separated lengths (default 512,1024,2048,4096)"
-    )
+    found.add_argument("--lengths", default="512,768,1024,2048,4096",
+                       help="comma-separated lengths (default 512,768,1024,2048,4096)")  # fmt: skip
     args = found.parse_args(argv)
     lengths = diagnostic.integers(args.lengths)
     built = cases(lengths, args.tokens, args.heads, args.head_size)
-    reaches = {scheme: reach for (scheme, _), (_, reach) in built.items()}
+    reaches = {scheme: reach for (scheme, _), (_, reach, _) in built.items()}
+    taken: dict = {}
+    for (scheme, length), (_, _, kernel) in built.items():
+        taken.setdefault(scheme, {})[str(length)] = kernel
     runs = measure(built, args.rounds)
-    measured = {"block_rows": sdpa_regions.BLOCK_ROWS, "strips": sdpa_regions.STRIPS, "reaches": reaches,
-                "runs": runs, "summary": summary(runs, reaches, sdpa_regions.BLOCK_ROWS, sdpa_regions.STRIPS)}  # fmt: skip
+    measured = {
+        "block_rows": {"sdpa-regions": sdpa_regions.BLOCK_ROWS, "sdpa-distance-grad": hankel.BLOCK_ROWS},
+        "strips": {"sdpa-regions": sdpa_regions.STRIPS, "sdpa-distance-grad": hankel.STRIPS},
+        "reaches": reaches, "runs": runs, "summary": summary(runs, taken),
+    }  # fmt: skip
     return diagnostic.write("regions-threshold", "regions_threshold.py", argv, args, measured, to_markdown)
 
 

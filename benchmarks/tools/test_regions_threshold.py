@@ -10,20 +10,23 @@ import pytest
 import regions_threshold
 
 
-def test_the_verdicts_come_from_the_medians_and_the_rule():
-    runs = {"t5": {"512": {"sdpa": [0.1, 0.2, 0.1], "chunked": [0.3, 0.3, 0.4], "sdpa-regions": [0.5, 0.4, 0.6]},
-                   "4096": {"sdpa": [0.2, 0.2, 0.2], "chunked": [0.8, 0.9, 0.8], "sdpa-regions": [0.6, 0.6, 0.7]}}}  # fmt: skip
-    found = regions_threshold.summary(runs, {"t5": 91}, block_rows=128, strips=8)
+def test_the_verdicts_come_from_the_medians_and_the_path_taken():
+    runs = {"t5": {"512": {"sdpa": [0.1, 0.2, 0.1], "chunked": [0.3, 0.3, 0.4], "sdpa-regions": [0.5, 0.4, 0.6],
+                           "sdpa-distance-grad": [0.4, 0.4, 0.5]},
+                   "4096": {"sdpa": [0.2, 0.2, 0.2], "chunked": [0.8, 0.9, 0.8], "sdpa-regions": [0.6, 0.6, 0.7],
+                            "sdpa-distance-grad": [0.5, 0.4, 0.5]}}}  # fmt: skip
+    taken = {"t5": {"512": "chunked", "4096": "sdpa-distance-grad"}}
+    found = regions_threshold.summary(runs, taken)
     short, long = found["t5"]["512"], found["t5"]["4096"]
-    assert short["ms"] == pytest.approx({"sdpa": 100.0, "chunked": 300.0, "sdpa-regions": 500.0})
-    assert short["taken"] == "chunked" and short["taken_is_faster"]  # 8 x (128 + 180) = 2,464 > 512
-    assert long["taken"] == "sdpa-regions" and long["taken_is_faster"]
-    assert long["regions_vs_chunked"] == pytest.approx(0.8 / 0.6)
-    assert long["vs_sdpa"]["sdpa-regions"] == pytest.approx(0.2 / 0.6)
-    wrong = regions_threshold.summary(
-        {"t5": {"4096": {**runs["t5"]["4096"], "chunked": [0.1]}}}, {"t5": 91}, 128, 8
+    assert short["ms"] == pytest.approx(
+        {"sdpa": 100.0, "chunked": 300.0, "sdpa-regions": 500.0, "sdpa-distance-grad": 400.0}
     )
-    assert not wrong["t5"]["4096"]["taken_is_faster"]
+    assert short["fastest"] == "chunked" and short["taken_is_fastest"]
+    assert long["fastest"] == "sdpa-distance-grad" and long["taken_is_fastest"]
+    assert long["vs_chunked"] == pytest.approx({"sdpa-regions": 0.8 / 0.6, "sdpa-distance-grad": 0.8 / 0.5})
+    assert long["vs_sdpa"]["sdpa-regions"] == pytest.approx(0.2 / 0.6)
+    wrong = regions_threshold.summary(runs, {"t5": {"512": "sdpa-regions", "4096": "chunked"}})
+    assert not wrong["t5"]["512"]["taken_is_fastest"] and not wrong["t5"]["4096"]["taken_is_fastest"]
 
 
 def test_the_diagnostic_times_every_path_and_writes_its_tables(tmp_path):
@@ -34,7 +37,10 @@ def test_the_diagnostic_times_every_path_and_writes_its_tables(tmp_path):
     assert saved["reaches"] == {"shaw": 16, "t5": 91}
     for scheme in regions_threshold.SCHEMES:
         for length in ("48", "96"):
-            assert all(len(times) == 1 and times[0] > 0 for times in saved["runs"][scheme][length].values())
+            timed = saved["runs"][scheme][length]
+            assert set(timed) == {"sdpa", *regions_threshold.PATHS[scheme]}
+            assert all(len(times) == 1 and times[0] > 0 for times in timed.values())
+            assert saved["summary"][scheme][length]["taken"] in ("chunked", *regions_threshold.PATHS[scheme])
     markdown = json_path.with_suffix(".md").read_text()
     assert (
         "| shaw (16) | 96 |" in markdown

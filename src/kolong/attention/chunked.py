@@ -48,6 +48,9 @@ class ChunkBias:
     tensors: tuple[torch.Tensor, ...] = ()
     has_values: bool = False  # Shaw's value term: O += reduce(P') W^V
     by_distance: bool = False  # the bias depends on j - i alone (`distances`): the banded path can take it
+    # a bias by distance that is constant past a reach r on each side: r, and `tensors[0]` is then its (h, 2r + 1)
+    # vector over the distances -r..r, the edges standing for every distance past them (T5's buckets)
+    reach: int | None = None
     # The reductions (`score_grads`, `values`, `value_grads`) take a block over one run of keys (`keys`, a range:
     # packed documents' spans) as it is; otherwise they are given the whole row, zeros at the keys not read.
     key_runs: bool = False

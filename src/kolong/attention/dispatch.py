@@ -23,7 +23,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from kolong.attention import banded, documents, rowwise, sdpa_regions, varlen
+from kolong.attention import banded, documents, hankel, rowwise, sdpa_regions, varlen
 from kolong.attention.chunked import attention_dropout_mask, chunked_attention
 from kolong.attention.masks import AttentionMask, exporting
 from kolong.attention.options import DEFAULT, AttentionOptions
@@ -194,6 +194,13 @@ def _path(implementation: str, q: torch.Tensor, contribution: Contribution, mask
         return Plan(
             "sdpa-distance-view", "a bias by distance alone, as one strided view: SDPA's fused kernel"
         )
+    ends = rowwise.row_ends(mask, q.shape[2]) if plain_bias and contribution.kind == "distance" else None
+    if split and ends is not None and hankel.fits(q, contribution.reach):
+        return Plan(
+            "sdpa-distance-grad",
+            "a trained bias by distance alone: its strided view through SDPA's fused kernel, forward and "
+            "backward, the bias's gradient from the band's strip and one causal call",
+        )
     if split and mask.keys_only and sdpa_regions.fits(q, contribution.reach):
         return Plan(
             "sdpa-regions",
@@ -282,6 +289,12 @@ def _distance_view(q, k, v, call: AttentionCall, layer):
     return rowwise.distance_attention(q, k, v, _given(call.mask), call.bias(q, layer)), None
 
 
+def _distance_grad(q, k, v, call: AttentionCall, layer):
+    bias = call.bias(q, layer)
+    ends = rowwise.row_ends(_given(call.mask), q.shape[2])
+    return hankel.hankel_attention(q, k, v, ends, bias.tensors[0], bias.reach), None
+
+
 def _row_blocks(q, k, v, call: AttentionCall, layer):
     def attention(q, k, v, mask):
         return rowwise.row_block_attention(q, k, v, _given(mask), call.bias(q, layer))
@@ -309,6 +322,7 @@ ATTENTION_FUNCTIONS: dict[str, Callable] = {
     "sdpa-regions": _sdpa_regions,
     "sdpa-document-blocks": _document_blocks,
     "sdpa-distance-view": _distance_view,
+    "sdpa-distance-grad": _distance_grad,
     "sdpa-row-blocks": _row_blocks,
     "banded": _banded,
     "chunked": _chunked,
