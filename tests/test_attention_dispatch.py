@@ -115,12 +115,13 @@ def test_the_regions_on_cpu_where_their_strips_are_an_eighth_of_the_row_or_less(
         (LONG_PADDING, 0.0, True, torch.float32, {"relative_regions": False}, "chunked"),
     ],
 )  # fmt: skip
-def test_a_trained_bias_by_distance_trains_through_its_view_where_the_band_is_a_quarter_of_the_row_or_less(
+def test_a_trained_bias_by_distance_trains_through_its_view_where_the_rows_hold_its_strips(
     monkeypatch, mask, dropout, grad, dtype, options, expected
 ):
     from kolong.attention import hankel
 
-    monkeypatch.setattr(hankel, "BLOCK_ROWS", 4)  # 80 tokens hold four strips of 4 + 2 x 4 - 2 keys and more
+    monkeypatch.setattr(hankel, "BLOCK_ROWS", 4)
+    monkeypatch.setattr(hankel, "STRIPS", 4)  # 80 tokens hold four strips of 4 + 2 x 4 - 2 keys and more
     contribution = Contribution("distance", trained=True, reach=4)
     q = torch.zeros(2, 2, 80, 4, dtype=dtype, requires_grad=grad)
     with torch.set_grad_enabled(grad):
@@ -128,10 +129,11 @@ def test_a_trained_bias_by_distance_trains_through_its_view_where_the_band_is_a_
     assert plan.kernel == expected
 
 
-def test_the_view_trains_only_padding_at_the_rows_ends_and_strips_of_a_quarter_row(monkeypatch):
+def test_the_view_trains_only_padding_at_the_rows_ends_and_rows_holding_its_strips(monkeypatch):
     from kolong.attention import hankel
 
     monkeypatch.setattr(hankel, "BLOCK_ROWS", 4)
+    monkeypatch.setattr(hankel, "STRIPS", 4)
 
     def kernel(reach, mask=LONG_PADDING):
         contribution = Contribution("distance", trained=True, reach=reach)

@@ -78,8 +78,9 @@ def test_a_vector_of_the_wrong_width_is_refused():
         hankel.hankel_attention(q, q, q, [8], torch.zeros(2, 7), 4)
 
 
-def test_fits_on_cpu_in_32_or_64_bits_where_the_strips_are_a_quarter_of_the_row_or_less(monkeypatch):
+def test_fits_on_cpu_in_32_or_64_bits_where_the_rows_hold_strips_enough(monkeypatch):
     monkeypatch.setattr(hankel, "BLOCK_ROWS", 4)
+    monkeypatch.setattr(hankel, "STRIPS", 4)
     assert hankel.fits(torch.zeros(1, 1, 80, 4), 9)  # 4 x (4 + 16) = 80
     assert not hankel.fits(torch.zeros(1, 1, 79, 4), 9)
     assert hankel.fits(torch.zeros(1, 1, 80, 4, dtype=torch.float64), 9)

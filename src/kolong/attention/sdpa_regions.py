@@ -24,8 +24,10 @@ constant then gets
     dc_i = sum_{j far} dS_ij = share_i (dO_i . (O_far,i + w^V_side) - dO_i . O_i)
 
 from the side's share of the row's mass and its normalised output, and the strip's terms come from its own
-recomputed probabilities. No (n, n) tensor, no gradient added into a few addresses. On 2 CPU cores at 2,048
-tokens this trains Shaw and T5 faster than the chunked path (docs/encoder.md); at 512 it does not (`fits`).
+recomputed probabilities. No (n, n) tensor, no gradient added into a few addresses. On 2 CPU cores this trains
+Shaw faster than the chunked path from 2,048 tokens on, and not at 512 or 1,024 (`fits`). T5 takes it only where
+its strided view cannot train it (`hankel.py`: padding inside the rows), since the view was faster at every length
+measured (docs/encoder.md).
 """
 
 from __future__ import annotations
@@ -44,8 +46,8 @@ from kolong.attention.regions import RegionTerms, merge, softmax_with_lse
 # 64 rows were slower and blocks of 256 no faster.
 BLOCK_ROWS = 128
 # Rows hold at least this many near strips (BLOCK_ROWS + 2r - 2 keys each) before the regions are taken: with
-# strips of a larger share the chunked path was as fast or faster, attention alone on 2 CPU cores (Shaw's and T5's
-# strips at 15% of the row: 0.94x and 0.98x the chunked path's speed; at 8%: 1.11x and 1.24x).
+# strips of a larger share the chunked path was as fast or faster, attention alone on 2 CPU cores (Shaw's strips at
+# 15% of the row: 0.94x the chunked path's speed; at 8%, 1.02-1.11x, and T5's at 8%, 1.11-1.24x).
 STRIPS = 8
 
 
