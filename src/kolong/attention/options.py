@@ -28,8 +28,9 @@ class AttentionOptions:
         "(the collator then gives their segments)")})  # fmt: skip
     relative_regions: bool = field(default=True, metadata={"help": (
         "Shaw's and T5's bias in training as three regions merged by log-sum-exp (on CUDA through FlexAttention, "
-        "on CPU through SDPA's fused kernel); false: on CUDA one score_mod over the whole profile, whose backward "
-        "adds each row's edge gradients into two addresses, on CPU the chunked exact path")})  # fmt: skip
+        "on CPU through SDPA's fused kernel, T5's through its strided view with its gradient taken by region); "
+        "false: on CUDA one score_mod over the whole profile, whose backward adds each row's edge gradients into "
+        "two addresses, on CPU the chunked exact path")})  # fmt: skip
     banded: bool = field(default=True, metadata={"help": (
         "local windows on CPU over key bands, one SDPA call; false: the chunked exact path")})  # fmt: skip
     flex_kernel_options: dict | None = field(default=None, metadata={"help": (

@@ -52,7 +52,7 @@ REFERENCES: dict[str, tuple[str, dict, str]] = {
 }
 # Run-time attention options of the references (`set_attention_options`); each is its scheme's own path off CUDA.
 # On CUDA attention dropout through the chunked path rather than FlexAttention; on CPU the chunked path rather
-# than the three regions.
+# than the three regions or T5's view (`relative_regions` turns both off).
 REFERENCE_OPTIONS = {
     name: {"cuda": {"flex_dropout": False}, "cpu": {"relative_regions": False}}
     for name in ("shaw-chunked", "t5-chunked")
