@@ -16,7 +16,7 @@ regions of each row:
 - the right edge from the other two, since every row of dS sums to 0 (sum_j P_ij dP_ij = D_i).
 
 No (n, n) tensor, no scatter. Against the chunked path, whose backward recomputes every block of scores in tensor
-code, this trained T5 faster on 2 CPU cores from about 1,024 tokens on, and slower at 512, where the strip is
+code, this trained T5 faster on 2 CPU cores from 768 tokens on, and slower at 512, where the strip is
 half of each row (`fits`); against the three regions of `sdpa_regions.py` at every length measured.
 """
 
@@ -33,12 +33,12 @@ from kolong.attention.profiling import labelled
 # Query rows per block of the band's strip: a block computes scores against c + 2r - 2 keys and uses 2r - 1 of
 # them per row, so shorter blocks waste less of their products and taller ones make larger products.
 BLOCK_ROWS = 64
-# Rows hold at least this many strips (BLOCK_ROWS + 2r - 2 keys each) before this path is taken: from 976 tokens
-# for T5's r = 91. Attention alone on 2 CPU cores, against the chunked path, it trained T5 faster from 1,024 tokens
-# on, as fast or slower at 768 (two runs: 1.07x, 0.85x) and slower at 512, where a strip is half the row
+# Rows hold at least this many strips (BLOCK_ROWS + 2r - 2 keys each) before this path is taken: from 732 tokens
+# for T5's r = 91. Attention alone on 2 CPU cores, against the chunked path, it trained T5 faster from 768 tokens on
+# (at 768: 1.06-1.07x in three runs, 0.85x in one) and slower at 640 and 512, where a strip is half the row
 # (docs/experiments/regions-threshold-cpu-xeon-2core.md, from benchmarks/tools/regions_threshold.py). The strip's
 # height hardly mattered (32 to 256 rows).
-STRIPS = 4
+STRIPS = 3
 
 
 def fits(q: torch.Tensor, reach: int) -> bool:
