@@ -35,7 +35,7 @@ from kolong.attention.profiling import labelled
 BLOCK_ROWS = 64
 # Rows hold at least this many strips (BLOCK_ROWS + 2r - 2 keys each) before this path is taken: from 732 tokens
 # for T5's r = 91. Attention alone on 2 CPU cores, against the chunked path, it trained T5 faster from 768 tokens on
-# (at 768: 1.06-1.07x in three runs, 0.85x in one) and slower at 640 and 512, where a strip is half the row
+# (at 768: 1.03-1.07x in four runs, 0.85x in one) and slower at 640 and 512, where a strip is half the row
 # (docs/experiments/regions-threshold-cpu-xeon-2core.md, from benchmarks/tools/regions_threshold.py). The strip's
 # height hardly mattered (32 to 256 rows).
 STRIPS = 3
