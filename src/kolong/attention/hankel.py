@@ -29,6 +29,7 @@ import torch.nn.functional as F
 
 from kolong.attention.chunked import EXP_FLOOR, hankel_view
 from kolong.attention.profiling import labelled
+from kolong.attention.rowwise import each_length
 
 # Query rows per block of the band's strip: a block computes scores against c + 2r - 2 keys and uses 2r - 1 of
 # them per row, so shorter blocks waste less of their products and taller ones make larger products.
@@ -185,20 +186,10 @@ def hankel_attention(q, k, v, ends: list[int], per_distance: torch.Tensor, reach
     if per_distance.dim() != 2 or per_distance.shape[1] != 2 * reach + 1:
         raise ValueError(f"a bias constant past reach {reach} is a (heads, {2 * reach + 1}) vector over the "
                          f"distances -{reach}..{reach}, got shape {tuple(per_distance.shape)}")  # fmt: skip
-    if len(set(ends)) == 1:
-        return _one_length(q, k, v, per_distance, reach, ends[0])
-    groups: dict[int, list[int]] = {}
-    for row, end in enumerate(ends):
-        groups.setdefault(end, []).append(row)
-    parts, order = [], []
-    for end, rows in groups.items():
-        index = torch.tensor(rows, device=q.device)
-        parts.append(_one_length(q[index], k[index], v[index], per_distance, reach, end))
-        order.extend(rows)
-    return torch.cat(parts)[torch.tensor(order, device=q.device).argsort()]
 
+    def attend(q, k, v, end):
+        if end == 0:
+            return torch.zeros_like(q)
+        return _HankelAttention.apply(q, k, v, per_distance, reach, end)
 
-def _one_length(q, k, v, per_distance, reach, end):
-    if end == 0:
-        return torch.zeros_like(q)
-    return _HankelAttention.apply(q, k, v, per_distance, reach, end)
+    return each_length(attend, q, k, v, ends)

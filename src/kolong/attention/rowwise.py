@@ -62,15 +62,21 @@ def distance_attention(q, k, v, mask: AttentionMask | None, bias: ChunkBias) -> 
         return row_block_attention(q, k, v, mask, bias)
     distance = torch.arange(1 - length, length, device=q.device)
     per_distance = bias.distances(bias.tensors, distance, length).to(q.dtype)  # (h, 2n - 1)
+    return each_length(lambda q, k, v, end: _hankel(q, k, v, per_distance, end), q, k, v, ends)
+
+
+def each_length(attend, q, k, v, ends: list[int]) -> torch.Tensor:
+    """`attend(q, k, v, end)` over the rows whose real tokens end at `end` (`row_ends`), one call per length, put
+    back in the rows' order: (b, h, n, d_h)."""
     if len(set(ends)) == 1:
-        return _hankel(q, k, v, per_distance, ends[0])
+        return attend(q, k, v, ends[0])
     groups: dict[int, list[int]] = {}
     for row, end in enumerate(ends):
         groups.setdefault(end, []).append(row)
     parts, order = [], []
     for end, rows in groups.items():
         index = torch.tensor(rows, device=q.device)
-        parts.append(_hankel(q[index], k[index], v[index], per_distance, end))
+        parts.append(attend(q[index], k[index], v[index], end))
         order.extend(rows)
     return torch.cat(parts)[torch.tensor(order, device=q.device).argsort()]
 
