@@ -597,6 +597,41 @@ def test_a_result_names_its_commit_command_and_device_class(tmp_path):
     assert default_output_dir(ExtendBenchmark(), args) == Path("benchmarks/results") / result["device_class"]
 
 
+def test_the_commit_is_marked_changed_by_code_not_by_results_or_prose(tmp_path):
+    """`+changes` when a tracked file that runs differs from the commit; results and docs (a diagnostic's result
+    written just before a benchmark) leave the commit as it is. Outside a checkout: None."""
+    import shutil
+    import subprocess
+
+    from kolong.bench.results import source_commit
+
+    if shutil.which("git") is None:
+        pytest.skip("needs git")
+    files = {
+        "src/kolong/x.py": "x = 1\n",
+        "docs/experiments/r.md": "a\n",
+        "benchmarks/results/cpu/r.json": "{}\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+
+    def git(*args):
+        return subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True, text=True)
+
+    git("init", "-q")
+    git("add", "-A")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "files")
+    head = git("rev-parse", "HEAD").stdout.strip()
+    assert source_commit(tmp_path) == head
+    (tmp_path / "docs/experiments/r.md").write_text("b\n")
+    (tmp_path / "benchmarks/results/cpu/r.json").write_text("[]\n")
+    assert source_commit(tmp_path) == head
+    (tmp_path / "src/kolong/x.py").write_text("x = 2\n")
+    assert source_commit(tmp_path) == f"{head}+changes"
+    assert source_commit(tmp_path / "src") is None
+
+
 @pytest.mark.parametrize(
     ("machine", "device", "expected"),
     [({"cpu": "AMD EPYC", "cores_available": 2}, "cpu", "cpu-epyc-2core"),

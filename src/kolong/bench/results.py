@@ -102,17 +102,25 @@ def kept_cases(benchmark, args, machine: dict, partial: dict | None) -> list[dic
     return list(resume.get("rows") or [])
 
 
-def source_commit() -> str | None:
-    """The git commit of kolong's source tree when it runs from a checkout (`+changes` when tracked files differ
-    from it), else None (an installed wheel: the version in `machine` says what ran)."""
-    root = Path(__file__).resolve().parents[3]
+# Tracked paths that do not change what a benchmark runs: results and prose. A result written by one run (a
+# diagnostic's, under docs/experiments) must not mark the next run's commit as changed.
+NOT_RUN = ("docs", "benchmarks/results")
+
+
+def source_commit(root: Path | None = None) -> str | None:
+    """The git commit of kolong's source tree when it runs from a checkout (`+changes` when tracked files that run
+    differ from it: anything but NOT_RUN), else None (an installed wheel: the version in `machine` says what
+    ran). `root`: the checkout (default: the one this module is in)."""
+    root = root or Path(__file__).resolve().parents[3]
     if not (root / ".git").exists():
         return None
+    excluded = [f":(exclude){path}" for path in NOT_RUN]
     try:
         head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
                               check=True, timeout=10).stdout.strip()  # fmt: skip
-        changed = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                                 capture_output=True, text=True, check=True, timeout=10).stdout.strip()  # fmt: skip
+        changed = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no", "--",
+                                  ".", *excluded], capture_output=True, text=True, check=True,
+                                 timeout=10).stdout.strip()  # fmt: skip
     except (OSError, subprocess.SubprocessError):
         return None
     return f"{head}+changes" if changed else head
