@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from kolong.attention.chunked import EXP_FLOOR, hankel_view
 from kolong.attention.profiling import labelled
 from kolong.attention.rowwise import each_length
+from kolong.attention.sdpa_regions import diagonals
 
 # Query rows per block of the band's strip: a block computes scores against c + 2r - 2 keys and uses 2r - 1 of
 # them per row, so shorter blocks waste less of their products and taller ones make larger products.
@@ -69,12 +70,6 @@ def _every_distance(per_distance: torch.Tensor, reach: int, length: int) -> torc
     return per_distance[:, index]
 
 
-def _diagonals(block: torch.Tensor, width: int) -> torch.Tensor:
-    """(b, h, c, c + width - 1) contiguous -> (b, h, c, width): entry (a, t) = block[a, a + t], a view."""
-    b, h, c, m = block.shape
-    return block.as_strided((b, h, c, width), (h * c * m, c * m, m + 1, 1), block.storage_offset())
-
-
 def _strip_keys(x: torch.Tensor, low: int, high: int, end: int) -> tuple[torch.Tensor, bool]:
     """x's keys low..high-1, zeros for those outside 0..end-1; and whether any was outside."""
     inside = x[:, :, max(low, 0) : min(high, end)]
@@ -99,8 +94,8 @@ def _band_grads(q, k, v, d_out, lse, row_sums, per_distance, reach: int, end: in
         keys, padded = _strip_keys(k, low, high, end)
         values, _ = _strip_keys(v, low, high, end)
         rows = q[:, :, start:stop].to(exact) * scale
-        scores = _diagonals(torch.matmul(rows, keys.transpose(-1, -2)), width)  # (b, h, c, 2r - 1)
-        d_probs = _diagonals(torch.matmul(d_out[:, :, start:stop], values.transpose(-1, -2)), width)
+        scores = diagonals(torch.matmul(rows, keys.transpose(-1, -2)), width)  # (b, h, c, 2r - 1)
+        d_probs = diagonals(torch.matmul(d_out[:, :, start:stop], values.transpose(-1, -2)), width)
         # P = exp(s - L) <= 1, floored before exp: the CPU's exp is slow on subnormal results (`chunked`)
         probs = torch.add(scores, band_bias).sub_(lse[:, :, start:stop, None]).clamp_(min=EXP_FLOOR).exp_()
         if padded:  # keys before 0 or past the row's end have no probability

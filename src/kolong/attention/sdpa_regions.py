@@ -144,7 +144,7 @@ class _Layout:
         return (self.counts[:, keys.stop] > self.counts[:, keys.start])[:, None, None]
 
 
-def _diagonals(block: torch.Tensor, width: int) -> torch.Tensor:
+def diagonals(block: torch.Tensor, width: int) -> torch.Tensor:
     """(b, h, c, c + width - 1) contiguous -> (b, h, c, width): entry (a, t) = block[a, a + t], a view."""
     b, h, c, m = block.shape
     return block.as_strided((b, h, c, width), (h * c * m, c * m, m + 1, 1), block.storage_offset())
@@ -156,7 +156,7 @@ def _near_scores(q, k_padded, terms, left, right, layout: _Layout, start, stop, 
     keys = k_padded[:, :, layout.near(start, stop)]
     product = torch.matmul(q[:, :, start:stop].to(keys.dtype), keys.transpose(-1, -2))
     scores = product.to(exact).mul_(scale)  # contiguous (b, h, c, m)
-    _diagonals(scores, layout.width).add_(terms.band[:, :, start:stop].to(exact))
+    diagonals(scores, layout.width).add_(terms.band[:, :, start:stop].to(exact))
     before, after = layout.sides(stop - start, q.device)
     scores = (
         scores
@@ -201,7 +201,7 @@ def _forward(q, k, v, terms: RegionTerms, left, right, layout: _Layout):
         block = torch.matmul(probs, v_padded[:, :, layout.near(start, stop)].to(exact))
         if terms.value_band is not None:
             # Shaw's value rows: w^V_-k on the strip's left, w^V_+k on its right, w^V_t on its diagonals
-            block += (torch.matmul(_diagonals(probs, layout.width), terms.value_band.to(exact))
+            block += (torch.matmul(diagonals(probs, layout.width), terms.value_band.to(exact))
                       + (probs * before).sum(-1, keepdim=True) * terms.value_left.to(exact)
                       + (probs * after).sum(-1, keepdim=True) * terms.value_right.to(exact))  # fmt: skip
         near_out[:, :, start:stop] = block
@@ -252,17 +252,17 @@ def _backward(d_out, q, k, v, terms: RegionTerms, left, right, layout: _Layout, 
         d_block = d_exact[:, :, rows]  # (b, h, c, d_h)
         d_probs = torch.matmul(d_block, v_padded[:, :, near].transpose(-1, -2))  # (b, h, c, m)
         if values:
-            _diagonals(d_probs, width).add_(torch.matmul(d_block, terms.value_band.to(exact).T))
+            diagonals(d_probs, width).add_(torch.matmul(d_block, terms.value_band.to(exact).T))
             d_probs += before * (d_block @ terms.value_left.to(exact))[..., None]
             d_probs += after * (d_block @ terms.value_right.to(exact))[..., None]
-            d_value_band += torch.einsum("bhct,bhcd->td", _diagonals(probs, width), d_block)
+            d_value_band += torch.einsum("bhct,bhcd->td", diagonals(probs, width), d_block)
             d_value_rows[0] += torch.einsum("bhc,bhcd->d", (probs * before).sum(-1), d_block)
             d_value_rows[1] += torch.einsum("bhc,bhcd->d", (probs * after).sum(-1), d_block)
         d_vp[:, :, near] += torch.matmul(probs.transpose(-1, -2), d_block)
         d_scores = d_probs.sub_(row_sums[:, :, rows, None]).mul_(probs)  # dS = P (dP - D)
         d_left[:, :, rows] = (d_scores * before).sum(-1)
         d_right[:, :, rows] = (d_scores * after).sum(-1)
-        d_band[:, :, rows] = _diagonals(d_scores, width)
+        d_band[:, :, rows] = diagonals(d_scores, width)
         d_q[:, :, rows] += torch.matmul(d_scores, k_padded[:, :, near]) * scale
         d_kp[:, :, near] += torch.matmul(d_scores.transpose(-1, -2), q[:, :, rows].to(exact)) * scale
     # the far sides' constants and value rows, from their share of the mass: dc = share (dO . (O_far + w^V) - D)
