@@ -202,8 +202,10 @@ def test_rope_yarn_matches_transformers_yarn_and_scales_by_its_temperature():
     heads = yarn.num_heads
     reference = ModernBertConfig(hidden_size=yarn.head_dim * heads, num_attention_heads=heads,
                                  max_position_embeddings=64)  # fmt: skip
+    # both layer types: transformers 5.17 standardises a ModernBERT config's parameters per type and needs each
     reference.rope_parameters = {"full_attention": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
-                                                    "original_max_position_embeddings": 16}}  # fmt: skip
+                                                    "original_max_position_embeddings": 16},
+                                 "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}  # fmt: skip
     theta, temperature = ROPE_INIT_FUNCTIONS["yarn"](reference, "cpu", layer_type="full_attention")
     torch.testing.assert_close(yarn.frequencies().float(), theta, rtol=1e-6, atol=1e-7)
     assert temperature == pytest.approx(0.1 * math.log(4) + 1)

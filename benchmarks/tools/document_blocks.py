@@ -52,6 +52,7 @@ def cases(
     from kolong.attention.chunked import chunked_attention
     from kolong.attention.dispatch import ATTENTION_FUNCTIONS, AttentionCall
     from kolong.attention.masks import AttentionMask
+    from kolong.attention.options import DEFAULT
     from kolong.models import KolongConfig, KolongModel
 
     config = KolongConfig(hidden_size=heads * head_size, num_hidden_layers=1, num_attention_heads=heads,
@@ -77,7 +78,9 @@ def cases(
                 elif path.startswith(
                     "dropout"
                 ):  # BERT's attention dropout: the explicit path or the chunked one
-                    out = ATTENTION_FUNCTIONS[path.split(": ")[1]](q, k, v, AttentionCall(mask, 0.1), 0)[0]
+                    out = ATTENTION_FUNCTIONS[path.split(": ")[1]](
+                        q, k, v, AttentionCall(mask, 0.1, DEFAULT), 0
+                    )[0]
                 elif path == "sdpa-document-blocks":
                     out = documents.document_block_attention(q, k, v, mask)
                 else:

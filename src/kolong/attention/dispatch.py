@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from kolong.attention import banded, documents, hankel, rowwise, sdpa_regions, varlen
 from kolong.attention.chunked import attention_dropout_mask, chunked_attention
 from kolong.attention.masks import AttentionMask, exporting
-from kolong.attention.options import DEFAULT, AttentionOptions
+from kolong.attention.options import AttentionOptions
 
 KINDS = ("none", "rotation", "distance", "query")
 # Devices whose FlexAttention kernels compile with a backward (torch has none on CPU): where the fused path may
@@ -87,11 +87,13 @@ class AttentionCall:
     """Everything one attention call reads beside q, k, v and the layer. The scheme's terms come from `scheme` (an
     object with the position-scheme hooks: `chunk_bias`, `flex_score`, `score_bias`, `value_term`), built only by
     the path that reads them, with the forward's shared `state`. The layer is an argument of its own, never kept
-    here: a compiled layer would guard on it, and layers compiled one by one must share a graph."""
+    here: a compiled layer would guard on it, and layers compiled one by one must share a graph. `options` has no
+    default: dynamo in torch 2.11 cannot wrap an instance held as a default of `__init__` (a graph break at every
+    layer), only one reached through the layer that passes it."""
 
     mask: AttentionMask
-    dropout_p: float = 0.0
-    options: AttentionOptions = DEFAULT
+    dropout_p: float
+    options: AttentionOptions
     scheme: Any = None
     state: Any = None
 
