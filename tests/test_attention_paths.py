@@ -620,11 +620,13 @@ def test_chunked_forward_in_the_fused_kernel_gives_the_same_outputs_and_gradient
 
 def test_toeplitz_rows_read_the_bias_of_each_distance():
     """Entry (i, j) of rows start..stop-1 is per_distance[:, j - i + n - 1], for any block, and for the
-    transposed (non-contiguous) tables T5 builds."""
+    transposed (non-contiguous) tables T5 builds; the block comes contiguous."""
     from kolong.attention.chunked import toeplitz_rows
 
     length = 11
     per_distance = torch.randn(2 * length - 1, 3).T  # (h, 2n - 1), transposed
     for start, stop in ((0, 11), (0, 4), (4, 9), (10, 11)):
         index = torch.arange(length)[None, :] - torch.arange(start, stop)[:, None] + length - 1
-        assert torch.equal(toeplitz_rows(per_distance, start, stop, length), per_distance[:, index])
+        rows = toeplitz_rows(per_distance, start, stop, length)
+        # row-major: the passes that broadcast it over the batch read it fastest so
+        assert torch.equal(rows, per_distance[:, index]) and rows.is_contiguous()
