@@ -38,7 +38,7 @@ import torch
 import torch.nn.functional as F
 
 from kolong.attention.profiling import labelled
-from kolong.attention.regions import RegionTerms, merge, softmax_with_lse
+from kolong.attention.regions import RegionTerms, softmax_with_lse
 
 # Query rows per block. A block's near strip (the keys within reach of some row of it, c + 2r - 2 of them) is
 # tensor code and the far keys on each side are the fused kernel's: shorter blocks give the kernel more of the
@@ -89,7 +89,10 @@ class _Layout:
         present = torch.ones(1, self.length, dtype=torch.bool) if real is None else real
         valid = F.pad(present, (reach - 1, reach - 1), value=False)  # (b|1, n + 2r - 2)
         self.valid = valid[:, None, None]
+        # blocks whose strip holds no padded key: most of them, which then skip the strip's fill of -inf
+        self.whole = {start: bool(valid[:, self.near(start, stop)].all()) for start, stop in self.blocks()}
         self.rectangles = {side: self._rectangles(side) for side in ("left", "right")}  # forward and backward
+        self._sides: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def blocks(self):
         for start in range(0, self.length, BLOCK_ROWS):
@@ -130,12 +133,25 @@ class _Layout:
         return slice(start, stop + self.width - 1)  # in padded key indices
 
     def sides(self, rows: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-        """(c, c + 2r - 2) masks of a block's strip: left of the band (t < 0) and right of it (t > 2r - 2)."""
-        relative = (
-            torch.arange(rows + self.width - 1, device=device)[None, :]
-            - torch.arange(rows, device=device)[:, None]
-        )
-        return relative < 0, relative > self.width - 1
+        """(c, c + 2r - 2) masks of a block's strip: left of the band (t < 0) and right of it (t > 2r - 2). The
+        same for every block of c rows: built once a layout, for the forward and the backward."""
+        if rows not in self._sides:
+            relative = (
+                torch.arange(rows + self.width - 1, device=device)[None, :]
+                - torch.arange(rows, device=device)[:, None]
+            )
+            self._sides[rows] = (relative < 0, relative > self.width - 1)
+        return self._sides[rows]
+
+    def padded(self, t: torch.Tensor) -> torch.Tensor:
+        """(b, h, n, d) -> (b, h, n + 2r - 2, d), zeros on either side: the keys and values the strips read. Only
+        the borders are filled (a padded value must be finite: it meets a probability 0 in the backward)."""
+        edge = self.reach - 1
+        out = t.new_empty(*t.shape[:2], t.shape[2] + 2 * edge, t.shape[3])
+        out[:, :, :edge].zero_()
+        out[:, :, edge + t.shape[2] :].zero_()
+        out[:, :, edge : edge + t.shape[2]].copy_(t)
+        return out
 
     def reached(self, keys: slice) -> torch.Tensor | None:
         """(b, 1, 1) whether each sequence has a real key in `keys` (the kernel gives a row with none lse 0)."""
@@ -150,20 +166,30 @@ def diagonals(block: torch.Tensor, width: int) -> torch.Tensor:
     return block.as_strided((b, h, c, width), (h * c * m, c * m, m + 1, 1), block.storage_offset())
 
 
-def _near_scores(q, k_padded, terms, left, right, layout: _Layout, start, stop, scale, exact):
-    """(b, h, c, c + 2r - 2) biased scores of rows start..stop-1 against their strip, -inf where no key; and the
-    strip's side masks."""
-    keys = k_padded[:, :, layout.near(start, stop)]
-    product = torch.matmul(q[:, :, start:stop].to(keys.dtype), keys.transpose(-1, -2))
-    scores = product.to(exact).mul_(scale)  # contiguous (b, h, c, m)
-    diagonals(scores, layout.width).add_(terms.band[:, :, start:stop].to(exact))
+def _near_scores(q, k_padded, terms, left, right, layout: _Layout, start, stop, scale, shift=None):
+    """(b, h, c, c + 2r - 2) biased scores of rows start..stop-1 against their strip (less `shift` (b, h, n) on
+    each row when given), -inf where no key; and the strip's side masks.
+
+    The bias is written first (the row's constants on either side of the band, the band on its diagonals: entry
+    (a, t), distance t - r + 1, sits at a (c + 2r - 1) + t of the block) and the GEMM adds the scaled product into
+    it: no pass of its own for the scale, the bias or the shift."""
+    rows = slice(start, stop)
     before, after = layout.sides(stop - start, q.device)
-    scores = (
-        scores
-        + before * left[:, :, start:stop, None].to(exact)
-        + after * right[:, :, start:stop, None].to(exact)
+    lower, upper, band = left[:, :, rows, None], right[:, :, rows, None], terms.band[:, :, rows].to(q.dtype)
+    if shift is not None:
+        row_shift = shift[:, :, rows, None]
+        lower, upper, band = lower - row_shift, upper - row_shift, band - row_shift
+    scores = torch.where(
+        before, lower.to(q.dtype), upper.to(q.dtype)
+    )  # contiguous (b, h, c, m); the band next
+    diagonals(scores, layout.width).copy_(band)
+    keys = k_padded[:, :, layout.near(start, stop)]
+    scores.flatten(0, 1).baddbmm_(
+        q[:, :, rows].flatten(0, 1), keys.flatten(0, 1).transpose(1, 2), alpha=scale
     )
-    return scores.masked_fill_(~layout.valid[..., layout.near(start, stop)], -math.inf), before, after
+    if not layout.whole[start]:
+        scores.masked_fill_(~layout.valid[..., layout.near(start, stop)], -math.inf)
+    return scores, before, after
 
 
 def _far(q, k, v, layout: _Layout, keys: slice, rows: slice, scale):
@@ -176,63 +202,78 @@ def _far(q, k, v, layout: _Layout, keys: slice, rows: slice, scale):
     return out, (lse if reached is None else lse.masked_fill(~reached, -math.inf))
 
 
+def _merge_into(out: torch.Tensor, lse: torch.Tensor, part_out: torch.Tensor, part_lse: torch.Tensor) -> None:
+    """out, lse (views of a side's running output, (b, h, rows, d_h) and (b, h, rows)) <- the attention over their
+    keys and a part's, in place: two passes over the output. A row neither reaches (both lse -inf) keeps 0."""
+    total = torch.logaddexp(lse, part_lse)
+    safe = total.masked_fill(total == -math.inf, 0.0)
+    out.mul_((lse - safe).exp_()[..., None]).addcmul_(part_out, (part_lse - safe).exp_()[..., None])
+    lse.copy_(total)
+
+
 def _forward(q, k, v, terms: RegionTerms, left, right, layout: _Layout):
     """The output, the merged log-sum-exp, and each far side's normalised output and shifted lse (for the
     backward)."""
     batch, heads, length, _ = q.shape
-    exact, scale = _exact(q), 1.0 / math.sqrt(q.shape[-1])
-    k_padded, v_padded = (F.pad(t, (0, 0, layout.reach - 1, layout.reach - 1)) for t in (k, v))
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    k_padded, v_padded = layout.padded(k), layout.padded(v)
     far_out = [torch.zeros_like(q), torch.zeros_like(q)]
-    far_lse = [q.new_full((batch, heads, length), -math.inf, dtype=exact) for _ in range(2)]
-    near_out = torch.empty(q.shape, dtype=exact)
-    near_lse = q.new_empty((batch, heads, length), dtype=exact)
+    far_lse = [q.new_full((batch, heads, length), -math.inf) for _ in range(2)]
+    near_out = torch.empty_like(q)
+    near_lse = q.new_empty((batch, heads, length))
     for side, name in enumerate(("left", "right")):
+        written = bytearray(length)
         for rows, keys in layout.rectangles[name]:
             out, lse = _far(q, k, v, layout, keys, rows, scale)
-            merged, merged_lse, _ = merge(
-                [(far_out[side][:, :, rows], far_lse[side][:, :, rows]), (out, lse)]
-            )
-            far_out[side][:, :, rows], far_lse[side][:, :, rows] = merged.to(q.dtype), merged_lse
+            if any(written[rows]):
+                _merge_into(far_out[side][:, :, rows], far_lse[side][:, :, rows], out, lse)
+            else:  # rows still at (0, -inf): the part is their merge
+                far_out[side][:, :, rows], far_lse[side][:, :, rows] = out, lse
+                written[rows] = b"\x01" * (rows.stop - rows.start)
     for start, stop in layout.blocks():
-        scores, before, after = _near_scores(
-            q, k_padded, terms, left, right, layout, start, stop, scale, exact
-        )
-        probs, near_lse[:, :, start:stop] = softmax_with_lse(scores)
-        block = torch.matmul(probs, v_padded[:, :, layout.near(start, stop)].to(exact))
+        scores, before, after = _near_scores(q, k_padded, terms, left, right, layout, start, stop, scale)
+        # the strip's softmax in place, its normalisation left to the (c, d_h) output rather than the (c, m) block
+        top = scores.amax(-1, keepdim=True)
+        top.masked_fill_(top == -math.inf, 0.0)  # a row without a key in its strip: weights 0, lse -inf
+        weights = scores.sub_(top).exp_()
+        total = weights.sum(-1, keepdim=True)
+        near_lse[:, :, start:stop] = (top + total.log()).squeeze(-1)
+        # out of place: a product into a strided view of near_out runs head by head (torch 2.13, CPU)
+        block = torch.matmul(weights, v_padded[:, :, layout.near(start, stop)])
         if terms.value_band is not None:
             # Shaw's value rows: w^V_-k on the strip's left, w^V_+k on its right, w^V_t on its diagonals
-            block += (torch.matmul(diagonals(probs, layout.width), terms.value_band.to(exact))
-                      + (probs * before).sum(-1, keepdim=True) * terms.value_left.to(exact)
-                      + (probs * after).sum(-1, keepdim=True) * terms.value_right.to(exact))  # fmt: skip
-        near_out[:, :, start:stop] = block
-    far_lse = [far_lse[0] + left.to(exact), far_lse[1] + right.to(exact)]
-    out, lse, (left_share, _, right_share) = merge(
-        [(far_out[0], far_lse[0]), (near_out, near_lse), (far_out[1], far_lse[1])]
-    )
+            block += (torch.matmul(diagonals(weights, layout.width), terms.value_band.to(q.dtype))
+                      + (weights * before).sum(-1, keepdim=True) * terms.value_left.to(q.dtype)
+                      + (weights * after).sum(-1, keepdim=True) * terms.value_right.to(q.dtype))  # fmt: skip
+        near_out[:, :, start:stop] = block.div_(total.masked_fill_(total == 0, 1.0))
+    far_lse = [far_lse[0] + left, far_lse[1] + right]
+    shares, lse = softmax_with_lse(torch.stack([far_lse[0], near_lse, far_lse[1]], dim=-1))  # (b, h, n, 3)
+    left_share, near_share, right_share = (share[..., None] for share in shares.unbind(-1))
+    out = near_out.mul_(near_share).addcmul_(far_out[0], left_share).addcmul_(far_out[1], right_share)
     if terms.value_band is not None:
-        out = out + left_share[..., None] * terms.value_left + right_share[..., None] * terms.value_right
-    return out.to(q.dtype), lse, far_out, far_lse
+        out += left_share * terms.value_left + right_share * terms.value_right
+    return out, lse, far_out, far_lse
 
 
 def _backward(d_out, q, k, v, terms: RegionTerms, left, right, layout: _Layout, out, lse, far_out, far_lse):
     """Every input's gradient from the merged output and log-sum-exp (see the module's docstring)."""
     kernel = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
-    exact, scale, reach, width = _exact(q), 1.0 / math.sqrt(q.shape[-1]), layout.reach, layout.width
+    scale, reach, width = 1.0 / math.sqrt(q.shape[-1]), layout.reach, layout.width
     lse = torch.where(torch.isfinite(lse), lse, math.inf)  # a row no region reaches: every exp(s - L) is 0
-    d_exact = d_out.to(exact)
-    row_sums = (d_exact * out.to(exact)).sum(-1)  # D_i = dO_i . O_i, (b, h, n)
-    k_padded, v_padded = (F.pad(t, (0, 0, reach - 1, reach - 1)).to(exact) for t in (k, v))
-    d_q = torch.zeros(q.shape, dtype=exact)
-    d_k, d_v = torch.zeros(k.shape, dtype=exact), torch.zeros(v.shape, dtype=exact)
+    row_sums = (d_out * out).sum(-1)  # D_i = dO_i . O_i, (b, h, n)
+    k_padded, v_padded = layout.padded(k), layout.padded(v)
+    d_q = torch.zeros_like(q)
+    # the kernel's dk, dv go into the padded buffers' inner rows, beside the strips'
     d_kp, d_vp = torch.zeros_like(k_padded), torch.zeros_like(v_padded)
-    d_left = torch.zeros(lse.shape, dtype=exact)
-    d_right, d_band = torch.zeros_like(d_left), torch.zeros((*lse.shape, width), dtype=exact)
+    d_k, d_v = (t[:, :, reach - 1 : reach - 1 + q.shape[2]] for t in (d_kp, d_vp))
+    d_left, d_right = torch.empty_like(lse), torch.empty_like(lse)
+    d_band = lse.new_empty((*lse.shape, width))
     values = terms.value_band is not None
-    d_value_rows = [torch.zeros(q.shape[-1], dtype=exact) for _ in range(2)]
-    d_value_band = torch.zeros((width, q.shape[-1]), dtype=exact) if values else None
+    d_value_rows = [q.new_zeros(q.shape[-1]) for _ in range(2)]
+    d_value_band = q.new_zeros((width, q.shape[-1])) if values else None
     # each far side's backward sees the merged attention: lse less its constant, O less its value row
-    passed = [(out if not values else out - terms.value_left.to(out.dtype), (lse - left.to(exact)).to(exact)),
-              (out if not values else out - terms.value_right.to(out.dtype), (lse - right.to(exact)).to(exact))]  # fmt: skip
+    passed = [(out if not values else out - terms.value_left, lse - left),
+              (out if not values else out - terms.value_right, lse - right)]  # fmt: skip
     for (side_out, side_lse), name in zip(passed, ("left", "right"), strict=True):
         for rows, keys in layout.rectangles[name]:
             mask = None if layout.keys_mask is None else layout.keys_mask[..., keys]
@@ -242,39 +283,35 @@ def _backward(d_out, q, k, v, terms: RegionTerms, left, right, layout: _Layout, 
             d_k[:, :, keys] += dk
             d_v[:, :, keys] += dv
     for start, stop in layout.blocks():
-        rows = slice(start, stop)
-        near = layout.near(start, stop)
-        scores, before, after = _near_scores(
-            q, k_padded, terms, left, right, layout, start, stop, scale, exact
-        )
-        # the merged attention's probabilities, 0 off the strip
-        probs = scores.sub_(lse[:, :, rows, None]).exp_()
-        d_block = d_exact[:, :, rows]  # (b, h, c, d_h)
+        rows, near = slice(start, stop), layout.near(start, stop)
+        # the merged attention's probabilities, 0 off the strip: exp(s - L), L folded into the bias
+        scores, before, after = _near_scores(q, k_padded, terms, left, right, layout, start, stop, scale, lse)
+        probs = scores.exp_()
+        d_block = d_out[:, :, rows]  # (b, h, c, d_h)
         d_probs = torch.matmul(d_block, v_padded[:, :, near].transpose(-1, -2))  # (b, h, c, m)
         if values:
-            diagonals(d_probs, width).add_(torch.matmul(d_block, terms.value_band.to(exact).T))
-            d_probs += before * (d_block @ terms.value_left.to(exact))[..., None]
-            d_probs += after * (d_block @ terms.value_right.to(exact))[..., None]
+            diagonals(d_probs, width).add_(torch.matmul(d_block, terms.value_band.T))
+            d_probs += before * (d_block @ terms.value_left)[..., None]
+            d_probs += after * (d_block @ terms.value_right)[..., None]
             d_value_band += torch.einsum("bhct,bhcd->td", diagonals(probs, width), d_block)
             d_value_rows[0] += torch.einsum("bhc,bhcd->d", (probs * before).sum(-1), d_block)
             d_value_rows[1] += torch.einsum("bhc,bhcd->d", (probs * after).sum(-1), d_block)
+        # products out of place, then added: into a strided view of the buffers they run head by head
         d_vp[:, :, near] += torch.matmul(probs.transpose(-1, -2), d_block)
         d_scores = d_probs.sub_(row_sums[:, :, rows, None]).mul_(probs)  # dS = P (dP - D)
         d_left[:, :, rows] = (d_scores * before).sum(-1)
         d_right[:, :, rows] = (d_scores * after).sum(-1)
         d_band[:, :, rows] = diagonals(d_scores, width)
-        d_q[:, :, rows] += torch.matmul(d_scores, k_padded[:, :, near]) * scale
-        d_kp[:, :, near] += torch.matmul(d_scores.transpose(-1, -2), q[:, :, rows].to(exact)) * scale
+        d_scores.mul_(scale)
+        d_q[:, :, rows] += torch.matmul(d_scores, k_padded[:, :, near])
+        d_kp[:, :, near] += torch.matmul(d_scores.transpose(-1, -2), q[:, :, rows])
     # the far sides' constants and value rows, from their share of the mass: dc = share (dO . (O_far + w^V) - D)
     for side, value in enumerate((terms.value_left, terms.value_right)):
         share = torch.exp(far_lse[side] - lse)
-        reached = far_out[side].to(exact) if value is None else far_out[side].to(exact) + value.to(exact)
-        (d_left if side == 0 else d_right).add_(share * ((d_exact * reached).sum(-1) - row_sums))
+        reached = far_out[side] if value is None else far_out[side] + value
+        (d_left if side == 0 else d_right).add_(share * ((d_out * reached).sum(-1) - row_sums))
         if value is not None:
-            d_value_rows[side] += torch.einsum("bhn,bhnd->d", share, d_exact)
-    inner = slice(reach - 1, reach - 1 + q.shape[2])
-    d_k += d_kp[:, :, inner]
-    d_v += d_vp[:, :, inner]
+            d_value_rows[side] += torch.einsum("bhn,bhnd->d", share, d_out)
     return d_q, d_k, d_v, d_left, d_band, d_right, d_value_rows[0], d_value_band, d_value_rows[1]
 
 
