@@ -25,7 +25,7 @@ constant then gets
 
 from the side's share of the row's mass and its normalised output, and the strip's terms come from its own
 recomputed probabilities. No (n, n) tensor, no gradient added into a few addresses. On 2 CPU cores this trains
-Shaw faster than the chunked path from 2,048 tokens on, and not at 512 or 1,024 (`fits`). T5 takes it only where
+Shaw faster than the chunked path from 1,024 tokens on, and not at 512 or 768 (`fits`). T5 takes it only where
 its strided view cannot train it (`hankel.py`: padding inside the rows), since the view was faster at every length
 measured (docs/encoder.md).
 """
@@ -47,8 +47,8 @@ from kolong.attention.regions import RegionTerms, softmax_with_lse
 BLOCK_ROWS = 128
 # Rows hold at least this many near strips (BLOCK_ROWS + 2r - 2 keys each) before the regions are taken: with
 # strips of a larger share the chunked path was as fast or faster, attention alone on 2 CPU cores (Shaw's strips at
-# 15% of the row: 0.94x the chunked path's speed; at 8%, 1.02-1.11x, and T5's at 8%, 1.11-1.24x).
-STRIPS = 8
+# 21% of the row, 768 tokens: 0.93x the chunked path's speed; at 15%, 1,024 tokens, 1.09-1.13x; at 8%, 1.23x).
+STRIPS = 6
 
 
 def fits(q: torch.Tensor, reach: int) -> bool:
