@@ -7,9 +7,9 @@ keys) mixes the three. So:
 - the far keys of each side go through the fused kernel without a bias (a constant does not change a softmax):
   out and lse per row, the side's constant added to its lse. The staircase the blocks make is covered by
   rectangles, halving recursively (`_Layout.rectangles`), so that most of the work is in a few tall calls;
-- the strip is tensor code: the block's (c, c + 2r - 2) scores, Shaw's profile (or T5's per-distance copy) added
-  on its diagonals (entry (a, t), distance t - r + 1, sits at a (c + 2r - 1) + t of the block) and the two
-  constants on either side of them;
+- the strip is tensor code: the block's (c, c + 2r - 2) scores, Shaw's profile (or T5's per-distance copy) on
+  its diagonals (entry (a, t), distance t - r + 1, sits at a (c + 2r - 1) + t of the block) and the two
+  constants on either side of them, written before the GEMM adds the product into them;
 - the parts merge by log-sum-exp.
 
 The kernel's backward takes no gradient through a log-sum-exp, and needs none. Run on a far rectangle with the
@@ -26,8 +26,8 @@ constant then gets
 from the side's share of the row's mass and its normalised output, and the strip's terms come from its own
 recomputed probabilities. No (n, n) tensor, no gradient added into a few addresses. On 2 CPU cores this trains
 Shaw faster than the chunked path from 1,024 tokens on, and not at 512 or 768 (`fits`). T5 takes it only where
-its strided view cannot train it (`hankel.py`: padding inside the rows), since the view was faster at every length
-measured (docs/encoder.md).
+its strided view cannot train it (`hankel.py`: padding inside the rows), since the view was as fast or faster at
+every length measured (docs/encoder.md).
 """
 
 from __future__ import annotations
