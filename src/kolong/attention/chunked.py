@@ -106,14 +106,11 @@ def toeplitz_rows(per_distance: torch.Tensor, start: int, stop: int, length: int
     """Rows start..stop-1 of the (h, n, n) bias whose entry (i, j) is per_distance[:, j - i + n - 1]: (h, c, n),
     contiguous.
 
-    With the vector reversed, row i read from its entry i onwards is the row with its keys in reverse order (a
-    Hankel view, strides 1 along both axes): copied out row by row, then each row flipped in place of a copy. A
-    view read with its rows reversed instead gives flip a tie between two axes of stride 1, which it breaks by
-    laying the rows out innermost: the block then comes column-major, and the batch-broadcast pass that reads it
-    next took twice as long (12 heads, 85 x 512 blocks)."""
-    reverse = per_distance.contiguous().flip(-1)  # (h, 2n - 1): reverse[m] = per_distance[2n - 2 - m]
-    hankel = reverse.as_strided((reverse.shape[0], stop - start, length), (reverse.stride(0), 1, 1), start)
-    return hankel.contiguous().flip(-1)  # entry (i, j): reverse[i + n - 1 - j] = per_distance[j - i + n - 1]
+    The rows of `hankel_view` (the keys in reverse order, strides 1 along both axes) copied out, then each row
+    flipped in place of a copy. A view read with its rows reversed instead gives flip a tie between two axes of
+    stride 1, which it breaks by laying the rows out innermost: the block then comes column-major, and the
+    batch-broadcast pass that reads it next took twice as long (12 heads, 85 x 512 blocks)."""
+    return hankel_view(per_distance, length, length)[0, :, start:stop].contiguous().flip(-1)
 
 
 def hankel_view(per_distance: torch.Tensor, length: int, keys: int) -> torch.Tensor:
