@@ -67,6 +67,7 @@ class AttentionMask:
     _global_positions: torch.Tensor | None = field(default=None, repr=False, compare=False)
     _band_allowed: torch.Tensor | None = field(default=None, repr=False, compare=False)  # banded.py's mask
     _document_extents: tuple[list[int], list[int]] | None = field(default=None, repr=False, compare=False)
+    _padding_ends: list[int] | None = field(default=None, repr=False, compare=False)  # `padding_ends`
     _row_extents: list[tuple[list[int], list[int]]] | None = field(default=None, repr=False, compare=False)
     _batch_rows: list[AttentionMask] | None = field(default=None, repr=False, compare=False)
     _keys_read: dict = field(
@@ -221,6 +222,18 @@ class AttentionMask:
             self._document_extents = (found[0], found[batch + 1])
             self._row_extents = [(found[1 + row], found[batch + 2 + row]) for row in range(batch)]
         return self._document_extents
+
+    @torch.compiler.disable  # a host read: inside a compiled model it runs eagerly, at a graph break
+    def padding_ends(self) -> list[int] | None:
+        """Padding only, at the rows' ends: each row's number of real tokens; None when some row has padding
+        before a token. One host read per forward, kept for every layer."""
+        if self._padding_ends is None:
+            real = self.real
+            ends = real.sum(1)
+            at_end = (real == (torch.arange(real.shape[1], device=real.device) < ends[:, None])).all()
+            *found, ordered = torch.cat([ends, at_end[None].long()]).tolist()
+            self._padding_ends = found if ordered else []
+        return self._padding_ends or None
 
     def batch_rows(self) -> list[AttentionMask]:
         """Packed documents: one mask per row of the batch, each knowing its own row's document extents (no

@@ -87,11 +87,7 @@ def row_ends(mask: AttentionMask | None, length: int) -> list[int] | None:
         return [length]
     if not mask.keys_only:  # packed documents (or a window, which never comes here)
         return None
-    real = mask.real
-    ends = real.sum(1)
-    if not bool((real == (torch.arange(length, device=real.device) < ends[:, None])).all()):
-        return None
-    return ends.tolist()
+    return mask.padding_ends()
 
 
 def _hankel(q, k, v, per_distance: torch.Tensor, end: int) -> torch.Tensor:
