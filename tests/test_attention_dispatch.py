@@ -145,12 +145,13 @@ def test_the_view_trains_only_padding_at_the_rows_ends_and_rows_holding_its_stri
     assert kernel(4, inside) != "sdpa-distance-grad"
 
 
-
 @pytest.mark.parametrize("layers", [1, 3])
 def test_padding_ends_are_read_from_the_device_once_per_forward_whatever_the_depth(monkeypatch, layers):
     """T5 and ALiBi at inference read each row's length off the mask before planning and again in their kernel:
     from the mask, one host read (a wait for the queued work on a GPU) for every layer."""
-    config = tiny_kolong_config(position_encoding="alibi", num_hidden_layers=layers, attention_probs_dropout_prob=0.0)
+    config = tiny_kolong_config(
+        position_encoding="alibi", num_hidden_layers=layers, attention_probs_dropout_prob=0.0
+    )
     model = KolongModel(config).eval()
     ids, attention_mask = random_ids(2, 24), torch.ones(2, 24, dtype=torch.long)
     attention_mask[0, 17:] = 0
@@ -168,6 +169,7 @@ def test_padding_ends_are_read_from_the_device_once_per_forward_whatever_the_dep
     assert mask.padding_ends() == mask.padding_ends() == [17, 24]
     assert inside.padding_ends() is None and inside.padding_ends() is None
     assert len(reads) == 2
+
 
 @pytest.mark.parametrize(
     ("contribution", "mask", "dropout", "options", "expected"),
