@@ -92,12 +92,13 @@ LONG_DOCUMENTS = AttentionMask.from_attention_mask(torch.tensor([[1] * 40 + [2] 
         (Contribution("query", trained=True, reach=4), LONG_PADDING, 0.0, True, {"relative_regions": False}, "chunked"),
     ],
 )  # fmt: skip
-def test_the_regions_on_cpu_where_their_strips_are_an_eighth_of_the_row_or_less(
+def test_the_regions_on_cpu_where_the_rows_hold_their_strips(
     monkeypatch, contribution, mask, dropout, grad, options, expected
 ):
     from kolong.attention import sdpa_regions
 
     monkeypatch.setattr(sdpa_regions, "BLOCK_ROWS", 4)  # 80 tokens hold eight strips of 4 + 2 x 4 - 2 keys
+    monkeypatch.setattr(sdpa_regions, "STRIPS", 6)  # and five of 4 + 2 x 6 - 2: too few
     with torch.set_grad_enabled(grad):
         plan = plan_attention("sdpa", _q(grad, 80), contribution, mask, dropout, AttentionOptions(**options))
     assert plan.kernel == expected

@@ -36,10 +36,10 @@ from kolong.attention.sdpa_regions import diagonals
 # them per row, so shorter blocks waste less of their products and taller ones make larger products.
 BLOCK_ROWS = 64
 # Rows hold at least this many strips (BLOCK_ROWS + 2r - 2 keys each) before this path is taken: from 732 tokens
-# for T5's r = 91. Attention alone on 2 CPU cores, against the chunked path, it trained T5 faster from 768 tokens on
-# (at 768: 1.03-1.07x in four runs, 0.85x in one) and slower at 640 and 512, where a strip is half the row
-# (docs/experiments/regions-threshold-cpu-xeon-2core.md, from benchmarks/tools/regions_threshold.py). The strip's
-# height hardly mattered (32 to 256 rows).
+# for T5's r = 91. Attention alone on 2 CPU cores, against the chunked path, it trained T5 faster from 768 tokens
+# on (at 768: 1.03-1.07x in four runs on a Xeon and one on an EPYC, 0.85x in one) and slower at 640 and 512,
+# where a strip is half the row (docs/experiments/regions-threshold-cpu-*.md, from
+# benchmarks/tools/regions_threshold.py). The strip's height hardly mattered (32 to 256 rows).
 STRIPS = 3
 
 

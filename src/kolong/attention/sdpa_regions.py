@@ -45,10 +45,11 @@ from kolong.attention.regions import RegionTerms, softmax_with_lse
 # work, taller ones fewer, larger calls. On 2 CPU cores (attention alone, 2,048 tokens, 12 heads of 64) blocks of
 # 64 rows were slower and blocks of 256 no faster.
 BLOCK_ROWS = 128
-# Rows hold at least this many near strips (BLOCK_ROWS + 2r - 2 keys each) before the regions are taken: with
-# strips of a larger share the chunked path was as fast or faster, attention alone on 2 CPU cores (Shaw's strips at
-# 21% of the row, 768 tokens: 0.93x the chunked path's speed; at 15%, 1,024 tokens, 1.09-1.13x; at 8%, 1.23x).
-STRIPS = 6
+# Rows hold at least this many near strips (BLOCK_ROWS + 2r - 2 keys each) before the regions are taken (632 tokens
+# for Shaw's reach of 16). Attention alone on 2 CPU cores against the chunked path: Shaw at 768 tokens (strips a
+# fifth of the row) 1.16x on an AMD EPYC, level on an Intel Xeon (0.93x-1.02x); at 512 (a third) 1.07x on the EPYC
+# but 0.91x on the Xeon, so rows that short stay chunked.
+STRIPS = 4
 
 
 def fits(q: torch.Tensor, reach: int) -> bool:
@@ -59,7 +60,7 @@ def fits(q: torch.Tensor, reach: int) -> bool:
       output (`_backward`), which an output rounded to 16 bits would leave without its digits (bf16 autocast
       takes the chunked path, which sums the probabilities themselves);
     - rows long enough that the near strips (BLOCK_ROWS + 2r - 2 keys a row) are at most 1 / STRIPS of the work:
-      below that the chunked path was as fast or faster (docs/experiments/regions-threshold-cpu-xeon-2core.md,
+      below that the chunked path was as fast on one CPU or faster (docs/experiments/regions-threshold-cpu-*.md,
       from benchmarks/tools/regions_threshold.py)."""
     ops = torch.ops.aten
     return (
