@@ -72,10 +72,6 @@ def fits(q: torch.Tensor, reach: int) -> bool:
     )
 
 
-def _exact(tensor: torch.Tensor) -> torch.dtype:
-    return torch.promote_types(tensor.dtype, torch.float32)
-
-
 class _Layout:
     """Where each block's keys lie, and the masks that do not change from layer to layer."""
 
@@ -206,8 +202,7 @@ def _far(q, k, v, layout: _Layout, keys: slice, rows: slice, scale):
     kernel = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
     mask = None if layout.keys_mask is None else layout.keys_mask[..., keys]
     out, lse = kernel(q[:, :, rows], k[:, :, keys], v[:, :, keys], 0.0, False, attn_mask=mask, scale=scale)
-    reached = layout.reached(keys)
-    lse = lse.to(_exact(q))
+    reached = layout.reached(keys)  # the kernel's lse comes in q's dtype: float32 or float64 here (`fits`)
     return out, (lse if reached is None else lse.masked_fill(~reached, -math.inf))
 
 
