@@ -60,8 +60,8 @@ def fits(q: torch.Tensor, reach: int) -> bool:
       output (`_backward`), which an output rounded to 16 bits would leave without its digits (bf16 autocast
       takes the chunked path, which sums the probabilities themselves);
     - rows long enough that the near strips (BLOCK_ROWS + 2r - 2 keys a row) are at most 1 / STRIPS of the work:
-      below that the chunked path was as fast on one CPU or faster (docs/experiments/regions-threshold-cpu-*.md,
-      from benchmarks/tools/regions_threshold.py)."""
+      below that the chunked path was as fast or faster on one of the CPUs measured
+      (docs/experiments/regions-threshold-cpu-*.md, from benchmarks/tools/regions_threshold.py)."""
     ops = torch.ops.aten
     return (
         q.device.type == "cpu"
