@@ -11,7 +11,10 @@ from kolong.cli.common import console, one_of, step_progress, user_errors
 
 def extend(
     model: str = typer.Argument(
-        ..., metavar="MODEL", help="Hub name or local directory of a model with a learned absolute table."
+        ...,
+        metavar="MODEL",
+        help="Hub name or local directory of a model with a learned absolute table or RoPE; a "
+        "sentence-transformers directory (modules.json) is extended with every module kept.",
     ),
     max_length: int = typer.Option(
         ..., "--max-length", "-n", min=1, help="New number of token positions, e.g. 2048."
@@ -59,8 +62,11 @@ def extend(
             on_step=on_step,
         )
         progress.update(task, completed=progress.tasks[task].total, description="done")
+    what = f"{report.rows} table rows" if report.rows else "rotary positions, no table"
+    embedding = f"; embedding model, {report.pooling} pooling, max_seq_length {report.new_length}" if report.pooling else ""
     console.print(
         f"[green]extended[/] {report.model_class} {report.old_length} -> {report.new_length} positions "
-        f"({report.method}, {report.rows} table rows, {report.seconds * 1000:.0f} ms) -> {report.output}"
-        + ("" if report.tokenizer_saved else " [yellow](no tokenizer saved)[/]")
+        f"({report.method}, {what}, {report.seconds * 1000:.0f} ms{embedding}) -> {report.output}"
+        + ("" if report.tokenizer_saved else " [yellow](no tokenizer saved)[/]"),
+        soft_wrap=True,
     )

@@ -8,6 +8,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kolong.checkpoints import load_config, load_model, load_tokenizer
+from kolong.extension.embedding_model import (
+    is_embedding_model,
+    load_sentence_transformer,
+    pooling_of,
+    set_max_seq_length,
+    transformer_of,
+)
 from kolong.extension.extend import extend_position_embeddings, set_tokenizer_max_length
 from kolong.extension.position_table import ExtensionError, find_position_table
 from kolong.extension.rope import rope_extender
@@ -25,6 +32,7 @@ class ExtensionReport:
     rows: int
     seconds: float
     tokenizer_saved: bool
+    pooling: str | None = None  # an embedding model's pooling ("mean", "cls", ...); None for a plain model
 
 
 def refuse_no_longer(model_or_path: str, max_length: int) -> None:
@@ -53,19 +61,25 @@ def extend_checkpoint(
     seed: int = 0,
     on_step: Callable[[str], None] | None = None,
 ) -> ExtensionReport:
-    """Load `model_or_path` with its head, extend it, save model + tokenizer to `output_dir` atomically."""
+    """Load `model_or_path` with its head, extend it, save model + tokenizer to `output_dir` atomically.
+
+    A sentence-transformers directory (modules.json) is extended as a whole: every module kept, its
+    `max_seq_length` raised to `max_length` (kolong/extension/embedding_model.py)."""
     step = on_step or (lambda message: None)
     output_dir = Path(output_dir)
     # Refuse before the slow load; this also refuses writing over the input model without --overwrite.
     check_output_dir(output_dir, overwrite)
-    refuse_no_longer(model_or_path, max_length)
+    embedding = is_embedding_model(model_or_path)
+    if not embedding or (Path(model_or_path) / "config.json").is_file():
+        refuse_no_longer(model_or_path, max_length)
 
     step(f"loading {model_or_path}")
-    model = load_model(model_or_path)
+    embedder = load_sentence_transformer(model_or_path) if embedding else None
+    model = transformer_of(embedder) if embedding else load_model(model_or_path)
     rope = rope_extender(model.config) is not None
     old_length = model.config.max_position_embeddings if rope else find_position_table(model).max_length
     loaded_tokenizer = None
-    if tokenizer:
+    if tokenizer and not embedding:  # an embedding model saves its own tokenizer with its modules
         step("loading tokenizer")
         loaded_tokenizer = load_tokenizer(model_or_path, " (use --no-tokenizer to save the model alone)")
 
@@ -78,7 +92,11 @@ def extend_checkpoint(
 
     step(f"saving to {output_dir}")
     with atomic_output_dir(output_dir, overwrite=overwrite) as staging:
-        model.save_pretrained(staging)
+        if embedder is not None:
+            set_max_seq_length(embedder, max_length)
+            embedder.save(str(staging))
+        else:
+            model.save_pretrained(staging)
         if loaded_tokenizer is not None:
             set_tokenizer_max_length(loaded_tokenizer, max_length)
             loaded_tokenizer.save_pretrained(staging)
@@ -91,5 +109,6 @@ def extend_checkpoint(
         new_length=max_length,
         rows=0 if rope else find_position_table(model).rows,
         seconds=seconds,
-        tokenizer_saved=loaded_tokenizer is not None,
+        tokenizer_saved=loaded_tokenizer is not None or embedder is not None,
+        pooling=pooling_of(embedder) if embedder is not None else None,
     )
