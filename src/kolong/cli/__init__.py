@@ -18,6 +18,7 @@ from kolong.cli import (
     plot,
     pretrain,
     qa,
+    retrieval,
     tokenizer,
 )
 
@@ -69,6 +70,8 @@ app.add_typer(bench.app, name="bench")
 app.add_typer(data.app, name="data")
 app.add_typer(finetune.app, name="finetune")
 app.add_typer(finetune.predict_app, name="predict")
+qa.evaluate_app.command("retrieval")(retrieval.evaluate)
+data.app.command("retrieval")(retrieval.build_task)
 app.add_typer(qa.evaluate_app, name="evaluate")
 app.add_typer(experiment.app, name="experiment")
 app.add_typer(pretrain.app, name="pretrain")

@@ -1,0 +1,138 @@
+"""`kolong data retrieval TASK` and `kolong evaluate retrieval MODEL...`: long-document retrieval."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from kolong.cli.common import console, one_of, user_errors
+from kolong.data.shared import HELP as SHARED_HELP
+
+TASK_NAMES = ("passkey", "needle", "paraphrase", "articles")  # kolong.retrieval.builders.TASKS, not imported
+
+
+def int_list(text: str, flag: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise typer.BadParameter(f"{text!r} is not a comma-separated list of integers", param_hint=flag) from None
+    if not values or min(values) < 1:
+        raise typer.BadParameter(f"{text!r}: give positive integers", param_hint=flag)
+    return values
+
+
+def float_list(text: str, flag: str) -> list[float]:
+    try:
+        return [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise typer.BadParameter(f"{text!r} is not a comma-separated list of numbers", param_hint=flag) from None
+
+
+def describe(task) -> str:
+    """Document lengths (characters) and target depths (share of the document) of a task, as lines."""
+    import numpy as np
+
+    lengths = np.array([len(d.text) for d in task.documents.values()])
+    shares = np.array([q.target_start / max(1, len(task.documents[next(iter(q.relevant))].text))
+                       for q in task.queries if q.target_start is not None])  # fmt: skip
+    lines = [f"{len(task.documents)} documents in {len(task.pools())} pool(s), {len(task.queries)} queries",
+             "document characters: " + ", ".join(f"p{p} {np.percentile(lengths, p):,.0f}" for p in (0, 25, 50, 75, 100))]  # fmt: skip
+    if shares.size:
+        counts = np.histogram(shares, bins=[0, 0.2, 0.4, 0.6, 0.8, 1.0001])[0]
+        lines.append("target depth (share of the document): " + ", ".join(
+            f"{low:.1f}-{low + 0.2:.1f} {n}" for low, n in zip((0, 0.2, 0.4, 0.6, 0.8), counts, strict=True)))  # fmt: skip
+    return "\n".join(lines)
+
+
+def build_task(
+    task: str = typer.Argument(..., metavar="TASK", help="passkey | needle | paraphrase | articles."),
+    output: Path = typer.Option(..., "--output", "-o", help="JSON-lines task file to write."),
+    tokenizer: str = typer.Option(
+        None, "--tokenizer", "-t", help="Model or tokenizer whose tokens measure the lengths (haystack tasks)."
+    ),
+    lengths: str = typer.Option("512,1024,2048", help="Haystack tasks: document lengths in tokens, e.g. 256,...,8192."),
+    depths: str = typer.Option("0,0.25,0.5,0.75,1", help="Haystack tasks: target depths, shares of the document."),
+    per_length: int = typer.Option(50, "--per-length", min=1, help="Haystack tasks: documents (and queries) per length."),
+    haystack: str = typer.Option("korquad", callback=one_of("korquad", "konlpy"), help="korquad | konlpy: filler text."),
+    pool: str = typer.Option("articles", callback=one_of("articles", "all", "paragraphs"),
+                             help="articles: candidates are the held-out articles | all: every shared article | "
+                             "paragraphs: the held-out articles' paragraphs."),  # fmt: skip
+    eval_articles: int = typer.Option(25, "--eval-articles", min=1, help="articles: held-out articles."),
+    questions_per_article: int = typer.Option(6, "--questions-per-article", min=1, help="articles: questions each."),
+    seed: int = typer.Option(0, min=0, max=2**32 - 1, help="Seed of every draw."),
+    shared_data: Path = typer.Option(None, "--shared-data", help=SHARED_HELP),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing output file."),
+) -> None:
+    """Build a Korean long-document retrieval task from the shared data, reproducibly from --seed."""
+    from kolong.io import check_output_file
+    from kolong.retrieval.builders import article_task, haystack_task
+    from kolong.retrieval.task import write_task
+
+    if task not in TASK_NAMES:
+        raise typer.BadParameter(f"{task!r} is not one of: {', '.join(TASK_NAMES)}", param_hint="TASK")
+    with user_errors():
+        check_output_file(output, overwrite)
+        if task == "articles":
+            built = article_task(eval_articles=eval_articles, questions_per_article=questions_per_article, pool=pool,
+                                 seed=seed, shared_data=shared_data)  # fmt: skip
+        else:
+            if tokenizer is None:
+                raise typer.BadParameter("the haystack tasks measure lengths in tokens: name a model", param_hint="--tokenizer")
+            from kolong.checkpoints import load_tokenizer
+
+            built = haystack_task(task, load_tokenizer(tokenizer), lengths=int_list(lengths, "--lengths"),
+                                  depths=float_list(depths, "--depths"), per_length=per_length, source=haystack,
+                                  seed=seed, shared_data=shared_data)  # fmt: skip
+        write_task(built, output, overwrite)
+    console.print(describe(built), highlight=False, soft_wrap=True)
+    console.print(f"[green]wrote[/] {output}", soft_wrap=True)
+
+
+def evaluate(
+    models: list[str] = typer.Argument(None, metavar="MODEL...", help="Embedding models (sentence-transformers "
+                                       "directories, or HF encoders with --pooling); none: --readers bm25 alone."),  # fmt: skip
+    task: Path = typer.Option(..., "--task", help="Task file from `kolong data retrieval` or your own JSON lines."),
+    max_length: str = typer.Option("512", "--max-length", "-n", help="Reading lengths in tokens, e.g. 512,2048."),
+    readers: str = typer.Option("truncate,chunk-max,chunk-mean,bm25", help="truncate, chunk-max, chunk-mean, bm25."),
+    extend: str = typer.Option("", "--extend", help="Past a model's positions, extend it in memory by these methods, "
+                               "e.g. copy,interpolate (no training)."),  # fmt: skip
+    pooling: str = typer.Option(None, callback=one_of("mean", "cls"), help="mean | cls: for a plain HF encoder."),
+    k: str = typer.Option("1,10", "--k", help="Cut-offs of recall@k."),
+    depth_split: int = typer.Option(512, "--depth-split", min=1, help="Depth buckets: target before / past this token."),
+    batch_size: int = typer.Option(8, "--batch-size", min=1, help="Texts per encoding batch."),
+    device: str = typer.Option("cpu", help="cpu | cuda."),
+    output: Path = typer.Option(None, "--output", "-o", help="Folder for retrieval.json and retrieval.md."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace existing results in --output."),
+    seed: int = typer.Option(0, min=0, max=2**32 - 1, help="Seed of the bootstrap."),
+) -> None:
+    """Compare readers of long documents on one task: nDCG@10, MRR@10, recall@k with intervals, by length and
+    depth, with throughput and memory."""
+    import time
+
+    from kolong.io import atomic_output_dir, check_output_dir
+    from kolong.retrieval.evaluate import as_json, evaluate_retrieval, markdown
+    from kolong.retrieval.task import read_task
+
+    started = time.perf_counter()
+    with user_errors():
+        if output is not None:
+            check_output_dir(output, overwrite)
+        loaded = read_task(task)
+        result = evaluate_retrieval(
+            loaded, models or [], lengths=int_list(max_length, "--max-length"),
+            readers=[r.strip() for r in readers.split(",") if r.strip()],
+            extensions=[m.strip() for m in extend.split(",") if m.strip()], pooling=pooling, k=int_list(k, "--k"),
+            depth_split=depth_split, batch_size=batch_size, device=device, seed=seed,
+            on_row=lambda label: console.print(f"[dim]{time.perf_counter() - started:6.0f} s[/] reading: {label}",
+                                               highlight=False, soft_wrap=True),
+        )  # fmt: skip
+        table = markdown(result)
+        if output is not None:
+            with atomic_output_dir(output, overwrite) as staging:
+                (staging / "retrieval.json").write_text(json.dumps(as_json(result), ensure_ascii=False, indent=1))
+                (staging / "retrieval.md").write_text(table)
+    console.print(table, highlight=False, soft_wrap=True, markup=False)
+    if output is not None:
+        console.print(f"[green]wrote[/] {output}/retrieval.json and retrieval.md", soft_wrap=True)

@@ -1,0 +1,1 @@
+"""Long-document retrieval with embedding models: tasks, readers, evaluation and contrastive fine-tuning."""

@@ -1,0 +1,253 @@
+"""`kolong evaluate retrieval`: readers of one task compared on the same queries, in one run.
+
+Per reader: nDCG@10 (MTEB's main retrieval score), MRR@10 and recall@k from ir-measures (pytrec_eval
+underneath), each the mean over queries with a bootstrap interval; the same by the relevant document's length
+(its pool for the haystack tasks) and by the target's depth (its first token inside the first `depth_split`
+tokens or past them); the paired difference of nDCG@10 against the first reader, with its interval and a
+verdict; and encoding throughput (documents/s, tokens/s) with peak memory.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from kolong.errors import ConfigError
+from kolong.evaluation.bootstrap import interval, paired_difference
+from kolong.retrieval.readers import DENSE, Encoded, bm25_scores, dense_scores, load_embedder, positions_of
+
+LENGTH_EDGES = (512, 1024, 2048, 4096, 8192)
+
+
+@dataclass
+class Reader:
+    """One row of the comparison: a model (or BM25), how it reads, and at what length."""
+
+    label: str
+    model: str | None  # None: BM25
+    reader: str = "bm25"
+    length: int = 0
+    extension: str | None = None  # a training-free extension applied in memory ("copy", "interpolate", ...)
+
+
+@dataclass
+class RetrievalEvaluation:
+    task: str
+    queries: int
+    documents: int
+    rows: list[dict] = field(default_factory=list)
+    settings: dict = field(default_factory=dict)
+
+
+def measures(k: Sequence[int]):
+    import ir_measures
+    from ir_measures import RR, R, nDCG
+
+    return ir_measures, [nDCG @ 10, RR @ 10, *(R @ n for n in k)]
+
+
+def per_query(qrels: dict, run: dict, k: Sequence[int]) -> dict[str, dict[str, float]]:
+    """measure name -> {query id: value}; a query the run ranks nothing for scores 0."""
+    library, chosen = measures(k)
+    values = {str(m): dict.fromkeys(qrels, 0.0) for m in chosen}
+    for metric in library.iter_calc(chosen, qrels, run):
+        values[str(metric.measure)][metric.query_id] = float(metric.value)
+    return values
+
+
+def plan_readers(models: Sequence[str], lengths: Sequence[int], readers: Sequence[str],
+                 extensions: Sequence[str], positions: Callable[[str], int]) -> list[Reader]:  # fmt: skip
+    """Every row: a model at a length within its positions by each dense reader; past them, read whole by each
+    training-free extension (none given: refused, naming the way to extend)."""
+    rows = []
+    dense = [r for r in readers if r != "bm25"]
+    unknown = [r for r in dense if r not in DENSE]
+    if unknown:
+        raise ConfigError(f"--readers: unknown {', '.join(unknown)}; choose from {', '.join((*DENSE, 'bm25'))}")
+    for model in models:
+        name, most = Path(model).name or model, positions(model)
+        for length in lengths:
+            if length <= most:
+                rows += [Reader(f"{name} {r}@{length}", model, r, length) for r in dense]
+            elif not extensions:
+                raise ConfigError(
+                    f"--max-length {length} is past the {most} positions {model} reads; pass --extend copy (or another "
+                    f"method) to extend it in memory, or extend it first with `kolong extend {model} -n {length}`"
+                )
+            else:
+                rows += [Reader(f"{name} +{m} truncate@{length}", model, "truncate", length, m) for m in extensions]
+    rows += [Reader("bm25", None)] if "bm25" in readers else []  # last: the first row is the reference
+    if not rows:
+        raise ConfigError("nothing to evaluate: give a model, or --readers bm25")
+    return rows
+
+
+def extended_copy(embedder, length: int, method: str):
+    """A copy of `embedder` extended in memory to `length` tokens by `method` (without training)."""
+    from kolong.extension import extend_position_embeddings
+    from kolong.extension.embedding_model import set_max_seq_length, transformer_of
+
+    extended = copy.deepcopy(embedder)
+    keep_short = method == "interpolate+keep-short"
+    extend_position_embeddings(transformer_of(extended), length, "interpolate" if keep_short else method,
+                               keep_short_behaviour=keep_short)  # fmt: skip
+    set_max_seq_length(extended, length)
+    return extended
+
+
+def token_lengths_and_depths(tokenizer, task) -> tuple[dict[str, int], dict[str, int | None]]:
+    """Each document's length and each query's target depth in tokens of `tokenizer` (specials left out)."""
+    lengths, depths = {}, {}
+    for document_id, document in task.documents.items():
+        lengths[document_id] = len(tokenizer(document.text, add_special_tokens=False, truncation=False)["input_ids"])
+    for query in task.queries:
+        if query.target_start is None:
+            depths[query.id] = None
+            continue
+        text = task.documents[next(iter(query.relevant))].text
+        offsets = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+        depths[query.id] = sum(1 for start, _ in offsets if start < query.target_start)
+    return lengths, depths
+
+
+def length_bucket(tokens: int) -> str:
+    for edge in LENGTH_EDGES:
+        if tokens <= edge:
+            return f"<={edge}"
+    return f">{LENGTH_EDGES[-1]}"
+
+
+def buckets(task, lengths: dict[str, int], depths: dict, depth_split: int) -> dict[str, dict[str, str]]:
+    """kind -> {query id: bucket}: "length" (the pool, or the relevant document's token count) and "depth"."""
+    by_length, by_depth = {}, {}
+    for query in task.queries:
+        relevant = next(iter(query.relevant))
+        by_length[query.id] = query.pool if query.pool else length_bucket(lengths[relevant])
+        if depths[query.id] is not None:
+            by_depth[query.id] = f"<{depth_split}" if depths[query.id] < depth_split else f">={depth_split}"
+    return {"length": by_length, "depth": by_depth}
+
+
+def verdict(difference: dict) -> str:
+    if difference["low"] > 0:
+        return "better"
+    if difference["high"] < 0:
+        return "worse"
+    return "no difference shown"
+
+
+def summarise(reader: Reader, encoded: Encoded, values: dict, groups: dict, reference: dict | None,
+              documents: int, seed: int) -> dict:  # fmt: skip
+    ids = sorted(values["nDCG@10"])
+    row = {"reader": reader.label, "model": reader.model, "kind": reader.reader, "length": reader.length,
+           "extension": reader.extension,
+           "metrics": {name: interval([v[q] for q in ids], seed=seed) for name, v in values.items()},
+           "per_query_ndcg10": {q: values["nDCG@10"][q] for q in ids},
+           "documents_per_second": documents / encoded.seconds if encoded.seconds else None,
+           "tokens_per_second": encoded.tokens / encoded.seconds if encoded.seconds else None,
+           "encode_seconds": encoded.seconds, "peak_memory_mb": encoded.peak_mb}  # fmt: skip
+    for kind, assigned in groups.items():
+        row[f"by_{kind}"] = {
+            bucket: interval([values["nDCG@10"][q] for q in ids if assigned.get(q) == bucket], seed=seed)
+            for bucket in sorted(set(assigned.values()), key=_bucket_order)
+        }
+    if reference is not None:
+        ours = [values["nDCG@10"][q] for q in ids]
+        theirs = [reference["per_query_ndcg10"][q] for q in ids]
+        difference = paired_difference(ours, theirs, seed=seed)
+        row["ndcg10_minus_first"] = {**difference, "verdict": verdict(difference)}
+    return row
+
+
+def _bucket_order(bucket: str):
+    digits = "".join(c for c in bucket if c.isdigit())
+    return (int(digits) if digits else 0, bucket)
+
+
+def evaluate_retrieval(
+    task,
+    models: Sequence[str],
+    *,
+    lengths: Sequence[int] = (512,),
+    readers: Sequence[str] = ("truncate", "chunk-max", "chunk-mean", "bm25"),
+    extensions: Sequence[str] = (),
+    pooling: str | None = None,
+    k: Sequence[int] = (1, 10),
+    depth_split: int = 512,
+    batch_size: int = 8,
+    device: str = "cpu",
+    seed: int = 0,
+    on_row: Callable[[str], None] | None = None,
+) -> RetrievalEvaluation:
+    """Every reader of `plan_readers` on `task`; rows in order, the first the reference of the differences."""
+    task.require_candidates(max(k))
+    loaded: dict[str, object] = {}
+
+    def embedder(model: str):
+        if model not in loaded:
+            loaded[model] = load_embedder(model, pooling, device)
+        return loaded[model]
+
+    plan = plan_readers(models, lengths, readers, extensions, lambda m: positions_of(embedder(m)))
+    tokenizer = embedder(models[0])[0].tokenizer if models else None
+    if tokenizer is not None:
+        token_lengths, depths = token_lengths_and_depths(tokenizer, task)
+    else:
+        token_lengths = {d: len(t.text) for d, t in task.documents.items()}
+        depths = {q.id: q.target_start for q in task.queries}
+    groups = buckets(task, token_lengths, depths, depth_split)
+    qrels = {q.id: q.relevant for q in task.queries}
+    result = RetrievalEvaluation(task.name, len(task.queries), len(task.documents),
+                                 settings={"k": list(k), "depth_split": depth_split, "seed": seed,
+                                           "depth_tokens_of": models[0] if models else "characters",
+                                           "task": task.settings})  # fmt: skip
+    for reader in plan:
+        if on_row:
+            on_row(reader.label)
+        if reader.model is None:
+            encoded = bm25_scores(task)
+        else:
+            model = embedder(reader.model)
+            if reader.extension:
+                model = extended_copy(model, reader.length, reader.extension)
+            encoded = dense_scores(model, task, reader.reader, reader.length, batch_size)
+        values = per_query(qrels, encoded.scores, k)
+        reference = result.rows[0] if result.rows else None
+        result.rows.append(summarise(reader, encoded, values, groups, reference, len(task.documents), seed))
+    return result
+
+
+def markdown(result: RetrievalEvaluation) -> str:
+    """The comparison as a markdown table: nDCG@10 [interval], MRR@10, recall@k, by bucket, speed, memory."""
+    first = result.rows[0]
+    recall = [name for name in first["metrics"] if name.startswith("R@")]
+    length_buckets = list(first.get("by_length", {}))
+    depth_buckets = list(first.get("by_depth", {}))
+    head = ["reader", "nDCG@10 [95% CI]", "MRR@10", *recall, *(f"nDCG@10 len {b}" for b in length_buckets),
+            *(f"nDCG@10 depth {b}" for b in depth_buckets), "vs first", "docs/s", "peak MB"]  # fmt: skip
+    lines = [f"Task `{result.task}`: {result.queries} queries, {result.documents} documents.", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]  # fmt: skip
+    for row in result.rows:
+        m = row["metrics"]
+        cells = [row["reader"], f"{m['nDCG@10']['mean']:.3f} [{m['nDCG@10']['low']:.3f}, {m['nDCG@10']['high']:.3f}]",
+                 f"{m['RR@10']['mean']:.3f}", *(f"{m[name]['mean']:.3f}" for name in recall),
+                 *(f"{row['by_length'][b]['mean']:.3f}" for b in length_buckets),
+                 *(f"{row['by_depth'][b]['mean']:.3f}" for b in depth_buckets)]  # fmt: skip
+        difference = row.get("ndcg10_minus_first")
+        cells.append(f"{difference['mean']:+.3f} ({difference['verdict']})" if difference else "—")
+        cells.append(f"{row['documents_per_second']:.1f}" if row["documents_per_second"] else "—")
+        cells.append(f"{row['peak_memory_mb']:.0f}" if row["model"] else "—")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def as_json(result: RetrievalEvaluation) -> dict:
+    from dataclasses import asdict
+
+    payload = asdict(result)
+    payload["mean_ndcg10"] = {row["reader"]: float(np.round(row["metrics"]["nDCG@10"]["mean"], 4)) for row in result.rows}
+    return payload
