@@ -22,7 +22,9 @@ def tiny_embedding_model(folder, pooling: str = "cls"):
     bert = build_tiny_bert_checkpoint(folder / "bert", max_position_embeddings=64)
     transformer = models.Transformer(str(bert), max_seq_length=64)
     pool = models.Pooling(transformer.auto_model.config.hidden_size, pooling_mode=pooling)
-    SentenceTransformer(modules=[transformer, pool, models.Normalize()], device="cpu").save(str(folder / "st"))
+    SentenceTransformer(modules=[transformer, pool, models.Normalize()], device="cpu").save(
+        str(folder / "st")
+    )
     return folder / "st"
 
 

@@ -63,7 +63,11 @@ def extend(
         )
         progress.update(task, completed=progress.tasks[task].total, description="done")
     what = f"{report.rows} table rows" if report.rows else "rotary positions, no table"
-    embedding = f"; embedding model, {report.pooling} pooling, max_seq_length {report.new_length}" if report.pooling else ""
+    embedding = (
+        f"; embedding model, {report.pooling} pooling, max_seq_length {report.new_length}"
+        if report.pooling
+        else ""
+    )
     console.print(
         f"[green]extended[/] {report.model_class} {report.old_length} -> {report.new_length} positions "
         f"({report.method}, {what}, {report.seconds * 1000:.0f} ms{embedding}) -> {report.output}"

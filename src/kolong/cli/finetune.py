@@ -18,6 +18,7 @@ from kolong.training.dp import DPFinetuneArguments, DPPredictArguments
 from kolong.training.ner import NERFinetuneArguments, NERPredictArguments
 from kolong.training.predict_cls import ClassificationPredictArguments
 from kolong.training.predict_seq2seq import Seq2SeqPredictArguments
+from kolong.training.retrieval import RetrievalFinetuneArguments
 
 app = typer.Typer(help="Fine-tune models on tasks.", no_args_is_help=True, rich_markup_mode=None)
 predict_app = typer.Typer(help="Run fine-tuned models on data.", no_args_is_help=True, rich_markup_mode=None)
@@ -98,6 +99,23 @@ def finetune_seq2seq(args: Seq2SeqFinetuneArguments) -> None:
     from kolong.training.seq2seq import finetune_seq2seq as run
 
     console.print_json(json.dumps(run(args), ensure_ascii=False))
+
+
+@app.command("retrieval", cls=SectionedHelp)
+@command_from(RetrievalFinetuneArguments)
+def finetune_retrieval(args: RetrievalFinetuneArguments) -> None:
+    """Fine-tune an embedding model contrastively (in-batch negatives, cached so long documents fit) on Korean
+    pairs held apart from --eval-task; resumes from the last checkpoint in -o.
+
+    Python: kolong.training.retrieval.finetune_retrieval(RetrievalFinetuneArguments(...)).
+    """
+    from kolong.training.retrieval import finetune_retrieval as run
+
+    metrics = run(args, report=report)
+    shown = {k: v for k, v in metrics.items() if k.endswith("ndcg@10")}
+    console.print(f"[green]fine-tuned[/] {metrics['train_pairs']:,} pairs, {metrics['steps']} steps, train loss "
+                  f"{metrics['train_loss']:.4f} -> {args.output_dir}"
+                  + "".join(f"; {k.removeprefix('task_cosine_')} {v:.3f}" for k, v in shown.items()), soft_wrap=True)  # fmt: skip
 
 
 @predict_app.command("qa")

@@ -17,7 +17,9 @@ def int_list(text: str, flag: str) -> list[int]:
     try:
         values = [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
-        raise typer.BadParameter(f"{text!r} is not a comma-separated list of integers", param_hint=flag) from None
+        raise typer.BadParameter(
+            f"{text!r} is not a comma-separated list of integers", param_hint=flag
+        ) from None
     if not values or min(values) < 1:
         raise typer.BadParameter(f"{text!r}: give positive integers", param_hint=flag)
     return values
@@ -27,7 +29,9 @@ def float_list(text: str, flag: str) -> list[float]:
     try:
         return [float(part) for part in text.split(",") if part.strip()]
     except ValueError:
-        raise typer.BadParameter(f"{text!r} is not a comma-separated list of numbers", param_hint=flag) from None
+        raise typer.BadParameter(
+            f"{text!r} is not a comma-separated list of numbers", param_hint=flag
+        ) from None
 
 
 def describe(task) -> str:
@@ -50,17 +54,33 @@ def build_task(
     task: str = typer.Argument(..., metavar="TASK", help="passkey | needle | paraphrase | articles."),
     output: Path = typer.Option(..., "--output", "-o", help="JSON-lines task file to write."),
     tokenizer: str = typer.Option(
-        None, "--tokenizer", "-t", help="Model or tokenizer whose tokens measure the lengths (haystack tasks)."
+        None,
+        "--tokenizer",
+        "-t",
+        help="Model or tokenizer whose tokens measure the lengths (haystack tasks).",
     ),
-    lengths: str = typer.Option("512,1024,2048", help="Haystack tasks: document lengths in tokens, e.g. 256,...,8192."),
-    depths: str = typer.Option("0,0.25,0.5,0.75,1", help="Haystack tasks: target depths, shares of the document."),
-    per_length: int = typer.Option(50, "--per-length", min=1, help="Haystack tasks: documents (and queries) per length."),
-    haystack: str = typer.Option("korquad", callback=one_of("korquad", "konlpy"), help="korquad | konlpy: filler text."),
-    pool: str = typer.Option("articles", callback=one_of("articles", "all", "paragraphs"),
-                             help="articles: candidates are the held-out articles | all: every shared article | "
-                             "paragraphs: the held-out articles' paragraphs."),  # fmt: skip
+    lengths: str = typer.Option(
+        "512,1024,2048", help="Haystack tasks: document lengths in tokens, e.g. 256,...,8192."
+    ),
+    depths: str = typer.Option(
+        "0,0.25,0.5,0.75,1", help="Haystack tasks: target depths, shares of the document."
+    ),
+    per_length: int = typer.Option(
+        50, "--per-length", min=1, help="Haystack tasks: documents (and queries) per length."
+    ),
+    haystack: str = typer.Option(
+        "korquad", callback=one_of("korquad", "konlpy"), help="korquad | konlpy: filler text."
+    ),
+    pool: str = typer.Option(
+        "articles",
+        callback=one_of("articles", "all", "paragraphs"),
+        help="articles: candidates are the held-out articles | all: every shared article | "
+        "paragraphs: the held-out articles' paragraphs.",
+    ),
     eval_articles: int = typer.Option(25, "--eval-articles", min=1, help="articles: held-out articles."),
-    questions_per_article: int = typer.Option(6, "--questions-per-article", min=1, help="articles: questions each."),
+    questions_per_article: int = typer.Option(
+        6, "--questions-per-article", min=1, help="articles: questions each."
+    ),
     seed: int = typer.Option(0, min=0, max=2**32 - 1, help="Seed of every draw."),
     shared_data: Path = typer.Option(None, "--shared-data", help=SHARED_HELP),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing output file."),
@@ -79,7 +99,9 @@ def build_task(
                                  seed=seed, shared_data=shared_data)  # fmt: skip
         else:
             if tokenizer is None:
-                raise typer.BadParameter("the haystack tasks measure lengths in tokens: name a model", param_hint="--tokenizer")
+                raise typer.BadParameter(
+                    "the haystack tasks measure lengths in tokens: name a model", param_hint="--tokenizer"
+                )
             from kolong.checkpoints import load_tokenizer
 
             built = haystack_task(task, load_tokenizer(tokenizer), lengths=int_list(lengths, "--lengths"),
@@ -91,16 +113,34 @@ def build_task(
 
 
 def evaluate(
-    models: list[str] = typer.Argument(None, metavar="MODEL...", help="Embedding models (sentence-transformers "
-                                       "directories, or HF encoders with --pooling); none: --readers bm25 alone."),  # fmt: skip
-    task: Path = typer.Option(..., "--task", help="Task file from `kolong data retrieval` or your own JSON lines."),
-    max_length: str = typer.Option("512", "--max-length", "-n", help="Reading lengths in tokens, e.g. 512,2048."),
-    readers: str = typer.Option("truncate,chunk-max,chunk-mean,bm25", help="truncate, chunk-max, chunk-mean, bm25."),
-    extend: str = typer.Option("", "--extend", help="Past a model's positions, extend it in memory by these methods, "
-                               "e.g. copy,interpolate (no training)."),  # fmt: skip
-    pooling: str = typer.Option(None, callback=one_of("mean", "cls"), help="mean | cls: for a plain HF encoder."),
+    models: list[str] = typer.Argument(
+        None,
+        metavar="MODEL...",
+        help="Embedding models (sentence-transformers "
+        "directories, or HF encoders with --pooling); none: --readers bm25 alone.",
+    ),
+    task: Path = typer.Option(
+        ..., "--task", help="Task file from `kolong data retrieval` or your own JSON lines."
+    ),
+    max_length: str = typer.Option(
+        "512", "--max-length", "-n", help="Reading lengths in tokens, e.g. 512,2048."
+    ),
+    readers: str = typer.Option(
+        "truncate,chunk-max,chunk-mean,bm25", help="truncate, chunk-max, chunk-mean, bm25."
+    ),
+    extend: str = typer.Option(
+        "",
+        "--extend",
+        help="Past a model's positions, extend it in memory by these methods, "
+        "e.g. copy,interpolate (no training).",
+    ),
+    pooling: str = typer.Option(
+        None, callback=one_of("mean", "cls"), help="mean | cls: for a plain HF encoder."
+    ),
     k: str = typer.Option("1,10", "--k", help="Cut-offs of recall@k."),
-    depth_split: int = typer.Option(512, "--depth-split", min=1, help="Depth buckets: target before / past this token."),
+    depth_split: int = typer.Option(
+        512, "--depth-split", min=1, help="Depth buckets: target before / past this token."
+    ),
     batch_size: int = typer.Option(8, "--batch-size", min=1, help="Texts per encoding batch."),
     device: str = typer.Option("cpu", help="cpu | cuda."),
     output: Path = typer.Option(None, "--output", "-o", help="Folder for retrieval.json and retrieval.md."),
@@ -131,7 +171,9 @@ def evaluate(
         table = markdown(result)
         if output is not None:
             with atomic_output_dir(output, overwrite) as staging:
-                (staging / "retrieval.json").write_text(json.dumps(as_json(result), ensure_ascii=False, indent=1))
+                (staging / "retrieval.json").write_text(
+                    json.dumps(as_json(result), ensure_ascii=False, indent=1)
+                )
                 (staging / "retrieval.md").write_text(table)
     console.print(table, highlight=False, soft_wrap=True, markup=False)
     if output is not None:

@@ -69,7 +69,9 @@ class Haystack:
 def korquad_articles(shared_data: str | Path | None = None) -> list[dict]:
     import json
 
-    return json.loads(shared_file("korquad/KorQuAD_v1.0_dev.shared.json", shared_data).read_text("utf-8"))["data"]
+    return json.loads(shared_file("korquad/KorQuAD_v1.0_dev.shared.json", shared_data).read_text("utf-8"))[
+        "data"
+    ]
 
 
 def token_counter(tokenizer) -> Callable[[Sequence[str]], list[int]]:
@@ -157,7 +159,9 @@ def paraphrase_targets(count: int, rng: random.Random, shared_data=None) -> list
              if e.label >= 4.0 and e.text.strip() != e.pair.strip() and len(e.text) >= 15 and len(e.pair) >= 15]  # fmt: skip
     if len(pairs) < count:
         nli = read_klue_nli(shared_file(KLUE_NLI, shared_data))
-        pairs += [Target(e.text.strip(), e.pair.strip(), e.id) for e in nli if e.label == 0 and len(e.pair) >= 15]
+        pairs += [
+            Target(e.text.strip(), e.pair.strip(), e.id) for e in nli if e.label == 0 and len(e.pair) >= 15
+        ]
     return _draw(pairs, count, rng, "paraphrase pairs (KorSTS >= 4, KLUE-NLI entailment)")
 
 
@@ -221,7 +225,10 @@ def article_split(articles: list[dict], eval_articles: int, seed: int) -> tuple[
     order = list(range(len(articles)))
     random.Random(seed).shuffle(order)
     held = set(order[:eval_articles])
-    return ([a for i, a in enumerate(articles) if i not in held], [a for i, a in enumerate(articles) if i in held])
+    return (
+        [a for i, a in enumerate(articles) if i not in held],
+        [a for i, a in enumerate(articles) if i in held],
+    )
 
 
 def article_task(

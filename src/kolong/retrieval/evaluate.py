@@ -67,7 +67,9 @@ def plan_readers(models: Sequence[str], lengths: Sequence[int], readers: Sequenc
     dense = [r for r in readers if r != "bm25"]
     unknown = [r for r in dense if r not in DENSE]
     if unknown:
-        raise ConfigError(f"--readers: unknown {', '.join(unknown)}; choose from {', '.join((*DENSE, 'bm25'))}")
+        raise ConfigError(
+            f"--readers: unknown {', '.join(unknown)}; choose from {', '.join((*DENSE, 'bm25'))}"
+        )
     for model in models:
         name, most = Path(model).name or model, positions(model)
         for length in lengths:
@@ -79,7 +81,9 @@ def plan_readers(models: Sequence[str], lengths: Sequence[int], readers: Sequenc
                     f"method) to extend it in memory, or extend it first with `kolong extend {model} -n {length}`"
                 )
             else:
-                rows += [Reader(f"{name} +{m} truncate@{length}", model, "truncate", length, m) for m in extensions]
+                rows += [
+                    Reader(f"{name} +{m} truncate@{length}", model, "truncate", length, m) for m in extensions
+                ]
     rows += [Reader("bm25", None)] if "bm25" in readers else []  # last: the first row is the reference
     if not rows:
         raise ConfigError("nothing to evaluate: give a model, or --readers bm25")
@@ -103,7 +107,9 @@ def token_lengths_and_depths(tokenizer, task) -> tuple[dict[str, int], dict[str,
     """Each document's length and each query's target depth in tokens of `tokenizer` (specials left out)."""
     lengths, depths = {}, {}
     for document_id, document in task.documents.items():
-        lengths[document_id] = len(tokenizer(document.text, add_special_tokens=False, truncation=False)["input_ids"])
+        lengths[document_id] = len(
+            tokenizer(document.text, add_special_tokens=False, truncation=False)["input_ids"]
+        )
     for query in task.queries:
         if query.target_start is None:
             depths[query.id] = None
@@ -249,5 +255,7 @@ def as_json(result: RetrievalEvaluation) -> dict:
     from dataclasses import asdict
 
     payload = asdict(result)
-    payload["mean_ndcg10"] = {row["reader"]: float(np.round(row["metrics"]["nDCG@10"]["mean"], 4)) for row in result.rows}
+    payload["mean_ndcg10"] = {
+        row["reader"]: float(np.round(row["metrics"]["nDCG@10"]["mean"], 4)) for row in result.rows
+    }
     return payload

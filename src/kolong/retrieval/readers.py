@@ -52,9 +52,9 @@ def load_embedder(model_or_path: str, pooling: str | None = None, device: str = 
 
 def positions_of(embedder) -> int:
     """How many tokens the embedding model's transformer can read (its position table or RoPE length)."""
+    from kolong.extension.embedding_model import transformer_of
     from kolong.extension.position_table import find_position_table
     from kolong.extension.rope import rope_extender
-    from kolong.extension.embedding_model import transformer_of
 
     model = transformer_of(embedder)
     if rope_extender(model.config) is not None:
@@ -115,7 +115,11 @@ def dense_scores(embedder, task, reader: str, length: int, batch_size: int = 8,
         result["documents"] = _encode(embedder, pieces, batch_size)
 
     started = time.perf_counter()
-    peak = peak_growth_mb(encode, cuda=str(embedder.device).startswith("cuda")) if measure_memory else (encode() or 0.0)
+    peak = (
+        peak_growth_mb(encode, cuda=str(embedder.device).startswith("cuda"))
+        if measure_memory
+        else (encode() or 0.0)
+    )
     seconds = time.perf_counter() - started
     tokens = sum(min(n, length) for n in map(len, tokenizer(pieces, truncation=False)["input_ids"]))
     queries = _encode(embedder, [q.text for q in task.queries], batch_size)

@@ -64,7 +64,9 @@ class RetrievalTask:
             for document_id in query.relevant:
                 document = self.documents.get(document_id)
                 if document is None:
-                    raise DataError(f"{source}: query {query.id!r} judges document {document_id!r}, which it does not hold")
+                    raise DataError(
+                        f"{source}: query {query.id!r} judges document {document_id!r}, which it does not hold"
+                    )
                 if document.pool != query.pool:
                     raise DataError(
                         f"{source}: query {query.id!r} (pool {query.pool!r}) judges document {document_id!r} of "
@@ -88,7 +90,11 @@ def _object(line: str, where: str) -> dict:
         value = json.loads(line)
     except json.JSONDecodeError as error:
         raise DataError(f"{where}: not valid JSON ({error.msg})") from None
-    if not isinstance(value, dict) or len(value) != 1 or next(iter(value)) not in ("task", "document", "query"):
+    if (
+        not isinstance(value, dict)
+        or len(value) != 1
+        or next(iter(value)) not in ("task", "document", "query")
+    ):
         raise DataError(f'{where}: each line is one object with one key, "task", "document" or "query"')
     return value
 
@@ -105,8 +111,12 @@ def _relevant(record: dict, where: str) -> dict[str, int]:
     if isinstance(value, list):
         value = dict.fromkeys(value, 1)
     if not isinstance(value, dict) or not value:
-        raise DataError(f"{where}: 'relevant' must be a non-empty list of document ids or an object id -> grade")
-    if not all(isinstance(k, str) and isinstance(g, int) and not isinstance(g, bool) for k, g in value.items()):
+        raise DataError(
+            f"{where}: 'relevant' must be a non-empty list of document ids or an object id -> grade"
+        )
+    if not all(
+        isinstance(k, str) and isinstance(g, int) and not isinstance(g, bool) for k, g in value.items()
+    ):
         raise DataError(f"{where}: 'relevant' maps document ids (strings) to integer grades")
     if not any(grade > 0 for grade in value.values()):
         raise DataError(f"{where}: 'relevant' has no document with a positive grade")
@@ -131,7 +141,7 @@ def read_task(path: str | Path) -> RetrievalTask:
         where = f"{path}:{number}"
         if not line.strip():
             raise DataError(f"{where}: empty line (each line is one task, document or query)")
-        (kind, record), = _object(line, where).items()
+        ((kind, record),) = _object(line, where).items()
         if not isinstance(record, dict):
             raise DataError(f"{where}: {kind!r} must be an object")
         if kind == "task":

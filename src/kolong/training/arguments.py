@@ -90,9 +90,16 @@ class RecipeArguments(CheckedArguments):
 
 
 def training_arguments(
-    args: RecipeArguments, *, evaluating: bool, metric: str | None = None, seq2seq: bool = False, **recipe
+    args: RecipeArguments,
+    *,
+    evaluating: bool,
+    metric: str | None = None,
+    seq2seq: bool = False,
+    arguments_class: type | None = None,
+    **recipe,
 ):
-    """The HF `TrainingArguments` (or `Seq2SeqTrainingArguments`) of a recipe run.
+    """The HF `TrainingArguments` (or `Seq2SeqTrainingArguments`, or `arguments_class`, a subclass such as
+    sentence-transformers') of a recipe run.
 
     Precedence, lowest first: kolong's mapping of `args`, the recipe's own settings (`recipe`), then
     `args.extra` (any HF field the user set by name)."""
@@ -130,7 +137,7 @@ def training_arguments(
         disable_tqdm=args.quiet or not _on_a_terminal(),
         **device_settings(args.bf16),
     )
-    cls = Seq2SeqTrainingArguments if seq2seq else TrainingArguments
+    cls = arguments_class or (Seq2SeqTrainingArguments if seq2seq else TrainingArguments)
     known = {spec.name for spec in dataclasses.fields(cls)}
     extra = under_known_names(args.extra, known)
     settings.update(recipe)

@@ -1,0 +1,296 @@
+"""Long-document retrieval: task files, task builders, readers, measures against hand-computed values, refusals,
+the commands, and contrastive fine-tuning end to end at tiny scale."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from typer.testing import CliRunner
+
+from kolong.checkpoints import build_tiny_bert_checkpoint
+from kolong.cli import app
+from kolong.errors import ConfigError, DataError
+from kolong.retrieval.builders import article_task, haystack_task, insert, sentences_with_offsets
+from kolong.retrieval.evaluate import evaluate_retrieval, per_query, plan_readers
+from kolong.retrieval.readers import chunk_texts
+from kolong.retrieval.task import Document, Query, RetrievalTask, read_task, write_task
+
+pytest.importorskip("sentence_transformers")
+pytest.importorskip("ir_measures")
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def embedding_model(tmp_path_factory):
+    from sentence_transformers import SentenceTransformer, models
+
+    folder = tmp_path_factory.mktemp("embedder")
+    bert = build_tiny_bert_checkpoint(folder / "bert", max_position_embeddings=64)
+    transformer = models.Transformer(str(bert), max_seq_length=64)
+    pool = models.Pooling(transformer.auto_model.config.hidden_size, pooling_mode="mean")
+    SentenceTransformer(modules=[transformer, pool, models.Normalize()], device="cpu").save(
+        str(folder / "st")
+    )
+    return folder / "st"
+
+
+def small_task() -> RetrievalTask:
+    documents = {f"d{i}": Document(f"d{i}", text) for i, text in enumerate(
+        ["대한민국의 수도는 서울이다. " * 8, "부산은 항구 도시이다. " * 8, "한라산은 제주도에 있다. " * 8])}  # fmt: skip
+    queries = [Query("q0", "수도 서울", {"d0": 1}, 0), Query("q1", "항구 도시 부산", {"d1": 1}, 30),
+               Query("q2", "제주도의 산", {"d2": 1}, 60)]  # fmt: skip
+    return RetrievalTask("small", documents, queries, {"seed": 0})
+
+
+# -- task files -----------------------------------------------------------------------------------------------
+
+
+def test_a_task_round_trips_through_its_file(tmp_path):
+    task = small_task()
+    write_task(task, tmp_path / "t.jsonl")
+    again = read_task(tmp_path / "t.jsonl")
+    assert again.name == "small" and again.settings["seed"] == 0
+    assert [q.relevant for q in again.queries] == [q.relevant for q in task.queries]
+    assert {d: again.documents[d].text for d in again.documents} == {
+        d: task.documents[d].text for d in task.documents
+    }
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("", "empty line"),
+        ("{not json", "not valid JSON"),
+        ('{"query": {"id": "q", "text": "x", "relevant": {"missing": 1}}}', "does not hold"),
+        ('{"query": {"id": "q", "text": "x", "relevant": []}}', "non-empty list"),
+        ('{"document": {"id": "d0", "text": "again"}}', "appears twice"),
+        ('{"other": {}}', 'one key, "task"'),
+        ('{"query": {"id": "q", "text": "x", "relevant": ["d0"], "target_start": -1}}', "target_start"),
+    ],
+)
+def test_malformed_lines_are_refused_with_file_and_line(tmp_path, line, message):
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"document": {"id": "d0", "text": "문서"}}\n' + line + "\n", encoding="utf-8")
+    with pytest.raises(DataError, match=message) as error:
+        read_task(path)
+    assert str(path) in str(error.value) and (":2" in str(error.value) or "does not hold" in str(error.value))
+
+
+def test_fewer_candidates_than_k_is_refused():
+    with pytest.raises(DataError, match="fewer than k=10"):
+        small_task().require_candidates(10)
+
+
+# -- builders -------------------------------------------------------------------------------------------------
+
+
+def test_the_target_sits_at_the_depth_asked():
+    filler = [f"문장 {i}입니다." for i in range(8)]
+    for depth, before in ((0.0, 0), (0.5, 4), (1.0, 8)):
+        text, start = insert(filler, "목표 문장.", depth)
+        assert text[start:].startswith("목표 문장.")
+        assert text[:start].count("입니다.") == before
+
+
+def test_sentences_keep_their_offsets():
+    text = "첫 문장이다. 둘째 문장! 셋째?"
+    assert [text[s : s + len(t)] == t for s, t in sentences_with_offsets(text)] == [True, True, True]
+
+
+@pytest.mark.shared_data
+@pytest.mark.parametrize("name", ["passkey", "needle", "paraphrase"])
+def test_haystack_tasks_have_the_lengths_and_depths_asked(shared_data, embedding_model, name):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(embedding_model))
+    task = haystack_task(name, tokenizer, lengths=(64, 256), per_length=5, seed=3, shared_data=shared_data)
+    assert sorted(task.pools()) == ["256", "64"] and len(task.queries) == 10
+    for query in task.queries:
+        document = task.documents[next(iter(query.relevant))]
+        tokens = len(tokenizer(document.text)["input_ids"])
+        assert tokens <= int(query.pool) + 40  # within one sentence of the length asked
+        assert tokens >= int(query.pool) // 2 or query.pool == "64"
+    again = haystack_task(name, tokenizer, lengths=(64, 256), per_length=5, seed=3, shared_data=shared_data)
+    assert [q.text for q in again.queries] == [q.text for q in task.queries]  # reproducible from the seed
+    depths = [q.target_start / len(task.documents[next(iter(q.relevant))].text) for q in task.queries]
+    assert min(depths) == 0.0 and max(depths) > 0.5
+
+
+@pytest.mark.shared_data
+def test_a_haystack_too_short_for_the_length_is_refused(shared_data, embedding_model):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(embedding_model))
+    with pytest.raises(DataError, match="too few for documents"):
+        haystack_task("passkey", tokenizer, lengths=(10_000_000,), per_length=1, shared_data=shared_data)
+
+
+@pytest.mark.shared_data
+@pytest.mark.parametrize("pool", ["articles", "all", "paragraphs"])
+def test_article_tasks_hold_their_evaluation_articles_apart(shared_data, pool, tmp_path):
+    from kolong.training.retrieval import training_pairs
+
+    task = article_task(eval_articles=5, questions_per_article=3, pool=pool, seed=1, shared_data=shared_data)
+    held = set(task.settings["held_out_titles"])
+    assert len(held) == 5 and len(task.queries) == 15
+    titles = {d.split("#")[0] for d in task.documents}
+    assert held <= titles and (len(titles) > 5) == (pool == "all")
+    for query in task.queries:  # the answer lies where the target says
+        document = task.documents[next(iter(query.relevant))].text
+        assert query.target_start < len(document)
+    write_task(task, tmp_path / "t.jsonl")
+    pairs = training_pairs("korquad-paragraphs", shared_data, str(tmp_path / "t.jsonl"))
+    asked = {q.text for q in task.queries}
+    assert pairs and not asked & {anchor for anchor, _ in pairs}
+    contexts = {task.documents[d].text for d in task.documents if d.split("#")[0] in held}
+    assert not contexts & {positive for _, positive in pairs}
+
+
+# -- readers and measures -------------------------------------------------------------------------------------
+
+
+def test_measures_match_hand_computed_values():
+    qrels = {"q1": {"d2": 1}, "q2": {"d1": 1}}
+    run = {"q1": {"d1": 0.9, "d2": 0.8, "d3": 0.1}, "q2": {"d1": 0.2, "d2": 0.9, "d3": 0.5}}
+    values = per_query(qrels, run, k=(1, 2))
+    assert values["nDCG@10"]["q1"] == pytest.approx(1 / math.log2(3))  # relevant at rank 2
+    assert values["nDCG@10"]["q2"] == pytest.approx(1 / math.log2(4))  # rank 3
+    assert values["RR@10"] == pytest.approx({"q1": 0.5, "q2": 1 / 3})
+    assert values["R@1"] == {"q1": 0.0, "q2": 0.0} and values["R@2"] == {"q1": 1.0, "q2": 0.0}
+
+
+def test_chunks_cover_the_document_in_order(embedding_model):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(embedding_model))
+    text = "대한민국 헌법 제1조 대한민국은 민주공화국이다. " * 20
+    pieces = chunk_texts(tokenizer, text, 32)
+    assert len(pieces) > 2 and all(
+        len(tokenizer(p, add_special_tokens=False)["input_ids"]) <= 30 for p in pieces
+    )
+    assert "".join(pieces).replace(" ", "") == text.replace(" ", "")
+
+
+def test_every_reader_runs_and_the_first_is_the_reference(embedding_model):
+    pytest.importorskip("mecab_ko")
+    result = evaluate_retrieval(
+        small_task(), [str(embedding_model)], lengths=(32, 128), extensions=("copy",), k=(1, 3)
+    )
+    labels = [row["reader"] for row in result.rows]
+    assert labels == [
+        "st truncate@32",
+        "st chunk-max@32",
+        "st chunk-mean@32",
+        "st +copy truncate@128",
+        "bm25",
+    ]
+    assert "ndcg10_minus_first" not in result.rows[0] and "verdict" in result.rows[1]["ndcg10_minus_first"]
+    assert result.rows[-1]["metrics"]["RR@10"]["mean"] == 1.0  # BM25 finds each document by its own words
+    assert set(result.rows[0]["by_depth"]) == {"<512"}
+
+
+def test_a_length_past_the_model_needs_an_extension(embedding_model):
+    with pytest.raises(ConfigError, match="--extend copy"):
+        plan_readers([str(embedding_model)], [128], ["truncate"], [], lambda model: 64)
+
+
+def test_a_plain_model_needs_its_pooling_named(tmp_path):
+    from kolong.errors import CheckpointError
+    from kolong.retrieval.readers import load_embedder
+
+    plain = build_tiny_bert_checkpoint(tmp_path / "plain", max_position_embeddings=64)
+    with pytest.raises(CheckpointError, match="--pooling mean or --pooling cls"):
+        load_embedder(str(plain))
+    assert load_embedder(str(plain), "cls").encode(["문장"]).shape == (1, 64)
+
+
+# -- commands -------------------------------------------------------------------------------------------------
+
+
+def test_evaluate_command_writes_results_and_prints_the_table(tmp_path, embedding_model):
+    write_task(small_task(), tmp_path / "t.jsonl")
+    result = runner.invoke(app, ["evaluate", "retrieval", str(embedding_model), "--task", str(tmp_path / "t.jsonl"),
+                                 "--readers", "truncate,chunk-max", "-n", "32", "--k", "1,3", "-o", str(tmp_path / "out")])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "| st chunk-max@32 |" in result.output
+    saved = json.loads((tmp_path / "out" / "retrieval.json").read_text())
+    assert [row["reader"] for row in saved["rows"]] == ["st truncate@32", "st chunk-max@32"]
+
+
+def test_evaluate_command_refusals_are_one_line(tmp_path, embedding_model):
+    write_task(small_task(), tmp_path / "t.jsonl")
+    result = runner.invoke(app, ["evaluate", "retrieval", str(embedding_model), "--task", str(tmp_path / "t.jsonl"),
+                                 "-n", "512", "--k", "1,3"])  # fmt: skip
+    assert result.exit_code == 2 and "past the 64 positions" in result.output
+    result = runner.invoke(
+        app, ["evaluate", "retrieval", str(embedding_model), "--task", str(tmp_path / "t.jsonl")]
+    )
+    assert result.exit_code == 2 and "fewer than k=10" in result.output
+
+
+# -- fine-tuning ----------------------------------------------------------------------------------------------
+
+
+def pairs_file(tmp_path, repeat: int = 3):
+    lines = [
+        {"anchor": f"질문 {i} 서울", "positive": f"서울에 관한 문단 {i}입니다. " * repeat} for i in range(12)
+    ]
+    path = tmp_path / "pairs.jsonl"
+    path.write_text("\n".join(json.dumps(line, ensure_ascii=False) for line in lines), encoding="utf-8")
+    return path
+
+
+def test_finetune_trains_resumes_and_refuses_a_finished_run(tmp_path, embedding_model):
+    from kolong.training.retrieval import RetrievalFinetuneArguments, finetune_retrieval
+
+    write_task(small_task(), tmp_path / "t.jsonl")
+    args = RetrievalFinetuneArguments(model=str(embedding_model), pairs=str(pairs_file(tmp_path)), output_dir=str(tmp_path / "out"),
+                                      eval_task=str(tmp_path / "t.jsonl"), batch_size=4, mini_batch_size=2, max_steps=3,
+                                      quiet=True)  # fmt: skip
+    metrics = finetune_retrieval(args)
+    assert metrics["steps"] == 3 and math.isfinite(metrics["train_loss"]) and "task_cosine_ndcg@10" in metrics
+    assert (tmp_path / "out" / "modules.json").is_file() and (tmp_path / "out" / "1_Pooling").is_dir()
+    assert finetune_retrieval(args)["steps"] == 3  # finished: its results, nothing trained again
+
+
+def test_training_only_the_new_position_rows(tmp_path, embedding_model):
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    from kolong.extension import extend_checkpoint
+    from kolong.training.retrieval import RetrievalFinetuneArguments, finetune_retrieval
+
+    extend_checkpoint(str(embedding_model), tmp_path / "long", 128, "copy")
+    before = SentenceTransformer(str(tmp_path / "long"), device="cpu").state_dict()
+    # positives of about 110 tokens: rows past the original 64 are read, and so trained
+    args = RetrievalFinetuneArguments(model=str(tmp_path / "long"), pairs=str(pairs_file(tmp_path, repeat=12)),
+                                      output_dir=str(tmp_path / "out"), batch_size=4, max_steps=2, learning_rate=1e-2,
+                                      train_position_rows=True, quiet=True)  # fmt: skip
+    finetune_retrieval(args)
+    after = SentenceTransformer(str(tmp_path / "out"), device="cpu").state_dict()
+    changed = [name for name in before if not torch.equal(before[name], after[name])]
+    assert len(changed) == 1 and changed[0].endswith("embeddings.position_embeddings.weight")
+    name = changed[0]
+    assert torch.equal(before[name][:64], after[name][:64]) and not torch.equal(
+        before[name][64:], after[name][64:]
+    )
+
+
+def test_training_rows_of_a_model_never_extended_is_refused(tmp_path, embedding_model):
+    from kolong.training.retrieval import RetrievalFinetuneArguments, finetune_retrieval
+
+    args = RetrievalFinetuneArguments(model=str(embedding_model), pairs=str(pairs_file(tmp_path)),
+                                      output_dir=str(tmp_path / "out"), max_steps=1, train_position_rows=True)  # fmt: skip
+    with pytest.raises(ConfigError, match="never extended"):
+        finetune_retrieval(args)
+
+
+def test_a_malformed_pairs_line_is_named(tmp_path, embedding_model):
+    from kolong.training.retrieval import training_pairs
+
+    path = tmp_path / "pairs.jsonl"
+    path.write_text('{"anchor": "a", "positive": "b"}\n{"anchor": "a"}\n', encoding="utf-8")
+    with pytest.raises(DataError, match=f"{path}:2"):
+        training_pairs(str(path))
