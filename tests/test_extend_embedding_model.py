@@ -97,3 +97,41 @@ def test_extended_minilm_encodes_4096_tokens(tmp_path):
     assert features["input_ids"].shape[1] == 4096
     embedding = model.encode([korean_document(6000)], convert_to_tensor=True)
     assert embedding.shape == (1, 384) and torch.isfinite(embedding).all()
+
+
+@pytest.mark.parametrize("method", ["linear", "ntk", "yarn"])
+def test_a_rope_embedding_model_is_extended_by_each_method(tmp_path, method):
+    """A ModernBERT-based embedder: the global layers' rotation changes, every module stays, the length is read."""
+    from sentence_transformers import SentenceTransformer, models
+    from transformers import AutoConfig, ModernBertConfig, ModernBertModel
+
+    tokenizer_source = build_tiny_bert_checkpoint(tmp_path / "bert", max_position_embeddings=64)
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_source))
+    config = ModernBertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=3, num_attention_heads=2,
+                              intermediate_size=64, max_position_embeddings=64, local_attention=16,
+                              global_attn_every_n_layers=3, pad_token_id=0, bos_token_id=2, eos_token_id=3,
+                              cls_token_id=2, sep_token_id=3)  # fmt: skip
+    ModernBertModel(config).save_pretrained(tmp_path / "modernbert")
+    tokenizer.save_pretrained(tmp_path / "modernbert")
+    transformer = models.Transformer(str(tmp_path / "modernbert"), max_seq_length=64)
+    pool = models.Pooling(32, pooling_mode="mean")
+    SentenceTransformer(modules=[transformer, pool, models.Normalize()], device="cpu").save(
+        str(tmp_path / "st")
+    )
+
+    report = extend_checkpoint(str(tmp_path / "st"), tmp_path / "out", 256, method)
+    assert report.pooling == "mean" and report.rows == 0
+    saved = AutoConfig.from_pretrained(tmp_path / "out")
+    assert saved.max_position_embeddings == 256
+    assert (
+        saved.rope_parameters["sliding_attention"]
+        == AutoConfig.from_pretrained(tmp_path / "st").rope_parameters["sliding_attention"]
+    )
+    model, embeddings = embed(tmp_path / "out", [korean_document(400)])
+    assert model.max_seq_length == 256 and [type(m).__name__ for m in model][1:] == ["Pooling", "Normalize"]
+    assert (
+        model.tokenize([korean_document(400)])["input_ids"].shape[1] == 256
+        and torch.isfinite(embeddings).all()
+    )

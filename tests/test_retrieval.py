@@ -194,6 +194,10 @@ def test_every_reader_runs_and_the_first_is_the_reference(embedding_model):
 def test_a_length_past_the_model_needs_an_extension(embedding_model):
     with pytest.raises(ConfigError, match="--extend copy"):
         plan_readers([str(embedding_model)], [128], ["truncate"], [], lambda model: 64)
+    rows, skipped = plan_readers(["short", "long"], [128], ["truncate"], [], {"short": 64, "long": 256}.get)
+    assert [row.label for row in rows] == ["long truncate@128"] and skipped == [
+        "short at 128 tokens (it reads 64; no --extend)"
+    ]
 
 
 def test_a_plain_model_needs_its_pooling_named(tmp_path):
@@ -217,6 +221,13 @@ def test_evaluate_command_writes_results_and_prints_the_table(tmp_path, embeddin
     assert "| st chunk-max@32 |" in result.output
     saved = json.loads((tmp_path / "out" / "retrieval.json").read_text())
     assert [row["reader"] for row in saved["rows"]] == ["st truncate@32", "st chunk-max@32"]
+    drawn = runner.invoke(app, ["plot", "retrieval", str(tmp_path / "out"), "-o", str(tmp_path / "fig.png")])
+    assert drawn.exit_code == 0, drawn.output
+    assert (tmp_path / "fig.png").read_bytes()[:4] == b"\x89PNG"
+    refused = runner.invoke(
+        app, ["plot", "retrieval", str(tmp_path / "t.jsonl"), "-o", str(tmp_path / "f2.png")]
+    )
+    assert refused.exit_code == 2 and "not a readable retrieval results file" in refused.output
 
 
 def test_evaluate_command_refusals_are_one_line(tmp_path, embedding_model):

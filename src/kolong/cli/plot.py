@@ -88,3 +88,23 @@ def positions(
             tables = [(label, rows) for label, (_, rows) in zip(labels, tables, strict=True)]
         plot_position_tables(tables, staging)
     console.print(f"[green]wrote[/] {output}")
+
+
+@app.command("retrieval")
+def retrieval(
+    results: list[Path] = typer.Argument(
+        ...,
+        metavar="RESULTS",
+        help="retrieval.json files (or their folders) of `kolong evaluate retrieval`; one panel each.",
+    ),
+    output: Path = typer.Option(..., "--output", "-o", callback=_image_path, help="Image file to write."),
+    readers: list[str] = typer.Option(None, "--reader", help="Only these readers (repeat; default: all)."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing image."),
+) -> None:
+    """Draw nDCG@10 against document length, one line per reader, with 95% intervals."""
+    from kolong.io import atomic_output_file
+    from kolong.plots.retrieval import plot_by_length, read_results
+
+    with user_errors(), atomic_output_file(output, overwrite) as staging:
+        plot_by_length([read_results(path) for path in results], staging, readers)
+    console.print(f"[green]wrote[/] {output}", soft_wrap=True)

@@ -60,34 +60,40 @@ def per_query(qrels: dict, run: dict, k: Sequence[int]) -> dict[str, dict[str, f
 
 
 def plan_readers(models: Sequence[str], lengths: Sequence[int], readers: Sequence[str],
-                 extensions: Sequence[str], positions: Callable[[str], int]) -> list[Reader]:  # fmt: skip
-    """Every row: a model at a length within its positions by each dense reader; past them, read whole by each
-    training-free extension (none given: refused, naming the way to extend)."""
-    rows = []
+                 extensions: Sequence[str], positions: Callable[[str], int]) -> tuple[list[Reader], list[str]]:  # fmt: skip
+    """(rows, skipped): every model at each length within its positions by each dense reader; past them, read whole
+    by each training-free extension. Without extensions, a model that cannot read a length is skipped there (said
+    in `skipped`) while another model reads it, and refused when none does, naming the way to extend."""
+    rows, skipped = [], []
     dense = [r for r in readers if r != "bm25"]
     unknown = [r for r in dense if r not in DENSE]
     if unknown:
         raise ConfigError(
             f"--readers: unknown {', '.join(unknown)}; choose from {', '.join((*DENSE, 'bm25'))}"
         )
-    for model in models:
-        name, most = Path(model).name or model, positions(model)
-        for length in lengths:
+    for length in lengths:
+        short = []
+        for model in models:
+            name, most = Path(model).name or model, positions(model)
             if length <= most:
                 rows += [Reader(f"{name} {r}@{length}", model, r, length) for r in dense]
-            elif not extensions:
-                raise ConfigError(
-                    f"--max-length {length} is past the {most} positions {model} reads; pass --extend copy (or another "
-                    f"method) to extend it in memory, or extend it first with `kolong extend {model} -n {length}`"
-                )
-            else:
+            elif extensions:
                 rows += [
                     Reader(f"{name} +{m} truncate@{length}", model, "truncate", length, m) for m in extensions
                 ]
+            else:
+                short.append((model, most))
+        if short and len(short) == len(models):
+            model, most = short[0]
+            raise ConfigError(
+                f"--max-length {length} is past the {most} positions {model} reads; pass --extend copy (or another "
+                f"method) to extend it in memory, or extend it first with `kolong extend {model} -n {length}`"
+            )
+        skipped += [f"{model} at {length} tokens (it reads {most}; no --extend)" for model, most in short]
     rows += [Reader("bm25", None)] if "bm25" in readers else []  # last: the first row is the reference
     if not rows:
         raise ConfigError("nothing to evaluate: give a model, or --readers bm25")
-    return rows
+    return rows, skipped
 
 
 def extended_copy(embedder, length: int, method: str):
@@ -198,7 +204,7 @@ def evaluate_retrieval(
             loaded[model] = load_embedder(model, pooling, device)
         return loaded[model]
 
-    plan = plan_readers(models, lengths, readers, extensions, lambda m: positions_of(embedder(m)))
+    plan, skipped = plan_readers(models, lengths, readers, extensions, lambda m: positions_of(embedder(m)))
     tokenizer = embedder(models[0])[0].tokenizer if models else None
     if tokenizer is not None:
         token_lengths, depths = token_lengths_and_depths(tokenizer, task)
@@ -210,7 +216,7 @@ def evaluate_retrieval(
     result = RetrievalEvaluation(task.name, len(task.queries), len(task.documents),
                                  settings={"k": list(k), "depth_split": depth_split, "seed": seed,
                                            "depth_tokens_of": models[0] if models else "characters",
-                                           "task": task.settings})  # fmt: skip
+                                           "task": task.settings, "skipped": skipped})  # fmt: skip
     for reader in plan:
         if on_row:
             on_row(reader.label)
@@ -235,7 +241,8 @@ def markdown(result: RetrievalEvaluation) -> str:
     depth_buckets = list(first.get("by_depth", {}))
     head = ["reader", "nDCG@10 [95% CI]", "MRR@10", *recall, *(f"nDCG@10 len {b}" for b in length_buckets),
             *(f"nDCG@10 depth {b}" for b in depth_buckets), "vs first", "docs/s", "peak MB"]  # fmt: skip
-    lines = [f"Task `{result.task}`: {result.queries} queries, {result.documents} documents.", "",
+    skipped = "".join(f" Skipped: {s}." for s in result.settings.get("skipped", []))
+    lines = [f"Task `{result.task}`: {result.queries} queries, {result.documents} documents.{skipped}", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]  # fmt: skip
     for row in result.rows:
         m = row["metrics"]
