@@ -22,6 +22,7 @@ import torch.nn.functional as F
 
 from kolong.attention.chunked import ChunkBias, asks_gradient
 from kolong.attention.masks import AttentionMask
+from kolong.attention.sdpa import sdpa
 
 MIN_BLOCK_ROWS = 128  # below this SDPA's per-block overhead outweighs the band's wasted scores (measured)
 # Entries of a bias's float mask per SDPA call (16 MiB in fp32): at 16k tokens, ALiBi's peak inference memory
@@ -106,7 +107,7 @@ def _global_rows(
     else:
         distance = torch.arange(length, device=q.device)[None, :] - positions[:, None]  # (g, n)
         attn_mask = _scores(bias, allowed, distance, length, q.dtype)  # (b|1, h, g, n)
-    return F.scaled_dot_product_attention(q[:, :, positions], k, v, attn_mask=attn_mask)
+    return sdpa(q[:, :, positions], k, v, attn_mask=attn_mask)
 
 
 def _heads_first(x: torch.Tensor) -> torch.Tensor:
@@ -143,7 +144,7 @@ def banded_attention(q, k, v, mask: AttentionMask, bias: ChunkBias | None = None
         mask._band_allowed = allowed
     allowed = mask._band_allowed  # (b, blocks, rows, span [+ g])
     if bias is None:
-        out = F.scaled_dot_product_attention(
+        out = sdpa(
             _heads_first(queries), _heads_first(keys), _heads_first(values),
             attn_mask=allowed.flatten(0, 1)[:, None],  # (b * blocks, 1, rows, span [+ g]): shared by the heads
         ).unflatten(0, (batch, blocks))  # fmt: skip
@@ -159,7 +160,7 @@ def banded_attention(q, k, v, mask: AttentionMask, bias: ChunkBias | None = None
         for start in range(0, blocks, group):
             part = slice(start, start + group)
             attn_mask = _scores(bias, allowed[:, part], distance[part], length, q.dtype)  # (b, g, h, rows, .)
-            parts.append(F.scaled_dot_product_attention(
+            parts.append(sdpa(
                 _heads_first(queries[:, part]), _heads_first(keys[:, part]), _heads_first(values[:, part]),
                 attn_mask=attn_mask.flatten(0, 1),
             ).unflatten(0, (batch, -1)))  # fmt: skip

@@ -21,7 +21,8 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
+
+from kolong.attention.sdpa import sdpa
 
 PENALTY = -10000.0  # HF BigBird's additive mask value (outputs equal to HF's, padded keys included)
 
@@ -60,7 +61,7 @@ def block_sparse_attention(q, k, v, key_mask: torch.Tensor, random_blocks: torch
 
     # global rows: blocks 0 and nb - 1 against every key
     ends = torch.cat([q[:, :, :block], q[:, :, -block:]], dim=2)
-    global_out = F.scaled_dot_product_attention(ends, k, v, attn_mask=penalty, scale=scale)
+    global_out = sdpa(ends, k, v, attn_mask=penalty, scale=scale)
 
     # every other query block against its 5 + r gathered key blocks
     indices, real = key_blocks(blocks, random_blocks)  # (b|1, h, nb - 2, 5 + r)
@@ -78,7 +79,7 @@ def block_sparse_attention(q, k, v, key_mask: torch.Tensor, random_blocks: torch
         :, :, :, None, :
     ]  # (b, h, nb - 2, 1, keys)
     queries = q.view(b, h, blocks, block, d)[:, :, 1:-1]
-    inner = F.scaled_dot_product_attention(queries, keys, values, attn_mask=bias.to(q.dtype), scale=scale)
+    inner = sdpa(queries, keys, values, attn_mask=bias.to(q.dtype), scale=scale)
 
     out = torch.cat([global_out[:, :, :block], inner.flatten(2, 3), global_out[:, :, block:]], dim=2)
     return out * key_mask[:, None, :, None]

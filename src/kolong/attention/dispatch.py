@@ -17,16 +17,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from kolong.attention import banded, documents, hankel, rowwise, sdpa_regions, varlen
 from kolong.attention.chunked import attention_dropout_mask, chunked_attention
 from kolong.attention.masks import AttentionMask, exporting
 from kolong.attention.options import AttentionOptions
+from kolong.attention.sdpa import sdpa
+from kolong.errors import KolongError, warn
 
 KINDS = ("none", "rotation", "distance", "query")
 # Devices whose FlexAttention kernels compile with a backward (torch has none on CPU): where the fused path may
@@ -145,7 +146,7 @@ def _path(implementation: str, q: torch.Tensor, contribution: Contribution, mask
             )
         return Plan("flex", "asked for (attn_implementation='flex_attention')")
     on_cuda = q.device.type in FLEX_DEVICES
-    flex_here = on_cuda and (dropout_p == 0 or options.flex_dropout)
+    flex_here = on_cuda and options.compiled_kernels and (dropout_p == 0 or options.flex_dropout)
     if not contribution.bias and mask.window is None:
         if mask.segments is not None and options.packed_varlen and varlen.fits(q):
             return Plan(
@@ -245,7 +246,7 @@ def _eager(q, k, v, call: AttentionCall, layer):
 def _sdpa(q, k, v, call: AttentionCall, layer):
     # padding (b, 1, 1, n), packed documents (b, 1, n, n), or None
     allowed = call.mask.additive(k.shape[2], q.dtype, q.device)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=call.dropout_p), None
+    return sdpa(q, k, v, attn_mask=allowed, dropout_p=call.dropout_p), None
 
 
 def _varlen(q, k, v, call: AttentionCall, layer):
@@ -331,6 +332,57 @@ ATTENTION_FUNCTIONS: dict[str, Callable] = {
 }
 
 
+# Paths that compile a kernel at their first call of a shape: one that fails on the user's GPU falls back.
+COMPILED_PATHS = ("flex", "flex-regions")
+
+
+@dataclass
+class CompiledFailures:
+    """The compiled paths that failed in this process (kernel -> the error) and the call shapes already run
+    through forward and backward. Kept for the process: a kernel that cannot compile for one layer cannot for
+    the next, and each try costs a compile."""
+
+    failed: dict[str, str] = field(default_factory=dict)
+    tried: set[tuple] = field(default_factory=set)
+
+
+COMPILED_FAILURES = CompiledFailures()
+
+
 def attend(plan: Plan, q, k, v, call: AttentionCall, layer=0):
-    """Run `plan`: (context, probabilities or None)."""
-    return ATTENTION_FUNCTIONS[plan.kernel](q, k, v, call, layer)
+    """Run `plan`: (context, probabilities or None). A compiled path that fails is run as the chunked path."""
+    kernel = ATTENTION_FUNCTIONS[plan.kernel]
+    if (
+        plan.kernel not in COMPILED_PATHS or torch.compiler.is_compiling()
+    ):  # a compiled model: its compile decides
+        return kernel(q, k, v, call, layer)
+    if plan.kernel in COMPILED_FAILURES.failed:
+        return _chunked(q, k, v, call, layer)
+    try:
+        _try_backward_once(kernel, q, k, v, call, layer, plan.kernel)
+        return kernel(q, k, v, call, layer)
+    except (KolongError, torch.OutOfMemoryError):
+        raise
+    except Exception as error:  # Triton out of resources, an Inductor error, an unsupported dtype, ...
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
+        COMPILED_FAILURES.failed[plan.kernel] = reason
+        warn(f"attention path {plan.kernel!r} failed on this device ({type(error).__name__}: {reason}); it runs "
+             "as the chunked exact path for the rest of this process (--attention-option compiled_kernels=false "
+             "chooses that from the start)")  # fmt: skip
+        return _chunked(q, k, v, call, layer)
+
+
+def _try_backward_once(kernel, q, k, v, call: AttentionCall, layer, name: str) -> None:
+    """Before a compiled path trains a new shape, its forward and backward once on copies of the inputs: a
+    backward kernel that cannot compile fails here, where the chunked path can still take the call, rather
+    than in the training loop's backward. The gradient is taken for the copies alone (`autograd.grad`), so
+    nothing accumulates into the model's parameters."""
+    if not torch.is_grad_enabled():
+        return
+    shape = (name, tuple(q.shape), q.dtype, q.device.type, call.dropout_p > 0)
+    if shape in COMPILED_FAILURES.tried:
+        return
+    copies = [t.detach().requires_grad_() for t in (q, k, v)]
+    out, _ = kernel(*copies, call, layer)
+    torch.autograd.grad(out.float().sum(), copies, allow_unused=True)
+    COMPILED_FAILURES.tried.add(shape)

@@ -26,9 +26,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-import torch.nn.functional as F
 
 from kolong.attention.masks import AttentionMask, as_additive, take_keys
+from kolong.attention.sdpa import sdpa
 
 # Query rows per SDPA call: a block's span is about c plus the documents it cuts, so shorter blocks read fewer
 # needless keys and taller ones make fewer calls. On 2 CPU cores (forward and backward, 4 and 12 heads of 64,
@@ -99,7 +99,7 @@ def document_block_attention(q, k, v, mask: AttentionMask) -> torch.Tensor:
         allowed = mask.rows(start, stop, length, q.device, keys)  # (b|1, 1, c, span)
         additive = None if allowed is None else as_additive(allowed, q.dtype, low_value)
         blocks.append(
-            F.scaled_dot_product_attention(
+            sdpa(
                 q[:, :, start:stop], take_keys(k, keys, dim=2), take_keys(v, keys, dim=2), attn_mask=additive
             )
         )

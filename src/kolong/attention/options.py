@@ -33,6 +33,9 @@ class AttentionOptions:
         "two addresses, on CPU the chunked exact path")})  # fmt: skip
     banded: bool = field(default=True, metadata={"help": (
         "local windows on CPU over key bands, one SDPA call; false: the chunked exact path")})  # fmt: skip
+    compiled_kernels: bool = field(default=True, metadata={"help": (
+        "the compiled FlexAttention paths on CUDA; false: the chunked exact path from the start (where a GPU or a "
+        "torch release cannot compile them; a failure also falls back by itself, with a warning)")})  # fmt: skip
     flex_kernel_options: dict | None = field(default=None, metadata={"help": (
         "FlexAttention kernel options (a JSON object, e.g. {\"fwd_num_stages\": 2, \"BLOCK_M\": 64}) for kernels "
         "that train a float32 tensor their score_mod reads; default: two forward stages and one backward")})  # fmt: skip

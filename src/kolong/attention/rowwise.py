@@ -28,11 +28,11 @@ where autograd would keep every block's mask, and not for Shaw's value term, whi
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from kolong.attention.banded import MASK_ENTRIES
 from kolong.attention.chunked import ChunkBias, asks_gradient, hankel_view
 from kolong.attention.masks import AttentionMask, take_keys
+from kolong.attention.sdpa import sdpa
 
 
 def fits_distance(bias: ChunkBias | None) -> bool:
@@ -95,7 +95,7 @@ def _hankel(q, k, v, per_distance: torch.Tensor, end: int) -> torch.Tensor:
     if end == 0:
         return torch.zeros_like(q)
     bias = hankel_view(per_distance, q.shape[2], end)
-    return F.scaled_dot_product_attention(q, k[:, :, :end].flip(2), v[:, :, :end].flip(2), attn_mask=bias)
+    return sdpa(q, k[:, :, :end].flip(2), v[:, :, :end].flip(2), attn_mask=bias)
 
 
 @torch.compiler.disable  # a loop over row blocks; inside a compiled model it runs eagerly, as the chunked path
@@ -114,7 +114,5 @@ def row_block_attention(q, k, v, mask: AttentionMask | None, bias: ChunkBias) ->
         if blocked is not None:  # (b|1, 1, c|1, ·): 0 or -inf
             scores = scores + blocked
         k_block, v_block = (take_keys(x, keys, dim=2) for x in (k, v))
-        out[:, :, start:stop] = F.scaled_dot_product_attention(
-            q[:, :, start:stop], k_block, v_block, attn_mask=scores
-        )
+        out[:, :, start:stop] = sdpa(q[:, :, start:stop], k_block, v_block, attn_mask=scores)
     return out
