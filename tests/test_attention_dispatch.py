@@ -98,7 +98,7 @@ def test_the_regions_on_cpu_where_the_rows_hold_their_strips(
     from kolong.attention import sdpa_regions
 
     monkeypatch.setattr(sdpa_regions, "BLOCK_ROWS", 4)  # 80 tokens hold eight strips of 4 + 2 x 4 - 2 keys
-    monkeypatch.setattr(sdpa_regions, "STRIPS", 6)  # and five of 4 + 2 x 6 - 2: too few
+    options = {"regions_strips": 6, **options}  # and five of 4 + 2 x 6 - 2: too few
     with torch.set_grad_enabled(grad):
         plan = plan_attention("sdpa", _q(grad, 80), contribution, mask, dropout, AttentionOptions(**options))
     assert plan.kernel == expected
@@ -122,7 +122,10 @@ def test_a_trained_bias_by_distance_trains_through_its_view_where_the_rows_hold_
     from kolong.attention import hankel
 
     monkeypatch.setattr(hankel, "BLOCK_ROWS", 4)
-    monkeypatch.setattr(hankel, "STRIPS", 4)  # 80 tokens hold four strips of 4 + 2 x 4 - 2 keys and more
+    options = {
+        "distance_grad_strips": 4,
+        **options,
+    }  # 80 tokens hold four strips of 4 + 2 x 4 - 2 keys and more
     contribution = Contribution("distance", trained=True, reach=4)
     q = torch.zeros(2, 2, 80, 4, dtype=dtype, requires_grad=grad)
     with torch.set_grad_enabled(grad):
@@ -134,11 +137,11 @@ def test_the_view_trains_only_padding_at_the_rows_ends_and_rows_holding_its_stri
     from kolong.attention import hankel
 
     monkeypatch.setattr(hankel, "BLOCK_ROWS", 4)
-    monkeypatch.setattr(hankel, "STRIPS", 4)
 
     def kernel(reach, mask=LONG_PADDING):
         contribution = Contribution("distance", trained=True, reach=reach)
-        return plan_attention("sdpa", _q(True, 80), contribution, mask, 0.0, AttentionOptions()).kernel
+        options = AttentionOptions(distance_grad_strips=4)
+        return plan_attention("sdpa", _q(True, 80), contribution, mask, 0.0, options).kernel
 
     assert kernel(9) == "sdpa-distance-grad"  # 4 x (4 + 2 x 9 - 2) = 80 tokens
     assert kernel(10) != "sdpa-distance-grad"
@@ -289,3 +292,50 @@ def test_the_pretraining_help_names_every_run_time_option():
     shown = CliRunner().invoke(app, ["pretrain", "mlm", "--help"], terminal_width=200).output
     words = "".join(shown.split())  # rich wraps the help anywhere
     assert all(spec.name in words for spec in dataclasses.fields(AttentionOptions))
+
+
+def test_the_plan_table_is_read_in_order_and_every_kernel_is_in_the_table_of_paths():
+    from kolong.attention.dispatch import PLAN_TABLE
+
+    assert {row.kernel for row in PLAN_TABLE} <= set(ATTENTION_FUNCTIONS)
+    assert PLAN_TABLE[-1].condition == "everything else" and PLAN_TABLE[-1].when(
+        None
+    )  # the last row always holds
+    assert all(row.condition and row.why for row in PLAN_TABLE)
+
+
+def test_the_docs_plan_table_names_exactly_the_plans_of_the_table():
+    """docs/encoder.md's table of plans (its first column) against the kernels the plan table can choose."""
+    import re
+    from pathlib import Path
+
+    from kolong.attention.dispatch import PLAN_TABLE
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "encoder.md").read_text(encoding="utf-8")
+    section = page.split("| plan | taken when", 1)[1].split("\n\n", 1)[0]
+    documented = set(re.findall(r"^\| `([a-z-]+)` \|", section, re.M))
+    assert documented == {row.kernel for row in PLAN_TABLE}
+
+
+def test_kolong_attention_plans_prints_every_row_and_option():
+    from typer.testing import CliRunner
+
+    from kolong.attention.dispatch import PLAN_TABLE
+    from kolong.cli import app
+
+    result = CliRunner().invoke(app, ["attention", "plans"])
+    assert result.exit_code == 0, result.output
+    for number, row in enumerate(PLAN_TABLE, 1):
+        assert f"{number:2d}. {row.kernel}" in result.output and row.condition in result.output
+    assert (
+        "regions_strips (default 4)" in result.output and "compiled_kernels (default True)" in result.output
+    )
+
+
+def test_tuned_thresholds_are_options_with_numbers_checked():
+    options = AttentionOptions.parse(["regions_strips=6", "documents_max_share=0.5"])
+    assert options.regions_strips == 6 and options.documents_max_share == 0.5
+    with pytest.raises(ConfigError, match="regions_strips: expected a number"):
+        AttentionOptions.parse(["regions_strips=many"])
+    with pytest.raises(ConfigError, match="expected a positive number"):
+        AttentionOptions.parse(["documents_by_row=0"])

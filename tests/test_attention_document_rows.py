@@ -44,22 +44,29 @@ def test_each_rows_mask_knows_its_own_documents_extents():
     assert single.batch_rows() == [single]
 
 
+def by_row(q, mask) -> bool:
+    from kolong.attention.dispatch import CallFacts
+
+    return CallFacts("sdpa", q, Contribution("none"), mask, 0.0, AttentionOptions()).by_row
+
+
 def test_rows_are_attended_alone_where_their_own_spans_read_fewer_pairs(monkeypatch):
     monkeypatch.setattr(documents, "BLOCK_ROWS", 8)
     q = torch.zeros(4, 2, 64, 4)
     staggered = AttentionMask.from_attention_mask(_staggered(4, 16, 64, 5))
     aligned = AttentionMask.from_attention_mask(_staggered(4, 16, 64, 0))
-    assert staggered.document_keys_read(8, by_row=True) <= documents.BY_ROW * staggered.document_keys_read(8)
-    assert documents.by_row(q, staggered)
+    share = AttentionOptions().documents_by_row
+    assert staggered.document_keys_read(8, by_row=True) <= share * staggered.document_keys_read(8)
+    assert by_row(q, staggered)
     plan = plan_attention("sdpa", q, Contribution("none"), staggered, 0.0, AttentionOptions())
     assert plan.kernel == "sdpa-document-blocks" and "one row of the batch at a time" in plan.why
     assert plan.by_row and plan.label == "sdpa-document-blocks by row"
     plan = plan_attention("sdpa", q, Contribution("none"), aligned, 0.0, AttentionOptions())
     assert plan.label == "sdpa-document-blocks" and "row" not in plan.why
-    assert not documents.by_row(q, aligned)  # every row's span is the batch's
-    assert not documents.by_row(q[:1], AttentionMask.from_attention_mask(_staggered(1, 16, 64, 5)))
-    assert not documents.by_row(q[..., :16, :], AttentionMask.from_attention_mask(_staggered(4, 16, 16, 5)))
-    assert not documents.by_row(q, AttentionMask.from_attention_mask(torch.ones(4, 64, dtype=torch.long)))
+    assert not by_row(q, aligned)  # every row's span is the batch's
+    assert not by_row(q[:1], AttentionMask.from_attention_mask(_staggered(1, 16, 64, 5)))
+    assert not by_row(q[..., :16, :], AttentionMask.from_attention_mask(_staggered(4, 16, 16, 5)))
+    assert not by_row(q, AttentionMask.from_attention_mask(torch.ones(4, 64, dtype=torch.long)))
 
 
 @pytest.mark.parametrize(
@@ -86,9 +93,7 @@ def test_a_model_attending_row_by_row_is_the_reference(scheme, dropout, grad, pa
     ids = random_ids(4, 64)
     split = []
     each_row = documents.each_row
-    monkeypatch.setattr(
-        documents, "each_row", lambda *a: split.append(documents.by_row(a[1], a[4])) or each_row(*a)
-    )
+    monkeypatch.setattr(documents, "each_row", lambda *a: split.append(a[5]) or each_row(*a))
     torch.manual_seed(0)
     config = tiny_kolong_config(position_encoding=scheme, attention_probs_dropout_prob=dropout)
     model = KolongModel(config)

@@ -156,7 +156,7 @@ def test_the_plan_takes_the_blocks_where_they_skip_enough_pairs(monkeypatch):
     q = torch.zeros(2, 2, 64, 4, requires_grad=True)
     none, options = Contribution("none"), AttentionOptions()
     short, long = (AttentionMask.from_attention_mask(_documents_of(size)) for size in (4, 56))
-    assert short.document_keys_read(8) <= documents.MAX_SHARE < long.document_keys_read(8)
+    assert short.document_keys_read(8) <= options.documents_max_share < long.document_keys_read(8)
     assert plan_attention("sdpa", q, none, short, 0.0, options).kernel == "sdpa-document-blocks"
     assert plan_attention("sdpa", q, none, long, 0.0, options).kernel == "sdpa"
     # with attention dropout (no fused CPU kernel): the chunked path over the same spans, else the explicit one

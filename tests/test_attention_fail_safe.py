@@ -24,6 +24,7 @@ def fresh_failures(monkeypatch):
 @pytest.fixture
 def flex_as_on_cuda(monkeypatch, eager_flex_with_backward):
     monkeypatch.setattr(dispatch, "FLEX_DEVICES", ("cpu",))
+    monkeypatch.setattr(dispatch, "TRIED_DEVICES", ("cpu",))
 
 
 def trained(model, ids, mask):

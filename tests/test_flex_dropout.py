@@ -255,7 +255,16 @@ def test_compiled_flex_on_cpu_drops_through_the_chunked_path():
         ValueError, match="no backward on CPU"
     ):  # training asked for flex: refused, as without dropout
         model.train()(ids)
-    assert not flex.drops_here(torch.zeros(1)) and flex.drops_here(torch.zeros(1, device="meta"))
+    from kolong.attention.dispatch import CallFacts, Contribution
+    from kolong.attention.masks import AttentionMask
+    from kolong.attention.options import AttentionOptions
+
+    def drops(q):
+        return CallFacts(
+            "flex_attention", q, Contribution(), AttentionMask(), 0.1, AttentionOptions()
+        ).flex_drops
+
+    assert not drops(torch.zeros(1, 1, 4, 4)) and drops(torch.zeros(1, 1, 4, 4, device="meta"))
 
 
 def test_gradient_checkpointing_recomputes_the_same_drops():

@@ -78,14 +78,21 @@ def test_a_vector_of_the_wrong_width_is_refused():
         hankel.hankel_attention(q, q, q, [8], torch.zeros(2, 7), 4)
 
 
-def test_fits_on_cpu_in_32_or_64_bits_where_the_rows_hold_strips_enough(monkeypatch):
-    monkeypatch.setattr(hankel, "BLOCK_ROWS", 4)
-    monkeypatch.setattr(hankel, "STRIPS", 4)
-    assert hankel.fits(torch.zeros(1, 1, 80, 4), 9)  # 4 x (4 + 16) = 80
-    assert not hankel.fits(torch.zeros(1, 1, 79, 4), 9)
-    assert hankel.fits(torch.zeros(1, 1, 80, 4, dtype=torch.float64), 9)
-    assert not hankel.fits(torch.zeros(1, 1, 80, 4, dtype=torch.bfloat16), 9)
-    assert not hankel.fits(torch.zeros(1, 1, 80, 4), 0)
+def test_fits_on_cpu_in_32_or_64_bits_where_the_rows_hold_strips_enough():
+    from kolong.attention.dispatch import CallFacts, Contribution
+    from kolong.attention.masks import AttentionMask
+    from kolong.attention.options import AttentionOptions
+
+    def fits(q, reach):
+        facts = CallFacts("sdpa", q, Contribution("distance", trained=True, reach=reach), AttentionMask(), 0.0,
+                          AttentionOptions())  # fmt: skip
+        return facts.fused_cpu_strips(4, 4)
+
+    assert fits(torch.zeros(1, 1, 80, 4), 9)  # 4 x (4 + 16) = 80
+    assert not fits(torch.zeros(1, 1, 79, 4), 9)
+    assert fits(torch.zeros(1, 1, 80, 4, dtype=torch.float64), 9)
+    assert not fits(torch.zeros(1, 1, 80, 4, dtype=torch.bfloat16), 9)
+    assert not fits(torch.zeros(1, 1, 80, 4), 0)
 
 
 def test_a_t5_model_trains_through_the_view_as_through_the_eager_reference(monkeypatch):

@@ -43,10 +43,19 @@ def test_segments_cover_every_token_once_each_within_one_document_of_one_row(row
     assert len(cuts) - 1 == documents
 
 
+def varlen_fits(monkeypatch) -> None:
+    """FlashAttention's kernel planned as where it fits (CUDA, 16-bit, Ampere and later)."""
+    from kolong.attention.dispatch import CallFacts
+
+    monkeypatch.setattr(
+        CallFacts, "flash_varlen", property(lambda f: f.mask.segments is not None and f.options.packed_varlen)
+    )
+
+
 @pytest.fixture
 def reference_varlen(monkeypatch):
     """The varlen path taken on CPU: FlashAttention's kernel replaced by the segment-by-segment reference."""
-    monkeypatch.setattr(varlen, "fits", lambda q: True)
+    varlen_fits(monkeypatch)
     monkeypatch.setattr(varlen, "KERNEL", varlen.reference_kernel)
 
 
@@ -88,8 +97,8 @@ def test_the_varlen_path_is_taken_only_where_the_kernel_fits(kolong_config, monk
     for scheme in ("learned", "shaw"):
         model = KolongModel(kolong_config(position_encoding=scheme)).eval()
         model(input_ids=ids, attention_mask=mask, **varlen.segments_of(mask))
-    assert not called and not varlen.fits(torch.zeros(1, 2, 4, 16))
-    monkeypatch.setattr(varlen, "fits", lambda q: True)
+    assert not called
+    varlen_fits(monkeypatch)
     KolongModel(kolong_config(position_encoding="shaw")).eval()(
         input_ids=ids, attention_mask=mask, **varlen.segments_of(mask)
     )
@@ -159,7 +168,7 @@ def test_pretraining_carries_the_segments_to_the_model_and_learns_as_under_the_d
     batch = collator([train[i] for i in range(8)])
     assert batch["cu_seq_lens"][-1] == batch["input_ids"].numel() and len(batch["cu_seq_lens"]) > 9
     kernel_calls = []
-    monkeypatch.setattr(varlen, "fits", lambda q: True)
+    varlen_fits(monkeypatch)
     monkeypatch.setattr(varlen, "KERNEL", lambda *a: kernel_calls.append(1) or varlen.reference_kernel(*a))
     pretrain_mlm(arguments(corpus, tmp_path / "varlen", **settings))
     assert len(kernel_calls) >= 6 * 2  # every step, every layer
@@ -173,7 +182,7 @@ def test_the_pretrain_benchmark_records_the_plan_it_measured(monkeypatch):
     logit bias does not; without the option nothing takes it."""
     from kolong.bench.pretrain import run_pretrain_benchmark, to_markdown
 
-    monkeypatch.setattr(varlen, "fits", lambda q: True)  # as on CUDA in bf16
+    varlen_fits(monkeypatch)  # as on CUDA in bf16
     monkeypatch.setattr(varlen, "KERNEL", lambda q, k, v, cuts, longest, p, scale: varlen.reference_kernel(
         q, k, v, cuts, longest, 0.0, scale))  # fmt: skip
     result = run_pretrain_benchmark(lengths=[32], positions=["learned", "shaw"], tokens_per_step=128, steps=4,
@@ -222,7 +231,7 @@ def test_a_compiled_mlm_model_takes_every_batchs_segments_in_one_graph_on_meta_t
     the collator's host facts, the segments marked dynamic): one graph, no break, for three batches."""
     from kolong.models import KolongForMaskedLM
 
-    monkeypatch.setattr(varlen, "fits", lambda q: True)
+    varlen_fits(monkeypatch)
     config = kolong_config(
         hidden_size=128, num_attention_heads=2, intermediate_size=256, attention_probs_dropout_prob=0.1
     )

@@ -3,7 +3,7 @@ dense mask, attention alone: `python benchmarks/tools/document_blocks.py` (a dia
 pretrain`, not installed with kolong).
 
 `sdpa-document-blocks` is taken for a scheme without a bias where its blocks read at most MAX_SHARE of the
-(n, n) pairs (`kolong.attention.documents.worth_it`). This times one attention layer's forward and backward both
+(n, n) pairs (`kolong.attention.dispatch.CallFacts.document_blocks`). This times one attention layer's forward and backward both
 ways for documents of several mean lengths (exponentially distributed, as reviews and articles are) packed into
 rows of each length, the batch filling a fixed number of tokens, beside the chunked path for Shaw (reach 16)
 reading every key against reading its documents' keys, in interleaved rounds. Writes
@@ -150,6 +150,7 @@ def to_markdown(result: dict) -> str:
 
 def main(argv: list[str] | None = None) -> dict:
     from kolong.attention import documents
+    from kolong.attention.options import AttentionOptions
 
     found = diagnostic.parser(__doc__, "document-blocks", tokens=4096, rounds=7)
     found.add_argument("--lengths", default="512,2048", help="comma-separated row lengths (default 512,2048)")
@@ -163,8 +164,9 @@ def main(argv: list[str] | None = None) -> dict:
     for (length, mean), (_, share) in built.items():
         shares.setdefault(str(length), {})[str(mean)] = share
     runs = measure(built, args.rounds)
-    measured = {"block_rows": documents.BLOCK_ROWS, "max_share": documents.MAX_SHARE, "shares": shares,
-                "runs": runs, "summary": summary(runs, shares, documents.MAX_SHARE)}  # fmt: skip
+    share = AttentionOptions().documents_max_share
+    measured = {"block_rows": documents.BLOCK_ROWS, "max_share": share, "shares": shares,
+                "runs": runs, "summary": summary(runs, shares, share)}  # fmt: skip
     return diagnostic.write("document-blocks", "document_blocks.py", argv, args, measured, to_markdown)
 
 

@@ -5,7 +5,7 @@ The paths over documents' spans (`sdpa-document-blocks` for schemes without a bi
 read, for each block of queries, the keys from the first token of its earliest document to the last of its
 latest. Over a batch that span is the union over every row's documents; row by row it is the row's own. The
 paths go row by row where the rows' own spans read at most BY_ROW of the pairs the batch's read
-(`kolong.attention.documents.by_row`). This times one attention layer's forward and backward both ways, for
+(`kolong.attention.dispatch.CallFacts.by_row`). This times one attention layer's forward and backward both ways, for
 batches of several rows holding documents of several mean lengths (exponentially distributed), in interleaved
 rounds. Writes document-rows-DEVICE.{json,md} (default: docs/experiments/; DEVICE the class of the machine).
 """
@@ -29,7 +29,9 @@ def cases(
 
     from kolong.attention import documents
     from kolong.attention.chunked import chunked_attention
+    from kolong.attention.dispatch import CallFacts, Contribution
     from kolong.attention.masks import AttentionMask
+    from kolong.attention.options import AttentionOptions
     from kolong.models import KolongConfig, KolongModel
 
     config = KolongConfig(hidden_size=heads * head_size, num_hidden_layers=1, num_attention_heads=heads,
@@ -64,7 +66,7 @@ def cases(
             mask = AttentionMask.from_attention_mask(numbers)
             read = {"batch": mask.document_keys_read(documents.BLOCK_ROWS),
                     "rows": mask.document_keys_read(documents.BLOCK_ROWS, by_row=True),
-                    "row_by_row": documents.by_row(q, mask)}  # fmt: skip
+                    "row_by_row": CallFacts("sdpa", q, Contribution("none"), mask, 0.0, AttentionOptions()).by_row}  # fmt: skip
             built[rows, mean] = (call, read)
     return built
 
@@ -116,6 +118,7 @@ def to_markdown(result: dict) -> str:
 
 def main(argv: list[str] | None = None) -> dict:
     from kolong.attention import documents
+    from kolong.attention.options import AttentionOptions
 
     found = diagnostic.parser(__doc__, "document-rows", rounds=3)
     found.add_argument("--length", type=int, default=2048, help="tokens per row (default 2048)")
@@ -130,7 +133,7 @@ def main(argv: list[str] | None = None) -> dict:
     for (rows, mean), (_, read) in built.items():
         shares.setdefault(str(rows), {})[str(mean)] = read
     runs = diagnostic.measure(built, PATHS, args.rounds)
-    measured = {"block_rows": documents.BLOCK_ROWS, "by_row": documents.BY_ROW, "shares": shares, "runs": runs,
+    measured = {"block_rows": documents.BLOCK_ROWS, "by_row": AttentionOptions().documents_by_row, "shares": shares, "runs": runs,
                 "summary": summary(runs, shares)}  # fmt: skip
     return diagnostic.write("document-rows", "document_rows.py", argv, args, measured, to_markdown)
 

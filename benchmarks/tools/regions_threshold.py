@@ -2,8 +2,8 @@
 benchmarks/tools/regions_threshold.py` (a diagnostic beside `kolong bench encoder`, not installed with kolong).
 
 Shaw (reach 16) and T5 (reach 91, 32 buckets to distance 128) train through the chunked path, the three regions
-(`sdpa-regions`: rows of at least `sdpa_regions.STRIPS` near strips), and T5 also through its strided view
-(`sdpa-distance-grad`: rows of at least `hankel.STRIPS` band strips). This times one attention layer's forward and
+(`sdpa-regions`: rows of at least the option `regions_strips` near strips), and T5 also through its strided view
+(`sdpa-distance-grad`: rows of at least the option `distance_grad_strips` band strips). This times one attention layer's forward and
 backward on each at each length, the batch filling a fixed number of tokens (q, k and v views of one projection,
 as in the encoder), beside SDPA without a bias (what learned positions run), in interleaved rounds, and says which
 path kolong's dispatch takes there and whether it is the fastest. Writes regions-threshold-DEVICE.{json,md}
@@ -116,6 +116,7 @@ def to_markdown(result: dict) -> str:
 
 def main(argv: list[str] | None = None) -> dict:
     from kolong.attention import hankel, sdpa_regions
+    from kolong.attention.options import AttentionOptions
 
     found = diagnostic.parser(__doc__, "regions-threshold", tokens=2048, rounds=9)
     found.add_argument("--lengths", default="512,768,1024,2048,4096",
@@ -130,7 +131,8 @@ def main(argv: list[str] | None = None) -> dict:
     runs = measure(built, args.rounds)
     measured = {
         "block_rows": {"sdpa-regions": sdpa_regions.BLOCK_ROWS, "sdpa-distance-grad": hankel.BLOCK_ROWS},
-        "strips": {"sdpa-regions": sdpa_regions.STRIPS, "sdpa-distance-grad": hankel.STRIPS},
+        "strips": {"sdpa-regions": AttentionOptions().regions_strips,
+                   "sdpa-distance-grad": AttentionOptions().distance_grad_strips},
         "reaches": reaches, "runs": runs, "summary": summary(runs, taken),
     }  # fmt: skip
     return diagnostic.write("regions-threshold", "regions_threshold.py", argv, args, measured, to_markdown)

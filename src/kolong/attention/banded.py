@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from kolong.attention.chunked import ChunkBias, asks_gradient
+from kolong.attention.chunked import ChunkBias
 from kolong.attention.masks import AttentionMask
 from kolong.attention.sdpa import sdpa
 
@@ -28,17 +28,6 @@ MIN_BLOCK_ROWS = 128  # below this SDPA's per-block overhead outweighs the band'
 # Entries of a bias's float mask per SDPA call (16 MiB in fp32): at 16k tokens, ALiBi's peak inference memory
 # was 1.04 GB in one call, 0.83 GB at 2^24 entries and 0.56 GB at 2^22 (the chunked path: 0.37 GB), same time.
 MASK_ENTRIES = 2**22
-
-
-def fits(q: torch.Tensor, bias: ChunkBias | None) -> bool:
-    """Whether the banded path takes this call: always without a bias; with one that depends on distance
-    alone, only when no gradient is asked, since its float mask, materialised per band, and that mask's
-    gradient would be kept per layer for the backward (the chunked path keeps nothing of the kind)."""
-    if bias is None:
-        return True
-    if not bias.by_distance:
-        return False
-    return not asks_gradient(q, *bias.tensors)
 
 
 def _blocks(x: torch.Tensor, rows: int, padded: int) -> torch.Tensor:

@@ -66,7 +66,7 @@ class Plan:
 
     kernel: str
     why: str
-    by_row: bool = False  # packed documents attended one row of the batch at a time (`documents.each_row`)
+    by_row: bool = False  # packed documents attended one row of the batch at a time (`CallFacts.by_row`)
 
     def __str__(self) -> str:
         return self.kernel
@@ -115,107 +115,233 @@ class AttentionCall:
         return None if self.scheme is None else self.scheme.value_term(layer, probs, self.state)
 
 
-# The paths that read packed documents' spans through `documents.each_row`: one row of the batch at a time where
-# `documents.by_row` says so.
+# The paths that read packed documents' spans: one row of the batch at a time where `CallFacts.by_row` says so.
 BY_ROW_PATHS = ("sdpa-document-blocks", "sdpa-row-blocks", "chunked")
+
+
+class once:
+    """functools.cached_property without its lock (Python 3.11 takes an RLock there, which dynamo cannot enter: a
+    graph break at every layer of a compiled model)."""
+
+    def __init__(self, function: Callable) -> None:
+        self.function, self.name, self.__doc__ = function, function.__name__, function.__doc__
+
+    def __get__(self, instance, owner=None):
+        if instance is None:
+            return self
+        value = instance.__dict__[self.name] = self.function(instance)
+        return value
+
+
+class CallFacts:
+    """One attention call as the plan table reads it. Facts that cost a read of the device (where each row's
+    padding begins, the documents' spans) are computed once, when a row first asks, and kept."""
+
+    def __init__(self, implementation: str, q: torch.Tensor, contribution: Contribution, mask: AttentionMask,
+                 dropout_p: float, options: AttentionOptions) -> None:  # fmt: skip
+        self.implementation, self.contribution, self.mask, self.options = (
+            implementation,
+            contribution,
+            mask,
+            options,
+        )
+        self.q = q
+        self.device = q.device.type
+        self.length = q.shape[2]
+        self.dropout = dropout_p > 0
+        self.kind = contribution.kind
+        self.bias = contribution.bias
+        self.value_term = contribution.value_term
+        self.window = mask.window is not None
+        # a gradient flows through attention (into q or the bias), and into the bias's parameters
+        grad = torch.is_grad_enabled()
+        self.grad = grad and (q.requires_grad or contribution.trained)
+        self.bias_grad = grad and contribution.trained
+        self.exact = q.dtype in (torch.float32, torch.float64)
+
+    @once
+    def flex_device(self) -> bool:
+        """FlexAttention compiles with a backward here (torch has none on CPU)."""
+        return self.device in FLEX_DEVICES
+
+    @once
+    def flex(self) -> bool:
+        """Compiled FlexAttention may take this call: on such a device, allowed, and its dropout allowed."""
+        return (
+            self.flex_device
+            and self.options.compiled_kernels
+            and (not self.dropout or self.options.flex_dropout)
+        )
+
+    @once
+    def flex_drops(self) -> bool:
+        """FlexAttention can apply dropout here: not compiled on CPU, whose kernel returns no log-sum-exp."""
+        from kolong.attention import flex
+
+        return self.device != "cpu" or not flex.COMPILE
+
+    @once
+    def packed_flex(self) -> bool:
+        """Packed documents (or a window) through FlexAttention's block mask rather than SDPA's dense mask."""
+        return (
+            not self.mask.keys_only and self.flex and (not self.dropout or self.options.packed_flex_dropout)
+        )
+
+    @once
+    def flash_varlen(self) -> bool:
+        """FlashAttention's variable-length kernel takes these packed documents (16-bit, Ampere or later)."""
+        q = self.q
+        return (
+            self.mask.segments is not None
+            and self.options.packed_varlen
+            and self.device == "cuda"
+            and q.dtype in (torch.float16, torch.bfloat16)
+            and q.shape[-1] % 8 == 0
+            and q.shape[-1] <= 256
+            and torch.cuda.get_device_properties(q.device).major >= 8
+        )
+
+    @once
+    def regions(self) -> bool:
+        """The bias splits into three regions (constant past a reach), asked for, without dropout."""
+        return self.contribution.regions and self.options.relative_regions and not self.dropout
+
+    @once
+    def plain_bias(self) -> bool:
+        """A logit bias without value term, window or dropout: SDPA can take it as a float mask."""
+        return self.bias and not self.value_term and not self.window and not self.dropout
+
+    @once
+    def row_ends(self) -> list[int] | None:
+        """Each row's number of real tokens when they come first (padding at the ends only), else None."""
+        return rowwise.row_ends(self.mask, self.length)
+
+    def fused_cpu_strips(self, block_rows: int, strips: int) -> bool:
+        """On CPU in float32 / float64, with the fused kernel's forward and backward operators (private; the same
+        from torch 2.11 to 2.15), rows that hold `strips` strips of `block_rows` + 2r - 2 keys. float32 at least:
+        the edges' gradient is a difference of two products with the output, which 16 bits would leave without
+        its digits."""
+        ops = torch.ops.aten
+        return (
+            self.device == "cpu"
+            and self.exact
+            and self.contribution.reach > 0
+            and strips * (block_rows + 2 * self.contribution.reach - 2) <= self.length
+            and hasattr(ops, "_scaled_dot_product_flash_attention_for_cpu")
+            and hasattr(ops, "_scaled_dot_product_flash_attention_for_cpu_backward")
+        )
+
+    @once
+    def documents_packed(self) -> bool:
+        return self.device == "cpu" and self.mask.documents is not None and not self.window
+
+    @once
+    def by_row(self) -> bool:
+        """The paths over documents' spans go one row at a time: where the rows' own spans read at most
+        `documents_by_row` of the pairs the batch's widest spans read (rows of fewer than 4 blocks stay whole)."""
+        rows = documents.BLOCK_ROWS
+        if not self.documents_packed or self.q.shape[0] == 1 or self.length < 4 * rows:
+            return False
+        mask = self.mask
+        return mask.document_keys_read(
+            rows, by_row=True
+        ) <= self.options.documents_by_row * mask.document_keys_read(rows)
+
+    @once
+    def document_blocks(self) -> bool:
+        """Blocks of queries over their documents' spans read at most `documents_max_share` of the pairs."""
+        rows = documents.BLOCK_ROWS
+        return (
+            self.documents_packed
+            and self.length > rows
+            and self.mask.document_keys_read(rows, by_row=self.by_row) <= self.options.documents_max_share
+        )
+
+
+@dataclass(frozen=True)
+class PlanRow:
+    """One row of the plan table: the first whose `when` holds is the plan."""
+
+    kernel: str
+    when: Callable[[CallFacts], bool]
+    condition: str  # `when` in words, for `kolong attention plans` and docs/encoder.md
+    why: str
+
+
+def _plain(f: CallFacts) -> bool:
+    """No logit bias and no window: SDPA's own masks serve, unless FlexAttention takes packed documents."""
+    return not f.bias and not f.window and not f.packed_flex
+
+
+# The whole choice, in order. Each row reads `CallFacts` alone; each kernel is one entry of ATTENTION_FUNCTIONS.
+PLAN_TABLE: tuple[PlanRow, ...] = (
+    PlanRow("eager", lambda f: f.implementation == "eager", "attn_implementation='eager'",
+            "the reference: scores, bias and probabilities materialised"),
+    PlanRow("chunked", lambda f: f.implementation == "flex_attention" and f.value_term,
+            "attn_implementation='flex_attention', Shaw's value term", "Shaw's value term has no FlexAttention form"),
+    PlanRow("chunked", lambda f: f.implementation == "flex_attention" and f.dropout and not f.flex_drops,
+            "attn_implementation='flex_attention', dropout, compiled on CPU",
+            "compiled FlexAttention on CPU returns no log-sum-exp for dropout's second pass"),
+    PlanRow("flex", lambda f: f.implementation == "flex_attention", "attn_implementation='flex_attention'",
+            "asked for (attn_implementation='flex_attention')"),
+    PlanRow("varlen", lambda f: not f.bias and not f.window and f.flash_varlen,
+            "no bias or window; packed documents with their segments, option packed_varlen, CUDA, 16-bit",
+            "packed documents, each scored alone by FlashAttention's variable-length kernel"),
+    PlanRow("chunked", lambda f: _plain(f) and f.dropout and not f.flex_device and f.document_blocks,
+            "no bias or window, dropout, CPU, packed documents whose spans read at most documents_max_share",
+            "packed documents with dropout: the chunked path over the keys their documents span"),
+    PlanRow("eager", lambda f: _plain(f) and f.dropout and not f.flex_device,
+            "no bias or window, dropout, CPU", "SDPA has no fused CPU kernel with dropout; the explicit path draws it cheaper"),
+    PlanRow("sdpa-document-blocks", lambda f: _plain(f) and not f.dropout and f.document_blocks,
+            "no bias or window, no dropout, CPU, packed documents whose spans read at most documents_max_share",
+            "packed documents: SDPA per block of queries, over the keys their documents span"),
+    PlanRow("sdpa", _plain, "no bias or window (packed documents: not through FlexAttention)",
+            "no logit bias: SDPA's fused kernel, under the mask SDPA takes"),
+    PlanRow("eager", lambda f: exporting(), "torch.export", "torch.export: one graph, without the fused paths' loops"),
+    PlanRow("flex-regions", lambda f: f.flex and f.regions and (f.bias_grad or f.value_term),
+            "FlexAttention here, a bias in three regions without dropout, training it (or Shaw's value term)",
+            "FlexAttention in three regions merged by log-sum-exp: no hot gradient addresses"),
+    PlanRow("flex", lambda f: f.flex and not f.value_term, "FlexAttention here, no value term",
+            "FlexAttention: the bias in its score_mod, blocks outside the mask skipped"),
+    PlanRow("sdpa-distance-view",
+            lambda f: f.plain_bias and f.kind == "distance" and not f.bias_grad and f.row_ends is not None,
+            "a bias by distance alone, untrained here, no window or dropout, padding at the rows' ends",
+            "a bias by distance alone, as one strided view: SDPA's fused kernel"),
+    PlanRow("sdpa-distance-grad",
+            lambda f: f.regions and f.plain_bias and f.kind == "distance" and f.row_ends is not None
+            and f.fused_cpu_strips(hankel.BLOCK_ROWS, f.options.distance_grad_strips),
+            "a trained bias by distance alone in regions, padding at the rows' ends, CPU fp32, rows of "
+            "distance_grad_strips band strips",
+            "a trained bias by distance alone: its strided view through SDPA's fused kernel, forward and backward, "
+            "the bias's gradient from the band's strip and one causal call"),
+    PlanRow("sdpa-regions",
+            lambda f: f.regions and f.mask.keys_only
+            and f.fused_cpu_strips(sdpa_regions.BLOCK_ROWS, f.options.regions_strips),
+            "a bias in three regions without dropout, padding masks only, CPU fp32, rows of regions_strips near strips",
+            "three regions: the far keys through SDPA's fused CPU kernel, the near strip in blocks"),
+    PlanRow("sdpa-row-blocks", lambda f: f.plain_bias and not f.grad, "a bias without value term, window or dropout, "
+            "no gradient", "SDPA per block of query rows, each block's bias built"),
+    # over key bands a bias is a float mask per band: kept for the backward, so only without a gradient
+    PlanRow("banded", lambda f: not f.dropout and f.window and f.options.banded
+            and (not f.bias or (f.kind == "distance" and not f.grad)),
+            "a local window without dropout, no bias or an untrained one by distance, option banded",
+            "a local window over key bands: one SDPA call"),
+    PlanRow("chunked", lambda f: True, "everything else",
+            "the chunked exact path: linear memory, the bias's gradient without a scatter"),
+)  # fmt: skip
 
 
 def plan_attention(implementation: str, q: torch.Tensor, contribution: Contribution, mask: AttentionMask,
                    dropout_p: float, options: AttentionOptions) -> Plan:  # fmt: skip
-    """The path of one attention call. `q`: its device, dtype, shape, and whether it wants a gradient."""
-    plan = _path(implementation, q, contribution, mask, dropout_p, options)
-    if plan.kernel in BY_ROW_PATHS and documents.by_row(q, mask):
+    """The path of one attention call: the first row of PLAN_TABLE whose condition holds. `q`: its device, dtype,
+    shape, and whether it wants a gradient."""
+    facts = CallFacts(implementation, q, contribution, mask, dropout_p, options)
+    row = next(row for row in PLAN_TABLE if row.when(facts))
+    if row.kernel in BY_ROW_PATHS and facts.by_row:
         return Plan(
-            plan.kernel, plan.why + "; one row of the batch at a time, over its own documents' spans", True
+            row.kernel, row.why + "; one row of the batch at a time, over its own documents' spans", True
         )
-    return plan
-
-
-def _path(implementation: str, q: torch.Tensor, contribution: Contribution, mask: AttentionMask,
-          dropout_p: float, options: AttentionOptions) -> Plan:  # fmt: skip
-    from kolong.attention import flex
-
-    if implementation == "eager":
-        return Plan("eager", "the reference: scores, bias and probabilities materialised")
-    if implementation == "flex_attention":
-        if contribution.value_term:
-            return Plan("chunked", "Shaw's value term has no FlexAttention form")
-        if dropout_p > 0 and not flex.drops_here(q):
-            return Plan(
-                "chunked", "compiled FlexAttention on CPU returns no log-sum-exp for dropout's second pass"
-            )
-        return Plan("flex", "asked for (attn_implementation='flex_attention')")
-    on_cuda = q.device.type in FLEX_DEVICES
-    flex_here = on_cuda and options.compiled_kernels and (dropout_p == 0 or options.flex_dropout)
-    if not contribution.bias and mask.window is None:
-        if mask.segments is not None and options.packed_varlen and varlen.fits(q):
-            return Plan(
-                "varlen", "packed documents, each scored alone by FlashAttention's variable-length kernel"
-            )
-        packed = not mask.keys_only and flex_here and (dropout_p == 0 or options.packed_flex_dropout)
-        if not packed:
-            if dropout_p > 0 and not on_cuda:
-                if documents.worth_it(q, mask):
-                    return Plan(
-                        "chunked",
-                        "packed documents with dropout: the chunked path over the keys their documents span",
-                    )
-                return Plan(
-                    "eager", "SDPA has no fused CPU kernel with dropout; the explicit path draws it cheaper"
-                )
-            if dropout_p == 0 and documents.worth_it(q, mask):
-                return Plan(
-                    "sdpa-document-blocks",
-                    "packed documents: SDPA per block of queries, over the keys their documents span",
-                )
-            return Plan(
-                "sdpa",
-                "no logit bias: SDPA's fused kernel" + ("" if mask.keys_only else " under a dense mask"),
-            )
-    if exporting():
-        return Plan("eager", "torch.export: one graph, without the fused paths' loops")
-    split = contribution.regions and options.relative_regions and dropout_p == 0
-    if (
-        flex_here
-        and split
-        and ((torch.is_grad_enabled() and contribution.trained) or contribution.value_term)
-    ):
-        return Plan(
-            "flex-regions", "FlexAttention in three regions merged by log-sum-exp: no hot gradient addresses"
-        )
-    if flex_here and not contribution.value_term:
-        return Plan("flex", "FlexAttention: the bias in its score_mod, blocks outside the mask skipped")
-    grad = torch.is_grad_enabled() and (q.requires_grad or contribution.trained)
-    bias_grad = torch.is_grad_enabled() and contribution.trained
-    plain_bias = dropout_p == 0 and mask.window is None and contribution.bias and not contribution.value_term
-    if (
-        plain_bias
-        and contribution.kind == "distance"
-        and not bias_grad
-        and rowwise.row_ends(mask, q.shape[2]) is not None
-    ):
-        return Plan(
-            "sdpa-distance-view", "a bias by distance alone, as one strided view: SDPA's fused kernel"
-        )
-    ends = rowwise.row_ends(mask, q.shape[2]) if plain_bias and contribution.kind == "distance" else None
-    if split and ends is not None and hankel.fits(q, contribution.reach):
-        return Plan(
-            "sdpa-distance-grad",
-            "a trained bias by distance alone: its strided view through SDPA's fused kernel, forward and "
-            "backward, the bias's gradient from the band's strip and one causal call",
-        )
-    if split and mask.keys_only and sdpa_regions.fits(q, contribution.reach):
-        return Plan(
-            "sdpa-regions",
-            "three regions: the far keys through SDPA's fused CPU kernel, the near strip in blocks",
-        )
-    if plain_bias and not grad:
-        return Plan("sdpa-row-blocks", "SDPA per block of query rows, each block's bias built")
-    # over key bands a bias is a float mask per band: kept for the backward, so only without a gradient
-    banded_bias = not contribution.bias or (contribution.kind == "distance" and not grad)
-    if dropout_p == 0 and mask.window is not None and options.banded and banded_bias:
-        return Plan("banded", "a local window over key bands: one SDPA call")
-    return Plan("chunked", "the chunked exact path: linear memory, the bias's gradient without a scatter")
+    return Plan(row.kernel, row.why)
 
 
 def _eager(q, k, v, call: AttentionCall, layer):
@@ -284,8 +410,8 @@ def _sdpa_regions(q, k, v, call: AttentionCall, layer):
     return sdpa_regions.sdpa_region_attention(q, k, v, _given(call.mask), terms), None
 
 
-def _document_blocks(q, k, v, call: AttentionCall, layer):
-    return documents.each_row(documents.document_block_attention, q, k, v, call.mask), None
+def _document_blocks(q, k, v, call: AttentionCall, layer, by_row: bool = False):
+    return documents.each_row(documents.document_block_attention, q, k, v, call.mask, by_row), None
 
 
 def _distance_view(q, k, v, call: AttentionCall, layer):
@@ -298,22 +424,22 @@ def _distance_grad(q, k, v, call: AttentionCall, layer):
     return hankel.hankel_attention(q, k, v, ends, bias.tensors[0], bias.reach), None
 
 
-def _row_blocks(q, k, v, call: AttentionCall, layer):
+def _row_blocks(q, k, v, call: AttentionCall, layer, by_row: bool = False):
     def attention(q, k, v, mask):
         return rowwise.row_block_attention(q, k, v, _given(mask), call.bias(q, layer))
 
-    return documents.each_row(attention, q, k, v, call.mask), None
+    return documents.each_row(attention, q, k, v, call.mask, by_row), None
 
 
 def _banded(q, k, v, call: AttentionCall, layer):
     return banded.banded_attention(q, k, v, call.mask, call.bias(q, layer)), None
 
 
-def _chunked(q, k, v, call: AttentionCall, layer):
+def _chunked(q, k, v, call: AttentionCall, layer, by_row: bool = False):
     def attention(q, k, v, mask):
         return chunked_attention(q, k, v, _given(mask), call.bias(q, layer), call.dropout_p)
 
-    return documents.each_row(attention, q, k, v, call.mask), None
+    return documents.each_row(attention, q, k, v, call.mask, by_row), None
 
 
 ATTENTION_FUNCTIONS: dict[str, Callable] = {
@@ -334,6 +460,10 @@ ATTENTION_FUNCTIONS: dict[str, Callable] = {
 
 # Paths that compile a kernel at their first call of a shape: one that fails on the user's GPU falls back.
 COMPILED_PATHS = ("flex", "flex-regions")
+# Devices whose compiled kernels are tried forward and backward before they train a new shape (Triton's: a
+# kernel that does not fit the GPU fails when first compiled). Tests put "cpu" here to try FlexAttention's
+# eager reference.
+TRIED_DEVICES = ("cuda",)
 
 
 @dataclass
@@ -352,9 +482,10 @@ COMPILED_FAILURES = CompiledFailures()
 def attend(plan: Plan, q, k, v, call: AttentionCall, layer=0):
     """Run `plan`: (context, probabilities or None). A compiled path that fails is run as the chunked path."""
     kernel = ATTENTION_FUNCTIONS[plan.kernel]
-    if (
-        plan.kernel not in COMPILED_PATHS or torch.compiler.is_compiling()
-    ):  # a compiled model: its compile decides
+    if plan.by_row:
+        return kernel(q, k, v, call, layer, by_row=True)
+    # not compiled, or inside a model compiled as a whole, whose compile decides
+    if plan.kernel not in COMPILED_PATHS or torch.compiler.is_compiling():
         return kernel(q, k, v, call, layer)
     if plan.kernel in COMPILED_FAILURES.failed:
         return _chunked(q, k, v, call, layer)
@@ -373,16 +504,19 @@ def attend(plan: Plan, q, k, v, call: AttentionCall, layer=0):
 
 
 def _try_backward_once(kernel, q, k, v, call: AttentionCall, layer, name: str) -> None:
-    """Before a compiled path trains a new shape, its forward and backward once on copies of the inputs: a
-    backward kernel that cannot compile fails here, where the chunked path can still take the call, rather
+    """Before a compiled path trains a new shape on a GPU, its forward and backward once on copies of the inputs:
+    a backward kernel that cannot compile fails here, where the chunked path can still take the call, rather
     than in the training loop's backward. The gradient is taken for the copies alone (`autograd.grad`), so
-    nothing accumulates into the model's parameters."""
-    if not torch.is_grad_enabled():
+    nothing accumulates into the model's parameters, and the random state is restored, so dropout draws what it
+    would have drawn without the try."""
+    if not torch.is_grad_enabled() or q.device.type not in TRIED_DEVICES:
         return
     shape = (name, tuple(q.shape), q.dtype, q.device.type, call.dropout_p > 0)
     if shape in COMPILED_FAILURES.tried:
         return
-    copies = [t.detach().requires_grad_() for t in (q, k, v)]
-    out, _ = kernel(*copies, call, layer)
-    torch.autograd.grad(out.float().sum(), copies, allow_unused=True)
+    devices = [q.device] if q.device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices, device_type=q.device.type):
+        copies = [t.detach().requires_grad_() for t in (q, k, v)]
+        out, _ = kernel(*copies, call, layer)
+        torch.autograd.grad(out.float().sum(), copies, allow_unused=True)
     COMPILED_FAILURES.tried.add(shape)

@@ -92,12 +92,6 @@ def dropout_for(q: torch.Tensor, dropout_p: float) -> tuple[torch.Tensor, float]
     return flex_dropout.draw_keys(q.shape[0], q.shape[1], q.device), float(dropout_p)
 
 
-def drops_here(q: torch.Tensor) -> bool:
-    """Whether attention dropout can run in FlexAttention for `q`: not compiled on CPU, whose kernel does not
-    return the log-sum-exp that `flex_dropout` needs (eager, as the tests run it, does)."""
-    return q.device.type != "cpu" or not COMPILE
-
-
 # Inductor's default forward tiles for 16-bit heads of 64 on sm90 (H100, H200: 128 x 128, 3 stages) need 240 KB
 # of shared memory when the score_mod gathers from a trained float32 (b, h, n, buckets) tensor (Shaw's
 # profile, T5's rows): over the 227 KB a block may use, so the kernel did not compile (H200, torch 2.11).

@@ -35,28 +35,6 @@ from kolong.attention.sdpa_regions import diagonals
 # Query rows per block of the band's strip: a block computes scores against c + 2r - 2 keys and uses 2r - 1 of
 # them per row, so shorter blocks waste less of their products and taller ones make larger products.
 BLOCK_ROWS = 64
-# Rows hold at least this many strips (BLOCK_ROWS + 2r - 2 keys each) before this path is taken: from 732 tokens
-# for T5's r = 91. Attention alone on 2 CPU cores, against the chunked path, it trained T5 faster from 768 tokens
-# on (at 768: 1.03-1.07x in four runs on a Xeon and one on an EPYC, 0.85x in one) and slower at 640 and 512,
-# where a strip is half the row (docs/experiments/regions-threshold-cpu-*.md, from
-# benchmarks/tools/regions_threshold.py). The strip's height hardly mattered (32 to 256 rows).
-STRIPS = 3
-
-
-def fits(q: torch.Tensor, reach: int) -> bool:
-    """Whether this path takes `q` for a bias constant past `reach` on each side: on CPU with the fused kernel's
-    operators (private; the same from torch 2.11 to 2.15), in float32 or float64 (the edges' gradient is a
-    difference of two products with the output, which a 16-bit output would leave without its digits), and rows
-    long enough to hold STRIPS of the band's strips."""
-    ops = torch.ops.aten
-    return (
-        q.device.type == "cpu"
-        and q.dtype in (torch.float32, torch.float64)
-        and reach > 0
-        and STRIPS * (BLOCK_ROWS + 2 * reach - 2) <= q.shape[2]
-        and hasattr(ops, "_scaled_dot_product_flash_attention_for_cpu")
-        and hasattr(ops, "_scaled_dot_product_flash_attention_for_cpu_backward")
-    )
 
 
 def _exact(tensor: torch.Tensor) -> torch.dtype:

@@ -36,6 +36,18 @@ class AttentionOptions:
     compiled_kernels: bool = field(default=True, metadata={"help": (
         "the compiled FlexAttention paths on CUDA; false: the chunked exact path from the start (where a GPU or a "
         "torch release cannot compile them; a failure also falls back by itself, with a warning)")})  # fmt: skip
+    regions_strips: int = field(default=4, metadata={"help": (
+        "CPU: Shaw's and T5's regions (`sdpa-regions`) from rows that hold this many near strips of 128 + 2r - 2 "
+        "keys; below, the chunked path was as fast on one of the CPUs measured")})  # fmt: skip
+    distance_grad_strips: int = field(default=3, metadata={"help": (
+        "CPU: T5's trained view (`sdpa-distance-grad`) from rows that hold this many band strips of 64 + 2r - 2 "
+        "keys")})  # fmt: skip
+    documents_max_share: float = field(default=0.75, metadata={"help": (
+        "CPU: packed documents through blocks over their spans (`sdpa-document-blocks`, or the chunked path with "
+        "dropout) where the blocks read at most this share of the (n, n) pairs; above, one dense call was as fast")})  # fmt: skip
+    documents_by_row: float = field(default=0.85, metadata={"help": (
+        "CPU: the paths over documents' spans go one row of the batch at a time where the rows' own spans read at "
+        "most this share of the pairs the batch's widest spans read")})  # fmt: skip
     flex_kernel_options: dict | None = field(default=None, metadata={"help": (
         "FlexAttention kernel options (a JSON object, e.g. {\"fwd_num_stages\": 2, \"BLOCK_M\": 64}) for kernels "
         "that train a float32 tensor their score_mod reads; default: two forward stages and one backward")})  # fmt: skip
@@ -62,6 +74,16 @@ class AttentionOptions:
                 if not isinstance(value, dict):
                     raise ConfigError(f"{flag} {name}: expected a JSON object of FlexAttention kernel options, "
                                       f"e.g. '{{\"fwd_num_stages\": 2, \"BLOCK_M\": 64}}', got {text!r}")  # fmt: skip
+            elif known[name].type in ("int", "float", int, float):
+                number = int if known[name].type in ("int", int) else float
+                try:
+                    value = number(text)
+                except ValueError:
+                    raise ConfigError(
+                        f"{flag} {name}: expected a number ({number.__name__}), got {text!r}"
+                    ) from None
+                if value <= 0:
+                    raise ConfigError(f"{flag} {name}: expected a positive number, got {text!r}")
             else:
                 lowered = text.strip().lower()
                 if lowered not in ("true", "false", "1", "0", "yes", "no"):

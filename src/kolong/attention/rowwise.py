@@ -35,21 +35,6 @@ from kolong.attention.masks import AttentionMask, take_keys
 from kolong.attention.sdpa import sdpa
 
 
-def fits_distance(bias: ChunkBias | None) -> bool:
-    """Whether `distance_attention` can take this call: a bias by distance alone, and no gradient for it
-    (inference; or ALiBi, whose bias has no parameters)."""
-    if bias is None or not bias.by_distance:
-        return False
-    return not asks_gradient(*bias.tensors)
-
-
-def fits_row_blocks(q, k, v, bias: ChunkBias | None) -> bool:
-    """Whether `row_block_attention` can take this call: a bias without a value term, no gradient asked."""
-    if bias is None or bias.has_values:
-        return False
-    return not asks_gradient(q, k, v, *bias.tensors)
-
-
 @torch.compiler.disable  # reads row lengths on the host; inside a compiled model it runs eagerly
 def distance_attention(q, k, v, mask: AttentionMask | None, bias: ChunkBias) -> torch.Tensor | None:
     """softmax(q k^T / sqrt(d) + bias + mask) v: (b, h, n, d_h), exact; rows with no allowed key get 0.

@@ -45,31 +45,6 @@ from kolong.attention.regions import RegionTerms, softmax_with_lse
 # work, taller ones fewer, larger calls. On 2 CPU cores (attention alone, 2,048 tokens, 12 heads of 64) blocks of
 # 64 rows were slower and blocks of 256 no faster.
 BLOCK_ROWS = 128
-# Rows hold at least this many near strips (BLOCK_ROWS + 2r - 2 keys each) before the regions are taken (632 tokens
-# for Shaw's reach of 16). Attention alone on 2 CPU cores against the chunked path: Shaw at 768 tokens (strips a
-# fifth of the row) 1.16x on an AMD EPYC, level on an Intel Xeon (0.93x-1.02x); at 512 (a third) 1.07x on the EPYC
-# but 0.91x on the Xeon, so rows that short stay chunked.
-STRIPS = 4
-
-
-def fits(q: torch.Tensor, reach: int) -> bool:
-    """Whether this path takes `q` for a bias of `reach`:
-
-    - on CPU, with the fused kernel's operators (private; the same from torch 2.11 to 2.15);
-    - in float32 or float64: the edges' constants get their gradient from a difference of two products with the
-      output (`_backward`), which an output rounded to 16 bits would leave without its digits (bf16 autocast
-      takes the chunked path, which sums the probabilities themselves);
-    - rows long enough that the near strips (BLOCK_ROWS + 2r - 2 keys a row) are at most 1 / STRIPS of the work:
-      below that the chunked path was as fast or faster on one of the CPUs measured
-      (docs/experiments/regions-threshold-cpu-*.md, from benchmarks/tools/regions_threshold.py)."""
-    ops = torch.ops.aten
-    return (
-        q.device.type == "cpu"
-        and q.dtype in (torch.float32, torch.float64)
-        and STRIPS * (BLOCK_ROWS + 2 * reach - 2) <= q.shape[2]
-        and hasattr(ops, "_scaled_dot_product_flash_attention_for_cpu")
-        and hasattr(ops, "_scaled_dot_product_flash_attention_for_cpu_backward")
-    )
 
 
 class _Layout:

@@ -57,19 +57,6 @@ def mark_dynamic(batch: dict) -> dict:
     return batch
 
 
-def fits(q: torch.Tensor) -> bool:
-    """Whether FlashAttention's kernel takes (b, h, n, d) `q` here (the caller checks the scheme and mask)."""
-    head_dim = q.shape[-1]
-    return (
-        q.device.type == "cuda"
-        and q.dtype in (torch.float16, torch.bfloat16)
-        and head_dim % 8 == 0
-        and head_dim <= 256
-        # FlashAttention 2: Ampere and later (a call dynamo folds to a constant inside a compiled model)
-        and torch.cuda.get_device_properties(q.device).major >= 8
-    )
-
-
 def flash_kernel(q, k, v, cu_seq_lens, longest: int, dropout_p: float, scale: float) -> torch.Tensor:
     """(total, h, d) q, k, v -> (total, h, d): each segment attends within itself (FlashAttention 2)."""
     return torch.ops.aten._flash_attention_forward(

@@ -7,6 +7,7 @@ import sys
 import typer
 
 from kolong.cli import (
+    attention,
     bench,
     compress,
     convert,
@@ -66,6 +67,7 @@ app.command("quantize")(compress.quantize)
 app.add_typer(compress.export_app, name="export")
 app.add_typer(compress.distill_app, name="distill")
 app.add_typer(plot.app, name="plot")
+app.add_typer(attention.app, name="attention")
 app.add_typer(bench.app, name="bench")
 app.add_typer(data.app, name="data")
 app.add_typer(finetune.app, name="finetune")

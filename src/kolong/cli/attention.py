@@ -1,0 +1,24 @@
+"""`kolong attention plans`: the attention engine's plan table, in the order it is read."""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(help="The attention engine.", no_args_is_help=True, rich_markup_mode=None)
+
+
+@app.command("plans")
+def plans() -> None:
+    """Print the plan table: the first row whose condition holds for a call is its plan."""
+    import dataclasses
+
+    from kolong.attention.dispatch import PLAN_TABLE
+    from kolong.attention.options import AttentionOptions
+
+    width = max(len(row.kernel) for row in PLAN_TABLE)
+    for number, row in enumerate(PLAN_TABLE, 1):
+        typer.echo(f"{number:2d}. {row.kernel:<{width}}  when {row.condition}")
+        typer.echo(f"    {'':<{width}}  {row.why}")
+    typer.echo("\nRun-time options (--attention-option NAME=VALUE, model.set_attention_options):")
+    for spec in dataclasses.fields(AttentionOptions):
+        typer.echo(f"  {spec.name} (default {spec.default}): {spec.metadata['help']}")
