@@ -107,46 +107,27 @@ def test_the_regions_on_cpu_where_the_rows_hold_their_strips(
 @pytest.mark.parametrize(
     ("mask", "dropout", "grad", "dtype", "options", "expected"),
     [
-        (LONG_PADDING, 0.0, True, torch.float32, {}, "sdpa-distance-grad"),
-        (AttentionMask(), 0.0, True, torch.float64, {}, "sdpa-distance-grad"),
+        (LONG_PADDING, 0.0, True, torch.float32, {}, "sdpa-regions"),
+        (AttentionMask(), 0.0, True, torch.float64, {}, "sdpa-regions"),
         (LONG_PADDING, 0.0, False, torch.float32, {}, "sdpa-distance-view"),  # no gradient: the view alone
         (LONG_PADDING, 0.1, True, torch.float32, {}, "chunked"),
         (LONG_PADDING, 0.0, True, torch.bfloat16, {}, "chunked"),  # the edges' gradient needs a 32-bit output
         (LONG_DOCUMENTS, 0.0, True, torch.float32, {}, "chunked"),
         (LONG_PADDING, 0.0, True, torch.float32, {"relative_regions": False}, "chunked"),
+        (LONG_PADDING, 0.0, True, torch.float32, {"regions_strips": 9}, "chunked"),  # rows hold 8 strips
     ],
 )  # fmt: skip
-def test_a_trained_bias_by_distance_trains_through_its_view_where_the_rows_hold_its_strips(
+def test_a_trained_bias_by_distance_trains_through_the_regions_where_the_rows_hold_their_strips(
     monkeypatch, mask, dropout, grad, dtype, options, expected
 ):
-    from kolong.attention import hankel
+    from kolong.attention import sdpa_regions
 
-    monkeypatch.setattr(hankel, "BLOCK_ROWS", 4)
-    options = {
-        "distance_grad_strips": 4,
-        **options,
-    }  # 80 tokens hold four strips of 4 + 2 x 4 - 2 keys and more
+    monkeypatch.setattr(sdpa_regions, "BLOCK_ROWS", 4)  # 80 tokens hold eight strips of 4 + 2 x 4 - 2 keys
     contribution = Contribution("distance", trained=True, reach=4)
     q = torch.zeros(2, 2, 80, 4, dtype=dtype, requires_grad=grad)
     with torch.set_grad_enabled(grad):
         plan = plan_attention("sdpa", q, contribution, mask, dropout, AttentionOptions(**options))
     assert plan.kernel == expected
-
-
-def test_the_view_trains_only_padding_at_the_rows_ends_and_rows_holding_its_strips(monkeypatch):
-    from kolong.attention import hankel
-
-    monkeypatch.setattr(hankel, "BLOCK_ROWS", 4)
-
-    def kernel(reach, mask=LONG_PADDING):
-        contribution = Contribution("distance", trained=True, reach=reach)
-        options = AttentionOptions(distance_grad_strips=4)
-        return plan_attention("sdpa", _q(True, 80), contribution, mask, 0.0, options).kernel
-
-    assert kernel(9) == "sdpa-distance-grad"  # 4 x (4 + 2 x 9 - 2) = 80 tokens
-    assert kernel(10) != "sdpa-distance-grad"
-    inside = AttentionMask.from_attention_mask(torch.tensor([[1] * 80, [0] * 10 + [1] * 70]))
-    assert kernel(4, inside) != "sdpa-distance-grad"
 
 
 @pytest.mark.parametrize("layers", [1, 3])
@@ -214,7 +195,7 @@ SCHEME_OF_KERNEL = {
     "banded": ("alibi", {}, WINDOW, False),
     "chunked": ("shaw", {"value": True}, DOCUMENTS, True),
     "sdpa-regions": ("shaw", {"value": True, "max_distance": 2}, PADDING, True),
-    "sdpa-distance-grad": ("t5", {"num_buckets": 8, "max_distance": 6}, PADDING, True),
+    "sdpa-regions (t5)": ("t5", {"num_buckets": 8, "max_distance": 6}, PADDING, True),
 }
 
 
@@ -230,7 +211,7 @@ def test_every_path_in_the_table_is_the_eager_reference(kernel):
     positions.double()
     call = AttentionCall(mask, 0.0, AttentionOptions(), positions, positions.prepare(8, q.device, q.dtype))
     results = []
-    for name in (kernel, "eager"):
+    for name in (kernel.split(" ")[0], "eager"):
         with torch.set_grad_enabled(trains):
             context, _ = ATTENTION_FUNCTIONS[name](q, k, v, call, 0)
         if mask.real is not None or mask.documents is not None:  # padded queries' outputs are never read

@@ -2,8 +2,7 @@
 benchmarks/tools/regions_threshold.py` (a diagnostic beside `kolong bench encoder`, not installed with kolong).
 
 Shaw (reach 16) and T5 (reach 91, 32 buckets to distance 128) train through the chunked path, the three regions
-(`sdpa-regions`: rows of at least the option `regions_strips` near strips), and T5 also through its strided view
-(`sdpa-distance-grad`: rows of at least the option `distance_grad_strips` band strips). This times one attention layer's forward and
+(`sdpa-regions`: rows of at least the option `regions_strips` near strips). This times one attention layer's forward and
 backward on each at each length, the batch filling a fixed number of tokens (q, k and v views of one projection,
 as in the encoder), beside SDPA without a bias (what learned positions run), in interleaved rounds, and says which
 path kolong's dispatch takes there and whether it is the fastest. Writes regions-threshold-DEVICE.{json,md}
@@ -17,7 +16,7 @@ import statistics
 import diagnostic
 
 # the exact trained paths of each scheme, timed beside SDPA without a bias
-PATHS = {"shaw": ("chunked", "sdpa-regions"), "t5": ("chunked", "sdpa-regions", "sdpa-distance-grad")}
+PATHS = {"shaw": ("chunked", "sdpa-regions"), "t5": ("chunked", "sdpa-regions")}
 SCHEMES = {"shaw": {"max_distance": 16}, "t5": {}}
 
 
@@ -97,25 +96,22 @@ def to_markdown(result: dict) -> str:
              f"{diagnostic.layer_setting(a)}, no mask; median of {a['rounds']} interleaved rounds. `sdpa` is SDPA "
              f"without a bias (learned positions' attention). kolong takes `sdpa-regions` where rows hold "
              f"{result['strips']['sdpa-regions']} near strips ({result['block_rows']['sdpa-regions']} + 2r - 2 keys "
-             f"each), and T5's `sdpa-distance-grad` where they hold {result['strips']['sdpa-distance-grad']} band "
-             f"strips ({result['block_rows']['sdpa-distance-grad']} + 2r - 2 keys each); the chunked path "
-             "elsewhere.", "",
-             "| scheme (reach) | length | sdpa, ms | chunked, ms | sdpa-regions, ms | sdpa-distance-grad, ms "
+             "each); the chunked path elsewhere.", "",
+             "| scheme (reach) | length | sdpa, ms | chunked, ms | sdpa-regions, ms "
              "| fastest vs chunked | taken | the fastest? |",
-             "|---|---:|---:|---:|---:|---:|---:|---|---|"]  # fmt: skip
+             "|---|---:|---:|---:|---:|---:|---|---|"]  # fmt: skip
     for scheme, length, cell, ms in diagnostic.cells(result["summary"]):
-        shown = {path: f"{ms[path]:.0f}" if path in ms else "-" for path in ("chunked", "sdpa-regions",
-                                                                              "sdpa-distance-grad")}  # fmt: skip
+        shown = {path: f"{ms[path]:.0f}" if path in ms else "-" for path in ("chunked", "sdpa-regions")}
         speed = cell["vs_chunked"].get(cell["fastest"], 1.0)
         lines.append(f"| {scheme} ({result['reaches'][scheme]}) | {int(length):,} | {ms['sdpa']:.0f} | "
-                     f"{shown['chunked']} | {shown['sdpa-regions']} | {shown['sdpa-distance-grad']} | "
+                     f"{shown['chunked']} | {shown['sdpa-regions']} | "
                      f"{speed:.2f}x ({cell['fastest']}) | {cell['taken']} | "
                      f"{'yes' if cell['taken_is_fastest'] else '**no**'} |")  # fmt: skip
     return diagnostic.page(lines, result)
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from kolong.attention import hankel, sdpa_regions
+    from kolong.attention import sdpa_regions
     from kolong.attention.options import AttentionOptions
 
     found = diagnostic.parser(__doc__, "regions-threshold", tokens=2048, rounds=9)
@@ -130,9 +126,8 @@ def main(argv: list[str] | None = None) -> dict:
         taken.setdefault(scheme, {})[str(length)] = kernel
     runs = measure(built, args.rounds)
     measured = {
-        "block_rows": {"sdpa-regions": sdpa_regions.BLOCK_ROWS, "sdpa-distance-grad": hankel.BLOCK_ROWS},
-        "strips": {"sdpa-regions": AttentionOptions().regions_strips,
-                   "sdpa-distance-grad": AttentionOptions().distance_grad_strips},
+        "block_rows": {"sdpa-regions": sdpa_regions.BLOCK_ROWS},
+        "strips": {"sdpa-regions": AttentionOptions().regions_strips},
         "reaches": reaches, "runs": runs, "summary": summary(runs, taken),
     }  # fmt: skip
     return diagnostic.write("regions-threshold", "regions_threshold.py", argv, args, measured, to_markdown)

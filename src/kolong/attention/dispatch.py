@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from kolong.attention import banded, documents, hankel, rowwise, sdpa_regions, varlen
+from kolong.attention import banded, documents, rowwise, sdpa_regions, varlen
 from kolong.attention.chunked import attention_dropout_mask, chunked_attention
 from kolong.attention.masks import AttentionMask, exporting
 from kolong.attention.options import AttentionOptions
@@ -307,13 +307,6 @@ PLAN_TABLE: tuple[PlanRow, ...] = (
             lambda f: f.plain_bias and f.kind == "distance" and not f.bias_grad and f.row_ends is not None,
             "a bias by distance alone, untrained here, no window or dropout, padding at the rows' ends",
             "a bias by distance alone, as one strided view: SDPA's fused kernel"),
-    PlanRow("sdpa-distance-grad",
-            lambda f: f.regions and f.plain_bias and f.kind == "distance" and f.row_ends is not None
-            and f.fused_cpu_strips(hankel.BLOCK_ROWS, f.options.distance_grad_strips),
-            "a trained bias by distance alone in regions, padding at the rows' ends, CPU fp32, rows of "
-            "distance_grad_strips band strips",
-            "a trained bias by distance alone: its strided view through SDPA's fused kernel, forward and backward, "
-            "the bias's gradient from the band's strip and one causal call"),
     PlanRow("sdpa-regions",
             lambda f: f.regions and f.mask.keys_only
             and f.fused_cpu_strips(sdpa_regions.BLOCK_ROWS, f.options.regions_strips),
@@ -418,12 +411,6 @@ def _distance_view(q, k, v, call: AttentionCall, layer):
     return rowwise.distance_attention(q, k, v, _given(call.mask), call.bias(q, layer)), None
 
 
-def _distance_grad(q, k, v, call: AttentionCall, layer):
-    bias = call.bias(q, layer)
-    ends = rowwise.row_ends(_given(call.mask), q.shape[2])
-    return hankel.hankel_attention(q, k, v, ends, bias.tensors[0], bias.reach), None
-
-
 def _row_blocks(q, k, v, call: AttentionCall, layer, by_row: bool = False):
     def attention(q, k, v, mask):
         return rowwise.row_block_attention(q, k, v, _given(mask), call.bias(q, layer))
@@ -451,7 +438,6 @@ ATTENTION_FUNCTIONS: dict[str, Callable] = {
     "sdpa-regions": _sdpa_regions,
     "sdpa-document-blocks": _document_blocks,
     "sdpa-distance-view": _distance_view,
-    "sdpa-distance-grad": _distance_grad,
     "sdpa-row-blocks": _row_blocks,
     "banded": _banded,
     "chunked": _chunked,

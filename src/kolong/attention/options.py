@@ -28,7 +28,7 @@ class AttentionOptions:
         "(the collator then gives their segments)")})  # fmt: skip
     relative_regions: bool = field(default=True, metadata={"help": (
         "Shaw's and T5's bias in training as three regions merged by log-sum-exp (on CUDA through FlexAttention, "
-        "on CPU through SDPA's fused kernel, T5's through its strided view with its gradient taken by region); "
+        "on CPU through SDPA's fused kernel); "
         "false: on CUDA one score_mod over the whole profile, whose backward adds each row's edge gradients into "
         "two addresses, on CPU the chunked exact path")})  # fmt: skip
     banded: bool = field(default=True, metadata={"help": (
@@ -39,9 +39,6 @@ class AttentionOptions:
     regions_strips: int = field(default=4, metadata={"help": (
         "CPU: Shaw's and T5's regions (`sdpa-regions`) from rows that hold this many near strips of 128 + 2r - 2 "
         "keys; below, the chunked path was as fast on one of the CPUs measured")})  # fmt: skip
-    distance_grad_strips: int = field(default=3, metadata={"help": (
-        "CPU: T5's trained view (`sdpa-distance-grad`) from rows that hold this many band strips of 64 + 2r - 2 "
-        "keys")})  # fmt: skip
     documents_max_share: float = field(default=0.75, metadata={"help": (
         "CPU: packed documents through blocks over their spans (`sdpa-document-blocks`, or the chunked path with "
         "dropout) where the blocks read at most this share of the (n, n) pairs; above, one dense call was as fast")})  # fmt: skip

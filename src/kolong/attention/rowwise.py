@@ -15,9 +15,8 @@ is one call with nothing quadratic in memory (reversing the keys with their valu
 is). At 2,048 tokens and 12 heads it took about the time of SDPA without a mask; building each block of the
 Toeplitz bias instead (the path before) cost about as much again. The view needs no gradient when the bias
 tensors need none (ALiBi), so training runs the kernel's backward too; a bias with a gradient (T5's table)
-would send SDPA to its unfused path, which materialises (b, h, n, n) scores, so T5 trains through the same view
-with the kernel's operators called directly and the bias's gradient computed beside them (`hankel.py`), or on
-the chunked path. Rows padded at their end are grouped by length, one call per length.
+would send SDPA to its unfused path, which materialises (b, h, n, n) scores, so T5 trains through the regions
+(`sdpa_regions.py`) or the chunked path. Rows padded at their end are grouped by length, one call per length.
 
 Every other case at inference (Shaw's key term, which depends on the query; packed documents; padding
 elsewhere) takes SDPA per block of query rows with the block's bias built and masked (-inf): about

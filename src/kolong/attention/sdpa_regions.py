@@ -25,9 +25,7 @@ constant then gets
 
 from the side's share of the row's mass and its normalised output, and the strip's terms come from its own
 recomputed probabilities. No (n, n) tensor, no gradient added into a few addresses. On 2 CPU cores this trains
-Shaw faster than the chunked path from 768 tokens on (level with it on one CPU there), and not at 512 (`fits`).
-T5 takes it only where its strided view cannot train it (`hankel.py`: padding inside the rows), since the view
-was as fast or faster at every length measured (docs/encoder.md).
+Shaw and T5 where rows hold the option `regions_strips` of the near strips (the plan table, `dispatch.py`).
 """
 
 from __future__ import annotations

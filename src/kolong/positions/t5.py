@@ -10,8 +10,7 @@ The bias depends on j - i only, so every path starts from one vector per head ov
 distances. The reference (`eager`) indexes it into (1, h, n, n); the chunked path reads the distances within the
 reach where the buckets saturate, the edges standing for the rest (`T5ChunkBias`), and sums its gradient along
 diagonals within the reach (a skewed write into a zero buffer, no scatter) and as plain sums past it; on CPU rows
-long enough train through the same vector read as a strided view by SDPA's fused kernel (`attention/hankel.py`,
-`sdpa-distance-grad`); FlexAttention computes
+long enough train through the three regions (`attention/sdpa_regions.py`); FlexAttention computes
 the bucket in its kernel from the bucket boundaries (`t5_flex`) and reads the small (buckets, h) table at
 inference; in training it reads a (b, h, n, buckets) copy of it instead, because FlexAttention's backward
 adds each score's gradient into the tensor the score_mod read, atomically: into 32 x 12 addresses that was
