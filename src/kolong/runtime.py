@@ -9,8 +9,8 @@ until it exits. Set KOLONG_MALLOC_TUNING=0 to leave the allocator alone.
 
 Subnormal floats (below 1.2e-38 in fp32) are flushed to zero. A softmax whose logits spread more than about
 87 produces them (exp of -87 to -104), and on Intel CPUs each costs a microcode assist: ALiBi's bias at 2,048
-tokens reaches -1,447, and one layer's SDPA forward and backward took 1.4 s instead of 0.27 s (Xeon, 12 heads,
-fp32).
+tokens reaches -1,447, and one layer's SDPA forward and backward then takes several times as long
+(docs/installation.md).
 What they would add to a row's probabilities is below fp32's resolution of its sum, so no result changes
 beyond rounding. The CPU's flush mode is per thread and a new thread copies its creator's, so it is set right
 after torch is imported, before torch starts its worker threads. The mode is the process's, so Python's own

@@ -24,17 +24,14 @@ import torch.nn.functional as F
 from kolong.attention.masks import Keys, as_additive, take_keys
 from kolong.attention.profiling import labelled
 
-# Row blocks hold about this many scores (b x h x c x n) at a time: 2^21 floats = 8 MiB in fp32. Blocks this size
-# trained Shaw and T5 faster on 2 CPU cores than blocks of 2^24 (the scores stay in cache), and the backward's
-# temporaries, which set the path's memory, shrink with them (benchmarks/results/cpu-epyc-2core/encoder.md).
+# Row blocks hold about this many scores (b x h x c x n) at a time: 2^21 floats = 8 MiB in fp32, so a block's
+# scores stay in cache, and the backward's temporaries, which set the path's memory, stay small.
 BLOCK_SCORES = 2**21
 # The floor of s - L before exp: exp(-87) = 1.6e-38 is the smallest power of e that float32 holds as a normal
 # number.
 EXP_FLOOR = -87.0
 # Under packed documents a block reads the keys its documents span, about its own rows plus the documents it cuts:
-# taller blocks read more needless keys. Blocks of at most 128 rows were as fast as 64 or faster on 2 CPU cores
-# (Shaw, 4 and 12 heads of 64, rows of 1,024 and 2,048), where a batch of one row at 4 heads (512 rows a block)
-# ran up to 1.4x slower.
+# taller blocks read more needless keys, so blocks there hold at most this many rows.
 DOCUMENT_ROWS = 128
 
 
@@ -178,7 +175,7 @@ def attention_dropout_mask(shape, p: float, device, generator=None) -> tuple[tor
 
 def _random_int16(shape, device, generator=None) -> torch.Tensor:
     """Uniform 16-bit integers of `shape`. On CPU four to a uniform 64-bit draw: the generator's cost is per
-    element drawn, so this took 0.3x the time of drawing int16s one by one (12 x 85 x 700, 2 cores)."""
+    element drawn, not per bit."""
     if torch.device(device).type != "cpu":
         return torch.randint(-32768, 32768, shape, dtype=torch.int16, device=device, generator=generator)
     count = math.prod(shape)
@@ -299,8 +296,7 @@ def _fused_forward(q, k, v, mask, bias, dropout_p, tensors, rows: int):
     window. A bias by distance alone (T5) with no mask goes in one call, its bias a Hankel view of the
     per-distance vector with the keys reversed (`hankel_view`): nothing built. Any other (Shaw's, or under a
     mask) one block of `rows` query rows at a time, the block's bias built as the kernel's float mask (what the
-    chunked forward builds too, but the kernel's scores and softmax run fused). On 2 CPU cores at 2,048 tokens
-    and 12 heads Shaw's forward took 0.6x the chunked forward's time. None where it does not apply. The kernel's
+    chunked forward builds too, but the kernel's scores and softmax run fused). None where it does not apply. The kernel's
     operator is private (the same from torch 2.11 to 2.15)."""
     kernel = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
     usable = bias is not None and not bias.has_values and dropout_p == 0 and q.device.type == "cpu"

@@ -31,9 +31,7 @@ from kolong.attention.masks import AttentionMask, as_additive, take_keys
 from kolong.attention.sdpa import sdpa
 
 # Query rows per SDPA call: a block's span is about c plus the documents it cuts, so shorter blocks read fewer
-# needless keys and taller ones make fewer calls. On 2 CPU cores (forward and backward, 4 and 12 heads of 64,
-# documents of 17-700 tokens packed into 512 and 2,048) blocks of 256 were as fast as blocks of 128 or faster,
-# blocks of 64 slower.
+# needless keys and taller ones make fewer calls (docs/experiments/document-blocks-*.md).
 BLOCK_ROWS = 256
 
 

@@ -34,7 +34,7 @@ COMPILE = True
 # unfused, silently materialising (b, h, n, n) scores: whole-article QA meets dozens of lengths.
 RECOMPILE_LIMIT = 64
 _compiled: dict[Callable, Callable] = {}
-# Inductor's CPU FlexAttention kernel (torch 2.13, seen on an AVX2 AMD EPYC) returns wrong values,
+# Inductor's CPU FlexAttention kernel (torch 2.13, AVX2) returns wrong values,
 # or NaN, for the last (batch, head) pair when the head dimension is 16 or less and the length is not a
 # multiple of 16 (torch 2.15.0 too); from 32 up it was exact at every length tried. Smaller heads are padded
 # with zeros to this.
@@ -94,9 +94,9 @@ def dropout_for(q: torch.Tensor, dropout_p: float) -> tuple[torch.Tensor, float]
 
 # Inductor's default forward tiles for 16-bit heads of 64 on sm90 (H100, H200: 128 x 128, 3 stages) need 240 KB
 # of shared memory when the score_mod gathers from a trained float32 (b, h, n, buckets) tensor (Shaw's
-# profile, T5's rows): over the 227 KB a block may use, so the kernel did not compile (H200, torch 2.11).
-# Two forward stages fit; one backward stage was the fastest of those measured on an H200 (Shaw's step 7% faster
-# than with two, 4% faster than reading bf16). The run-time option `flex_kernel_options` replaces them.
+# profile, T5's rows): over the 227 KB a block may use, so the kernel does not compile (torch 2.11).
+# Two forward stages fit, and one backward stage (docs/encoder.md says how they were chosen). The run-time
+# option `flex_kernel_options` replaces them.
 DEFAULT_TRAINED_READ_OPTIONS = {"fwd_num_stages": 2, "bwd_num_stages": 1}
 
 

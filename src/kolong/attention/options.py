@@ -22,7 +22,7 @@ class AttentionOptions:
         "around a torch release whose FlexAttention cannot compile it)")})  # fmt: skip
     packed_flex_dropout: bool = field(default=False, metadata={"help": (
         "packed documents with attention dropout on CUDA through FlexAttention's two passes rather than SDPA's "
-        "dense mask (measured at half SDPA's speed on an H200)")})  # fmt: skip
+        "dense mask (slower than SDPA's where measured: docs/encoder.md)")})  # fmt: skip
     packed_varlen: bool = field(default=False, metadata={"help": (
         "packed documents on CUDA through FlashAttention's variable-length kernel, each document scored alone "
         "(the collator then gives their segments)")})  # fmt: skip

@@ -24,8 +24,8 @@ constant then gets
     dc_i = sum_{j far} dS_ij = share_i (dO_i . (O_far,i + w^V_side) - dO_i . O_i)
 
 from the side's share of the row's mass and its normalised output, and the strip's terms come from its own
-recomputed probabilities. No (n, n) tensor, no gradient added into a few addresses. On 2 CPU cores this trains
-Shaw and T5 where rows hold the option `regions_strips` of the near strips (the plan table, `dispatch.py`).
+recomputed probabilities. No (n, n) tensor, no gradient added into a few addresses. The plan table
+(`dispatch.py`) takes it for Shaw and T5 where rows hold the option `regions_strips` of the near strips.
 """
 
 from __future__ import annotations
@@ -40,8 +40,7 @@ from kolong.attention.regions import RegionTerms, softmax_with_lse
 
 # Query rows per block. A block's near strip (the keys within reach of some row of it, c + 2r - 2 of them) is
 # tensor code and the far keys on each side are the fused kernel's: shorter blocks give the kernel more of the
-# work, taller ones fewer, larger calls. On 2 CPU cores (attention alone, 2,048 tokens, 12 heads of 64) blocks of
-# 64 rows were slower and blocks of 256 no faster.
+# work, taller ones fewer, larger calls.
 BLOCK_ROWS = 128
 
 

@@ -34,7 +34,7 @@ def _vs_learned_positions(mode: str) -> Callable[[dict, dict], float | None]:
     """`mode`'s tokens/s over the faster of kolong's learned positions and HF BertModel at the same length.
 
     The two compute the same thing, so on a shared machine their gap is noise, and a ratio to the slower one
-    would flatter the scheme: a CPU run measured HF BertModel at 1.30x learned at 2,048 tokens (Xeon, 2 cores).
+    would flatter the scheme (CPU runs have measured HF BertModel well above learned at 2,048 tokens).
     A cell without absolute figures (a stored result recounted) falls back to its ratio to learned."""
     key = f"{mode}_tokens_per_s"
 

@@ -358,8 +358,8 @@ def bare_yes(app: typer.Typer, argv: list[str]) -> list[str]:
 def only_the_named_command(app: typer.Typer, argv: list[str]) -> typer.Typer:
     """`app` with only the groups and command that `argv` names, down to the first token it does not name.
 
-    typer builds the click command of every kolong command at each start (about 0.14 s on a 2-core AMD EPYC)
-    where one is run. A level whose next token is an option or unknown keeps all its commands, so help, usage
+    typer builds the click command of every kolong command at each start (a noticeable share of start-up,
+    `kolong bench startup`) where one is run. A level whose next token is an option or unknown keeps all its commands, so help, usage
     errors and "No such command" read as with the whole app."""
     tokens = [token for token in argv if not token.startswith("-")]
     if not tokens:

@@ -14,8 +14,8 @@ long enough train through the three regions (`attention/sdpa_regions.py`); FlexA
 the bucket in its kernel from the bucket boundaries (`t5_flex`) and reads the small (buckets, h) table at
 inference; in training it reads a (b, h, n, buckets) copy of it instead, because FlexAttention's backward
 adds each score's gradient into the tensor the score_mod read, atomically: into 32 x 12 addresses that was
-b n^2 / 32 colliding adds each, and training ran at 0.03x `learned` on an H100, while Shaw's
-per-row profile, read the same way, ran at 0.45x. The copy gives every query row its own buckets.
+b n^2 / 32 colliding adds each, which serialised training (docs/encoder.md has the measurement). The copy gives
+every query row its own buckets.
 Buckets are computed on the CPU once, so every device and path agrees with HF's function exactly.
 """
 

@@ -99,8 +99,8 @@ def fresh_compile_state() -> None:
     """Forget what torch.compile learnt from earlier runs in this process; called before each compiled run.
 
     Dynamo keys its caches on code, not on models: every run's new model adds guards to the same `forward`,
-    and after `recompile_limit` (8) of them that forward runs eagerly without a word (seen on an H100 in the
-    ninth compiled run of `bench pretrain`); a run after one of another length meets shapes already marked
+    and after `recompile_limit` (8) of them that forward runs eagerly without a word; a run after one of another
+    length meets shapes already marked
     dynamic (other kernels, and code that does not trace with symbolic shapes). Experiments and benchmarks
     train many models in one process. Other compiled code in the process compiles again when next called."""
     import torch

@@ -83,8 +83,8 @@ def predict_seq2seq(args: Seq2SeqPredictArguments) -> dict:
         task = load_task(args.task, args.data, args.data)
     model, tokenizer = load_byte_model(args.model)
     model.eval()
-    # kolong's greedy loop gives generate's bytes with less host work a byte (1.15x on CPU, 4 : 2 layers x 256,
-    # batch 16, 48 bytes); beam search, and a generation config that asks for more than greedy, take generate.
+    # kolong's greedy loop gives generate's bytes with less host work a byte; beam search, and a generation config
+    # that asks for more than greedy, take generate.
     greedy = args.num_beams == 1 and decodes_as_generate(model)
     new_tokens = args.max_new_tokens or (16 if task.kind == "classification" else 512)
     written = {}
