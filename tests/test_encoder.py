@@ -239,7 +239,7 @@ def test_bad_inputs_raise_clear_errors():
 
 
 def test_cpu_attention_dropout_drops_at_the_requested_rate_and_follows_the_seed():
-    from kolong.attention.chunked import attention_dropout_mask
+    from kolong.attention.terms import attention_dropout_mask
 
     torch.manual_seed(0)
     dropped, keep = attention_dropout_mask((64, 64, 64), 0.1, "cpu")
@@ -260,7 +260,7 @@ def test_cpu_attention_dropout_drops_at_the_requested_rate_and_follows_the_seed(
 def test_cpu_dropout_bits_are_uniform_in_every_quarter_of_a_64_bit_draw():
     """Four 16-bit values come from each 64-bit draw: each of the four positions is uniform on its own (its top
     four bits fall in 16 even bins), the draws follow the generator, and any shape is filled."""
-    from kolong.attention.chunked import _random_int16
+    from kolong.attention.terms import _random_int16
 
     bits = _random_int16((4001, 64), "cpu", torch.Generator().manual_seed(0))
     assert bits.shape == (4001, 64) and bits.dtype == torch.int16

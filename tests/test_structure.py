@@ -163,3 +163,25 @@ def test_the_attention_engine_imports_nothing_above_it():
         if target.startswith(("kolong.positions", "kolong.models"))
     )
     assert not upward, "attention/ imports above it: " + ", ".join(upward)
+
+
+ATTENTION_KERNELS = ("banded", "bigbird", "chunked", "documents", "flex", "rowwise", "sdpa_regions", "varlen")
+
+
+def test_the_attention_engine_is_four_floors_and_kernels_are_siblings():
+    """dispatch (the plan table) -> the kernels -> what they share (terms, regions, masks, sdpa) -> profiling: a
+    reader follows any call in four steps, and no kernel reaches into another."""
+    graph = import_graph(SRC, "kolong")
+    inside = {module: {t for t in targets if t.startswith("kolong.attention.")}
+              for module, targets in graph.items() if module.startswith("kolong.attention.")}  # fmt: skip
+
+    def depth(module: str, seen: tuple = ()) -> int:
+        return 1 + max(
+            (depth(t, (*seen, module)) for t in inside.get(module, ()) if t not in seen), default=0
+        )
+
+    deepest = max(inside, key=depth)
+    assert depth(deepest) <= 4, f"{deepest} sits {depth(deepest)} floors deep"
+    kernels = {f"kolong.attention.{name}" for name in ATTENTION_KERNELS}
+    crossing = sorted(f"{k} -> {t}" for k in kernels for t in inside.get(k, ()) if t in kernels)
+    assert not crossing, crossing

@@ -34,7 +34,7 @@ def timed_calls(length: int, heads: int, head_size: int, calls: int, flush: bool
     import torch
     import torch.nn.functional as F
 
-    from kolong.attention.chunked import hankel_view
+    from kolong.attention.terms import hankel_view
     from kolong.positions.alibi import alibi_slopes
 
     torch.manual_seed(0)

@@ -20,14 +20,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from kolong.attention.chunked import ChunkBias
 from kolong.attention.masks import AttentionMask
 from kolong.attention.sdpa import sdpa
+from kolong.attention.terms import MASK_ENTRIES, ChunkBias
 
-MIN_BLOCK_ROWS = 128  # below this SDPA's per-block overhead outweighs the band's wasted scores (measured)
-# Entries of a bias's float mask per SDPA call (16 MiB in fp32): at 16k tokens, ALiBi's peak inference memory
-# was 1.04 GB in one call, 0.83 GB at 2^24 entries and 0.56 GB at 2^22 (the chunked path: 0.37 GB), same time.
-MASK_ENTRIES = 2**22
+MIN_BLOCK_ROWS = 128  # below this SDPA's per-block overhead outweighs the band's wasted scores
 
 
 def _blocks(x: torch.Tensor, rows: int, padded: int) -> torch.Tensor:

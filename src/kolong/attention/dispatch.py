@@ -23,10 +23,11 @@ from typing import Any
 import torch
 
 from kolong.attention import banded, documents, rowwise, sdpa_regions, varlen
-from kolong.attention.chunked import attention_dropout_mask, chunked_attention
+from kolong.attention.chunked import chunked_attention
 from kolong.attention.masks import AttentionMask, exporting
 from kolong.attention.options import AttentionOptions
 from kolong.attention.sdpa import sdpa
+from kolong.attention.terms import attention_dropout_mask
 from kolong.errors import KolongError, warn
 
 KINDS = ("none", "rotation", "distance", "query")
@@ -388,7 +389,7 @@ def _flex(q, k, v, call: AttentionCall, layer):
 
 
 def _flex_regions(q, k, v, call: AttentionCall, layer):
-    from kolong.attention.regions import flex_region_attention
+    from kolong.attention.flex import flex_region_attention
 
     terms = call.scheme.regions(layer, q, call.state)
     return flex_region_attention(q, k, v, call.mask, terms, call.options.flex_kernel_options), None

@@ -20,9 +20,10 @@ constants get their gradient through the merge, in ordinary tensor code. Shaw's 
 split: the edges' probability mass times w^V_-k and w^V_+k, plus the band's probabilities (from its scores
 computed one distance at a time, never an (n, n) or (n, 2k - 1, d) tensor) times w^V.
 
-`region_attention` is written against a kernel `(q, k, v, region, reach, band) -> (out, lse)`: FlexAttention on CUDA
-(`flex_region_kernel`, a block mask per region from the mask's structure) and an exact materialised kernel for
-tests (`exact_region_kernel`), so the split and the merge are tested on CPU, gradients included.
+`region_attention` is written against a kernel `(q, k, v, region, reach, band) -> (out, lse)`: an exact materialised
+kernel for tests (`exact_region_kernel`), so the split and the merge are tested on CPU, gradients included. The
+kernels that run it are siblings: FlexAttention on CUDA (`flex.flex_region_attention`, a block mask per region from
+the mask's structure) and SDPA's fused kernel on CPU (`sdpa_regions.py`).
 """
 
 from __future__ import annotations
@@ -168,49 +169,3 @@ def softmax_with_lse(scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     reached = total > 0
     safe = torch.where(reached, total, torch.ones_like(total))  # log(0) would send NaN back through the where
     return weights / safe, torch.where(reached, top + safe.log(), -math.inf).squeeze(-1)
-
-
-def region_flex(q, k, v, left_mask, band_mask, right_mask, scale, options, reach, left, band, right):
-    """The three regions through FlexAttention and their merge: (out, lse, left share, right share). Compiled
-    as one function (`flex.flex_call`); the band's score_mod reads its (b, h, n, 2r - 1) bias one-to-one, the
-    index clamped so that masked entries stay in range."""
-    from torch.nn.attention.flex_attention import AuxRequest, flex_attention
-
-    width = 2 * reach - 1
-
-    def band_mod(score, b, h, q_idx, kv_idx):
-        return score + band[b, h, q_idx, (kv_idx - q_idx + reach - 1).clamp(0, width - 1)]
-
-    parts = []
-    for region, block_mask in zip(REGIONS, (left_mask, band_mask, right_mask), strict=True):
-        out, aux = flex_attention(q, k, v, score_mod=band_mod if region == "band" else None, block_mask=block_mask,
-                                  scale=scale, return_aux=AuxRequest(lse=True), kernel_options=options)  # fmt: skip
-        parts.append((out, aux.lse))
-    (left_out, left_lse), band_part, (right_out, right_lse) = parts
-    out, lse, (left_share, _, right_share) = merge(
-        [(left_out, left_lse + left.to(left_lse.dtype)), band_part, (right_out, right_lse + right.to(right_lse.dtype))]
-    )  # fmt: skip
-    return out, lse, left_share, right_share
-
-
-def flex_region_attention(q, k, v, mask, terms: RegionTerms, chosen_options=None) -> torch.Tensor:
-    """`region_attention` through FlexAttention: a block mask per region from the mask's structure (kept on the
-    mask: every layer of the forward shares them), the three calls and the merge compiled as one function, then
-    Shaw's value term in tensor code."""
-    from kolong.attention import flex
-
-    batch, heads, length = q.shape[0], q.shape[1], q.shape[2]
-    masks = [
-        mask.region_block_mask(region, terms.reach, batch, length, q.device, heads) for region in REGIONS
-    ]
-    band = terms.band.float() if terms.band.requires_grad else terms.band  # the backward adds into it
-    options = flex.kernel_options(q, band, chosen=chosen_options)
-    scale = 1.0 / math.sqrt(q.shape[-1])
-    out, lse, left_share, right_share = flex.flex_call(
-        region_flex, q, k, v, *masks, scale, options, terms.reach, terms.left, band, terms.right
-    )
-    if terms.value_band is None:
-        return out
-    value = left_share[..., None] * terms.value_left + right_share[..., None] * terms.value_right
-    probs = band_probabilities(q, k, terms, lse, mask_band(mask))
-    return out + (value + torch.matmul(probs, terms.value_band.to(probs.dtype))).to(out.dtype)

@@ -28,22 +28,17 @@ from __future__ import annotations
 
 import torch
 
-from kolong.attention.banded import MASK_ENTRIES
-from kolong.attention.chunked import ChunkBias, asks_gradient, hankel_view
 from kolong.attention.masks import AttentionMask, take_keys
 from kolong.attention.sdpa import sdpa
+from kolong.attention.terms import MASK_ENTRIES, ChunkBias, hankel_view
 
 
 @torch.compiler.disable  # reads row lengths on the host; inside a compiled model it runs eagerly
-def distance_attention(q, k, v, mask: AttentionMask | None, bias: ChunkBias) -> torch.Tensor | None:
-    """softmax(q k^T / sqrt(d) + bias + mask) v: (b, h, n, d_h), exact; rows with no allowed key get 0.
-    None when a gradient is asked and the mask is not padding at the rows' ends (the chunked path's case)."""
+def distance_attention(q, k, v, mask: AttentionMask | None, bias: ChunkBias) -> torch.Tensor:
+    """softmax(q k^T / sqrt(d) + bias + mask) v: (b, h, n, d_h), exact; rows with no allowed key get 0. The plan
+    table takes it only where every row's padding comes after its tokens (`row_ends` known)."""
     length = q.shape[2]
     ends = row_ends(mask, length)
-    if ends is None:
-        if asks_gradient(q, k, v):
-            return None
-        return row_block_attention(q, k, v, mask, bias)
     distance = torch.arange(1 - length, length, device=q.device)
     per_distance = bias.distances(bias.tensors, distance, length).to(q.dtype)  # (h, 2n - 1)
     return each_length(lambda q, k, v, end: _hankel(q, k, v, per_distance, end), q, k, v, ends)

@@ -37,6 +37,7 @@ import torch.nn.functional as F
 
 from kolong.attention.profiling import labelled
 from kolong.attention.regions import RegionTerms, softmax_with_lse
+from kolong.attention.terms import softmax_backward
 
 # Query rows per block. A block's near strip (the keys within reach of some row of it, c + 2r - 2 of them) is
 # tensor code and the far keys on each side are the fused kernel's: shorter blocks give the kernel more of the
@@ -284,7 +285,7 @@ def _backward(d_out, q, k, v, terms: RegionTerms, left, right, layout: _Layout, 
             d_value_rows[1] += torch.einsum("bhc,bhcd->d", edges[..., 1], d_block)
         # products out of place, then added: into a strided view of the buffers they run head by head
         d_vp[:, :, near] += torch.matmul(probs.transpose(-1, -2), d_block)
-        d_scores = d_probs.sub_(row_sums[:, :, rows, None]).mul_(probs)  # dS = P (dP - D)
+        d_scores = softmax_backward(probs, d_probs, row_sums[:, :, rows, None])
         edges = _edge_sums(d_scores, sides)
         d_left[:, :, rows], d_right[:, :, rows] = edges[..., 0], edges[..., 1]
         d_band[:, :, rows] = diagonals(d_scores, width)

@@ -16,10 +16,10 @@ import math
 import numpy as np
 import torch
 
-from kolong.attention.chunked import ChunkBias, toeplitz_rows
 from kolong.attention.dispatch import Contribution
 from kolong.attention.flex import attend
 from kolong.attention.masks import key_positions
+from kolong.attention.terms import ChunkBias, toeplitz_rows
 from kolong.positions.base import PositionEncoding
 
 

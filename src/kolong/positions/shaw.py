@@ -24,10 +24,10 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from kolong.attention.chunked import ChunkBias
 from kolong.attention.dispatch import Contribution
 from kolong.attention.flex import attend
 from kolong.attention.regions import RegionTerms
+from kolong.attention.terms import ChunkBias
 from kolong.positions.base import (
     PositionEncoding,
     kwarg_error,

@@ -27,11 +27,11 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from kolong.attention.chunked import ChunkBias, toeplitz_rows
 from kolong.attention.dispatch import Contribution
 from kolong.attention.flex import attend
 from kolong.attention.masks import key_positions
 from kolong.attention.regions import RegionTerms
+from kolong.attention.terms import ChunkBias, toeplitz_rows
 from kolong.positions.base import (
     PositionEncoding,
     kwarg_error,

@@ -27,7 +27,7 @@ from transformers.generation import GenerationMixin
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput
 
-from kolong.attention.chunked import attention_dropout_mask
+from kolong.attention.terms import attention_dropout_mask
 from kolong.models.byte.configuration import KolongByteConfig
 from kolong.models.byte.gbst import GBST
 from kolong.positions.t5 import relative_position_bucket
