@@ -4,17 +4,31 @@ from __future__ import annotations
 
 import typer
 
+from kolong.cli.common import one_of
+
 app = typer.Typer(help="The attention engine.", no_args_is_help=True, rich_markup_mode=None)
 
 
 @app.command("plans")
-def plans() -> None:
+def plans(
+    output_format: str = typer.Option(
+        "text",
+        "--format",
+        callback=one_of("text", "markdown"),
+        help="text | markdown (a table, as in the docs).",
+    ),
+) -> None:
     """Print the plan table: the first row whose condition holds for a call is its plan."""
     import dataclasses
 
     from kolong.attention.dispatch import PLAN_TABLE
     from kolong.attention.options import AttentionOptions
 
+    if output_format == "markdown":
+        typer.echo("| # | plan | taken when | why |\n|---:|---|---|---|")
+        for number, row in enumerate(PLAN_TABLE, 1):
+            typer.echo(f"| {number} | `{row.kernel}` | {row.condition} | {row.why} |")
+        return
     width = max(len(row.kernel) for row in PLAN_TABLE)
     for number, row in enumerate(PLAN_TABLE, 1):
         typer.echo(f"{number:2d}. {row.kernel:<{width}}  when {row.condition}")

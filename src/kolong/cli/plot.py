@@ -99,6 +99,7 @@ def retrieval(
     ),
     output: Path = typer.Option(..., "--output", "-o", callback=_image_path, help="Image file to write."),
     readers: list[str] = typer.Option(None, "--reader", help="Only these readers (repeat; default: all)."),
+    dpi: int = typer.Option(100, "--dpi", min=50, max=600, help="Resolution of a raster image."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing image."),
 ) -> None:
     """Draw nDCG@10 against document length, one line per reader, with 95% intervals."""
@@ -106,5 +107,5 @@ def retrieval(
     from kolong.plots.retrieval import plot_by_length, read_results
 
     with user_errors(), atomic_output_file(output, overwrite) as staging:
-        plot_by_length([read_results(path) for path in results], staging, readers)
+        plot_by_length([read_results(path) for path in results], staging, readers, dpi)
     console.print(f"[green]wrote[/] {output}", soft_wrap=True)

@@ -23,7 +23,9 @@ def read_results(path: str | Path) -> dict:
     return results
 
 
-def plot_by_length(results: list[dict], output: str | Path, readers: list[str] | None = None) -> Path:
+def plot_by_length(
+    results: list[dict], output: str | Path, readers: list[str] | None = None, dpi: int = 100
+) -> Path:
     """One panel per task: nDCG@10 with its 95% interval in each document-length bucket, one line per reader."""
     import matplotlib
 
@@ -47,4 +49,4 @@ def plot_by_length(results: list[dict], output: str | Path, readers: list[str] |
         axis.set_ylim(0, 1.02)
         axis.grid(alpha=0.3)
         axis.legend(fontsize=7)
-    return save_figure(figure, output)
+    return save_figure(figure, output, dpi)
