@@ -161,6 +161,22 @@ def test_measures_match_hand_computed_values():
     assert values["R@1"] == {"q1": 0.0, "q2": 0.0} and values["R@2"] == {"q1": 1.0, "q2": 0.0}
 
 
+def test_reciprocal_rank_fusion_by_hand():
+    from kolong.retrieval.evaluate import RRF_K, fused_scores
+
+    bm25 = {"q": {"a": 3.0, "b": 2.0, "c": 1.0}}
+    dense = {"q": {"a": 0.1, "b": 0.9, "c": 0.5}}
+    fused = fused_scores(bm25, dense)["q"]
+    assert fused["a"] == pytest.approx(1 / (RRF_K + 1) + 1 / (RRF_K + 3))
+    assert fused["b"] == pytest.approx(1 / (RRF_K + 2) + 1 / (RRF_K + 1))
+    assert max(fused, key=fused.get) == "b"
+
+
+def test_a_missing_shared_dataset_names_where_it_goes(tmp_path):
+    with pytest.raises(DataError, match=r"docs/data\.md"):
+        article_task(shared_data=tmp_path)
+
+
 def test_chunks_cover_the_document_in_order(embedding_model):
     from transformers import AutoTokenizer
 
@@ -179,13 +195,8 @@ def test_every_reader_runs_and_the_first_is_the_reference(embedding_model):
         small_task(), [str(embedding_model)], lengths=(32, 128), extensions=("copy",), k=(1, 3)
     )
     labels = [row["reader"] for row in result.rows]
-    assert labels == [
-        "st truncate@32",
-        "st chunk-max@32",
-        "st chunk-mean@32",
-        "st +copy truncate@128",
-        "bm25",
-    ]
+    dense = ["st truncate@32", "st chunk-max@32", "st chunk-mean@32", "st +copy truncate@128"]
+    assert labels == [*dense, "bm25", *(f"bm25 + {label}" for label in dense)]
     assert "ndcg10_minus_first" not in result.rows[0] and "verdict" in result.rows[1]["ndcg10_minus_first"]
     assert result.rows[-1]["metrics"]["RR@10"]["mean"] == 1.0  # BM25 finds each document by its own words
     assert set(result.rows[0]["by_depth"]) == {"<512"}

@@ -146,6 +146,9 @@ def evaluate(
     output: Path = typer.Option(None, "--output", "-o", help="Folder for retrieval.json and retrieval.md."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace existing results in --output."),
     seed: int = typer.Option(0, min=0, max=2**32 - 1, help="Seed of the bootstrap."),
+    hybrid: bool = typer.Option(
+        True, "--hybrid/--no-hybrid", help="Also fuse each dense reader with BM25 (reciprocal rank fusion)."
+    ),
 ) -> None:
     """Compare readers of long documents on one task: nDCG@10, MRR@10, recall@k with intervals, by length and
     depth, with throughput and memory."""
@@ -164,7 +167,7 @@ def evaluate(
             loaded, models or [], lengths=int_list(max_length, "--max-length"),
             readers=[r.strip() for r in readers.split(",") if r.strip()],
             extensions=[m.strip() for m in extend.split(",") if m.strip()], pooling=pooling, k=int_list(k, "--k"),
-            depth_split=depth_split, batch_size=batch_size, device=device, seed=seed,
+            depth_split=depth_split, batch_size=batch_size, device=device, seed=seed, hybrid=hybrid,
             on_row=lambda label: console.print(f"[dim]{time.perf_counter() - started:6.0f} s[/] reading: {label}",
                                                highlight=False, soft_wrap=True),
         )  # fmt: skip

@@ -4,7 +4,8 @@ Per reader: nDCG@10 (MTEB's main retrieval score), MRR@10 and recall@k from ir-m
 underneath), each the mean over queries with a bootstrap interval; the same by the relevant document's length
 (its pool for the haystack tasks) and by the target's depth (its first token inside the first `depth_split`
 tokens or past them); the paired difference of nDCG@10 against the first reader, with its interval and a
-verdict; and encoding throughput (documents/s, tokens/s) with peak memory.
+verdict; encoding throughput (documents/s, tokens/s) with peak memory; and each dense reader fused with BM25 by
+reciprocal rank fusion (the hybrid a RAG pipeline runs).
 """
 
 from __future__ import annotations
@@ -193,9 +194,12 @@ def evaluate_retrieval(
     batch_size: int = 8,
     device: str = "cpu",
     seed: int = 0,
+    hybrid: bool = True,
     on_row: Callable[[str], None] | None = None,
 ) -> RetrievalEvaluation:
-    """Every reader of `plan_readers` on `task`; rows in order, the first the reference of the differences."""
+    """Every reader of `plan_readers` on `task`; rows in order, the first the reference of the differences. With
+    BM25 among the readers and `hybrid`, each dense reader is also fused with BM25 (reciprocal rank fusion): does a
+    reader that sees the whole document add to the lexical one?"""
     task.require_candidates(max(k))
     loaded: dict[str, object] = {}
 
@@ -217,6 +221,7 @@ def evaluate_retrieval(
                                  settings={"k": list(k), "depth_split": depth_split, "seed": seed,
                                            "depth_tokens_of": models[0] if models else "characters",
                                            "task": task.settings, "skipped": skipped})  # fmt: skip
+    dense_runs: list[tuple[Reader, Encoded]] = []
     for reader in plan:
         if on_row:
             on_row(reader.label)
@@ -227,10 +232,40 @@ def evaluate_retrieval(
             if reader.extension:
                 model = extended_copy(model, reader.length, reader.extension)
             encoded = dense_scores(model, task, reader.reader, reader.length, batch_size)
+            dense_runs.append((reader, encoded))
         values = per_query(qrels, encoded.scores, k)
         reference = result.rows[0] if result.rows else None
         result.rows.append(summarise(reader, encoded, values, groups, reference, len(task.documents), seed))
+        if reader.model is None and hybrid:  # BM25 comes last: every dense run is there to fuse with it
+            for dense, dense_encoded in dense_runs:
+                fused = Encoded(fused_scores(encoded.scores, dense_encoded.scores), dense_encoded.seconds + encoded.seconds,
+                                dense_encoded.tokens, dense_encoded.peak_mb)  # fmt: skip
+                label = Reader(
+                    f"bm25 + {dense.label}",
+                    dense.model,
+                    f"hybrid {dense.reader}",
+                    dense.length,
+                    dense.extension,
+                )
+                result.rows.append(summarise(label, fused, per_query(qrels, fused.scores, k), groups, result.rows[0],
+                                             len(task.documents), seed))  # fmt: skip
     return result
+
+
+# Reciprocal rank fusion's constant (Cormack et al., 2009): ranks past the first few count little.
+RRF_K = 60
+
+
+def fused_scores(first: dict, second: dict) -> dict:
+    """Reciprocal rank fusion of two runs over the same queries and candidates: sum of 1 / (RRF_K + rank)."""
+    fused = {}
+    for query, scores in first.items():
+        total = dict.fromkeys(scores, 0.0)
+        for run in (scores, second[query]):
+            for rank, document in enumerate(sorted(run, key=run.get, reverse=True), 1):
+                total[document] += 1.0 / (RRF_K + rank)
+        fused[query] = total
+    return fused
 
 
 def markdown(result: RetrievalEvaluation) -> str:
