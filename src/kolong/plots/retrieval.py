@@ -42,7 +42,7 @@ def plot_by_length(
             errors = [[m - row["by_length"][b]["low"] for b, m in zip(buckets, means, strict=True)],
                       [row["by_length"][b]["high"] - m for b, m in zip(buckets, means, strict=True)]]  # fmt: skip
             axis.errorbar(range(len(buckets)), means, yerr=errors, marker="o", capsize=3, label=row["reader"])
-            axis.set_xticks(range(len(buckets)), buckets)
+            axis.set_xticks(range(len(buckets)), [f"{b}\n({row['by_length'][b]['n']} q)" for b in buckets])
         axis.set_title(f"{result['task']} ({result['queries']} queries)")
         axis.set_xlabel("document length (tokens)")
         axis.set_ylabel("nDCG@10")
