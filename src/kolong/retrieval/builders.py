@@ -246,6 +246,7 @@ def article_task(
     articles = korquad_articles(shared_data)
     training, held = article_split(articles, eval_articles, seed)
     rng = random.Random(seed)
+    held_titles = {a["title"] for a in held}
     documents, queries = {}, []
     for article in held + (training if pool == "all" else []):
         contexts = [p["context"] for p in article["paragraphs"]]
@@ -255,7 +256,7 @@ def article_task(
                 documents[f"{article['title']}#{i}"] = Document(f"{article['title']}#{i}", context)
         else:
             documents[article["title"]] = Document(article["title"], separator.join(contexts))
-        if article not in held:
+        if article["title"] not in held_titles:
             continue
         asked = [(i, qa) for i, p in enumerate(article["paragraphs"]) for qa in p["qas"]]
         for i, qa in rng.sample(asked, min(questions_per_article, len(asked))):
@@ -266,5 +267,5 @@ def article_task(
                 queries.append(Query(qa["id"], qa["question"], {article["title"]: 1}, starts[i] + answer))
     settings = {"seed": seed, "pool": pool, "eval_articles": eval_articles,
                 "questions_per_article": questions_per_article,
-                "held_out_titles": sorted(a["title"] for a in held)}  # fmt: skip
+                "held_out_titles": sorted(held_titles)}  # fmt: skip
     return RetrievalTask(f"articles-{pool}", documents, queries, settings)

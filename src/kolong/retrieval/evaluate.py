@@ -112,18 +112,16 @@ def extended_copy(embedder, length: int, method: str):
 
 def token_lengths_and_depths(tokenizer, task) -> tuple[dict[str, int], dict[str, int | None]]:
     """Each document's length and each query's target depth in tokens of `tokenizer` (specials left out)."""
-    lengths, depths = {}, {}
-    for document_id, document in task.documents.items():
-        lengths[document_id] = len(
-            tokenizer(document.text, add_special_tokens=False, truncation=False)["input_ids"]
-        )
+    # each document tokenized once: its length, and the offsets its queries' depths are read from
+    offsets = {document_id: tokenizer(document.text, add_special_tokens=False, truncation=False,
+                                      return_offsets_mapping=True)["offset_mapping"]
+               for document_id, document in task.documents.items()}  # fmt: skip
+    lengths = {document_id: len(spans) for document_id, spans in offsets.items()}
+    depths = {}
     for query in task.queries:
-        if query.target_start is None:
-            depths[query.id] = None
-            continue
-        text = task.documents[next(iter(query.relevant))].text
-        offsets = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
-        depths[query.id] = sum(1 for start, _ in offsets if start < query.target_start)
+        spans = offsets[next(iter(query.relevant))]
+        start = query.target_start
+        depths[query.id] = None if start is None else sum(1 for begin, _ in spans if begin < start)
     return lengths, depths
 
 

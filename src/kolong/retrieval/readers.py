@@ -125,16 +125,16 @@ def dense_scores(embedder, task, reader: str, length: int, batch_size: int = 8,
     queries = _encode(embedder, [q.text for q in task.queries], batch_size)
     piece_scores = queries @ result["documents"].T  # (queries, pieces)
     owner = np.asarray(owner)
+    pieces_of = [
+        np.flatnonzero(owner == d_index) for d_index in range(len(ids))
+    ]  # each document's pieces, once
+    reduce = np.mean if reader == "chunk-mean" else np.max
     scores = {}
     for q_index, query in enumerate(task.queries):
         row = piece_scores[q_index]
-        per_document = {}
-        for d_index, document_id in enumerate(ids):
-            if task.documents[document_id].pool != query.pool:
-                continue
-            mine = row[owner == d_index]
-            per_document[document_id] = float(mine.max() if reader != "chunk-mean" else mine.mean())
-        scores[query.id] = per_document
+        scores[query.id] = {document_id: float(reduce(row[pieces_of[d_index]]))
+                            for d_index, document_id in enumerate(ids)
+                            if task.documents[document_id].pool == query.pool}  # fmt: skip
     return Encoded(scores, seconds, tokens, float(peak))
 
 
