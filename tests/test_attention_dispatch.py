@@ -84,12 +84,12 @@ LONG_DOCUMENTS = AttentionMask.from_attention_mask(torch.tensor([[1] * 40 + [2] 
         (Contribution("query", trained=True, reach=4), LONG_PADDING, 0.0, True, {}, "sdpa-regions"),
         (Contribution("query", trained=True, reach=4), LONG_PADDING, 0.0, False, {}, "sdpa-regions"),
         (Contribution("query", value_term=True, trained=True, reach=4), LONG_PADDING, 0.0, False, {}, "sdpa-regions"),
-        (Contribution("distance", trained=True, reach=4), LONG_PADDING, 0.0, True, {}, "sdpa-regions"),
+        (Contribution("distance", trained=True, reach=4), LONG_PADDING, 0.0, True, {}, "chunked"),
         (Contribution("distance", trained=True, reach=4), LONG_PADDING, 0.0, False, {}, "sdpa-distance-view"),
         (Contribution("query", trained=True, reach=6), LONG_PADDING, 0.0, True, {}, "chunked"),  # strips too wide
         (Contribution("query", trained=True, reach=4), LONG_PADDING, 0.1, True, {}, "chunked"),
         (Contribution("query", trained=True, reach=4), LONG_DOCUMENTS, 0.0, True, {}, "chunked"),
-        (Contribution("query", trained=True, reach=4), LONG_PADDING, 0.0, True, {"relative_regions": False}, "chunked"),
+        (Contribution("query", trained=True, reach=4), LONG_PADDING, 0.0, True, {"skip_paths": ("sdpa-regions",)}, "chunked"),
     ],
 )  # fmt: skip
 def test_the_regions_on_cpu_where_the_rows_hold_their_strips(
@@ -107,22 +107,16 @@ def test_the_regions_on_cpu_where_the_rows_hold_their_strips(
 @pytest.mark.parametrize(
     ("mask", "dropout", "grad", "dtype", "options", "expected"),
     [
-        (LONG_PADDING, 0.0, True, torch.float32, {}, "sdpa-regions"),
-        (AttentionMask(), 0.0, True, torch.float64, {}, "sdpa-regions"),
+        (LONG_PADDING, 0.0, True, torch.float32, {}, "chunked"),  # the regions gain T5 nothing on the step
+        (AttentionMask(), 0.0, True, torch.float64, {}, "chunked"),
         (LONG_PADDING, 0.0, False, torch.float32, {}, "sdpa-distance-view"),  # no gradient: the view alone
-        (LONG_PADDING, 0.1, True, torch.float32, {}, "chunked"),
-        (LONG_PADDING, 0.0, True, torch.bfloat16, {}, "chunked"),  # the edges' gradient needs a 32-bit output
-        (LONG_DOCUMENTS, 0.0, True, torch.float32, {}, "chunked"),
-        (LONG_PADDING, 0.0, True, torch.float32, {"relative_regions": False}, "chunked"),
-        (LONG_PADDING, 0.0, True, torch.float32, {"regions_strips": 9}, "chunked"),  # rows hold 8 strips
+        (LONG_PADDING, 0.1, False, torch.float32, {}, "chunked"),
+        (LONG_PADDING, 0.0, False, torch.float32, {"skip_paths": ("sdpa-distance-view",)}, "sdpa-row-blocks"),
     ],
 )  # fmt: skip
-def test_a_trained_bias_by_distance_trains_through_the_regions_where_the_rows_hold_their_strips(
-    monkeypatch, mask, dropout, grad, dtype, options, expected
+def test_a_bias_by_distance_takes_the_chunked_path_in_training_and_its_view_without_a_gradient(
+    mask, dropout, grad, dtype, options, expected
 ):
-    from kolong.attention import sdpa_regions
-
-    monkeypatch.setattr(sdpa_regions, "BLOCK_ROWS", 4)  # 80 tokens hold eight strips of 4 + 2 x 4 - 2 keys
     contribution = Contribution("distance", trained=True, reach=4)
     q = torch.zeros(2, 2, 80, 4, dtype=dtype, requires_grad=grad)
     with torch.set_grad_enabled(grad):
@@ -229,20 +223,25 @@ def test_every_path_in_the_table_is_the_eager_reference(kernel):
 
 def test_options_are_parsed_by_name_and_bad_ones_refused():
     options = AttentionOptions.parse(
-        ["packed_varlen=true", "banded=False", 'flex_kernel_options={"BLOCK_M": 64}']
+        ["packed_varlen=true", "skip_paths=banded+sdpa-regions", 'flex_kernel_options={"BLOCK_M": 64}']
     )
-    assert options == AttentionOptions(packed_varlen=True, banded=False, flex_kernel_options={"BLOCK_M": 64})
+    assert options == AttentionOptions(
+        packed_varlen=True, skip_paths=("banded", "sdpa-regions"), flex_kernel_options={"BLOCK_M": 64}
+    )
     assert options.changed() == {
         "packed_varlen": True,
-        "banded": False,
+        "skip_paths": ("banded", "sdpa-regions"),
         "flex_kernel_options": {"BLOCK_M": 64},
     }
     with pytest.raises(
         ConfigError, match="--attention-option 'fast=yes': expected NAME=VALUE with NAME one of"
     ):
         AttentionOptions.parse(["fast=yes"])
-    with pytest.raises(ConfigError, match="banded: expected true or false, got 'maybe'"):
-        AttentionOptions.parse(["banded=maybe"])
+    with pytest.raises(ConfigError, match="compiled_kernels: expected true or false, got 'maybe'"):
+        AttentionOptions.parse(["compiled_kernels=maybe"])
+    for path in ("chunked", "fast"):
+        with pytest.raises(ConfigError, match=f"skip_paths: '{path}' is not a path the plan may pass over"):
+            AttentionOptions.parse([f"skip_paths=banded+{path}"])
 
 
 def test_a_model_says_which_plan_each_layer_runs_and_options_are_never_saved(tmp_path):
@@ -255,10 +254,10 @@ def test_a_model_says_which_plan_each_layer_runs_and_options_are_never_saved(tmp
     with torch.no_grad():
         plans = model.attention_plans(ids)
         assert [plan.kernel for plan in plans] == ["sdpa-distance-view", "banded", "sdpa-distance-view"]
-        model.set_attention_options(banded=False)
+        model.set_attention_options(skip_paths=("banded",))
         assert [plan.kernel for plan in model.attention_plans(ids)][1] == "chunked"
     model.save_pretrained(tmp_path)
-    assert "banded" not in (tmp_path / "config.json").read_text()
+    assert "skip_paths" not in (tmp_path / "config.json").read_text()
     reloaded = KolongModel.from_pretrained(tmp_path).eval()
     with torch.no_grad():
         assert reloaded.attention_plans(ids)[1].kernel == "banded"

@@ -167,9 +167,9 @@ def test_chunked_references_take_the_chunked_path_on_each_device():
     for name in ("shaw-chunked", "shaw"):
         model = build_model(name, args, 16)
         options = model.layers[0].attention.options
-        seen.append((options.flex_dropout, options.relative_regions))
+        seen.append((options.flex_dropout, options.skips("sdpa-regions")))
         make_step(model, args, 16, training=True, name=name)()
-    assert seen == [(True, False), (True, True)]
+    assert seen == [(True, True), (True, False)]
     assert REFERENCE_OPTIONS["shaw-chunked"]["cuda"] == {"flex_dropout": False}  # CUDA's, set the same way
 
 

@@ -171,7 +171,7 @@ def test_the_model_trains_through_flex_regions_as_the_eager_reference(eager_flex
     assert {plan.kernel for plan in model.attention_plans(ids, documents)} == {"flex-regions"}
     assert_trains_as_eager(model, ids, documents, "sdpa", rtol=1e-7, atol=1e-7)  # float64
     model.set_attn_implementation("sdpa")
-    model.set_attention_options(relative_regions=False)  # the single score_mod, to time both
+    model.set_attention_options(skip_paths=("flex-regions",))  # the single score_mod, to time both
     kernels = {plan.kernel for plan in model.attention_plans(ids, documents)}
     assert kernels == ({"chunked"} if kwargs.get("value") else {"flex"})
 

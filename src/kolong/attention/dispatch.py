@@ -204,8 +204,8 @@ class CallFacts:
 
     @once
     def regions(self) -> bool:
-        """The bias splits into three regions (constant past a reach), asked for, without dropout."""
-        return self.contribution.regions and self.options.relative_regions and not self.dropout
+        """The bias splits into three regions (constant past a reach), without dropout."""
+        return self.contribution.regions and not self.dropout
 
     @once
     def plain_bias(self) -> bool:
@@ -309,16 +309,15 @@ PLAN_TABLE: tuple[PlanRow, ...] = (
             "a bias by distance alone, untrained here, no window or dropout, padding at the rows' ends",
             "a bias by distance alone, as one strided view: SDPA's fused kernel"),
     PlanRow("sdpa-regions",
-            lambda f: f.regions and f.mask.keys_only
+            lambda f: f.kind == "query" and f.regions and f.mask.keys_only
             and f.fused_cpu_strips(sdpa_regions.BLOCK_ROWS, f.options.regions_strips),
-            "a bias in three regions without dropout, padding masks only, CPU fp32, rows of regions_strips near strips",
-            "three regions: the far keys through SDPA's fused CPU kernel, the near strip in blocks"),
+            "Shaw's bias in three regions without dropout, padding masks only, CPU fp32, rows of regions_strips "
+            "near strips", "three regions: the far keys through SDPA's fused CPU kernel, the near strip in blocks"),
     PlanRow("sdpa-row-blocks", lambda f: f.plain_bias and not f.grad, "a bias without value term, window or dropout, "
             "no gradient", "SDPA per block of query rows, each block's bias built"),
     # over key bands a bias is a float mask per band: kept for the backward, so only without a gradient
-    PlanRow("banded", lambda f: not f.dropout and f.window and f.options.banded
-            and (not f.bias or (f.kind == "distance" and not f.grad)),
-            "a local window without dropout, no bias or an untrained one by distance, option banded",
+    PlanRow("banded", lambda f: not f.dropout and f.window and (not f.bias or (f.kind == "distance" and not f.grad)),
+            "a local window without dropout, no bias or an untrained one by distance",
             "a local window over key bands: one SDPA call"),
     PlanRow("chunked", lambda f: True, "everything else",
             "the chunked exact path: linear memory, the bias's gradient without a scatter"),
@@ -330,7 +329,7 @@ def plan_attention(implementation: str, q: torch.Tensor, contribution: Contribut
     """The path of one attention call: the first row of PLAN_TABLE whose condition holds. `q`: its device, dtype,
     shape, and whether it wants a gradient."""
     facts = CallFacts(implementation, q, contribution, mask, dropout_p, options)
-    row = next(row for row in PLAN_TABLE if row.when(facts))
+    row = next(row for row in PLAN_TABLE if not options.skips(row.kernel) and row.when(facts))
     if row.kernel in BY_ROW_PATHS and facts.by_row:
         return Plan(
             row.kernel, row.why + "; one row of the batch at a time, over its own documents' spans", True

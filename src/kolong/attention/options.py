@@ -26,13 +26,10 @@ class AttentionOptions:
     packed_varlen: bool = field(default=False, metadata={"help": (
         "packed documents on CUDA through FlashAttention's variable-length kernel, each document scored alone "
         "(the collator then gives their segments)")})  # fmt: skip
-    relative_regions: bool = field(default=True, metadata={"help": (
-        "Shaw's and T5's bias in training as three regions merged by log-sum-exp (on CUDA through FlexAttention, "
-        "on CPU through SDPA's fused kernel); "
-        "false: on CUDA one score_mod over the whole profile, whose backward adds each row's edge gradients into "
-        "two addresses, on CPU the chunked exact path")})  # fmt: skip
-    banded: bool = field(default=True, metadata={"help": (
-        "local windows on CPU over key bands, one SDPA call; false: the chunked exact path")})  # fmt: skip
+    skip_paths: tuple[str, ...] = field(default=(), metadata={"help": (
+        "attention paths the plan table passes over (names from `kolong attention plans`, joined by +, e.g. "
+        "sdpa-regions+flex-regions), each call then taking the next row that holds: to time a path against the "
+        "one that runs without it, or to avoid one on a machine where it fails; never chunked or eager")})  # fmt: skip
     compiled_kernels: bool = field(default=True, metadata={"help": (
         "the compiled FlexAttention paths on CUDA; false: the chunked exact path from the start (where a GPU or a "
         "torch release cannot compile them; a failure also falls back by itself, with a warning)")})  # fmt: skip
@@ -71,6 +68,8 @@ class AttentionOptions:
                 if not isinstance(value, dict):
                     raise ConfigError(f"{flag} {name}: expected a JSON object of FlexAttention kernel options, "
                                       f"e.g. '{{\"fwd_num_stages\": 2, \"BLOCK_M\": 64}}', got {text!r}")  # fmt: skip
+            elif name == "skip_paths":
+                value = _paths(text, flag)
             elif known[name].type in ("int", "float", int, float):
                 number = int if known[name].type in ("int", int) else float
                 try:
@@ -89,11 +88,27 @@ class AttentionOptions:
             values[name] = value
         return cls(**values)
 
+    def skips(self, path: str) -> bool:
+        return path in self.skip_paths
+
     def changed(self) -> dict:
         """The options that differ from the defaults (what a result records)."""
         default = type(self)()
         return {spec.name: getattr(self, spec.name) for spec in dataclasses.fields(self)
                 if getattr(self, spec.name) != getattr(default, spec.name)}  # fmt: skip
+
+
+def _paths(text: str, flag: str) -> tuple[str, ...]:
+    from kolong.attention.dispatch import ATTENTION_FUNCTIONS
+    from kolong.errors import ConfigError
+
+    paths = tuple(part.strip() for part in text.split("+") if part.strip())
+    skippable = [name for name in ATTENTION_FUNCTIONS if name not in ("chunked", "eager")]
+    for path in paths:
+        if path not in skippable:
+            raise ConfigError(f"{flag} skip_paths: {path!r} is not a path the plan may pass over; choose from "
+                              f"{', '.join(skippable)} (joined by +)")  # fmt: skip
+    return paths
 
 
 # One instance for every layer that was given none: a compiled layer guards on the object its options are, and

@@ -92,7 +92,8 @@ class EncoderBenchArguments(ResumableBenchArguments):
         "scheme (kolong's default attention path), shaw-value, shaw-eager, t5-eager (the reference path), "
         "shaw-naive, shaw-value-naive ((n, n, d_h) relation tensors), shaw-chunked, t5-chunked (through the chunked "
         "exact path: on CUDA attention dropout there rather than in FlexAttention, on CPU rather than the three "
-        "regions or T5's view); all: every one.", kind="list",
+        "regions or T5's view); all: every one. NAME@OPTION=VALUE runs NAME under an attention option of its own "
+        "(e.g. alibi@skip_paths=sdpa-distance-view, timed beside alibi).", kind="list",
     )  # fmt: skip
     hidden_size: int = option(256, "Hidden size of every model.")
     num_hidden_layers: int = option(4, "Encoder layers.", "--layers")

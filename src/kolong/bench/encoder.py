@@ -52,11 +52,20 @@ REFERENCES: dict[str, tuple[str, dict, str]] = {
 }
 # Run-time attention options of the references (`set_attention_options`); each is its scheme's own path off CUDA.
 # On CUDA attention dropout through the chunked path rather than FlexAttention; on CPU the chunked path rather
-# than the three regions or T5's view (`relative_regions` turns both off).
+# than the three regions or T5's view.
 REFERENCE_OPTIONS = {
-    name: {"cuda": {"flex_dropout": False}, "cpu": {"relative_regions": False}}
+    name: {"cuda": {"flex_dropout": False}, "cpu": {"skip_paths": ("sdpa-regions", "sdpa-distance-view")}}
     for name in ("shaw-chunked", "t5-chunked")
 }
+# `NAME@OPTION=VALUE[@OPTION=VALUE]`: an implementation under attention options of its own, timed beside the same
+# implementation without them (e.g. `alibi@skip_paths=sdpa-distance-view`: ALiBi without its strided view).
+VARIANT = "@"
+
+
+def _variant(name: str) -> tuple[str, list[str]]:
+    """(the implementation, its own `--attention-option` items)."""
+    base, *items = name.split(VARIANT)
+    return base, items
 
 
 def implementations() -> dict[str, tuple[str, dict, str]]:
@@ -90,16 +99,17 @@ def build_model(name: str, args: EncoderBenchArguments, length: int):
         config = ModernBertConfig(**sizes, **special, attention_dropout=dropout, attn_implementation="sdpa")
         model = ModernBertModel(config)
     else:
-        scheme, kwargs, attention = implementations()[name]
+        base, own = _variant(name)
+        scheme, kwargs, attention = implementations()[base]
         model = KolongModel(KolongConfig(**sizes, position_encoding=scheme, position_kwargs=kwargs,
                                          attn_implementation=attention))  # fmt: skip
-        if name.endswith("-naive"):
+        if base.endswith("-naive"):
             naive = MaterialisedShawPositions(model.config, **kwargs)
             naive.load_state_dict(model.positions.state_dict())
             model.positions = naive
-        options = AttentionOptions.parse(args.attention_options)
+        options = AttentionOptions.parse([*args.attention_options, *own], flag=f"--implementations {name}")
         device = "cuda" if args.device.startswith("cuda") else "cpu"
-        model.set_attention_options(options, **REFERENCE_OPTIONS.get(name, {}).get(device, {}))
+        model.set_attention_options(options, **REFERENCE_OPTIONS.get(base, {}).get(device, {}))
     model = model.to(args.device)
     return compiled(model, args.compile)
 
@@ -198,13 +208,21 @@ def _memory_worker(name: str, length: int, args: EncoderBenchArguments) -> dict:
 def _resolved(args: EncoderBenchArguments) -> list[str]:
     known = implementations()
     names = list(known) if args.implementations in (["all"], []) else list(args.implementations)
-    unknown = sorted(set(names) - set(known))
+    unknown = sorted({_variant(name)[0] for name in names} - set(known))
     if unknown:
         raise ConfigError(f"--implementations: unknown {unknown[0]!r}; choose from {', '.join(known)}")
+    for name in names:
+        base, own = _variant(name)
+        if own and base in HF_MODELS:
+            raise ConfigError(
+                f"--implementations {name}: attention options apply to kolong's models, not {base}"
+            )
+        AttentionOptions.parse(own, flag=f"--implementations {name}")
     return names
 
 
 def _too_long(name: str, length: int, args: EncoderBenchArguments) -> str | None:
+    name = _variant(name)[0]
     if name.endswith("-naive") and length > args.naive_max_length:
         return "skipped: (n, n, d_h) above --naive-max-length"
     if name.endswith("-eager") and length > args.eager_max_length:

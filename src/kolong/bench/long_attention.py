@@ -147,7 +147,7 @@ def build_model(pattern: str, args: LongAttentionBenchArguments):
     if pattern == "local+global-flex":
         model.set_attn_implementation("flex_attention")
     if pattern == "local+global-chunked":  # the chunked exact path timed beside the banded one
-        model.set_attention_options(banded=False)
+        model.set_attention_options(skip_paths=("banded",))
     if args.gradient_checkpointing or pattern == "full-checkpointed":
         # transformers' newer name (the older one warns there); releases before it have only the older one
         enable = (
