@@ -8,8 +8,7 @@ import dataclasses
 import pytest
 import torch
 
-from conftest import random_ids, tiny_kolong_config
-from kolong.attention import dispatch
+from conftest import FLEX_HERE, random_ids, tiny_kolong_config
 from kolong.attention.dispatch import ATTENTION_FUNCTIONS, AttentionCall, Contribution, plan_attention
 from kolong.attention.masks import AttentionMask
 from kolong.attention.options import AttentionOptions
@@ -57,12 +56,12 @@ WINDOW = AttentionMask.from_attention_mask(torch.ones(2, 8, dtype=torch.long), w
         (Contribution("none"), WINDOW, 0.0, True, "banded"),
         (Contribution("none"), WINDOW, 0.1, True, "chunked"),
         (Contribution("distance"), PADDING, 0.0, True, "sdpa-distance-view"),  # ALiBi trains through the view
-        (Contribution("distance", trained=True), PADDING, 0.0, False, "sdpa-distance-view"),
+        (Contribution("distance", trained=True), PADDING, 0.0, False, "chunked"),  # inference: its forward reads the view
         (Contribution("distance", trained=True), PADDING, 0.0, True, "chunked"),  # T5's table has a gradient
-        (Contribution("distance"), PADDING_INSIDE, 0.0, False, "sdpa-row-blocks"),
+        (Contribution("distance"), PADDING_INSIDE, 0.0, False, "chunked"),
         (Contribution("distance"), DOCUMENTS, 0.0, True, "chunked"),
         (Contribution("distance"), WINDOW, 0.0, False, "banded"),
-        (Contribution("query", trained=True), PADDING, 0.0, False, "sdpa-row-blocks"),
+        (Contribution("query", trained=True), PADDING, 0.0, False, "chunked"),
         (Contribution("query", trained=True), PADDING, 0.0, True, "chunked"),
         (Contribution("query", trained=True), WINDOW, 0.0, False, "chunked"),
         (Contribution("query", value_term=True, trained=True), PADDING, 0.0, False, "chunked"),
@@ -85,7 +84,7 @@ LONG_DOCUMENTS = AttentionMask.from_attention_mask(torch.tensor([[1] * 40 + [2] 
         (Contribution("query", trained=True, reach=4), LONG_PADDING, 0.0, False, {}, "sdpa-regions"),
         (Contribution("query", value_term=True, trained=True, reach=4), LONG_PADDING, 0.0, False, {}, "sdpa-regions"),
         (Contribution("distance", trained=True, reach=4), LONG_PADDING, 0.0, True, {}, "chunked"),
-        (Contribution("distance", trained=True, reach=4), LONG_PADDING, 0.0, False, {}, "sdpa-distance-view"),
+        (Contribution("distance", trained=True, reach=4), LONG_PADDING, 0.0, False, {}, "chunked"),
         (Contribution("query", trained=True, reach=6), LONG_PADDING, 0.0, True, {}, "chunked"),  # strips too wide
         (Contribution("query", trained=True, reach=4), LONG_PADDING, 0.1, True, {}, "chunked"),
         (Contribution("query", trained=True, reach=4), LONG_DOCUMENTS, 0.0, True, {}, "chunked"),
@@ -95,10 +94,8 @@ LONG_DOCUMENTS = AttentionMask.from_attention_mask(torch.tensor([[1] * 40 + [2] 
 def test_the_regions_on_cpu_where_the_rows_hold_their_strips(
     monkeypatch, contribution, mask, dropout, grad, options, expected
 ):
-    from kolong.attention import sdpa_regions
-
-    monkeypatch.setattr(sdpa_regions, "BLOCK_ROWS", 4)  # 80 tokens hold eight strips of 4 + 2 x 4 - 2 keys
-    options = {"regions_strips": 6, **options}  # and five of 4 + 2 x 6 - 2: too few
+    # 80 tokens hold eight strips of 4 + 2 x 4 - 2 keys, and five of 4 + 2 x 6 - 2: too few
+    options = {"regions_strips": 6, "regions_block_rows": 4, **options}
     with torch.set_grad_enabled(grad):
         plan = plan_attention("sdpa", _q(grad, 80), contribution, mask, dropout, AttentionOptions(**options))
     assert plan.kernel == expected
@@ -109,14 +106,11 @@ def test_the_regions_on_cpu_where_the_rows_hold_their_strips(
     [
         (LONG_PADDING, 0.0, True, torch.float32, {}, "chunked"),  # the regions gain T5 nothing on the step
         (AttentionMask(), 0.0, True, torch.float64, {}, "chunked"),
-        (LONG_PADDING, 0.0, False, torch.float32, {}, "sdpa-distance-view"),  # no gradient: the view alone
+        (LONG_PADDING, 0.0, False, torch.float32, {}, "chunked"),  # inference: the chunked forward reads the view
         (LONG_PADDING, 0.1, False, torch.float32, {}, "chunked"),
-        (LONG_PADDING, 0.0, False, torch.float32, {"skip_paths": ("sdpa-distance-view",)}, "sdpa-row-blocks"),
     ],
 )  # fmt: skip
-def test_a_bias_by_distance_takes_the_chunked_path_in_training_and_its_view_without_a_gradient(
-    mask, dropout, grad, dtype, options, expected
-):
+def test_a_trained_bias_by_distance_takes_the_chunked_path(mask, dropout, grad, dtype, options, expected):
     contribution = Contribution("distance", trained=True, reach=4)
     q = torch.zeros(2, 2, 80, 4, dtype=dtype, requires_grad=grad)
     with torch.set_grad_enabled(grad):
@@ -126,20 +120,19 @@ def test_a_bias_by_distance_takes_the_chunked_path_in_training_and_its_view_with
 
 @pytest.mark.parametrize("layers", [1, 3])
 def test_padding_ends_are_read_from_the_device_once_per_forward_whatever_the_depth(monkeypatch, layers):
-    """T5 and ALiBi at inference read each row's length off the mask before planning and again in their kernel:
+    """ALiBi in training reads each row's length off the mask before planning and again in its kernel (the view):
     from the mask, one host read (a wait for the queued work on a GPU) for every layer."""
     config = tiny_kolong_config(
         position_encoding="alibi", num_hidden_layers=layers, attention_probs_dropout_prob=0.0
     )
-    model = KolongModel(config).eval()
+    model = KolongModel(config).train()
     ids, attention_mask = random_ids(2, 24), torch.ones(2, 24, dtype=torch.long)
     attention_mask[0, 17:] = 0
     reads, tolist = [], torch.Tensor.tolist
     monkeypatch.setattr(torch.Tensor, "tolist", lambda self: reads.append(self.shape) or tolist(self))
-    with torch.no_grad():
-        assert {plan.kernel for plan in model.attention_plans(ids, attention_mask)} == {"sdpa-distance-view"}
-        reads.clear()
-        model(ids, attention_mask=attention_mask)
+    assert {plan.kernel for plan in model.attention_plans(ids, attention_mask)} == {"sdpa-distance-view"}
+    reads.clear()
+    model(ids, attention_mask=attention_mask)
     assert len(reads) == 2  # the mask's layout, then the rows' ends
 
     mask = AttentionMask.from_attention_mask(attention_mask)
@@ -164,8 +157,8 @@ def test_padding_ends_are_read_from_the_device_once_per_forward_whatever_the_dep
     ],
 )  # fmt: skip
 def test_the_plan_where_flex_attention_trains(monkeypatch, contribution, mask, dropout, options, expected):
-    monkeypatch.setattr(dispatch, "FLEX_DEVICES", ("cpu",))  # as on CUDA
-    plan = plan_attention("sdpa", _q(True), contribution, mask, dropout, AttentionOptions(**options))
+    as_on_cuda = AttentionOptions(**options, flex_devices=FLEX_HERE)
+    plan = plan_attention("sdpa", _q(True), contribution, mask, dropout, as_on_cuda)
     assert plan.kernel == expected
 
 
@@ -185,11 +178,9 @@ def test_the_implementation_asked_for_comes_first():
 SCHEME_OF_KERNEL = {
     "sdpa": ("learned", {}, PADDING, False),
     "sdpa-distance-view": ("t5", {}, PADDING, False),
-    "sdpa-row-blocks": ("shaw", {}, PADDING_INSIDE, False),
     "banded": ("alibi", {}, WINDOW, False),
     "chunked": ("shaw", {"value": True}, DOCUMENTS, True),
     "sdpa-regions": ("shaw", {"value": True, "max_distance": 2}, PADDING, True),
-    "sdpa-regions (t5)": ("t5", {"num_buckets": 8, "max_distance": 6}, PADDING, True),
 }
 
 
@@ -253,7 +244,7 @@ def test_a_model_says_which_plan_each_layer_runs_and_options_are_never_saved(tmp
     ids = random_ids(2, 24)
     with torch.no_grad():
         plans = model.attention_plans(ids)
-        assert [plan.kernel for plan in plans] == ["sdpa-distance-view", "banded", "sdpa-distance-view"]
+        assert [plan.kernel for plan in plans] == ["chunked", "banded", "chunked"]
         model.set_attention_options(skip_paths=("banded",))
         assert [plan.kernel for plan in model.attention_plans(ids)][1] == "chunked"
     model.save_pretrained(tmp_path)
@@ -319,3 +310,21 @@ def test_tuned_thresholds_are_options_with_numbers_checked():
         AttentionOptions.parse(["regions_strips=many"])
     with pytest.raises(ConfigError, match="expected a positive number"):
         AttentionOptions.parse(["documents_by_row=0"])
+
+
+def test_the_docs_options_table_names_every_run_time_option():
+    """docs/encoder.md's table of run-time options against the fields of AttentionOptions."""
+    import dataclasses
+    import re
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "encoder.md").read_text(encoding="utf-8")
+    section = page.split("| option | default | what it changes |", 1)[1].split("\n\n", 1)[0]
+    documented = re.findall(r"^\| `([a-z_]+)` \|", section, re.M)
+    assert documented == [spec.name for spec in dataclasses.fields(AttentionOptions)]
+
+
+def test_every_path_but_the_chunked_one_and_the_reference_may_be_skipped():
+    from kolong.attention.options import SKIPPABLE
+
+    assert set(SKIPPABLE) == set(ATTENTION_FUNCTIONS) - {"chunked", "eager"}

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import random_ids, tiny_kolong_config
+from conftest import SMALL_BLOCKS, default_attention_options, random_ids, tiny_kolong_config
 from kolong.attention import chunked, documents
 from kolong.attention.dispatch import Contribution, plan_attention
 from kolong.attention.masks import AttentionMask
@@ -47,21 +47,23 @@ def test_each_rows_mask_knows_its_own_documents_extents():
 def by_row(q, mask) -> bool:
     from kolong.attention.dispatch import CallFacts
 
-    return CallFacts("sdpa", q, Contribution("none"), mask, 0.0, AttentionOptions()).by_row
+    return CallFacts("sdpa", q, Contribution("none"), mask, 0.0, EIGHT_ROWS).by_row
+
+
+EIGHT_ROWS = AttentionOptions(document_block_rows=8)
 
 
 def test_rows_are_attended_alone_where_their_own_spans_read_fewer_pairs(monkeypatch):
-    monkeypatch.setattr(documents, "BLOCK_ROWS", 8)
     q = torch.zeros(4, 2, 64, 4)
     staggered = AttentionMask.from_attention_mask(_staggered(4, 16, 64, 5))
     aligned = AttentionMask.from_attention_mask(_staggered(4, 16, 64, 0))
     share = AttentionOptions().documents_by_row
     assert staggered.document_keys_read(8, by_row=True) <= share * staggered.document_keys_read(8)
     assert by_row(q, staggered)
-    plan = plan_attention("sdpa", q, Contribution("none"), staggered, 0.0, AttentionOptions())
+    plan = plan_attention("sdpa", q, Contribution("none"), staggered, 0.0, EIGHT_ROWS)
     assert plan.kernel == "sdpa-document-blocks" and "one row of the batch at a time" in plan.why
     assert plan.by_row and plan.label == "sdpa-document-blocks by row"
-    plan = plan_attention("sdpa", q, Contribution("none"), aligned, 0.0, AttentionOptions())
+    plan = plan_attention("sdpa", q, Contribution("none"), aligned, 0.0, EIGHT_ROWS)
     assert plan.label == "sdpa-document-blocks" and "row" not in plan.why
     assert not by_row(q, aligned)  # every row's span is the batch's
     assert not by_row(q[:1], AttentionMask.from_attention_mask(_staggered(1, 16, 64, 5)))
@@ -76,18 +78,14 @@ def test_rows_are_attended_alone_where_their_own_spans_read_fewer_pairs(monkeypa
         ("learned", 0.1, True, "chunked"),
         ("shaw", 0.0, True, "chunked"),
         ("t5", 0.0, True, "chunked"),
-        ("alibi", 0.0, False, "sdpa-row-blocks"),
+        ("alibi", 0.0, False, "chunked"),
     ],
 )
 def test_a_model_attending_row_by_row_is_the_reference(scheme, dropout, grad, path, monkeypatch):
     """Four rows of staggered documents and padding: the plan's path runs once per row (the SDPA blocks, the chunked
     path with and without attention dropout, the inference row blocks), and the outputs on real tokens and every
     parameter's gradient are the eager path's under the same dropout masks."""
-    from kolong.attention import rowwise
-
-    monkeypatch.setattr(documents, "BLOCK_ROWS", 8)
-    monkeypatch.setattr(chunked, "BLOCK_SCORES", 1)
-    monkeypatch.setattr(rowwise, "MASK_ENTRIES", 1)
+    default_attention_options(monkeypatch, document_block_rows=8, chunk_scores=1, mask_entries=1)
     packed = _staggered(4, 12, 64, 5)
     packed[1, 58:] = 0
     ids = random_ids(4, 64)
@@ -125,7 +123,7 @@ def test_a_compiled_model_attends_row_by_row_as_the_eager_one(scheme, monkeypatc
     gradients as the model run eagerly."""
     from kolong.models import KolongForMaskedLM
 
-    monkeypatch.setattr(documents, "BLOCK_ROWS", 8)
+    default_attention_options(monkeypatch, document_block_rows=8)
     packed = _staggered(3, 12, 64, 5)
     ids = random_ids(3, 64)
     rows = []  # the batch size of every mask a block of queries reads its keys from
@@ -169,7 +167,6 @@ def test_probabilities_far_below_a_rows_peak_and_masked_keys(monkeypatch):
     """Logits 200 below a row's peak (probabilities that would be subnormal or 0) and masked keys: the chunked
     path's probabilities are the softmax's to float32's resolution, masked keys exactly 0, and the outputs and
     gradients the dense reference's."""
-    monkeypatch.setattr(chunked, "BLOCK_SCORES", 1)
     torch.manual_seed(0)
     q, k, v = (torch.randn(1, 2, 24, 4) for _ in range(3))
     k[:, :, 5] *= 60.0  # one key far above the others in every row
@@ -186,7 +183,7 @@ def test_probabilities_far_below_a_rows_peak_and_masked_keys(monkeypatch):
     torch.testing.assert_close(probs, expected, rtol=2e-6, atol=1e-7)
     q, k, v = (t.double().requires_grad_() for t in (q, k, v))
     real = (packed != 0)[:, None, :, None]
-    out = chunked.chunked_attention(q, k, v, mask) * real
+    out = chunked.chunked_attention(q, k, v, mask, options=SMALL_BLOCKS) * real
     scores = (q @ k.transpose(-1, -2) / 2).masked_fill(~allowed, float("-inf")).softmax(-1).nan_to_num()
     reference = (scores @ v) * real
     torch.testing.assert_close(out, reference)

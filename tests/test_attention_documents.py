@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import random_ids, tiny_kolong_config
+from conftest import SMALL_BLOCKS, default_attention_options, random_ids, tiny_kolong_config
 from kolong.attention import chunked, documents
 from kolong.attention.dispatch import Contribution, plan_attention
 from kolong.attention.masks import AttentionMask
@@ -55,7 +55,6 @@ def test_the_keys_a_block_of_queries_can_reach_span_its_documents_in_every_row()
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_sdpa_per_block_of_queries_is_dense_attention(monkeypatch, dtype):
     """Outputs on every real query and the gradients of q, k and v, blocks of 4 queries (one block all padding)."""
-    monkeypatch.setattr(documents, "BLOCK_ROWS", 4)
     torch.manual_seed(0)
     packed = torch.cat(
         [PACKED, torch.zeros(2, 5, dtype=torch.long)], dim=1
@@ -64,7 +63,7 @@ def test_sdpa_per_block_of_queries_is_dense_attention(monkeypatch, dtype):
     q, k, v = (torch.randn(2, 3, 16, 8, dtype=dtype, requires_grad=True) for _ in range(3))
     real = (packed != 0)[:, None, :, None]
     d_out = torch.randn(2, 3, 16, 8, dtype=dtype) * real
-    out = documents.document_block_attention(q, k, v, mask)
+    out = documents.document_block_attention(q, k, v, mask, block_rows=4)
     expected = dense_reference(q, k, v, mask, None)
     assert torch.isfinite(out).all()
     torch.testing.assert_close(out * real, expected * real)
@@ -81,7 +80,6 @@ def test_the_chunked_path_reads_only_the_documents_keys_and_stays_exact(name, mo
     """Row blocks of 16 queries over documents of 5-12 tokens: each block reads its documents' span (fewer keys
     than the row), and outputs and every gradient (the bias tensors' too) equal dense attention, with the fused
     forward and with the row-block one."""
-    monkeypatch.setattr(chunked, "BLOCK_SCORES", 1)
     torch.manual_seed(0)
     length = 140
     lengths = [5, 12, 7, 9, 11, 6, 8, 12] * 2
@@ -104,43 +102,13 @@ def test_the_chunked_path_reads_only_the_documents_keys_and_stays_exact(name, mo
     )
     for fused in (chunked._fused_forward, lambda *a: None):
         monkeypatch.setattr(chunked, "_fused_forward", fused)
-        out = chunked.chunked_attention(q, k, v, mask, bias)
+        out = chunked.chunked_attention(q, k, v, mask, bias, options=SMALL_BLOCKS)
         torch.testing.assert_close(out * real, expected * real)
         for got, want in zip(
             torch.autograd.grad((out * real).square().sum(), inputs), expected_grads, strict=True
         ):
             torch.testing.assert_close(got, want)
     assert read and all(isinstance(keys, range) and len(keys) < length for keys in read)
-
-
-@pytest.mark.parametrize("name", ["shaw", "alibi"])
-def test_inference_per_row_block_reads_only_the_documents_keys(name, monkeypatch):
-    """`sdpa-row-blocks` (a bias, no gradient) under packed documents, blocks of 16 queries: each reads its
-    documents' span, and the output is the dense reference's on every real query."""
-    from kolong.attention import rowwise
-
-    monkeypatch.setattr(rowwise, "MASK_ENTRIES", 1)
-    torch.manual_seed(0)
-    length = 80
-    packed = (torch.arange(length) // 7 + 1).repeat(2, 1)
-    packed[1, 75:] = 0
-    mask = AttentionMask.from_attention_mask(packed)
-    q, k, v = (torch.randn(2, 2, length, 4, dtype=torch.float64) for _ in range(3))
-    bias = relative_bias("shaw-value" if name == "shaw" else name, 2, 2, length, 4)
-    if name == "shaw":
-        from kolong.positions.shaw import ShawChunkBias
-
-        bias = ShawChunkBias(bias.tensors[0].detach(), None, 3)
-    read = []
-    key_index = AttentionMask.key_index
-    monkeypatch.setattr(
-        AttentionMask, "key_index", lambda self, *a: read.append(key_index(self, *a)) or read[-1]
-    )
-    real = (packed != 0)[:, None, :, None]
-    with torch.no_grad():
-        out = rowwise.row_block_attention(q, k, v, mask, bias)
-        torch.testing.assert_close(out * real, dense_reference(q, k, v, mask, bias) * real)
-    assert len(read) == 5 and all(keys is not None and len(keys) <= 16 + 2 * 6 for keys in read)
 
 
 def _documents_of(mean: int, length: int = 64, rows: int = 2) -> torch.Tensor:
@@ -152,9 +120,8 @@ def test_the_plan_takes_the_blocks_where_they_skip_enough_pairs(monkeypatch):
     """Blocks of 8 queries: documents of 4 tokens (a block reads 8 of 64 keys) take the blocks; documents of 56
     and 8 tokens (78% of the pairs) the one dense call. With attention dropout, the chunked path over the spans,
     or the explicit one."""
-    monkeypatch.setattr(documents, "BLOCK_ROWS", 8)
     q = torch.zeros(2, 2, 64, 4, requires_grad=True)
-    none, options = Contribution("none"), AttentionOptions()
+    none, options = Contribution("none"), AttentionOptions(document_block_rows=8)
     short, long = (AttentionMask.from_attention_mask(_documents_of(size)) for size in (4, 56))
     assert short.document_keys_read(8) <= options.documents_max_share < long.document_keys_read(8)
     assert plan_attention("sdpa", q, none, short, 0.0, options).kernel == "sdpa-document-blocks"
@@ -169,7 +136,7 @@ def test_the_plan_takes_the_blocks_where_they_skip_enough_pairs(monkeypatch):
 def test_a_packed_model_trains_through_the_blocks_like_the_reference(monkeypatch):
     """Learned positions and RoPE, packed documents of 3-9 tokens and padding: the model's plan is the blocks, and
     its outputs on real tokens and every parameter's gradient are the eager path's."""
-    monkeypatch.setattr(documents, "BLOCK_ROWS", 8)
+    default_attention_options(monkeypatch, document_block_rows=8)
     packed = torch.tensor([[1] * 3 + [2] * 9 + [3] * 5 + [4] * 7 + [5] * 8 + [0] * 4,
                            [1] * 6 + [2] * 4 + [3] * 9 + [4] * 9 + [5] * 8 + [6] * 0 + [0] * 0])  # fmt: skip
     ids = random_ids(2, packed.shape[1])
@@ -239,7 +206,6 @@ def test_dropout_over_a_run_of_keys_has_exact_gradients(monkeypatch):
     Shaw's value term (the masks are drawn per block over the run, and redrawn the same in the backward)."""
     from kolong.positions.shaw import ShawChunkBias
 
-    monkeypatch.setattr(chunked, "BLOCK_SCORES", 1)  # blocks of 16 queries
     torch.manual_seed(0)
     length = 40
     packed = (torch.arange(length) // 6 + 1)[None]
@@ -252,9 +218,12 @@ def test_dropout_over_a_run_of_keys_has_exact_gradients(monkeypatch):
 
     def attend(q, k, v, profile, table):
         torch.manual_seed(1)  # the same dropout masks at every call of gradcheck
-        return chunked.chunked_attention(q, k, v, mask, ShawChunkBias(profile, table, 3), dropout_p=0.3)
+        bias = ShawChunkBias(profile, table, 3)
+        return chunked.chunked_attention(q, k, v, mask, bias, dropout_p=0.3, options=SMALL_BLOCKS)
 
     assert torch.autograd.gradcheck(attend, (q, k, v, profile, table), fast_mode=True)
     torch.manual_seed(1)
-    plain = chunked.chunked_attention(q, k, v, mask, None, dropout_p=0.3)  # no bias: learned positions' case
+    plain = chunked.chunked_attention(
+        q, k, v, mask, None, dropout_p=0.3, options=SMALL_BLOCKS
+    )  # no bias: learned positions' case
     assert torch.isfinite(plain).all() and plain.shape == q.shape

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import random_ids, tiny_kolong_config
+from conftest import FLEX_HERE, default_attention_options, random_ids, tiny_kolong_config
 from kolong.attention import dispatch, sdpa
 from kolong.attention.dispatch import plan_attention
 from kolong.attention.options import AttentionOptions
@@ -23,8 +23,7 @@ def fresh_failures(monkeypatch):
 
 @pytest.fixture
 def flex_as_on_cuda(monkeypatch, eager_flex_with_backward):
-    monkeypatch.setattr(dispatch, "FLEX_DEVICES", ("cpu",))
-    monkeypatch.setattr(dispatch, "TRIED_DEVICES", ("cpu",))
+    default_attention_options(monkeypatch, flex_devices=FLEX_HERE)
 
 
 def trained(model, ids, mask):
@@ -57,7 +56,7 @@ def test_a_failing_compiled_path_trains_as_the_chunked_path_and_warns_once(
     assert name == "flex-regions"  # Shaw's training default on CUDA
     model.set_attention_options(compiled_kernels=False)
     expected = trained(model, ids, mask)  # the chunked path, chosen from the start
-    model.set_attention_options(AttentionOptions())
+    model.set_attention_options(compiled_kernels=True)
 
     calls = []
     flex = dispatch.ATTENTION_FUNCTIONS[name]
@@ -96,18 +95,16 @@ def test_a_working_compiled_path_is_tried_once_per_shape_and_leaves_no_gradient(
     assert len(dispatch.COMPILED_FAILURES.tried) == 1 and not dispatch.COMPILED_FAILURES.failed
 
 
-def test_compiled_kernels_false_plans_the_chunked_path(monkeypatch):
-    monkeypatch.setattr(dispatch, "FLEX_DEVICES", ("cpu",))
+def test_compiled_kernels_false_plans_the_chunked_path():
     q = torch.randn(1, 2, 8, 4, requires_grad=True)
     query = dispatch.Contribution("query", trained=True)
     from kolong.attention.masks import AttentionMask
 
     mask = AttentionMask.from_attention_mask(torch.ones(1, 8, dtype=torch.long))
-    assert plan_attention("sdpa", q, query, mask, 0.0, AttentionOptions()).kernel == "flex"
-    assert (
-        plan_attention("sdpa", q, query, mask, 0.0, AttentionOptions(compiled_kernels=False)).kernel
-        == "chunked"
-    )
+    as_on_cuda = AttentionOptions(flex_devices=FLEX_HERE)
+    assert plan_attention("sdpa", q, query, mask, 0.0, as_on_cuda).kernel == "flex"
+    off = AttentionOptions(flex_devices=FLEX_HERE, compiled_kernels=False)
+    assert plan_attention("sdpa", q, query, mask, 0.0, off).kernel == "chunked"
 
 
 def test_float_masks_reach_sdpa_in_the_queries_dtype(monkeypatch):

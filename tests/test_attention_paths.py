@@ -11,8 +11,8 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from conftest import random_ids, tiny_kolong_config
-from kolong.attention import chunked, flex, sdpa_regions
+from conftest import default_attention_options, random_ids, tiny_kolong_config
+from kolong.attention import chunked, flex
 from kolong.attention.masks import AttentionMask
 from kolong.models import KolongConfig, KolongForMaskedLM, KolongModel
 from kolong.positions.t5 import bucket_boundaries, relative_position_bucket
@@ -37,9 +37,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without to
 def small_blocks(monkeypatch):
     """Row blocks of 16 queries, so every test crosses block boundaries (and blocks of 2 for the CPU regions, so
     Shaw's reach of 3 takes them from 24 tokens on); flex_attention uncompiled."""
-    monkeypatch.setattr(chunked, "BLOCK_SCORES", 1)
-    monkeypatch.setattr(sdpa_regions, "BLOCK_ROWS", 2)
-    monkeypatch.setattr(flex, "COMPILE", False)
+    default_attention_options(monkeypatch, chunk_scores=1, regions_block_rows=2, flex_compile=False)
 
 
 def model_for(name: str, length: int = 40, **overrides) -> KolongForMaskedLM:
@@ -273,7 +271,7 @@ def test_chunked_attention_copies_views_of_one_projection_once_not_per_block(mon
     together), where a batched product over such a view copies it at every block."""
     torch.manual_seed(0)
     batch, heads, length, head_dim = 3, 2, 64, 4
-    monkeypatch.setattr(chunked, "BLOCK_SCORES", batch * heads * length * 16)  # four blocks of 16 rows
+    default_attention_options(monkeypatch, chunk_scores=batch * heads * length * 16)  # four blocks of 16 rows
     projection = torch.randn(batch, length, 3, heads, head_dim, dtype=torch.float64, requires_grad=True)
     bias = relative_bias("shaw-value", batch, heads, length, head_dim)
     real = torch.ones(batch, length, dtype=torch.bool)
@@ -302,7 +300,7 @@ def test_t5s_chunked_bias_within_a_reach_gives_the_dense_gradient(monkeypatch, r
 
     torch.manual_seed(0)
     batch, heads, length = 2, 2, 37
-    monkeypatch.setattr(chunked, "BLOCK_SCORES", batch * heads * length * 8)  # blocks of 16 rows
+    default_attention_options(monkeypatch, chunk_scores=batch * heads * length * 8)  # blocks of 16 rows
     q, k, v = (
         torch.randn(batch, heads, length, 4, dtype=torch.float64, requires_grad=True) for _ in range(3)
     )
@@ -347,7 +345,7 @@ def test_chunked_gradients_are_exact_with_dropout_and_shaw_value_term():
 
 def quadratic_saved_tensors(output: torch.Tensor, length: int) -> list[str]:
     """Tensors the autograd graph of `output` keeps for the backward that have two axes of size `length` and
-    own that many entries (a strided view of a vector, as `rowwise.py`'s bias, owns a vector's)."""
+    own that many entries (a strided view of a vector, as `distance_view.py`'s bias, owns a vector's)."""
     found, seen, stack = [], set(), [output.grad_fn]
     while stack:
         node = stack.pop()
@@ -370,7 +368,7 @@ def quadratic_saved_tensors(output: torch.Tensor, length: int) -> list[str]:
 
 @pytest.mark.parametrize("name", ["shaw-value", "t5", "alibi"])
 def test_sdpa_attention_with_a_bias_saves_nothing_quadratic_for_the_backward(name):
-    """Shaw and T5 train on the chunked path, ALiBi through SDPA with its bias as a view (`rowwise.py`)."""
+    """Shaw and T5 train on the chunked path, ALiBi through SDPA with its bias as a view (`distance_view.py`)."""
     model = model_for(name, length=16)
     ids, mask = padded_batch(72)
     for implementation, quadratic in (("eager", True), ("sdpa", False)):
@@ -441,17 +439,15 @@ def test_memn2n_refuses_packed_documents_and_learned_padding_rows_restart():
 
 
 @pytest.mark.parametrize("name", ["t5", "t5-per-layer", "alibi"])
-def test_distance_biases_take_sdpa_with_the_bias_as_a_view_and_match_the_reference(name, monkeypatch):
-    """Full attention: T5 and ALiBi infer through SDPA with the bias as a Hankel view (`rowwise.py`), in fp32
-    and under bf16 autocast, one call per row length; packed documents per block of query rows. Training:
-    ALiBi (no bias gradient) the same way, T5 (a table to train) the chunked path."""
-    from kolong.attention import rowwise
+def test_distance_biases_match_the_reference_and_alibi_trains_through_its_view(name, monkeypatch):
+    """Full attention: T5 and ALiBi infer through the chunked path, in fp32 and under bf16 autocast, with padding
+    and packed documents; in training ALiBi (no bias parameters) takes SDPA with its bias as a Hankel view
+    (`distance_view.py`), one call per row length, and T5 (a table to train) the chunked path."""
+    from kolong.attention import distance_view
 
-    monkeypatch.setattr(rowwise, "MASK_ENTRIES", 1)  # row blocks of 16 rows: three blocks
-    calls = {"_hankel": [], "row_block_attention": []}
-    for function, seen in calls.items():
-        original = getattr(rowwise, function)
-        monkeypatch.setattr(rowwise, function, lambda *a, _f=original, _s=seen: _s.append(1) or _f(*a))
+    hankel = []
+    original = distance_view._hankel
+    monkeypatch.setattr(distance_view, "_hankel", lambda *a: hankel.append(1) or original(*a))
     model = model_for(name).eval()
     layers = model.config.num_hidden_layers
     ids, mask = padded_batch(37)  # rows of 37, 18 and 34 tokens
@@ -461,32 +457,28 @@ def test_distance_biases_take_sdpa_with_the_bias_as_a_view_and_match_the_referen
         with torch.autocast("cpu", dtype=torch.bfloat16):
             low = run_forward(model, "sdpa", ids, mask)
         torch.testing.assert_close(low.float(), expected, rtol=0.05, atol=0.05)
-        assert (len(calls["_hankel"]), len(calls["row_block_attention"])) == (2 * 3 * layers, 0)
         packed = mask * (1 + (torch.arange(37) >= 9))  # two documents per row
         torch.testing.assert_close(
             run_forward(model, "sdpa", ids, packed), run_forward(model, "eager", ids, packed)
         )
-        assert len(calls["row_block_attention"]) == layers
+    assert hankel == []
     expected, expected_grads = run_path(model.train(), "eager", ids, mask)
     actual, actual_grads = run_path(model, "sdpa", ids, mask)
     torch.testing.assert_close(actual, expected)
     for key, grad in expected_grads.items():
         torch.testing.assert_close(actual_grads[key], grad, msg=key)
-    assert len(calls["_hankel"]) == 2 * 3 * layers + (3 * layers if name == "alibi" else 0)
+    assert len(hankel) == (3 * layers if name == "alibi" else 0)
 
 
 @pytest.mark.parametrize("name", ["shaw", "shaw-shared", "shaw-value"])
-def test_shaw_infers_through_sdpa_per_row_block_and_matches_the_reference(name, monkeypatch):
-    """Shaw's key term at inference: SDPA per block of query rows with its bias (`rowwise.py`), padding and
-    packed documents, fp32 and bf16; its value term (which needs the probabilities) and training: chunked."""
-    from kolong.attention import dispatch, rowwise
+def test_shaw_infers_through_the_chunked_path_and_matches_the_reference(name, monkeypatch):
+    """Shaw at inference: the chunked path (its forward through SDPA's fused kernel per block of query rows where
+    there is no value term), padding and packed documents, fp32 and bf16; in training too."""
+    from kolong.attention import dispatch
 
-    monkeypatch.setattr(rowwise, "MASK_ENTRIES", 1)  # row blocks of 16 rows: three blocks
-    monkeypatch.setattr(sdpa_regions, "BLOCK_ROWS", 128)  # rows too short for the CPU regions' strips
-    taken = []
-    monkeypatch.setattr(
-        rowwise, "row_block_attention", lambda *a, _f=rowwise.row_block_attention: taken.append(1) or _f(*a)
-    )
+    default_attention_options(
+        monkeypatch, regions_block_rows=128
+    )  # rows too short for the CPU regions' strips
     chunked_calls = []
     monkeypatch.setattr(
         dispatch,
@@ -504,17 +496,16 @@ def test_shaw_infers_through_sdpa_per_row_block_and_matches_the_reference(name, 
         with torch.autocast("cpu", dtype=torch.bfloat16):
             low = run_forward(model, "sdpa", ids, mask)
         torch.testing.assert_close(low.float(), run_forward(model, "eager", ids, mask), rtol=0.05, atol=0.05)
-    values = name == "shaw-value"
-    assert (len(taken), len(chunked_calls)) == ((0, 3 * layers) if values else (3 * layers, 0))
+    assert len(chunked_calls) == 3 * layers
     run_path(model.train(), "sdpa", ids, mask)
-    assert len(taken) == (0 if values else 3 * layers)  # training: the chunked path
+    assert len(chunked_calls) == 4 * layers
 
 
 @pytest.mark.parametrize("bias_name", ["alibi", "t5"])
 def test_distance_attention_equals_dense_attention_with_gradients(bias_name):
     """Every row full; padding at the rows' ends (one row with no real key gets 0): the masks the plan table sends
     here (padding first and packed documents take the row blocks or the chunked path, tested with the plan)."""
-    from kolong.attention.rowwise import distance_attention
+    from kolong.attention.distance_view import distance_attention
     from test_sparse_attention import bias_for
 
     torch.manual_seed(0)
@@ -539,7 +530,7 @@ def test_distance_attention_equals_dense_attention_with_gradients(bias_name):
 def test_the_bias_view_keeps_sdpa_fused_and_linear_in_memory():
     """The Hankel view reaches SDPA's fused CPU kernel (not the unfused path, which would materialise the
     (b, h, n, n) scores) with and without a gradient for q, k and v; its storage is the (h, 2n - 1) vector."""
-    from kolong.attention import rowwise
+    from kolong.attention import distance_view
     from test_sparse_attention import bias_for
 
     length, heads = 64, 2
@@ -555,7 +546,7 @@ def test_the_bias_view_keeps_sdpa_fused_and_linear_in_memory():
         == torch._fused_sdp_choice(q, k, v, None)
         != torch._fused_sdp_choice(q, k, v, view.requires_grad_())
     )
-    out = rowwise._hankel(q, k, v, per_distance, length)
+    out = distance_view._hankel(q, k, v, per_distance, length)
     assert "Flash" in out.grad_fn.name()
 
 

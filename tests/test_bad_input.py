@@ -18,9 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from kolong.checkpoints import build_tiny_bert_checkpoint
 from kolong.cli import app
 from kolong.cli.arguments import GeneratedCommand
+from kolong.data.builtin_checkpoints import build_tiny_bert_checkpoint
 from kolong.data.samples import korean_qa_dataset
 from kolong.training.options import field_metadata, number_kind
 
@@ -144,7 +144,7 @@ def ws(tmp_path_factory):
     )
     paths["mrc_numbers"] = root / "mrc-numbers.json"
     paths["mrc_numbers"].write_text(json.dumps({i: 5 for i in ids}))
-    from kolong.checkpoints import load_byte_model
+    from kolong.models.byte.loading import load_byte_model
     from kolong.models.parsing import BiaffineDependencyParser
 
     for part in load_byte_model(init="tiny"):  # the model and its byte tokenizer

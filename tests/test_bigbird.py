@@ -16,8 +16,8 @@ from transformers import (
 from typer.testing import CliRunner
 
 import kolong
-from kolong.checkpoints import build_tiny_bert_checkpoint
 from kolong.cli import app
+from kolong.data.builtin_checkpoints import build_tiny_bert_checkpoint
 from kolong.data.samples import korean_qa_dataset
 from kolong.demo import long_text
 from kolong.extension import ExtensionError
@@ -218,7 +218,7 @@ def test_models_kolong_loads_run_block_sparse_in_linear_memory(bigbird_qa):
     layers = [m for m in model.modules() if type(m).__name__ == "BigBirdBlockSparseAttention"]
     assert layers and all(getattr(m, "_kolong_linear_memory", False) for m in layers)
     with pytest.raises(ValueError, match="at least 4 blocks of 16"):
-        from kolong.attention.bigbird import block_sparse_attention
+        from kolong.extension.bigbird_attention import block_sparse_attention
 
         q = torch.zeros(1, 1, 48, 8)
         block_sparse_attention(q, q, q, torch.ones(1, 48), torch.zeros(1, 1, 1, 2, dtype=torch.long), 16)

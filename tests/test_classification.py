@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kolong.checkpoints import build_tiny_bert_checkpoint
+from kolong.data.builtin_checkpoints import build_tiny_bert_checkpoint
 from kolong.data.classification import load_classification_data, read_file
 from kolong.errors import DataError, KolongWarning
 from kolong.training.classification import (

@@ -14,7 +14,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import assert_one_graph, random_ids, tiny_kolong_config
+from conftest import FLEX_HERE, assert_one_graph, default_attention_options, random_ids, tiny_kolong_config
 from kolong.attention.masks import exporting
 from kolong.models import KolongForMaskedLM, KolongModel
 from kolong.positions.registry import scheme_names
@@ -316,9 +316,8 @@ def test_packed_documents_with_dropout_compile_into_one_graph_on_the_cuda_path(
     """`pretrain mlm`'s CUDA case for learned positions, on both of its attention paths: packed documents with
     attention dropout under SDPA's dense mask (the default) or FlexAttention's block mask in two passes
     (the run-time option packed_flex_dropout), inside the one graph of the compiled model."""
-    from kolong.attention import dispatch
 
-    monkeypatch.setattr(dispatch, "FLEX_DEVICES", ("cpu",))  # as on CUDA
+    default_attention_options(monkeypatch, flex_devices=FLEX_HERE)  # as on CUDA
     config = tiny_kolong_config(attention_probs_dropout_prob=0.1, max_position_embeddings=32)
     model = KolongModel(config, add_pooling_layer=False).train()
     documents = torch.tensor([[1] * 10 + [2] * 14, [1] * 5 + [2] * 19])
@@ -342,9 +341,7 @@ def test_layers_compiled_one_by_one_share_a_graph_for_every_depth(
     tensor for that reason. Outputs and gradients equal the eager model's."""
     from accelerate.utils import compile_regions
 
-    from kolong.attention import dispatch
-
-    monkeypatch.setattr(dispatch, "FLEX_DEVICES", ("cpu",))  # as on CUDA
+    default_attention_options(monkeypatch, flex_devices=FLEX_HERE)  # as on CUDA
     kwargs = {"shaw": {"value": False}, "t5": {"shared": False}}.get(scheme, {})
     config = tiny_kolong_config(position_encoding=scheme, position_kwargs=kwargs, num_hidden_layers=5,
                                 attn_implementation="flex_attention", max_position_embeddings=32)  # fmt: skip
@@ -385,9 +382,8 @@ def test_a_single_head_model_builds_its_block_mask_outside_the_compiled_graph(mo
     """One head cannot be written out per head, and a head dimension of size 1 built inside the graph got the
     stride 0 on CUDA (every row then read the first row's block tables): such a model builds its block mask
     eagerly, at a graph break. No graph sorts block tables, and the output is the materialised path's."""
-    from kolong.attention import dispatch
 
-    monkeypatch.setattr(dispatch, "FLEX_DEVICES", ("cpu",))  # as on CUDA
+    default_attention_options(monkeypatch, flex_devices=FLEX_HERE)  # as on CUDA
     torch.manual_seed(0)
     n = 256
     config = tiny_kolong_config(max_position_embeddings=n, num_attention_heads=1)

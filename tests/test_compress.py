@@ -9,8 +9,8 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from kolong.checkpoints import build_tiny_bert_checkpoint
 from kolong.cli import app
+from kolong.data.builtin_checkpoints import build_tiny_bert_checkpoint
 from kolong.data.samples import korean_qa_dataset
 
 pytest.importorskip("torchao", reason="the compress extra is not installed")

@@ -6,7 +6,7 @@ import gzip
 
 import pytest
 
-from kolong.checkpoints import build_tiny_bert_checkpoint
+from kolong.data.builtin_checkpoints import build_tiny_bert_checkpoint
 from kolong.data.corpus import BlockPacker, build_corpus, eojeol_index, load_corpus, read_documents
 from kolong.data.samples import KOREAN_PARAGRAPHS
 from kolong.errors import DataError

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from kolong.checkpoints import build_tiny_bert_checkpoint
+from kolong.data.builtin_checkpoints import build_tiny_bert_checkpoint
 from kolong.demo import run_demo, run_qa_demo
 
 
@@ -42,7 +42,7 @@ def test_held_out_answers_lie_past_token_512_for_minilm():
     pytest.importorskip("konlpy", reason="the QA demo reads KoNLPy's corpus (the demo extra)")
     from transformers import AutoTokenizer
 
-    from kolong.checkpoints import bundled_checkpoint
+    from kolong.data.builtin_checkpoints import bundled_checkpoint
     from kolong.data.konlpy_corpus import constitution_questions, read_constitution
     from kolong.demo import answer_token_positions
 

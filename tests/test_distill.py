@@ -9,7 +9,6 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from kolong.checkpoints import build_tiny_bert_checkpoint
 from kolong.cli import app
 from kolong.compress.distill import (
     ClassificationDistillArguments,
@@ -18,6 +17,7 @@ from kolong.compress.distill import (
     make_student,
     picked_layers,
 )
+from kolong.data.builtin_checkpoints import build_tiny_bert_checkpoint
 from kolong.data.samples import korean_qa_dataset
 from kolong.errors import CheckpointError, ConfigError
 

@@ -9,8 +9,8 @@ import torch
 from typer.testing import CliRunner
 
 from conftest import tiny_kolong_config
-from kolong.checkpoints import build_tiny_bert_checkpoint
 from kolong.cli import app
+from kolong.data.builtin_checkpoints import build_tiny_bert_checkpoint
 from kolong.data.klue_dp import read_klue_dp
 from kolong.models.parsing import BiaffineDependencyParser, DependencyParserConfig
 

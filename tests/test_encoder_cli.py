@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 from conftest import build_tiny
 from kolong.bench.encoder import EncoderBenchArguments, EncoderBenchmark, to_markdown
 from kolong.bench.harness import run as run_benchmark
-from kolong.checkpoints import build_tiny_bert_checkpoint
 from kolong.cli import app
+from kolong.data.builtin_checkpoints import build_tiny_bert_checkpoint
 
 runner = CliRunner()
 

@@ -8,8 +8,8 @@ import shutil
 import pytest
 from typer.testing import CliRunner
 
-from kolong.checkpoints import build_tiny_bert_checkpoint
 from kolong.cli import app
+from kolong.data.builtin_checkpoints import build_tiny_bert_checkpoint
 from kolong.data.samples import korean_qa_dataset
 from kolong.experiments.length import parse_variant, split_by_article, split_capped
 from kolong.experiments.length_report import (

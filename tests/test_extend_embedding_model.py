@@ -8,7 +8,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from kolong.checkpoints import build_tiny_bert_checkpoint, bundled_checkpoint
+from kolong.data.builtin_checkpoints import build_tiny_bert_checkpoint, bundled_checkpoint
 from kolong.data.samples import korean_document
 from kolong.extension import extend_checkpoint
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from kolong.checkpoints import build_tiny_bert_checkpoint
+from kolong.data.builtin_checkpoints import build_tiny_bert_checkpoint
 from kolong.data.corpus import build_corpus
 from kolong.data.samples import KOREAN_PARAGRAPHS, korean_document
 from kolong.errors import KolongWarning

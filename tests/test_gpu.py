@@ -152,8 +152,8 @@ def test_packed_documents_through_flash_varlen_match_the_reference_with_gradient
     from kolong.attention import varlen
 
     calls = []
-    kernel = varlen.KERNEL
-    monkeypatch.setattr(varlen, "KERNEL", lambda *args: calls.append(1) or kernel(*args))
+    kernel = varlen.flash_kernel
+    monkeypatch.setattr(varlen, "flash_kernel", lambda *args: calls.append(1) or kernel(*args))
     torch.manual_seed(0)
     model = KolongModel(tiny_kolong_config(position_encoding=scheme, hidden_size=128, num_attention_heads=2,
                                            intermediate_size=256, max_position_embeddings=64)).cuda()  # fmt: skip

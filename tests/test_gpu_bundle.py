@@ -47,7 +47,7 @@ def test_halved_minilm_differs_from_the_original_by_fp16_rounding_only(tmp_path)
     import torch
     from safetensors.torch import load_file
 
-    from kolong.checkpoints import bundled_checkpoint
+    from kolong.data.builtin_checkpoints import bundled_checkpoint
 
     source = bundled_checkpoint()
     if source is None:

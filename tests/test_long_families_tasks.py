@@ -10,8 +10,8 @@ import torch
 from transformers import AutoModel, AutoTokenizer, BigBirdConfig, ModernBertConfig
 from typer.testing import CliRunner
 
-from kolong.checkpoints import build_tiny_bert_checkpoint
 from kolong.cli import app
+from kolong.data.builtin_checkpoints import build_tiny_bert_checkpoint
 from kolong.data.klue_ner import parse
 
 runner = CliRunner()

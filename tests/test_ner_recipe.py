@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from kolong.checkpoints import build_tiny_bert_checkpoint
 from kolong.cli import app
+from kolong.data.builtin_checkpoints import build_tiny_bert_checkpoint
 from kolong.data.klue_ner import parse, render, tags_from_entities
 from kolong.evaluation.klue import NER_LABELS
 from kolong.training.ner import character_tags, token_labels

@@ -10,8 +10,8 @@ from transformers import AutoModelForQuestionAnswering, AutoTokenizer, pipeline
 from typer.testing import CliRunner
 
 import kolong  # noqa: F401  (registers the pipeline)
-from kolong.checkpoints import build_tiny_bert_checkpoint
 from kolong.cli import app
+from kolong.data.builtin_checkpoints import build_tiny_bert_checkpoint
 from kolong.demo import long_text
 from kolong.errors import DataError
 

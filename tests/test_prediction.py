@@ -16,7 +16,7 @@ def test_batches_go_longest_first_and_results_keep_the_input_order():
 def test_token_lengths_count_pairs_and_truncation(tmp_path):
     from transformers import AutoTokenizer
 
-    from kolong.checkpoints import build_tiny_bert_checkpoint
+    from kolong.data.builtin_checkpoints import build_tiny_bert_checkpoint
 
     tokenizer = AutoTokenizer.from_pretrained(build_tiny_bert_checkpoint(tmp_path / "tiny"))
     texts = ["가 나 다", "가"]

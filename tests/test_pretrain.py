@@ -7,7 +7,7 @@ import gzip
 import pytest
 from transformers import TrainerCallback
 
-from kolong.checkpoints import build_tiny_bert_checkpoint
+from kolong.data.builtin_checkpoints import build_tiny_bert_checkpoint
 from kolong.data.corpus import build_corpus
 from kolong.data.samples import KOREAN_PARAGRAPHS, korean_document
 from kolong.errors import DataError

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from conftest import FLEX_HERE, default_attention_options
 from kolong.errors import ConfigError
 from kolong.training.curriculum import batch_schedule, parse_length_curriculum
 from kolong.training.pretrain import PretrainArguments, prepare, pretrain_mlm, throughput_settings
@@ -64,7 +65,7 @@ def test_compiled_model_gives_the_eager_loss_curve(tmp_path, monkeypatch):
     their own random numbers. No held-out split: evaluation would compile a second graph. On CPU the graphs
     go through AOTAutograd without inductor's code generation (half a minute here); tests/test_gpu.py runs
     the same comparison with inductor on CUDA."""
-    from kolong.checkpoints import build_tiny_bert_checkpoint
+    from kolong.data.builtin_checkpoints import build_tiny_bert_checkpoint
     from kolong.data.corpus import build_corpus
     from kolong.data.samples import korean_document
 
@@ -141,9 +142,7 @@ def test_regional_compilation_keeps_every_layer_compiled_through_a_long_curricul
 
     import torch
 
-    from kolong.attention import dispatch
-
-    monkeypatch.setattr(dispatch, "FLEX_DEVICES", ("cpu",))  # as on CUDA
+    default_attention_options(monkeypatch, flex_devices=FLEX_HERE)  # as on CUDA
     layer_graphs, original = [], torch.compile
 
     def backend(graph, inputs):  # one backend for every compiled module, as accelerate passes one

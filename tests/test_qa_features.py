@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kolong.checkpoints import build_tiny_bert_checkpoint
+from kolong.data.builtin_checkpoints import build_tiny_bert_checkpoint
 from kolong.data.qa_features import build_features
 from kolong.data.squad import Answer, QAExample
 from kolong.errors import ConfigError, DataError

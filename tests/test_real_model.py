@@ -7,7 +7,7 @@ import torch
 from transformers import AutoModel, AutoTokenizer
 
 import kolong
-from kolong.checkpoints import bundled_checkpoint
+from kolong.data.builtin_checkpoints import bundled_checkpoint
 from kolong.data.samples import korean_document
 from kolong.extension import find_position_table
 

@@ -7,8 +7,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from kolong.checkpoints import build_tiny_bert_checkpoint
 from kolong.cli import app
+from kolong.data.builtin_checkpoints import build_tiny_bert_checkpoint
 from kolong.data.samples import korean_qa_dataset
 from kolong.errors import ConfigError
 from kolong.training.arguments import (

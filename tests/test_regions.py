@@ -10,19 +10,18 @@ import math
 import pytest
 import torch
 
-from conftest import assert_trains_as_eager, random_ids, tiny_kolong_config
-from kolong.attention import dispatch
-from kolong.attention.masks import AttentionMask
-from kolong.attention.regions import (
-    REGIONS,
-    RegionTerms,
-    exact_region_kernel,
-    mask_band,
-    merge,
-    region_attention,
+from conftest import (
+    FLEX_HERE,
+    assert_trains_as_eager,
+    default_attention_options,
+    random_ids,
+    tiny_kolong_config,
 )
+from kolong.attention.masks import AttentionMask
+from kolong.attention.regions import REGIONS, RegionTerms, mask_band, merge
 from kolong.models import KolongModel
 from kolong.positions.t5 import relative_position_bucket, saturation
+from reference_regions import exact_region_kernel, region_attention
 
 pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
 
@@ -161,7 +160,7 @@ def test_the_model_trains_through_flex_regions_as_the_eager_reference(eager_flex
     """On a device where FlexAttention trains (CUDA; here FlexAttention's eager reference on CPU), Shaw and T5
     without attention dropout take the `flex-regions` plan: outputs and every parameter's gradient equal the
     eager path, with padding and packed documents."""
-    monkeypatch.setattr(dispatch, "FLEX_DEVICES", ("cpu",))
+    default_attention_options(monkeypatch, flex_devices=FLEX_HERE)
     config = tiny_kolong_config(position_encoding=scheme, position_kwargs=kwargs, max_position_embeddings=48,
                                 attention_probs_dropout_prob=0.0)  # fmt: skip
     torch.manual_seed(0)

@@ -9,8 +9,8 @@ import math
 import pytest
 from typer.testing import CliRunner
 
-from kolong.checkpoints import build_tiny_bert_checkpoint
 from kolong.cli import app
+from kolong.data.builtin_checkpoints import build_tiny_bert_checkpoint
 from kolong.errors import ConfigError, DataError
 from kolong.retrieval.builders import article_task, haystack_task, insert, sentences_with_offsets
 from kolong.retrieval.evaluate import evaluate_retrieval, per_query, plan_readers

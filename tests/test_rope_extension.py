@@ -12,8 +12,8 @@ from transformers import AutoConfig, AutoModel, AutoModelForQuestionAnswering, A
 from typer.testing import CliRunner
 
 import kolong
-from kolong.checkpoints import build_tiny_bert_checkpoint
 from kolong.cli import app
+from kolong.data.builtin_checkpoints import build_tiny_bert_checkpoint
 from kolong.data.samples import korean_qa_dataset
 from kolong.demo import long_text
 from kolong.extension import ExtensionError

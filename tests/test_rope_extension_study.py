@@ -8,8 +8,9 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from kolong.checkpoints import build_tiny_bert_checkpoint, load_tokenizer
+from kolong.checkpoints import load_tokenizer
 from kolong.cli import app
+from kolong.data.builtin_checkpoints import build_tiny_bert_checkpoint
 from kolong.experiments.rope_extension import buckets
 from kolong.extension import extend_checkpoint
 from kolong.extension.position_table import ExtensionError

@@ -69,7 +69,7 @@ def test_quantized_group_is_restored(kolong_config):
 def test_study_end_to_end(shared_data, tmp_path):
     from transformers import AutoModelForMaskedLM, AutoModelForQuestionAnswering, BertConfig
 
-    from kolong.checkpoints import build_tiny_bert_checkpoint
+    from kolong.data.builtin_checkpoints import build_tiny_bert_checkpoint
     from kolong.data.samples import korean_qa_dataset
     from kolong.models import KolongConfig
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import random_ids, tiny_kolong_config
+from conftest import default_attention_options, random_ids, tiny_kolong_config
 from kolong.attention import chunked
 from kolong.models import KolongConfig, KolongForMaskedLM, KolongForQuestionAnswering
 from kolong.models.encoder.patterns import attends_locally, question_tokens
@@ -14,7 +14,7 @@ from test_attention_paths import SCHEMES, padded_batch, run_path
 
 @pytest.fixture(autouse=True)
 def small_blocks(monkeypatch):
-    monkeypatch.setattr(chunked, "BLOCK_SCORES", 1)  # row blocks of 16 queries: bands inside the input
+    default_attention_options(monkeypatch, chunk_scores=1)  # row blocks of 16 queries: bands inside the input
 
 
 def sparse_model(name: str, length: int = 64, **overrides) -> KolongForMaskedLM:
@@ -52,9 +52,7 @@ def test_flex_reads_every_rows_global_tokens_without_padding(monkeypatch):
     """Batches without padding and without `global_attention_mask` ([CLS] global): FlexAttention's mask_mod
     reads the global tokens of row b, so they must exist for every row (a (1, n) row crashed with
     batch 2, on CUDA's default path too); a (1, n) `global_attention_mask` is shared by every row."""
-    from kolong.attention import flex
-
-    monkeypatch.setattr(flex, "COMPILE", False)
+    default_attention_options(monkeypatch, flex_compile=False)
     model = sparse_model("learned", length=300, attention_window=16).eval()
     ids = random_ids(2, 300)
     question = torch.zeros(1, 300, dtype=torch.long)
@@ -208,8 +206,7 @@ def test_banded_path_equals_dense_attention_in_outputs_and_gradients(
     from kolong.attention.masks import AttentionMask
     from test_attention_paths import dense_reference
 
-    monkeypatch.setattr(banded, "MIN_BLOCK_ROWS", 4)
-    monkeypatch.setattr(banded, "MASK_ENTRIES", 1)  # a bias's float mask: one block per SDPA call
+    default_attention_options(monkeypatch, banded_min_rows=4, mask_entries=1)  # a bias's mask: a block a call
     torch.manual_seed(0)
     length = 37
     q, k, v = (torch.randn(2, 2, length, 4, dtype=torch.float64, requires_grad=True) for _ in range(3))

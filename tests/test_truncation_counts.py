@@ -7,7 +7,7 @@ import warnings
 import pytest
 from transformers import AutoTokenizer
 
-from kolong.checkpoints import build_tiny_bert_checkpoint
+from kolong.data.builtin_checkpoints import build_tiny_bert_checkpoint
 from kolong.data.classification import ClassificationData
 from kolong.data.examples import Example
 from kolong.data.klue_ner import NERSentence

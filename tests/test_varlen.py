@@ -56,7 +56,7 @@ def varlen_fits(monkeypatch) -> None:
 def reference_varlen(monkeypatch):
     """The varlen path taken on CPU: FlashAttention's kernel replaced by the segment-by-segment reference."""
     varlen_fits(monkeypatch)
-    monkeypatch.setattr(varlen, "KERNEL", varlen.reference_kernel)
+    monkeypatch.setattr(varlen, "flash_kernel", varlen.reference_kernel)
 
 
 def packed_batch(seed=0):
@@ -92,7 +92,9 @@ def test_the_varlen_path_is_taken_only_where_the_kernel_fits(kolong_config, monk
     from kolong.models import KolongModel
 
     called = []
-    monkeypatch.setattr(varlen, "KERNEL", lambda *args: called.append(args) or varlen.reference_kernel(*args))
+    monkeypatch.setattr(
+        varlen, "flash_kernel", lambda *args: called.append(args) or varlen.reference_kernel(*args)
+    )
     ids, mask = packed_batch()
     for scheme in ("learned", "shaw"):
         model = KolongModel(kolong_config(position_encoding=scheme)).eval()
@@ -169,7 +171,9 @@ def test_pretraining_carries_the_segments_to_the_model_and_learns_as_under_the_d
     assert batch["cu_seq_lens"][-1] == batch["input_ids"].numel() and len(batch["cu_seq_lens"]) > 9
     kernel_calls = []
     varlen_fits(monkeypatch)
-    monkeypatch.setattr(varlen, "KERNEL", lambda *a: kernel_calls.append(1) or varlen.reference_kernel(*a))
+    monkeypatch.setattr(
+        varlen, "flash_kernel", lambda *a: kernel_calls.append(1) or varlen.reference_kernel(*a)
+    )
     pretrain_mlm(arguments(corpus, tmp_path / "varlen", **settings))
     assert len(kernel_calls) >= 6 * 2  # every step, every layer
     for (step, a), (_, b) in zip(losses(tmp_path / "dense"), losses(tmp_path / "varlen"), strict=True):
@@ -183,7 +187,7 @@ def test_the_pretrain_benchmark_records_the_plan_it_measured(monkeypatch):
     from kolong.bench.pretrain import run_pretrain_benchmark, to_markdown
 
     varlen_fits(monkeypatch)  # as on CUDA in bf16
-    monkeypatch.setattr(varlen, "KERNEL", lambda q, k, v, cuts, longest, p, scale: varlen.reference_kernel(
+    monkeypatch.setattr(varlen, "flash_kernel", lambda q, k, v, cuts, longest, p, scale: varlen.reference_kernel(
         q, k, v, cuts, longest, 0.0, scale))  # fmt: skip
     result = run_pretrain_benchmark(lengths=[32], positions=["learned", "shaw"], tokens_per_step=128, steps=4,
                                     rounds=1, hidden_size=32, layers=2, device="cpu", on_step=lambda m: None,

@@ -149,7 +149,7 @@ def halved_checkpoint(target: Path) -> None:
     import torch
     from safetensors.torch import load_file, save_file
 
-    from kolong.checkpoints import bundled_checkpoint
+    from kolong.data.builtin_checkpoints import bundled_checkpoint
 
     source = bundled_checkpoint()
     if source is None:

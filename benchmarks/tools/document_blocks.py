@@ -49,6 +49,7 @@ def cases(
     import torch
 
     from kolong.attention import documents
+    from kolong.attention import options as attention_options
     from kolong.attention.chunked import chunked_attention
     from kolong.attention.dispatch import ATTENTION_FUNCTIONS, AttentionCall
     from kolong.attention.masks import AttentionMask
@@ -90,7 +91,9 @@ def cases(
                     out = chunked_attention(q, k, v, mask, shaw.chunk_bias(0, q, state))
                 out.backward(grad)
 
-            share = AttentionMask.from_attention_mask(numbers).document_keys_read(documents.BLOCK_ROWS)
+            share = AttentionMask.from_attention_mask(numbers).document_keys_read(
+                attention_options.DEFAULT.document_block_rows
+            )
             built[length, mean] = (call, share)
     return built
 
@@ -149,7 +152,7 @@ def to_markdown(result: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from kolong.attention import documents
+    from kolong.attention import options as attention_options
     from kolong.attention.options import AttentionOptions
 
     found = diagnostic.parser(__doc__, "document-blocks", tokens=4096, rounds=7)
@@ -165,7 +168,7 @@ def main(argv: list[str] | None = None) -> dict:
         shares.setdefault(str(length), {})[str(mean)] = share
     runs = measure(built, args.rounds)
     share = AttentionOptions().documents_max_share
-    measured = {"block_rows": documents.BLOCK_ROWS, "max_share": share, "shares": shares,
+    measured = {"block_rows": attention_options.DEFAULT.document_block_rows, "max_share": share, "shares": shares,
                 "runs": runs, "summary": summary(runs, shares, share)}  # fmt: skip
     return diagnostic.write("document-blocks", "document_blocks.py", argv, args, measured, to_markdown)
 

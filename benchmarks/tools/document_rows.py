@@ -28,6 +28,7 @@ def cases(
     import torch
 
     from kolong.attention import documents
+    from kolong.attention import options as attention_options
     from kolong.attention.chunked import chunked_attention
     from kolong.attention.dispatch import CallFacts, Contribution
     from kolong.attention.masks import AttentionMask
@@ -64,8 +65,8 @@ def cases(
                 out.backward(grad)
 
             mask = AttentionMask.from_attention_mask(numbers)
-            read = {"batch": mask.document_keys_read(documents.BLOCK_ROWS),
-                    "rows": mask.document_keys_read(documents.BLOCK_ROWS, by_row=True),
+            read = {"batch": mask.document_keys_read(attention_options.DEFAULT.document_block_rows),
+                    "rows": mask.document_keys_read(attention_options.DEFAULT.document_block_rows, by_row=True),
                     "row_by_row": CallFacts("sdpa", q, Contribution("none"), mask, 0.0, AttentionOptions()).by_row}  # fmt: skip
             built[rows, mean] = (call, read)
     return built
@@ -117,7 +118,7 @@ def to_markdown(result: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from kolong.attention import documents
+    from kolong.attention import options as attention_options
     from kolong.attention.options import AttentionOptions
 
     found = diagnostic.parser(__doc__, "document-rows", rounds=3)
@@ -133,7 +134,7 @@ def main(argv: list[str] | None = None) -> dict:
     for (rows, mean), (_, read) in built.items():
         shares.setdefault(str(rows), {})[str(mean)] = read
     runs = diagnostic.measure(built, PATHS, args.rounds)
-    measured = {"block_rows": documents.BLOCK_ROWS, "by_row": AttentionOptions().documents_by_row, "shares": shares, "runs": runs,
+    measured = {"block_rows": attention_options.DEFAULT.document_block_rows, "by_row": AttentionOptions().documents_by_row, "shares": shares, "runs": runs,
                 "summary": summary(runs, shares)}  # fmt: skip
     return diagnostic.write("document-rows", "document_rows.py", argv, args, measured, to_markdown)
 

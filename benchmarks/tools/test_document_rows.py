@@ -30,9 +30,11 @@ def test_the_verdicts_come_from_the_medians_and_the_rules_choice():
 
 
 def test_the_diagnostic_times_every_path_and_writes_its_tables(tmp_path, monkeypatch):
-    from kolong.attention import documents
+    import dataclasses
 
-    monkeypatch.setattr(documents, "BLOCK_ROWS", 8)
+    from kolong.attention import options
+
+    monkeypatch.setattr(options, "DEFAULT", dataclasses.replace(options.DEFAULT, document_block_rows=8))
     document_rows.main(["--length", "64", "--batches", "1,3", "--means", "4,30", "--heads", "2", "--head-size", "8",
                         "--rounds", "1", "--output-dir", str(tmp_path)])  # fmt: skip
     [json_path] = tmp_path.glob("document-rows-cpu-*.json")

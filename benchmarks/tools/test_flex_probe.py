@@ -108,14 +108,16 @@ def test_the_model_variants_take_the_attention_path_they_are_named_after(monkeyp
     """On a device where FlexAttention trains (CUDA; here the CPU stands in, eager), kolong's encoder attends
     packed documents through SDPA's dense mask with attention dropout, through FlexAttention in one pass
     without it, and in two passes with the run-time option packed_flex_dropout."""
-    from kolong.attention import dispatch, flex
+    import dataclasses
 
-    monkeypatch.setattr(dispatch, "FLEX_DEVICES", ("cpu",))
-    monkeypatch.setattr(flex, "COMPILE", False)
+    from kolong.attention import flex, options
+
+    as_on_cuda = dataclasses.replace(options.DEFAULT, flex_devices=("cuda", "cpu"), flex_compile=False)
+    monkeypatch.setattr(options, "DEFAULT", as_on_cuda)
     calls = []
     real_flex_call = flex.flex_call
-    monkeypatch.setattr(flex, "flex_call", lambda function, q, k, v, mask, scale, dropout, *rest: calls.append(
-        "flex, two passes" if dropout is not None else "flex") or real_flex_call(function, q, k, v, mask, scale, dropout, *rest))  # fmt: skip
+    monkeypatch.setattr(flex, "flex_call", lambda function, q, k, v, mask, scale, dropout, *rest, **kw: calls.append(
+        "flex, two passes" if dropout is not None else "flex") or real_flex_call(function, q, k, v, mask, scale, dropout, *rest, **kw))  # fmt: skip
     args = flex_probe.build_parser().parse_args([*TINY, "--model-layers", "2"])
     documents = flex_probe.packed_documents(args.batch, args.length)
     seen = {}

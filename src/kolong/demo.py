@@ -25,7 +25,8 @@ from pathlib import Path
 
 import torch
 
-from kolong.checkpoints import build_tiny_bert_checkpoint, bundled_checkpoint, load_model, load_tokenizer
+from kolong.checkpoints import load_model, load_tokenizer
+from kolong.data.builtin_checkpoints import build_tiny_bert_checkpoint, bundled_checkpoint
 from kolong.data.samples import korean_document
 
 

@@ -198,6 +198,24 @@ def _with_position_scaling(model):
     return model
 
 
+def kolong_class(name: str):
+    """kolong's model class of that name (a config's `architectures` entry), or None."""
+    import kolong.models as kolong_models
+
+    return getattr(kolong_models, name, None)
+
+
+def prepare_loaded(model):
+    """What a model loaded through a concrete class (not an Auto class) still needs from kolong: keep-short
+    scaling where its config asks for it, and BigBird's block-sparse attention in linear memory (one short window
+    must not turn every later one to full attention, nor a long one cost n^2 memory). Returns the model."""
+    from kolong.extension.block_sparse import run_block_sparse
+
+    _with_position_scaling(model)
+    run_block_sparse(model)
+    return model
+
+
 def _wrap_tokenizer_auto() -> None:
     module = sys.modules["transformers.models.auto.tokenization_auto"]
     _register_first(module.AutoTokenizer, ("from_pretrained",), register_tokenizers)

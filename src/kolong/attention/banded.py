@@ -1,6 +1,6 @@
 """Local + global attention as one batched SDPA call over query blocks and their key bands (CPU's fast path).
 
-    queries of block i:  rows [i c, (i + 1) c)                       (c = max(window, 128))
+    queries of block i:  rows [i c, (i + 1) c)                       (c = max(window, banded_min_rows))
     its keys:            the band [i c - w, (i + 1) c + w)  +  every global key outside it
     allowed(row, key):   |row - key| <= w, or the key is global       (and the key is real, same document)
     global rows:         attend to every key (one more SDPA call over the whole input)
@@ -20,11 +20,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from kolong.attention import options as attention_options
 from kolong.attention.masks import AttentionMask
+from kolong.attention.options import AttentionOptions
 from kolong.attention.sdpa import sdpa
-from kolong.attention.terms import MASK_ENTRIES, ChunkBias
-
-MIN_BLOCK_ROWS = 128  # below this SDPA's per-block overhead outweighs the band's wasted scores
+from kolong.attention.terms import ChunkBias
 
 
 def _blocks(x: torch.Tensor, rows: int, padded: int) -> torch.Tensor:
@@ -102,15 +102,17 @@ def _heads_first(x: torch.Tensor) -> torch.Tensor:
 
 
 @torch.compiler.disable  # reads the global positions on the host; inside a compiled model it runs eagerly
-def banded_attention(q, k, v, mask: AttentionMask, bias: ChunkBias | None = None) -> torch.Tensor:
+def banded_attention(q, k, v, mask: AttentionMask, bias: ChunkBias | None = None,
+                     options: AttentionOptions | None = None) -> torch.Tensor:  # fmt: skip
     """softmax(q k^T / sqrt(d) + bias + mask) v under a local (+ global) mask: (b, h, n, d_h), exact.
 
     `bias`, if any, depends on distance alone (`ChunkBias.by_distance`). Queries with no allowed key
     (padding far from any token) get 0, as on the other paths: SDPA's softmax gives empty rows 0 since
     torch 2.5 (tested through this function)."""
+    options = options or attention_options.DEFAULT
     batch, heads, length, head_dim = q.shape
     window = mask.window
-    rows = max(window, MIN_BLOCK_ROWS)
+    rows = max(window, options.banded_min_rows)
     padded = -(-length // rows) * rows
     blocks = padded // rows
     q_, k_, v_ = (x.transpose(1, 2) for x in (q, k, v))  # (b, n, h, d_h): the sequence axis next to the batch
@@ -140,8 +142,8 @@ def banded_attention(q, k, v, mask: AttentionMask, bias: ChunkBias | None = None
         if positions.numel():
             query = torch.arange(padded, device=q.device).view(blocks, rows)
             distance = torch.cat([distance, positions - query[..., None]], -1)  # (blocks, rows, span + g)
-        # The float mask has a value per head: blocks go to SDPA in groups of about MASK_ENTRIES of them.
-        group = max(1, MASK_ENTRIES // (batch * heads * rows * distance.shape[-1]))
+        # The float mask has a value per head: blocks go to SDPA in groups of about `mask_entries` of them.
+        group = max(1, options.mask_entries // (batch * heads * rows * distance.shape[-1]))
         parts = []
         for start in range(0, blocks, group):
             part = slice(start, start + group)

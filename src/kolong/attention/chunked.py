@@ -21,24 +21,29 @@ import math
 import torch
 import torch.nn.functional as F
 
+from kolong.attention import options as attention_options
 from kolong.attention.masks import Keys, as_additive, take_keys
+from kolong.attention.options import AttentionOptions
 from kolong.attention.profiling import labelled
 from kolong.attention.terms import ChunkBias, attention_dropout_mask, hankel_view, softmax_backward
 
-# Row blocks hold about this many scores (b x h x c x n) at a time: 2^21 floats = 8 MiB in fp32, so a block's
-# scores stay in cache, and the backward's temporaries, which set the path's memory, stay small.
-BLOCK_SCORES = 2**21
 # The floor of s - L before exp: exp(-87) = 1.6e-38 is the smallest power of e that float32 holds as a normal
 # number.
 EXP_FLOOR = -87.0
-# Under packed documents a block reads the keys its documents span, about its own rows plus the documents it cuts:
-# taller blocks read more needless keys, so blocks there hold at most this many rows.
-DOCUMENT_ROWS = 128
 
 
-def block_rows(batch: int, heads: int, length: int, keys: int | None = None) -> int:
-    """Query rows per block: the scores of one block (rows x `keys` per row) stay near BLOCK_SCORES."""
-    return max(16, min(length, BLOCK_SCORES // max(1, batch * heads * (keys or length))))
+def block_rows(q: torch.Tensor, mask, options: AttentionOptions) -> int:
+    """Query rows per block: a block's scores (rows x the keys a row reads) stay near `options.chunk_scores`;
+    a local window's blocks about as tall as the window (a block of c rows reads c + 2w keys), packed documents'
+    at most `options.chunk_document_rows` (a block reads the documents it cuts)."""
+    batch, heads, length, _ = q.shape
+    keys = mask.keys_per_row(length) if mask is not None else length
+    rows = max(16, min(length, options.chunk_scores // max(1, batch * heads * keys)))
+    if mask is not None and mask.window is not None:
+        rows = min(rows, max(16, mask.window))
+    elif mask is not None and mask.documents is not None:
+        rows = min(rows, options.chunk_document_rows)
+    return rows
 
 
 def _scatter_keys(block: torch.Tensor, keys: Keys, length: int) -> torch.Tensor:
@@ -78,17 +83,10 @@ def _dropped(shape, p: float, seed: int, device) -> tuple[torch.Tensor, float]:
 
 class _ChunkedAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, mask, bias, dropout_p, *tensors):
+    def forward(ctx, q, k, v, mask, bias, dropout_p, rows, *tensors):
         # Views of one (b, n, 3, h, d_h) projection: their (b, h) axes do not merge, so every batched product
         # over them would copy its operand first (twice per block and pass). One copy each, kept for the backward.
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-        batch, heads, length, _ = q.shape
-        rows = block_rows(batch, heads, length, mask.keys_per_row(length) if mask is not None else None)
-        if mask is not None and mask.window is not None:
-            # a block of c rows reads c + 2w keys: blocks about as tall as the window keep that near 3w per row
-            rows = min(rows, max(16, mask.window))
-        elif mask is not None and mask.documents is not None:
-            rows = min(rows, DOCUMENT_ROWS)
         seed = int(torch.randint(0, 2**62, (), device="cpu")) if dropout_p > 0 else 0
         with labelled("chunked forward"):
             fused = _fused_forward(q, k, v, mask, bias, dropout_p, tensors, rows)
@@ -153,7 +151,7 @@ class _ChunkedAttention(torch.autograd.Function):
                 with labelled("chunked bias gradient"):
                     bias.score_grads(tensors, start, stop, _for_bias(bias, d_scores, keys, length), grads,
                                      _bias_keys(bias, keys))  # fmt: skip
-        return (d_q, d_k.to(k.dtype), d_v.to(v.dtype), None, None, None, *grads)
+        return (d_q, d_k.to(k.dtype), d_v.to(v.dtype), None, None, None, None, *grads)
 
 
 def _row_block_forward(q, k, v, mask, bias, dropout_p, tensors, rows: int, seed: int):
@@ -278,7 +276,7 @@ def _probabilities(q, k, mask, bias, tensors, start, stop, scale, keys=None, lse
         lse = lse.masked_fill(lse == float("-inf"), 0.0)
         scores.sub_(lse[..., None])
     # s - L <= 0 on every allowed key. Floored at EXP_FLOOR: exp of -inf, or of a logit so far below the row's
-    # log-sum-exp that its probability is subnormal, takes the CPU's slow path (16x and more per element); what the
+    # log-sum-exp that its probability is subnormal, takes the CPU's slow path for subnormal numbers; what the
     # floor adds is below 2e-38 of the row's mass. Masked keys then get exactly 0 from the product with the mask.
     probs = scores.clamp_(EXP_FLOOR, 0.0).exp_()
     if allowed is not None:
@@ -295,7 +293,10 @@ def _exact(tensor: torch.Tensor) -> torch.dtype:
 # dropout seed do not trace, and torch 2.11 failed to trace its dropout masks once shapes turned dynamic
 # (`randint` of symbolic shape, seen on an H200 with Shaw positions).
 @torch.compiler.disable
-def chunked_attention(q, k, v, mask=None, bias: ChunkBias | None = None, dropout_p: float = 0.0):
-    """softmax(q k^T / sqrt(d) + bias + mask) v (+ the bias's value term): (b, h, n, d_h), exact."""
+def chunked_attention(q, k, v, mask=None, bias: ChunkBias | None = None, dropout_p: float = 0.0,
+                      options: AttentionOptions | None = None):  # fmt: skip
+    """softmax(q k^T / sqrt(d) + bias + mask) v (+ the bias's value term): (b, h, n, d_h), exact. `options`: the
+    layer's (its block sizes), else the defaults."""
+    options = options or attention_options.DEFAULT
     tensors = bias.tensors if bias is not None else ()
-    return _ChunkedAttention.apply(q, k, v, mask, bias, dropout_p, *tensors)
+    return _ChunkedAttention.apply(q, k, v, mask, bias, dropout_p, block_rows(q, mask, options), *tensors)

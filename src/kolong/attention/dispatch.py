@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from kolong.attention import banded, documents, rowwise, sdpa_regions, varlen
+from kolong.attention import banded, distance_view, documents, sdpa_regions, varlen
 from kolong.attention.chunked import chunked_attention
 from kolong.attention.masks import AttentionMask, exporting
 from kolong.attention.options import AttentionOptions
@@ -31,9 +31,6 @@ from kolong.attention.terms import attention_dropout_mask
 from kolong.errors import KolongError, warn
 
 KINDS = ("none", "rotation", "distance", "query")
-# Devices whose FlexAttention kernels compile with a backward (torch has none on CPU): where the fused path may
-# train through FlexAttention. Tests put "cpu" here to run CUDA's plans through FlexAttention's eager reference.
-FLEX_DEVICES = ("cuda",)
 
 
 @dataclass(frozen=True)
@@ -79,7 +76,7 @@ class Plan:
 
 
 def plan_summary(plans: list[Plan]) -> str:
-    """Each layer's path, counted in order of first use: "flex x12", "sdpa-row-blocks x2, chunked by row x2"."""
+    """Each layer's path, counted in order of first use: "flex x12", "sdpa-document-blocks by row x2, chunked x2"."""
     labels = [plan.label for plan in plans]
     return ", ".join(f"{label} x{labels.count(label)}" for label in dict.fromkeys(labels))
 
@@ -117,7 +114,7 @@ class AttentionCall:
 
 
 # The paths that read packed documents' spans: one row of the batch at a time where `CallFacts.by_row` says so.
-BY_ROW_PATHS = ("sdpa-document-blocks", "sdpa-row-blocks", "chunked")
+BY_ROW_PATHS = ("sdpa-document-blocks", "chunked")
 
 
 class once:
@@ -162,8 +159,8 @@ class CallFacts:
 
     @once
     def flex_device(self) -> bool:
-        """FlexAttention compiles with a backward here (torch has none on CPU)."""
-        return self.device in FLEX_DEVICES
+        """FlexAttention compiles with a backward here (the option `flex_devices`; torch has none on CPU)."""
+        return self.device in self.options.flex_devices
 
     @once
     def flex(self) -> bool:
@@ -177,9 +174,7 @@ class CallFacts:
     @once
     def flex_drops(self) -> bool:
         """FlexAttention can apply dropout here: not compiled on CPU, whose kernel returns no log-sum-exp."""
-        from kolong.attention import flex
-
-        return self.device != "cpu" or not flex.COMPILE
+        return self.device != "cpu" or not self.options.flex_compile
 
     @once
     def packed_flex(self) -> bool:
@@ -215,7 +210,7 @@ class CallFacts:
     @once
     def row_ends(self) -> list[int] | None:
         """Each row's number of real tokens when they come first (padding at the ends only), else None."""
-        return rowwise.row_ends(self.mask, self.length)
+        return distance_view.row_ends(self.mask, self.length)
 
     def fused_cpu_strips(self, block_rows: int, strips: int) -> bool:
         """On CPU in float32 / float64, with the fused kernel's forward and backward operators (private; the same
@@ -240,7 +235,7 @@ class CallFacts:
     def by_row(self) -> bool:
         """The paths over documents' spans go one row at a time: where the rows' own spans read at most
         `documents_by_row` of the pairs the batch's widest spans read (rows of fewer than 4 blocks stay whole)."""
-        rows = documents.BLOCK_ROWS
+        rows = self.options.document_block_rows
         if not self.documents_packed or self.q.shape[0] == 1 or self.length < 4 * rows:
             return False
         mask = self.mask
@@ -251,7 +246,7 @@ class CallFacts:
     @once
     def document_blocks(self) -> bool:
         """Blocks of queries over their documents' spans read at most `documents_max_share` of the pairs."""
-        rows = documents.BLOCK_ROWS
+        rows = self.options.document_block_rows
         return (
             self.documents_packed
             and self.length > rows
@@ -305,16 +300,14 @@ PLAN_TABLE: tuple[PlanRow, ...] = (
     PlanRow("flex", lambda f: f.flex and not f.value_term, "FlexAttention here, no value term",
             "FlexAttention: the bias in its score_mod, blocks outside the mask skipped"),
     PlanRow("sdpa-distance-view",
-            lambda f: f.plain_bias and f.kind == "distance" and not f.bias_grad and f.row_ends is not None,
-            "a bias by distance alone, untrained here, no window or dropout, padding at the rows' ends",
-            "a bias by distance alone, as one strided view: SDPA's fused kernel"),
+            lambda f: f.plain_bias and f.kind == "distance" and f.grad and not f.bias_grad and f.row_ends is not None,
+            "training, a bias by distance alone without parameters (ALiBi), no window or dropout, padding at the "
+            "rows' ends", "a bias by distance alone, as one strided view: SDPA's fused kernel and its backward"),
     PlanRow("sdpa-regions",
             lambda f: f.kind == "query" and f.regions and f.mask.keys_only
-            and f.fused_cpu_strips(sdpa_regions.BLOCK_ROWS, f.options.regions_strips),
+            and f.fused_cpu_strips(f.options.regions_block_rows, f.options.regions_strips),
             "Shaw's bias in three regions without dropout, padding masks only, CPU fp32, rows of regions_strips "
             "near strips", "three regions: the far keys through SDPA's fused CPU kernel, the near strip in blocks"),
-    PlanRow("sdpa-row-blocks", lambda f: f.plain_bias and not f.grad, "a bias without value term, window or dropout, "
-            "no gradient", "SDPA per block of query rows, each block's bias built"),
     # over key bands a bias is a float mask per band: kept for the backward, so only without a gradient
     PlanRow("banded", lambda f: not f.dropout and f.window and (not f.bias or (f.kind == "distance" and not f.grad)),
             "a local window without dropout, no bias or an untrained one by distance",
@@ -380,18 +373,20 @@ def _flex(q, k, v, call: AttentionCall, layer):
     dropout = flex.dropout_for(q, call.dropout_p)
     score = call.flex_score(q, layer)
     if score is None:
-        return flex.flex_call(flex.plain_flex, q, k, v, block_mask, scale, dropout, None), None
+        return flex.flex_call(flex.plain_flex, q, k, v, block_mask, scale, dropout, None,
+                              compiled=call.options.flex_compile), None  # fmt: skip
     function, tensors = score
     tensors = flex.trained_reads_in_float32(tensors)
     options = flex.kernel_options(q, *tensors, chosen=call.options.flex_kernel_options)
-    return flex.flex_call(function, q, k, v, block_mask, scale, dropout, options, *tensors), None
+    return flex.flex_call(function, q, k, v, block_mask, scale, dropout, options, *tensors,
+                          compiled=call.options.flex_compile), None  # fmt: skip
 
 
 def _flex_regions(q, k, v, call: AttentionCall, layer):
     from kolong.attention.flex import flex_region_attention
 
     terms = call.scheme.regions(layer, q, call.state)
-    return flex_region_attention(q, k, v, call.mask, terms, call.options.flex_kernel_options), None
+    return flex_region_attention(q, k, v, call.mask, terms, call.options), None
 
 
 def _given(mask: AttentionMask) -> AttentionMask | None:
@@ -400,31 +395,28 @@ def _given(mask: AttentionMask) -> AttentionMask | None:
 
 def _sdpa_regions(q, k, v, call: AttentionCall, layer):
     terms = call.scheme.regions(layer, q, call.state)
-    return sdpa_regions.sdpa_region_attention(q, k, v, _given(call.mask), terms), None
+    rows = call.options.regions_block_rows
+    return sdpa_regions.sdpa_region_attention(q, k, v, _given(call.mask), terms, rows), None
 
 
 def _document_blocks(q, k, v, call: AttentionCall, layer, by_row: bool = False):
-    return documents.each_row(documents.document_block_attention, q, k, v, call.mask, by_row), None
-
-
-def _distance_view(q, k, v, call: AttentionCall, layer):
-    return rowwise.distance_attention(q, k, v, _given(call.mask), call.bias(q, layer)), None
-
-
-def _row_blocks(q, k, v, call: AttentionCall, layer, by_row: bool = False):
     def attention(q, k, v, mask):
-        return rowwise.row_block_attention(q, k, v, _given(mask), call.bias(q, layer))
+        return documents.document_block_attention(q, k, v, mask, call.options.document_block_rows)
 
     return documents.each_row(attention, q, k, v, call.mask, by_row), None
 
 
+def _distance_view(q, k, v, call: AttentionCall, layer):
+    return distance_view.distance_attention(q, k, v, _given(call.mask), call.bias(q, layer)), None
+
+
 def _banded(q, k, v, call: AttentionCall, layer):
-    return banded.banded_attention(q, k, v, call.mask, call.bias(q, layer)), None
+    return banded.banded_attention(q, k, v, call.mask, call.bias(q, layer), call.options), None
 
 
 def _chunked(q, k, v, call: AttentionCall, layer, by_row: bool = False):
     def attention(q, k, v, mask):
-        return chunked_attention(q, k, v, _given(mask), call.bias(q, layer), call.dropout_p)
+        return chunked_attention(q, k, v, _given(mask), call.bias(q, layer), call.dropout_p, call.options)
 
     return documents.each_row(attention, q, k, v, call.mask, by_row), None
 
@@ -438,7 +430,6 @@ ATTENTION_FUNCTIONS: dict[str, Callable] = {
     "sdpa-regions": _sdpa_regions,
     "sdpa-document-blocks": _document_blocks,
     "sdpa-distance-view": _distance_view,
-    "sdpa-row-blocks": _row_blocks,
     "banded": _banded,
     "chunked": _chunked,
 }
@@ -446,10 +437,6 @@ ATTENTION_FUNCTIONS: dict[str, Callable] = {
 
 # Paths that compile a kernel at their first call of a shape: one that fails on the user's GPU falls back.
 COMPILED_PATHS = ("flex", "flex-regions")
-# Devices whose compiled kernels are tried forward and backward before they train a new shape (Triton's: a
-# kernel that does not fit the GPU fails when first compiled). Tests put "cpu" here to try FlexAttention's
-# eager reference.
-TRIED_DEVICES = ("cuda",)
 
 
 @dataclass
@@ -495,7 +482,7 @@ def _try_backward_once(kernel, q, k, v, call: AttentionCall, layer, name: str) -
     than in the training loop's backward. The gradient is taken for the copies alone (`autograd.grad`), so
     nothing accumulates into the model's parameters, and the random state is restored, so dropout draws what it
     would have drawn without the try."""
-    if not torch.is_grad_enabled() or q.device.type not in TRIED_DEVICES:
+    if not torch.is_grad_enabled() or q.device.type not in call.options.flex_devices:
         return
     shape = (name, tuple(q.shape), q.dtype, q.device.type, call.dropout_p > 0)
     if shape in COMPILED_FAILURES.tried:

@@ -1,24 +1,20 @@
-"""Packed documents on CPU: each block of query rows attends over the keys its documents span, through SDPA.
+"""SDPA per block of query rows, each block over the keys it can reach: packed documents on CPU.
 
 Packing puts several documents in one row and lets a query see its own document alone:
 
     allowed(i, j) = document[i] == document[j]   (and j is a token)
 
-so the queries of rows start..stop-1 can only reach the keys from the first token of their earliest document
-to the last of their latest (`AttentionMask.document_keys`, the widest over the batch). One SDPA call per block
-over that span, with the block's slice of the mask, is exact and reads
+so the queries of rows start..stop-1 can only reach the keys from the first token of their earliest document to
+the last of their latest (`AttentionMask.key_index`). One SDPA call per block over that span, with the block's
+slice of the mask, is exact and reads
 
-    sum over blocks of c x span   pairs instead of n^2
+    sum over blocks of c x span   pairs instead of n^2,
 
-which for short documents (reviews of 17 tokens packed into 2,048-token rows: 4% of the pairs are inside a
-document) is a few times less work than SDPA's one call under the dense (b, 1, n, n) mask. SDPA's fused CPU
-kernel does not skip masked pairs; FlexAttention's block mask, which does, has no backward on CPU. Autograd runs
-each block's fused backward. Where the documents are long the spans cover most of each row and the one dense call
-is as fast: the plan (`dispatch.CallFacts.document_blocks`) decides from the spans, before any work.
-
-Over a batch a block's span is the union of its rows' spans; where the rows' documents fall differently (long
-documents, many rows) the paths over spans go one row at a time, each block over its own row's span
-(`dispatch.CallFacts.by_row`, `each_row`): the chunked and row-block paths (Shaw, T5, ALiBi) too.
+a few times less work than one call under the dense (b, 1, n, n) mask where documents are short: SDPA's fused
+CPU kernel does not skip masked pairs, and FlexAttention's block mask, which does, has no backward on CPU.
+Autograd runs each block's fused backward. The plan table takes it where the spans read at most the option
+`documents_max_share` of the pairs; `each_row` goes one row of the batch at a time where the rows' own spans
+are much narrower than the batch's (the chunked path over documents too).
 """
 
 from __future__ import annotations
@@ -27,12 +23,9 @@ from collections.abc import Callable
 
 import torch
 
+from kolong.attention import options as attention_options
 from kolong.attention.masks import AttentionMask, as_additive, take_keys
 from kolong.attention.sdpa import sdpa
-
-# Query rows per SDPA call: a block's span is about c plus the documents it cuts, so shorter blocks read fewer
-# needless keys and taller ones make fewer calls (docs/experiments/document-blocks-*.md).
-BLOCK_ROWS = 256
 
 
 @torch.compiler.disable  # one call per row, as the paths it runs
@@ -48,20 +41,19 @@ def each_row(attention: Callable, q, k, v, mask: AttentionMask, split: bool) -> 
 
 
 @torch.compiler.disable  # a loop over blocks whose key spans are read on the host, as the chunked path
-def document_block_attention(q, k, v, mask: AttentionMask) -> torch.Tensor:
+def document_block_attention(q, k, v, mask: AttentionMask, block_rows: int | None = None) -> torch.Tensor:
     """softmax(q k^T / sqrt(d) + mask) v: (b, h, n, d_h), exact on every query with an allowed key (a padding
-    query gets a finite output, as under the dense path's additive mask, never read)."""
+    query gets a finite output, as under the dense path's additive mask, never read). `block_rows`: query rows
+    per call (the option `document_block_rows`, the default's when None)."""
+    block_rows = block_rows or attention_options.DEFAULT.document_block_rows
     length = q.shape[2]
     low_value = torch.finfo(q.dtype).min  # the dense path's additive mask: a row of padding stays finite
     blocks = []
-    for start in range(0, length, BLOCK_ROWS):
-        stop = min(start + BLOCK_ROWS, length)
+    for start in range(0, length, block_rows):
+        stop = min(start + block_rows, length)
         keys = mask.key_index(start, stop, length, q.device) or range(length)  # a run of keys, never empty
         allowed = mask.rows(start, stop, length, q.device, keys)  # (b|1, 1, c, span)
         additive = None if allowed is None else as_additive(allowed, q.dtype, low_value)
-        blocks.append(
-            sdpa(
-                q[:, :, start:stop], take_keys(k, keys, dim=2), take_keys(v, keys, dim=2), attn_mask=additive
-            )
-        )
+        k_block, v_block = take_keys(k, keys, dim=2), take_keys(v, keys, dim=2)
+        blocks.append(sdpa(q[:, :, start:stop], k_block, v_block, attn_mask=additive))
     return torch.cat(blocks, dim=2)

@@ -27,11 +27,10 @@ import torch
 from torch.nn.attention.flex_attention import flex_attention
 
 from kolong.attention import flex_dropout
+from kolong.attention.options import AttentionOptions
 from kolong.attention.profiling import labelled
 from kolong.attention.regions import REGIONS, RegionTerms, band_probabilities, mask_band, merge
 
-# Tests turn compilation off to run the same score_mods through eager flex_attention on CPU.
-COMPILE = True
 # Input shapes one compiled flex function serves. Past dynamo's default (8) it would run the function
 # unfused, silently materialising (b, h, n, n) scores: whole-article QA meets dozens of lengths.
 RECOMPILE_LIMIT = 64
@@ -50,23 +49,24 @@ def trained_reads_in_float32(args: tuple) -> tuple:
     return tuple(arg.float() if isinstance(arg, torch.Tensor) and arg.requires_grad else arg for arg in args)
 
 
-def flex_call(function: Callable, q, k, v, *args):
-    """`function(q, k, v, *args)`, compiled on first use (one compiled function per scheme)."""
+def flex_call(function: Callable, q, k, v, *args, compiled: bool = True):
+    """`function(q, k, v, *args)`, compiled on first use (one compiled function per scheme); uncompiled where
+    `compiled` is false (the option `flex_compile`: FlexAttention's eager reference)."""
     args = trained_reads_in_float32(args)
-    if not COMPILE:
+    if not compiled:
         return function(q, k, v, *args)
-    compiled = _compiled.get(function)
-    if compiled is None:
-        compiled = _compiled[function] = torch.compile(function, dynamic=False)
+    kernel = _compiled.get(function)
+    if kernel is None:
+        kernel = _compiled[function] = torch.compile(function, dynamic=False)
     head_dim = q.shape[-1]
     if q.device.type == "cpu" and head_dim < CPU_MIN_HEAD_DIM:
         # Zero columns leave every score q.k (the scale is passed explicitly) and the output's first head_dim
         # columns as they are.
         q, k, v = (torch.nn.functional.pad(t, (0, CPU_MIN_HEAD_DIM - head_dim)) for t in (q, k, v))
     if torch.compiler.is_compiling():  # inside a compiled model: its compile decides
-        return _first_columns(compiled(q, k, v, *args), head_dim)
+        return _first_columns(kernel(q, k, v, *args), head_dim)
     with labelled("flex attention"), torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
-        return _first_columns(compiled(q, k, v, *args), head_dim)
+        return _first_columns(kernel(q, k, v, *args), head_dim)
 
 
 def _first_columns(result, head_dim: int):
@@ -158,7 +158,7 @@ def region_flex(q, k, v, left_mask, band_mask, right_mask, scale, options, reach
     return out, lse, left_share, right_share
 
 
-def flex_region_attention(q, k, v, mask, terms: RegionTerms, chosen_options=None) -> torch.Tensor:
+def flex_region_attention(q, k, v, mask, terms: RegionTerms, options: AttentionOptions) -> torch.Tensor:
     """`region_attention` through FlexAttention: a block mask per region from the mask's structure (kept on the
     mask: every layer of the forward shares them), the three calls and the merge compiled as one function, then
     Shaw's value term in tensor code."""
@@ -167,10 +167,21 @@ def flex_region_attention(q, k, v, mask, terms: RegionTerms, chosen_options=None
         mask.region_block_mask(region, terms.reach, batch, length, q.device, heads) for region in REGIONS
     ]
     band = terms.band.float() if terms.band.requires_grad else terms.band  # the backward adds into it
-    options = kernel_options(q, band, chosen=chosen_options)
+    chosen = kernel_options(q, band, chosen=options.flex_kernel_options)
     scale = 1.0 / math.sqrt(q.shape[-1])
     out, lse, left_share, right_share = flex_call(
-        region_flex, q, k, v, *masks, scale, options, terms.reach, terms.left, band, terms.right
+        region_flex,
+        q,
+        k,
+        v,
+        *masks,
+        scale,
+        chosen,
+        terms.reach,
+        terms.left,
+        band,
+        terms.right,
+        compiled=options.flex_compile,
     )
     if terms.value_band is None:
         return out

@@ -163,9 +163,8 @@ class AttentionMask:
 
     def blocked(self, start: int, stop: int, length: int, device, keys: Keys = None, dtype=torch.float32):
         """`rows` as an additive mask, 0 where allowed and -inf elsewhere ((b|1, 1, c|1, n | keys) in `dtype`), or
-        None. Added to a block's (b, h, c, n) scores it broadcasts over the heads as cheaply as any addition,
-        where a masked fill with the boolean mask broadcast took 7x as long on CPU (a fill per element, branching
-        on the mask)."""
+        None. Added to a block's (b, h, c, n) scores it broadcasts over the heads as cheaply as any addition, where
+        a masked fill with the boolean mask broadcast branches on the mask for every element."""
         allowed = self.rows(start, stop, length, device, keys)
         return None if allowed is None else as_additive(allowed, dtype)
 

@@ -34,14 +34,38 @@ class AttentionOptions:
         "the compiled FlexAttention paths on CUDA; false: the chunked exact path from the start (where a GPU or a "
         "torch release cannot compile them; a failure also falls back by itself, with a warning)")})  # fmt: skip
     regions_strips: int = field(default=4, metadata={"help": (
-        "CPU: Shaw's and T5's regions (`sdpa-regions`) from rows that hold this many near strips of 128 + 2r - 2 "
-        "keys; below, the chunked path was as fast on one of the CPUs measured")})  # fmt: skip
+        "CPU: Shaw's regions (`sdpa-regions`) from rows that hold this many near strips of regions_block_rows "
+        "+ 2r - 2 keys; below, the chunked path is as fast")})  # fmt: skip
+    regions_block_rows: int = field(default=128, metadata={"help": (
+        "CPU: query rows per block of `sdpa-regions`; shorter blocks give the fused kernel more of the keys, "
+        "taller ones fewer, larger calls")})  # fmt: skip
     documents_max_share: float = field(default=0.75, metadata={"help": (
-        "CPU: packed documents through blocks over their spans (`sdpa-document-blocks`, or the chunked path with "
-        "dropout) where the blocks read at most this share of the (n, n) pairs; above, one dense call was as fast")})  # fmt: skip
+        "CPU: packed documents through blocks over their spans (`sdpa-blocks`, or the chunked path with "
+        "dropout) where the blocks read at most this share of the (n, n) pairs; above, one dense call is as fast")})  # fmt: skip
     documents_by_row: float = field(default=0.85, metadata={"help": (
         "CPU: the paths over documents' spans go one row of the batch at a time where the rows' own spans read at "
         "most this share of the pairs the batch's widest spans read")})  # fmt: skip
+    document_block_rows: int = field(default=256, metadata={"help": (
+        "CPU: query rows per SDPA call over packed documents' spans; a block's span is about its rows plus the "
+        "documents it cuts, so shorter blocks read fewer needless keys and taller ones make fewer calls")})  # fmt: skip
+    chunk_scores: int = field(default=2**21, metadata={"help": (
+        "scores (b x h x rows x keys) the chunked path holds per block: small enough to stay in cache and keep "
+        "the backward's temporaries, which set its memory, small")})  # fmt: skip
+    chunk_document_rows: int = field(default=128, metadata={"help": (
+        "the chunked path's most query rows per block under packed documents: taller blocks read more needless "
+        "keys of the documents they cut")})  # fmt: skip
+    mask_entries: int = field(default=2**22, metadata={"help": (
+        "`banded` with a bias: entries of its float mask per SDPA call, which bound the memory "
+        "of the mask built for each call")})  # fmt: skip
+    banded_min_rows: int = field(default=128, metadata={"help": (
+        "`banded`: the fewest query rows per key band; below, SDPA's per-call overhead outweighs the band's "
+        "wasted scores")})  # fmt: skip
+    flex_devices: tuple[str, ...] = field(default=("cuda",), metadata={"help": (
+        "devices (joined by +) where FlexAttention compiles with a backward and may train, its compiled kernels "
+        "tried forward and backward on each new shape; cpu runs FlexAttention's eager reference there")})  # fmt: skip
+    flex_compile: bool = field(default=True, metadata={"help": (
+        "compile FlexAttention's kernels; false: its eager reference, which materialises the scores (to debug a "
+        "score_mod)")})  # fmt: skip
     flex_kernel_options: dict | None = field(default=None, metadata={"help": (
         "FlexAttention kernel options (a JSON object, e.g. {\"fwd_num_stages\": 2, \"BLOCK_M\": 64}) for kernels "
         "that train a float32 tensor their score_mod reads; default: two forward stages and one backward")})  # fmt: skip
@@ -70,6 +94,12 @@ class AttentionOptions:
                                       f"e.g. '{{\"fwd_num_stages\": 2, \"BLOCK_M\": 64}}', got {text!r}")  # fmt: skip
             elif name == "skip_paths":
                 value = _paths(text, flag)
+            elif name == "flex_devices":
+                value = tuple(part.strip() for part in text.split("+") if part.strip())
+                if not value:
+                    raise ConfigError(
+                        f"{flag} flex_devices: expected device types joined by +, e.g. cuda+xpu"
+                    )
             elif known[name].type in ("int", "float", int, float):
                 number = int if known[name].type in ("int", int) else float
                 try:
@@ -98,12 +128,17 @@ class AttentionOptions:
                 if getattr(self, spec.name) != getattr(default, spec.name)}  # fmt: skip
 
 
+# The plans `skip_paths` may name: every entry of `dispatch.ATTENTION_FUNCTIONS` but the chunked path, which takes
+# every call, and the reference.
+SKIPPABLE = ("sdpa", "varlen", "flex", "flex-regions", "sdpa-regions", "sdpa-document-blocks", "sdpa-distance-view",
+             "banded")  # fmt: skip
+
+
 def _paths(text: str, flag: str) -> tuple[str, ...]:
-    from kolong.attention.dispatch import ATTENTION_FUNCTIONS
     from kolong.errors import ConfigError
 
     paths = tuple(part.strip() for part in text.split("+") if part.strip())
-    skippable = [name for name in ATTENTION_FUNCTIONS if name not in ("chunked", "eager")]
+    skippable = SKIPPABLE
     for path in paths:
         if path not in skippable:
             raise ConfigError(f"{flag} skip_paths: {path!r} is not a path the plan may pass over; choose from "

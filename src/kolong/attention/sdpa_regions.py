@@ -7,8 +7,7 @@ keys) mixes the three. So:
 - the far keys of each side go through the fused kernel without a bias (a constant does not change a softmax):
   out and lse per row, the side's constant added to its lse. The staircase the blocks make is covered by
   rectangles, halving recursively (`_Layout.rectangles`), so that most of the work is in a few tall calls;
-- the strip is tensor code: the block's (c, c + 2r - 2) scores, Shaw's profile (or T5's per-distance copy) on
-  its diagonals (entry (a, t), distance t - r + 1, sits at a (c + 2r - 1) + t of the block) and the two
+- the strip is tensor code: the block's (c, c + 2r - 2) scores, Shaw's profile on its diagonals (entry (a, t), distance t - r + 1, sits at a (c + 2r - 1) + t of the block) and the two
   constants on either side of them, written before the GEMM adds the product into them;
 - the parts merge by log-sum-exp.
 
@@ -25,7 +24,7 @@ constant then gets
 
 from the side's share of the row's mass and its normalised output, and the strip's terms come from its own
 recomputed probabilities. No (n, n) tensor, no gradient added into a few addresses. The plan table
-(`dispatch.py`) takes it for Shaw and T5 where rows hold the option `regions_strips` of the near strips.
+(`dispatch.py`) takes it for Shaw where rows hold the option `regions_strips` of the near strips.
 """
 
 from __future__ import annotations
@@ -35,21 +34,17 @@ import math
 import torch
 import torch.nn.functional as F
 
+from kolong.attention import options as attention_options
 from kolong.attention.profiling import labelled
 from kolong.attention.regions import RegionTerms, softmax_with_lse
 from kolong.attention.terms import softmax_backward
-
-# Query rows per block. A block's near strip (the keys within reach of some row of it, c + 2r - 2 of them) is
-# tensor code and the far keys on each side are the fused kernel's: shorter blocks give the kernel more of the
-# work, taller ones fewer, larger calls.
-BLOCK_ROWS = 128
 
 
 class _Layout:
     """Where each block's keys lie, and the masks that do not change from layer to layer."""
 
-    def __init__(self, q, real: torch.Tensor | None, reach: int):
-        self.length, self.reach = q.shape[2], reach
+    def __init__(self, q, real: torch.Tensor | None, reach: int, rows: int):
+        self.length, self.reach, self.rows = q.shape[2], reach, rows
         self.width = 2 * reach - 1  # the band's distances
         # (b, 1, 1, n) additive mask of padded keys for the kernel; real keys counted up to each position
         self.keys_mask = None if real is None else torch.zeros(real.shape, dtype=q.dtype).masked_fill(
@@ -66,8 +61,8 @@ class _Layout:
         self._weights: dict[tuple, torch.Tensor] = {}
 
     def blocks(self):
-        for start in range(0, self.length, BLOCK_ROWS):
-            yield start, min(start + BLOCK_ROWS, self.length)
+        for start in range(0, self.length, self.rows):
+            yield start, min(start + self.rows, self.length)
 
     def _rectangles(self, side: str) -> list[tuple[slice, slice]]:
         """The far keys of one side as (query rows, keys) rectangles for the kernel: a block of rows start..stop-1
@@ -75,7 +70,7 @@ class _Layout:
         strip). The staircase this makes is split in halves, recursively: one rectangle of half the rows by the
         keys all of them read, then each half's own staircase. So most of the work is in a few tall calls
         (the kernel is slow on short ones) and a row is in about log2(n / c) rectangles per side."""
-        n, c, r, found = self.length, BLOCK_ROWS, self.reach, []
+        n, c, r, found = self.length, self.rows, self.reach, []
 
         def cover(lo: int, hi: int) -> None:
             """Rows of blocks lo..hi-1, whose keys beyond block lo's far keys (left) or hi's (right) are covered."""
@@ -304,11 +299,11 @@ def _backward(d_out, q, k, v, terms: RegionTerms, left, right, layout: _Layout, 
 
 class _SdpaRegions(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, real, reach, left, band, right, value_left, value_band, value_right):
+    def forward(ctx, q, k, v, real, reach, rows, left, band, right, value_left, value_band, value_right):
         # a view of the (b, n, 3, h, d_h) projection: each block's product would copy its rows
         q = q.contiguous()
         terms = RegionTerms(reach, left, band, right, value_left, value_band, value_right)
-        layout = _Layout(q, real, reach)
+        layout = _Layout(q, real, reach, rows)
         rows = q.shape[:3]  # the constants as (b, h, n), the layout of the lse they shift
         with labelled("regions forward"):
             out, lse, far_out, far_lse = _forward(
@@ -333,7 +328,7 @@ class _SdpaRegions(torch.autograd.Function):
             g.sum_to_size(t.shape).to(t.dtype) for g, t in ((d_left, left), (d_band, band), (d_right, right))
         ]
         return (
-            d_q.to(q.dtype), d_k.to(k.dtype), d_v.to(v.dtype), None, None,
+            d_q.to(q.dtype), d_k.to(k.dtype), d_v.to(v.dtype), None, None, None,
             *summed,
             None if value_left is None else d_value_left.to(value_left.dtype),
             None if value_band is None else d_value_band.to(value_band.dtype),
@@ -347,12 +342,14 @@ def _tensors(terms: RegionTerms) -> tuple:
 
 # Never traced: its loops and the private operators run eagerly between two graphs of a compiled model.
 @torch.compiler.disable
-def sdpa_region_attention(q, k, v, mask, terms: RegionTerms) -> torch.Tensor:
+def sdpa_region_attention(q, k, v, mask, terms: RegionTerms, block_rows: int | None = None) -> torch.Tensor:
     """softmax(q k^T / sqrt(d) + bias + mask) v (+ Shaw's value term): (b, h, n, d_h), exact, for a mask of padding
-    alone (or none). `terms`: the scheme's `RegionTerms`, its constants (b|1, h, n|1)."""
+    alone (or none). `terms`: the scheme's `RegionTerms`, its constants (b|1, h, n|1); `block_rows`: query rows
+    per block (the option `regions_block_rows`, the default's when None)."""
+    block_rows = block_rows or attention_options.DEFAULT.regions_block_rows
     if mask is not None and not mask.keys_only:
         raise ValueError(
             "the CPU region path takes padding masks only (no packed documents, no local window)"
         )
     real = None if mask is None else mask.real
-    return _SdpaRegions.apply(q, k, v, real, terms.reach, *_tensors(terms))
+    return _SdpaRegions.apply(q, k, v, real, terms.reach, block_rows, *_tensors(terms))

@@ -16,10 +16,6 @@ import torch
 if TYPE_CHECKING:
     from kolong.attention.masks import Keys
 
-# Entries of a bias's float mask per SDPA call (16 MiB in fp32): SDPA keeps the mask for its call, so the mask's
-# size, not the scores', sets these paths' peak memory.
-MASK_ENTRIES = 2**22
-
 
 class ChunkBias:
     """A relative-position term of the attention logits, built and differentiated one row block at a time.
@@ -113,7 +109,7 @@ def softmax_backward(probs: torch.Tensor, d_probs: torch.Tensor, row_sums: torch
 def attention_dropout_mask(shape, p: float, device, generator=None) -> tuple[torch.Tensor, float]:
     """Which attention probabilities to drop, and the exact keep probability.
 
-    Drawn as 16-bit integers (2-3x cheaper on CPU than `bernoulli_` on floats): P(drop) is p rounded
+    Drawn as 16-bit integers (cheaper on CPU than `bernoulli_` on floats): P(drop) is p rounded
     to a multiple of 1/65536, and the returned keep probability is the rounded one, so the expected
     output is unchanged. Inside a compiled graph, a float draw against p.
     """

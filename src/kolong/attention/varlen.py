@@ -1,9 +1,8 @@
 """Packed documents through FlashAttention's variable-length kernel: the scores inside each document only.
 
 Under SDPA a row of packed documents is attended with a dense (b, 1, n, n) mask: every score is computed,
-most are then masked. NSMC's reviews (11 tokens on average) packed into rows of 2,048 leave about one score
-in 200 allowed; on an H200 the base preset with attention dropout spent 48 of its 90 ms a step in cuDNN's
-attention under that mask. FlashAttention's variable-length kernel takes the packed tokens as one
+most are then masked (NSMC's reviews packed into rows of 2,048 leave about one score in 200 allowed).
+FlashAttention's variable-length kernel takes the packed tokens as one
 (total, h, d) sequence cut into segments at the cumulative lengths `cu_seq_lens` and computes each
 segment's scores alone, attention dropout included, forward and backward: ModernBERT's unpadding, with the
 kernel PyTorch ships (`aten._flash_attention_forward`, behind its nested-tensor SDPA), no flash-attn needed.
@@ -15,9 +14,8 @@ Both change with every batch; marked dynamic where batches reach the device (`ma
 compiled graph serve every batch. Each row's padding is a segment of its own, whose outputs nothing reads.
 
 On CUDA with 16-bit q, k, v (bf16 autocast) and heads of at most 256 (a multiple of 8), for schemes without a
-logit bias and without a local window, with the run-time option `packed_varlen`: opt-in, because on an H200 the
-base preset's step with NSMC's 11-token documents was no faster through it than under the dense mask (each
-document takes whole tiles); documents of hundreds of tokens are yet to be measured.
+logit bias and without a local window, with the run-time option `packed_varlen`: opt-in, because each document takes whole tiles, so short documents
+gain nothing over the dense mask (docs/pretraining.md has the measurement).
 """
 
 from __future__ import annotations
@@ -78,17 +76,16 @@ def reference_kernel(q, k, v, cu_seq_lens, longest: int, dropout_p: float, scale
     return torch.cat(outputs)
 
 
-KERNEL = flash_kernel  # tests put `reference_kernel` here to check the layout on CPU
-
-
 def attend(
     q, k, v, segments: tuple[torch.Tensor, torch.Tensor], dropout_p: float, kernel=None
 ) -> torch.Tensor:
     """(b, h, n, d) q, k, v of packed rows -> (b, h, n, d) context, each segment attending within itself;
-    `kernel`: KERNEL unless given."""
+    `kernel`: `flash_kernel` unless given."""
     b, h, n, d = q.shape
     cu_seq_lens, longest = segments
     # (b, h, n, d) -> (b n, h, d): a view of the projection's (b, n, 3, h, d) output, rows strided
     tokens = [t.transpose(1, 2).reshape(b * n, h, t.shape[-1]) for t in (q, k, v)]
-    context = (kernel or KERNEL)(*tokens, cu_seq_lens, longest.shape[0], dropout_p, d**-0.5)  # (b n, h, d)
+    context = (kernel or flash_kernel)(
+        *tokens, cu_seq_lens, longest.shape[0], dropout_p, d**-0.5
+    )  # (b n, h, d)
     return context.view(b, n, h, -1).transpose(1, 2)

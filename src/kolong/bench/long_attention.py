@@ -60,7 +60,7 @@ VARIANTS = {  # the patterns that read the same model through another attention 
     "hf-bigbird": "HF `BigBirdModel` of the same size (block-sparse: blocks of 64, 3 random blocks; full attention "
     "below 704 tokens; since transformers 5.4 every layer also assembles the dense (n, n) probabilities)",
     "hf-bigbird-kolong": "the same BigBird model as kolong loads it: its block-sparse attention through "
-    "`kolong.attention.bigbird` (the same outputs, linear memory)",
+    "`kolong.extension.bigbird_attention` (the same outputs, linear memory)",
     "full-checkpointed": "full attention, training with gradient checkpointing (each layer recomputed in the "
     "backward)",
     "local+global-chunked": "local + global through the chunked exact path (CPU's path before the banded one)",

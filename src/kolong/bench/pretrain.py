@@ -106,7 +106,7 @@ class PretrainBenchmark(Benchmark):
         return [{"position": p, "length": n} for p in args.positions for n in args.lengths]
 
     def _corpus(self, args, length: int) -> Path:
-        from kolong.checkpoints import build_tiny_bert_checkpoint
+        from kolong.data.builtin_checkpoints import build_tiny_bert_checkpoint
         from kolong.data.corpus import build_corpus
 
         if length not in self._corpora:

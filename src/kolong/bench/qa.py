@@ -138,7 +138,8 @@ class QABenchmark(Benchmark):
     def sizes(self, args: QABenchArguments) -> list[dict]:
         from datasets import disable_progress_bars
 
-        from kolong.checkpoints import build_tiny_bert_checkpoint, bundled_checkpoint, load_tokenizer
+        from kolong.checkpoints import load_tokenizer
+        from kolong.data.builtin_checkpoints import build_tiny_bert_checkpoint, bundled_checkpoint
 
         disable_progress_bars()
         self.checkpoint = bundled_checkpoint()

@@ -29,7 +29,7 @@ def encoder_step(model, inputs: dict, training: bool, device: str, dtype: str) -
 
 def plan_of(model, inputs: dict, training: bool, device: str, dtype: str) -> str:
     """The attention kernels a kolong model's layers take for `inputs` in a step like `encoder_step`'s ("flex
-    x12", "sdpa-row-blocks x2"), or "" for a model that is not kolong's (HF's)."""
+    x12", "chunked x2"), or "" for a model that is not kolong's (HF's)."""
     import torch
 
     from kolong.attention.dispatch import plan_summary

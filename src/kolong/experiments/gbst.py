@@ -88,7 +88,7 @@ def settings_of(args: GbstStudyArguments) -> dict:
 
 
 def _fresh_model(work: Path, args: GbstStudyArguments, settings: dict) -> Path:
-    from kolong.checkpoints import load_byte_model
+    from kolong.models.byte.loading import load_byte_model
 
     out = work / "byte-init"
     if not (out / "config.json").is_file():
@@ -167,8 +167,8 @@ def _generate(work: Path, task_name: str, variant: str, args, settings) -> dict:
 
     import torch
 
-    from kolong.checkpoints import load_byte_model
     from kolong.data.text_to_text import load_task, score_generations
+    from kolong.models.byte.loading import load_byte_model
 
     model, tokenizer = load_byte_model(str(work / f"{task_name}-{variant}"))
     model.eval()

@@ -155,7 +155,7 @@ def _sample(examples: list[QAExample], count: int, seed: int) -> list[QAExample]
 def run_length_experiment(
     args: LengthExperimentArguments, on_step: Callable[[str], None] | None = None
 ) -> dict:
-    from kolong.checkpoints import bundled_checkpoint
+    from kolong.data.builtin_checkpoints import bundled_checkpoint
 
     step = on_step or (lambda message: None)
     if args.overwrite and args.max_minutes:

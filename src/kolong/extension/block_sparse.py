@@ -9,7 +9,7 @@ their length, without a word. `keep_block_sparse` restores the configured type b
 Since transformers 5.4, HF's block-sparse attention also assembles every layer's dense (b, h, n, n)
 probabilities whether or not attentions are asked for, so its memory grows as n^2 (3.2 GB per layer call for one
 8,192-token document with 12 heads). `sparse_attention_in_linear_memory` runs each layer's attention through
-`kolong.attention.bigbird` instead (the same outputs and gradients, HF's random blocks), and HF's own code only
+`kolong.extension.bigbird_attention` instead (the same outputs and gradients, HF's random blocks), and HF's own code only
 when attentions are asked for.
 """
 
@@ -76,7 +76,7 @@ def _linear_memory_forward(self, hidden_states, band_mask=None, from_mask=None, 
     if kwargs.get("output_attentions"):
         return type(self).forward(self, hidden_states, band_mask, from_mask, to_mask, from_blocked_mask,
                                   to_blocked_mask, **kwargs)  # fmt: skip
-    from kolong.attention.bigbird import block_sparse_attention
+    from kolong.extension.bigbird_attention import block_sparse_attention
 
     batch, length, _ = hidden_states.shape
     if length % self.block_size:

@@ -16,7 +16,7 @@ The setting lives in `config.kolong_position_scaling = {"factor": k, "original_m
 Stock transformers classes know nothing about it, so kolong installs a forward pre-hook on the
 embeddings module that computes these ids whenever the caller passes no `position_ids`. The hook is
 installed by kolong's own model classes (their `post_init`), by every `AutoModel*.from_pretrained` /
-`from_config` after `import kolong` (kolong/integration.py) and by `kolong.checkpoints.load_model`, which all
+`from_config` after `import kolong` (kolong/integration.py) and by `kolong.checkpoints.load_model` (through `integration.prepare_loaded`), which all
 of kolong's commands load through. kolong does not patch transformers' `PreTrainedModel`, so a stock class
 loaded directly (`BertModel.from_pretrained(dir)`) has no hook: call `install_position_scaling(model)` on
 it, or it reads plain ids 0..L-1 (the plain interpolated table, not the original model on short inputs).

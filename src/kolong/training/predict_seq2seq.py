@@ -66,10 +66,10 @@ def _written(kind: str, task: str, pair, text: str):
 def predict_seq2seq(args: Seq2SeqPredictArguments) -> dict:
     import torch
 
-    from kolong.checkpoints import load_byte_model
     from kolong.data.text_to_text import TASKS, Seq2SeqTask, load_task, read_text_pairs
     from kolong.io import atomic_output_file, atomic_write_json, check_output_file
     from kolong.models.byte.greedy import decodes_as_generate, greedy_generate
+    from kolong.models.byte.loading import load_byte_model
     from kolong.training.prediction import by_length, in_order, warn_cut
 
     check_output_file(args.output, args.overwrite)

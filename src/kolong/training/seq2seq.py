@@ -12,10 +12,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kolong.checkpoints import load_byte_model
 from kolong.data.text_to_text import Seq2SeqTask, TextPair, load_task, read_text_pairs, score_generations
 from kolong.errors import DataError
 from kolong.io import atomic_write_text, writes_output
+from kolong.models.byte.loading import load_byte_model
 from kolong.training.arguments import Seq2SeqFinetuneArguments, check_eval_every, training_arguments
 from kolong.training.common import (
     final_evaluation,

@@ -12,9 +12,9 @@ import random
 from collections.abc import Callable
 from pathlib import Path
 
-from kolong.checkpoints import load_byte_model, load_byte_tokenizer
 from kolong.errors import DataError
 from kolong.io import writes_output
+from kolong.models.byte.loading import load_byte_model, load_byte_tokenizer
 from kolong.training.arguments import check_eval_every, training_arguments
 from kolong.training.common import (
     ListDataset,

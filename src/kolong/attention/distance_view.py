@@ -1,0 +1,71 @@
+"""Training with a bias by distance alone that has no parameters (ALiBi) on CPU: SDPA's fused kernel and its
+backward, the bias as a strided view.
+
+A bias by distance alone is Toeplitz, B[i, j] = b[j - i + n - 1] for a vector b of (h, 2n - 1). Read over a row's
+L real keys in reverse order (key j' is key L - 1 - j'), it becomes Hankel, constant along anti-diagonals:
+
+    B[i, L - 1 - j'] = r[n - L + i + j']         r = b reversed
+
+so every query row's bias is a consecutive window of r, and the whole (h, n, L) bias is a strided view of r
+(strides 2n - 1, 1, 1) with no copy. SDPA's fused CPU kernel reads its float mask through strides, so
+
+    out = SDPA(q, reverse(k[:L]), reverse(v[:L]), attn_mask=that view)
+
+is one call with nothing quadratic in memory, forward and backward (reversing the keys with their values leaves
+attention as it is). A bias with parameters (T5's table) would send SDPA to its unfused path, which materialises
+(b, h, n, n) scores: T5 trains through the chunked path. At inference the chunked path's forward reads the same
+view. Rows padded at their end are grouped by length, one call per length; the plan table takes this path only
+where every row's padding comes after its tokens.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kolong.attention.masks import AttentionMask
+from kolong.attention.sdpa import sdpa
+from kolong.attention.terms import ChunkBias, hankel_view
+
+
+@torch.compiler.disable  # reads row lengths on the host; inside a compiled model it runs eagerly
+def distance_attention(q, k, v, mask: AttentionMask | None, bias: ChunkBias) -> torch.Tensor:
+    """softmax(q k^T / sqrt(d) + bias + mask) v: (b, h, n, d_h), exact; rows with no allowed key get 0. The plan
+    table takes it only where every row's padding comes after its tokens (`row_ends` known)."""
+    length = q.shape[2]
+    ends = row_ends(mask, length)
+    distance = torch.arange(1 - length, length, device=q.device)
+    per_distance = bias.distances(bias.tensors, distance, length).to(q.dtype)  # (h, 2n - 1)
+    return each_length(lambda q, k, v, end: _hankel(q, k, v, per_distance, end), q, k, v, ends)
+
+
+def each_length(attend, q, k, v, ends: list[int]) -> torch.Tensor:
+    """`attend(q, k, v, end)` over the rows whose real tokens end at `end` (`row_ends`), one call per length, put
+    back in the rows' order: (b, h, n, d_h)."""
+    if len(set(ends)) == 1:
+        return attend(q, k, v, ends[0])
+    groups: dict[int, list[int]] = {}
+    for row, end in enumerate(ends):
+        groups.setdefault(end, []).append(row)
+    parts, order = [], []
+    for end, rows in groups.items():
+        index = torch.tensor(rows, device=q.device)
+        parts.append(attend(q[index], k[index], v[index], end))
+        order.extend(rows)
+    return torch.cat(parts)[torch.tensor(order, device=q.device).argsort()]
+
+
+def row_ends(mask: AttentionMask | None, length: int) -> list[int] | None:
+    """Each row's number of real tokens when they come first (padding at the end only), else None."""
+    if mask is None or mask.empty:
+        return [length]
+    if not mask.keys_only:  # packed documents (or a window, which never comes here)
+        return None
+    return mask.padding_ends()
+
+
+def _hankel(q, k, v, per_distance: torch.Tensor, end: int) -> torch.Tensor:
+    """Attention of every query to the first `end` keys, the bias read as a Hankel view (`hankel_view`)."""
+    if end == 0:
+        return torch.zeros_like(q)
+    bias = hankel_view(per_distance, q.shape[2], end)
+    return sdpa(q, k[:, :, :end].flip(2), v[:, :, :end].flip(2), attn_mask=bias)
