@@ -644,3 +644,42 @@ def test_device_classes_name_the_gpu_model_or_the_cpu_family_and_cores(machine, 
     from kolong.bench.machine import device_class
 
     assert device_class(machine, device) == expected
+
+
+def test_a_trial_run_never_replaces_a_committed_result(tmp_path, monkeypatch):
+    """Without --output-dir a run with every option at its default writes benchmarks/results/DEVICE (the docs'
+    results); one with any option changed writes runs/bench/DEVICE, and says so."""
+    from typer.testing import CliRunner
+
+    from kolong.bench import harness
+    from kolong.bench.arguments import ExtendBenchArguments
+    from kolong.cli import app
+    from kolong.cli.bench import _default_output
+
+    results = Path("benchmarks/results/cpu-test")
+    where, why = _default_output(None, ExtendBenchArguments(), results)
+    assert where == str(results) and "full run" in why
+    from kolong.bench.arguments import EncoderBenchArguments
+
+    where, why = _default_output(None, EncoderBenchArguments(device="cuda", resume=False), results)
+    assert where == str(results)  # neither changes what is measured
+    where, why = _default_output(None, ExtendBenchArguments(max_length=1024), results)
+    assert where == str(Path("runs/bench/cpu-test")) and "--max-length changed" in why and f"--output-dir {results}" in why
+
+    written = []
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(harness, "default_output_dir", lambda benchmark, args: results)
+    monkeypatch.setattr(harness, "run", lambda benchmark, args, **kw: {"fake": True})
+
+    def write(benchmark, result, output_dir):
+        written.append(Path(output_dir))
+        output_dir.mkdir(parents=True, exist_ok=True)
+        (output_dir / "extend.json").write_text("{}")
+        (output_dir / "extend.md").write_text("table\n")
+        return output_dir / "extend.json", output_dir / "extend.md"
+
+    monkeypatch.setattr(harness, "write_results", write)
+    done = CliRunner().invoke(app, ["bench", "extend", "-n", "1024"])
+    assert done.exit_code == 0, done.output
+    assert written == [Path("runs/bench/cpu-test")] and not (tmp_path / "benchmarks").exists()
+    assert "a trial run" in done.output

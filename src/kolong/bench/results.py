@@ -126,17 +126,28 @@ def source_commit(root: Path | None = None) -> str | None:
     return f"{head}+changes" if changed else head
 
 
-def command_line(benchmark, args) -> str:
-    """`kolong bench NAME` with every option that differs from its default: the command that measures it again."""
-    parts = ["kolong", "bench", benchmark.name]
+# Options that change where a run goes or whether it resumes, not what it measures.
+NOT_MEASURED = ("output_dir", "resume", "device")
+
+
+def changed_options(args, ignore: tuple[str, ...] = ("output_dir", "resume")) -> list[tuple[str, object]]:
+    """(field, value) of every option of `args` that differs from its default, in the options' order."""
     if not is_dataclass(args):
-        return " ".join(parts)
+        return []
+    changed = []
     for spec in dataclasses.fields(args):
         value = getattr(args, spec.name)
         default = spec.default_factory() if spec.default_factory is not dataclasses.MISSING else spec.default
-        if spec.name in ("output_dir", "resume") or value == default:
-            continue
-        flag = "--" + spec.name.replace("_", "-")
+        if spec.name not in ignore and value != default:
+            changed.append((spec.name, value))
+    return changed
+
+
+def command_line(benchmark, args) -> str:
+    """`kolong bench NAME` with every option that differs from its default: the command that measures it again."""
+    parts = ["kolong", "bench", benchmark.name]
+    for name, value in changed_options(args):
+        flag = "--" + name.replace("_", "-")
         if isinstance(value, bool):
             parts.append(flag if value else f"--no-{flag[2:]}")
         elif isinstance(value, (list, tuple)):

@@ -12,7 +12,7 @@ import typer
 
 from kolong.bench.arguments import BENCHMARKS
 from kolong.cli.arguments import command_from
-from kolong.cli.common import console, user_errors
+from kolong.cli.common import console, report, user_errors
 
 app = typer.Typer(
     help="Benchmarks; results go to benchmarks/results/DEVICE/ as JSON and markdown (DEVICE: h100, cpu-epyc-2core, ...).",
@@ -50,6 +50,25 @@ def _progress(status):
     return update
 
 
+# Where a trial run (any option changed) writes: beside the user's other runs, never over a committed result.
+TRIAL_RESULTS = Path("runs") / "bench"
+
+
+def _default_output(benchmark, args, results_dir: Path) -> tuple[str, str]:
+    """(the folder a run without --output-dir writes to, one line saying which and why). A full run (every option
+    that changes what is measured at its default) replaces the result in benchmarks/results/DEVICE that the docs
+    quote; any other run is a trial and goes to runs/bench/DEVICE."""
+    from kolong.bench.results import NOT_MEASURED, changed_options
+
+    changed = [name for name, _ in changed_options(args, ignore=NOT_MEASURED)]
+    if not changed:
+        return str(results_dir), f"a full run (every option at its default): results go to {results_dir}"
+    trial = TRIAL_RESULTS / results_dir.name
+    flags = ", ".join("--" + name.replace("_", "-") for name in changed)
+    return str(trial), (f"a trial run ({flags} changed): results go to {trial}, not {results_dir}; "
+                        f"--output-dir {results_dir} writes them there")  # fmt: skip
+
+
 def _command(name: str, target: str, arguments: type):
     def command(args) -> None:
         from kolong.bench.arguments import load_benchmark
@@ -58,7 +77,8 @@ def _command(name: str, target: str, arguments: type):
         with user_errors(), console.status("benchmarking") as status:
             benchmark = load_benchmark(target)
             if args.output_dir is None:
-                args.output_dir = str(default_output_dir(benchmark, args))
+                args.output_dir, why = _default_output(benchmark, args, default_output_dir(benchmark, args))
+                report(why)
             output_dir = Path(args.output_dir)
             result = run(benchmark, args, on_step=_progress(status), resume=_partial(benchmark, args),
                          on_partial=lambda partial: write_results(benchmark, partial, output_dir))  # fmt: skip

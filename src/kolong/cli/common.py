@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import time
 from collections.abc import Callable, Iterator
 
@@ -15,8 +16,22 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 
 from kolong.errors import InterruptedRunError, KolongError
 
-console = Console()
-errors = Console(stderr=True)
+# A line no table or path of kolong's reaches: where output goes to a file or a pipe, rich wraps nothing at it.
+UNWRAPPED = 10_000
+
+
+def make_console(stderr: bool = False) -> Console:
+    """rich's console. On a terminal, its width; where the stream is a file or a pipe (and COLUMNS does not say a
+    width), nothing is cut or wrapped: tables take the width of their content, paths and lines their own length,
+    so a redirected table, markdown row or output path reads whole."""
+    console = Console(stderr=stderr)
+    if console.is_terminal or os.environ.get("COLUMNS"):
+        return console
+    return Console(stderr=stderr, width=UNWRAPPED, soft_wrap=True)
+
+
+console = make_console()
+errors = make_console(stderr=True)
 
 
 @contextlib.contextmanager
