@@ -664,7 +664,11 @@ def test_a_trial_run_never_replaces_a_committed_result(tmp_path, monkeypatch):
     where, why = _default_output(None, EncoderBenchArguments(device="cuda", resume=False), results)
     assert where == str(results)  # neither changes what is measured
     where, why = _default_output(None, ExtendBenchArguments(max_length=1024), results)
-    assert where == str(Path("runs/bench/cpu-test")) and "--max-length changed" in why and f"--output-dir {results}" in why
+    assert (
+        where == str(Path("runs/bench/cpu-test"))
+        and "--max-length changed" in why
+        and f"--output-dir {results}" in why
+    )
 
     written = []
     monkeypatch.chdir(tmp_path)

@@ -242,6 +242,14 @@ def test_predict_cls_writes_what_evaluate_klue_scores(checkpoint, tmp_path):
     refused = CliRunner().invoke(app, ["predict", "cls", "--model", str(tmp_path / "nli"), "--data", str(gold),
                                        "-o", str(predictions)])  # fmt: skip
     assert refused.exit_code == 2 and "--overwrite" in refused.output
+    for bound, n in (
+        ("--limit", 4),
+        ("--max-predict-samples", 5),
+    ):  # a bounded trial: the first N, said in a line
+        bounded = invoke("predict", "cls", "--model", tmp_path / "nli", "--data", gold, "-o",
+                         tmp_path / f"first{n}.json", bound, n)  # fmt: skip
+        assert list(json.loads((tmp_path / f"first{n}.json").read_text())) == [r["guid"] for r in rows[:n]]
+        assert f"predicting the first {n} of 30 examples" in " ".join(bounded.output.split())
     refused = CliRunner().invoke(app, ["predict", "cls", "--model", str(tmp_path / "nli"), "--data", str(gold),
                                        "-o", str(tmp_path / "long.json"), "--max-length", "128"])  # fmt: skip
     assert refused.exit_code == 2 and "--max-length 128 exceeds the 64 positions" in " ".join(

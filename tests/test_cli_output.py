@@ -22,7 +22,9 @@ console.print("| " + " | ".join(f"cell {n}" * 5 for n in range(10)) + " |")
 def _piped(code: str, **env) -> str:
     environment = {key: value for key, value in os.environ.items() if key != "COLUMNS"}
     environment.update(env)
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=environment, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=environment, check=True
+    )
     return done.stdout
 
 

@@ -69,6 +69,9 @@ def test_finetune_predict_evaluate(workspace):
 
     scores = json.loads(invoke("evaluate", "qa", "--data", data, "--predictions", predictions).output)
     assert scores["f1"] == pytest.approx(results["metrics"]["eval_f1"])
+    first = root / "first.json"
+    invoke("predict", "qa", "--model", out, "--data", data, "-o", first, "--limit", 3, *WINDOW)
+    assert list(json.loads(first.read_text(encoding="utf-8"))) == list(answers)[:3]
 
 
 def test_resume_from_the_last_checkpoint(workspace):

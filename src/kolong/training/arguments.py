@@ -29,6 +29,7 @@ from kolong.training.options import (
     training_fields,
     under_known_names,
 )
+from kolong.training.prediction import MAX_PREDICT_SAMPLES_HELP
 
 
 @dataclass(kw_only=True)
@@ -264,6 +265,7 @@ class QAPredictArguments(CheckedArguments):
     compile: bool = option(
         False, "torch.compile the model (int8 models of `kolong quantize` are fast on CPU only so)."
     )
+    max_predict_samples: int | None = option(None, MAX_PREDICT_SAMPLES_HELP, "--limit", min=1)
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -16,6 +16,7 @@ from kolong.data.shared import shared_root
 from kolong.io import writes_output
 from kolong.training.arguments import RecipeArguments
 from kolong.training.options import REQUIRED, CheckedArguments, option
+from kolong.training.prediction import MAX_PREDICT_SAMPLES_HELP
 
 KLUE_DP_DEV = "klue/klue-dp-v1.1_dev.tsv"
 DEFAULT_MAX_LENGTH = 256  # tokens per sentence unless the model has fewer positions
@@ -65,6 +66,7 @@ class DPPredictArguments(CheckedArguments):
         "and the first label.",
     )
     batch_size: int = option(32, "Sentences per forward pass.")
+    max_predict_samples: int | None = option(None, MAX_PREDICT_SAMPLES_HELP, "--limit", min=1)
 
 
 def encode_sentences(tokenizer, sentences, max_length: int, label2id: dict | None = None) -> list[dict]:
@@ -275,10 +277,11 @@ def predict_dp(args: DPPredictArguments) -> dict:
     from kolong.io import atomic_output_file, atomic_write_json, check_output_file
     from kolong.models.parsing import BiaffineDependencyParser, DependencyParserConfig
     from kolong.positions.reach import max_length_for
-    from kolong.training.prediction import by_length, in_order, warn_cut
+    from kolong.training.prediction import by_length, first, in_order, warn_cut
 
     check_output_file(args.output, args.overwrite)
     sentences = read_klue_dp(args.data) if Path(args.data).suffix == ".tsv" else _text_sentences(args.data)
+    sentences = first(sentences, args.max_predict_samples, "sentences")
     tokenizer = load_tokenizer(args.model)
     config = load_config(args.model)
     if config.model_type != DependencyParserConfig.model_type:

@@ -20,6 +20,7 @@ from kolong.data.shared import shared_root
 from kolong.io import writes_output
 from kolong.training.arguments import RecipeArguments
 from kolong.training.options import REQUIRED, CheckedArguments, option
+from kolong.training.prediction import MAX_PREDICT_SAMPLES_HELP
 
 KLUE_NER_DEV = "klue/klue-ner-v1.1_dev.tsv"
 DEFAULT_MAX_LENGTH = 128  # tokens per sentence unless the model has fewer positions
@@ -206,6 +207,7 @@ class NERPredictArguments(CheckedArguments):
         "predicted O.",
     )
     batch_size: int = option(32, "Sentences per forward pass.")
+    max_predict_samples: int | None = option(None, MAX_PREDICT_SAMPLES_HELP, "--limit", min=1)
 
 
 def _texts(path: str) -> dict[str, str]:
@@ -233,10 +235,10 @@ def predict_ner(args: NERPredictArguments) -> dict:
     from kolong.data.klue_ner import prediction
     from kolong.io import atomic_output_file, atomic_write_json, check_output_file
     from kolong.positions.reach import max_length_for
-    from kolong.training.prediction import by_length, in_order, token_lengths, warn_cut
+    from kolong.training.prediction import by_length, first, in_order, token_lengths, warn_cut
 
     check_output_file(args.output, args.overwrite)
-    texts = _texts(args.data)
+    texts = first(_texts(args.data), args.max_predict_samples, "sentences")
     tokenizer = load_tokenizer(args.model)
     model = load_model(
         args.model,

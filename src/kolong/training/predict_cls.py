@@ -14,6 +14,7 @@ from pathlib import Path
 
 from kolong.data.shared import HELP as SHARED_HELP
 from kolong.training.options import REQUIRED, CheckedArguments, option
+from kolong.training.prediction import MAX_PREDICT_SAMPLES_HELP
 
 
 @dataclass(kw_only=True)
@@ -32,6 +33,7 @@ class ClassificationPredictArguments(CheckedArguments):
         None, "Tokens per example, pairs: both sentences (default: 128, or the model's positions if fewer)."
     )
     batch_size: int = option(64, "Examples per forward pass.")
+    max_predict_samples: int | None = option(None, MAX_PREDICT_SAMPLES_HELP, "--limit", min=1)
 
 
 def _examples(args: ClassificationPredictArguments) -> list:
@@ -83,10 +85,10 @@ def predict_cls(args: ClassificationPredictArguments) -> dict:
     from kolong.io import atomic_output_file, atomic_write_json, check_output_file
     from kolong.positions.reach import max_length_for
     from kolong.training.classification import DEFAULT_MAX_LENGTH
-    from kolong.training.prediction import by_length, in_order, token_lengths, warn_cut
+    from kolong.training.prediction import by_length, first, in_order, token_lengths, warn_cut
 
     check_output_file(args.output, args.overwrite)
-    examples = _examples(args)
+    examples = first(_examples(args), args.max_predict_samples)
     tokenizer = load_tokenizer(args.model)
     model = load_model(
         args.model,

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kolong.training.options import REQUIRED, CheckedArguments, option
+from kolong.training.prediction import MAX_PREDICT_SAMPLES_HELP
 
 
 @dataclass(kw_only=True)
@@ -43,6 +44,7 @@ class Seq2SeqPredictArguments(CheckedArguments):
     max_new_tokens: int | None = option(None, "Bytes generated (default: 16 for labels, 512 otherwise).")
     num_beams: int = option(1, "Beam search width (1: greedy).")
     batch_size: int = option(16, "Examples per generate call.")
+    max_predict_samples: int | None = option(None, MAX_PREDICT_SAMPLES_HELP, "--limit", min=1)
 
 
 def _written(kind: str, task: str, pair, text: str):
@@ -70,7 +72,7 @@ def predict_seq2seq(args: Seq2SeqPredictArguments) -> dict:
     from kolong.io import atomic_output_file, atomic_write_json, check_output_file
     from kolong.models.byte.greedy import decodes_as_generate, greedy_generate
     from kolong.models.byte.loading import load_byte_model
-    from kolong.training.prediction import by_length, in_order, warn_cut
+    from kolong.training.prediction import by_length, first, in_order, warn_cut
 
     check_output_file(args.output, args.overwrite)
     # the evaluation side finetune seq2seq made (nsmc: its test side)
@@ -81,6 +83,7 @@ def predict_seq2seq(args: Seq2SeqPredictArguments) -> dict:
         task = Seq2SeqTask(Path(args.task).stem, "text", inputs, inputs)
     else:  # --data as both sides: every example is generated for
         task = load_task(args.task, args.data, args.data)
+    task.eval = first(task.eval, args.max_predict_samples)
     model, tokenizer = load_byte_model(args.model)
     model.eval()
     # kolong's greedy loop gives generate's bytes with less host work a byte; beam search, and a generation config

@@ -93,3 +93,20 @@ def warn_cut(cut: int, total: int, what: str, limit: str, consequence: str) -> N
 def in_order(keys: list, results: dict) -> dict:
     """`results` keyed in the order of `keys` (the input's): what a prediction file lists."""
     return {key: results[key] for key in keys}
+
+
+# Every `kolong predict` command's bound: HF's spelling and the short one the docs use.
+MAX_PREDICT_SAMPLES_HELP = "Predict only the first N examples (a bounded trial; default: all)."
+
+
+def first(items, limit: int | None, what: str = "examples"):
+    """The first `limit` of `items` (a list, or a dict in its order), all of them without a limit; a bound that
+    cuts says so in one line."""
+    if limit is None or limit >= len(items):
+        return items
+    from kolong.errors import warn
+
+    warn(f"--max-predict-samples {limit}: predicting the first {limit} of {len(items)} {what}")
+    if isinstance(items, dict):
+        return dict(list(items.items())[:limit])
+    return items[:limit]

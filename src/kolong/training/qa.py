@@ -48,7 +48,7 @@ from kolong.training.common import (
     stopped_by_budget,
     train_or_finish,
 )
-from kolong.training.prediction import progress
+from kolong.training.prediction import first, progress
 
 # Windows `finetune qa` trains on when no --max-length is given, for a model that reads more: a whole
 # KorQuAD article is 1,000-2,000 tokens, and longer windows cost memory quadratically (docs/qa.md).
@@ -279,6 +279,7 @@ def _predict(args: QAPredictArguments, report: Callable[[str], None]) -> tuple[d
     from transformers import AutoModelForQuestionAnswering
 
     dataset = read_squad(args.data, args.on_bad_example, split="validation", questions_only=True)
+    dataset.examples = first(dataset.examples, args.max_predict_samples, "questions")
     tokenizer = load_tokenizer(args.model)
     model = load_model(
         args.model, AutoModelForQuestionAnswering, all_weights="fine-tune it first with `kolong finetune qa`"
