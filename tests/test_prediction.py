@@ -30,18 +30,32 @@ def test_token_lengths_count_pairs_and_truncation(tmp_path):
     assert token_lengths(tokenizer, texts, None, 3) == [4, 3]  # counted to max_length + 1: 4 means cut
 
 
-def test_progress_is_a_bar_on_a_terminal_and_a_line_a_tenth_otherwise(monkeypatch, capsys):
+def test_progress_is_a_bar_on_a_terminal_and_lines_from_the_first_item_otherwise(monkeypatch, capsys):
+    """Redirected: a line when the loop starts, one each tenth of the way and one at least every 30 s, so even a
+    loop of a few slow batches shows it is working."""
     import sys
 
+    from kolong.training import prediction
     from kolong.training.prediction import progress
 
     for _ in by_length(list(range(100)), [1] * 100, 8):
         pass
     lines = capsys.readouterr().err.splitlines()
-    assert len(lines) == 10 and lines[-1].startswith("predicting: 100/100 items (100%")  # stderr is captured
-    for _ in by_length(list(range(10)), [1] * 10, 8):  # a batch or two: nothing to show
+    assert lines[0].startswith("predicting: 0/100 items (0%")  # from the first item
+    assert len(lines) == 11 and lines[-1].startswith("predicting: 100/100 items (100%")  # stderr is captured
+    for _ in by_length(list(range(10)), [1] * 10, 8):  # two batches: a start and an end
         pass
-    assert capsys.readouterr().err == ""
+    assert [line.split(" (")[0] for line in capsys.readouterr().err.splitlines()] == [
+        "predicting: 0/10 items", "predicting: 8/10 items", "predicting: 10/10 items"]  # fmt: skip
+
+    clock = iter([0.0, 0.0, 31.0, 31.0, 40.0, 75.0, 75.0])  # a slow loop: the second batch comes 9 s later
+    monkeypatch.setattr(prediction.time, "perf_counter", lambda: next(clock))
+    with progress(400, "window") as advance:
+        for _ in range(3):
+            advance(1)
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split(" (")[0] for line in lines] == ["predicting: 0/400 windows", "predicting: 1/400 windows",
+                                                      "predicting: 3/400 windows"]  # fmt: skip
 
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
     with progress(100, "window") as advance:
@@ -49,3 +63,25 @@ def test_progress_is_a_bar_on_a_terminal_and_a_line_a_tenth_otherwise(monkeypatc
             advance(8)  # the last batch counted whole stops at the total
     shown = capsys.readouterr().err
     assert "100/100" in shown and "104" not in shown and "window" in shown
+
+
+def test_training_steps_are_reported_from_the_first_where_output_is_redirected(capsys):
+    """Where the Trainer shows no bar (stderr a file or a pipe): a line at the start, each tenth, and at the end;
+    a resumed run counts from its checkpoint's step."""
+    from types import SimpleNamespace
+
+    from kolong.training.common import step_lines
+
+    for resumed in (0, 10):
+        callback = step_lines()
+        state, args = (
+            SimpleNamespace(max_steps=20, global_step=resumed),
+            SimpleNamespace(local_process_index=0),
+        )
+        callback.on_train_begin(args, state, None)
+        for _ in range(20 - resumed):
+            callback.on_step_end(args, state, None)
+        callback.on_train_end(args, state, None)
+        lines = [line.split(" (")[0] for line in capsys.readouterr().err.splitlines()]
+        assert lines[0] == "training: 0/20 steps" and lines[-1] == "training: 20/20 steps"
+        assert (lines[1] == "training: 10/20 steps") if resumed else (len(lines) == 11)

@@ -206,6 +206,7 @@ def run_qa_demo(
     from kolong.data.squad import gold_answers, write_squad
     from kolong.evaluation.korquad import score_questions
     from kolong.extension import extend_checkpoint
+    from kolong.training.common import step_lines
     from kolong.training.qa import QAFinetuneArguments, QAPredictArguments, finetune_qa, predict_qa
 
     stage = on_stage or (lambda message: None)
@@ -246,7 +247,10 @@ def run_qa_demo(
                 logging_steps=10_000,
                 quiet=True,
                 extra={"save_strategy": "no"},  # the model is saved once, at the end
-            )
+            ),
+            callbacks=[
+                step_lines(emit=stage)
+            ],  # the steps in the stage's line: minutes of work, never silent
         )
         train_seconds = time.perf_counter() - started
         data = write_squad(eval_examples, root / "held-out.json")

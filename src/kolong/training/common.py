@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 from kolong.errors import ConfigError, OutputExistsError, warn
@@ -258,6 +259,39 @@ def quiet_trainer(trainer, quiet: bool) -> None:
         trainer.remove_callback(ProgressCallback)
 
 
+def step_lines(emit: Callable[[str], None] | None = None):
+    """A Trainer callback for a run whose output goes to a file or a pipe (where the Trainer shows no bar): a line
+    when training starts, each tenth of its steps and at least every 30 s (`prediction.progress`), so a slow
+    first step never reads as a hang. `emit`: where the lines go instead of stderr (the demo's status)."""
+    import contextlib
+
+    from transformers import TrainerCallback
+
+    from kolong.training.prediction import progress
+
+    class StepLines(TrainerCallback):
+        def __init__(self) -> None:
+            self.stack = contextlib.ExitStack()
+            self.advance = None
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            if state.max_steps > 0 and args.local_process_index == 0:
+                steps = progress(state.max_steps, "step", "training", emit=emit)
+                self.advance = self.stack.enter_context(steps)
+                if state.global_step:  # resumed
+                    self.advance(state.global_step)
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if self.advance is not None:
+                self.advance(1)
+
+        def on_train_end(self, args, state, control, **kwargs):
+            self.stack.close()
+            self.advance = None
+
+    return StepLines()
+
+
 def checkpoint_modes():
     """A Trainer callback giving each checkpoint, once saved, the modes the umask gives (`follow_umask`)."""
     from transformers import TrainerCallback
@@ -318,6 +352,8 @@ def train_or_finish(trainer, resume_from: str | None, args=None):
     trainer.add_callback(evaluations)
     trainer.evaluated_steps = evaluations.steps  # read by final_evaluation
     trainer.add_callback(stop_on_non_finite())
+    if trainer.args.disable_tqdm and not getattr(args, "quiet", False):
+        trainer.add_callback(step_lines())
     signals = stop_on_signal()
     trainer.add_callback(signals)
     if resume_from is None and args is not None:

@@ -28,37 +28,48 @@ def by_length(items: list, lengths: list[int], batch_size: int, unit: str = "ite
 
 @contextlib.contextmanager
 def progress(
-    total: int, unit: str, what: str = "predicting", lines: int = 10
-) -> Iterator[Callable[[int], None]]:
-    """`advance(n)` for a loop over `total` items: a tqdm bar (count, rate, ETA) on a terminal; where stderr is
-    a file or a pipe, a plain line each tenth of the way (a bar there would be thousands of redraws); nothing
-    for a loop of one batch's worth. (transformers' own bars stay off: kolong hides its per-file bars.)"""
+    total: int, unit: str, what: str = "predicting", lines: int = 10, seconds: float = 30.0,
+    emit: Callable[[str], None] | None = None,
+) -> Iterator[Callable[[int], None]]:  # fmt: skip
+    """`advance(n)` for a loop over `total` items, from the first one: a tqdm bar (count, rate, ETA) on a
+    terminal; where stderr is a file or a pipe, a plain line when the loop starts, each tenth of the way and at
+    least every `seconds` (a bar there would be thousands of redraws), so a slow loop never reads as a hang.
+    `emit`: where the lines go instead (always lines then; a caller's own status display).
+    (transformers' own bars stay off: kolong hides its per-file bars.)"""
     from tqdm.auto import tqdm
 
-    if int(os.environ.get("RANK", "0")) != 0 or total < _FEW:
+    if int(os.environ.get("RANK", "0")) != 0 or total <= 0:
         yield lambda n: None
         return
-    if getattr(sys.stderr, "isatty", lambda: False)():
+    if emit is None and getattr(sys.stderr, "isatty", lambda: False)():
         with tqdm(total=total, unit=unit, desc=what, file=sys.stderr) as bar:
             yield lambda n: bar.update(min(n, total - bar.n))  # a last batch counted whole stops at total
         return
     done, shown, start = 0, 0, time.perf_counter()
+    last = start
+
+    def line() -> None:
+        nonlocal last
+        last = time.perf_counter()
+        rate = done / max(last - start, 1e-9)
+        text = f"{what}: {done:,}/{total:,} {unit}s ({100 * done / total:.0f}%, {rate:,.1f} {unit}s/s, {last - start:,.0f} s)"
+        if emit is not None:
+            emit(text)
+        else:
+            print(text, file=sys.stderr, flush=True)
 
     def advance(n: int) -> None:
         nonlocal done, shown
         if done == total:
             return
         done = min(done + n, total)
-        if done * lines // total > shown or done == total:
+        now = time.perf_counter()
+        if done * lines // total > shown or done == total or now - last >= seconds:
             shown = done * lines // total
-            rate = done / max(time.perf_counter() - start, 1e-9)
-            print(f"{what}: {done:,}/{total:,} {unit}s ({100 * done / total:.0f}%, {rate:,.1f} {unit}s/s)",
-                  file=sys.stderr, flush=True)  # fmt: skip
+            line()
 
+    line()
     yield advance
-
-
-_FEW = 64  # fewer items than this take a batch or two: no progress to show
 
 
 def token_lengths(tokenizer, texts: list[str], pairs: list | None, max_length: int) -> list[int]:
