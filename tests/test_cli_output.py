@@ -40,3 +40,52 @@ def test_tables_paths_and_markdown_rows_are_never_cut_in_a_pipe():
 def test_columns_still_sets_the_width_when_given():
     out = _piped(PRINT_WIDE, COLUMNS="60")
     assert max(len(line) for line in out.splitlines()) <= 60
+
+
+def test_a_folder_that_is_no_model_is_blamed_as_the_path_given(tmp_path):
+    """`-m DIR` with neither config.json nor tokenizer files: "not a model directory", as `extend` says, where a
+    model without its tokenizer, or a --tokenizer folder, is "not a tokenizer directory"."""
+    import pytest
+
+    from kolong.checkpoints import load_tokenizer
+    from kolong.errors import CheckpointError
+
+    with pytest.raises(
+        CheckpointError, match=r"is not a model directory: it has no config\.json or tokenizer files"
+    ):
+        load_tokenizer(tmp_path)
+    with pytest.raises(CheckpointError, match="is not a tokenizer directory"):
+        load_tokenizer(tmp_path, role="tokenizer")
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(CheckpointError, match="is not a tokenizer directory"):
+        load_tokenizer(tmp_path)
+
+
+def test_a_hub_name_out_of_reach_fails_at_once_with_the_offline_hint(monkeypatch):
+    """No network and nothing cached: one quick try of the hub's host, then a clear error, not half a minute of
+    retries; offline mode is left to transformers (which reads the cache)."""
+    import socket
+    import time
+
+    import huggingface_hub
+    import pytest
+
+    from kolong import checkpoints
+    from kolong.errors import CheckpointError
+
+    tries = []
+
+    def unreachable(address, timeout=None):
+        tries.append(address)
+        raise OSError("Name or service not known")
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(socket, "create_connection", unreachable)
+    monkeypatch.setattr(checkpoints, "_HUB_REACHED", {})
+    started = time.perf_counter()
+    for _ in range(2):
+        with pytest.raises(CheckpointError, match=r"cannot be reached: .*HF_HUB_OFFLINE=1"):
+            checkpoints.load_config("no-such-org/no-such-model")
+    assert time.perf_counter() - started < 2 and len(tries) == 1  # asked once a process
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    checkpoints._check_hub("no-such-org/no-such-model")  # offline: transformers answers from the cache

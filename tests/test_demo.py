@@ -34,7 +34,9 @@ def test_qa_demo_reads_held_out_chapters_three_ways(tmp_path):
     assert truncate.windows == result.held_out == 8 and sliding.windows > extended.windows > truncate.windows
     assert all(0 <= v.exact_match <= v.f1 <= 100 for v in result.variants)
     assert result.train_questions == 16 and result.train_windows >= 16
-    steps = [stage for stage in stages if stage.startswith("training: ")]  # fine-tuning's steps, from the first
+    steps = [
+        stage for stage in stages if stage.startswith("training: ")
+    ]  # fine-tuning's steps, from the first
     assert steps[0].startswith("training: 0/") and steps[-1].split(" (")[0].endswith("steps")
     assert "(100%" in steps[-1]
     stages = [stage for stage in stages if stage not in steps]

@@ -40,8 +40,11 @@ def finetune(model, data, out, *options):
 def test_finetune_predict_evaluate(workspace):
     root, data, model = workspace
     out = root / "finetuned"
-    finetune(model, data, out, "--eval", data, "--epochs", 30, "--lr", 1e-3, "--seed", 0)
+    done = finetune(model, data, out, "--eval", data, "--epochs", 30, "--lr", 1e-3, "--seed", 0)
     results = json.loads((out / "kolong_qa_results.json").read_text())
+    closing = [line for line in done.stdout.splitlines() if line.startswith("fine-tuned")]
+    assert len(closing) == 1 and str(out / "kolong_qa_results.json") in closing[0] and "f1 " in closing[0]
+    assert '"train_windows"' not in done.stdout  # the record stays in the results file
     assert results["metrics"]["train_windows"] > 14  # sliding windows: more windows than questions
     assert results["metrics"]["eval_f1"] > 50  # the tiny model memorises the 14 questions
     assert (out / "model.safetensors").is_file() and not list(out.glob(".*"))  # staged, then moved in whole

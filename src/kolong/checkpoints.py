@@ -18,13 +18,49 @@ def _not_a_hub_name(name: str) -> bool:
 
 
 def _check_local(model_or_path: str, expected: str) -> Path:
-    """The path of a local checkpoint folder; a file, or a missing path that cannot be a hub name, refused."""
+    """The path of a local checkpoint folder; a file, or a missing path that cannot be a hub name, refused; a hub
+    name neither cached nor reachable refused at once (`_check_hub`)."""
     path = Path(model_or_path)
     if path.exists() and not path.is_dir():
         raise CheckpointError(f"{path} is a file, not a model directory (expected a folder with {expected})")
     if not path.exists() and _not_a_hub_name(str(model_or_path)):
         raise CheckpointError(f"{path}: no such directory (expected a folder with {expected})")
+    if not path.exists():
+        _check_hub(str(model_or_path))
     return path
+
+
+_HUB_REACHED: dict[str, bool] = {}  # host -> reachable, asked once a process
+
+
+def _check_hub(name: str) -> None:
+    """A hub name that is not in the local cache, with the hub out of reach: refused after one quick try (a
+    second), where huggingface_hub would retry for half a minute before its own error. Offline mode
+    (HF_HUB_OFFLINE=1) and cached models are left to transformers, which reads the cache."""
+    import socket
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    if constants.HF_HUB_OFFLINE:
+        return
+    for file in ("config.json", "tokenizer_config.json"):
+        if isinstance(try_to_load_from_cache(name, file), str):
+            return
+    endpoint = urlparse(constants.ENDPOINT)
+    host = endpoint.hostname or "huggingface.co"
+    if host not in _HUB_REACHED:
+        try:
+            socket.create_connection((host, endpoint.port or 443), timeout=1.0).close()
+            _HUB_REACHED[host] = True
+        except OSError:
+            _HUB_REACHED[host] = False
+    if not _HUB_REACHED[host]:
+        raise CheckpointError(
+            f"{name!r} is not a local directory, nor in the Hugging Face cache, and {host} cannot be reached: give "
+            "the path of a saved model, or download it where there is a network (set HF_HUB_OFFLINE=1 to read "
+            "the cache only)"
+        )
 
 
 def check_model_type(path: Path) -> None:
@@ -147,9 +183,10 @@ def load_model(
     return prepare_loaded(model)
 
 
-def load_tokenizer(model_or_path: str | Path, hint: str = ""):
+def load_tokenizer(model_or_path: str | Path, hint: str = "", role: str = "model"):
     """`byte` -> kolong's ByteTokenizer; otherwise `AutoTokenizer.from_pretrained` of a directory or hub name,
-    a failure named (with `hint`, e.g. the option that avoids loading it)."""
+    a failure named (with `hint`, e.g. the option that avoids loading it). `role`: what the user gave the path as
+    (`model`, or `tokenizer` for a --tokenizer option): a folder that is neither is blamed as that."""
     if str(model_or_path) == "byte":
         from kolong.tokenizers.byte import ByteTokenizer
 
@@ -158,6 +195,10 @@ def load_tokenizer(model_or_path: str | Path, hint: str = ""):
     if path.is_dir() and not any(
         (path / name).is_file() for name in ("tokenizer_config.json", "tokenizer.json")
     ):
+        if role == "model" and not (path / "config.json").is_file():  # the path is wrong, not its files
+            raise CheckpointError(
+                f"{path} is not a model directory: it has no config.json or tokenizer files"
+            )
         raise CheckpointError(
             f"{path} is not a tokenizer directory (no tokenizer_config.json or tokenizer.json){hint}"
         )

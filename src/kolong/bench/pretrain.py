@@ -449,7 +449,7 @@ def padding_report(
 
     from kolong.checkpoints import load_tokenizer
 
-    tokenizer = load_tokenizer(tokenizer_path)
+    tokenizer = load_tokenizer(tokenizer_path, role="tokenizer")
     sizes = [len(ids) + 2 for ids in tokenizer(documents, add_special_tokens=False)["input_ids"] if ids]
     report = {"documents": len(sizes), "mean_tokens": statistics.mean(sizes) if sizes else 0, "lengths": {}}
     for length in lengths:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import typer
 
 from kolong.cli.arguments import SectionedHelp, command_from
@@ -24,6 +22,27 @@ app = typer.Typer(help="Fine-tune models on tasks.", no_args_is_help=True, rich_
 predict_app = typer.Typer(help="Run fine-tuned models on data.", no_args_is_help=True, rich_markup_mode=None)
 
 
+def closing_line(output_dir: str, results: str, metrics: dict, trained_on: str, shown: tuple[str, ...],
+                 also: str | None = None) -> None:  # fmt: skip
+    """The one line a recipe ends with: where the model and its results went, and its main numbers (the whole
+    record stays in the results file)."""
+    from pathlib import Path
+
+    if metrics.get("finished") is False:  # stopped by a time budget: the last checkpoint holds the run
+        console.print(
+            f"[yellow]stopped[/] at step {metrics.get('steps')}: resume with the same command ({output_dir})"
+        )
+        return
+    numbers = ", ".join(
+        f"{key.removeprefix('eval_').replace('_', ' ')} {metrics[key]:.4f}" if key == "train_loss"
+        else f"{key.removeprefix('eval_').replace('_', ' ')} {metrics[key]:.2f}"
+        for key in shown if isinstance(metrics.get(key), (int, float))
+    )  # fmt: skip
+    extra = f" and {Path(output_dir) / also}" if also else ""
+    console.print(f"[green]fine-tuned[/] on {trained_on} -> {output_dir} (model and tokenizer; results in "
+                  f"{Path(output_dir) / results}{extra})" + (f": {numbers}" if numbers else ""), soft_wrap=True)  # fmt: skip
+
+
 @app.command("qa", cls=SectionedHelp)
 @command_from(QAFinetuneArguments)
 def finetune_qa(args: QAFinetuneArguments) -> None:
@@ -33,7 +52,9 @@ def finetune_qa(args: QAFinetuneArguments) -> None:
     """
     from kolong.training.qa import finetune_qa as run
 
-    console.print_json(json.dumps(run(args, report=report), ensure_ascii=False))
+    metrics = run(args, report=report)
+    closing_line(args.output_dir, "kolong_qa_results.json", metrics, f"{metrics.get('train_examples', '?')} "
+                 "questions", ("eval_f1", "eval_exact_match", "train_loss"))  # fmt: skip
 
 
 @app.command("cls", cls=SectionedHelp)
@@ -98,7 +119,10 @@ def finetune_seq2seq(args: Seq2SeqFinetuneArguments) -> None:
     """
     from kolong.training.seq2seq import finetune_seq2seq as run
 
-    console.print_json(json.dumps(run(args), ensure_ascii=False))
+    metrics = run(args)
+    shown = ("eval_accuracy", "eval_entity_f1", "eval_char_f1", "eval_exact_match", "train_loss")
+    closing_line(args.output_dir, "kolong_seq2seq_results.json", metrics,
+                 f"{metrics.get('train_examples', '?')} examples", shown, also="predictions.jsonl")  # fmt: skip
 
 
 @app.command("retrieval", cls=SectionedHelp)

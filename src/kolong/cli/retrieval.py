@@ -104,7 +104,7 @@ def build_task(
                 )
             from kolong.checkpoints import load_tokenizer
 
-            built = haystack_task(task, load_tokenizer(tokenizer), lengths=int_list(lengths, "--lengths"),
+            built = haystack_task(task, load_tokenizer(tokenizer, role="tokenizer"), lengths=int_list(lengths, "--lengths"),
                                   depths=float_list(depths, "--depths"), per_length=per_length, source=haystack,
                                   seed=seed, shared_data=shared_data)  # fmt: skip
         write_task(built, output, overwrite)

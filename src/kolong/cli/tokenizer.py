@@ -166,7 +166,7 @@ def stats(
             from kolong.data.squad import read_squad
 
             examples = read_squad(qa, "skip").examples
-        loaded = [(name, load_tokenizer(name)) for name in tokenizers]
+        loaded = [(name, load_tokenizer(name, role="tokenizer")) for name in tokenizers]
         rows = []
         with Progress(
             TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console

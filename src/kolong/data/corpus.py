@@ -287,7 +287,7 @@ def build_corpus(
     if not 0 <= held_out < 1:
         raise DataError(f"held_out must be in [0, 1), got {held_out}")
     check_output_dir(output_dir, overwrite)
-    tokenizer = load_tokenizer(tokenizer_path)
+    tokenizer = load_tokenizer(tokenizer_path, role="tokenizer")
     if tokenizer.cls_token_id is None or tokenizer.sep_token_id is None:
         raise DataError(f"tokenizer {tokenizer_path} has no [CLS]/[SEP] tokens to frame blocks with")
     stats = CorpusStats(sources=list(sources), tokenizer=str(tokenizer_path), vocab_size=len(tokenizer),

@@ -292,6 +292,20 @@ def step_lines(emit: Callable[[str], None] | None = None):
     return StepLines()
 
 
+def one_train_loss():
+    """A Trainer callback, first in line, that keeps the Trainer's own `train_loss` (the mean of this session's
+    steps) out of the summary it prints at the end, where kolong's closing line gives the run's (over resumes):
+    one figure by that name, not two that differ. The Trainer's log history keeps its value."""
+    from transformers import TrainerCallback
+
+    class OneTrainLoss(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs and "train_runtime" in logs:
+                logs.pop("train_loss", None)
+
+    return OneTrainLoss()
+
+
 def checkpoint_modes():
     """A Trainer callback giving each checkpoint, once saved, the modes the umask gives (`follow_umask`)."""
     from transformers import TrainerCallback
@@ -352,6 +366,7 @@ def train_or_finish(trainer, resume_from: str | None, args=None):
     trainer.add_callback(evaluations)
     trainer.evaluated_steps = evaluations.steps  # read by final_evaluation
     trainer.add_callback(stop_on_non_finite())
+    trainer.callback_handler.callbacks.insert(0, one_train_loss())  # before the Trainer's printer
     if trainer.args.disable_tqdm and not getattr(args, "quiet", False):
         trainer.add_callback(step_lines())
     signals = stop_on_signal()

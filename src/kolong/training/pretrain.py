@@ -75,7 +75,7 @@ def prepare(args: PretrainArguments):
 
     datasets, metadata = load_corpus(args.corpus)
     tokenizer_path = args.tokenizer or metadata["tokenizer"]
-    tokenizer = load_tokenizer(tokenizer_path)
+    tokenizer = load_tokenizer(tokenizer_path, role="tokenizer")
     if len(tokenizer) != metadata["vocab_size"]:
         raise DataError(
             f"tokenizer {tokenizer_path} has {len(tokenizer)} tokens but the corpus {args.corpus} was built with "
