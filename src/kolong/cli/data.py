@@ -14,8 +14,10 @@ app = typer.Typer(help="Prepare datasets.", no_args_is_help=True, rich_markup_mo
 
 @app.command("long-docs")
 def long_docs(
-    source: Path = typer.Argument(
-        ..., metavar="SOURCE", help="SQuAD v1 / KorQuAD 1.0 JSON (paragraph-level)."
+    source: str = typer.Argument(
+        ...,
+        metavar="SOURCE",
+        help="SQuAD v1 / KorQuAD 1.0 JSON (paragraph-level), or korquad: the shared dev set.",
     ),
     output: Path = typer.Option(..., "--output", "-o", help="JSON file to write (article-level)."),
     separator: str = typer.Option(
@@ -27,6 +29,7 @@ def long_docs(
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing output file."),
 ) -> None:
     """Join each article's paragraphs into one long context (answer offsets shifted, ids kept)."""
+    from kolong.data.shared import data_file
     from kolong.data.squad import build_long_documents, read_squad, write_squad
     from kolong.io import atomic_output_file
 
@@ -37,7 +40,7 @@ def long_docs(
             f"bad escape sequence in {separator!r}: {error.reason}", param_hint="--separator"
         ) from None
     with user_errors(), atomic_output_file(output, overwrite) as staging:
-        dataset = read_squad(source, on_bad_example)
+        dataset = read_squad(data_file(source, "SOURCE", names=("korquad",)), on_bad_example)
         examples = build_long_documents(dataset, joiner)
         write_squad(examples, staging, version=f"{dataset.version} (kolong long-docs)")
     lengths = sorted({e.article: len(e.context) for e in examples}.values())

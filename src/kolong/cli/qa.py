@@ -27,7 +27,11 @@ evaluate_app = typer.Typer(
 
 @evaluate_app.command("qa")
 def evaluate_qa(
-    data: Path = typer.Option(..., "--data", help="SQuAD/KorQuAD JSON with gold answers."),
+    data: str = typer.Option(
+        ...,
+        "--data",
+        help="SQuAD/KorQuAD JSON with gold answers, or korquad: the shared KorQuAD 1.0 dev set.",
+    ),
     predictions: Path = typer.Option(..., "--predictions", help="JSON {id: answer text}."),
     metric: str = typer.Option(
         "korquad",
@@ -39,15 +43,18 @@ def evaluate_qa(
     ),
     output: Path = typer.Option(None, "--output", "-o", help="Also write the scores as JSON to this file."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --output file."),
+    shared_data: Path = typer.Option(None, "--shared-data", help=SHARED_HELP),
 ) -> None:
     """Score predictions; prints JSON (percentages, as the official script)."""
+    from kolong.data.shared import data_file
     from kolong.evaluation.korquad import evaluate_files as run
     from kolong.io import atomic_output_file, atomic_write_json, check_output_file
 
     with user_errors():
         if output is not None:
             check_output_file(output, overwrite)
-        scores = run(str(data), str(predictions), metric, on_bad_example)
+        gold = data_file(data, "--data", shared_data, names=("korquad",))
+        scores = run(str(gold), str(predictions), metric, on_bad_example)
         if output is not None:
             with atomic_output_file(output, overwrite) as staging:
                 atomic_write_json(staging, scores)
@@ -77,10 +84,11 @@ def evaluate_klue(
     model_name: str = typer.Option(
         None, "--model-name", help="With all: the table's row name (default: the folder)."
     ),
-    data: Path = typer.Option(
+    data: str = typer.Option(
         None,
         "--data",
-        help="KLUE gold file (default for nli, sts, ner, dp: the dev set under --shared-data).",
+        help="KLUE gold file, or a shared one by name (klue-nli, klue-sts, klue-ner, klue-dp); default for nli, "
+        "sts, ner, dp: the dev set under --shared-data.",
     ),
     shared_data: Path = typer.Option(None, "--shared-data", help=SHARED_HELP),
     missing: str = typer.Option(
@@ -93,6 +101,7 @@ def evaluate_klue(
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --output file."),
 ) -> None:
     """Score predictions with KLUE's metrics exactly as KLUE-baseline computes them; prints JSON (percentages)."""
+    from kolong.data.shared import data_file
     from kolong.evaluation.klue_files import DEFAULT_GOLD, score_klue_files
     from kolong.io import atomic_output_file, atomic_write_json, check_output_file
 
@@ -106,6 +115,10 @@ def evaluate_klue(
                     f"{task} has no dev set in the shared data: pass its gold file", param_hint="--data"
                 )
             data = shared_file(DEFAULT_GOLD[task], shared_data)
+        else:
+            data = data_file(
+                data, "--data", shared_data, names=("klue-nli", "klue-sts", "klue-ner", "klue-dp")
+            )
         if output is not None:
             check_output_file(output, overwrite)
         scores = {"task": task, **score_klue_files(task, data, predictions, missing)}

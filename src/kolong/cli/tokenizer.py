@@ -59,8 +59,11 @@ def _report_bad_lines(report) -> None:
 
 @app.command("train")
 def train(
-    corpus: list[Path] = typer.Option(
-        ..., "--corpus", help="Text file, plain or gzip, one document per line (repeat for several files)."
+    corpus: list[str] = typer.Option(
+        ...,
+        "--corpus",
+        help="Text file, plain or gzip, one document per line (repeat for several files), or nsmc: the shared "
+        "reviews (their document column).",
     ),
     output: Path = typer.Option(..., "--output", "-o", help="Directory to write the tokenizer to."),
     morph: str = typer.Option(
@@ -101,13 +104,17 @@ def train(
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing output directory."),
 ) -> None:
     """Segment a corpus into morphemes (MeCab-ko, Kiwi or none) and train WordPiece, BPE or a morpheme list."""
+    from kolong.data.shared import data_file
     from kolong.io import atomic_output_dir, check_output_dir, output_lock
     from kolong.tokenizers import Corpus, train_tokenizer
 
     with user_errors(), output_lock(check_output_dir(output, overwrite)):  # before the slow training
+        files = [data_file(path, "--corpus", names=("nsmc",)) for path in corpus]
+        if column is None and corpus == ["nsmc"]:
+            column = "document"
         with _byte_progress() as progress:
             task = progress.add_task("reading and analysing", total=None, documents=0)
-            documents = Corpus(corpus, on_bad_line, column, limit=limit)
+            documents = Corpus(files, on_bad_line, column, limit=limit)
             progress.update(task, total=documents.total_bytes)
             documents.on_progress = lambda done: progress.update(
                 task, completed=done, documents=documents.report.documents

@@ -40,3 +40,43 @@ def missing(path: Path) -> DataError:
         f"{path} not found: pass --shared-data DIR or set {ENVIRONMENT}=DIR to the folder that holds korquad/, "
         "klue/, nsmc/ (docs/data.md says where to get each dataset)"
     )
+
+
+# The shared files a command reading one file takes by name (`--data klue-ner`), under the shared folder.
+FILES = {
+    "korquad": KORQUAD_DEV,
+    "klue-nli": "klue/klue-nli-v1.1_dev.json",
+    "klue-sts": "klue/klue-sts-v1.1_dev.json",
+    "klue-ner": "klue/klue-ner-v1.1_dev.tsv",
+    "klue-dp": "klue/klue-dp-v1.1_dev.tsv",
+    "nsmc": "nsmc/reviews.shared.tsv.gz",
+    "korsts": "korsts/sts-dev.tsv",
+    "kornli": "kornli/xnli.dev.ko.tsv",
+}
+
+
+def data_file(
+    value: str | Path, flag: str, given: str | Path | None = None, names: tuple[str, ...] = ()
+) -> Path:
+    """The file an option names: one of `names` (keys of FILES this command reads) as the shared file, else a path
+    that exists. A missing one is refused naming the option, the names it takes and both ways of pointing at the
+    shared folder; a bare name of a shared file (`klue-ner-v1.1_dev.tsv`) is told its dataset name."""
+    text = str(value)
+    if text in names:
+        return shared_file(FILES[text], given)
+    path = Path(text)
+    if path.exists():
+        return path
+    known = next((name for name in names if Path(FILES[name]).name == path.name), None)
+    if known is not None:
+        where = shared_root(given)
+        raise DataError(
+            f"{flag} {text}: no such file here; the shared copy is named {known} ({flag} {known} reads "
+            f"{where / FILES[known]}; --shared-data DIR or {ENVIRONMENT}=DIR point at another folder)"
+        )
+    named = (
+        f"; or a shared dataset by name: {', '.join(names)} (--shared-data DIR or {ENVIRONMENT}=DIR)"
+        if names
+        else ""
+    )
+    raise DataError(f"{flag} {text}: no such file{named}")

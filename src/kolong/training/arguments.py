@@ -237,8 +237,10 @@ class QAPredictArguments(CheckedArguments):
 
     model: str = option(REQUIRED, "Fine-tuned QA checkpoint.", "-m", "--model_name_or_path")
     data: str = option(
-        REQUIRED, "Questions: SQuAD/KorQuAD JSON, a saved `datasets` directory or a hub name.", "--test_file"
-    )
+        REQUIRED, "Questions: SQuAD/KorQuAD JSON, a saved `datasets` directory, a hub name, or korquad: the shared "
+        "KorQuAD 1.0 dev set.", "--test_file",
+    )  # fmt: skip
+    shared_data: str | None = option(None, SHARED_HELP)
     output: str = option(REQUIRED, "predictions.json to write: {id: answer}.", "-o")
     nbest_output: str | None = option(None, "Also write the n-best lists here.", "--nbest")
     overwrite: bool = option(False, "Replace existing --output / --nbest files.")

@@ -56,8 +56,10 @@ class DPPredictArguments(CheckedArguments):
     """`kolong predict dp`."""
 
     model: str = option(REQUIRED, "Fine-tuned parser (`kolong finetune dp`).", "-m")
-    data: str = option(REQUIRED, "KLUE-DP TSV (its eojeols are parsed; gold heads are not read), or a text file "
-                       "of one sentence per line (eojeols: its space-separated words; ids: line-N).")  # fmt: skip
+    data: str = option(REQUIRED, "KLUE-DP TSV (its eojeols are parsed; gold heads are not read), a text file "
+                       "of one sentence per line (eojeols: its space-separated words; ids: line-N), or klue-dp: the "
+                       "shared dev set.")  # fmt: skip
+    shared_data: str | None = option(None, SHARED_HELP)
     output: str = option(REQUIRED, "predictions.json to write: {id: {heads, labels}}.", "-o")
     overwrite: bool = option(False, "Replace an existing --output file.")
     max_length: int | None = option(
@@ -273,6 +275,7 @@ def predict_dp(args: DPPredictArguments) -> dict:
 
     from kolong.checkpoints import load_config, load_model, load_tokenizer
     from kolong.data.klue_dp import read_klue_dp
+    from kolong.data.shared import data_file
     from kolong.errors import CheckpointError
     from kolong.io import atomic_output_file, atomic_write_json, check_output_file
     from kolong.models.parsing import BiaffineDependencyParser, DependencyParserConfig
@@ -280,7 +283,8 @@ def predict_dp(args: DPPredictArguments) -> dict:
     from kolong.training.prediction import by_length, first, in_order, warn_cut
 
     check_output_file(args.output, args.overwrite)
-    sentences = read_klue_dp(args.data) if Path(args.data).suffix == ".tsv" else _text_sentences(args.data)
+    data = data_file(args.data, "--data", args.shared_data, names=("klue-dp",))
+    sentences = read_klue_dp(data) if data.suffix == ".tsv" else _text_sentences(str(data))
     sentences = first(sentences, args.max_predict_samples, "sentences")
     tokenizer = load_tokenizer(args.model)
     config = load_config(args.model)

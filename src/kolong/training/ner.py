@@ -194,7 +194,9 @@ class NERPredictArguments(CheckedArguments):
     """`kolong predict ner`."""
 
     model: str = option(REQUIRED, "Fine-tuned token-classification checkpoint (`kolong finetune ner`).", "-m")
-    data: str = option(REQUIRED, "KLUE-NER TSV, or a text file with one sentence per line (ids: line-N).")
+    data: str = option(REQUIRED, "KLUE-NER TSV, a text file with one sentence per line (ids: line-N), or klue-ner: "
+                       "the shared dev set.")  # fmt: skip
+    shared_data: str | None = option(None, SHARED_HELP)
     output: str = option(
         REQUIRED,
         "predictions.json to write: {id: sentence in <text:TAG> markup, or its character tags}.",
@@ -233,12 +235,14 @@ def predict_ner(args: NERPredictArguments) -> dict:
 
     from kolong.checkpoints import load_model, load_tokenizer
     from kolong.data.klue_ner import prediction
+    from kolong.data.shared import data_file
     from kolong.io import atomic_output_file, atomic_write_json, check_output_file
     from kolong.positions.reach import max_length_for
     from kolong.training.prediction import by_length, first, in_order, token_lengths, warn_cut
 
     check_output_file(args.output, args.overwrite)
-    texts = first(_texts(args.data), args.max_predict_samples, "sentences")
+    data = data_file(args.data, "--data", args.shared_data, names=("klue-ner",))
+    texts = first(_texts(str(data)), args.max_predict_samples, "sentences")
     tokenizer = load_tokenizer(args.model)
     model = load_model(
         args.model,

@@ -26,6 +26,7 @@ from kolong.data.qa_features import (
     stack_logits,
     window_batches,
 )
+from kolong.data.shared import KORQUAD_DEV, shared_file
 from kolong.data.squad import gold_answers, read_squad
 from kolong.errors import ConfigError, DataError
 from kolong.evaluation.korquad import score_intervals, score_questions
@@ -278,7 +279,8 @@ def predict_qa(args: QAPredictArguments, report: Callable[[str], None] = lambda 
 def _predict(args: QAPredictArguments, report: Callable[[str], None]) -> tuple[dict, dict, dict]:
     from transformers import AutoModelForQuestionAnswering
 
-    dataset = read_squad(args.data, args.on_bad_example, split="validation", questions_only=True)
+    data = shared_file(KORQUAD_DEV, args.shared_data) if args.data == "korquad" else args.data
+    dataset = read_squad(data, args.on_bad_example, split="validation", questions_only=True)
     dataset.examples = first(dataset.examples, args.max_predict_samples, "questions")
     tokenizer = load_tokenizer(args.model)
     model = load_model(
