@@ -149,3 +149,20 @@ def test_import_kolong_and_loading_a_model_print_nothing_of_torchao():
         check=True,
     )
     assert "torchao" not in shown.stderr and "register_constant" not in shown.stderr, shown.stderr
+
+
+def test_pipeline_errors_name_its_own_arguments(qa_model):
+    """The pipeline's window arguments are refused under their own names, never the CLI's flags."""
+    from kolong.errors import KolongError
+
+    _, model = qa_model
+    reader = pipeline("long-document-qa", model=str(model))
+    question, context = "수도는?", "대한민국의 수도는 서울이다. " * 30
+    with pytest.raises(KolongError) as refused:
+        reader(question=question, context=context, max_seq_len=100_000)
+    message = str(refused.value)  # its own argument; the way out is `kolong extend`, a command
+    assert "max_seq_len=100000 exceeds" in message and "pass max_seq_len=128 or less" in message
+    with pytest.raises(KolongError) as refused:
+        reader(question=question, context=context, max_seq_len=32, doc_stride=20)
+    assert "doc_stride must be" in str(refused.value) and "raise max_seq_len" in str(refused.value)
+    assert "--" not in str(refused.value)

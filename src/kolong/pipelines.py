@@ -21,6 +21,7 @@ import torch
 from transformers import Pipeline
 
 from kolong.data.qa_features import (
+    PIPELINE_NAMES,
     WindowCollator,
     build_features,
     prediction_windows,
@@ -103,9 +104,16 @@ class LongDocumentQAPipeline(Pipeline):
             )
         # the fine-tuning's windows unless asked otherwise
         length, stride = prediction_windows(
-            self.model, self.tokenizer, max_seq_len, doc_stride, "the pipeline's model"
+            self.model,
+            self.tokenizer,
+            max_seq_len,
+            doc_stride,
+            self.model.config.name_or_path or "the model",
+            PIPELINE_NAMES,
         )
-        features = build_features(self.tokenizer, examples, length, "sliding-window", stride, padding=False)
+        features = build_features(
+            self.tokenizer, examples, length, "sliding-window", stride, padding=False, names=PIPELINE_NAMES
+        )
         return {"examples": examples, "features": features, "max_length": length}
 
     def _forward(self, model_inputs):

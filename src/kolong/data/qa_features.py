@@ -115,25 +115,33 @@ def stack_logits(chunks: list[np.ndarray], fill: float = -1e4) -> np.ndarray:
     )
 
 
-def _check_arguments(tokenizer, max_length: int, strategy: str, doc_stride: int) -> None:
+# What the options are called where the QA features are built: the CLI's flags, or the pipeline's arguments.
+CLI_NAMES = {"max_length": "--max-length", "doc_stride": "--doc-stride", "strategy": "--strategy"}
+PIPELINE_NAMES = {"max_length": "max_seq_len", "doc_stride": "doc_stride", "strategy": "strategy"}
+
+
+def _check_arguments(
+    tokenizer, max_length: int, strategy: str, doc_stride: int, names: dict = CLI_NAMES
+) -> None:
     # ConfigError / TokenizerError are ValueErrors too; the CLI shows them as one line (the window length
     # may be the model's, known only here, so the options' own check cannot catch every stride)
     if strategy not in STRATEGIES:
-        raise ConfigError(f"--strategy {strategy!r} is not one of {', '.join(STRATEGIES)}")
+        raise ConfigError(f"{names['strategy']} {strategy!r} is not one of {', '.join(STRATEGIES)}")
     if not getattr(tokenizer, "is_fast", False):
         raise TokenizerError(
             "QA features need a fast tokenizer (offset mappings); got " + type(tokenizer).__name__
         )
     if strategy == "sliding-window":
-        check_stride(max_length, doc_stride)
+        check_stride(max_length, doc_stride, names)
 
 
-def check_stride(max_length: int, doc_stride: int) -> None:
+def check_stride(max_length: int, doc_stride: int, names: dict = CLI_NAMES) -> None:
     """Sliding windows advance by more than they share: the stride is under half the window."""
     if not 0 <= doc_stride < max_length // 2:
+        stride, length = names["doc_stride"], names["max_length"]
         raise ConfigError(
-            f"--doc_stride must be 0 or more and under half the {max_length}-token window "
-            f"({max_length // 2}), got {doc_stride}: lower --doc_stride or raise --max_length"
+            f"{stride} must be 0 or more and under half the {max_length}-token window "
+            f"({max_length // 2}), got {doc_stride}: lower {stride} or raise {length}"
         )
 
 
@@ -162,7 +170,8 @@ def record_windows(model, tokenizer, max_length: int, doc_stride: int) -> None:
     tokenizer.model_max_length = max_length
 
 
-def prediction_windows(model, tokenizer, max_length: int | None, doc_stride: int | None, name: str):
+def prediction_windows(model, tokenizer, max_length: int | None, doc_stride: int | None, name: str,
+                       names: dict = CLI_NAMES):  # fmt: skip
     """(window length, stride) to read with: those asked for, else those the model was fine-tuned at
     (`trained_windows`), else its positions (and the tokenizer's limit) with the default stride. Reading at
     another length than the fine-tuning's is allowed (an extended model may read longer) but warned of."""
@@ -173,7 +182,7 @@ def prediction_windows(model, tokenizer, max_length: int | None, doc_stride: int
     length = (
         max_length or trained.get("max_seq_len") or min(model_max_length(model), tokenizer.model_max_length)
     )
-    check_max_length(model, length, name)
+    check_max_length(model, length, name, names["max_length"])
     if max_length and trained.get("max_seq_len") and max_length != trained["max_seq_len"]:
         warn(f"{name} was fine-tuned on {trained['max_seq_len']}-token windows; reading at {max_length}, its "
              "answers may differ from what its evaluation measured")  # fmt: skip
@@ -196,9 +205,11 @@ def build_features(
     strategy: str = "sliding-window",
     doc_stride: int = 128,
     padding: bool = True,
+    names: dict = CLI_NAMES,
 ) -> QAFeatures:
-    """Tokenise question/context pairs into windows with start/end labels."""
-    _check_arguments(tokenizer, max_length, strategy, doc_stride)
+    """Tokenise question/context pairs into windows with start/end labels (`names`: what the caller's options are
+    called, for its errors)."""
+    _check_arguments(tokenizer, max_length, strategy, doc_stride, names)
     sliding = strategy == "sliding-window"
     features = QAFeatures([], [], [], [], [], [], [])
     for first, last in _calls(examples):

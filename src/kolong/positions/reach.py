@@ -26,14 +26,16 @@ def model_max_length(model) -> int:
         return int(getattr(model.config, "max_position_embeddings", None) or ANY_LENGTH)
 
 
-def check_max_length(model, max_length: int, model_name: str) -> None:
-    """A DataError naming --max-length when `model` cannot read `max_length` tokens (its position table would
-    be indexed past its end, a traceback deep in the model)."""
+def check_max_length(model, max_length: int, model_name: str, flag: str = "--max-length") -> None:
+    """A DataError naming the option (`flag`: the CLI's, or a Python argument's name) when `model` cannot read
+    `max_length` tokens (its position table would be indexed past its end, a traceback deep in the model)."""
     limit = model_max_length(model)
     if max_length > limit:
+        given, fix = (f"{flag} {max_length}", f"pass {flag} {limit}") if flag.startswith("-") else (
+            f"{flag}={max_length}", f"pass {flag}={limit}")  # fmt: skip
         raise DataError(
-            f"--max-length {max_length} exceeds the {limit} positions of {model_name}; pass --max-length {limit} "
-            f"or less, or extend it first: kolong extend {model_name} --max-length {max_length} -o EXTENDED"
+            f"{given} exceeds the {limit} positions of {model_name}; {fix} or less, or extend it first: "
+            f"kolong extend {model_name} --max-length {max_length} -o EXTENDED"
         )
 
 
