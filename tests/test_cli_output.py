@@ -89,3 +89,31 @@ def test_a_hub_name_out_of_reach_fails_at_once_with_the_offline_hint(monkeypatch
     assert time.perf_counter() - started < 2 and len(tries) == 1  # asked once a process
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     checkpoints._check_hub("no-such-org/no-such-model")  # offline: transformers answers from the cache
+
+
+def test_ctrl_c_on_any_command_says_so_and_exits_130_without_worker_noise(tmp_path):
+    """Ctrl-C (SIGINT to the whole process group, as a terminal sends it) during `data corpus` with worker
+    processes: one line saying what was left, status 130, no traceback from the command or its workers, and no
+    partial output."""
+    import signal
+    import time
+
+    from kolong.data.builtin_checkpoints import build_tiny_bert_checkpoint
+
+    tokenizer = build_tiny_bert_checkpoint(tmp_path / "tok")
+    corpus = tmp_path / "big.txt"
+    corpus.write_text("대한민국의 수도는 서울이다 그리고 부산은 항구 도시이다\n" * 400_000, encoding="utf-8")
+    environment = {key: value for key, value in os.environ.items() if key != "COLUMNS"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kolong", "data", "corpus", str(corpus), "-t", str(tokenizer), "-o",
+         str(tmp_path / "out"), "--workers", "2"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment, start_new_session=True,
+    )  # fmt: skip
+    time.sleep(8)
+    assert process.poll() is None, process.communicate()
+    os.killpg(process.pid, signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    assert "stopped by Ctrl-C: `kolong data corpus`" in err
+    assert "Traceback" not in err and "ForkPoolWorker" not in err and "KeyboardInterrupt" not in err
+    assert not (tmp_path / "out").exists()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 
 import typer
@@ -112,4 +113,22 @@ def main() -> None:
     from kolong.cli.arguments import bare_yes, only_the_named_command
 
     argv = sys.argv[1:]
-    only_the_named_command(app, argv)(args=bare_yes(app, argv), prog_name="kolong")
+    signal.signal(signal.SIGINT, _stop)
+    try:
+        only_the_named_command(app, argv)(args=bare_yes(app, argv), prog_name="kolong")
+    except Stopped:
+        command = " ".join(word for word in argv[:2] if not word.startswith("-"))
+        sys.stderr.write(
+            f"stopped by Ctrl-C: `kolong {command}` left no partial output (kolong writes its files whole or not at "
+            "all); training and benchmarks resume from where they stopped when run again\n"
+        )
+        sys.exit(130)
+
+
+class Stopped(BaseException):
+    """Ctrl-C outside a training loop (which stops at its next checkpoint instead): not a KeyboardInterrupt, so
+    that no layer in between turns it into its own message or exit status."""
+
+
+def _stop(signum, frame) -> None:
+    raise Stopped

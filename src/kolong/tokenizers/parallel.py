@@ -147,7 +147,9 @@ def _get_pool(size: int):
     global _pool, _pool_size
     if _pool is None or _pool_size != size:
         _shutdown()
-        _pool = multiprocessing.get_context("fork").Pool(size)
+        from kolong.runtime import worker_ignores_ctrl_c
+
+        _pool = multiprocessing.get_context("fork").Pool(size, initializer=worker_ignores_ctrl_c)
         _pool_size = size
         atexit.register(_shutdown)
     return _pool
