@@ -20,11 +20,18 @@ def test_reference_doubling_matches_kolong():
 
 
 def test_qa_benchmark_agrees_with_the_reference(tmp_path):
-    result = run_qa_benchmark(max_length=192, stride=32, limit=14, repeats=1, data=Path("/nonexistent.json"))
+    result = run_qa_benchmark(max_length=192, stride=32, limit=14, repeats=1, data=Path("/nonexistent.json"),
+                              end_to_end=4)  # fmt: skip
     assert result["labels_agree"] and result["predictions_agree"]
     assert result["questions"] == 14 and result["windows"] > 14
+    e2e = result["end_to_end"]  # predict qa against the run_qa approach whole, the time split in three
+    assert e2e["questions"] == 4 and e2e["speedup"] > 0 and 0 <= e2e["same_answers"] <= 1
+    for side in ("kolong", "reference"):
+        assert set(e2e["shares"][side]) == {"features", "forward", "post-processing"}
+        assert sum(e2e["shares"][side].values()) == pytest.approx(1.0)
     json_path, markdown_path = write_results(QABenchmark(), result, tmp_path)
     assert json_path.is_file() and "| feature preparation |" in markdown_path.read_text()
+    assert "| HF run_qa approach |" in markdown_path.read_text()
     assert to_markdown(result).startswith("# kolong bench qa")
 
 

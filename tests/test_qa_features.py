@@ -120,7 +120,7 @@ def test_bad_arguments(tokenizer):
     # refusals the CLI shows as one line (KolongError), and ValueErrors for code that catches those
     with pytest.raises(ConfigError, match="--strategy 'chunks'"):
         build_features(tokenizer, [example], 24, "chunks")
-    with pytest.raises(ConfigError, match=r"--doc-stride .* half the 24-token window \(12\), got 12"):
+    with pytest.raises(ConfigError, match=r"--doc_stride .* half the 24-token window \(12\), got 12"):
         build_features(tokenizer, [example], 24, "sliding-window", doc_stride=12)
     assert issubclass(ConfigError, ValueError)
     long_question = QAExample("q", "질문 " * 40, example.context, example.answers)

@@ -75,6 +75,9 @@ class QABenchArguments(BenchArguments):
     data: str | None = option(
         None, f"KorQuAD JSON (default: {KORQUAD_DEFAULT}; a built-in sample when absent)."
     )
+    end_to_end_questions: int = option(
+        40, "Questions answered end to end (features, forward, post-processing) by `predict qa` and by HF's run_qa "
+        "approach run whole, same model, windows, stride, batch and threads; 0: skip.", min=0)  # fmt: skip
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -1,15 +1,25 @@
-"""`kolong bench qa`: QA feature preparation and answer decoding, kolong vs HF's `run_qa` approach.
+"""`kolong bench qa`: QA feature preparation and answer decoding, kolong vs HF's `run_qa` approach; and whole
+questions answered end to end, `predict qa` against the same recipe run whole (transformers 5 has no
+`question-answering` pipeline any more; run_qa's features, a plain prediction loop and its post-processing).
 
 The reference follows the structure of the transformers `run_qa.py` example (written here from its
 description, not copied): features via `datasets.Dataset.map(batched=True)` with a per-window Python
 labelling loop over the offset mapping, and post-processing that maps example ids to features and
 scans the n-best start/end indices of every window. Both sides use the same fast tokenizer, data,
 max length and stride, and their outputs are checked to agree (same labels, same predictions).
+
+End to end: one model with a QA head (the benchmark's checkpoint, its head initialised from seed 0: speed, not
+answers, is measured), `predict qa`'s three steps (`build_features`, `predict_logits` (the Trainer's prediction
+loop, each batch padded to its longest window), `decode_answers`) against run_qa's approach whole: its features
+(padded to the window, run_qa's default), a plain `inference_mode` loop over them and its post-processing, with the
+same window length, stride, batch of 16 and torch threads; each side's time is split into features, forward and
+post-processing.
 """
 
 from __future__ import annotations
 
 import collections
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -153,10 +163,13 @@ class QABenchmark(Benchmark):
         self.description, self.examples = bench_examples(
             Path(args.data) if args.data else None, args.questions
         )
-        return [{"stage": "features"}, {"stage": "postprocess"}]
+        stages = [{"stage": "features"}, {"stage": "postprocess"}]
+        return stages + ([{"stage": "end to end"}] if args.end_to_end_questions else [])
 
     def setup(self, args: QABenchArguments, size: dict) -> Case:
         tokenizer, examples, n = self.tokenizer, self.examples, args.max_length
+        if size["stage"] == "end to end":
+            return self._end_to_end(args)
         if size["stage"] == "features":
             kolong = lambda: build_features(tokenizer, examples, n, "sliding-window", args.doc_stride)  # noqa: E731
             reference = lambda: reference_prepare_features(tokenizer, examples, n, args.doc_stride)  # noqa: E731
@@ -176,7 +189,54 @@ class QABenchmark(Benchmark):
         return Case({"kolong": kolong}, {"HF run_qa approach": reference}, args.repeats, warmup=0,
                     facts={"predictions_agree": agree})  # fmt: skip
 
+    def _end_to_end(self, args: QABenchArguments) -> Case:
+        import torch
+        from transformers import AutoModelForQuestionAnswering
+
+        from kolong.training.qa import predict_logits
+
+        torch.manual_seed(0)
+        model = AutoModelForQuestionAnswering.from_pretrained(str(self.checkpoint)).eval()
+        examples = self.examples[: args.end_to_end_questions]
+        n, stride, batch = args.max_length, args.doc_stride, 16  # `predict qa`'s batch
+        self.parts = {"kolong": {}, "reference": {}}
+
+        def timed(side: str, part: str, function):
+            def run(*arguments, **options):
+                started = time.perf_counter()
+                result = function(*arguments, **options)
+                self.parts[side][part] = self.parts[side].get(part, 0.0) + time.perf_counter() - started
+                return result
+
+            return run
+
+        features = timed("kolong", "features", build_features)
+        logits = timed("kolong", "forward", predict_logits)
+        decode = timed("kolong", "post-processing", decode_answers)
+
+        def kolong():
+            windows = features(self.tokenizer, examples, n, "sliding-window", stride, padding=False)
+            starts, ends = logits(model, windows, batch, False, self.tokenizer)
+            return decode(examples, windows, starts, ends)[0]
+
+        reference_features = timed("reference", "features", reference_prepare_features)
+        reference_forward = timed("reference", "forward", plain_forward)
+        reference_decode = timed("reference", "post-processing", reference_postprocess)
+
+        def reference():
+            table = reference_features(self.tokenizer, examples, n, stride)
+            starts, ends = reference_forward(model, table, batch)
+            return reference_decode(examples, table, starts, ends)
+
+        ours, theirs = kolong(), reference()  # a warm-up, and the answers compared
+        same = sum(ours[e.id].strip() == theirs[e.id].strip() for e in examples) / max(1, len(examples))
+        self.parts = {"kolong": {}, "reference": {}}  # the timed rounds' alone
+        return Case({"kolong predict qa": kolong}, {"HF run_qa approach": reference}, args.repeats, warmup=0,
+                    facts={"end_to_end_questions": len(examples), "same_answers": same})  # fmt: skip
+
     def summarise(self, args: QABenchArguments, rows: list[dict]) -> dict:
+        end_to_end = rows[2] if len(rows) > 2 else None
+        rows = rows[:2]
         features, post = ({name: t.median for name, t in row["timings"].items()} for row in rows)
         kolong_features, reference_features = features["kolong"], features["HF run_qa approach"]
         kolong_post, reference_post = post["kolong"], post["HF run_qa approach"]
@@ -194,7 +254,16 @@ class QABenchmark(Benchmark):
             "postprocess_speedup": reference_post / kolong_post,
             "labels_agree": rows[0]["labels_agree"],
             "predictions_agree": rows[1]["predictions_agree"],
+            **({"end_to_end": self._end_to_end_summary(end_to_end)} if end_to_end else {}),
         }
+
+    def _end_to_end_summary(self, row: dict) -> dict:
+        seconds = {name: t.median for name, t in row["timings"].items()}
+        ours, theirs = seconds["kolong predict qa"], seconds["HF run_qa approach"]
+        shares = {side: {part: value / sum(parts.values()) for part, value in parts.items()}
+                  for side, parts in self.parts.items()}  # fmt: skip
+        return {"questions": row["end_to_end_questions"], "seconds": {"kolong": ours, "reference": theirs},
+                "speedup": theirs / ours, "shares": shares, "same_answers": row["same_answers"]}  # fmt: skip
 
     def to_markdown(self, result: dict) -> str:
         return to_markdown(result)
@@ -202,10 +271,10 @@ class QABenchmark(Benchmark):
 
 def run_qa_benchmark(
     max_length: int = 512, stride: int = 128, limit: int = 400, repeats: int = 3, data: Path | None = None,
-    on_step: Callable[[str], None] | None = None,
+    on_step: Callable[[str], None] | None = None, end_to_end: int = 40,
 ) -> dict:  # fmt: skip
     args = QABenchArguments(max_length=max_length, doc_stride=stride, questions=limit, repeats=repeats,
-                            data=str(data) if data else None)  # fmt: skip
+                            data=str(data) if data else None, end_to_end_questions=end_to_end)  # fmt: skip
     return run(QABenchmark(), args, on_step)
 
 
@@ -228,5 +297,51 @@ def to_markdown(result: dict) -> str:
             f"Labels point at the same character spans: {result['labels_agree']}; "
             f"same predictions: {result['predictions_agree']}.",
             "",
+            *_end_to_end_markdown(result),
         ]
     )
+
+
+def _end_to_end_markdown(result: dict) -> list[str]:
+    e2e = result.get("end_to_end")
+    if not e2e:
+        return []
+    q = e2e["questions"]
+    part = lambda side, name: f"{100 * e2e['shares'][side].get(name, 0):.0f}%"  # noqa: E731
+    return [
+        f"## End to end: {q} questions, `predict qa` against the HF run_qa approach run whole",
+        "",
+        "Same model (the checkpoint with a QA head from seed 0), windows, stride, batch of 16 and torch threads; "
+        "transformers 5 has no question-answering pipeline, so the reference is run_qa's features (padded to the "
+        "window, its default), a plain `inference_mode` loop and its post-processing.",
+        "",
+        "| | questions/s | features | forward | post-processing |",
+        "|---|---:|---:|---:|---:|",
+        f"| kolong `predict qa` | {q / e2e['seconds']['kolong']:.2f} | {part('kolong', 'features')} | "
+        f"{part('kolong', 'forward')} | {part('kolong', 'post-processing')} |",
+        f"| HF run_qa approach | {q / e2e['seconds']['reference']:.2f} | {part('reference', 'features')} | "
+        f"{part('reference', 'forward')} | {part('reference', 'post-processing')} |",
+        "",
+        f"kolong's speed / the reference's: {e2e['speedup']:.2f}x; the same answer on {100 * e2e['same_answers']:.0f}% "
+        "of the questions (the head is untrained: where the scores tie, each side's rule decides).",
+        "",
+    ]
+
+
+def plain_forward(model, table, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """run_qa's prediction loop, plainly: the windows in batches, as the features give them (padded to the window),
+    under `torch.inference_mode()`; start and end logits (windows, window)."""
+    import torch
+
+    names = [name for name in ("input_ids", "attention_mask", "token_type_ids") if name in table.column_names]
+    columns = {name: table[name] for name in names}
+    starts, ends = [], []
+    with torch.inference_mode():
+        for first in range(0, len(table), batch_size):
+            inputs = {
+                name: torch.tensor(column[first : first + batch_size]) for name, column in columns.items()
+            }
+            output = model(**inputs)
+            starts.append(output.start_logits.float().numpy())
+            ends.append(output.end_logits.float().numpy())
+    return np.concatenate(starts), np.concatenate(ends)

@@ -116,7 +116,7 @@ def stack_logits(chunks: list[np.ndarray], fill: float = -1e4) -> np.ndarray:
 
 
 # What the options are called where the QA features are built: the CLI's flags, or the pipeline's arguments.
-CLI_NAMES = {"max_length": "--max-length", "doc_stride": "--doc-stride", "strategy": "--strategy"}
+CLI_NAMES = {"max_length": "--max-length", "doc_stride": "--doc_stride", "strategy": "--strategy"}
 PIPELINE_NAMES = {"max_length": "max_seq_len", "doc_stride": "doc_stride", "strategy": "strategy"}
 
 
