@@ -111,7 +111,6 @@ def to_markdown(result: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from kolong.attention import sdpa_regions
     from kolong.attention.options import AttentionOptions
 
     found = diagnostic.parser(__doc__, "regions-threshold", tokens=2048, rounds=9)
@@ -126,7 +125,7 @@ def main(argv: list[str] | None = None) -> dict:
         taken.setdefault(scheme, {})[str(length)] = kernel
     runs = measure(built, args.rounds)
     measured = {
-        "block_rows": {"sdpa-regions": sdpa_regions.BLOCK_ROWS},
+        "block_rows": {"sdpa-regions": AttentionOptions().regions_block_rows},
         "strips": {"sdpa-regions": AttentionOptions().regions_strips},
         "reaches": reaches, "runs": runs, "summary": summary(runs, taken),
     }  # fmt: skip

@@ -52,11 +52,3 @@ def flush_denormals() -> None:
     from kolong.integration import after_import
 
     after_import("torch", flush)
-
-
-def worker_ignores_ctrl_c() -> None:
-    """A pool worker's initializer: Ctrl-C reaches the whole process group, and the command that started the pool
-    stops it; a worker that raised too would print its own traceback beside the command's one line."""
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)

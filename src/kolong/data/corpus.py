@@ -223,7 +223,7 @@ _WORKER_TOKENIZER = None  # the tokenizer a corpus worker process inherited (for
 def _one_process_each() -> None:
     import os
 
-    from kolong.runtime import worker_ignores_ctrl_c
+    from kolong.tokenizers.parallel import worker_ignores_ctrl_c
 
     worker_ignores_ctrl_c()
     os.environ["TOKENIZERS_PARALLELISM"] = "false"

@@ -147,8 +147,6 @@ def _get_pool(size: int):
     global _pool, _pool_size
     if _pool is None or _pool_size != size:
         _shutdown()
-        from kolong.runtime import worker_ignores_ctrl_c
-
         _pool = multiprocessing.get_context("fork").Pool(size, initializer=worker_ignores_ctrl_c)
         _pool_size = size
         atexit.register(_shutdown)
@@ -293,3 +291,11 @@ def start_background(lists: list[list], analyser: str, forms: str, normalization
         _shutdown()
         return None
     return Background(lists, own, config, pending)
+
+
+def worker_ignores_ctrl_c() -> None:
+    """A pool worker's initializer: Ctrl-C reaches the whole process group, and the command that started the pool
+    stops it; a worker that raised too would print its own traceback beside the command's one line."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)

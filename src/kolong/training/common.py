@@ -293,8 +293,8 @@ def step_lines(emit: Callable[[str], None] | None = None):
 
 
 def one_train_loss():
-    """A Trainer callback, first in line, that keeps the Trainer's own `train_loss` (the mean of this session's
-    steps) out of the summary it prints at the end, where kolong's closing line gives the run's (over resumes):
+    """A Trainer callback, first in line, that keeps the Trainer's own `train_loss` (the mean over the steps since
+    the run last started) out of the summary it prints at the end, where kolong's closing line gives the run's (over resumes):
     one figure by that name, not two that differ. The Trainer's log history keeps its value."""
     from transformers import TrainerCallback
 
