@@ -5,7 +5,8 @@ On NSMC reviews (`nsmc/reviews.shared.tsv.gz` in the shared data folder), one ru
 1. trains a MeCab + WordPiece vocabulary on the first `train_documents` reviews;
 2. times, on the next `documents` reviews (median of `repeats` interleaved rounds after a warm-up), each side
    of a ratio on the same share of the machine:
-   - on one core (one process, the Rust backend on one thread): raw MeCab segmentation
+   - on one pinned core (this thread's CPU affinity set to one core, torch on one thread, the Rust backend
+     serial, kolong's worker processes off; both sides alike): raw MeCab segmentation
      (`Tagger("-Owakati").parse(text).split()` per review, the fastest way to get mecab-ko's morphemes),
      kolong's `MorphemeTokenizer` batch call with and without `return_offsets_mapping=True`, HF
      `BertTokenizerFast` on the same vocabulary (no morpheme analysis), kolong's `ByteTokenizer`, and what
@@ -93,7 +94,7 @@ class TokenizerBenchmark(Benchmark):
         steps = {"kolong": lambda: tokenizer(texts), "kolong_offsets": lambda: tokenizer(texts, return_offsets_mapping=True),
                  "byte": lambda: byte(texts), "corpus_one_process": corpus(1)}  # fmt: skip
         references = {"mecab": lambda: [tagger.parse(t).split() for t in texts], "bert": lambda: bert(texts)}
-        # every step above, and its reference, on one core: one process, the Rust backend on one thread
+        # every step above, and its reference, pinned to one core
         steps, references = (
             {name: _on_one_core(step) for name, step in group.items()} for group in (steps, references)
         )
@@ -141,12 +142,12 @@ def run_tokenizer_benchmark(
 
 
 LABELS = {
-    "mecab": "raw MeCab segmentation (wakati + split), one process",
-    "kolong": "kolong MorphemeTokenizer (MeCab + WordPiece), batch, one process",
-    "kolong_offsets": "kolong, batch with offsets into the original text, one process",
-    "bert": "HF BertTokenizerFast, same vocabulary (no analysis), one thread",
-    "byte": "kolong ByteTokenizer (UTF-8 bytes), one process",
-    "corpus_one_process": "`data corpus` tokenisation (ids, eojeol and morpheme groups), --workers 1",
+    "mecab": "raw MeCab segmentation (wakati + split), one pinned core",
+    "kolong": "kolong MorphemeTokenizer (MeCab + WordPiece), batch, one pinned core",
+    "kolong_offsets": "kolong, batch with offsets into the original text, one pinned core",
+    "bert": "HF BertTokenizerFast, same vocabulary (no analysis), one pinned core",
+    "byte": "kolong ByteTokenizer (UTF-8 bytes), one pinned core",
+    "corpus_one_process": "`data corpus` tokenisation (ids, eojeol and morpheme groups), --workers 1, one pinned core",
     "mecab_all_cores": "raw MeCab segmentation, one process per core (a forked pool)",
     "kolong_all_cores": "kolong, batch, its worker processes (every core)",
     "corpus_all_cores": "`data corpus` tokenisation, --workers 0 (every core)",
@@ -183,16 +184,28 @@ def _mecab_pool(cores: int):
 
 
 def _on_one_core(step: Callable[[], object]) -> Callable[[], object]:
-    """`step` with kolong's worker processes off and the Rust backend on one thread."""
+    """`step` pinned to one core: this thread's affinity (threads it starts, such as the encoding thread of the
+    morpheme tokenizer's pipeline, inherit it), torch on one thread, kolong's worker processes off and the Rust
+    backend serial (TOKENIZERS_PARALLELISM, read at every call); MeCab runs on the calling thread."""
 
     def call():
+        import torch
+
         saved = {
             name: os.environ.get(name) for name in ("KOLONG_TOKENIZER_WORKERS", "TOKENIZERS_PARALLELISM")
         }
         os.environ.update(KOLONG_TOKENIZER_WORKERS="1", TOKENIZERS_PARALLELISM="false")
+        cores = os.sched_getaffinity(0) if hasattr(os, "sched_setaffinity") else None
+        threads = torch.get_num_threads()
+        if cores:
+            os.sched_setaffinity(0, {min(cores)})
+        torch.set_num_threads(1)
         try:
             return step()
         finally:
+            torch.set_num_threads(threads)
+            if cores:
+                os.sched_setaffinity(0, cores)
             for name, value in saved.items():
                 if value is None:
                     os.environ.pop(name, None)
