@@ -28,7 +28,7 @@ class BenchArguments(CheckedArguments):
     output_dir: str | None = option(None, "Where to write NAME.json and NAME.md (default: benchmarks/results/DEVICE "
                                     "for a full run, every option at its default, the result the docs quote; "
                                     "runs/bench/DEVICE for a trial with any option changed; DEVICE the class of what "
-                                    "is measured: h100, h200, cpu-epyc-2core, ...).")  # fmt: skip
+                                    "is measured: the GPU's model, or cpu-FAMILY-Ncore).")  # fmt: skip
 
 
 @dataclass(kw_only=True)
