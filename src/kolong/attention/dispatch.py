@@ -212,9 +212,11 @@ class CallFacts:
         """Each row's number of real tokens when they come first (padding at the ends only), else None."""
         return distance_view.row_ends(self.mask, self.length)
 
-    def fused_cpu_strips(self, block_rows: int, strips: int) -> bool:
+    @once
+    def fused_cpu_strips(self) -> bool:
         """On CPU in float32 / float64, with the fused kernel's forward and backward operators (private; the same
-        from torch 2.11 to 2.15), rows that hold `strips` strips of `block_rows` + 2r - 2 keys. float32 at least:
+        from torch 2.11 to 2.15), rows that hold the options' `regions_strips` strips of `regions_block_rows` +
+        2r - 2 keys. float32 at least:
         the edges' gradient is a difference of two products with the output, which 16 bits would leave without
         its digits."""
         ops = torch.ops.aten
@@ -222,7 +224,9 @@ class CallFacts:
             self.device == "cpu"
             and self.exact
             and self.contribution.reach > 0
-            and strips * (block_rows + 2 * self.contribution.reach - 2) <= self.length
+            and self.options.regions_strips
+            * (self.options.regions_block_rows + 2 * self.contribution.reach - 2)
+            <= self.length
             and hasattr(ops, "_scaled_dot_product_flash_attention_for_cpu")
             and hasattr(ops, "_scaled_dot_product_flash_attention_for_cpu_backward")
         )
@@ -305,7 +309,7 @@ PLAN_TABLE: tuple[PlanRow, ...] = (
             "rows' ends", "a bias by distance alone, as one strided view: SDPA's fused kernel and its backward"),
     PlanRow("sdpa-regions",
             lambda f: f.kind == "query" and f.regions and f.mask.keys_only
-            and f.fused_cpu_strips(f.options.regions_block_rows, f.options.regions_strips),
+            and f.fused_cpu_strips,
             "Shaw's bias in three regions without dropout, padding masks only, CPU fp32, rows of regions_strips "
             "near strips", "three regions: the far keys through SDPA's fused CPU kernel, the near strip in blocks"),
     # over key bands a bias is a float mask per band: kept for the backward, so only without a gradient

@@ -95,7 +95,7 @@ class AttentionOptions:
             elif name == "skip_paths":
                 value = _paths(text, flag)
             elif name == "flex_devices":
-                value = tuple(part.strip() for part in text.split("+") if part.strip())
+                value = _joined(text)
                 if not value:
                     raise ConfigError(
                         f"{flag} flex_devices: expected device types joined by +, e.g. cuda+xpu"
@@ -134,10 +134,15 @@ SKIPPABLE = ("sdpa", "varlen", "flex", "flex-regions", "sdpa-regions", "sdpa-doc
              "banded")  # fmt: skip
 
 
+def _joined(text: str) -> tuple[str, ...]:
+    """`a+b` -> ("a", "b"): the form of the options that name several things."""
+    return tuple(part.strip() for part in text.split("+") if part.strip())
+
+
 def _paths(text: str, flag: str) -> tuple[str, ...]:
     from kolong.errors import ConfigError
 
-    paths = tuple(part.strip() for part in text.split("+") if part.strip())
+    paths = _joined(text)
     skippable = SKIPPABLE
     for path in paths:
         if path not in skippable:
