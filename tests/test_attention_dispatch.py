@@ -214,13 +214,13 @@ def test_every_path_in_the_table_is_the_eager_reference(kernel):
 
 def test_options_are_parsed_by_name_and_bad_ones_refused():
     options = AttentionOptions.parse(
-        ["packed_varlen=true", "skip_paths=banded+sdpa-regions", 'flex_kernel_options={"BLOCK_M": 64}']
+        ["packed_flex_dropout=true", "skip_paths=banded+sdpa-regions", 'flex_kernel_options={"BLOCK_M": 64}']
     )
     assert options == AttentionOptions(
-        packed_varlen=True, skip_paths=("banded", "sdpa-regions"), flex_kernel_options={"BLOCK_M": 64}
+        packed_flex_dropout=True, skip_paths=("banded", "sdpa-regions"), flex_kernel_options={"BLOCK_M": 64}
     )
     assert options.changed() == {
-        "packed_varlen": True,
+        "packed_flex_dropout": True,
         "skip_paths": ("banded", "sdpa-regions"),
         "flex_kernel_options": {"BLOCK_M": 64},
     }

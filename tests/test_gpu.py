@@ -86,13 +86,12 @@ def _assert_gradients_close(actual: dict, expected: dict, tolerance: float) -> N
         )  # fmt: skip
 
 
-def _outputs_and_grads(model, ids, mask, implementation, dtype=None, segments=None):
-    """Outputs at real tokens (padding zeroed) and every parameter's gradient of their mean square; `segments`:
-    packed documents for the varlen path (`varlen.segments_of`)."""
+def _outputs_and_grads(model, ids, mask, implementation, dtype=None):
+    """Outputs at real tokens (padding zeroed) and every parameter's gradient of their mean square."""
     model.set_attn_implementation(implementation)
     model.zero_grad(set_to_none=True)
     with torch.autocast("cuda", dtype=dtype, enabled=dtype is not None):
-        hidden = model(input_ids=ids, attention_mask=mask, **(segments or {})).last_hidden_state
+        hidden = model(input_ids=ids, attention_mask=mask).last_hidden_state
     real = mask.ne(0)[..., None].to(hidden.dtype)
     (hidden.float() * real).square().mean().backward()
     grads = {name: p.grad.float().clone() for name, p in model.named_parameters() if p.grad is not None}
@@ -132,73 +131,6 @@ def _assert_no_further_than_eager(actual: dict, reference: dict, golden: dict, t
         assert error <= max(2 * eager_error, tolerance), (
             f"{key} (scale {scale:.3g}): {error:.3g} from fp32 eager, where eager in the same dtype is {eager_error:.3g}"
         )
-
-
-def _packed_batch(rows: int = 3, length: int = 160, seed: int = 0):
-    """Random ids and a mask of packed documents (2 to 40 tokens, a padded tail on the last row)."""
-    generator = torch.Generator().manual_seed(seed)
-    mask = torch.zeros(rows, length, dtype=torch.long)
-    for row in range(rows):
-        lengths = torch.randint(2, 41, (length,), generator=generator)
-        mask[row] = torch.repeat_interleave(torch.arange(1, length + 1), lengths)[:length]
-    mask[-1, length - 25 :] = 0
-    return random_ids(rows, length).cuda(), mask.cuda()
-
-
-@pytest.mark.parametrize("scheme", ["learned", "rope"])
-def test_packed_documents_through_flash_varlen_match_the_reference_with_gradients(scheme, monkeypatch):
-    """`varlen.py`: FlashAttention's variable-length kernel in bf16 (heads of 64, as the presets) no further
-    from fp32 eager under the dense document mask than eager in bf16 is, outputs and gradients."""
-    from kolong.attention import varlen
-
-    calls = []
-    kernel = varlen.flash_kernel
-    monkeypatch.setattr(varlen, "flash_kernel", lambda *args: calls.append(1) or kernel(*args))
-    torch.manual_seed(0)
-    model = KolongModel(tiny_kolong_config(position_encoding=scheme, hidden_size=128, num_attention_heads=2,
-                                           intermediate_size=256, max_position_embeddings=64)).cuda()  # fmt: skip
-    ids, mask = _packed_batch()
-    segments = {key: value.cuda() for key, value in varlen.segments_of(mask.cpu()).items()}
-    golden, golden_grads = _outputs_and_grads(model, ids, mask, "eager")
-    reference, reference_grads = _outputs_and_grads(model, ids, mask, "eager", torch.bfloat16)
-    assert not calls
-    actual, actual_grads = _outputs_and_grads(model, ids, mask, "sdpa", torch.bfloat16, segments)
-    assert len(calls) == 2  # one per layer: the varlen path was taken
-    _assert_no_further_than_eager(
-        {"output": actual, **actual_grads}, {"output": reference, **reference_grads},
-        {"output": golden, **golden_grads}, tolerance=3e-2,
-    )  # fmt: skip
-
-
-def test_a_compiled_model_takes_every_batchs_segments_without_compiling_again_and_trains_with_dropout():
-    """Marked dynamic (as the Trainer marks them), segments of other sizes reuse the compiled graph; attention
-    dropout runs inside the kernel, and bf16 training lowers the loss without NaN."""
-    from kolong.attention import varlen
-
-    torch.manual_seed(0)
-    config = tiny_kolong_config(hidden_size=128, num_attention_heads=2, intermediate_size=256,
-                                max_position_embeddings=64, attention_probs_dropout_prob=0.1)  # fmt: skip
-    model = KolongForMaskedLM(config).cuda().train()
-    compiled = torch.compile(model, dynamic=False)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    torch._dynamo.reset()
-    graphs, losses = [], []
-    try:
-        for step in range(12):
-            ids, mask = _packed_batch(seed=step % 3)  # three batches, three segmentations
-            segments = varlen.mark_dynamic({k: v.cuda() for k, v in varlen.segments_of(mask.cpu()).items()})
-            with torch.autocast("cuda", dtype=torch.bfloat16):
-                loss = compiled(input_ids=ids, attention_mask=mask, labels=ids.masked_fill(mask.eq(0), -100),
-                                mask_layout=(False, True), labelled_bound=ids.numel(), **segments).loss  # fmt: skip
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad()
-            losses.append(float(loss))
-            graphs.append(torch._dynamo.utils.counters["stats"]["unique_graphs"])
-        assert graphs[-1] == graphs[0], graphs  # the first batch compiled; no other compiled again
-    finally:
-        torch._dynamo.reset()
-    assert losses[-1] < losses[0] and all(loss == loss for loss in losses)
 
 
 @pytest.mark.parametrize("implementation", ["sdpa", "flex_attention"])

@@ -165,7 +165,7 @@ def test_the_attention_engine_imports_nothing_above_it():
     assert not upward, "attention/ imports above it: " + ", ".join(upward)
 
 
-ATTENTION_KERNELS = ("banded", "chunked", "documents", "distance_view", "flex", "sdpa_regions", "varlen")
+ATTENTION_KERNELS = ("banded", "chunked", "documents", "distance_view", "flex", "sdpa_regions")
 
 
 def test_the_attention_engine_is_four_floors_and_kernels_are_siblings():

@@ -14,8 +14,6 @@ tokens, bf16), each variant changing one thing, so that a slow compiled step can
   model builds it (the other variants build it outside and pass it in);
 - `flex-documents-strided`: q, k, v as the model makes them, permuted views of one (b, n, 3, h, d) tensor;
 - `flex-documents-dropout`: kolong's attention dropout in two passes (`flex_dropout.py`);
-- `varlen-documents`: FlashAttention's variable-length kernel over the documents as segments, dropout inside
-  (`varlen.py`; on CPU its segment-by-segment reference);
 - `model-sdpa-documents`, `model-flex-documents`, `model-flex-documents-dropout`: kolong's own encoder
   (`KolongModel`, `--model-layers` layers at this shape, FFN 4x, hidden dropout 0.1) compiled whole and run
   under bf16 autocast as `pretrain mlm` trains it, with attention dropout 0.1 (SDPA's dense mask), 0
@@ -25,9 +23,8 @@ tokens, bf16), each variant changing one thing, so that a slow compiled step can
 Forward under no_grad and forward + backward are timed separately (interleaved rounds, medians), each
 variant compiled on its own (`dynamic=False`, as kolong compiles flex). Documents are drawn with lengths
 from 3 to 20 tokens (NSMC's reviews average 11) from a fixed seed; `--document-tokens 100,600` draws longer
-ones (KorQuAD's contexts: where FlashAttention's variable-length kernel may pay), and `--padded` puts one
-document per row and pads the rest, as a fine-tuning batch (SDPA then leaves its flash kernel for the mask;
-the variable-length kernel computes the real tokens only). Writes flex-probe.{json,md}. A variant
+ones (KorQuAD's contexts), and `--padded` puts one document per row and pads the rest, as a fine-tuning
+batch (SDPA then leaves its flash kernel for the mask). Writes flex-probe.{json,md}. A variant
 that fails to compile is recorded with the line of the error that names its cause, and the others go on.
 """
 
@@ -43,7 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-from kolong.attention import flex_dropout, varlen
+from kolong.attention import flex_dropout
 from kolong.attention.masks import AttentionMask
 from kolong.bench.harness import cuda_sync, time_interleaved
 from kolong.bench.machine import describe_machine
@@ -51,7 +48,7 @@ from kolong.io import atomic_write_json, atomic_write_text
 
 VARIANTS = ("sdpa", "sdpa-documents", "sdpa-documents-no-dropout", "flex", "flex-documents", "flex-documents-torch-mask",
             "flex-documents-mask-in-graph", "flex-documents-strided", "flex-documents-dropout",
-            "varlen-documents", "model-sdpa-documents", "model-flex-documents",
+            "model-sdpa-documents", "model-flex-documents",
             "model-flex-documents-dropout")  # fmt: skip
 DROPOUT = 0.1
 # model variants: (attention dropout, packed documents with dropout through FlexAttention's two passes)
@@ -149,11 +146,6 @@ def variant_calls(name: str, args, documents: torch.Tensor, compile: bool):
         allowed = (documents[:, None, :, None] == documents[:, None, None, :]).to(device)  # (b, 1, n, n)
         drop = (lambda: 0.0) if name.endswith("no-dropout") else _p
         return (lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=drop())), inputs
-    if name == "varlen-documents":
-        segments = varlen.segments_of(documents.cpu())
-        segments = (segments["cu_seq_lens"].to(device), segments["longest_document"])
-        kernel = varlen.flash_kernel if device == "cuda" else varlen.reference_kernel
-        return (lambda: varlen.attend(q, k, v, segments, _p(), kernel)), inputs
     call = wrap(_flex)
     if name == "flex":
         return (lambda: call(q, k, v, None, scale)), inputs

@@ -34,7 +34,6 @@ def test_the_variants_under_the_document_mask_compute_the_same_attention():
         "flex-documents",
         "flex-documents-torch-mask",
         "flex-documents-mask-in-graph",
-        "varlen-documents",
     ):
         torch.manual_seed(0)  # the same q, k, v
         forward, _ = flex_probe.variant_calls(name, args, documents, compile=False)
@@ -201,7 +200,7 @@ def test_under_padding_every_variant_gives_the_real_rows_the_same_attention():
     documents = flex_probe.packed_documents(2, 256, seed=3, tokens=(40, 200), padded=True)
     real = documents > 0
     outputs = []
-    for name in ("sdpa-documents", "flex-documents", "varlen-documents"):
+    for name in ("sdpa-documents", "flex-documents"):
         torch.manual_seed(0)
         forward, _ = flex_probe.variant_calls(name, args, documents, compile=False)
         with torch.no_grad():
@@ -211,7 +210,7 @@ def test_under_padding_every_variant_gives_the_real_rows_the_same_attention():
 
 
 def test_the_document_options_reach_the_result_and_bad_ranges_are_refused(tmp_path, capsys):
-    result = flex_probe.main([*TINY, "--variants", "sdpa-documents,varlen-documents", "--document-tokens", "40,120",
+    result = flex_probe.main([*TINY, "--variants", "sdpa-documents,flex-documents", "--document-tokens", "40,120",
                               "--padded", "--output-dir", str(tmp_path)])  # fmt: skip
     assert result["documents"]["tokens"] == [40, 120] and result["documents"]["padded"]
     assert "one document of 40-120 tokens per row, padded" in (tmp_path / "flex-probe.md").read_text()

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from kolong.attention import banded, distance_view, documents, sdpa_regions, varlen
+from kolong.attention import banded, distance_view, documents, sdpa_regions
 from kolong.attention.chunked import chunked_attention
 from kolong.attention.masks import AttentionMask, exporting
 from kolong.attention.options import AttentionOptions
@@ -184,20 +184,6 @@ class CallFacts:
         )
 
     @once
-    def flash_varlen(self) -> bool:
-        """FlashAttention's variable-length kernel takes these packed documents (16-bit, Ampere or later)."""
-        q = self.q
-        return (
-            self.mask.segments is not None
-            and self.options.packed_varlen
-            and self.device == "cuda"
-            and q.dtype in (torch.float16, torch.bfloat16)
-            and q.shape[-1] % 8 == 0
-            and q.shape[-1] <= 256
-            and torch.cuda.get_device_properties(q.device).major >= 8
-        )
-
-    @once
     def regions(self) -> bool:
         """The bias splits into three regions (constant past a reach), without dropout."""
         return self.contribution.regions and not self.dropout
@@ -284,9 +270,6 @@ PLAN_TABLE: tuple[PlanRow, ...] = (
             "compiled FlexAttention on CPU returns no log-sum-exp for dropout's second pass"),
     PlanRow("flex", lambda f: f.implementation == "flex_attention", "attn_implementation='flex_attention'",
             "asked for (attn_implementation='flex_attention')"),
-    PlanRow("varlen", lambda f: not f.bias and not f.window and f.flash_varlen,
-            "no bias or window; packed documents with their segments, option packed_varlen, CUDA, 16-bit",
-            "packed documents, each scored alone by FlashAttention's variable-length kernel"),
     PlanRow("chunked", lambda f: _plain(f) and f.dropout and not f.flex_device and f.document_blocks,
             "no bias or window, dropout, CPU, packed documents whose spans read at most documents_max_share",
             "packed documents with dropout: the chunked path over the keys their documents span"),
@@ -365,10 +348,6 @@ def _sdpa(q, k, v, call: AttentionCall, layer):
     return sdpa(q, k, v, attn_mask=allowed, dropout_p=call.dropout_p), None
 
 
-def _varlen(q, k, v, call: AttentionCall, layer):
-    return varlen.attend(q, k, v, call.mask.segments, call.dropout_p), None
-
-
 def _flex(q, k, v, call: AttentionCall, layer):
     from kolong.attention import flex
 
@@ -428,7 +407,6 @@ def _chunked(q, k, v, call: AttentionCall, layer, by_row: bool = False):
 ATTENTION_FUNCTIONS: dict[str, Callable] = {
     "eager": _eager,
     "sdpa": _sdpa,
-    "varlen": _varlen,
     "flex": _flex,
     "flex-regions": _flex_regions,
     "sdpa-regions": _sdpa_regions,

@@ -61,8 +61,6 @@ class AttentionMask:
     documents: torch.Tensor | None = None  # (b, n) long: packed document numbers, 0 = padding
     window: int | None = None  # local attention: |i - j| <= window
     global_tokens: torch.Tensor | None = None  # (b, n) bool: see and are seen by every token
-    # packed documents as FlashAttention's segments: (cu_seq_lens, longest_document), see varlen.py
-    segments: tuple[torch.Tensor, torch.Tensor] | None = None
     _block_mask: object = field(default=None, repr=False, compare=False)
     _global_positions: torch.Tensor | None = field(default=None, repr=False, compare=False)
     _band_allowed: torch.Tensor | None = field(default=None, repr=False, compare=False)  # banded.py's mask
@@ -85,13 +83,11 @@ class AttentionMask:
         window: int | None = None,
         global_tokens: torch.Tensor | None = None,
         layout: tuple[bool, bool] | list[bool] | None = None,
-        segments: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> AttentionMask:
         """HF's (b, n) mask, 0 for padding and 1 (or document numbers 1, 2, ...) for tokens.
 
         `layout` = (every token is real, documents are packed), when the caller knows both on the host (the
-        pre-training collator does): the device is then not read. `segments`: the packed documents as
-        FlashAttention's variable-length kernel takes them (`varlen.segments_of`), from the same collator."""
+        pre-training collator does): the device is then not read."""
         if attention_mask is None:
             return cls(window=window, global_tokens=global_tokens)
         if attention_mask.dim() != 2:
@@ -114,7 +110,6 @@ class AttentionMask:
             documents=attention_mask.long() if packed else None,
             window=window,
             global_tokens=global_tokens,
-            segments=segments if packed else None,
         )
 
     def document_positions(self) -> torch.Tensor | None:

@@ -23,9 +23,6 @@ class AttentionOptions:
     packed_flex_dropout: bool = field(default=False, metadata={"help": (
         "packed documents with attention dropout on CUDA through FlexAttention's two passes rather than SDPA's "
         "dense mask (slower than SDPA's where measured: docs/encoder.md)")})  # fmt: skip
-    packed_varlen: bool = field(default=False, metadata={"help": (
-        "packed documents on CUDA through FlashAttention's variable-length kernel, each document scored alone "
-        "(the collator then gives their segments)")})  # fmt: skip
     skip_paths: tuple[str, ...] = field(default=(), metadata={"help": (
         "attention paths the plan table passes over (names from `kolong attention plans`, joined by +, e.g. "
         "sdpa-regions+flex-regions), each call then taking the next row that holds: to time a path against the "
@@ -130,7 +127,7 @@ class AttentionOptions:
 
 # The plans `skip_paths` may name: every entry of `dispatch.ATTENTION_FUNCTIONS` but the chunked path, which takes
 # every call, and the reference.
-SKIPPABLE = ("sdpa", "varlen", "flex", "flex-regions", "sdpa-regions", "sdpa-document-blocks", "sdpa-distance-view",
+SKIPPABLE = ("sdpa", "flex", "flex-regions", "sdpa-regions", "sdpa-document-blocks", "sdpa-distance-view",
              "banded")  # fmt: skip
 
 

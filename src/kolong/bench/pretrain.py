@@ -263,15 +263,14 @@ def raw_step(args, device: str, warmup: int, trace=None) -> Measured:
     compiled during the timed steps)."""
     import torch
 
-    from kolong.attention import varlen
     from kolong.training.common import fresh_compile_state
     from kolong.training.pretrain import throughput_settings
 
     model, collated, training = collated_steps(args)
     steps = training["max_steps"]
     # tensors to the device; the collator's host facts (mask layout, labelled bound) stay as they are
-    batches = [varlen.mark_dynamic({k: v.to(device, non_blocking=True) if hasattr(v, "to") else v
-                                    for k, v in batch.items()}) for batch in collated]  # as the Trainer does  # fmt: skip
+    batches = [{k: v.to(device, non_blocking=True) if hasattr(v, "to") else v for k, v in batch.items()}
+               for batch in collated]  # fmt: skip
     counted = collated[warmup:]
     model.to(device).train()
     bf16 = device == "cuda" and torch.cuda.is_bf16_supported()
@@ -332,7 +331,7 @@ def attention_plan(args, device: str) -> str:
     model, collated, _ = collated_steps(dataclasses.replace(args, max_steps=1))
     model.to(device).train()
     batch = {k: v.to(device) if hasattr(v, "to") else v for k, v in collated[0].items()}
-    keys = ("input_ids", "attention_mask", "cu_seq_lens", "longest_document", "mask_layout")
+    keys = ("input_ids", "attention_mask", "mask_layout")
     bf16 = device == "cuda" and torch.cuda.is_bf16_supported()
     with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
         plans = model.base_model.attention_plans(**{k: batch[k] for k in keys if k in batch})

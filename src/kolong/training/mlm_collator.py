@@ -36,7 +36,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from kolong.attention import varlen
 from kolong.training.masking import GRANULARITIES, replace, select, span_length_distribution
 
 PACKINGS = ("documents", "documents-continuous", "concatenate")
@@ -77,9 +76,6 @@ class MaskingCollator:
     """Also give what this host-side collator knows and the model would read back from the device:
     `mask_layout` (every token real, documents packed) and `labelled_bound` (a fixed upper bound of the
     labelled tokens, so the sparse prediction head keeps one shape). For kolong's MLM models only."""
-    segments: bool = False
-    """Also give packed documents as FlashAttention's segments (`cu_seq_lens`, `longest_document`: see
-    `kolong.attention.varlen`), for its variable-length kernel on CUDA. Packing modes only."""
 
     def __post_init__(self) -> None:
         self._calls = {"train": self.calls}
@@ -190,8 +186,6 @@ class MaskingCollator:
         if self.host_facts:
             batch["mask_layout"] = self._mask_layout(real)
             batch["labelled_bound"] = self._labelled_bound(labels, len(rows), width)
-        if self.segments and self.packing != "concatenate":
-            batch.update(varlen.segments_of(batch["attention_mask"]))
         if self.packing == "documents-continuous":
             batch["position_ids"] = torch.arange(width).repeat(len(rows), 1)
         if order_labels is not None:

@@ -129,7 +129,7 @@ def prepare(args: PretrainArguments):
         )
         model = model_class(config)
     model.set_attn_implementation(args.attn_implementation)
-    options = model.set_attention_options(AttentionOptions.parse(args.attention_options))
+    model.set_attention_options(AttentionOptions.parse(args.attention_options))
     sentence_order = args.objective == "mlm+sop"
     packing = args.packing if args.packing != "auto" else ("concatenate" if sentence_order else "documents")
     if sentence_order and (packing != "concatenate" or args.curriculum):
@@ -147,7 +147,6 @@ def prepare(args: PretrainArguments):
         tokenizer, granularity=args.masking, mlm_probability=args.mlm_probability, seed=args.seed + 7919 * rank,
         sentence_order=sentence_order, packing=packing, max_length=metadata["max_length"], schedule=schedule,
         host_facts=True,  # kolong's MLM models read nothing back from the device with them
-        segments=options.packed_varlen,  # packed documents to FlashAttention's variable-length kernel (opt-in)
     )  # fmt: skip
     # numpy rows: the collator stacks them without a Python loop over tokens
     train, evaluation = (datasets[split].with_format("numpy") for split in ("train", "validation"))
@@ -160,8 +159,6 @@ def prepare(args: PretrainArguments):
 
 def make_trainer_class():
     from transformers import Trainer
-
-    from kolong.attention import varlen
 
     class MLMTrainer(Trainer):
         """Adds perplexity to evaluations and training throughput (tokens/s) to the logs."""
@@ -187,9 +184,6 @@ def make_trainer_class():
                 metrics["eval_perplexity"] = math.exp(min(metrics["eval_loss"], 50.0))
                 self.state.log_history[-1]["eval_perplexity"] = metrics["eval_perplexity"]
             return metrics
-
-        def _prepare_inputs(self, inputs):
-            return varlen.mark_dynamic(super()._prepare_inputs(inputs))  # one compiled graph for every batch
 
         def log(self, logs, *args, **kwargs):
             if "loss" in logs:

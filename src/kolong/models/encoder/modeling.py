@@ -148,14 +148,12 @@ class KolongPreTrainedModel(PreTrainedModel):
 
     def attention_plans(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                         global_attention_mask: torch.Tensor | None = None, mask_layout: tuple[bool, bool] | None = None,
-                        cu_seq_lens: torch.Tensor | None = None, longest_document: torch.Tensor | None = None,
                         ) -> list[Plan]:  # fmt: skip
         """The attention path each layer would take for these inputs, in the model's mode (training or not) and
         under the caller's grad mode, without computing attention: one `Plan` per layer (`plan.kernel`,
         `plan.why`)."""
         model = self.base_model
-        segments = (cu_seq_lens, longest_document) if cu_seq_lens is not None else None
-        mask = AttentionMask.from_attention_mask(attention_mask, layout=mask_layout, segments=segments)
+        mask = AttentionMask.from_attention_mask(attention_mask, layout=mask_layout)
         batch, length = input_ids.shape[:2]
         device, dtype = input_ids.device, next(self.parameters()).dtype
         local = local_mask(model.config, mask, global_attention_mask, batch, length, device)
@@ -225,21 +223,12 @@ class KolongModel(KolongPreTrainedModel):
         return_dict: bool | None = None,
         global_attention_mask: torch.Tensor | None = None,
         mask_layout: tuple[bool, bool] | None = None,
-        cu_seq_lens: torch.Tensor | None = None,
-        longest_document: torch.Tensor | None = None,
     ) -> BaseModelOutputWithPooling | tuple:
         """`mask_layout`: (every token is real, documents are packed) when the caller knows them on the host,
-        so that the forward reads nothing back from the device (the pre-training collator gives it).
-        `cu_seq_lens` and `longest_document`: the packed documents as segments (`varlen.segments_of`, the same
-        collator), for FlashAttention's variable-length kernel on CUDA."""
+        so that the forward reads nothing back from the device (the pre-training collator gives it)."""
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("pass exactly one of input_ids and inputs_embeds")
-        if (cu_seq_lens is None) != (longest_document is None):
-            raise ValueError(
-                "pass cu_seq_lens and longest_document together (kolong.attention.varlen.segments_of)"
-            )
-        segments = (cu_seq_lens, longest_document) if cu_seq_lens is not None else None
-        mask = AttentionMask.from_attention_mask(attention_mask, layout=mask_layout, segments=segments)
+        mask = AttentionMask.from_attention_mask(attention_mask, layout=mask_layout)
         batch, length = (input_ids if input_ids is not None else inputs_embeds).shape[:2]
         device = (input_ids if input_ids is not None else inputs_embeds).device
         local = local_mask(self.config, mask, global_attention_mask, batch, length, device)  # None: all full
@@ -341,13 +330,12 @@ class KolongForMaskedLM(KolongPreTrainedModel):
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
                 inputs_embeds=None, labels=None, output_attentions=None, output_hidden_states=None,
                 return_dict=None, global_attention_mask=None, mask_layout=None,
-                labelled_bound=None, cu_seq_lens=None, longest_document=None) -> MaskedLMOutput | tuple:  # fmt: skip
-        """`mask_layout`, `labelled_bound` and the segments: what the pre-training collator knows of the batch on
+                labelled_bound=None) -> MaskedLMOutput | tuple:  # fmt: skip
+        """`mask_layout` and `labelled_bound`: what the pre-training collator knows of the batch on
         the host (see `KolongModel.forward` and `KolongLMHead.logits_and_loss`); with them, nothing is read back."""
         outputs = self.kolong(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
                               output_attentions, output_hidden_states,
-                              global_attention_mask=global_attention_mask, mask_layout=mask_layout,
-                              cu_seq_lens=cu_seq_lens, longest_document=longest_document)  # fmt: skip
+                              global_attention_mask=global_attention_mask, mask_layout=mask_layout)  # fmt: skip
         logits, loss = self.lm_head.logits_and_loss(
             outputs.last_hidden_state, labels, self.config.sparse_prediction, labelled_bound
         )
