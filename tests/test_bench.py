@@ -694,3 +694,36 @@ def test_a_trial_run_never_replaces_a_committed_result(tmp_path, monkeypatch):
     assert done.exit_code == 0, done.output
     assert written == [Path("runs/bench/cpu-test")] and not (tmp_path / "benchmarks").exists()
     assert "a trial run" in done.output
+
+
+def test_bench_encoder_packs_documents_counts_their_pairs_only_and_refuses_hf_models(tmp_path):
+    """--document-tokens: rows of document numbers (attention within each), the FLOP count over the pairs inside
+    documents, the plan the packed rows take in the result, and HF's encoders (no packed rows) refused by name."""
+    import json
+
+    import torch
+    from typer.testing import CliRunner
+
+    from kolong.bench.arguments import EncoderBenchArguments
+    from kolong.bench.encoder import packed_documents, step_flops
+    from kolong.cli import app
+
+    args = EncoderBenchArguments(document_tokens=20, resume=False)
+    documents = packed_documents(args, 3, 400)
+    assert documents.shape == (3, 400) and bool((documents[:, 0] == 1).all())
+    assert bool((documents.diff(dim=1) >= 0).all()) and 10 <= 400 / documents[:, -1].float().mean() <= 40
+    assert torch.equal(packed_documents(args, 3, 400), documents)  # a fixed draw: every round the same batch
+    whole = EncoderBenchArguments(resume=False)
+    assert torch.equal(packed_documents(whole, 2, 50), torch.ones(2, 50, dtype=torch.long))
+    assert step_flops(args, 3, 400, "training") < step_flops(whole, 3, 400, "training")
+    common = ["--lengths", "600", "--hidden-size", "16", "--layers", "1", "--heads", "2", "--intermediate-size", "32",
+              "--tokens-per-step", "1200", "--no-memory", "--repeats", "1", "--document-tokens", "8"]  # fmt: skip
+    refused = CliRunner().invoke(app, ["bench", "encoder", "--implementations", "learned,hf-bert", *common,
+                                       "--output-dir", str(tmp_path / "refused")])  # fmt: skip
+    assert refused.exit_code == 2 and "--document-tokens: hf-bert takes no packed documents" in refused.output
+    result = CliRunner().invoke(app, ["bench", "encoder", "--implementations", "learned", *common,
+                                      "--output-dir", str(tmp_path)])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    rows = json.loads((tmp_path / "encoder.json").read_text())["results"]
+    assert [row["training_plan"] for row in rows] == ["sdpa-document-blocks x1"]
+    assert "Packed documents of about 8 tokens" in (tmp_path / "encoder.md").read_text()

@@ -8,11 +8,10 @@
 Longformer's "sliding chunks", with the band cut out by `unfold` (a view) and the mask shared by every block:
 the work is n (c + 2w + g) scores rather than n^2, in SDPA's fused CPU kernel, with autograd's backward.
 A logit bias that depends on the distance j - i alone (T5, ALiBi: `ChunkBias.by_distance`) joins as SDPA's
-float mask, built from one (h, c, band) block of distances shared by every block. The chunked path
-(`chunked.py`) computes the same thing block by block in plain PyTorch, at about twice the time on CPU; it
-stays the path for Shaw's query-dependent terms, for attention dropout (which SDPA's CPU kernel would apply
-to a materialised (blocks, h, c, band) tensor) and for training with a bias (`fits`). Exactness against the
-dense reference, in outputs and gradients, is tested for padding, packed documents and per-row global tokens.
+float mask, built from one (h, c, band) block of distances shared by every block. The plan table takes it for
+a window without dropout and without a trained or query-dependent bias; the chunked path (`chunked.py`)
+computes the rest block by block. Exactness against the dense reference, in outputs and gradients, is tested
+for padding, packed documents and per-row global tokens.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """FlexAttention block masks from the mask's structure, one decision per block pair.
 
 `create_block_mask` evaluates the mask_mod at every (query, key) entry, n^2 of them, to learn which
-(128 x 128) blocks are empty, partial or full: 0.67 s compiled on one CPU thread at 16,384 tokens, and an
-(n, n) pass on a GPU at every forward. kolong's masks are built from per-token facts (padding, document
+(128 x 128) blocks are empty, partial or full: an (n, n) pass at every forward. kolong's masks are built from per-token facts (padding, document
 numbers, a window, global tokens), so each block pair can be classified from per-block summaries instead:
 (n / 128)^2 decisions. The classification is conservative: a block is empty only if no entry can be
 allowed, full only if every entry surely is, and partial otherwise (FlexAttention then applies the

@@ -9,12 +9,11 @@ recompile until its limit (8) and then fall back, silently, to an unfused path t
 mask_mods capture tensors, which dynamo lifts to inputs without recompiling. Shapes are static
 (`dynamic=False`, as PyTorch advises for FlexAttention): a new length or scheme setting recompiles
 (up to RECOMPILE_LIMIT lengths), because under dynamic shapes a changed int read inside a score_mod
-(Shaw's max_distance, T5's bucket bounds) becomes a symbol that inductor cannot lower (seen on an H200
-with torch 2.11, and on CPU). Inside a compiled model the model's compile decides.
+(Shaw's max_distance, T5's bucket bounds) becomes a symbol that inductor cannot lower. Inside a compiled
+model the model's compile decides.
 
 A scheme's flex function takes `dropout` after the scale (None, or a `(keys, p)` pair from `dropout_for`),
-then the kernel options (`kernel_options`), and passes its score_mod to `attend`, which applies attention
-dropout exactly in two passes
+then the kernel options (`kernel_options`); `attend` applies attention dropout exactly in two passes
 (`flex_dropout`). FlexAttention has a forward but no backward on CPU.
 """
 

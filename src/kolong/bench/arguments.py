@@ -113,6 +113,10 @@ class EncoderBenchArguments(ResumableBenchArguments):
         min=0,
         below=1,
     )
+    document_tokens: int = option(0, "Pack documents of about this many tokens into every row (lengths drawn "
+                                  "from an exponential, a fixed seed), attention within each document, as "
+                                  "pre-training packs them (kolong's models only); 0: one whole sequence a "
+                                  "row.", min=0)  # fmt: skip
     attention_options: list[str] = option([], "A run-time attention choice for kolong's models, NAME=VALUE (repeat; "
                                            "see `kolong pretrain mlm --help`).", "--attention-option",
                                            check=attention_options)  # fmt: skip

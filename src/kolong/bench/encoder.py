@@ -143,7 +143,24 @@ def step_inputs(args: EncoderBenchArguments, length: int) -> dict:
     batch = max(1, args.tokens_per_step // length)
     generator = torch.Generator().manual_seed(0)
     ids = torch.randint(5, args.vocab_size, (batch, length), generator=generator).to(args.device)
-    return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    return {"input_ids": ids, "attention_mask": packed_documents(args, batch, length).to(args.device)}
+
+
+def packed_documents(args: EncoderBenchArguments, batch: int, length: int):
+    """The (batch, length) attention mask: ones, or document numbers 1, 2, ... of `--document-tokens` tokens on
+    average (exponential lengths of at least 1, a fixed seed), the last document of a row cut at its end."""
+    import torch
+
+    if not args.document_tokens:
+        return torch.ones(batch, length, dtype=torch.long)
+    generator = torch.Generator().manual_seed(1)
+    rows = []
+    for _ in range(batch):
+        lengths = (
+            torch.empty(length).exponential_(1 / args.document_tokens, generator=generator).ceil().long()
+        )
+        rows.append(torch.repeat_interleave(torch.arange(1, length + 1), lengths)[:length])
+    return torch.stack(rows)
 
 
 def make_step(model, args: EncoderBenchArguments, length: int, training: bool, name: str = ""):
@@ -213,6 +230,9 @@ def _resolved(args: EncoderBenchArguments) -> list[str]:
         raise ConfigError(f"--implementations: unknown {unknown[0]!r}; choose from {', '.join(known)}")
     for name in names:
         base, own = _variant(name)
+        if args.document_tokens and base in HF_MODELS:
+            raise ConfigError(f"--document-tokens: {base} takes no packed documents; time kolong's models alone "
+                              "(--implementations without hf-*)")  # fmt: skip
         if own and base in HF_MODELS:
             raise ConfigError(
                 f"--implementations {name}: attention options apply to kolong's models, not {base}"
@@ -322,9 +342,12 @@ class EncoderBenchmark(Benchmark):
 
 
 def step_flops(args: EncoderBenchArguments, batch: int, length: int, mode: str) -> float:
-    """The one FLOP count (`kolong.bench.flops`) of one step: every row is whole, so every pair is allowed."""
+    """The one FLOP count (`kolong.bench.flops`) of one step: the pairs within each document (every pair of a
+    whole row)."""
     count = FlopCount.encoder(args.hidden_size, args.num_hidden_layers, args.intermediate_size)
-    return count.of(mode, tokens=batch * length, pairs=batch * length * length)
+    documents = packed_documents(args, batch, length)
+    pairs = sum(int(row.bincount().square().sum()) for row in documents)
+    return count.of(mode, tokens=batch * length, pairs=pairs)
 
 
 def summarise(args: EncoderBenchArguments, rows: list[dict]) -> dict:
@@ -416,7 +439,13 @@ def to_markdown(result: dict) -> str:
         f"Model: hidden {args['hidden_size']}, {args['num_hidden_layers']} layers, {args['num_attention_heads']} "
         f"heads, FFN {args['intermediate_size']}; {args['tokens_per_step']} tokens per step (batch = tokens / "
         f"length); device {args['device']}, {args['dtype']}{compiled_words(args['compile'])}; attention "
-        f"dropout {args['attention_dropout']}; speed: median of {args['repeats']}+ interleaved rounds.",
+        f"dropout {args['attention_dropout']}; speed: median of {args['repeats']}+ interleaved rounds."
+        + (
+            f" Packed documents of about {args['document_tokens']} tokens in every row (attention within each; "
+            "MFU counts their pairs only)."
+            if args.get("document_tokens")
+            else ""
+        ),
         "",
     ]
     for title, key, spread in TABLES:
