@@ -151,6 +151,7 @@ class CallFacts:
         self.bias = contribution.bias
         self.value_term = contribution.value_term
         self.window = mask.window is not None
+        self.visible = mask.visible is not None
         # a gradient flows through attention (into q or the bias), and into the bias's parameters
         grad = torch.is_grad_enabled()
         self.grad = grad and (q.requires_grad or contribution.trained)
@@ -263,6 +264,11 @@ def _plain(f: CallFacts) -> bool:
 PLAN_TABLE: tuple[PlanRow, ...] = (
     PlanRow("eager", lambda f: f.implementation == "eager", "attn_implementation='eager'",
             "the reference: scores, bias and probabilities materialised"),
+    PlanRow("sdpa", lambda f: f.visible and not f.bias and not f.window,
+            "a visible matrix (K-BERT), no logit bias or window",
+            "a visible matrix per example: SDPA under its dense mask"),
+    PlanRow("eager", lambda f: f.visible, "a visible matrix with a logit bias or a window",
+            "a visible matrix with soft positions: distances per example, which the reference reads"),
     PlanRow("chunked", lambda f: f.implementation == "flex_attention" and f.value_term,
             "attn_implementation='flex_attention', Shaw's value term", "Shaw's value term has no FlexAttention form"),
     PlanRow("chunked", lambda f: f.implementation == "flex_attention" and f.dropout and not f.flex_drops,

@@ -61,6 +61,9 @@ class AttentionMask:
     documents: torch.Tensor | None = None  # (b, n) long: packed document numbers, 0 = padding
     window: int | None = None  # local attention: |i - j| <= window
     global_tokens: torch.Tensor | None = None  # (b, n) bool: see and are seen by every token
+    visible: torch.Tensor | None = (
+        None  # (b, n, n) bool: which keys each query sees (K-BERT's visible matrix)
+    )
     _block_mask: object = field(default=None, repr=False, compare=False)
     _global_positions: torch.Tensor | None = field(default=None, repr=False, compare=False)
     _band_allowed: torch.Tensor | None = field(default=None, repr=False, compare=False)  # banded.py's mask
@@ -84,16 +87,24 @@ class AttentionMask:
         global_tokens: torch.Tensor | None = None,
         layout: tuple[bool, bool] | list[bool] | None = None,
     ) -> AttentionMask:
-        """HF's (b, n) mask, 0 for padding and 1 (or document numbers 1, 2, ...) for tokens.
+        """HF's (b, n) mask, 0 for padding and 1 (or document numbers 1, 2, ...) for tokens; or a (b, n, n) visible
+        matrix, 1 where query i sees key j (`kolong.knowledge`), whose diagonal says which tokens are real.
 
         `layout` = (every token is real, documents are packed), when the caller knows both on the host (the
         pre-training collator does): the device is then not read."""
         if attention_mask is None:
             return cls(window=window, global_tokens=global_tokens)
+        if attention_mask.dim() == 3 and attention_mask.shape[1] == attention_mask.shape[2]:
+            visible = attention_mask.bool()
+            real = visible.diagonal(dim1=1, dim2=2)
+            every = bool(real.all()) if layout is None else layout[0]
+            return cls(
+                real=None if every else real, visible=visible, window=window, global_tokens=global_tokens
+            )
         if attention_mask.dim() != 2:
             raise ValueError(
                 f"attention_mask must be (batch, length) with 0 for padding and 1 (or document numbers) "
-                f"for tokens, got shape {tuple(attention_mask.shape)}"
+                f"for tokens, or a (batch, length, length) visible matrix, got shape {tuple(attention_mask.shape)}"
             )
         real = attention_mask != 0
         if exporting():  # a graph for every input (ONNX): no host reads, padding only
@@ -123,7 +134,7 @@ class AttentionMask:
     @property
     def keys_only(self) -> bool:
         """True when the mask depends on the key alone (padding), so a (b, 1, 1, n) bias expresses it."""
-        return self.documents is None and self.window is None
+        return self.documents is None and self.window is None and self.visible is None
 
     @property
     def empty(self) -> bool:
@@ -143,6 +154,9 @@ class AttentionMask:
                 self.documents[:, None, start:stop, None] == pick(self.documents)[:, None, None, :]
             )  # (b, 1, c, n)
             allowed = same if allowed is None else allowed & same
+        if self.visible is not None:
+            seen = take_keys(self.visible[:, start:stop], keys, dim=2)[:, None]  # (b, 1, c, n)
+            allowed = seen if allowed is None else allowed & seen
         if self.window is not None:
             query = torch.arange(start, stop, device=device)[:, None]
             key = torch.arange(length, device=device) if keys is None else key_positions(keys, device)
@@ -295,6 +309,10 @@ class AttentionMask:
         """FlexAttention's mask_mod(b, h, q, kv) -> bool, reading this mask's tensors; None if all allowed."""
         if self.empty:
             return None
+        if self.visible is not None:  # the plan table sends visible matrices to SDPA or the reference
+            raise ValueError(
+                "a visible matrix is attended through SDPA or the eager reference, not FlexAttention"
+            )
         real, documents, window, global_tokens = self.real, self.documents, self.window, self.global_tokens
 
         def mask_mod(b, h, q_idx, kv_idx):

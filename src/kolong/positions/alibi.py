@@ -52,11 +52,17 @@ class ALiBiPositions(PositionEncoding):
     def prepare(self, length, device, dtype):
         return {"slopes": alibi_slopes(self.num_heads).to(device=device, dtype=torch.float32), "bias": None}
 
+    def at_positions(self, state, position_ids):
+        state["positions"] = position_ids.float()  # (b, n)
+        return state
+
     def score_bias(self, layer, query, state):
-        if state["bias"] is None:  # one (1, h, n, n) bias for every layer
-            position = torch.arange(query.shape[2], device=query.device, dtype=torch.float32)
-            distance = (position[None, :] - position[:, None]).abs()  # |i - j|: (n, n)
-            state["bias"] = (-state["slopes"][:, None, None] * distance)[None].to(query.dtype)
+        if state["bias"] is None:  # one (1, h, n, n) bias for every layer, (b, h, n, n) at given positions
+            position = state.get("positions")
+            if position is None:
+                position = torch.arange(query.shape[2], device=query.device, dtype=torch.float32)[None]
+            distance = (position[:, None, :] - position[:, :, None]).abs()  # |p_i - p_j|: (b|1, n, n)
+            state["bias"] = (-state["slopes"][None, :, None, None] * distance[:, None]).to(query.dtype)
         return state["bias"]
 
     @property

@@ -123,6 +123,12 @@ class PositionEncoding(nn.Module):
     def score_bias(self, layer: int, query: torch.Tensor, state: Any) -> torch.Tensor | None:
         return None
 
+    def at_positions(self, state: Any, position_ids: torch.Tensor) -> Any:
+        """`state` for given (b, n) positions, one set per example (K-BERT's soft positions, which come with a
+        visible matrix): relative schemes then read distances between them rather than j - i, and the plan table
+        sends such calls to the reference path. Absolute schemes read positions in `forward`: unchanged."""
+        return state
+
     def layer_argument(self, depth: int, device: torch.device) -> int | torch.Tensor:
         """What the model gives this scheme's methods as `layer` at `depth`: the depth. Schemes that pick a
         table per layer take `per_layer_index` instead: dynamo specialises an int it reads, so a layer compiled on

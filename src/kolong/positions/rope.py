@@ -103,11 +103,18 @@ class RotaryPositions(PositionEncoding):
         return theta / self.options["factor"] * (1 - kept) + theta * kept
 
     def prepare(self, length, device, dtype):
-        position = torch.arange(length, dtype=torch.float64, device=device)
+        return self._tables(torch.arange(length, dtype=torch.float64, device=device), dtype)
+
+    def at_positions(self, state, position_ids):
+        cos, sin = self._tables(position_ids.to(torch.float64), state[0].dtype)  # (b, n, d_h) each
+        return cos[:, None], sin[:, None]  # (b, 1, n, d_h): one rotation per example
+
+    def _tables(self, position, dtype):
+        """cos and sin of every position's angles: (..., d_h) each."""
         if self.options["scaling"] == "linear":
             position = position / self.options["factor"]
-        angles = position[:, None] * self.frequencies(device)[None]  # (n, d/2)
-        angles = torch.cat((angles, angles), dim=-1)  # (n, d)
+        angles = position[..., None] * self.frequencies(position.device)  # (..., d/2)
+        angles = torch.cat((angles, angles), dim=-1)  # (..., d)
         scale = yarn_temperature(self.options["factor"]) if self.options["scaling"] == "yarn" else 1.0
         return (angles.cos() * scale).to(dtype), (angles.sin() * scale).to(dtype)
 

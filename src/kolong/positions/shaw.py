@@ -96,6 +96,11 @@ class ShawPositions(PositionEncoding):
     def prepare(self, length, device, dtype):
         return {}  # the (n, n) index: built by the reference path only, once per forward
 
+    def at_positions(self, state, position_ids):
+        distance = position_ids[:, None, :] - position_ids[:, :, None]  # (b, n, n): p_j - p_i
+        state["index"] = (distance.clamp(-self.max_distance, self.max_distance) + self.max_distance)[:, None]
+        return state
+
     def _index(self, state, length, device):
         if "index" not in state:
             state["index"] = clipped_distances(length, self.max_distance, device)  # (n, n)

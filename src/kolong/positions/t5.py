@@ -135,9 +135,18 @@ class T5Positions(PositionEncoding):
             state["bias"][key] = make()
         return state["bias"][key]
 
+    def at_positions(self, state, position_ids):
+        # p_j - p_i, which lies in 1-n .. n-1 as j - i does: positions are at most n - 1
+        state["soft_index"] = (
+            position_ids[:, None, :] - position_ids[:, :, None] + state["length"] - 1
+        )  # (b, n, n)
+        return state
+
     def score_bias(self, layer, query, state):
-        def make():  # (1, h, n, n)
+        def make():  # (1, h, n, n), or (b, h, n, n) at given positions
             length = state["length"]
+            if "soft_index" in state:
+                return self.per_distance(layer, state, query.dtype)[:, state["soft_index"]].transpose(0, 1)
             position = torch.arange(length, device=query.device)
             index = position[None, :] - position[:, None] + length - 1  # (n, n)
             return self.per_distance(layer, state, query.dtype)[:, index][None]

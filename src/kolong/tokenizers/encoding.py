@@ -26,6 +26,11 @@ class MappedEncoding:
     def __len__(self) -> int:
         return len(self._encoding)
 
+    @property
+    def piece_ids(self) -> list[int | None]:
+        """The backend's pre-token (morpheme) of each token, where `word_ids` gives the caller's eojeol."""
+        return self._encoding.word_ids
+
     def _compute_words(self) -> None:
         """Only the eojeol of each token (no offsets): what a corpus needs for whole-word masking."""
         alignments = self._alignments

@@ -233,6 +233,8 @@ class KolongModel(KolongPreTrainedModel):
         device = (input_ids if input_ids is not None else inputs_embeds).device
         local = local_mask(self.config, mask, global_attention_mask, batch, length, device)  # None: all full
         real = attention_mask if mask.documents is None else attention_mask.ne(0).long()
+        if mask.visible is not None:  # a visible matrix: its diagonal says which tokens are real
+            real = attention_mask.diagonal(dim1=1, dim2=2).long()
         if position_ids is None and mask.documents is not None:  # positions restart in each packed document
             position_ids = self.positions.packed_position_ids(mask.document_positions(), real)
         x = self.embeddings.lookup(input_ids, inputs_embeds, token_type_ids)  # (b, n, e)
@@ -240,6 +242,10 @@ class KolongModel(KolongPreTrainedModel):
         x = self.embeddings.finish(x)  # (b, n, d)
 
         state = self.positions.prepare(x.shape[1], x.device, x.dtype)
+        if (
+            position_ids is not None and mask.visible is not None
+        ):  # soft positions (K-BERT): per-example distances
+            state = self.positions.at_positions(state, position_ids)
         hidden_states = [x] if output_hidden_states else None
         attentions = [] if output_attentions else None
         for depth in range(self.config.num_hidden_layers):
