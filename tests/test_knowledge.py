@@ -240,3 +240,93 @@ def test_visible_matrix_reads_numpy_and_torch_alike():
     entity = np.array([[0, 1, 1, 1, 0]])
     np.testing.assert_array_equal(visible_matrix(torch.tensor(branch), torch.tensor(entity)).numpy(),
                                   visible_matrix(branch, entity))  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    """A tiny BERT and the same model as a kolong checkpoint (`kolong convert`)."""
+    from kolong.data.builtin_checkpoints import build_tiny_bert_checkpoint
+    from kolong.models.encoder.convert import convert_checkpoint
+
+    root = tmp_path_factory.mktemp("kbert")
+    bert = build_tiny_bert_checkpoint(root / "bert", max_position_embeddings=64)
+    convert_checkpoint(str(bert), root / "kolong")
+    return bert, root / "kolong"
+
+
+def _graph_file(path):
+    triples = [
+        "최고\t뜻\t좋음",
+        "배우\t직업\t연기",
+        "별로\t뜻\t나쁨",
+        "지루한\t뜻\t나쁨",
+    ]  # words of write_sentiment
+    path.write_text("# head\trelation\ttail\n" + "\n".join(triples) + "\n", encoding="utf-8")
+    return path
+
+
+def test_the_cls_recipe_trains_records_and_predicts_with_the_same_knowledge(checkpoints, tmp_path):
+    import json
+
+    from kolong.training.classification import ClassificationArguments, finetune_cls
+    from kolong.training.predict_cls import ClassificationPredictArguments, predict_cls
+    from test_classification import write_sentiment
+
+    _, model = checkpoints
+    graph = _graph_file(tmp_path / "kg.tsv")
+    graph.write_text(
+        graph.read_text(encoding="utf-8") + "쀍\t뜻\t모름\n", encoding="utf-8"
+    )  # not in the vocabulary
+    train, evaluation = (
+        write_sentiment(tmp_path / "train.tsv"),
+        write_sentiment(tmp_path / "eval.tsv", 100, seed=1),
+    )
+    lines = []
+    with pytest.warns(
+        KolongWarning, match=r"1 of 5 entities left out: the tokenizer reads them with its unknown"
+    ):
+        metrics = finetune_cls(ClassificationArguments(
+            model=str(model), data=str(train), eval_data=str(evaluation), output_dir=str(tmp_path / "out"),
+            epochs=4, batch_size=16, learning_rate=3e-3, max_length=32, knowledge=str(graph),
+            extra={"disable_tqdm": True},
+        ), report=lines.append)  # fmt: skip
+    injected = [line for line in lines if line.startswith("knowledge:")]
+    assert len(injected) == 2 and "of 240 training examples got triples from kg.tsv" in injected[0]
+    entities = {"최고", "배우", "별로", "지루한"}
+    with_entity = sum(
+        bool(entities & set(line.split())) for line in train.read_text(encoding="utf-8").splitlines()
+    )
+    assert injected[0].startswith(f"knowledge: {with_entity} of 240")
+    gold = [line.split("\t")[1].strip() for line in evaluation.read_text(encoding="utf-8").splitlines()[1:]]
+    assert metrics["accuracy"] > 100 * max(gold.count("positive"), gold.count("negative")) / len(gold) + 10
+    recorded = json.loads((tmp_path / "out" / "config.json").read_text())["knowledge"]
+    assert recorded == KnowledgeGraph.from_tsv(graph).settings()
+
+    def predict(name, **knowledge):
+        predict_cls(ClassificationPredictArguments(model=str(tmp_path / "out"), data=str(evaluation),
+                                                   output=str(tmp_path / name), **knowledge))  # fmt: skip
+        return list(json.loads((tmp_path / name).read_text()).values())
+
+    labels = predict("with.json", knowledge=str(graph))
+    accuracy = 100 * np.mean([p == g for p, g in zip(labels, gold, strict=True)])
+    assert accuracy == pytest.approx(
+        metrics["accuracy"], abs=1.0
+    )  # the trees prediction builds are training's
+    with pytest.raises(ConfigError, match=r"fine-tuned with the knowledge file kg\.tsv \(--max-triples 2\)"):
+        predict("without.json")
+    other = _graph_file(tmp_path / "kg2.tsv")
+    other.write_text(other.read_text(encoding="utf-8") + "명작\t뜻\t좋음\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"is not the file .* was fine-tuned with"):
+        predict("other.json", knowledge=str(other))
+    assert len(predict("other.json", knowledge=str(other), other_knowledge=True)) == 100
+
+
+def test_knowledge_asks_for_kolongs_encoder_and_names_the_conversion(checkpoints, tmp_path):
+    from kolong.training.classification import ClassificationArguments, finetune_cls
+    from test_classification import write_sentiment
+
+    bert, _ = checkpoints
+    with pytest.raises(ConfigError, match=r"is a bert model: `kolong convert .*bert -o DIR`"):
+        finetune_cls(ClassificationArguments(model=str(bert), data=str(write_sentiment(tmp_path / "t.tsv", 40)),
+                                             output_dir=str(tmp_path / "out"), knowledge=str(_graph_file(tmp_path / "kg.tsv")),
+                                             max_steps=1))  # fmt: skip

@@ -120,3 +120,36 @@ def test_finetune_ner_end_to_end(ner_files, tmp_path):
     refused = CliRunner().invoke(app, ["finetune", "ner", "-m", str(model), "--train", str(tmp_path / "none.tsv"),
                                        "-o", str(tmp_path / "x")])  # fmt: skip
     assert refused.exit_code == 2 and "none.tsv" in refused.output
+
+
+def test_finetune_and_predict_ner_with_knowledge_score_the_trunk_alike(ner_files, tmp_path):
+    """Injected tokens carry no label; prediction reads the trees' trunks back, so `evaluate klue ner` on its
+    file gives the recipe's own scores."""
+    from kolong.models.encoder.convert import convert_checkpoint
+
+    convert_checkpoint(str(build_tiny_bert_checkpoint(tmp_path / "tiny", max_position_embeddings=64)),
+                       tmp_path / "kolong")  # fmt: skip
+    graph = tmp_path / "kg.tsv"
+    graph.write_text("오늘\t뜻\t날\n오늘\t반대\t어제\n", encoding="utf-8")
+    out = tmp_path / "ner"
+    result = CliRunner().invoke(app, ["finetune", "ner", "-m", str(tmp_path / "kolong"), "--train", str(ner_files),
+                                      "--eval", str(ner_files), "-o", str(out), "--epochs", "40", "--lr", "3e-3",
+                                      "--batch-size", "4", "--max-length", "48", "--seed", "0",
+                                      "--knowledge", str(graph)])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "knowledge: 3 of 12 training sentences got triples from kg.tsv" in result.output
+    metrics = json.loads((out / "kolong_ner_results.json").read_text())["metrics"]
+    assert metrics["entity_f1"] > 50
+    predictions = tmp_path / "predictions.json"
+    predict = ["predict", "ner", "--model", str(out), "--data", str(ner_files), "-o", str(predictions)]
+    refused = CliRunner().invoke(app, predict)
+    assert refused.exit_code == 2 and "fine-tuned with the knowledge file kg.tsv" in " ".join(
+        refused.output.split()
+    )
+    result = CliRunner().invoke(app, [*predict, "--knowledge", str(graph)])
+    assert result.exit_code == 0, result.output
+    result = CliRunner().invoke(app, ["evaluate", "klue", "ner", "--data", str(ner_files), "--predictions",
+                                      str(predictions)])  # fmt: skip
+    scores = json.loads(result.stdout)
+    assert scores["entity_macro_f1"] == pytest.approx(metrics["entity_f1"])
+    assert scores["char_macro_f1"] == pytest.approx(metrics["char_f1"])

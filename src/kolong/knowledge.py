@@ -22,7 +22,8 @@ Two inputs keep the trunk's meaning as it was:
 Entities are found on the tokenizer's pre-tokens (morphemes for kolong's morpheme tokenizer, words otherwise):
 an entity is the token sequence of its head, matched longest first where it starts and ends at pre-token
 boundaries. A branch is the tokens of "relation tail". `sentence_tree` builds the tree from tokens alone;
-`KnowledgeInjector` runs a tokenizer around it; `KnowledgeCollator` pads trees into batches.
+`KnowledgeInjector` runs a tokenizer around it; `KnowledgeCollator` pads trees into batches. (numpy and torch are imported where used: the CLI's --help reads the
+option texts here.)
 """
 
 from __future__ import annotations
@@ -31,11 +32,12 @@ import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import numpy as np
-import torch
+from typing import TYPE_CHECKING
 
 from kolong.errors import ConfigError, DataError, warn
+
+if TYPE_CHECKING:
+    import numpy as np
 
 DEFAULT_MAX_TRIPLES = 2  # K-BERT's setting: at most two triples per entity
 
@@ -107,6 +109,8 @@ class SentenceTree:
     @property
     def visible(self) -> np.ndarray:
         """(n, n) bool: M_ij of K-BERT's eq. 5."""
+        import numpy as np
+
         return visible_matrix(np.asarray(self.branch)[None], np.asarray(self.entity)[None])[0]
 
 
@@ -127,12 +131,17 @@ class EntityIndex:
     branches: dict[tuple, list[list]] = field(default_factory=dict)
     longest: int = 0
 
+    unknown_heads: int = 0  # heads left out: a head with the unknown token would match every unknown word
+
     @classmethod
-    def build(cls, graph: KnowledgeGraph, tokenize: Callable[[str], list]) -> EntityIndex:
+    def build(cls, graph: KnowledgeGraph, tokenize: Callable[[str], list], unknown=None) -> EntityIndex:
         index = cls()
         for head, triples in graph.triples.items():
             key = tuple(tokenize(head))
             if not key:
+                continue
+            if unknown is not None and unknown in key:
+                index.unknown_heads += 1
                 continue
             index.branches[key] = [list(tokenize(f"{relation} {tail}")) for relation, tail in triples]
             index.longest = max(index.longest, len(key))
@@ -214,7 +223,12 @@ class KnowledgeInjector:
     def __init__(self, graph: KnowledgeGraph, tokenizer, max_length: int) -> None:
         self.graph, self.tokenizer, self.max_length = graph, tokenizer, max_length
         ids = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa: E731
-        self.index = EntityIndex.build(graph, ids)
+        unknown = getattr(tokenizer, "unk_token_id", None)
+        self.index = EntityIndex.build(graph, ids, unknown)
+        if self.index.unknown_heads:
+            warn(f"knowledge {graph.path}: {self.index.unknown_heads:,} of {len(graph.triples):,} entities left out: "
+                 f"the tokenizer reads them with its unknown token {tokenizer.unk_token!r}, which would match every "
+                 "word it does not know")  # fmt: skip
         self.dropped = 0
         self.injected_examples = 0
 
@@ -252,13 +266,14 @@ class KnowledgeInjector:
         return columns
 
     def report(self, examples: int, part: str) -> str:
-        """One line on what was injected, and what did not fit."""
+        """One line on what was injected since the last report, and what did not fit."""
         line = (f"knowledge: {self.injected_examples:,} of {examples:,} {part} got triples from "
                 f"{Path(self.graph.path).name}")  # fmt: skip
         if self.dropped:
             line += (
                 f"; {self.dropped:,} branches dropped to fit {self.max_length} tokens (the trunk kept whole)"
             )
+        self.dropped = self.injected_examples = 0
         return line
 
 
@@ -272,7 +287,9 @@ class KnowledgeCollator:
     pad_token_id: int = 0
     label_pad: int = -100
 
-    def __call__(self, features: list[dict]) -> dict[str, torch.Tensor]:
+    def __call__(self, features: list[dict]) -> dict:
+        import torch
+
         width = max(len(f["input_ids"]) for f in features)
         rows = len(features)
 
@@ -321,3 +338,53 @@ def check_knowledge(config, graph: KnowledgeGraph | None, allow_other: bool, mod
                       f"is not the file {model} was fine-tuned with ({recorded['file']}, sha256 "
                       f"{recorded['sha256'][:12]}, --max-triples {recorded['max_triples']}); --other-knowledge to "
                       "predict with it anyway")  # fmt: skip
+
+
+KNOWLEDGE_HELP = ("K-BERT: a UTF-8 file of head<TAB>relation<TAB>tail lines; each entity's triples join the sentence "
+                  "as branches seen only by that entity (kolong encoder models).")  # fmt: skip
+MAX_TRIPLES_HELP = "Triples per entity from --knowledge (the file's first ones)."
+
+
+def _require_kolong_encoder(model, name: str) -> None:
+    model_type = getattr(model.config, "model_type", "?")
+    if model_type != "kolong":
+        raise ConfigError(f"--knowledge needs kolong's encoder, which reads a visible matrix and soft positions; "
+                          f"{name} is a {model_type} model: `kolong convert {name} -o DIR` makes the same model "
+                          "a kolong checkpoint (identical outputs), then fine-tune DIR")  # fmt: skip
+
+
+def knowledge_for_training(path: str | None, max_triples: int, model, name: str) -> KnowledgeGraph | None:
+    """The graph a fine-tuning run injects, recorded in `model.config.knowledge` (cleared without one)."""
+    if path is None:
+        if hasattr(model.config, "knowledge"):
+            del model.config.knowledge
+        return None
+    _require_kolong_encoder(model, name)
+    graph = KnowledgeGraph.from_tsv(path, max_triples)
+    model.config.knowledge = graph.settings()
+    return graph
+
+
+def knowledge_for_prediction(path: str | None, max_triples: int | None, allow_other: bool, model,
+                             name: str) -> KnowledgeGraph | None:  # fmt: skip
+    """The graph a prediction injects: the model's own unless `allow_other` (`max_triples` defaults to the
+    model's record)."""
+    recorded = getattr(model.config, "knowledge", None) or {}
+    graph = None
+    if path is not None:
+        _require_kolong_encoder(model, name)
+        graph = KnowledgeGraph.from_tsv(path, max_triples or recorded.get("max_triples", DEFAULT_MAX_TRIPLES))
+    check_knowledge(model.config, graph, allow_other, name)
+    return graph
+
+
+def tree_rows(columns: dict[str, list], **extra: list) -> list[dict]:
+    """`KnowledgeInjector` columns (and `extra` columns) as one dict per example, what the collator takes."""
+    columns = {**columns, **extra}
+    return [dict(zip(columns, values, strict=True)) for values in zip(*columns.values(), strict=True)]
+
+
+def on_trunk(values: Sequence, trunk_index: Sequence[int]) -> list:
+    """Per token of a tree, `values` (labels, predictions) back in the plain encoding's order, injected tokens
+    left out."""
+    return [value for value, trunk in zip(values, trunk_index, strict=False) if trunk >= 0]

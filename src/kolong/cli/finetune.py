@@ -83,7 +83,7 @@ def finetune_ner(args: NERFinetuneArguments) -> None:
     """
     from kolong.training.ner import finetune_ner as run
 
-    metrics = run(args)
+    metrics = run(args, report=report)
     console.print(f"[green]fine-tuned[/] {metrics['train_sentences']} train / {metrics['eval_sentences']} eval "
                   f"sentences -> {args.output_dir}: entity F1 {metrics['entity_f1']:.2f}, "
                   f"character F1 {metrics['char_f1']:.2f} (all-O tagger: {metrics['baseline_all_o']['entity_f1']:.2f}, "
@@ -170,6 +170,8 @@ def predict_ner(args: NERPredictArguments) -> None:
     from kolong.training.ner import predict_ner as run
 
     summary = run(args)
+    if "knowledge" in summary:
+        console.print(summary["knowledge"], soft_wrap=True)
     console.print(f"[green]wrote[/] {summary['output']}: {summary['sentences']} sentences")
 
 
@@ -184,6 +186,8 @@ def predict_cls(args: ClassificationPredictArguments) -> None:
     from kolong.training.predict_cls import predict_cls as run
 
     summary = run(args)
+    if "knowledge" in summary:
+        console.print(summary["knowledge"], soft_wrap=True)
     console.print(f"[green]wrote[/] {summary['output']}: {summary['examples']} "
                   f"{'scores' if summary['regression'] else 'labels'}")  # fmt: skip
 

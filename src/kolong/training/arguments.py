@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from kolong.data.shared import HELP as SHARED_HELP
 from kolong.errors import ConfigError
+from kolong.knowledge import DEFAULT_MAX_TRIPLES, KNOWLEDGE_HELP, MAX_TRIPLES_HELP
 from kolong.training.options import (
     ON_BAD,
     REQUIRED,
@@ -305,6 +306,8 @@ class ClassificationArguments(RecipeArguments):
         "--max_train_samples",
         "--max-train-samples",
     )
+    knowledge: str | None = option(None, KNOWLEDGE_HELP)
+    max_triples: int = option(DEFAULT_MAX_TRIPLES, MAX_TRIPLES_HELP, min=1)
     epochs: float = option(3.0)
     batch_size: int = option(32)
     eval_batch_size: int = option(64)

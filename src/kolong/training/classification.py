@@ -16,6 +16,7 @@ import numpy as np
 
 from kolong.data.classification import ClassificationData, load_classification_data
 from kolong.io import writes_output
+from kolong.knowledge import KnowledgeCollator, KnowledgeInjector, knowledge_for_training
 from kolong.training.arguments import (
     ClassificationArguments,
     training_arguments,
@@ -90,7 +91,8 @@ def classification_metrics(predictions: np.ndarray, labels: np.ndarray, regressi
     }
 
 
-def _encode(tokenizer, data: ClassificationData, max_length: int):
+def _encode(tokenizer, data: ClassificationData, max_length: int, injector=None, report=lambda line: None):
+    """The training and evaluation sets; with a `KnowledgeInjector`, as K-BERT's sentence trees."""
     from datasets import Dataset
 
     def encode(examples, part: str):
@@ -100,6 +102,10 @@ def _encode(tokenizer, data: ClassificationData, max_length: int):
         cut = cut_count(encoded, tokenizer, texts, pairs, max_length)
         warn_cut(cut, len(texts), f"{part} examples", f"--max-length {max_length} tokens", "the model sees their first "
                  f"{max_length} tokens")  # fmt: skip
+        if injector is not None:
+            encoded = injector(texts, pairs)
+            del encoded["trunk_index"]
+            report(injector.report(len(texts), f"{part} examples"))
         encoded["labels"] = [e.label for e in examples]
         return Dataset.from_dict(dict(encoded))
 
@@ -144,11 +150,13 @@ def finetune_cls(
         args.model, AutoModelForSequenceClassification, new_head=CLASSIFIER_HEADS, **label_settings
     )
     max_length = max_length_for(model, args.max_length, DEFAULT_MAX_LENGTH, args.model)
+    graph = knowledge_for_training(args.knowledge, args.max_triples, model, args.model)
+    injector = None if graph is None else KnowledgeInjector(graph, tokenizer, max_length)
     started = time.perf_counter()
     report(
         f"{args.data}: {len(data.train):,} training and {len(data.eval):,} evaluation examples; tokenising"
     )
-    train, evaluation = _encode(tokenizer, data, max_length)
+    train, evaluation = _encode(tokenizer, data, max_length, injector, report)
     report(f"tokenised in {time.perf_counter() - started:.1f} s")
     if data.is_regression:
         from datasets import Value
@@ -167,10 +175,15 @@ def finetune_cls(
         callbacks.append(EarlyStoppingCallback(args.early_stopping_patience))
     trainer = (wrap_trainer(Trainer) if wrap_trainer else Trainer)(
         model=model,
-        args=training_arguments(args, evaluating=True, metric=main_metric),
+        # the trees' branch and entity columns are not the model's arguments: the collator reads them
+        args=training_arguments(
+            args, evaluating=True, metric=main_metric, remove_unused_columns=graph is None
+        ),
         train_dataset=train,
         eval_dataset=evaluation,
-        data_collator=DataCollatorWithPadding(tokenizer),
+        data_collator=DataCollatorWithPadding(tokenizer)
+        if graph is None
+        else KnowledgeCollator(tokenizer.pad_token_id),
         processing_class=tokenizer,
         compute_metrics=compute_metrics,
         callbacks=callbacks,

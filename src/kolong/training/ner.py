@@ -18,6 +18,17 @@ from pathlib import Path
 from kolong.data.shared import HELP as SHARED_HELP
 from kolong.data.shared import shared_root
 from kolong.io import writes_output
+from kolong.knowledge import (
+    DEFAULT_MAX_TRIPLES,
+    KNOWLEDGE_HELP,
+    MAX_TRIPLES_HELP,
+    KnowledgeCollator,
+    KnowledgeInjector,
+    knowledge_for_prediction,
+    knowledge_for_training,
+    on_trunk,
+    tree_rows,
+)
 from kolong.training.arguments import RecipeArguments
 from kolong.training.options import REQUIRED, CheckedArguments, option
 from kolong.training.prediction import MAX_PREDICT_SAMPLES_HELP
@@ -50,6 +61,8 @@ class NERFinetuneArguments(RecipeArguments):
         "--max_train_samples",
         "--max-train-samples",
     )
+    knowledge: str | None = option(None, KNOWLEDGE_HELP + " Injected tokens carry no label.")
+    max_triples: int = option(DEFAULT_MAX_TRIPLES, MAX_TRIPLES_HELP, min=1)
     epochs: float = option(3.0)
     batch_size: int = option(32)
     eval_batch_size: int = option(64)
@@ -77,7 +90,10 @@ def character_tags(offsets: list[tuple[int, int]], token_tags: list[str], length
     return tags
 
 
-def _encode(tokenizer, sentences, max_length: int, label2id: dict, part: str):
+def _encode(tokenizer, sentences, max_length: int, label2id: dict, part: str, injector=None,
+            report=lambda line: None):  # fmt: skip
+    """The set, each sentence's token offsets, and with a `KnowledgeInjector` each tree token's index in the
+    plain encoding (-1 for injected tokens, which get label -100)."""
     from datasets import Dataset
 
     from kolong.training.prediction import cut_count, warn_cut
@@ -88,13 +104,24 @@ def _encode(tokenizer, sentences, max_length: int, label2id: dict, part: str):
     warn_cut(cut_count(encoded, tokenizer, texts, None, max_length), len(texts), f"{part} sentences",
              f"--max-length {max_length} tokens", f"their characters past it {past}")  # fmt: skip
     offsets = [[tuple(pair) for pair in row] for row in encoded.pop("offset_mapping")]
-    encoded["labels"] = [token_labels(o, s.tags, label2id) for o, s in zip(offsets, sentences, strict=True)]
-    return Dataset.from_dict(dict(encoded)), offsets
+    labels = [token_labels(o, s.tags, label2id) for o, s in zip(offsets, sentences, strict=True)]
+    if injector is None:
+        return Dataset.from_dict({**encoded, "labels": labels}), offsets, None
+    trees = injector(texts)
+    report(injector.report(len(texts), f"{part} sentences"))
+    trees["labels"] = [[row[t] if t >= 0 else -100 for t in trunk]
+                       for row, trunk in zip(labels, trees["trunk_index"], strict=True)]  # fmt: skip
+    return Dataset.from_dict(trees), offsets, trees["trunk_index"]
 
 
-def decode_tags(logits, offsets, sentences, id2label: dict) -> list[list[str]]:
-    """Per sentence, the character tags of its per-token logits."""
-    return [character_tags(o, [id2label[int(i)] for i in row.argmax(-1)[: len(o)]], len(s.tags))
+def decode_tags(logits, offsets, sentences, id2label: dict, trunk_index=None) -> list[list[str]]:
+    """Per sentence, the character tags of its per-token logits (of a sentence tree's trunk, with
+    `trunk_index`)."""
+    import numpy as np
+
+    if trunk_index is not None:
+        logits = [on_trunk(row, trunk) for row, trunk in zip(logits, trunk_index, strict=False)]
+    return [character_tags(o, [id2label[int(i)] for i in np.asarray(row).argmax(-1)[: len(o)]], len(s.tags))
             for row, o, s in zip(logits, offsets, sentences, strict=False)]  # fmt: skip
 
 
@@ -124,7 +151,7 @@ def ner_intervals(predicted: list[list[str]], sentences, seed: int = 0, resample
 
 
 @writes_output("args", "output_dir")
-def finetune_ner(args: NERFinetuneArguments) -> dict:
+def finetune_ner(args: NERFinetuneArguments, report=lambda line: None) -> dict:
     from transformers import AutoModelForTokenClassification, DataCollatorForTokenClassification, Trainer
 
     from kolong.checkpoints import CLASSIFIER_HEADS, load_model, load_tokenizer
@@ -157,21 +184,29 @@ def finetune_ner(args: NERFinetuneArguments) -> dict:
     model = load_model(args.model, AutoModelForTokenClassification, num_labels=len(NER_LABELS),
                        id2label=id2label, label2id=label2id, new_head=CLASSIFIER_HEADS)  # fmt: skip
     max_length = max_length_for(model, args.max_length, DEFAULT_MAX_LENGTH, args.model)
-    train_set, _ = _encode(tokenizer, training, max_length, label2id, "training")
-    eval_set, eval_offsets = _encode(tokenizer, evaluation, max_length, label2id, "evaluation")
+    graph = knowledge_for_training(args.knowledge, args.max_triples, model, args.model)
+    injector = None if graph is None else KnowledgeInjector(graph, tokenizer, max_length)
+    train_set, _, _ = _encode(tokenizer, training, max_length, label2id, "training", injector, report)
+    eval_set, eval_offsets, eval_trunk = _encode(tokenizer, evaluation, max_length, label2id, "evaluation",
+                                                 injector, report)  # fmt: skip
 
     last = {}  # the latest evaluation's character tags, for the intervals of the final metrics
 
     def compute_metrics(prediction):
-        last["tags"] = decode_tags(prediction.predictions, eval_offsets, evaluation, id2label)
+        last["tags"] = decode_tags(prediction.predictions, eval_offsets, evaluation, id2label, eval_trunk)
         return ner_scores_of(last["tags"], evaluation)
 
     trainer = Trainer(
         model=model,
-        args=training_arguments(args, evaluating=True, metric="entity_f1"),
+        # the trees' columns are not the model's arguments: the collator reads them
+        args=training_arguments(
+            args, evaluating=True, metric="entity_f1", remove_unused_columns=graph is None
+        ),
         train_dataset=train_set,
         eval_dataset=eval_set,
-        data_collator=DataCollatorForTokenClassification(tokenizer),
+        data_collator=DataCollatorForTokenClassification(tokenizer)
+        if graph is None
+        else KnowledgeCollator(tokenizer.pad_token_id),
         processing_class=tokenizer,
         compute_metrics=compute_metrics,
     )
@@ -209,6 +244,14 @@ class NERPredictArguments(CheckedArguments):
         "predicted O.",
     )
     batch_size: int = option(32, "Sentences per forward pass.")
+    knowledge: str | None = option(None, "The knowledge file the model was fine-tuned with (`finetune ner "
+                                   "--knowledge`).")  # fmt: skip
+    max_triples: int | None = option(
+        None, "Triples per entity from --knowledge (default: the model's).", min=1
+    )
+    other_knowledge: bool = option(
+        False, "Predict with a --knowledge file (or none) other than the model's own."
+    )
     max_predict_samples: int | None = option(None, MAX_PREDICT_SAMPLES_HELP, "--limit", min=1)
 
 
@@ -250,6 +293,10 @@ def predict_ner(args: NERPredictArguments) -> dict:
         all_weights="fine-tune it first with `kolong finetune ner`",
     ).eval()
     max_length = max_length_for(model, args.max_length, DEFAULT_MAX_LENGTH, args.model)
+    graph = knowledge_for_prediction(
+        args.knowledge, args.max_triples, args.other_knowledge, model, args.model
+    )
+    injector = None if graph is None else KnowledgeInjector(graph, tokenizer, max_length)
     id2label = {int(k): v for k, v in model.config.id2label.items()}
     markups = {}
     lengths = token_lengths(tokenizer, list(texts.values()), None, max_length)
@@ -266,7 +313,17 @@ def predict_ner(args: NERPredictArguments) -> dict:
                             padding=True, return_offsets_mapping=True, return_tensors="pt")  # fmt: skip
         offsets = encoded.pop("offset_mapping").tolist()
         with torch.inference_mode():
-            logits = model(**encoded.to(model.device)).logits.argmax(-1).tolist()
+            if injector is None:
+                logits = model(**encoded.to(model.device)).logits.argmax(-1).tolist()
+            else:  # the trees' predictions on their trunks, which are the plain encoding's tokens
+                trees = injector([text for _, text in batch])
+                inputs = KnowledgeCollator(tokenizer.pad_token_id)(tree_rows(trees))
+                chosen = (
+                    model(**{k: v.to(model.device) for k, v in inputs.items()}).logits.argmax(-1).tolist()
+                )
+                width = encoded["input_ids"].shape[1]
+                logits = [(on_trunk(row, trunk) + [0] * width)[:width]
+                          for row, trunk in zip(chosen, trees["trunk_index"], strict=True)]  # fmt: skip
         for (key, text), row, token_offsets, mask in zip(batch, logits, offsets, encoded["attention_mask"].tolist(),
                                                          strict=True):  # fmt: skip
             real = [(tuple(o), id2label[i]) for o, i, m in zip(token_offsets, row, mask, strict=True) if m]
@@ -274,4 +331,7 @@ def predict_ner(args: NERPredictArguments) -> dict:
             markups[key] = prediction(text, tags)
     with atomic_output_file(args.output, args.overwrite) as staging:
         atomic_write_json(staging, in_order(list(texts), markups))
-    return {"sentences": len(markups), "output": args.output, "cut": cut}
+    summary = {"sentences": len(markups), "output": args.output, "cut": cut}
+    if injector is not None:
+        summary["knowledge"] = injector.report(len(texts), "sentences")
+    return summary

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kolong.data.shared import HELP as SHARED_HELP
+from kolong.knowledge import KnowledgeCollator, KnowledgeInjector, knowledge_for_prediction, tree_rows
 from kolong.training.options import REQUIRED, CheckedArguments, option
 from kolong.training.prediction import MAX_PREDICT_SAMPLES_HELP
 
@@ -33,6 +34,14 @@ class ClassificationPredictArguments(CheckedArguments):
         None, "Tokens per example, pairs: both sentences (default: 128, or the model's positions if fewer)."
     )
     batch_size: int = option(64, "Examples per forward pass.")
+    knowledge: str | None = option(None, "The knowledge file the model was fine-tuned with (`finetune cls "
+                                   "--knowledge`): its triples join each sentence as they did in training.")  # fmt: skip
+    max_triples: int | None = option(
+        None, "Triples per entity from --knowledge (default: the model's).", min=1
+    )
+    other_knowledge: bool = option(
+        False, "Predict with a --knowledge file (or none) other than the model's own."
+    )
     max_predict_samples: int | None = option(None, MAX_PREDICT_SAMPLES_HELP, "--limit", min=1)
 
 
@@ -96,6 +105,10 @@ def predict_cls(args: ClassificationPredictArguments) -> dict:
         all_weights="fine-tune it first with `kolong finetune cls`",
     ).eval()
     max_length = max_length_for(model, args.max_length, DEFAULT_MAX_LENGTH, args.model)
+    graph = knowledge_for_prediction(
+        args.knowledge, args.max_triples, args.other_knowledge, model, args.model
+    )
+    injector = None if graph is None else KnowledgeInjector(graph, tokenizer, max_length)
     regression = model.config.num_labels == 1
     names = {int(k): v for k, v in model.config.id2label.items()}
     predictions = {}
@@ -104,12 +117,24 @@ def predict_cls(args: ClassificationPredictArguments) -> dict:
     warn_cut(cut, len(examples), "examples", f"--max-length {max_length} tokens", "each is read up to it")
     for batch in by_length(examples, lengths, args.batch_size, "example"):
         pairs = [e.pair for e in batch] if any(e.pair for e in batch) else None
-        encoded = tokenizer([e.text for e in batch], pairs, truncation=True, max_length=max_length,
-                            padding=True, return_tensors="pt").to(model.device)  # fmt: skip
+        texts = [e.text for e in batch]
+        if injector is None:
+            encoded = tokenizer(texts, pairs, truncation=True, max_length=max_length, padding=True,
+                                return_tensors="pt").to(model.device)  # fmt: skip
+        else:
+            trees = injector(texts, pairs)
+            del trees["trunk_index"]
+            encoded = {
+                k: v.to(model.device)
+                for k, v in KnowledgeCollator(tokenizer.pad_token_id)(tree_rows(trees)).items()
+            }
         with torch.inference_mode():
             logits = model(**encoded).logits.float()
         values = logits[:, 0].tolist() if regression else [names[i] for i in logits.argmax(-1).tolist()]
         predictions.update({e.id: v for e, v in zip(batch, values, strict=True)})
     with atomic_output_file(args.output, args.overwrite) as staging:
         atomic_write_json(staging, in_order([e.id for e in examples], predictions))
-    return {"examples": len(predictions), "output": args.output, "regression": regression, "cut": cut}
+    result = {"examples": len(predictions), "output": args.output, "regression": regression, "cut": cut}
+    if injector is not None:
+        result["knowledge"] = injector.report(len(examples), "examples")
+    return result
