@@ -390,6 +390,38 @@ def gbst(
     ), run_gbst_study, to_markdown, results)  # fmt: skip
 
 
+@app.command("knowledge")
+def knowledge(
+    scale: str = typer.Option(
+        "cpu", callback=one_of("tiny", "cpu"), help="tiny (a smoke test) | cpu (about 20 minutes on 2 cores)."
+    ),
+    seeds: str = typer.Option("42,43,44", help="Fine-tuning seeds (each its own split, head and order)."),
+    work_dir: Path = typer.Option(
+        Path("runs/knowledge-study"), help="Knowledge file, corpus, checkpoints, stage results (resumable)."
+    ),
+    results: Path = typer.Option(
+        Path("docs/experiments/knowledge-nsmc-cpu.json"), help="Results JSON (markdown beside)."
+    ),
+    figures: Path = typer.Option(Path("docs/images"), help="Where knowledge-nsmc.png goes."),
+    shared_data: Path = typer.Option(None, "--shared-data", help=SHARED_HELP),
+    overrides: list[str] = typer.Option(
+        None, "--set", help="Override a scale setting: --set finetune_steps=800."
+    ),
+    max_minutes: float = MAX_MINUTES,
+) -> None:
+    """K-BERT on NSMC-style sentiment: one base pre-trained, then fine-tuned per seed without and with KLUE-NER's
+    entities as triples (`finetune cls --knowledge`), equal steps; accuracy with intervals and the paired
+    difference."""
+    from kolong.cli.arguments import parse_pairs
+    from kolong.experiments.knowledge import KnowledgeStudyArguments, run_knowledge_study, to_markdown
+
+    _run_study("knowledge study", lambda: KnowledgeStudyArguments(
+        work_dir=str(work_dir), results=str(results), figures=str(figures), scale=scale,
+        seeds=_seeds(seeds), shared_data=str(shared_root(shared_data)), max_minutes=max_minutes,
+        overrides=parse_pairs("--set", overrides),
+    ), run_knowledge_study, to_markdown, results)  # fmt: skip
+
+
 @app.command("sensitivity")
 def sensitivity(
     mlm: list[str] = typer.Option(None, "--mlm", help="NAME=PATH of a pre-trained masked LM (repeat)."),

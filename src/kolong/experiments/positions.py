@@ -84,14 +84,14 @@ def _settings(args: PositionStudyArguments) -> dict:
     return scale_settings(SCALES, args.scale, args.overrides, "study setting")
 
 
-def _documents(args, settings) -> list[str]:
+def study_documents(args, settings) -> list[str]:
     from kolong.data.corpus import read_documents
 
     reviews = list(read_documents(["nsmc"], args.shared_data, limit=settings["reviews"]))
     return reviews + list(read_documents(["korquad"], args.shared_data))
 
 
-def _tokenizer(work: Path, analyser: str, documents: list[str], vocab_size: int) -> Path:
+def study_tokenizer(work: Path, analyser: str, documents: list[str], vocab_size: int) -> Path:
     from kolong.tokenizers.training import save_tokenizer, train_tokenizer
 
     out = work / f"tokenizer-{analyser}"
@@ -100,7 +100,7 @@ def _tokenizer(work: Path, analyser: str, documents: list[str], vocab_size: int)
     return out
 
 
-def _corpus(work: Path, name: str, tokenizer: Path, documents: list[str]) -> Path:
+def study_corpus(work: Path, name: str, tokenizer: Path, documents: list[str]) -> Path:
     from kolong.data.corpus import build_corpus
 
     out = work / f"corpus-{name}"
@@ -136,7 +136,7 @@ def _run(work: Path, name: str, stage: Callable[..., dict], *stage_args) -> dict
     return run_stage(work / f"{name}.json", lambda: stage(*stage_args))
 
 
-def _pretrain(work, name, corpus, scheme, args, settings, deadline: Deadline) -> dict:
+def pretrain_stage(work, name, corpus, scheme, args, settings, deadline: Deadline) -> dict:
     from kolong.training.pretrain import PretrainArguments, pretrain_mlm, read_log
 
     out = work / f"mlm-{name}"
@@ -244,15 +244,15 @@ def _study(args: PositionStudyArguments, on_step: Callable[[str], None], deadlin
     work = Path(args.work_dir)
     work.mkdir(parents=True, exist_ok=True)
     on_step("reading documents")
-    documents = _documents(args, settings)
+    documents = study_documents(args, settings)
     tokenizers = {}
     for analyser in ("mecab", "none"):
         on_step(f"tokenizer ({analyser})")
-        tokenizers[analyser] = _tokenizer(work, analyser, documents, settings["vocab_size"])
+        tokenizers[analyser] = study_tokenizer(work, analyser, documents, settings["vocab_size"])
     corpora = {}
     for analyser, tokenizer in tokenizers.items():
         on_step(f"corpus ({analyser})")
-        corpora[analyser] = _corpus(work, analyser, tokenizer, documents)
+        corpora[analyser] = study_corpus(work, analyser, tokenizer, documents)
     train_qa, eval_qa = _qa_data(work, args, settings)
     runs = [(scheme, "mecab", scheme) for scheme in args.schemes] + [("learned-wordpiece", "none", "learned")]
     results = {"finished": True, "arguments": asdict(args), "settings": settings, "runs": {}}
@@ -261,7 +261,7 @@ def _study(args: PositionStudyArguments, on_step: Callable[[str], None], deadlin
         pretrained = _run(
             work,
             f"result-mlm-{name}",
-            _pretrain,
+            pretrain_stage,
             work,
             name,
             corpora[analyser],
