@@ -227,6 +227,7 @@ REQUIRED = {
     ("experiment", "extension-init"): ["--base-dir", "BASE", "--work-dir", "OUT"],
     ("experiment", "gbst"): ["--work-dir", "OUT"],
     ("experiment", "sensitivity"): ["--work-dir", "OUT"],
+    ("experiment", "knowledge"): ["--work-dir", "OUT"],
     ("quantize",): ["MODEL", "-o", "OUT"],
     ("export", "onnx"): ["MODEL", "-o", "OUT.onnx"],
     ("tokenizer", "train"): ["--corpus", "TEXT", "-o", "OUT"],
