@@ -21,7 +21,8 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 SHELL = ("", "bash", "sh", "shell", "console")
 # Options whose value is a file or folder the command reads.
 READS = ("--data", "-d", "--train", "--eval", "--corpus", "-c", "--qa", "--predictions", "--test_file", "--train_file",
-         "--validation_file", "--model", "-m", "--model_name_or_path", "--tokenizer", "-t", "--base-dir", "--config")  # fmt: skip
+         "--validation_file", "--model", "-m", "--model_name_or_path", "--tokenizer", "-t", "--base-dir", "--config",
+         "--knowledge")  # fmt: skip
 # Options whose value the command writes: a later line of the same doc may read it.
 WRITES = ("-o", "--output", "--output-dir", "--output_dir", "--nbest", "--work-dir", "--results")
 # Where commands write without an output option: later lines (of any doc) may read there.
@@ -47,6 +48,7 @@ USERS_OWN = {
         "sentences.txt",
     },
     "tokenizers.md": {"corpus.txt", "corpus.txt.gz"},
+    "knowledge.md": {"triples.tsv"},
 }
 HUB_MODEL = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 

@@ -330,3 +330,16 @@ def test_knowledge_asks_for_kolongs_encoder_and_names_the_conversion(checkpoints
         finetune_cls(ClassificationArguments(model=str(bert), data=str(write_sentiment(tmp_path / "t.tsv", 40)),
                                              output_dir=str(tmp_path / "out"), knowledge=str(_graph_file(tmp_path / "kg.tsv")),
                                              max_steps=1))  # fmt: skip
+
+
+def test_memn2n_which_weighs_by_the_rows_length_refuses_soft_positions():
+    from types import SimpleNamespace
+
+    from kolong.knowledge import knowledge_for_training
+
+    model = KolongModel(tiny_kolong_config(position_encoding="memn2n"))
+    batch, _, _ = _kbert_batch()
+    with pytest.raises(ValueError, match=r"memn2n.* K-BERT's soft positions need another scheme"):
+        model(**{k: batch[k] for k in ("input_ids", "attention_mask", "position_ids")})
+    with pytest.raises(ConfigError, match="--knowledge with runs/m: position_encoding='memn2n'"):
+        knowledge_for_training("kg.tsv", 2, SimpleNamespace(config=model.config), "runs/m")

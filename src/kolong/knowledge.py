@@ -351,6 +351,10 @@ def _require_kolong_encoder(model, name: str) -> None:
         raise ConfigError(f"--knowledge needs kolong's encoder, which reads a visible matrix and soft positions; "
                           f"{name} is a {model_type} model: `kolong convert {name} -o DIR` makes the same model "
                           "a kolong checkpoint (identical outputs), then fine-tune DIR")  # fmt: skip
+    if getattr(model.config, "position_encoding", None) == "memn2n":
+        from kolong.positions.memn2n import KNOWLEDGE_REFUSAL
+
+        raise ConfigError(f"--knowledge with {name}: {KNOWLEDGE_REFUSAL}")
 
 
 def knowledge_for_training(path: str | None, max_triples: int, model, name: str) -> KnowledgeGraph | None:

@@ -14,6 +14,9 @@ import torch
 
 from kolong.positions.base import PositionEncoding, absolute_panels
 
+KNOWLEDGE_REFUSAL = ("position_encoding='memn2n' weighs each token by its row's length and its count of real "
+                     "tokens, which a sentence tree's branches change: K-BERT's soft positions need another scheme")  # fmt: skip
+
 
 def memn2n_weights(real: torch.Tensor, dim: int) -> torch.Tensor:
     """(b, n) mask of real tokens -> (b, n, dim) weights l_kj."""
@@ -45,6 +48,9 @@ class MemN2NPositions(PositionEncoding):
             "(attention_mask with document numbers) would see the wrong lengths: pack with "
             "--packing concatenate or give one document per row"
         )
+
+    def at_positions(self, state, position_ids):
+        raise ValueError(KNOWLEDGE_REFUSAL)
 
     def forward(self, inputs_embeds, input_ids=None, position_ids=None, attention_mask=None):
         if attention_mask is None:
