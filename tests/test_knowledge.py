@@ -292,6 +292,9 @@ def test_the_cls_recipe_trains_records_and_predicts_with_the_same_knowledge(chec
         ), report=lines.append)  # fmt: skip
     injected = [line for line in lines if line.startswith("knowledge:")]
     assert len(injected) == 2 and "of 240 training examples got triples from kg.tsv" in injected[0]
+    assert injected[0].endswith(
+        "attention takes the `sdpa` path: a visible matrix per example: SDPA under its dense mask"
+    )
     entities = {"최고", "배우", "별로", "지루한"}
     with_entity = sum(
         bool(entities & set(line.split())) for line in train.read_text(encoding="utf-8").splitlines()

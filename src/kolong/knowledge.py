@@ -220,8 +220,10 @@ class KnowledgeInjector:
     tree's `branch` / `entity` numbers (the collator makes the visible matrix from them); `trunk_index` maps each
     token to the plain encoding's tokens (None for injected ones)."""
 
-    def __init__(self, graph: KnowledgeGraph, tokenizer, max_length: int) -> None:
-        self.graph, self.tokenizer, self.max_length = graph, tokenizer, max_length
+    def __init__(self, graph: KnowledgeGraph, tokenizer, max_length: int, model=None) -> None:
+        self.graph, self.tokenizer, self.max_length, self.model = graph, tokenizer, max_length, model
+        self.attention_path: str | None = None  # the path the first tree takes in `model`, said in one report
+        self._path_said = False
         ids = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa: E731
         unknown = getattr(tokenizer, "unk_token_id", None)
         self.index = EntityIndex.build(graph, ids, unknown)
@@ -263,7 +265,19 @@ class KnowledgeInjector:
             columns["branch"].append(tree.branch)
             columns["entity"].append(tree.entity)
             columns["trunk_index"].append([-1 if t is None else t for t in tree.trunk_index])
+            if self.attention_path is None and self.model is not None and any(tree.branch):
+                self.attention_path = self._plan({key: values[-1] for key, values in columns.items()})
         return columns
+
+    def _plan(self, row: dict) -> str:
+        """Which attention path a tree takes in the model (relative schemes read soft positions through the
+        reference), from the model's own plan table."""
+        batch = KnowledgeCollator(self.tokenizer.pad_token_id or 0)([row])
+        device = self.model.device
+        plan = self.model.attention_plans(batch["input_ids"].to(device), batch["attention_mask"].to(device))[
+            0
+        ]
+        return f"attention takes the `{plan.kernel}` path: {plan.why}"
 
     def report(self, examples: int, part: str) -> str:
         """One line on what was injected since the last report, and what did not fit."""
@@ -273,6 +287,9 @@ class KnowledgeInjector:
             line += (
                 f"; {self.dropped:,} branches dropped to fit {self.max_length} tokens (the trunk kept whole)"
             )
+        if self.attention_path is not None and not self._path_said:
+            line += f"; {self.attention_path}"
+            self._path_said = True
         self.dropped = self.injected_examples = 0
         return line
 

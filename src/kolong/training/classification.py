@@ -151,7 +151,7 @@ def finetune_cls(
     )
     max_length = max_length_for(model, args.max_length, DEFAULT_MAX_LENGTH, args.model)
     graph = knowledge_for_training(args.knowledge, args.max_triples, model, args.model)
-    injector = None if graph is None else KnowledgeInjector(graph, tokenizer, max_length)
+    injector = None if graph is None else KnowledgeInjector(graph, tokenizer, max_length, model)
     started = time.perf_counter()
     report(
         f"{args.data}: {len(data.train):,} training and {len(data.eval):,} evaluation examples; tokenising"

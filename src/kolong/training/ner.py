@@ -185,7 +185,7 @@ def finetune_ner(args: NERFinetuneArguments, report=lambda line: None) -> dict:
                        id2label=id2label, label2id=label2id, new_head=CLASSIFIER_HEADS)  # fmt: skip
     max_length = max_length_for(model, args.max_length, DEFAULT_MAX_LENGTH, args.model)
     graph = knowledge_for_training(args.knowledge, args.max_triples, model, args.model)
-    injector = None if graph is None else KnowledgeInjector(graph, tokenizer, max_length)
+    injector = None if graph is None else KnowledgeInjector(graph, tokenizer, max_length, model)
     train_set, _, _ = _encode(tokenizer, training, max_length, label2id, "training", injector, report)
     eval_set, eval_offsets, eval_trunk = _encode(tokenizer, evaluation, max_length, label2id, "evaluation",
                                                  injector, report)  # fmt: skip
@@ -296,7 +296,7 @@ def predict_ner(args: NERPredictArguments) -> dict:
     graph = knowledge_for_prediction(
         args.knowledge, args.max_triples, args.other_knowledge, model, args.model
     )
-    injector = None if graph is None else KnowledgeInjector(graph, tokenizer, max_length)
+    injector = None if graph is None else KnowledgeInjector(graph, tokenizer, max_length, model)
     id2label = {int(k): v for k, v in model.config.id2label.items()}
     markups = {}
     lengths = token_lengths(tokenizer, list(texts.values()), None, max_length)

@@ -108,7 +108,7 @@ def predict_cls(args: ClassificationPredictArguments) -> dict:
     graph = knowledge_for_prediction(
         args.knowledge, args.max_triples, args.other_knowledge, model, args.model
     )
-    injector = None if graph is None else KnowledgeInjector(graph, tokenizer, max_length)
+    injector = None if graph is None else KnowledgeInjector(graph, tokenizer, max_length, model)
     regression = model.config.num_labels == 1
     names = {int(k): v for k, v in model.config.id2label.items()}
     predictions = {}
