@@ -24,13 +24,14 @@ from kolong.knowledge import (
     MAX_TRIPLES_HELP,
     KnowledgeCollator,
     KnowledgeInjector,
+    KnowledgePredictArguments,
     knowledge_for_prediction,
     knowledge_for_training,
     on_trunk,
     tree_rows,
 )
 from kolong.training.arguments import RecipeArguments
-from kolong.training.options import REQUIRED, CheckedArguments, option
+from kolong.training.options import REQUIRED, option
 from kolong.training.prediction import MAX_PREDICT_SAMPLES_HELP
 
 KLUE_NER_DEV = "klue/klue-ner-v1.1_dev.tsv"
@@ -225,7 +226,7 @@ def finetune_ner(args: NERFinetuneArguments, report=lambda line: None) -> dict:
 
 
 @dataclass(kw_only=True)
-class NERPredictArguments(CheckedArguments):
+class NERPredictArguments(KnowledgePredictArguments):
     """`kolong predict ner`."""
 
     model: str = option(REQUIRED, "Fine-tuned token-classification checkpoint (`kolong finetune ner`).", "-m")
@@ -244,14 +245,6 @@ class NERPredictArguments(CheckedArguments):
         "predicted O.",
     )
     batch_size: int = option(32, "Sentences per forward pass.")
-    knowledge: str | None = option(None, "The knowledge file the model was fine-tuned with (`finetune ner "
-                                   "--knowledge`).")  # fmt: skip
-    max_triples: int | None = option(
-        None, "Triples per entity from --knowledge (default: the model's).", min=1
-    )
-    other_knowledge: bool = option(
-        False, "Predict with a --knowledge file (or none) other than the model's own."
-    )
     max_predict_samples: int | None = option(None, MAX_PREDICT_SAMPLES_HELP, "--limit", min=1)
 
 

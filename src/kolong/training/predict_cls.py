@@ -13,13 +13,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kolong.data.shared import HELP as SHARED_HELP
-from kolong.knowledge import KnowledgeCollator, KnowledgeInjector, knowledge_for_prediction, tree_rows
-from kolong.training.options import REQUIRED, CheckedArguments, option
+from kolong.knowledge import (
+    KnowledgeCollator,
+    KnowledgeInjector,
+    KnowledgePredictArguments,
+    knowledge_for_prediction,
+    tree_rows,
+)
+from kolong.training.options import REQUIRED, option
 from kolong.training.prediction import MAX_PREDICT_SAMPLES_HELP
 
 
 @dataclass(kw_only=True)
-class ClassificationPredictArguments(CheckedArguments):
+class ClassificationPredictArguments(KnowledgePredictArguments):
     """`kolong predict cls`."""
 
     model: str = option(REQUIRED, "Fine-tuned classification checkpoint (`kolong finetune cls`).", "-m")
@@ -34,14 +40,6 @@ class ClassificationPredictArguments(CheckedArguments):
         None, "Tokens per example, pairs: both sentences (default: 128, or the model's positions if fewer)."
     )
     batch_size: int = option(64, "Examples per forward pass.")
-    knowledge: str | None = option(None, "The knowledge file the model was fine-tuned with (`finetune cls "
-                                   "--knowledge`): its triples join each sentence as they did in training.")  # fmt: skip
-    max_triples: int | None = option(
-        None, "Triples per entity from --knowledge (default: the model's).", min=1
-    )
-    other_knowledge: bool = option(
-        False, "Predict with a --knowledge file (or none) other than the model's own."
-    )
     max_predict_samples: int | None = option(None, MAX_PREDICT_SAMPLES_HELP, "--limit", min=1)
 
 
