@@ -58,6 +58,12 @@ def test_the_study_runs_end_to_end_with_paired_differences(shared_data, tmp_path
             plain["accuracy"]
         )  # predict cls scores what training did
     assert results["difference_pooled"]["n"] == 20
+    injected = sum(span["n"] for span in results["difference_with_triples_by_seed"].values())
+    assert (
+        results["difference_with_triples_pooled"]["n"]
+        == injected
+        == sum(int(results["runs"]["kbert"][seed]["knowledge"][-1].split()[1]) for seed in ("42", "43"))
+    )  # the reviews whose trees have a branch, as the evaluation's knowledge line counts them
     assert "| pooled |" in to_markdown(results) and (tmp_path / "knowledge-nsmc.png").is_file()
     config = json.loads((tmp_path / "work" / "nsmc-kbert-seed42" / "config.json").read_text())
     assert config["knowledge"]["file"] == "klue-ner-types.tsv"

@@ -13,8 +13,9 @@ budget:
 3. fine-tuning, per seed: `kolong finetune cls --data nsmc` from that base without knowledge (`plain`) and with
    it (`kbert`: `--knowledge`), equal steps, the same balanced movie-disjoint split of that seed;
 4. each fine-tuned model predicts that seed's evaluation reviews, written out as a TSV (`kolong predict cls`,
-   the K-BERT model with its knowledge), and the paired kbert - plain difference of per-review correctness gets a bootstrap interval per
-   seed and over the three seeds' reviews pooled.
+   the K-BERT model with its knowledge); the paired kbert - plain difference of per-review correctness gets a
+   bootstrap interval per seed and over the three seeds' reviews pooled, over every review and over the reviews
+   whose trees have a branch (the only ones whose inputs differ between the two models).
 
 Every stage writes its result when it ends and a rerun skips finished stages; `--max-minutes` stops the call's
 training at a checkpoint and a rerun resumes it there.
@@ -126,6 +127,18 @@ def _eval_file(work: Path, args, seed: int, settings) -> Path:
     return path
 
 
+def _with_triples(reviews: Path, knowledge: str, tokenizer: Path, max_length: int) -> list[bool]:
+    """Per evaluation review, whether its sentence tree has a branch (the reviews the knowledge can change)."""
+    from kolong.checkpoints import load_tokenizer
+    from kolong.knowledge import KnowledgeGraph, KnowledgeInjector
+
+    injector = KnowledgeInjector(
+        KnowledgeGraph.from_tsv(knowledge), load_tokenizer(str(tokenizer)), max_length
+    )
+    texts = [line.split("\t")[0] for line in reviews.read_text(encoding="utf-8").splitlines()[1:]]
+    return [any(branch) for branch in injector(texts)["branch"]]
+
+
 def _correct(result: dict, path: Path) -> list[float]:
     """Per evaluation review, 1.0 where the run's prediction is its label (ids: file:line)."""
     predicted = json.loads(Path(result["predictions"]).read_text(encoding="utf-8"))
@@ -170,14 +183,18 @@ def _study(args: KnowledgeStudyArguments, on_step: Callable[[str], None], deadli
             on_step(f"NSMC {variant}, seed {seed} ({settings['finetune_steps']} steps)")
             runs[variant][str(seed)] = run_stage(work / f"nsmc-{variant}-seed{seed}.json", lambda v=variant, s=seed: (
                 _finetune(work, v, s, base["model"], knowledge["path"], args, settings, deadline)))  # fmt: skip
-    differences, pooled = {}, {"kbert": [], "plain": []}
+    differences, injected, pooled = {}, {}, {"kbert": [], "plain": [], "injected": []}
     for seed in args.seeds:
         reviews = _eval_file(work, args, seed, settings)
         correct = {variant: _correct(runs[variant][str(seed)], reviews) for variant in VARIANTS}
         differences[str(seed)] = paired_difference(correct["kbert"], correct["plain"], settings["resamples"],
                                                    seed=seed)  # fmt: skip
+        with_triples = _with_triples(reviews, knowledge["path"], tokenizer, args.max_length)
+        injected[str(seed)] = paired_difference(*([c for c, t in zip(correct[v], with_triples, strict=True) if t]
+                                                  for v in ("kbert", "plain")), settings["resamples"], seed=seed)  # fmt: skip
         for variant in VARIANTS:
             pooled[variant] += correct[variant]
+        pooled["injected"] += with_triples
     results = {
         "settings": {**asdict(args), "scale_settings": settings},
         "knowledge": knowledge,
@@ -185,6 +202,15 @@ def _study(args: KnowledgeStudyArguments, on_step: Callable[[str], None], deadli
         "runs": runs,
         "difference_by_seed": differences,
         "difference_pooled": paired_difference(pooled["kbert"], pooled["plain"], settings["resamples"]),
+        # the same over the reviews whose trees have a branch: the only ones whose inputs differ
+        "difference_with_triples_by_seed": injected,
+        "difference_with_triples_pooled": paired_difference(
+            *(
+                [c for c, t in zip(pooled[v], pooled["injected"], strict=True) if t]
+                for v in ("kbert", "plain")
+            ),
+            settings["resamples"],
+        ),
     }
     results["figures"] = [str(p) for p in plot_study(results, Path(args.figures))]
     atomic_write_json(args.results, results)
@@ -203,8 +229,8 @@ def to_markdown(results: dict) -> str:
         "on each seed's evaluation split with its bootstrap 95% interval; kbert - plain: the paired difference of "
         "per-review correctness (points), interval over the same reviews resampled.",
         "",
-        "| seed | plain | kbert | kbert - plain | reviews with triples (eval) |",
-        "|---|---|---|---|---|",
+        "| seed | plain | kbert | kbert - plain | reviews with triples (eval) | kbert - plain on them |",
+        "|---|---|---|---|---|---|",
     ]
     for seed in seeds:
         cells = []
@@ -214,9 +240,12 @@ def to_markdown(results: dict) -> str:
             cells.append(f"{run['accuracy']:.2f} [{span['low']:.2f}, {span['high']:.2f}]")
         injected = results["runs"]["kbert"][seed]["knowledge"]
         share = injected[-1].split(" got")[0].removeprefix("knowledge: ") if injected else "?"
+        on_them = _percent(results["difference_with_triples_by_seed"][seed])
         lines.append(f"| {seed} | {cells[0]} | {cells[1]} | {_percent(results['difference_by_seed'][seed])} | "
-                     f"{share} |")  # fmt: skip
-    lines.append(f"| pooled | | | {_percent(results['difference_pooled'])} | |")
+                     f"{share} | {on_them} |")  # fmt: skip
+    pooled = results["difference_with_triples_pooled"]
+    lines.append(f"| pooled | | | {_percent(results['difference_pooled'])} | {pooled['n']:,} reviews | "
+                 f"{_percent(pooled)} |")  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
@@ -237,12 +266,19 @@ def plot_study(results: dict, figures: Path) -> list[Path]:
     left.set(xticks=range(len(seeds)), xticklabels=seeds, xlabel="seed", ylabel="NSMC-style accuracy (%)",
              title="with and without KLUE-NER triples")  # fmt: skip
     left.legend()
-    spans = [results["difference_by_seed"][seed] for seed in seeds] + [results["difference_pooled"]]
-    means = [100 * s["mean"] for s in spans]
-    errors = [[m - 100 * s["low"] for m, s in zip(means, spans, strict=True)],
-              [100 * s["high"] - m for m, s in zip(means, spans, strict=True)]]  # fmt: skip
-    right.errorbar(range(len(spans)), means, yerr=errors, fmt="o", capsize=4, color="black")
+    for offset, (label, by_seed, pooled) in zip((-0.1, 0.1), (
+        ("every review", "difference_by_seed", "difference_pooled"),
+        ("reviews with triples", "difference_with_triples_by_seed", "difference_with_triples_pooled"),
+    ), strict=True):  # fmt: skip
+        spans = [results[by_seed][seed] for seed in seeds] + [results[pooled]]
+        means = [100 * s["mean"] for s in spans]
+        errors = [[m - 100 * s["low"] for m, s in zip(means, spans, strict=True)],
+                  [100 * s["high"] - m for m, s in zip(means, spans, strict=True)]]  # fmt: skip
+        right.errorbar(
+            [i + offset for i in range(len(spans))], means, yerr=errors, fmt="o", capsize=4, label=label
+        )
+    right.legend()
     right.axhline(0, color="grey", linewidth=0.8)
-    right.set(xticks=range(len(spans)), xticklabels=[*seeds, "pooled"], ylabel="kbert - plain (points)",
+    right.set(xticks=range(len(seeds) + 1), xticklabels=[*seeds, "pooled"], ylabel="kbert - plain (points)",
               title="paired difference, 95% interval")  # fmt: skip
     return [save_figure(figure, Path(figures) / "knowledge-nsmc.png")]
