@@ -346,3 +346,22 @@ def test_memn2n_which_weighs_by_the_rows_length_refuses_soft_positions():
         model(**{k: batch[k] for k in ("input_ids", "attention_mask", "position_ids")})
     with pytest.raises(ConfigError, match="--knowledge with runs/m: position_encoding='memn2n'"):
         knowledge_for_training("kg.tsv", 2, SimpleNamespace(config=model.config), "runs/m")
+
+
+def test_an_empty_knowledge_file_gives_the_plain_models_outputs_exactly(checkpoints, tmp_path):
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from kolong.knowledge import KnowledgeInjector, tree_rows
+
+    _, model_dir = checkpoints
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForSequenceClassification.from_pretrained(model_dir, num_labels=2).eval()
+    empty = tmp_path / "empty.tsv"
+    empty.write_text("# no triples\n", encoding="utf-8")
+    texts = ["배우 연기가 최고", "오늘 이번 영화는 별로", "다시 보고"]
+    trees = KnowledgeInjector(KnowledgeGraph.from_tsv(empty), tokenizer, 32, model)(texts)
+    del trees["trunk_index"]
+    batch = KnowledgeCollator(tokenizer.pad_token_id)(tree_rows(trees))
+    plain = tokenizer(texts, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        assert torch.equal(model(**batch).logits, model(**plain).logits)
