@@ -77,9 +77,8 @@ def test_compiled_model_gives_the_eager_loss_curve(tmp_path, monkeypatch):
     common = dict(max_steps=4, save_steps=100, logging_steps=1, overrides=no_dropout)
     from kolong.training import common as training_common
 
-    fresh_states = []
-    monkeypatch.setattr("kolong.training.pretrain.fresh_compile_state",
-                        lambda: fresh_states.append(1) or training_common.fresh_compile_state())  # fmt: skip
+    fresh_states, fresh = [], training_common.fresh_compile_state
+    monkeypatch.setattr(training_common, "fresh_compile_state", lambda: fresh_states.append(1) or fresh())
     pretrain_mlm(arguments(tmp_path / "corpus", tmp_path / "eager", compile="no", **common))
     assert not fresh_states
     compiled = arguments(tmp_path / "corpus", tmp_path / "compiled", compile="yes", **common)

@@ -17,19 +17,10 @@ import numpy as np
 from kolong.data.classification import ClassificationData, load_classification_data
 from kolong.io import writes_output
 from kolong.knowledge import KnowledgeCollator, KnowledgeInjector, knowledge_for_training
+from kolong.training import common
 from kolong.training.arguments import (
     ClassificationArguments,
     training_arguments,
-)
-from kolong.training.common import (
-    final_evaluation,
-    finished_run,
-    quiet_trainer,
-    resume_checkpoint,
-    run_train_loss,
-    save_run,
-    stopped_by_budget,
-    train_or_finish,
 )
 from kolong.training.prediction import cut_count, warn_cut
 
@@ -122,7 +113,7 @@ def finetune_cls(
     """Fine-tune, evaluate (with bootstrap intervals), save to `args.output_dir`; returns the metrics.
 
     `wrap_trainer(cls) -> subclass` changes the Trainer (`kolong distill` adds its loss); `callbacks` are
-    added to the Trainer's (a `time_budget` among them may end the call early: see `stopped_by_budget`);
+    added to the Trainer's (a `time_budget` among them may end the call early: see `common.stopped_by_budget`);
     `report` receives a line at each stage of the preparation (the command prints them)."""
     from transformers import (
         AutoModelForSequenceClassification,
@@ -135,8 +126,8 @@ def finetune_cls(
     from kolong.positions.reach import max_length_for
 
     output_dir = Path(args.output_dir)
-    resume_from = resume_checkpoint(args)
-    if (done := finished_run(args)) is not None:
+    resume_from = common.resume_checkpoint(args)
+    if (done := common.finished_run(args)) is not None:
         return done
     data = load_classification_data(args.data, args.eval_data, args.shared_data, args.seed, args.limit)
     tokenizer = load_tokenizer(args.model)
@@ -188,15 +179,15 @@ def finetune_cls(
         compute_metrics=compute_metrics,
         callbacks=callbacks,
     )
-    quiet_trainer(trainer, args.quiet)
-    output = train_or_finish(trainer, resume_from, args)
-    if stopped_by_budget(callbacks):
+    common.quiet_trainer(trainer, args.quiet)
+    output = common.train_or_finish(trainer, resume_from, args)
+    if common.stopped_by_budget(callbacks):
         return {"finished": False, "steps": trainer.state.global_step}
-    metrics = {key.removeprefix("eval_"): value for key, value in final_evaluation(trainer).items()}
+    metrics = {key.removeprefix("eval_"): value for key, value in common.final_evaluation(trainer).items()}
     metrics["intervals"] = classification_intervals(
         last["predictions"], last["labels"], data.is_regression, args.seed
     )
-    metrics.update(train_loss=run_train_loss(trainer, output), train_examples=len(data.train),
+    metrics.update(train_loss=common.run_train_loss(trainer, output), train_examples=len(data.train),
                    eval_examples=len(data.eval), data=data.name)  # fmt: skip
-    save_run(trainer, tokenizer, output_dir, "kolong_cls_results.json", args, metrics)
+    common.save_run(trainer, tokenizer, output_dir, "kolong_cls_results.json", args, metrics)
     return metrics

@@ -193,24 +193,16 @@ def finetune_dp(args: DPFinetuneArguments) -> dict:
     from kolong.data.klue_dp import read_klue_dp
     from kolong.evaluation.klue import DP_LABELS
     from kolong.positions.reach import max_length_for
+    from kolong.training import common
     from kolong.training.arguments import training_arguments
-    from kolong.training.common import (
-        ListDataset,
-        final_evaluation,
-        finished_run,
-        quiet_trainer,
-        resume_checkpoint,
-        run_train_loss,
-        save_run,
-        train_eval_items,
-        train_or_finish,
-    )
 
     output_dir = Path(args.output_dir)
-    resume_from = resume_checkpoint(args)
-    if (done := finished_run(args)) is not None:
+    resume_from = common.resume_checkpoint(args)
+    if (done := common.finished_run(args)) is not None:
         return done
-    training, evaluation = train_eval_items(read_klue_dp, shared_root(args.shared_data) / KLUE_DP_DEV, args)
+    training, evaluation = common.train_eval_items(
+        read_klue_dp, shared_root(args.shared_data) / KLUE_DP_DEV, args
+    )
     label2id = {label: i for i, label in enumerate(DP_LABELS)}
     tokenizer = load_tokenizer(args.model)
     model = _parser(args.model, args.arc_size, args.label_size)
@@ -238,20 +230,20 @@ def finetune_dp(args: DPFinetuneArguments) -> dict:
         args=training_arguments(
             args, evaluating=True, metric="las_macro_f1", label_names=["heads", "dep_labels"]
         ),
-        train_dataset=ListDataset(train_set),
-        eval_dataset=ListDataset(eval_set),
+        train_dataset=common.ListDataset(train_set),
+        eval_dataset=common.ListDataset(eval_set),
         data_collator=DPCollator(tokenizer),
         processing_class=tokenizer,
         compute_metrics=compute_metrics,
         preprocess_logits_for_metrics=keep_predictions,
     )
-    quiet_trainer(trainer, args.quiet)
-    output = train_or_finish(trainer, resume_from, args)
-    metrics = {key.removeprefix("eval_"): value for key, value in final_evaluation(trainer).items()}
-    metrics.update(train_loss=run_train_loss(trainer, output), train_sentences=len(training),
+    common.quiet_trainer(trainer, args.quiet)
+    output = common.train_or_finish(trainer, resume_from, args)
+    metrics = {key.removeprefix("eval_"): value for key, value in common.final_evaluation(trainer).items()}
+    metrics.update(train_loss=common.run_train_loss(trainer, output), train_sentences=len(training),
                    eval_sentences=len(evaluation), baseline_next_eojeol=next_eojeol_baseline(evaluation),
                    intervals=dp_intervals(last["heads"], last["labels"], evaluation, args.seed))  # fmt: skip
-    save_run(trainer, tokenizer, output_dir, "kolong_dp_results.json", args, metrics)
+    common.save_run(trainer, tokenizer, output_dir, "kolong_dp_results.json", args, metrics)
     return metrics
 
 

@@ -160,23 +160,16 @@ def finetune_ner(args: NERFinetuneArguments, report=lambda line: None) -> dict:
     from kolong.evaluation import klue
     from kolong.evaluation.klue import NER_LABELS
     from kolong.positions.reach import max_length_for
+    from kolong.training import common
     from kolong.training.arguments import training_arguments
-    from kolong.training.common import (
-        final_evaluation,
-        finished_run,
-        quiet_trainer,
-        resume_checkpoint,
-        run_train_loss,
-        save_run,
-        train_eval_items,
-        train_or_finish,
-    )
 
     output_dir = Path(args.output_dir)
-    resume_from = resume_checkpoint(args)
-    if (done := finished_run(args)) is not None:
+    resume_from = common.resume_checkpoint(args)
+    if (done := common.finished_run(args)) is not None:
         return done
-    training, evaluation = train_eval_items(read_klue_ner, shared_root(args.shared_data) / KLUE_NER_DEV, args)
+    training, evaluation = common.train_eval_items(
+        read_klue_ner, shared_root(args.shared_data) / KLUE_NER_DEV, args
+    )
     label2id = {label: i for i, label in enumerate(NER_LABELS)}
     id2label = dict(enumerate(NER_LABELS))
     tokenizer = load_tokenizer(args.model)
@@ -211,17 +204,17 @@ def finetune_ner(args: NERFinetuneArguments, report=lambda line: None) -> dict:
         processing_class=tokenizer,
         compute_metrics=compute_metrics,
     )
-    quiet_trainer(trainer, args.quiet)
-    output = train_or_finish(trainer, resume_from, args)
-    metrics = {key.removeprefix("eval_"): value for key, value in final_evaluation(trainer).items()}
+    common.quiet_trainer(trainer, args.quiet)
+    output = common.train_or_finish(trainer, resume_from, args)
+    metrics = {key.removeprefix("eval_"): value for key, value in common.final_evaluation(trainer).items()}
     all_o = [["O"] * len(s.tags) for s in evaluation]  # the trivial tagger, scored beside the model
     gold = [s.tags for s in evaluation]
-    metrics.update(train_loss=run_train_loss(trainer, output), train_sentences=len(training),
+    metrics.update(train_loss=common.run_train_loss(trainer, output), train_sentences=len(training),
                    eval_sentences=len(evaluation),
                    baseline_all_o={"entity_f1": klue.ner_entity_macro_f1(all_o, gold),
                                    "char_f1": klue.ner_char_macro_f1(all_o, gold)},
                    intervals=ner_intervals(last["tags"], evaluation, args.seed))  # fmt: skip
-    save_run(trainer, tokenizer, output_dir, "kolong_ner_results.json", args, metrics)
+    common.save_run(trainer, tokenizer, output_dir, "kolong_ner_results.json", args, metrics)
     return metrics
 
 

@@ -21,19 +21,8 @@ from pathlib import Path
 from kolong.errors import CheckpointError, ConfigError, DataError
 from kolong.io import writes_output
 from kolong.plots.figures import save_figure
+from kolong.training import common
 from kolong.training.arguments import training_arguments
-from kolong.training.common import (
-    final_evaluation,
-    finished_run,
-    fresh_compile_state,
-    quiet_trainer,
-    resume_checkpoint,
-    run_train_loss,
-    save_run,
-    stopped_by_budget,
-    train_or_finish,
-    trainer_compile_settings,
-)
 from kolong.training.presets import preset
 from kolong.training.pretraining_arguments import PretrainArguments
 
@@ -218,8 +207,8 @@ def _resume_masking_callback(collator):
 def pretrain_mlm(args: PretrainArguments, callbacks: list | None = None) -> dict:
     """Pre-train, evaluate, save model + tokenizer + logs to `args.output_dir`; returns the final metrics."""
     output_dir = Path(args.output_dir)
-    resume_from = resume_checkpoint(args)
-    if (done := finished_run(args)) is not None:
+    resume_from = common.resume_checkpoint(args)
+    if (done := common.finished_run(args)) is not None:
         return done
     model, tokenizer, train, evaluation, collator, training, metadata = prepare(args)
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -242,9 +231,9 @@ def pretrain_mlm(args: PretrainArguments, callbacks: list | None = None) -> dict
         **throughput_settings(args, len(train), training["batch_size"] * args.gradient_accumulation_steps),
     )
     if training_args.torch_compile:
-        fresh_compile_state()
+        common.fresh_compile_state()
     # read as the Trainer makes its accelerator, and as it compiles (regional: layer by layer)
-    with trainer_compile_settings(regional=args.compile == "regions"):
+    with common.trainer_compile_settings(regional=args.compile == "regions"):
         trainer = make_trainer_class()(
             model=model,
             args=training_args,
@@ -255,17 +244,21 @@ def pretrain_mlm(args: PretrainArguments, callbacks: list | None = None) -> dict
             callbacks=[_resume_masking_callback(collator), *(callbacks or [])],
             tokens_per_step=tokens_per_step,
         )
-        quiet_trainer(trainer, args.quiet)
-        output = train_or_finish(trainer, resume_from, args)
-        if stopped_by_budget(callbacks):
+        common.quiet_trainer(trainer, args.quiet)
+        output = common.train_or_finish(trainer, resume_from, args)
+        if common.stopped_by_budget(callbacks):
             return {"finished": False, "steps": trainer.state.global_step}
-        metrics = {"train_loss": run_train_loss(trainer, output), "steps": trainer.state.global_step}
+        metrics = {"train_loss": common.run_train_loss(trainer, output), "steps": trainer.state.global_step}
         if evaluation is not None:
             metrics.update(
-                {k: v for k, v in final_evaluation(trainer).items() if k in ("eval_loss", "eval_perplexity")}
+                {
+                    k: v
+                    for k, v in common.final_evaluation(trainer).items()
+                    if k in ("eval_loss", "eval_perplexity")
+                }
             )
     history = trainer.state.log_history
-    save_run(
+    common.save_run(
         trainer, tokenizer, output_dir, "kolong_pretrain_results.json", args, metrics, log_history=history
     )
     if trainer.is_world_process_zero():

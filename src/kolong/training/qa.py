@@ -33,21 +33,11 @@ from kolong.evaluation.korquad import score_intervals, score_questions
 from kolong.evaluation.qa_postprocess import decode_answers
 from kolong.io import atomic_write_json, writes_output
 from kolong.positions.reach import max_length_for, model_max_length
+from kolong.training import common
 from kolong.training.arguments import (
     QAFinetuneArguments,
     QAPredictArguments,
     training_arguments,
-)
-from kolong.training.common import (
-    final_evaluation,
-    finished_run,
-    has_gpu,
-    quiet_trainer,
-    resume_checkpoint,
-    run_train_loss,
-    save_run,
-    stopped_by_budget,
-    train_or_finish,
 )
 from kolong.training.prediction import first, progress
 
@@ -117,7 +107,7 @@ def finetune_qa(
     """Fine-tune, evaluate, save model + tokenizer to `args.output_dir`; returns the final metrics.
 
     `wrap_trainer(cls) -> subclass` changes the Trainer (`kolong distill` adds its loss); `callbacks` are
-    added to the Trainer's (a `time_budget` among them may end the call early: see `stopped_by_budget`);
+    added to the Trainer's (a `time_budget` among them may end the call early: see `common.stopped_by_budget`);
     `report` receives a line at each stage of the preparation (the command prints them)."""
     from transformers import AutoModelForQuestionAnswering, EarlyStoppingCallback, default_data_collator
 
@@ -128,8 +118,8 @@ def finetune_qa(
     if args.early_stopping_patience and not args.eval:
         raise DataError("--early-stopping-patience needs --eval data")
     output_dir = Path(args.output_dir)
-    resume_from = resume_checkpoint(args)
-    if (done := finished_run(args)) is not None:
+    resume_from = common.resume_checkpoint(args)
+    if (done := common.finished_run(args)) is not None:
         return done
 
     tokenizer = load_tokenizer(args.model)  # a bad path or tokenizer is named, never a traceback
@@ -176,23 +166,23 @@ def finetune_qa(
         eval_features=eval_features,
         decode_options={"n_best": args.n_best, "max_answer_length": args.max_answer_length},
     )
-    quiet_trainer(trainer, args.quiet)
-    train_output = train_or_finish(trainer, resume_from, args)
-    if stopped_by_budget(callbacks):
+    common.quiet_trainer(trainer, args.quiet)
+    train_output = common.train_or_finish(trainer, resume_from, args)
+    if common.stopped_by_budget(callbacks):
         return {"finished": False, "steps": trainer.state.global_step}
     metrics = {
-        "train_loss": run_train_loss(trainer, train_output),
+        "train_loss": common.run_train_loss(trainer, train_output),
         "train_examples": len(train_examples),
         "train_windows": len(train_features),
         "skipped_examples": [qid for qid, _ in train_set.skipped],
         "resumed_from": resume_from,
     }
     if args.eval:
-        metrics.update(final_evaluation(trainer))
+        metrics.update(common.final_evaluation(trainer))
         metrics["intervals"] = score_intervals(
             gold_answers(eval_examples), trainer.last_predictions, seed=args.seed
         )
-    save_run(trainer, tokenizer, output_dir, "kolong_qa_results.json", args, metrics)
+    common.save_run(trainer, tokenizer, output_dir, "kolong_qa_results.json", args, metrics)
     return metrics
 
 
@@ -210,7 +200,7 @@ def predict_logits(
     from kolong.attention.flex import compiles_per_length
 
     plainly = getattr(model, "is_quantized", False) or compile
-    device = model.device if plainly or not has_gpu() else "cuda"  # where the Trainer would put it
+    device = model.device if plainly or not common.has_gpu() else "cuda"  # where the Trainer would put it
     coarse = compiles_per_length(model, device)
     collate = (
         WindowCollator(tokenizer, model_max_length(model), coarse) if tokenizer else default_data_collator
@@ -235,7 +225,7 @@ def predict_logits(
             output_dir=scratch,
             per_device_eval_batch_size=batch_size,
             report_to="none",
-            dataloader_pin_memory=has_gpu(),
+            dataloader_pin_memory=common.has_gpu(),
             disable_tqdm=True,
         )
         trainer = Trainer(model=model, args=args, data_collator=collate, callbacks=[Advance()])

@@ -21,15 +21,8 @@ from pathlib import Path
 from kolong.data.shared import HELP as SHARED_HELP
 from kolong.errors import ConfigError, DataError
 from kolong.io import writes_output
+from kolong.training import common
 from kolong.training.arguments import RecipeArguments, training_arguments
-from kolong.training.common import (
-    final_evaluation,
-    finished_run,
-    resume_checkpoint,
-    run_train_loss,
-    save_run,
-    train_or_finish,
-)
 from kolong.training.options import REQUIRED, option
 
 PAIR_SOURCES = ("korquad-paragraphs", "korquad-articles", "korsts", "klue-nli")
@@ -174,8 +167,8 @@ def finetune_retrieval(
     sentence_transformers()  # installed, or one line saying how
     from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments, losses
 
-    resume_from = resume_checkpoint(args)
-    if (done := finished_run(args)) is not None:
+    resume_from = common.resume_checkpoint(args)
+    if (done := common.finished_run(args)) is not None:
         return done
     if args.train_position_rows and args.weight_decay:
         raise ConfigError(
@@ -207,12 +200,16 @@ def finetune_retrieval(
         model=model, args=training, loss=loss, evaluator=evaluator,
         train_dataset=Dataset.from_dict({"anchor": [a for a, _ in pairs], "positive": [p for _, p in pairs]}),
     )  # fmt: skip
-    output = train_or_finish(trainer, resume_from, args)
-    metrics = {k.removeprefix("eval_"): v for k, v in final_evaluation(trainer).items()} if evaluator else {}
-    metrics.update(
-        train_loss=run_train_loss(trainer, output), train_pairs=len(pairs), steps=trainer.state.global_step
+    output = common.train_or_finish(trainer, resume_from, args)
+    metrics = (
+        {k.removeprefix("eval_"): v for k, v in common.final_evaluation(trainer).items()} if evaluator else {}
     )
-    save_run(trainer, model.tokenizer, Path(args.output_dir), RESULTS_FILE, args, metrics)
+    metrics.update(
+        train_loss=common.run_train_loss(trainer, output),
+        train_pairs=len(pairs),
+        steps=trainer.state.global_step,
+    )
+    common.save_run(trainer, model.tokenizer, Path(args.output_dir), RESULTS_FILE, args, metrics)
     return metrics
 
 

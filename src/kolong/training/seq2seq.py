@@ -16,17 +16,8 @@ from kolong.data.text_to_text import Seq2SeqTask, TextPair, load_task, read_text
 from kolong.errors import DataError
 from kolong.io import atomic_write_text, writes_output
 from kolong.models.byte.loading import load_byte_model
+from kolong.training import common
 from kolong.training.arguments import Seq2SeqFinetuneArguments, check_eval_every, training_arguments
-from kolong.training.common import (
-    final_evaluation,
-    finished_run,
-    quiet_trainer,
-    resume_checkpoint,
-    run_train_loss,
-    save_run,
-    stopped_by_budget,
-    train_or_finish,
-)
 from kolong.training.pretraining_arguments import SpanPretrainArguments
 from kolong.training.span import pretrain_span
 
@@ -144,8 +135,8 @@ def finetune_seq2seq(args: Seq2SeqFinetuneArguments, callbacks: list | None = No
     if args.num_beams < 1:
         raise DataError(f"--num-beams must be at least 1, got {args.num_beams}")
     output_dir = Path(args.output_dir)
-    resume_from = resume_checkpoint(args)
-    if (done := finished_run(args)) is not None:
+    resume_from = common.resume_checkpoint(args)
+    if (done := common.finished_run(args)) is not None:
         return done
     task = load_task(args.task, args.train, args.eval, args.seed, args.eval_fraction, args.limit)
     model, tokenizer = load_byte_model(args.model, args.init, args.seed)
@@ -174,13 +165,13 @@ def finetune_seq2seq(args: Seq2SeqFinetuneArguments, callbacks: list | None = No
         eval_pairs=task.eval,
         generation=generation,
     )
-    quiet_trainer(trainer, args.quiet)
-    output = train_or_finish(trainer, resume_from, args)
-    if stopped_by_budget(callbacks):
+    common.quiet_trainer(trainer, args.quiet)
+    output = common.train_or_finish(trainer, resume_from, args)
+    if common.stopped_by_budget(callbacks):
         return {"finished": False, "steps": trainer.state.global_step}
     metrics = {
         "task": task.name,
-        "train_loss": run_train_loss(trainer, output),
+        "train_loss": common.run_train_loss(trainer, output),
         "steps": trainer.state.global_step,
         # this run's rate (absent when a resumed run had nothing left to train)
         "train_samples_per_second": output.metrics.get("train_samples_per_second"),
@@ -190,11 +181,11 @@ def finetune_seq2seq(args: Seq2SeqFinetuneArguments, callbacks: list | None = No
         "max_new_tokens": max_new_tokens,
         "resumed_from": resume_from,
     }
-    metrics.update(final_evaluation(trainer))
+    metrics.update(common.final_evaluation(trainer))
     if task.kind == "classification":
         majority = max(sum(p.target == label for p in task.eval) for label in task.labels)
         metrics["eval_majority_class_accuracy"] = 100.0 * majority / len(task.eval)
-    save_run(trainer, tokenizer, output_dir, "kolong_seq2seq_results.json", args, metrics)
+    common.save_run(trainer, tokenizer, output_dir, "kolong_seq2seq_results.json", args, metrics)
     if trainer.is_world_process_zero():
         lines = [
             json.dumps(

@@ -15,18 +15,8 @@ from pathlib import Path
 from kolong.errors import DataError
 from kolong.io import writes_output
 from kolong.models.byte.loading import load_byte_model, load_byte_tokenizer
+from kolong.training import common
 from kolong.training.arguments import check_eval_every, training_arguments
-from kolong.training.common import (
-    ListDataset,
-    final_evaluation,
-    finished_run,
-    quiet_trainer,
-    resume_checkpoint,
-    run_train_loss,
-    save_run,
-    stopped_by_budget,
-    train_or_finish,
-)
 from kolong.training.pretraining_arguments import SpanPretrainArguments
 
 
@@ -58,8 +48,8 @@ def pretrain_span(
     settings.check()
     lengths = parse_curriculum(args.curriculum, args.max_length)
     output_dir = Path(args.output_dir)
-    resume_from = resume_checkpoint(args)
-    if (done := finished_run(args)) is not None:
+    resume_from = common.resume_checkpoint(args)
+    if (done := common.finished_run(args)) is not None:
         return done
 
     step("loading the model")
@@ -84,20 +74,20 @@ def pretrain_span(
     trainer = Trainer(
         model=model,
         args=training_args,
-        train_dataset=ListDataset(train_chunks),
-        eval_dataset=ListDataset([{"text": c, "held_out": True} for c in eval_chunks])
+        train_dataset=common.ListDataset(train_chunks),
+        eval_dataset=common.ListDataset([{"text": c, "held_out": True} for c in eval_chunks])
         if eval_chunks
         else None,
         data_collator=collator,
         callbacks=[make_curriculum_callback(collator), *(callbacks or [])],
     )
     step("training")
-    quiet_trainer(trainer, args.quiet)
-    output = train_or_finish(trainer, resume_from, args)
-    if stopped_by_budget(callbacks):
+    common.quiet_trainer(trainer, args.quiet)
+    output = common.train_or_finish(trainer, resume_from, args)
+    if common.stopped_by_budget(callbacks):
         return {"finished": False, "steps": trainer.state.global_step}
     metrics = {
-        "train_loss": run_train_loss(trainer, output),
+        "train_loss": common.run_train_loss(trainer, output),
         "steps": trainer.state.global_step,
         # this run's rate (absent when a resumed run had nothing left to train)
         "train_samples_per_second": output.metrics.get("train_samples_per_second"),
@@ -111,8 +101,8 @@ def pretrain_span(
         "resumed_from": resume_from,
     }
     if eval_chunks:
-        metrics.update(final_evaluation(trainer))
-    save_run(trainer, tokenizer, output_dir, "kolong_pretrain_results.json", args, metrics)
+        metrics.update(common.final_evaluation(trainer))
+    common.save_run(trainer, tokenizer, output_dir, "kolong_pretrain_results.json", args, metrics)
     return metrics
 
 
