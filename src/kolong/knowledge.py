@@ -250,7 +250,10 @@ class KnowledgeInjector:
         return tree, types
 
     def __call__(self, texts: list[str], pairs: list[str] | None = None) -> dict[str, list]:
-        encoded = self.tokenizer(texts, pairs, truncation=True, max_length=self.max_length)
+        return self.trees(self.tokenizer(texts, pairs, truncation=True, max_length=self.max_length))
+
+    def trees(self, encoded) -> dict[str, list]:
+        """The columns of an unpadded `BatchEncoding` the caller already has (truncated at `max_length`)."""
         columns: dict[str, list] = {key: [] for key in ("input_ids", "token_type_ids", "position_ids", "branch",
                                                           "entity", "trunk_index")}  # fmt: skip
         for row, encoding in enumerate(encoded.encodings):
@@ -414,9 +417,8 @@ def knowledge_for_prediction(path: str | None, max_triples: int | None, allow_ot
     return graph
 
 
-def tree_rows(columns: dict[str, list], **extra: list) -> list[dict]:
-    """`KnowledgeInjector` columns (and `extra` columns) as one dict per example, what the collator takes."""
-    columns = {**columns, **extra}
+def tree_rows(columns: dict[str, list]) -> list[dict]:
+    """`KnowledgeInjector` columns as one dict per example, what the collator takes."""
     return [dict(zip(columns, values, strict=True)) for values in zip(*columns.values(), strict=True)]
 
 

@@ -61,9 +61,8 @@ class AttentionMask:
     documents: torch.Tensor | None = None  # (b, n) long: packed document numbers, 0 = padding
     window: int | None = None  # local attention: |i - j| <= window
     global_tokens: torch.Tensor | None = None  # (b, n) bool: see and are seen by every token
-    visible: torch.Tensor | None = (
-        None  # (b, n, n) bool: which keys each query sees (K-BERT's visible matrix)
-    )
+    # (b, n, n) bool: which keys each query sees (K-BERT's visible matrix)
+    visible: torch.Tensor | None = None
     _block_mask: object = field(default=None, repr=False, compare=False)
     _global_positions: torch.Tensor | None = field(default=None, repr=False, compare=False)
     _band_allowed: torch.Tensor | None = field(default=None, repr=False, compare=False)  # banded.py's mask

@@ -95,18 +95,19 @@ def _finetune(work, variant, seed, base, knowledge, args, settings, deadline: De
     from kolong.training.predict_cls import ClassificationPredictArguments, predict_cls
 
     out = work / f"nsmc-{variant}-seed{seed}"
+    knowledge = knowledge if variant == "kbert" else None
     lines: list[str] = []
     metrics = finetune_cls(ClassificationArguments(
         model=base, data="nsmc", output_dir=str(out), shared_data=args.shared_data, max_length=args.max_length,
         max_steps=settings["finetune_steps"], learning_rate=3e-4, batch_size=32, limit=settings["nsmc_limit"],
-        seed=seed, knowledge=knowledge if variant == "kbert" else None, overwrite=fresh_start(out),
+        seed=seed, knowledge=knowledge, overwrite=fresh_start(out),
         extra={"disable_tqdm": True},
     ), callbacks=deadline.callbacks(), report=lines.append)  # fmt: skip
     deadline.check(f"{variant} seed {seed}: NSMC")
     predictions = out / "eval-predictions.json"
     predict_cls(ClassificationPredictArguments(
         model=str(out), data=str(_eval_file(work, args, seed, settings)), output=str(predictions),
-        overwrite=True, knowledge=knowledge if variant == "kbert" else None, max_length=args.max_length,
+        overwrite=True, knowledge=knowledge, max_length=args.max_length,
     ))  # fmt: skip
     return {
         **{k: metrics[k] for k in ("accuracy", "macro_f1", "train_examples", "eval_examples", "intervals")},
@@ -127,14 +128,8 @@ def _eval_file(work: Path, args, seed: int, settings) -> Path:
     return path
 
 
-def _with_triples(reviews: Path, knowledge: str, tokenizer: Path, max_length: int) -> list[bool]:
+def _with_triples(reviews: Path, injector) -> list[bool]:
     """Per evaluation review, whether its sentence tree has a branch (the reviews the knowledge can change)."""
-    from kolong.checkpoints import load_tokenizer
-    from kolong.knowledge import KnowledgeGraph, KnowledgeInjector
-
-    injector = KnowledgeInjector(
-        KnowledgeGraph.from_tsv(knowledge), load_tokenizer(str(tokenizer)), max_length
-    )
     texts = [line.split("\t")[0] for line in reviews.read_text(encoding="utf-8").splitlines()[1:]]
     return [any(branch) for branch in injector(texts)["branch"]]
 
@@ -183,13 +178,18 @@ def _study(args: KnowledgeStudyArguments, on_step: Callable[[str], None], deadli
             on_step(f"NSMC {variant}, seed {seed} ({settings['finetune_steps']} steps)")
             runs[variant][str(seed)] = run_stage(work / f"nsmc-{variant}-seed{seed}.json", lambda v=variant, s=seed: (
                 _finetune(work, v, s, base["model"], knowledge["path"], args, settings, deadline)))  # fmt: skip
+    from kolong.checkpoints import load_tokenizer
+    from kolong.knowledge import KnowledgeGraph, KnowledgeInjector
+
+    graph = KnowledgeGraph.from_tsv(knowledge["path"])
+    trees = KnowledgeInjector(graph, load_tokenizer(str(tokenizer)), args.max_length)
     differences, injected, pooled = {}, {}, {"kbert": [], "plain": [], "injected": []}
     for seed in args.seeds:
         reviews = _eval_file(work, args, seed, settings)
         correct = {variant: _correct(runs[variant][str(seed)], reviews) for variant in VARIANTS}
         differences[str(seed)] = paired_difference(correct["kbert"], correct["plain"], settings["resamples"],
                                                    seed=seed)  # fmt: skip
-        with_triples = _with_triples(reviews, knowledge["path"], tokenizer, args.max_length)
+        with_triples = _with_triples(reviews, trees)
         injected[str(seed)] = paired_difference(*([c for c, t in zip(correct[v], with_triples, strict=True) if t]
                                                   for v in ("kbert", "plain")), settings["resamples"], seed=seed)  # fmt: skip
         for variant in VARIANTS:

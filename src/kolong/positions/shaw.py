@@ -40,8 +40,12 @@ from kolong.positions.base import (
 
 def clipped_distances(length: int, max_distance: int, device=None) -> torch.Tensor:
     """(n, n) long index clip(j - i, k) + k into a table of 2k + 1 rows."""
-    position = torch.arange(length, device=device)
-    distance = position[None, :] - position[:, None]  # j - i
+    return clipped_index(torch.arange(length, device=device), max_distance)
+
+
+def clipped_index(position: torch.Tensor, max_distance: int) -> torch.Tensor:
+    """(..., n, n) index clip(p_j - p_i, k) + k from (..., n) positions."""
+    distance = position[..., None, :] - position[..., :, None]  # p_j - p_i
     return distance.clamp(-max_distance, max_distance) + max_distance
 
 
@@ -97,8 +101,7 @@ class ShawPositions(PositionEncoding):
         return {}  # the (n, n) index: built by the reference path only, once per forward
 
     def at_positions(self, state, position_ids):
-        distance = position_ids[:, None, :] - position_ids[:, :, None]  # (b, n, n): p_j - p_i
-        state["index"] = (distance.clamp(-self.max_distance, self.max_distance) + self.max_distance)[:, None]
+        state["index"] = clipped_index(position_ids, self.max_distance)[:, None]  # (b, 1, n, n)
         return state
 
     def _index(self, state, length, device):

@@ -136,20 +136,18 @@ class T5Positions(PositionEncoding):
         return state["bias"][key]
 
     def at_positions(self, state, position_ids):
-        # p_j - p_i, which lies in 1-n .. n-1 as j - i does: positions are at most n - 1
-        state["soft_index"] = (
-            position_ids[:, None, :] - position_ids[:, :, None] + state["length"] - 1
-        )  # (b, n, n)
+        # p_j - p_i lies in 1-n .. n-1 as j - i does: soft positions are at most n - 1
+        state["soft_index"] = _distance_index(position_ids, state["length"])  # (b, n, n)
         return state
 
     def score_bias(self, layer, query, state):
         def make():  # (1, h, n, n), or (b, h, n, n) at given positions
-            length = state["length"]
-            if "soft_index" in state:
-                return self.per_distance(layer, state, query.dtype)[:, state["soft_index"]].transpose(0, 1)
-            position = torch.arange(length, device=query.device)
-            index = position[None, :] - position[:, None] + length - 1  # (n, n)
-            return self.per_distance(layer, state, query.dtype)[:, index][None]
+            index = state.get("soft_index")
+            if index is None:
+                index = _distance_index(
+                    torch.arange(state["length"], device=query.device)[None], state["length"]
+                )
+            return self.per_distance(layer, state, query.dtype)[:, index].transpose(0, 1)
 
         return self._shared(state, "bias", make)
 
@@ -300,3 +298,8 @@ class T5ChunkBias(ChunkBias):
         diagonals = skewed.sum(1)[:, 1 : width + rows]  # t - a = 1 - c .. width - 1
         distance = torch.arange(low - start + 1 - rows, low - start + width, device=grad.device)
         grad.index_add_(1, self._index(distance), diagonals.to(grad.dtype))
+
+
+def _distance_index(position: torch.Tensor, length: int) -> torch.Tensor:
+    """(b, n, n) index p_j - p_i + n - 1 into the per-distance table (2n - 1 rows) from (b, n) positions."""
+    return position[:, None, :] - position[:, :, None] + length - 1

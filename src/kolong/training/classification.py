@@ -94,7 +94,7 @@ def _encode(tokenizer, data: ClassificationData, max_length: int, injector=None,
         warn_cut(cut, len(texts), f"{part} examples", f"--max-length {max_length} tokens", "the model sees their first "
                  f"{max_length} tokens")  # fmt: skip
         if injector is not None:
-            encoded = injector(texts, pairs)
+            encoded = injector.trees(encoded)  # the encoding above is the trees' trunks
             del encoded["trunk_index"]
             report(injector.report(len(texts), f"{part} examples"))
         encoded["labels"] = [e.label for e in examples]

@@ -108,7 +108,7 @@ def _encode(tokenizer, sentences, max_length: int, label2id: dict, part: str, in
     labels = [token_labels(o, s.tags, label2id) for o, s in zip(offsets, sentences, strict=True)]
     if injector is None:
         return Dataset.from_dict({**encoded, "labels": labels}), offsets, None
-    trees = injector(texts)
+    trees = injector.trees(encoded)  # the encoding above is the trees' trunks
     report(injector.report(len(texts), f"{part} sentences"))
     trees["labels"] = [[row[t] if t >= 0 else -100 for t in trunk]
                        for row, trunk in zip(labels, trees["trunk_index"], strict=True)]  # fmt: skip

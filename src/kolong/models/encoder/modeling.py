@@ -242,9 +242,7 @@ class KolongModel(KolongPreTrainedModel):
         x = self.embeddings.finish(x)  # (b, n, d)
 
         state = self.positions.prepare(x.shape[1], x.device, x.dtype)
-        if (
-            position_ids is not None and mask.visible is not None
-        ):  # soft positions (K-BERT): per-example distances
+        if position_ids is not None and mask.visible is not None:  # soft positions (K-BERT): per-example
             state = self.positions.at_positions(state, position_ids)
         hidden_states = [x] if output_hidden_states else None
         attentions = [] if output_attentions else None
