@@ -197,7 +197,8 @@ def _study(args: KnowledgeStudyArguments, on_step: Callable[[str], None], deadli
         pooled["injected"] += with_triples
     results = {
         "settings": {**asdict(args), "scale_settings": settings},
-        "knowledge": knowledge,
+        # entities the study's vocabulary reads with its unknown token, which fine-tuning leaves out
+        "knowledge": {**knowledge, "unknown_entities": trees.index.unknown_heads},
         "base": {k: base[k] for k in ("model", "minutes", "held_out")},
         "runs": runs,
         "difference_by_seed": differences,
