@@ -2,15 +2,12 @@
 
 On Linux with glibc, every large tensor (an attention matrix at 1024+ tokens is hundreds of MB) is
 allocated with mmap and handed back to the kernel when freed, so each training step pays for zeroing
-fresh pages: on 2 CPU cores half the time of a 1024-token MiniLM fine-tuning step was kernel time.
-Raising glibc's mmap and trim thresholds keeps freed blocks in the heap for reuse (measured 13.1 s ->
-9.0 s per step, 4 x 1024 tokens, all-MiniLM-L6-v2). The cost: the process keeps its peak memory
+fresh pages. Raising glibc's mmap and trim thresholds keeps freed blocks in the heap for reuse. The cost: the process keeps its peak memory
 until it exits. Set KOLONG_MALLOC_TUNING=0 to leave the allocator alone.
 
 Subnormal floats (below 1.2e-38 in fp32) are flushed to zero. A softmax whose logits spread more than about
-87 produces them (exp of -87 to -104), and on Intel CPUs each costs a microcode assist: ALiBi's bias at 2,048
-tokens reaches -1,447, and one layer's SDPA forward and backward then takes several times as long
-(docs/installation.md).
+87 produces them (exp of -87 to -104), and some CPUs take a slow microcode path for each: ALiBi's bias at
+2,048 tokens reaches -1,447 (docs/installation.md says what that costs).
 What they would add to a row's probabilities is below fp32's resolution of its sum, so no result changes
 beyond rounding. The CPU's flush mode is per thread and a new thread copies its creator's, so it is set right
 after torch is imported, before torch starts its worker threads. The mode is the process's, so Python's own

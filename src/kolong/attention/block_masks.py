@@ -112,7 +112,7 @@ def structured_block_mask(mask, batch: int, length: int, device, heads: int = 1,
     full = any_allowed & all_allowed
     partial = any_allowed & ~all_allowed
     # The backward walks the same blocks by key block: the tables of the transposed matrices, which
-    # `BlockMask.from_kv_blocks` would rebuild from the forward's tables (a quarter of the build's time).
+    # `BlockMask.from_kv_blocks` would rebuild from the forward's tables.
     kv_num_blocks, kv_indices = _ordered(partial, heads)
     full_kv_num_blocks, full_kv_indices = _ordered(full, heads)
     q_num_blocks, q_indices = _ordered(partial.transpose(1, 2), heads)

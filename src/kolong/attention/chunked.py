@@ -291,7 +291,7 @@ def _exact(tensor: torch.Tensor) -> torch.dtype:
 
 # Never traced: inside a compiled model this runs eagerly between two graphs. Its block loop and host-side
 # dropout seed do not trace, and torch 2.11 failed to trace its dropout masks once shapes turned dynamic
-# (`randint` of symbolic shape, seen on an H200 with Shaw positions).
+# (`randint` of symbolic shape, seen on CUDA with Shaw positions).
 @torch.compiler.disable
 def chunked_attention(q, k, v, mask=None, bias: ChunkBias | None = None, dropout_p: float = 0.0,
                       options: AttentionOptions | None = None):  # fmt: skip

@@ -93,7 +93,7 @@ def dropout_for(q: torch.Tensor, dropout_p: float) -> tuple[torch.Tensor, float]
     return flex_dropout.draw_keys(q.shape[0], q.shape[1], q.device), float(dropout_p)
 
 
-# Inductor's default forward tiles for 16-bit heads of 64 on sm90 (H100, H200: 128 x 128, 3 stages) need 240 KB
+# Inductor's default forward tiles for 16-bit heads of 64 on sm90 (Hopper: 128 x 128, 3 stages) need 240 KB
 # of shared memory when the score_mod gathers from a trained float32 (b, h, n, buckets) tensor (Shaw's
 # profile, T5's rows): over the 227 KB a block may use, so the kernel does not compile (torch 2.11).
 # Two forward stages fit, and one backward stage (docs/encoder.md says how they were chosen). The run-time

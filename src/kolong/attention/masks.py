@@ -25,7 +25,7 @@ def exporting() -> bool:
 
     `torch.compiler.is_exporting()` reads True inside every torch.compile trace of torch 2.11 (dynamo folds
     it to a constant; 2.13 reads the flag): a compiled model then dropped packed documents' masks and took
-    the materialised attention path (seen on an H200). The flag it returns is read directly.
+    the materialised attention path (seen on CUDA). The flag it returns is read directly.
     """
     flag = getattr(torch.compiler, "_is_exporting_flag", None)
     return torch.compiler.is_exporting() if flag is None else bool(flag)

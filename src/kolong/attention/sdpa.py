@@ -1,6 +1,6 @@
 """Every call of PyTorch's `scaled_dot_product_attention` from kolong's kernels, made safe on CUDA.
 
-Two defects of the cuDNN backend, which CUDA builds of torch put first on sm90 (H100, H200):
+Two defects of the cuDNN backend, which CUDA builds of torch put first on sm90 (Hopper):
 
 - a float mask of another dtype than the queries (a float32 bias with bf16 queries) is described to cuDNN in
   the queries' dtype and read element by element as such: wrong outputs and gradients, no error

@@ -176,7 +176,7 @@ def _far(q, k, v, layout: _Layout, keys: slice, rows: slice, scale):
 
 def _edge_sums(x: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     """(b, h, c, m) -> (b, h, c, 2): each row's sum left of the band and right of it, as one product batched over
-    the rows (`weights`: `_Layout.edge_weights`): a third of the time of a masked product and a sum per side."""
+    the rows (`weights`: `_Layout.edge_weights`), rather than a masked product and a sum per side."""
     b, h, c, m = x.shape
     return torch.bmm(x.reshape(b * h, c, m).transpose(0, 1), weights).transpose(0, 1).reshape(b, h, c, 2)
 

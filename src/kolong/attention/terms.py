@@ -82,8 +82,8 @@ def toeplitz_rows(per_distance: torch.Tensor, start: int, stop: int, length: int
 
     The rows of `hankel_view` (the keys in reverse order, strides 1 along both axes) copied out, then each row
     flipped in place of a copy. A view read with its rows reversed instead gives flip a tie between two axes of
-    stride 1, which it breaks by laying the rows out innermost: the block then comes column-major, and the
-    batch-broadcast pass that reads it next took twice as long (12 heads, 85 x 512 blocks)."""
+    stride 1, which it breaks by laying the rows out innermost: the block then comes column-major, which the
+    batch-broadcast pass that reads it next walks across its rows."""
     return hankel_view(per_distance, length, length)[0, :, start:stop].contiguous().flip(-1)
 
 

@@ -97,10 +97,8 @@ def compile_encoder(encoder, scope: str = "layers") -> None:
     """torch.compile a byte encoder in place (generate and the timed parts find it as the model's module).
 
     "layers": GBST and each layer apart, with static shapes; the layers share their code and shapes, so one
-    graph serves them all (a graph per model and mode: training, inference). On 2 CPU cores at 768 x 12
-    layers with GBST, cold caches, the first training and inference calls took 36-47 s against 109-114 s for
-    "encoder", the whole encoder as one graph; on an H200 from cold compile caches a run compiled whole had not
-    finished in 125 s. What the whole graph adds, fusion across layer boundaries, is about a residual add and
+    graph serves them all (a graph per model and mode: training, inference). From cold compile caches the first
+    training and inference calls compile far sooner than with "encoder", the whole encoder as one graph. What the whole graph adds, fusion across layer boundaries, is about a residual add and
     the next layer's norm a layer."""
     if scope == "encoder":
         encoder.compile()

@@ -60,8 +60,8 @@ _CPU_NOISE = {
 
 
 def device_class(machine: dict, device: str = "cpu") -> str:
-    """`h100`, `h200`, `a100`, ... for a run on a GPU (its model), `cpu-epyc-2core`, `cpu-xeon-16core`, ...
-    for a run on the CPU (its family and the cores the run could use)."""
+    """The GPU's model in lower case for a run on a GPU; for a run on the CPU, `cpu-FAMILY-Ncore`: the CPU's
+    family word and the cores the run could use (tests/test_bench.py lists examples)."""
     if device.startswith("cuda") and machine.get("gpu"):
         words = re.split(r"[\s_-]+", re.sub(r"^NVIDIA\s+", "", machine["gpu"]))
         return re.sub(r"[^a-z0-9]+", "", words[0].lower()) or "gpu"

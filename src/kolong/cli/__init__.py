@@ -30,8 +30,8 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
-    # Plain help and usage errors: rich's help formatter costs about 0.1 s of every start (of a start-up
-    # budget of 0.5 s, `kolong bench startup`); kolong's own output still goes through rich.
+    # Plain help and usage errors: rich's help formatter is a large share of the start-up budget that
+    # `kolong bench startup` checks; kolong's own output still goes through rich.
     rich_markup_mode=None,
 )
 

@@ -134,18 +134,18 @@ def read_nsmc(
 
 # The caches hold each review as a plain tuple: the garbage collector stops tracking a tuple of strings and
 # ints (not a NamedTuple's), so the hundreds of thousands kept here cost nothing to every later collection
-# (each Trainer.train starts with one: 0.4 s each when they were tracked).
+# (each Trainer.train starts with one).
 _Record = tuple[str, str, int, str, int]
 _LABEL = NSMCReview._fields.index("label")
 
 
-# A study reads the same split once per position scheme and seed: 3 s of parsing each time for the shared
-# reviews, so the parsed file and the last splits are kept.
+# A study reads the same split once per position scheme and seed, parsing the shared reviews each time: the
+# parsed file and the last splits are kept.
 @functools.lru_cache(maxsize=1)
 def _reviews_by_movie(path: Path, size: int, mtime_ns: int) -> dict[str, tuple[_Record, ...]]:
     """The labelled reviews of one version of the file by movie (`size` and `mtime_ns` are in the cache key)."""
     by_movie: dict[str, list[_Record]] = defaultdict(list)
-    # Hundreds of thousands of acyclic objects: collecting cycles while they are made only costs time (0.9 s).
+    # Hundreds of thousands of acyclic objects: collecting cycles while they are made only costs time.
     collecting = gc.isenabled()
     gc.disable()
     try:

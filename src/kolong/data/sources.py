@@ -29,7 +29,7 @@ _FILE_SUFFIXES = (".json", ".jsonl", ".tsv", ".csv", ".txt", ".gz", ".parquet", 
 def looks_local(name: str) -> bool:
     """Whether `name` can only mean a local path (a typo in a file name): a data file's suffix, a path that
     starts at the root, home or the current folder, or a folder part that exists here. Such a name missing
-    is said at once instead of after `datasets` has tried the Hub (about 30 s of retries offline)."""
+    is said at once instead of after `datasets` has tried the Hub (its retries offline)."""
     path = Path(name)
     return (
         path.suffix.lower() in _FILE_SUFFIXES

@@ -132,7 +132,7 @@ def _entity_runs(predicted, gold) -> tuple[list[list[str]], list[list[str]]]:
     """The sentences joined into the shortest runs that no entity crosses, in both tag lists.
 
     In the flat sequence an I- tag at a sentence's start continues the entity before it; seqeval copies the
-    rest of its sequence at every entity, which is quadratic in one flat sequence (28 s for KLUE-NER's 5,000
+    rest of its sequence at every entity, which is quadratic in one flat sequence (slow for KLUE-NER's 5,000
     dev sentences). A sentence that starts with no I- tag in either list starts a run: strict IOB2 begins
     entities at B- tags only, so every run holds the flat sequence's entities (tested against it)."""
     runs_predicted: list[list[str]] = []

@@ -1,7 +1,7 @@
 """`kolong experiment gbst`: GBST's accuracy next to its speed, the Korean token-free paper's claim (seeds.md §5).
 
 The paper uptrains a byte-level encoder-decoder with a GBST layer and reports KLUE scores "comparable" to
-the plain byte model while training 2.7x and generating 1.46x faster. This recipe checks both halves with
+the plain byte model, and (the paper's figures) training 2.7x and generating 1.46x faster. This recipe checks both halves with
 one model at a size the machine allows, every variant on the same budget:
 
 1. pre-training: a fresh byte model, span corruption on NSMC reviews + KorQuAD contexts (`pretrain span`);
@@ -38,7 +38,7 @@ SCALES = {
     "tiny": dict(hidden_size=32, num_attention_heads=2, head_dim=16, intermediate_size=64, encoder_layers=2,
                  documents=200, pretrain_steps=4, uptrain_steps=2, finetune_steps=2, batch_size=2,
                  max_length=128, learning_rate=1e-3, task_limit=24, resamples=50),
-    # about an hour on 2 quiet cores; the plain model's share is most of it (GBST's runs are 3-7x faster)
+    # about an hour on 2 quiet cores; the plain model's share is most of it (GBST's runs are shorter)
     "cpu": dict(hidden_size=128, num_attention_heads=4, head_dim=32, intermediate_size=256, encoder_layers=3,
                 documents=20000, pretrain_steps=600, uptrain_steps=300, finetune_steps=250, batch_size=16,
                 max_length=512, learning_rate=1e-3, task_limit=0, resamples=1000),

@@ -46,7 +46,7 @@ def device_settings(bf16: str) -> dict:
     batch to the GPU, CPU-only mode.
 
     A blocking copy from pinned memory makes the host wait for the work queued before it: one wait per
-    tensor of every batch (3 of the 4 waits per step a trace of `kolong pretrain mlm` found on an H100)."""
+    tensor of every batch (most of the waits per step in a trace of `kolong pretrain mlm` on CUDA)."""
     gpu = has_gpu()
     settings = {
         "bf16": use_bf16(bf16),
@@ -68,11 +68,11 @@ def trainer_compile_settings(regional: bool = False):
     `regional` layer by layer, unless the user's ACCELERATE_DYNAMO_* variables say otherwise.
 
     With dynamo's default a second batch shape (a curriculum's next length, the last evaluation batch) turns the
-    lengths symbolic, and FlexAttention's score_mods failed to lower with symbolic lengths (an H200, torch 2.11):
+    lengths symbolic, and FlexAttention's score_mods failed to lower with symbolic lengths (CUDA, torch 2.11):
     PyTorch advises static shapes for it. Each shape is then a graph of its own. `regional`: accelerate's
     regional compilation, each block of a repeated stack (the encoder's layers) compiled on its own, so the
-    first layer's graph serves the rest, and the modules around them apart (the base preset's first step in
-    25-32 s against 63-81 s compiled whole on 2 CPU cores; docs/pretraining.md). HF's Trainer sets neither;
+    first layer's graph serves the rest, and the modules around them apart (a shorter first step than compiled
+    whole: docs/pretraining.md). HF's Trainer sets neither;
     accelerate reads these variables when it makes its accelerator (made, and run, inside the context).
 
     Layers compiled one by one share one code object, whose graphs dynamo counts together: one for each shape

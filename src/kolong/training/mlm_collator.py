@@ -200,7 +200,7 @@ class MaskingCollator:
         """(every token is real, documents are packed) as the model reads them. Packing modes say (False, True)
         for every batch, even one that is full or holds one document per row (a padding mask of ones and one
         document number change nothing): a compiled model then sees one layout, where batches that differed
-        recompiled it mid-run (seen on an H100 with 60,000 reviews packed to 128 tokens)."""
+        recompiled it mid-run (seen on CUDA with reviews packed to 128 tokens)."""
         if self.packing == "concatenate":
             return bool(real.all()), False
         return False, True

@@ -140,7 +140,7 @@ def ner_scores_of(predicted: list[list[str]], sentences) -> dict:
 def ner_intervals(predicted: list[list[str]], sentences, seed: int = 0, resamples: int = 1000) -> dict:
     """Bootstrap 95% intervals over sentences of KLUE's entity and character macro F1: both are functions of
     per-class counts, so each resample sums the drawn sentences' counts (`klue.ner_counts`) instead of
-    rescoring (200 rescoring resamples took 95 s for 1,000 sentences)."""
+    rescoring them."""
     from kolong.evaluation import klue
     from kolong.evaluation.bootstrap import summed_interval
 

@@ -6,8 +6,8 @@ sequence length is the corpus's block length (`kolong data corpus --max-length 1
 
 `base` is BERT-base for long-context pre-training, without attention dropout, as ModernBERT trains
 (`attention_dropout` 0): packed documents then go through FlexAttention's block mask on CUDA, which skips
-the blocks between documents, where dropout would need SDPA's dense mask over whole rows (nearly twice the
-step's time on an H200 at 2,048 tokens: docs/pretraining.md); `--set attention_probs_dropout_prob=0.1`
+the blocks between documents, where dropout would need SDPA's dense mask over whole rows (a slower step:
+docs/pretraining.md); `--set attention_probs_dropout_prob=0.1`
 restores BERT's.
 """
 
