@@ -56,7 +56,7 @@ WINDOW = AttentionMask.from_attention_mask(torch.ones(2, 8, dtype=torch.long), w
         (Contribution("none"), WINDOW, 0.0, True, "banded"),
         (Contribution("none"), WINDOW, 0.1, True, "chunked"),
         (Contribution("distance"), PADDING, 0.0, True, "sdpa-distance-view"),  # ALiBi trains through the view
-        (Contribution("distance", trained=True), PADDING, 0.0, False, "chunked"),  # inference: its forward reads the view
+        (Contribution("distance", trained=True), PADDING, 0.0, False, "sdpa-distance-view"),  # inference: no gradient
         (Contribution("distance", trained=True), PADDING, 0.0, True, "chunked"),  # T5's table has a gradient
         (Contribution("distance"), PADDING_INSIDE, 0.0, False, "chunked"),
         (Contribution("distance"), DOCUMENTS, 0.0, True, "chunked"),
@@ -84,7 +84,7 @@ LONG_DOCUMENTS = AttentionMask.from_attention_mask(torch.tensor([[1] * 40 + [2] 
         (Contribution("query", trained=True, reach=4), LONG_PADDING, 0.0, False, {}, "sdpa-regions"),
         (Contribution("query", value_term=True, trained=True, reach=4), LONG_PADDING, 0.0, False, {}, "sdpa-regions"),
         (Contribution("distance", trained=True, reach=4), LONG_PADDING, 0.0, True, {}, "chunked"),
-        (Contribution("distance", trained=True, reach=4), LONG_PADDING, 0.0, False, {}, "chunked"),
+        (Contribution("distance", trained=True, reach=4), LONG_PADDING, 0.0, False, {}, "sdpa-distance-view"),
         (Contribution("query", trained=True, reach=6), LONG_PADDING, 0.0, True, {}, "chunked"),  # strips too wide
         (Contribution("query", trained=True, reach=4), LONG_PADDING, 0.1, True, {}, "chunked"),
         (Contribution("query", trained=True, reach=4), LONG_DOCUMENTS, 0.0, True, {}, "chunked"),
@@ -106,11 +106,13 @@ def test_the_regions_on_cpu_where_the_rows_hold_their_strips(
     [
         (LONG_PADDING, 0.0, True, torch.float32, {}, "chunked"),  # the regions gain T5 nothing on the step
         (AttentionMask(), 0.0, True, torch.float64, {}, "chunked"),
-        (LONG_PADDING, 0.0, False, torch.float32, {}, "chunked"),  # inference: the chunked forward reads the view
+        (LONG_PADDING, 0.0, False, torch.float32, {}, "sdpa-distance-view"),  # inference: no gradient into the bias
         (LONG_PADDING, 0.1, False, torch.float32, {}, "chunked"),
     ],
 )  # fmt: skip
-def test_a_trained_bias_by_distance_takes_the_chunked_path(mask, dropout, grad, dtype, options, expected):
+def test_a_trained_bias_by_distance_trains_through_the_chunked_path(
+    mask, dropout, grad, dtype, options, expected
+):
     contribution = Contribution("distance", trained=True, reach=4)
     q = torch.zeros(2, 2, 80, 4, dtype=dtype, requires_grad=grad)
     with torch.set_grad_enabled(grad):
@@ -244,7 +246,7 @@ def test_a_model_says_which_plan_each_layer_runs_and_options_are_never_saved(tmp
     ids = random_ids(2, 24)
     with torch.no_grad():
         plans = model.attention_plans(ids)
-        assert [plan.kernel for plan in plans] == ["chunked", "banded", "chunked"]
+        assert [plan.kernel for plan in plans] == ["sdpa-distance-view", "banded", "sdpa-distance-view"]
         model.set_attention_options(skip_paths=("banded",))
         assert [plan.kernel for plan in model.attention_plans(ids)][1] == "chunked"
     model.save_pretrained(tmp_path)

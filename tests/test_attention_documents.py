@@ -78,8 +78,7 @@ def test_sdpa_per_block_of_queries_is_dense_attention(monkeypatch, dtype):
 @pytest.mark.parametrize("name", ["none", "shaw-value", "t5", "alibi"])
 def test_the_chunked_path_reads_only_the_documents_keys_and_stays_exact(name, monkeypatch):
     """Row blocks of 16 queries over documents of 5-12 tokens: each block reads its documents' span (fewer keys
-    than the row), and outputs and every gradient (the bias tensors' too) equal dense attention, with the fused
-    forward and with the row-block one."""
+    than the row), and outputs and every gradient (the bias tensors' too) equal dense attention."""
     torch.manual_seed(0)
     length = 140
     lengths = [5, 12, 7, 9, 11, 6, 8, 12] * 2
@@ -100,14 +99,12 @@ def test_the_chunked_path_reads_only_the_documents_keys_and_stays_exact(name, mo
     monkeypatch.setattr(
         AttentionMask, "key_index", lambda self, *a: read.append(key_index(self, *a)) or read[-1]
     )
-    for fused in (chunked._fused_forward, lambda *a: None):
-        monkeypatch.setattr(chunked, "_fused_forward", fused)
-        out = chunked.chunked_attention(q, k, v, mask, bias, options=SMALL_BLOCKS)
-        torch.testing.assert_close(out * real, expected * real)
-        for got, want in zip(
-            torch.autograd.grad((out * real).square().sum(), inputs), expected_grads, strict=True
-        ):
-            torch.testing.assert_close(got, want)
+    out = chunked.chunked_attention(q, k, v, mask, bias, options=SMALL_BLOCKS)
+    torch.testing.assert_close(out * real, expected * real)
+    for got, want in zip(
+        torch.autograd.grad((out * real).square().sum(), inputs), expected_grads, strict=True
+    ):
+        torch.testing.assert_close(got, want)
     assert read and all(isinstance(keys, range) and len(keys) < length for keys in read)
 
 

@@ -240,7 +240,7 @@ def test_window_collator_pads_coarsely_for_compiled_flex_models(tokenizer):
 
 def test_only_kolong_models_that_run_compiled_flex_on_cuda_pad_coarsely():
     from conftest import tiny_kolong_config
-    from kolong.attention.flex import compiles_per_length
+    from kolong.data.qa_features import compiles_per_length
     from kolong.models import KolongForQuestionAnswering
 
     sparse = KolongForQuestionAnswering(

@@ -24,6 +24,7 @@ from kolong.data.qa_features import (
     PIPELINE_NAMES,
     WindowCollator,
     build_features,
+    compiles_per_length,
     prediction_windows,
     stack_logits,
     window_batches,
@@ -117,8 +118,6 @@ class LongDocumentQAPipeline(Pipeline):
         return {"examples": examples, "features": features, "max_length": length}
 
     def _forward(self, model_inputs):
-        from kolong.attention.flex import compiles_per_length
-
         collate = WindowCollator(
             self.tokenizer, model_inputs["max_length"], compiles_per_length(self.model, self.device)
         )

@@ -89,10 +89,10 @@ class _ChunkedAttention(torch.autograd.Function):
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
         seed = int(torch.randint(0, 2**62, (), device="cpu")) if dropout_p > 0 else 0
         with labelled("chunked forward"):
-            fused = _fused_forward(q, k, v, mask, bias, dropout_p, tensors, rows)
-            if fused is None:
-                fused = _row_block_forward(q, k, v, mask, bias, dropout_p, tensors, rows, seed)
-        out, lse = fused
+            found = _hankel_forward(q, k, v, mask, bias, dropout_p, tensors)
+            if found is None:
+                found = _row_block_forward(q, k, v, mask, bias, dropout_p, tensors, rows, seed)
+        out, lse = found
         ctx.save_for_backward(q, k, v, lse, out, *tensors)
         ctx.mask, ctx.bias, ctx.dropout_p, ctx.seed, ctx.rows = mask, bias, dropout_p, seed, rows
         return out
@@ -176,50 +176,22 @@ def _row_block_forward(q, k, v, mask, bias, dropout_p, tensors, rows: int, seed:
     return out, lse
 
 
-def _fused_forward(q, k, v, mask, bias, dropout_p, tensors, rows: int):
-    """The output and each row's log-sum-exp from SDPA's fused CPU kernel, which returns both: the backward
-    (the bias's gradient) stays the chunked one. For a bias without a value term, no dropout and no local
-    window. A bias by distance alone (T5) with no mask goes in one call, its bias a Hankel view of the
-    per-distance vector with the keys reversed (`hankel_view`): nothing built. Any other (Shaw's, or under a
-    mask) one block of `rows` query rows at a time, the block's bias built as the kernel's float mask (what the
-    chunked forward builds too, but the kernel's scores and softmax run fused). None where it does not apply. The kernel's
-    operator is private (the same from torch 2.11 to 2.15)."""
+def _hankel_forward(q, k, v, mask, bias, dropout_p, tensors):
+    """For a bias by distance alone with no mask and no dropout (T5 training on CPU): the output and each row's
+    log-sum-exp from one call of SDPA's fused CPU kernel, which returns both, the bias a Hankel view of the
+    per-distance vector with the keys reversed (`hankel_view`): nothing built. The backward (the bias's
+    gradient) stays the chunked one. None elsewhere. The kernel's operator is private (the same from torch 2.11
+    to 2.15)."""
     kernel = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
-    usable = bias is not None and not bias.has_values and dropout_p == 0 and q.device.type == "cpu"
-    if kernel is None or not usable or (mask is not None and mask.window is not None):
+    if kernel is None or bias is None or not bias.by_distance or mask is not None or dropout_p > 0:
         return None
-    length, scale = q.shape[2], 1.0 / math.sqrt(q.shape[-1])
-    if bias.by_distance and mask is None:
-        per_distance = bias.distances(tensors, torch.arange(1 - length, length, device=q.device), length)
-        view = hankel_view(per_distance.to(q.dtype), length, length)
-        out, lse = kernel(q, k.flip(2), v.flip(2), attn_mask=view, scale=scale)
-        return out, lse.to(_exact(q))
-    out, lse = torch.empty_like(q), q.new_empty(q.shape[:3], dtype=_exact(q))
-    for start in range(0, length, rows):
-        stop = min(start + rows, length)
-        keys = mask.key_index(start, stop, length, q.device) if mask is not None else None  # packed documents
-        width = length if keys is None else len(keys)
-        shape = (*q.shape[:2], stop - start, width)  # (b, h, c, n | keys)
-        blocked = mask.blocked(start, stop, length, q.device, keys, _exact(q)) if mask is not None else None
-        # the bias added onto the mask (-inf stays -inf): one pass fewer than a fill then the mask
-        if blocked is None:
-            block = bias.block(tensors, start, stop, length, shape, _exact(q), keys)
-        else:
-            block = blocked.expand(shape).contiguous()
-            bias.add_scores(tensors, start, stop, length, block, keys)
-        out[:, :, start:stop], lse[:, :, start:stop] = kernel(
-            q[:, :, start:stop],
-            take_keys(k, keys, dim=2),
-            take_keys(v, keys, dim=2),
-            attn_mask=block.to(q.dtype),
-            scale=scale,
-        )
-    # a row with no allowed key (a sequence of padding alone): output 0 and log-sum-exp 0, as the chunked forward
-    empty = ~lse.isfinite()
-    if mask is not None and bool(empty.any()):
-        out.masked_fill_(empty[..., None], 0.0)
-        lse.masked_fill_(empty, 0.0)
-    return out, lse
+    if q.device.type != "cpu":
+        return None
+    length = q.shape[2]
+    per_distance = bias.distances(tensors, torch.arange(1 - length, length, device=q.device), length)
+    view = hankel_view(per_distance.to(q.dtype), length, length)
+    out, lse = kernel(q, k.flip(2), v.flip(2), attn_mask=view, scale=1.0 / math.sqrt(q.shape[-1]))
+    return out, lse.to(_exact(q))
 
 
 def _add_products(total: torch.Tensor, keys: Keys, left: torch.Tensor, right: torch.Tensor) -> None:

@@ -137,13 +137,8 @@ class CallFacts:
 
     def __init__(self, implementation: str, q: torch.Tensor, contribution: Contribution, mask: AttentionMask,
                  dropout_p: float, options: AttentionOptions) -> None:  # fmt: skip
-        self.implementation, self.contribution, self.mask, self.options = (
-            implementation,
-            contribution,
-            mask,
-            options,
-        )
-        self.q = q
+        self.implementation, self.q, self.contribution, self.mask, self.options = (
+            implementation, q, contribution, mask, options)  # fmt: skip
         self.device = q.device.type
         self.length = q.shape[2]
         self.dropout = dropout_p > 0
@@ -293,9 +288,11 @@ PLAN_TABLE: tuple[PlanRow, ...] = (
     PlanRow("flex", lambda f: f.flex and not f.value_term, "FlexAttention here, no value term",
             "FlexAttention: the bias in its score_mod, blocks outside the mask skipped"),
     PlanRow("sdpa-distance-view",
-            lambda f: f.plain_bias and f.kind == "distance" and f.grad and not f.bias_grad and f.row_ends is not None,
-            "training, a bias by distance alone without parameters (ALiBi), no window or dropout, padding at the "
-            "rows' ends", "a bias by distance alone, as one strided view: SDPA's fused kernel and its backward"),
+            lambda f: f.plain_bias and f.kind == "distance" and not f.bias_grad and (f.grad or f.device == "cpu")
+            and f.row_ends is not None,
+            "a bias by distance alone, no gradient into it (ALiBi training; T5 and ALiBi inference on CPU), no window "
+            "or dropout, padding at the rows' ends",
+            "a bias by distance alone, as one strided view: SDPA's fused kernel and its backward"),
     PlanRow("sdpa-regions",
             lambda f: f.kind == "query" and f.regions and f.mask.keys_only
             and f.fused_cpu_strips,

@@ -1,5 +1,5 @@
-"""Training with a bias by distance alone that has no parameters (ALiBi) on CPU: SDPA's fused kernel and its
-backward, the bias as a strided view.
+"""A bias by distance alone with no gradient into it (ALiBi's training; T5's and ALiBi's inference on CPU): SDPA's
+fused kernel and its backward, the bias as a strided view.
 
 A bias by distance alone is Toeplitz, B[i, j] = b[j - i + n - 1] for a vector b of (h, 2n - 1). Read over a row's
 L real keys in reverse order (key j' is key L - 1 - j'), it becomes Hankel, constant along anti-diagonals:
@@ -13,9 +13,9 @@ so every query row's bias is a consecutive window of r, and the whole (h, n, L) 
 
 is one call with nothing quadratic in memory, forward and backward (reversing the keys with their values leaves
 attention as it is). A bias with parameters (T5's table) would send SDPA to its unfused path, which materialises
-(b, h, n, n) scores: T5 trains through the chunked path. At inference the chunked path's forward reads the same
-view. Rows padded at their end are grouped by length, one call per length; the plan table takes this path only
-where every row's padding comes after its tokens.
+(b, h, n, n) scores: T5 trains through the chunked path, whose forward reads the same view. Rows padded at their
+end are grouped by length, one call per length; the plan table takes this path only where every row's padding
+comes after its tokens.
 """
 
 from __future__ import annotations

@@ -75,17 +75,6 @@ def _first_columns(result, head_dim: int):
     return result[..., :head_dim]
 
 
-def compiles_per_length(model, device) -> bool:
-    """Whether `model`'s attention on `device` runs compiled FlexAttention (kolong on CUDA with a local
-    pattern or a position scheme with a logit bias), which compiles a kernel per input length: callers
-    with inputs of many lengths pad them to a few widths (`kolong.data.qa_features.padded_width`)."""
-    config = getattr(model, "config", None)
-    if torch.device(device).type != "cuda" or getattr(config, "model_type", None) != "kolong":
-        return False
-    positions = getattr(getattr(model, "base_model", model), "positions", None)
-    return config.attention_pattern != "full" or bool(getattr(positions, "has_logit_bias", False))
-
-
 def dropout_for(q: torch.Tensor, dropout_p: float) -> tuple[torch.Tensor, float] | None:
     """The `dropout` argument of a flex function: None without dropout, else fresh (b, h) hash keys and p."""
     if dropout_p <= 0:
@@ -162,9 +151,7 @@ def flex_region_attention(q, k, v, mask, terms: RegionTerms, options: AttentionO
     mask: every layer of the forward shares them), the three calls and the merge compiled as one function, then
     Shaw's value term in tensor code."""
     batch, heads, length = q.shape[0], q.shape[1], q.shape[2]
-    masks = [
-        mask.region_block_mask(region, terms.reach, batch, length, q.device, heads) for region in REGIONS
-    ]
+    masks = [mask.block_mask(batch, length, q.device, heads, (region, terms.reach)) for region in REGIONS]
     band = terms.band.float() if terms.band.requires_grad else terms.band  # the backward adds into it
     chosen = kernel_options(q, band, chosen=options.flex_kernel_options)
     scale = 1.0 / math.sqrt(q.shape[-1])

@@ -63,7 +63,7 @@ class AttentionMask:
     global_tokens: torch.Tensor | None = None  # (b, n) bool: see and are seen by every token
     # (b, n, n) bool: which keys each query sees (K-BERT's visible matrix)
     visible: torch.Tensor | None = None
-    _block_mask: object = field(default=None, repr=False, compare=False)
+    _block_masks: dict = field(default_factory=dict, repr=False, compare=False)  # `block_mask`, by region
     _global_positions: torch.Tensor | None = field(default=None, repr=False, compare=False)
     _band_allowed: torch.Tensor | None = field(default=None, repr=False, compare=False)  # banded.py's mask
     _document_extents: tuple[list[int], list[int]] | None = field(default=None, repr=False, compare=False)
@@ -73,9 +73,6 @@ class AttentionMask:
     _keys_read: dict = field(
         default_factory=dict, repr=False, compare=False
     )  # `document_keys_read`, by arguments
-    _region_block_masks: dict = field(
-        default_factory=dict, repr=False, compare=False
-    )  # regions.py's, by region
 
     @classmethod
     def from_attention_mask(
@@ -332,8 +329,11 @@ class AttentionMask:
 
         return mask_mod
 
-    def block_mask(self, batch: int, length: int, device, heads: int = 1):
-        """FlexAttention's BlockMask (blocks with no allowed entry are skipped), or None if all allowed.
+    def block_mask(
+        self, batch: int, length: int, device, heads: int = 1, region: tuple[str, int] | None = None
+    ):
+        """FlexAttention's BlockMask (blocks with no allowed entry are skipped), or None if all allowed; with
+        `region` (name, reach), restricted to that relative region (`kolong.attention.regions`).
 
         Built on first use from the mask's structure (`block_masks.py`: one decision per block pair, not per
         entry) and kept: every layer of one forward shares it. The model passes its `heads`: built inside a
@@ -341,9 +341,9 @@ class AttentionMask:
         each row's own (a single-head model's are built outside the graph instead); built eagerly, one head
         serves all (its tables enter compiled code with their true strides) and costs less to build.
         """
-        if self.empty:  # every key allowed: no mask_mod either
+        if self.empty and region is None:  # every key allowed: no mask_mod either
             return None
-        if self._block_mask is None:
+        if region not in self._block_masks:
             from kolong.attention.block_masks import structured_block_mask
 
             build, table_heads = structured_block_mask, 1
@@ -354,22 +354,5 @@ class AttentionMask:
                 elif batch > 1:  # one head cannot be written out per head: built eagerly, at a graph break
                     build = torch.compiler.disable(structured_block_mask)
             with labelled("block mask"):
-                self._block_mask = build(self, batch, length, device, table_heads)
-        return self._block_mask
-
-    def region_block_mask(self, region: str, reach: int, batch: int, length: int, device, heads: int = 1):
-        """FlexAttention's BlockMask of this mask restricted to a relative region (`kolong.attention.regions`),
-        built from the structure on first use and kept: every layer of one forward shares it."""
-        key = (region, reach)
-        if key not in self._region_block_masks:
-            from kolong.attention.block_masks import structured_block_mask
-
-            build, table_heads = structured_block_mask, 1
-            if torch.compiler.is_compiling():  # as `block_mask`: tables per head inside a graph
-                if heads > 1:
-                    table_heads = heads
-                elif batch > 1:
-                    build = torch.compiler.disable(structured_block_mask)
-            with labelled("block mask"):
-                self._region_block_masks[key] = build(self, batch, length, device, table_heads, key)
-        return self._region_block_masks[key]
+                self._block_masks[region] = build(self, batch, length, device, table_heads, region)
+        return self._block_masks[region]

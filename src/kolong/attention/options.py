@@ -151,8 +151,3 @@ def _paths(text: str, flag: str) -> tuple[str, ...]:
 # One instance for every layer that was given none: a compiled layer guards on the object its options are, and
 # layers compiled one by one (`--compile regions`) must share a graph.
 DEFAULT = AttentionOptions()
-
-
-def option_help() -> str:
-    """One line per option, for the commands' --help."""
-    return "; ".join(f"{spec.name}: {spec.metadata['help']}" for spec in dataclasses.fields(AttentionOptions))

@@ -66,7 +66,7 @@ class WindowCollator:
     column i of its logits, where its offsets say it is, whatever the tokenizer's `padding_side`.
 
     `coarse` (a model whose attention runs compiled FlexAttention, which compiles a kernel per input length;
-    `kolong.attention.flex.compiles_per_length`) pads to one of a few widths instead: `padded_width`."""
+    `compiles_per_length`) pads to one of a few widths instead: `padded_width`."""
 
     tokenizer: object
     max_length: int
@@ -87,6 +87,18 @@ class WindowCollator:
         return pad_without_fast_tokenizer_warning(
             self.tokenizer, rows, **padding, padding_side="right", return_tensors="pt"
         )
+
+
+def compiles_per_length(model, device) -> bool:
+    """Whether `model`'s attention on `device` runs compiled FlexAttention (kolong on CUDA with a local
+    pattern or a position scheme with a logit bias), which compiles a kernel per input length: its windows are
+    then padded to a few widths (`padded_width`)."""
+    config = getattr(model, "config", None)
+    kind = getattr(device, "type", str(device).split(":")[0])
+    if kind != "cuda" or getattr(config, "model_type", None) != "kolong":
+        return False
+    positions = getattr(getattr(model, "base_model", model), "positions", None)
+    return config.attention_pattern != "full" or bool(getattr(positions, "has_logit_bias", False))
 
 
 def padded_width(longest: int, max_length: int) -> int:

@@ -20,6 +20,7 @@ from kolong.data.qa_features import (
     WindowCollator,
     build_features,
     check_stride,
+    compiles_per_length,
     default_stride,
     prediction_windows,
     record_windows,
@@ -111,8 +112,6 @@ def finetune_qa(
     `report` receives a line at each stage of the preparation (the command prints them)."""
     from transformers import AutoModelForQuestionAnswering, EarlyStoppingCallback, default_data_collator
 
-    from kolong.attention.flex import compiles_per_length
-
     if args.strategy not in STRATEGIES:
         raise DataError(f"unknown strategy {args.strategy!r}; choose one of {', '.join(STRATEGIES)}")
     if args.early_stopping_patience and not args.eval:
@@ -196,8 +195,6 @@ def predict_logits(
     import tempfile
 
     from transformers import Trainer, TrainingArguments, default_data_collator
-
-    from kolong.attention.flex import compiles_per_length
 
     plainly = getattr(model, "is_quantized", False) or compile
     device = model.device if plainly or not common.has_gpu() else "cuda"  # where the Trainer would put it
