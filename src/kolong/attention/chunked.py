@@ -22,10 +22,10 @@ import torch
 import torch.nn.functional as F
 
 from kolong.attention import options as attention_options
-from kolong.attention.masks import Keys, as_additive, take_keys
+from kolong.attention.masks import as_additive, take_keys
 from kolong.attention.options import AttentionOptions
 from kolong.attention.profiling import labelled
-from kolong.attention.terms import ChunkBias, attention_dropout_mask, hankel_view, softmax_backward
+from kolong.attention.terms import ChunkBias, Keys, attention_dropout_mask, hankel_view, softmax_backward
 
 # The floor of s - L before exp: exp(-87) = 1.6e-38 is the smallest power of e that float32 holds as a normal
 # number.

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import torch
 
 from kolong.attention.profiling import labelled
+from kolong.attention.terms import Keys
 
 
 def exporting() -> bool:
@@ -29,10 +30,6 @@ def exporting() -> bool:
     """
     flag = getattr(torch.compiler, "_is_exporting_flag", None)
     return torch.compiler.is_exporting() if flag is None else bool(flag)
-
-
-# The keys a block of queries reads: all (None), one run of them (a `range`: sliced, no copy), or their positions.
-Keys = range | torch.Tensor | None
 
 
 def key_positions(keys: range | torch.Tensor, device) -> torch.Tensor:

@@ -9,12 +9,11 @@ hand-written backward; `attention_dropout_mask`: the dropout draws every explici
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import torch
 
-if TYPE_CHECKING:
-    from kolong.attention.masks import Keys
+# The keys a block of queries reads: all (None), one run of them (a `range`: sliced, no copy), or their positions.
+Keys = range | torch.Tensor | None
 
 
 class ChunkBias:
