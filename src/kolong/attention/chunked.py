@@ -11,7 +11,10 @@ of the bias inputs itself, so no (n, n) tensor outlives one block and no scatter
 
 A scheme describes its bias by a `ChunkBias`: the tensors autograd tracks (Shaw's q.w^K profile,
 T5's per-distance vector) and how to build a row block of the bias from them and reduce a row block
-of dS back onto them. Dropout masks are drawn from a per-call seed and redrawn in the backward.
+of dS back onto them. Dropout masks are drawn from a per-call seed and redrawn in the backward. On CPU the
+forward of a bias by distance alone without a mask or dropout (T5's training) is one call of SDPA's fused
+kernel over the bias as a strided view (`_hankel_forward`), which returns the log-sum-exp the backward needs.
+The plan table takes this path for everything no other row takes (`dispatch.PLAN_TABLE`).
 """
 
 from __future__ import annotations
@@ -183,9 +186,8 @@ def _hankel_forward(q, k, v, mask, bias, dropout_p, tensors):
     gradient) stays the chunked one. None elsewhere. The kernel's operator is private (the same from torch 2.11
     to 2.15)."""
     kernel = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
-    if kernel is None or bias is None or not bias.by_distance or mask is not None or dropout_p > 0:
-        return None
-    if q.device.type != "cpu":
+    usable = bias is not None and bias.by_distance and mask is None and dropout_p == 0 and q.device.type == "cpu"
+    if kernel is None or not usable:
         return None
     length = q.shape[2]
     per_distance = bias.distances(tensors, torch.arange(1 - length, length, device=q.device), length)
