@@ -186,7 +186,9 @@ def _hankel_forward(q, k, v, mask, bias, dropout_p, tensors):
     gradient) stays the chunked one. None elsewhere. The kernel's operator is private (the same from torch 2.11
     to 2.15)."""
     kernel = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
-    usable = bias is not None and bias.by_distance and mask is None and dropout_p == 0 and q.device.type == "cpu"
+    usable = (
+        bias is not None and bias.by_distance and mask is None and dropout_p == 0 and q.device.type == "cpu"
+    )
     if kernel is None or not usable:
         return None
     length = q.shape[2]
