@@ -22,7 +22,7 @@ DECLARED = {
     "none": Contribution("none"),
     "rope": Contribution("rotation"),
     "alibi": Contribution("distance"),
-    "t5": Contribution("distance", trained=True, reach=91),  # where 32 buckets to distance 128 saturate
+    "t5": Contribution("distance", trained=True),
     "shaw": Contribution("query", trained=True, reach=16),  # max_distance
 }
 
@@ -151,7 +151,6 @@ def test_padding_ends_are_read_from_the_device_once_per_forward_whatever_the_dep
         (Contribution("none"), PADDING, 0.1, {}, "sdpa"),
         (Contribution("none"), DOCUMENTS, 0.0, {}, "flex"),  # the block mask skips the blocks between documents
         (Contribution("none"), DOCUMENTS, 0.1, {}, "sdpa"),
-        (Contribution("none"), DOCUMENTS, 0.1, {"packed_flex_dropout": True}, "flex"),
         (Contribution("query", trained=True), PADDING, 0.1, {}, "flex"),
         (Contribution("query", trained=True), PADDING, 0.1, {"flex_dropout": False}, "chunked"),
         (Contribution("query", value_term=True, trained=True), PADDING, 0.0, {}, "chunked"),
@@ -216,13 +215,13 @@ def test_every_path_in_the_table_is_the_eager_reference(kernel):
 
 def test_options_are_parsed_by_name_and_bad_ones_refused():
     options = AttentionOptions.parse(
-        ["packed_flex_dropout=true", "skip_paths=banded+sdpa-regions", 'flex_kernel_options={"BLOCK_M": 64}']
+        ["flex_dropout=false", "skip_paths=banded+sdpa-regions", 'flex_kernel_options={"BLOCK_M": 64}']
     )
     assert options == AttentionOptions(
-        packed_flex_dropout=True, skip_paths=("banded", "sdpa-regions"), flex_kernel_options={"BLOCK_M": 64}
+        flex_dropout=False, skip_paths=("banded", "sdpa-regions"), flex_kernel_options={"BLOCK_M": 64}
     )
     assert options.changed() == {
-        "packed_flex_dropout": True,
+        "flex_dropout": False,
         "skip_paths": ("banded", "sdpa-regions"),
         "flex_kernel_options": {"BLOCK_M": 64},
     }

@@ -53,7 +53,7 @@ def test_a_failing_compiled_path_trains_as_the_chunked_path_and_warns_once(
                                            attention_probs_dropout_prob=0.0))  # fmt: skip
     ids, mask = random_ids(2, 24), torch.ones(2, 24, dtype=torch.long)
     (name,) = {str(p) for p in model.attention_plans(ids)}
-    assert name == "flex-regions"  # Shaw's training default on CUDA
+    assert name == "flex"  # Shaw's training default on CUDA
     model.set_attention_options(compiled_kernels=False)
     expected = trained(model, ids, mask)  # the chunked path, chosen from the start
     model.set_attention_options(compiled_kernels=True)

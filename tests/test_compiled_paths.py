@@ -313,21 +313,25 @@ def test_a_model_compiles_into_one_graph_on_the_cuda_training_path(eager_flex_wi
 def test_packed_documents_with_dropout_compile_into_one_graph_on_the_cuda_path(
     eager_flex_with_backward, monkeypatch
 ):
-    """`pretrain mlm`'s CUDA case for learned positions, on both of its attention paths: packed documents with
-    attention dropout under SDPA's dense mask (the default) or FlexAttention's block mask in two passes
-    (the run-time option packed_flex_dropout), inside the one graph of the compiled model."""
+    """`pretrain mlm`'s CUDA case on both of its attention paths for packed documents with attention dropout:
+    SDPA's dense mask (learned positions) and FlexAttention's block mask in two passes (a logit bias: ALiBi),
+    inside the one graph of the compiled model."""
 
     default_attention_options(monkeypatch, flex_devices=FLEX_HERE)  # as on CUDA
-    config = tiny_kolong_config(attention_probs_dropout_prob=0.1, max_position_embeddings=32)
-    model = KolongModel(config, add_pooling_layer=False).train()
     documents = torch.tensor([[1] * 10 + [2] * 14, [1] * 5 + [2] * 19])
+    for scheme, kernel in (("learned", "sdpa"), ("alibi", "flex")):
+        config = tiny_kolong_config(position_encoding=scheme, attention_probs_dropout_prob=0.1,
+                                    max_position_embeddings=32)  # fmt: skip
+        model = KolongModel(config, add_pooling_layer=False).train()
+        ids = random_ids(2, 24)
+        assert {plan.kernel for plan in model.attention_plans(ids, documents)} == {kernel}
 
-    def forward(ids, mask):  # the collator tells the layout (all real, packed): no host read of the mask
-        return model(ids, attention_mask=mask, mask_layout=(True, True)).last_hidden_state
+        def forward(
+            ids, mask, model=model
+        ):  # the collator tells the layout (packed): no host read of the mask
+            return model(ids, attention_mask=mask, mask_layout=(True, True)).last_hidden_state
 
-    for through_flex in (False, True):
-        model.set_attention_options(packed_flex_dropout=through_flex)
-        assert_one_graph(forward, random_ids(2, 24), documents)
+        assert_one_graph(forward, ids, documents)
 
 
 @pytest.mark.parametrize("scheme", scheme_names())

@@ -304,8 +304,7 @@ def _plan(q, mask, dropout, **options):
 
 def test_packed_documents_take_flex_on_cuda_without_dropout_and_sdpa_with_it(monkeypatch):
     """The plan on CUDA: packed documents go to FlexAttention's block mask without attention dropout, and with
-    it to SDPA's dense mask unless the run-time option packed_flex_dropout (two passes measured at half SDPA's
-    speed on an H200); a local window goes to flex with dropout too, unless flex_dropout is off (the chunked
+    it to SDPA's dense mask (two passes measured at half SDPA's speed on an H200); a local window goes to flex with dropout too, unless flex_dropout is off (the chunked
     path); padding alone or CPU keep SDPA."""
     from kolong.attention.masks import AttentionMask
 
@@ -318,17 +317,15 @@ def test_packed_documents_take_flex_on_cuda_without_dropout_and_sdpa_with_it(mon
     assert _plan(q, documents, 0.0) == "flex" and _plan(q, documents, 0.1) == "sdpa"
     assert _plan(q, window, 0.1) == "flex" == _plan(q, window, 0.0)
     assert _plan(q, padding, 0.1) == "sdpa" == _plan(q, padding, 0.0)
-    assert _plan(q, documents, 0.1, packed_flex_dropout=True) == "flex"
     assert _plan(q, documents, 0.0, flex_dropout=False) == "flex"  # no dropout to put in flex
-    assert _plan(q, documents, 0.1, flex_dropout=False, packed_flex_dropout=True) == "sdpa"
     assert _plan(q, window, 0.1, flex_dropout=False) == "chunked"
 
 
-def test_learned_positions_train_on_packed_documents_through_flex_as_the_reference_drops(
+def test_a_bias_trains_on_packed_documents_through_flex_as_the_reference_drops(
     eager_flex_with_backward, same_flex_drops, monkeypatch
 ):
-    """`pretrain mlm`'s CUDA case with the run-time option packed_flex_dropout: learned positions, packed documents and
-    attention dropout on the default (`sdpa`) path run FlexAttention in two passes, equal to eager dropping the
+    """`pretrain mlm`'s CUDA case for a logit bias: ALiBi, packed documents and attention dropout on the default
+    (`sdpa`) path run FlexAttention in two passes under the documents' block mask, equal to eager dropping the
     same entries (outputs, gradients)."""
     torch.manual_seed(0)
     same_flex_drops(batch=2, heads=2)
@@ -338,9 +335,10 @@ def test_learned_positions_train_on_packed_documents_through_flex_as_the_referen
     monkeypatch.setattr(
         flex_dropout, "attend", lambda *args, **kwargs: passes.append(1) or original(*args, **kwargs)
     )
-    config = tiny_kolong_config(attention_probs_dropout_prob=0.3, max_position_embeddings=32)
+    config = tiny_kolong_config(
+        position_encoding="alibi", attention_probs_dropout_prob=0.3, max_position_embeddings=32
+    )
     model = KolongModel(config, add_pooling_layer=False).train()
-    model.set_attention_options(packed_flex_dropout=True)
     ids = random_ids(2, 20)
     documents = torch.tensor([[1] * 7 + [2] * 9 + [3] * 4, [1] * 12 + [2] * 6 + [0] * 2])
     assert_trains_as_eager(model, ids, documents, "sdpa")

@@ -106,6 +106,20 @@ def test_t5_buckets_match_hugging_face_t5():
         assert torch.equal(ours, theirs)
 
 
+def test_t5_saturates_where_its_bucket_function_does():
+    """`saturation`: the reach past which T5's chunked paths read one edge value per side."""
+    from kolong.positions.t5 import relative_position_bucket, saturation
+
+    assert saturation(32, 128) == 91
+    for buckets, distance in ((32, 128), (8, 20), (16, 50)):
+        reach = saturation(buckets, distance)
+        far = torch.arange(reach, 4 * distance)
+        for sign in (-1, 1):
+            found = relative_position_bucket(sign * far, buckets, distance)
+            assert (found == found[0]).all()
+            assert relative_position_bucket(torch.tensor([sign * (reach - 1)]), buckets, distance) != found[0]
+
+
 def test_clipped_distances():
     index = clipped_distances(5, max_distance=2)
     assert index.tolist()[0] == [2, 3, 4, 4, 4]  # j - i = 0, 1, 2, 3 -> clip 2, 4 -> clip 2; + k

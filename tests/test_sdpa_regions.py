@@ -1,9 +1,11 @@
 """The three regions on CPU through SDPA's fused kernel (`sdpa_regions.py`): the rectangles cover each row's far
 keys exactly once, and outputs and every gradient (q, k, v, the edges' constants, the band, Shaw's value rows)
-equal the exact reference of `regions.py` for padding, empty rows, odd lengths, a reach past the input, blocks
-of any height, T5's per-head constants, float32 and bf16 under autocast."""
+equal materialised attention under the same bias for padding, empty rows, odd lengths, a reach past the input,
+blocks of any height, per-head constants, float32 and bf16 under autocast."""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 import torch
@@ -11,9 +13,31 @@ import torch
 from conftest import default_attention_options, random_ids, tiny_kolong_config
 from kolong.attention import sdpa_regions
 from kolong.attention.masks import AttentionMask
-from kolong.attention.regions import RegionTerms, mask_band
+from kolong.attention.sdpa_regions import softmax_with_lse
+from kolong.attention.terms import RegionTerms
 from kolong.models import KolongForMaskedLM
-from reference_regions import exact_region_kernel, region_attention
+
+
+def region_attention(q, k, v, terms: RegionTerms, mask=None) -> torch.Tensor:
+    """The reference: softmax(q k^T / sqrt(d) + bias + mask) v + sum_j p_ij w^V(j - i), every score materialised,
+    the bias of each pair read off the terms by its distance (the left constant, the band, the right constant).
+    A row with no allowed key gets 0."""
+    length, reach = q.shape[2], terms.reach
+    position = torch.arange(length)
+    relative = position[None, :] - position[:, None]  # (n, n): j - i
+    band_index = (relative + reach - 1).clamp(0, 2 * reach - 2)
+    band = terms.band.gather(-1, band_index.expand(*terms.band.shape[:2], -1, -1))
+    left, right = terms.left[..., None].expand_as(band), terms.right[..., None].expand_as(band)
+    bias = torch.where(relative <= -reach, left, torch.where(relative >= reach, right, band))
+    scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(q.shape[-1]) + bias
+    if mask is not None and not mask.empty:
+        scores = scores.masked_fill(~mask.rows(0, length, length, q.device), -math.inf)
+    probs = torch.softmax(scores, -1).nan_to_num(0.0)
+    out = torch.matmul(probs, v)
+    if terms.value_band is None:
+        return out
+    rows = torch.cat([terms.value_left[None], terms.value_band, terms.value_right[None]])  # (2r + 1, d_h)
+    return out + torch.einsum("bhij,ijd->bhid", probs, rows[relative.clamp(-reach, reach) + reach])
 
 
 @pytest.mark.parametrize("rows", [1, 2, 3, 5, 8])
@@ -81,7 +105,7 @@ def test_outputs_and_every_gradient_equal_the_exact_reference(
     if padding == "empty sequence":
         attention_mask[0] = 0
     mask = AttentionMask.from_attention_mask(attention_mask)
-    expected = region_attention(q, k, v, terms, exact_region_kernel(mask), mask_band(mask))
+    expected = region_attention(q, k, v, terms, mask)
     actual = sdpa_regions.sdpa_region_attention(q, k, v, None if padding == "none" else mask, terms)
     real = (attention_mask != 0)[:, None, :, None]  # padded queries' outputs are never read
     torch.testing.assert_close(actual * real, expected * real, rtol=1e-10, atol=1e-10)
@@ -101,7 +125,7 @@ def test_outputs_and_every_gradient_equal_the_exact_reference(
 def test_float32_is_exact_to_rounding(monkeypatch):
     default_attention_options(monkeypatch, regions_block_rows=16)
     (q, k, v), terms = _inputs(2, 3, 150, 16, 6, True, False, dtype=torch.float32)
-    expected = region_attention(q, k, v, terms, exact_region_kernel(None))
+    expected = region_attention(q, k, v, terms)
     actual = sdpa_regions.sdpa_region_attention(q, k, v, None, terms)
     torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
     d_out = torch.randn_like(expected)
@@ -166,3 +190,14 @@ def test_a_model_trains_through_the_regions_as_through_the_reference(monkeypatch
     assert grads.keys() == expected_grads.keys()
     for name, grad in expected_grads.items():
         torch.testing.assert_close(grads[name], grad, rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_a_row_of_minus_infinity_gets_zero_probabilities_and_a_finite_gradient():
+    """softmax_with_lse (the merge of the regions): an empty row is 0 with lse -inf, and nothing NaN flows back
+    through it, whichever output the loss reads."""
+    scores = torch.tensor([[-math.inf, -math.inf], [1.0, 2.0]], requires_grad=True)
+    probs, lse = softmax_with_lse(scores)
+    assert probs[0].tolist() == [0.0, 0.0] and lse[0] == -math.inf
+    torch.testing.assert_close(lse[1], torch.logsumexp(scores[1], 0))
+    (probs.sum() + lse[1]).backward()
+    assert torch.isfinite(scores.grad).all() and scores.grad[0].tolist() == [0.0, 0.0]

@@ -14,11 +14,10 @@ tokens, bf16), each variant changing one thing, so that a slow compiled step can
   model builds it (the other variants build it outside and pass it in);
 - `flex-documents-strided`: q, k, v as the model makes them, permuted views of one (b, n, 3, h, d) tensor;
 - `flex-documents-dropout`: kolong's attention dropout in two passes (`flex_dropout.py`);
-- `model-sdpa-documents`, `model-flex-documents`, `model-flex-documents-dropout`: kolong's own encoder
-  (`KolongModel`, `--model-layers` layers at this shape, FFN 4x, hidden dropout 0.1) compiled whole and run
-  under bf16 autocast as `pretrain mlm` trains it, with attention dropout 0.1 (SDPA's dense mask), 0
-  (FlexAttention, one pass) and 0.1 through FlexAttention's two passes: the model around the call, one layer
-  or all of them, against the call alone.
+- `model-sdpa-documents`, `model-flex-documents`: kolong's own encoder (`KolongModel`, `--model-layers` layers
+  at this shape, FFN 4x, hidden dropout 0.1) compiled whole and run under bf16 autocast as `pretrain mlm` trains
+  it, with attention dropout 0.1 (SDPA's dense mask) and 0 (FlexAttention, one pass): the model around the call,
+  one layer or all of them, against the call alone.
 
 Forward under no_grad and forward + backward are timed separately (interleaved rounds, medians), each
 variant compiled on its own (`dynamic=False`, as kolong compiles flex). Documents are drawn with lengths
@@ -48,12 +47,10 @@ from kolong.io import atomic_write_json, atomic_write_text
 
 VARIANTS = ("sdpa", "sdpa-documents", "sdpa-documents-no-dropout", "flex", "flex-documents", "flex-documents-torch-mask",
             "flex-documents-mask-in-graph", "flex-documents-strided", "flex-documents-dropout",
-            "model-sdpa-documents", "model-flex-documents",
-            "model-flex-documents-dropout")  # fmt: skip
+            "model-sdpa-documents", "model-flex-documents")  # fmt: skip
 DROPOUT = 0.1
-# model variants: (attention dropout, packed documents with dropout through FlexAttention's two passes)
-MODEL_VARIANTS = {"model-sdpa-documents": (DROPOUT, False), "model-flex-documents": (0.0, False),
-                  "model-flex-documents-dropout": (DROPOUT, True)}  # fmt: skip
+# model variants: their attention dropout
+MODEL_VARIANTS = {"model-sdpa-documents": DROPOUT, "model-flex-documents": 0.0}
 MODEL_VOCABULARY = 1000
 
 
@@ -101,15 +98,12 @@ def model_calls(name: str, args, documents: torch.Tensor, compile: bool):
     mode (dropout on, in the forward timed alone too), under bf16 autocast on CUDA, compiled whole."""
     from kolong.models import KolongConfig, KolongModel
 
-    dropout, two_passes = MODEL_VARIANTS[name]
+    dropout = MODEL_VARIANTS[name]
     hidden = args.heads * args.head_dim
     config = KolongConfig(vocab_size=MODEL_VOCABULARY, hidden_size=hidden, num_hidden_layers=args.model_layers,
                           num_attention_heads=args.heads, intermediate_size=4 * hidden,
                           max_position_embeddings=max(512, args.length), attention_probs_dropout_prob=dropout)  # fmt: skip
     model = KolongModel(config).to(args.device).train()
-    model.set_attention_options(
-        packed_flex_dropout=two_passes
-    )  # the model's own, for every call of the variant
     compiled = torch.compile(model, dynamic=False) if compile else model
     generator = torch.Generator().manual_seed(0)
     input_ids = torch.randint(MODEL_VOCABULARY, documents.shape, generator=generator).to(args.device)

@@ -105,8 +105,8 @@ def test_sdpa_drops_while_training_except_in_its_no_dropout_variant(monkeypatch)
 
 def test_the_model_variants_take_the_attention_path_they_are_named_after(monkeypatch):
     """On a device where FlexAttention trains (CUDA; here the CPU stands in, eager), kolong's encoder attends
-    packed documents through SDPA's dense mask with attention dropout, through FlexAttention in one pass
-    without it, and in two passes with the run-time option packed_flex_dropout."""
+    packed documents through SDPA's dense mask with attention dropout and through FlexAttention in one pass
+    without it."""
     import dataclasses
 
     from kolong.attention import flex, options
@@ -128,8 +128,7 @@ def test_the_model_variants_take_the_attention_path_they_are_named_after(monkeyp
         assert output.shape == (args.batch, args.length, args.heads * args.head_dim)
         assert parameters and all(p.requires_grad for p in parameters)
         seen[name] = sorted(set(calls)), len(calls)
-    assert seen == {"model-sdpa-documents": ([], 0), "model-flex-documents": (["flex"], 2),
-                    "model-flex-documents-dropout": (["flex, two passes"], 2)}  # fmt: skip
+    assert seen == {"model-sdpa-documents": ([], 0), "model-flex-documents": (["flex"], 2)}
 
 
 def test_model_layers_must_be_positive(capsys):

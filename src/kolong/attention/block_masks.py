@@ -33,27 +33,9 @@ def _per_block(values: torch.Tensor, blocks: int, fill) -> torch.Tensor:
     return torch.nn.functional.pad(values, (0, padding), value=fill).view(values.shape[0], blocks, BLOCK)
 
 
-def region_mask_mod(base, region: str, reach: int):
-    """`base` (a mask_mod, or None for every pair) restricted to a relative region (`regions.REGIONS`)."""
-
-    def mask_mod(b, h, q_idx, kv_idx):
-        relative = kv_idx - q_idx
-        if region == "left":
-            allowed = relative <= -reach
-        elif region == "right":
-            allowed = relative >= reach
-        else:
-            allowed = relative.abs() < reach
-        return allowed if base is None else allowed & base(b, h, q_idx, kv_idx)
-
-    return mask_mod
-
-
-def structured_block_mask(mask, batch: int, length: int, device, heads: int = 1,
-                          region: tuple[str, int] | None = None) -> BlockMask:  # fmt: skip
+def structured_block_mask(mask, batch: int, length: int, device, heads: int = 1) -> BlockMask:
     """The BlockMask of `mask` (an AttentionMask) over (batch, length, length), its block tables repeated for
-    `heads` heads (see `_ordered`: what a compiled model needs). With `region` (name, reach), the mask restricted
-    to that relative region (`kolong.attention.regions`): j - i <= -reach, |j - i| < reach or j - i >= reach."""
+    `heads` heads (see `_ordered`: what a compiled model needs)."""
     for name in ("real", "documents", "global_tokens"):
         values = getattr(mask, name)
         if values is not None and tuple(values.shape) != (batch, length):
@@ -92,20 +74,6 @@ def structured_block_mask(mask, batch: int, length: int, device, heads: int = 1,
             near_all = near_all | every[:, :, None] | every[:, None, :]
         any_allowed &= near_any
         all_allowed &= near_all
-    if region is not None:
-        name, reach = region
-        start = torch.arange(blocks, device=device) * BLOCK
-        end = start + BLOCK - 1
-        lowest = start[None, :] - end[:, None]  # (query block, key block): the least j - i of the pair
-        highest = end[None, :] - start[:, None]
-        if name == "left":
-            some, every = lowest <= -reach, highest <= -reach
-        elif name == "right":
-            some, every = highest >= reach, lowest >= reach
-        else:
-            some, every = (lowest < reach) & (highest > -reach), (lowest > -reach) & (highest < reach)
-        any_allowed &= some
-        all_allowed &= every
     if length % BLOCK:
         all_allowed[:, -1, :] = False
         all_allowed[:, :, -1] = False
@@ -128,7 +96,7 @@ def structured_block_mask(mask, batch: int, length: int, device, heads: int = 1,
         full_q_num_blocks=full_q_num_blocks,
         full_q_indices=full_q_indices,
         BLOCK_SIZE=(BLOCK, BLOCK),
-        mask_mod=mask.mask_mod() if region is None else region_mask_mod(mask.mask_mod(), *region),
+        mask_mod=mask.mask_mod(),
     )
 
 

@@ -175,9 +175,7 @@ class CallFacts:
     @once
     def packed_flex(self) -> bool:
         """Packed documents (or a window) through FlexAttention's block mask rather than SDPA's dense mask."""
-        return (
-            not self.mask.keys_only and self.flex and (not self.dropout or self.options.packed_flex_dropout)
-        )
+        return not self.mask.keys_only and self.flex and not self.dropout
 
     @once
     def regions(self) -> bool:
@@ -282,9 +280,6 @@ PLAN_TABLE: tuple[PlanRow, ...] = (
     PlanRow("sdpa", _plain, "no bias or window (packed documents: not through FlexAttention)",
             "no logit bias: SDPA's fused kernel, under the mask SDPA takes"),
     PlanRow("eager", lambda f: exporting(), "torch.export", "torch.export: one graph, without the fused paths' loops"),
-    PlanRow("flex-regions", lambda f: f.flex and f.regions and (f.bias_grad or f.value_term),
-            "FlexAttention here, a bias in three regions without dropout, training it (or Shaw's value term)",
-            "FlexAttention in three regions merged by log-sum-exp: no hot gradient addresses"),
     PlanRow("flex", lambda f: f.flex and not f.value_term, "FlexAttention here, no value term",
             "FlexAttention: the bias in its score_mod, blocks outside the mask skipped"),
     PlanRow("sdpa-distance-view",
@@ -368,13 +363,6 @@ def _flex(q, k, v, call: AttentionCall, layer):
                           compiled=call.options.flex_compile), None  # fmt: skip
 
 
-def _flex_regions(q, k, v, call: AttentionCall, layer):
-    from kolong.attention.flex import flex_region_attention
-
-    terms = call.scheme.regions(layer, q, call.state)
-    return flex_region_attention(q, k, v, call.mask, terms, call.options), None
-
-
 def _given(mask: AttentionMask) -> AttentionMask | None:
     return None if mask.empty else mask
 
@@ -411,7 +399,6 @@ ATTENTION_FUNCTIONS: dict[str, Callable] = {
     "eager": _eager,
     "sdpa": _sdpa,
     "flex": _flex,
-    "flex-regions": _flex_regions,
     "sdpa-regions": _sdpa_regions,
     "sdpa-document-blocks": _document_blocks,
     "sdpa-distance-view": _distance_view,

@@ -19,16 +19,13 @@ then the kernel options (`kernel_options`); `attend` applies attention dropout e
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import torch
 from torch.nn.attention.flex_attention import flex_attention
 
 from kolong.attention import flex_dropout
-from kolong.attention.options import AttentionOptions
 from kolong.attention.profiling import labelled
-from kolong.attention.regions import REGIONS, RegionTerms, band_probabilities, mask_band, merge
 
 # Input shapes one compiled flex function serves. Past dynamo's default (8) it would run the function
 # unfused, silently materialising (b, h, n, n) scores: whole-article QA meets dozens of lengths.
@@ -121,56 +118,3 @@ def check_flex(q: torch.Tensor) -> None:
             "attn_implementation='flex_attention' has no backward on CPU: train on CPU with "
             "attn_implementation='sdpa' (kolong's default), or run this forward under torch.no_grad()"
         )
-
-
-def region_flex(q, k, v, left_mask, band_mask, right_mask, scale, options, reach, left, band, right):
-    """The three regions through FlexAttention and their merge: (out, lse, left share, right share). Compiled
-    as one function (`flex.flex_call`); the band's score_mod reads its (b, h, n, 2r - 1) bias one-to-one, the
-    index clamped so that masked entries stay in range."""
-    from torch.nn.attention.flex_attention import AuxRequest, flex_attention
-
-    width = 2 * reach - 1
-
-    def band_mod(score, b, h, q_idx, kv_idx):
-        return score + band[b, h, q_idx, (kv_idx - q_idx + reach - 1).clamp(0, width - 1)]
-
-    parts = []
-    for region, block_mask in zip(REGIONS, (left_mask, band_mask, right_mask), strict=True):
-        out, aux = flex_attention(q, k, v, score_mod=band_mod if region == "band" else None, block_mask=block_mask,
-                                  scale=scale, return_aux=AuxRequest(lse=True), kernel_options=options)  # fmt: skip
-        parts.append((out, aux.lse))
-    (left_out, left_lse), band_part, (right_out, right_lse) = parts
-    out, lse, (left_share, _, right_share) = merge(
-        [(left_out, left_lse + left.to(left_lse.dtype)), band_part, (right_out, right_lse + right.to(right_lse.dtype))]
-    )  # fmt: skip
-    return out, lse, left_share, right_share
-
-
-def flex_region_attention(q, k, v, mask, terms: RegionTerms, options: AttentionOptions) -> torch.Tensor:
-    """`region_attention` through FlexAttention: a block mask per region from the mask's structure (kept on the
-    mask: every layer of the forward shares them), the three calls and the merge compiled as one function, then
-    Shaw's value term in tensor code."""
-    batch, heads, length = q.shape[0], q.shape[1], q.shape[2]
-    masks = [mask.block_mask(batch, length, q.device, heads, (region, terms.reach)) for region in REGIONS]
-    band = terms.band.float() if terms.band.requires_grad else terms.band  # the backward adds into it
-    chosen = kernel_options(q, band, chosen=options.flex_kernel_options)
-    scale = 1.0 / math.sqrt(q.shape[-1])
-    out, lse, left_share, right_share = flex_call(
-        region_flex,
-        q,
-        k,
-        v,
-        *masks,
-        scale,
-        chosen,
-        terms.reach,
-        terms.left,
-        band,
-        terms.right,
-        compiled=options.flex_compile,
-    )
-    if terms.value_band is None:
-        return out
-    value = left_share[..., None] * terms.value_left + right_share[..., None] * terms.value_right
-    probs = band_probabilities(q, k, terms, lse, mask_band(mask))
-    return out + (value + torch.matmul(probs, terms.value_band.to(probs.dtype))).to(out.dtype)

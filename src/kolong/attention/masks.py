@@ -60,7 +60,7 @@ class AttentionMask:
     global_tokens: torch.Tensor | None = None  # (b, n) bool: see and are seen by every token
     # (b, n, n) bool: which keys each query sees (K-BERT's visible matrix)
     visible: torch.Tensor | None = None
-    _block_masks: dict = field(default_factory=dict, repr=False, compare=False)  # `block_mask`, by region
+    _block_mask: object = field(default=None, repr=False, compare=False)  # `block_mask`, built once
     _global_positions: torch.Tensor | None = field(default=None, repr=False, compare=False)
     _band_allowed: torch.Tensor | None = field(default=None, repr=False, compare=False)  # banded.py's mask
     _document_extents: tuple[list[int], list[int]] | None = field(default=None, repr=False, compare=False)
@@ -326,11 +326,8 @@ class AttentionMask:
 
         return mask_mod
 
-    def block_mask(
-        self, batch: int, length: int, device, heads: int = 1, region: tuple[str, int] | None = None
-    ):
-        """FlexAttention's BlockMask (blocks with no allowed entry are skipped), or None if all allowed; with
-        `region` (name, reach), restricted to that relative region (`kolong.attention.regions`).
+    def block_mask(self, batch: int, length: int, device, heads: int = 1):
+        """FlexAttention's BlockMask (blocks with no allowed entry are skipped), or None if all allowed.
 
         Built on first use from the mask's structure (`block_masks.py`: one decision per block pair, not per
         entry) and kept: every layer of one forward shares it. The model passes its `heads`: built inside a
@@ -338,9 +335,9 @@ class AttentionMask:
         each row's own (a single-head model's are built outside the graph instead); built eagerly, one head
         serves all (its tables enter compiled code with their true strides) and costs less to build.
         """
-        if self.empty and region is None:  # every key allowed: no mask_mod either
+        if self.empty:  # every key allowed: no mask_mod either
             return None
-        if region not in self._block_masks:
+        if self._block_mask is None:
             from kolong.attention.block_masks import structured_block_mask
 
             build, table_heads = structured_block_mask, 1
@@ -351,5 +348,5 @@ class AttentionMask:
                 elif batch > 1:  # one head cannot be written out per head: built eagerly, at a graph break
                     build = torch.compiler.disable(structured_block_mask)
             with labelled("block mask"):
-                self._block_masks[region] = build(self, batch, length, device, table_heads, region)
-        return self._block_masks[region]
+                self._block_mask = build(self, batch, length, device, table_heads)
+        return self._block_mask

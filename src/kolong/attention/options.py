@@ -20,12 +20,9 @@ class AttentionOptions:
     flex_dropout: bool = field(default=True, metadata={"help": (
         "attention dropout on CUDA inside FlexAttention, in two passes; false: the chunked exact path (a way "
         "around a torch release whose FlexAttention cannot compile it)")})  # fmt: skip
-    packed_flex_dropout: bool = field(default=False, metadata={"help": (
-        "packed documents with attention dropout on CUDA through FlexAttention's two passes rather than SDPA's "
-        "dense mask (slower than SDPA's where measured: docs/encoder.md)")})  # fmt: skip
     skip_paths: tuple[str, ...] = field(default=(), metadata={"help": (
         "attention paths the plan table passes over (names from `kolong attention plans`, joined by +, e.g. "
-        "sdpa-regions+flex-regions), each call then taking the next row that holds: to time a path against the "
+        "sdpa-regions+banded), each call then taking the next row that holds: to time a path against the "
         "one that runs without it, or to avoid one on a machine where it fails; never chunked or eager")})  # fmt: skip
     compiled_kernels: bool = field(default=True, metadata={"help": (
         "the compiled FlexAttention paths on CUDA; false: the chunked exact path from the start (where a GPU or a "
@@ -127,8 +124,7 @@ class AttentionOptions:
 
 # The plans `skip_paths` may name: every entry of `dispatch.ATTENTION_FUNCTIONS` but the chunked path, which takes
 # every call, and the reference.
-SKIPPABLE = ("sdpa", "flex", "flex-regions", "sdpa-regions", "sdpa-document-blocks", "sdpa-distance-view",
-             "banded")  # fmt: skip
+SKIPPABLE = ("sdpa", "flex", "sdpa-regions", "sdpa-document-blocks", "sdpa-distance-view", "banded")
 
 
 def _joined(text: str) -> tuple[str, ...]:

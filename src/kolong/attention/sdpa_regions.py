@@ -1,13 +1,24 @@
-"""The three regions of `regions.py` on CPU, forward and backward, through SDPA's fused CPU kernel.
+"""Exact attention with a bias that is constant past a reach r on each side (Shaw's clipped key term), as three
+regions merged by their log-sum-exp, forward and backward through SDPA's fused CPU kernel.
+
+Shaw's q_i . w_clip(j - i, k) is one constant per row on each side past r = k. Split every query row into
+
+    left   L_i = { j : j - i <= -r }     bias c^L_i
+    band   B_i = { j : |j - i| <  r }    bias band[i, j - i + r - 1]
+    right  R_i = { j : j - i >=  r }     bias c^R_i
+
+A constant does not change a softmax, so the edges run without a bias and their constant enters their log-sum-exp
+only; the parts merge exactly: lse_i = log sum_X exp lse_X', out_i = sum_X exp(lse_X' - lse_i) out_X. The edges'
+constants get their gradient through the merge, never added into two hot entries per row.
 
 Query rows go in blocks of c. For the rows start..stop-1 of a block, every key j <= start - r is in the left
 region of every row, every key j >= stop - 1 + r in the right region, and only the strip between (c + 2r - 2
 keys) mixes the three. So:
 
-- the far keys of each side go through the fused kernel without a bias (a constant does not change a softmax):
-  out and lse per row, the side's constant added to its lse. The staircase the blocks make is covered by
-  rectangles, halving recursively (`_Layout.rectangles`), so that most of the work is in a few tall calls;
-- the strip is tensor code: the block's (c, c + 2r - 2) scores, Shaw's profile on its diagonals (entry (a, t), distance t - r + 1, sits at a (c + 2r - 1) + t of the block) and the two
+- the far keys of each side go through the fused kernel without a bias: out and lse per row, the side's constant
+  added to its lse. The staircase the blocks make is covered by rectangles, halving recursively
+  (`_Layout.rectangles`), so that most of the work is in a few tall calls;
+- the strip is tensor code: the block's (c, c + 2r - 2) scores, Shaw's profile on its diagonals and the two
   constants on either side of them, written before the GEMM adds the product into them;
 - the parts merge by log-sum-exp.
 
@@ -23,8 +34,8 @@ constant then gets
     dc_i = sum_{j far} dS_ij = share_i (dO_i . (O_far,i + w^V_side) - dO_i . O_i)
 
 from the side's share of the row's mass and its normalised output, and the strip's terms come from its own
-recomputed probabilities. No (n, n) tensor, no gradient added into a few addresses. The plan table
-(`dispatch.py`) takes it for Shaw where rows hold the option `regions_strips` of the near strips.
+recomputed probabilities. Memory is linear in n: no (n, n) tensor. The plan table (`dispatch.py`) takes it for
+Shaw on CPU where rows hold the option `regions_strips` of the near strips.
 """
 
 from __future__ import annotations
@@ -36,8 +47,19 @@ import torch.nn.functional as F
 
 from kolong.attention import options as attention_options
 from kolong.attention.profiling import labelled
-from kolong.attention.regions import RegionTerms, softmax_with_lse
-from kolong.attention.terms import softmax_backward
+from kolong.attention.terms import RegionTerms, softmax_backward
+
+
+def softmax_with_lse(scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Softmax over the last dimension and its log-sum-exp: a row of -inf alone gets probabilities 0 and
+    log-sum-exp -inf (not NaN)."""
+    top = scores.amax(-1, keepdim=True)
+    top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
+    weights = torch.exp(scores - top)
+    total = weights.sum(-1, keepdim=True)
+    reached = total > 0
+    safe = torch.where(reached, total, torch.ones_like(total))  # log(0) would send NaN back through the where
+    return weights / safe, torch.where(reached, top + safe.log(), -math.inf).squeeze(-1)
 
 
 class _Layout:

@@ -1,7 +1,7 @@
 """What a position scheme hands to the hand-written kernels, and what those kernels share.
 
 `ChunkBias`: a relative-position term of the logits, built and differentiated one row block at a time (Shaw's
-q.w^K profile, T5's and ALiBi's per-distance vectors); `toeplitz_rows` / `hankel_view`: a bias by distance alone
+q.w^K profile, T5's and ALiBi's per-distance vectors); `RegionTerms`: Shaw's bias in three regions; `toeplitz_rows` / `hankel_view`: a bias by distance alone
 read from its per-distance vector; `softmax_backward`: dS = P (dP - D), the one softmax backward of every
 hand-written backward; `attention_dropout_mask`: the dropout draws every explicit path makes.
 """
@@ -9,6 +9,7 @@ hand-written backward; `attention_dropout_mask`: the dropout draws every explici
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
@@ -73,6 +74,21 @@ class ChunkBias:
     ) -> torch.Tensor:
         """Add the value inputs' gradients; return the value term's part of dL/dP' (b, h, c, n | keys)."""
         raise NotImplementedError
+
+
+@dataclass
+class RegionTerms:
+    """A bias in three regions (`sdpa_regions.py`): `reach` r; `left` and `right`, the edges' constants (b|1, h,
+    n|1); `band` (b, h, n, 2r - 1), entry (i, r') the bias at j - i = r' - r + 1; for a value term, the value rows
+    at the two edges (d_h,) and in the band (2r - 1, d_h)."""
+
+    reach: int
+    left: torch.Tensor
+    band: torch.Tensor
+    right: torch.Tensor
+    value_left: torch.Tensor | None = None
+    value_band: torch.Tensor | None = None
+    value_right: torch.Tensor | None = None
 
 
 def toeplitz_rows(per_distance: torch.Tensor, start: int, stop: int, length: int) -> torch.Tensor:

@@ -26,8 +26,7 @@ from torch import nn
 
 from kolong.attention.dispatch import Contribution
 from kolong.attention.flex import attend
-from kolong.attention.regions import RegionTerms
-from kolong.attention.terms import ChunkBias
+from kolong.attention.terms import ChunkBias, RegionTerms
 from kolong.positions.base import (
     PositionEncoding,
     kwarg_error,

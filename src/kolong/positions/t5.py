@@ -9,8 +9,7 @@ distances share the last bucket. The function matches HF's `T5Attention._relativ
 The bias depends on j - i only, so every path starts from one vector per head over the 2n - 1
 distances. The reference (`eager`) indexes it into (1, h, n, n); the chunked path reads the distances within the
 reach where the buckets saturate, the edges standing for the rest (`T5ChunkBias`), and sums its gradient along
-diagonals within the reach (a skewed write into a zero buffer, no scatter) and as plain sums past it; on CPU rows
-long enough train through the three regions (`attention/sdpa_regions.py`); FlexAttention computes
+diagonals within the reach (a skewed write into a zero buffer, no scatter) and as plain sums past it; FlexAttention computes
 the bucket in its kernel from the bucket boundaries (`t5_flex`) and reads the small (buckets, h) table at
 inference; in training it reads a (b, h, n, buckets) copy of it instead, because FlexAttention's backward
 adds each score's gradient into the tensor the score_mod read, atomically: into 32 x 12 addresses that was
@@ -30,7 +29,6 @@ from torch import nn
 from kolong.attention.dispatch import Contribution
 from kolong.attention.flex import attend
 from kolong.attention.masks import key_positions
-from kolong.attention.regions import RegionTerms
 from kolong.attention.terms import ChunkBias, toeplitz_rows
 from kolong.positions.base import (
     PositionEncoding,
@@ -87,8 +85,6 @@ class T5Positions(PositionEncoding):
         # read off tensors here, once: in a forward, .tolist() would break a compiled model's graph at every layer
         self.boundaries = bucket_boundaries(**self._bucket_options())
         self.reach = saturation(**self._bucket_options())
-        edges = torch.tensor([-self.reach, self.reach], device="cpu")  # on CPU also while HF builds on "meta"
-        self.edge_buckets = tuple(relative_position_bucket(edges, **self._bucket_options()).tolist())
 
     @classmethod
     def validate(cls, options, config):
@@ -153,24 +149,8 @@ class T5Positions(PositionEncoding):
 
     @property
     def contribution(self) -> Contribution:
-        # a learned bias per bucket of j - i, constant past the distance where the buckets saturate
-        return Contribution("distance", trained=True, reach=self.reach)
-
-    def regions(self, layer, query, state) -> RegionTerms:
-        """The bias in the three regions: past `reach` (where the bucket function saturates) one constant per
-        head on each side; inside, the per-distance bias expanded to a (b, h, n, 2 reach - 1) copy that the kernel
-        reads one-to-one (its backward is a sum over the copy, not a scatter)."""
-        table = layer_table(self.bias_tables, layer)  # (buckets, h)
-        reach, (left, right) = self.reach, self.edge_buckets
-
-        def make():
-            relative = torch.arange(1 - reach, reach, device="cpu")
-            buckets = relative_position_bucket(relative, **self._bucket_options()).to(table.device)
-            batch, heads, length, _ = query.shape
-            return table[buckets].T[None, :, None, :].expand(batch, heads, length, -1).float().contiguous()
-
-        band = self._shared(state, "band", make)
-        return RegionTerms(reach, table[left][None, :, None], band, table[right][None, :, None])
+        # a learned bias per bucket of j - i
+        return Contribution("distance", trained=True)
 
     def chunk_bias(self, layer, query, state):
         table = layer_table(self.bias_tables, layer)
