@@ -148,21 +148,6 @@ def test_a_compiled_model_attends_row_by_row_as_the_eager_one(scheme, monkeypatc
         torch.testing.assert_close(compiled, eager, rtol=1e-4, atol=1e-5)
 
 
-def test_the_additive_block_mask_is_the_boolean_one():
-    """`blocked`: 0 where `rows` allows a key and -inf elsewhere, over a run of keys too; None with nothing masked."""
-    packed = torch.tensor([[1, 1, 1, 2, 2, 3, 3, 3, 3, 0, 0], [4, 2, 2, 2, 2, 2, 7, 7, 1, 1, 1]])
-    for mask in (
-        AttentionMask.from_attention_mask(packed),
-        AttentionMask.from_attention_mask(packed > 0, window=2),
-    ):
-        for keys in (None, range(2, 9)):
-            allowed = mask.rows(3, 7, 11, "cpu", keys)
-            blocked = mask.blocked(3, 7, 11, "cpu", keys, torch.float64)
-            assert blocked.dtype == torch.float64 and blocked.shape == allowed.shape
-            assert torch.equal(blocked == 0, allowed) and bool((blocked[~allowed] == float("-inf")).all())
-    assert AttentionMask().blocked(0, 4, 4, "cpu") is None
-
-
 def test_probabilities_far_below_a_rows_peak_and_masked_keys(monkeypatch):
     """Logits 200 below a row's peak (probabilities that would be subnormal or 0) and masked keys: the chunked
     path's probabilities are the softmax's to float32's resolution, masked keys exactly 0, and the outputs and

@@ -5,13 +5,10 @@
     allowed(row, key):   |row - key| <= w, or the key is global       (and the key is real, same document)
     global rows:         attend to every key (one more SDPA call over the whole input)
 
-Longformer's "sliding chunks", with the band cut out by `unfold` (a view) and the mask shared by every block:
-the work is n (c + 2w + g) scores rather than n^2, in SDPA's fused CPU kernel, with autograd's backward.
-A logit bias that depends on the distance j - i alone (T5, ALiBi: `ChunkBias.by_distance`) joins as SDPA's
-float mask, built from one (h, c, band) block of distances shared by every block. The plan table takes it for
-a window without dropout and without a trained or query-dependent bias; the chunked path (`chunked.py`)
-computes the rest block by block. Exactness against the dense reference, in outputs and gradients, is tested
-for padding, packed documents and per-row global tokens.
+Longformer's "sliding chunks", the band cut out by `unfold` (a view), the mask shared by every block: n (c + 2w +
+g) scores rather than n^2, in SDPA's fused kernel with autograd's backward, memory linear in n. A bias by
+distance alone (T5, ALiBi) joins as SDPA's float mask. The plan table takes it for a window without dropout and
+without a trained or query-dependent bias.
 """
 
 from __future__ import annotations
@@ -103,11 +100,8 @@ def _heads_first(x: torch.Tensor) -> torch.Tensor:
 @torch.compiler.disable  # reads the global positions on the host; inside a compiled model it runs eagerly
 def banded_attention(q, k, v, mask: AttentionMask, bias: ChunkBias | None = None,
                      options: AttentionOptions | None = None) -> torch.Tensor:  # fmt: skip
-    """softmax(q k^T / sqrt(d) + bias + mask) v under a local (+ global) mask: (b, h, n, d_h), exact.
-
-    `bias`, if any, depends on distance alone (`ChunkBias.by_distance`). Queries with no allowed key
-    (padding far from any token) get 0, as on the other paths: SDPA's softmax gives empty rows 0 since
-    torch 2.5 (tested through this function)."""
+    """softmax(q k^T / sqrt(d) + bias + mask) v under a local (+ global) mask: (b, h, n, d_h), exact; `bias`, if
+    any, by distance alone. A query with no allowed key gets 0 (SDPA's softmax since torch 2.5)."""
     options = options or attention_options.DEFAULT
     batch, heads, length, head_dim = q.shape
     window = mask.window
@@ -124,12 +118,14 @@ def banded_attention(q, k, v, mask: AttentionMask, bias: ChunkBias | None = None
     if positions.numel():  # every block also reads the global keys (masked where its band holds them)
         keys = torch.cat([keys, k_[:, positions][:, None].expand(-1, blocks, -1, -1, -1)], 2)
         values = torch.cat([values, v_[:, positions][:, None].expand(-1, blocks, -1, -1, -1)], 2)
-    if mask._band_allowed is None:  # built once per forward, shared by the layers (as flex's block mask)
+
+    def band_allowed():  # (b, blocks, rows, span [+ g])
         allowed = _band_mask(mask, length, rows, padded, q.device).expand(batch, -1, -1, -1)
         if positions.numel():
             allowed = torch.cat([allowed, _global_key_mask(mask, positions, rows, padded, q.device)], -1)
-        mask._band_allowed = allowed
-    allowed = mask._band_allowed  # (b, blocks, rows, span [+ g])
+        return allowed
+
+    allowed = mask.keep("band", band_allowed)
     if bias is None:
         out = sdpa(
             _heads_first(queries), _heads_first(keys), _heads_first(values),

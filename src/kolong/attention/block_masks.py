@@ -1,13 +1,9 @@
 """FlexAttention block masks from the mask's structure, one decision per block pair.
 
-`create_block_mask` evaluates the mask_mod at every (query, key) entry, n^2 of them, to learn which
-(128 x 128) blocks are empty, partial or full: an (n, n) pass at every forward. kolong's masks are built from per-token facts (padding, document
-numbers, a window, global tokens), so each block pair can be classified from per-block summaries instead:
-(n / 128)^2 decisions. The classification is conservative: a block is empty only if no entry can be
-allowed, full only if every entry surely is, and partial otherwise (FlexAttention then applies the
-mask_mod inside it), so the attention computed is exactly the mask's; a conservative call only costs a
-block's work. For the masks kolong builds it is exact in the common cases (tested against
-`create_block_mask`, block by block).
+`create_block_mask` evaluates the mask_mod at all n^2 entries to learn which (128 x 128) blocks are empty,
+partial or full. kolong's masks come from per-token facts, so each block pair is classified from per-block
+summaries instead: (n / 128)^2 decisions, conservative (empty only if no entry can be allowed, full only if
+every entry surely is; partial blocks apply the mask_mod), so attention is exactly the mask's.
 
     allowed(b, i, j) = real[b, j] and document[b, i] == document[b, j] and (|i - j| <= w or global[b, i] or global[b, j])
 
@@ -15,8 +11,8 @@ block's work. For the masks kolong builds it is exact in the common cases (teste
   real tokens overlap (numbers rise along a packed row, so ranges that overlap share a document), and the
   blocks come within w of each other or either holds a global token;
 - every entry is allowed if every key of J is real, I and J hold one and the same document and no padding,
-  and the blocks lie within w of each other entirely or either is global throughout. The last block of a
-  length that is not a multiple of 128 is never called full.
+  and the blocks lie within w of each other entirely or either is global throughout; never the last block of a
+  length that is not a multiple of 128.
 """
 
 from __future__ import annotations
@@ -101,15 +97,12 @@ def structured_block_mask(mask, batch: int, length: int, device, heads: int = 1)
 
 
 def _ordered(dense: torch.Tensor, heads: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(b, q blocks, kv blocks) bool -> per query block the number of kv blocks and their indices first, in
-    order, as (b, heads, q blocks) and (b, heads, q blocks, kv blocks) int32 (FlexAttention's layout).
+    """(b, q blocks, kv blocks) bool -> per query block the number of kv blocks and their indices first, as
+    (b, heads, q blocks) and (b, heads, q blocks, kv blocks) int32 (FlexAttention's layout).
 
-    The tables are the same for every head, yet written out per head rather than as one broadcast head: when
-    a compiled model builds them in its graph, Inductor (torch 2.11, CUDA) gives a head dimension of size 1
-    the stride 0, and FlexAttention's forward kernel finds row z's tables at (z * heads + h) times that
-    stride, so every row read the first row's block indices (its backward, given the tables as saved inputs,
-    read them right; `benchmarks/tools/kernels.py` reads the stride off a compiled kernel). A dimension of
-    `heads` > 1 materialised has its true stride."""
+    Written out per head: built in a compiled graph, a head dimension of size 1 gets the stride 0 from Inductor
+    (torch 2.11, CUDA), and FlexAttention's forward then read the first row's tables for every row
+    (`benchmarks/tools/kernels.py` reads the stride off a compiled kernel)."""
     counts = dense.sum(-1, dtype=torch.int32)
     indices = torch.argsort((~dense).to(torch.int8), dim=-1, stable=True).to(torch.int32)
     # for one head, contiguous() leaves the views as they are

@@ -2,19 +2,16 @@
 
     S = q k^T / sqrt(d) + B + mask,   P = softmax(S),   O = P' v + reduce(P') W^V    (P' = dropout(P))
 
-processed `chunk` query rows at a time. The forward keeps only q, k, v, O and the log-sum-exp of each
-row; the backward recomputes S and P per row block (as FlashAttention does) and writes the gradients
-of the bias inputs itself, so no (n, n) tensor outlives one block and no scatter kernel runs:
+one block of query rows at a time. The forward keeps q, k, v, O and each row's log-sum-exp; the backward
+recomputes S and P per block (as FlashAttention does) and reduces dS onto the bias's inputs itself
+(`ChunkBias`), so no (n, n) tensor outlives a block and no scatter runs:
 
     dP = dO v^T (+ expand(dO W^V^T)),   dS = P * (dP - rowsum(P * dP)) = P * (dP - dO . O),
     dq = dS k / sqrt(d),   dk = dS^T q / sqrt(d),   dv = P'^T dO,   d(bias inputs) = the scheme's reduction of dS.
 
-A scheme describes its bias by a `ChunkBias`: the tensors autograd tracks (Shaw's q.w^K profile,
-T5's per-distance vector) and how to build a row block of the bias from them and reduce a row block
-of dS back onto them. Dropout masks are drawn from a per-call seed and redrawn in the backward. On CPU the
-forward of a bias by distance alone without a mask or dropout (T5's training) is one call of SDPA's fused
-kernel over the bias as a strided view (`_hankel_forward`), which returns the log-sum-exp the backward needs.
-The plan table takes this path for everything no other row takes (`dispatch.PLAN_TABLE`).
+Dropout is drawn from a per-call seed and redrawn in the backward. On CPU a bias by distance alone without a
+mask or dropout (T5's training) runs its forward as one fused SDPA call over the bias's strided view
+(`_hankel_forward`). The plan table takes this path for everything no other row takes.
 """
 
 from __future__ import annotations
@@ -30,15 +27,13 @@ from kolong.attention.options import AttentionOptions
 from kolong.attention.profiling import labelled
 from kolong.attention.terms import ChunkBias, Keys, attention_dropout_mask, hankel_view, softmax_backward
 
-# The floor of s - L before exp: exp(-87) = 1.6e-38 is the smallest power of e that float32 holds as a normal
-# number.
+# The floor of s - L before exp: exp(-87) is the smallest power of e float32 holds as a normal number.
 EXP_FLOOR = -87.0
 
 
 def block_rows(q: torch.Tensor, mask, options: AttentionOptions) -> int:
-    """Query rows per block: a block's scores (rows x the keys a row reads) stay near `options.chunk_scores`;
-    a local window's blocks about as tall as the window (a block of c rows reads c + 2w keys), packed documents'
-    at most `options.chunk_document_rows` (a block reads the documents it cuts)."""
+    """Query rows per block: a block's scores near `options.chunk_scores`, a window's blocks about as tall as
+    the window (c rows read c + 2w keys), packed documents' at most `options.chunk_document_rows`."""
     batch, heads, length, _ = q.shape
     keys = mask.keys_per_row(length) if mask is not None else length
     rows = max(16, min(length, options.chunk_scores // max(1, batch * heads * keys)))
@@ -50,7 +45,7 @@ def block_rows(q: torch.Tensor, mask, options: AttentionOptions) -> int:
 
 
 def _scatter_keys(block: torch.Tensor, keys: Keys, length: int) -> torch.Tensor:
-    """(..., len(keys)) -> (..., length) with zeros at the keys a block did not read."""
+    """(..., len(keys)) -> (..., length), zeros at the keys not read."""
     if keys is None:
         return block
     if isinstance(keys, range):
@@ -59,23 +54,21 @@ def _scatter_keys(block: torch.Tensor, keys: Keys, length: int) -> torch.Tensor:
 
 
 def _as_read(bias: ChunkBias, keys: Keys) -> bool:
-    """Whether the bias's reductions take a block over `keys` as it is (all keys; a run, for `key_runs` schemes);
-    otherwise they are given the whole row, zeros at the keys not read."""
+    """The bias's reductions take a block over `keys` as it is (else the whole row, zeros at the keys not read)."""
     return keys is None or (bias.key_runs and isinstance(keys, range))
 
 
 def _for_bias(bias: ChunkBias, block: torch.Tensor, keys: Keys, length: int) -> torch.Tensor:
-    """A block over the keys read, as the bias's reductions take it."""
     return block if _as_read(bias, keys) else _scatter_keys(block, keys, length)
 
 
 def _bias_keys(bias: ChunkBias, keys: Keys) -> range | None:
-    """The keys a bias's reductions are given: the run where it takes runs, else None (the whole row)."""
     return keys if _as_read(bias, keys) else None
 
 
-def _from_bias(bias: ChunkBias, block: torch.Tensor, keys: Keys) -> torch.Tensor:
-    """The inverse of `_for_bias` on a block of the same layout."""
+def _from_bias(
+    bias: ChunkBias, block: torch.Tensor, keys: Keys
+) -> torch.Tensor:  # the inverse of `_for_bias`
     return block if _as_read(bias, keys) else take_keys(block, keys, dim=-1)
 
 
@@ -87,8 +80,7 @@ def _dropped(shape, p: float, seed: int, device) -> tuple[torch.Tensor, float]:
 class _ChunkedAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, mask, bias, dropout_p, rows, *tensors):
-        # Views of one (b, n, 3, h, d_h) projection: their (b, h) axes do not merge, so every batched product
-        # over them would copy its operand first (twice per block and pass). One copy each, kept for the backward.
+        # views of one (b, n, 3, h, d_h) projection, whose (b, h) axes do not merge: one copy each, not one per product
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
         seed = int(torch.randint(0, 2**62, (), device="cpu")) if dropout_p > 0 else 0
         with labelled("chunked forward"):
@@ -111,9 +103,8 @@ class _ChunkedAttention(torch.autograd.Function):
         mask, bias, dropout_p, rows = ctx.mask, ctx.bias, ctx.dropout_p, ctx.rows
         length, scale = q.shape[2], 1.0 / math.sqrt(q.shape[-1])
         exact = _exact(q)
-        # The softmax backward's row sums, sum_j P'_ij dP'_ij = dO_i . O_i (FlashAttention's D; the value term and
-        # dropout included, since O = P' v + reduce(P') W^V): one product over (n, d_h) instead of a pass over
-        # every block's scores. From an output rounded to 16 bits it would not be exact: summed per block then.
+        # D_i = sum_j P'_ij dP'_ij = dO_i . O_i (value term and dropout included): one product over (n, d_h); from
+        # an output rounded to 16 bits it would not be exact, so summed per block then
         row_sums = (d_out * out).sum(-1, keepdim=True) if out.dtype == exact else None  # (b, h, n, 1)
         # contiguous, so `_add_products` accumulates into them in place
         d_q, d_k, d_v = (
@@ -180,11 +171,9 @@ def _row_block_forward(q, k, v, mask, bias, dropout_p, tensors, rows: int, seed:
 
 
 def _hankel_forward(q, k, v, mask, bias, dropout_p, tensors):
-    """For a bias by distance alone with no mask and no dropout (T5 training on CPU): the output and each row's
-    log-sum-exp from one call of SDPA's fused CPU kernel, which returns both, the bias a Hankel view of the
-    per-distance vector with the keys reversed (`hankel_view`): nothing built. The backward (the bias's
-    gradient) stays the chunked one. None elsewhere. The kernel's operator is private (the same from torch 2.11
-    to 2.15)."""
+    """A bias by distance alone, no mask, no dropout, CPU (T5's training): output and log-sum-exp from one call of
+    SDPA's fused CPU kernel (a private operator, the same from torch 2.11 to 2.15) over the bias's Hankel view
+    with the keys reversed (`hankel_view`); the backward stays the chunked one. None elsewhere."""
     kernel = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
     usable = (
         bias is not None and bias.by_distance and mask is None and dropout_p == 0 and q.device.type == "cpu"
@@ -199,8 +188,7 @@ def _hankel_forward(q, k, v, mask, bias, dropout_p, tensors):
 
 
 def _add_products(total: torch.Tensor, keys: Keys, left: torch.Tensor, right: torch.Tensor) -> None:
-    """total[:, :, keys] += left @ right (all keys when None; then in place, no (b, h, n, d_h) temporary per
-    block, which cost more than the product itself once blocks are a few rows tall)."""
+    """total[:, :, keys] += left @ right (all keys when None: in place, no (b, h, n, d_h) temporary per block)."""
     if keys is None and total.is_contiguous():
         # in place under autocast too, where the backward's products come in bf16
         total.flatten(0, 1).baddbmm_(left.flatten(0, 1).to(total.dtype), right.flatten(0, 1).to(total.dtype))
@@ -213,10 +201,8 @@ def _add_products(total: torch.Tensor, keys: Keys, left: torch.Tensor, right: to
 
 
 def _scores(q, k, bias, tensors, start, stop, scale, keys=None, shift=None) -> torch.Tensor:
-    """q k^T / sqrt(d) + bias - shift of rows start..stop-1 over `keys` (all when None): (b, h, c, n | keys) in the
-    exact dtype. The GEMM adds the product into the block that holds the bias (and the shift, folded into the bias
-    by the scheme): passes over the block of their own, for the bias, the shift and the scale, cost more than the
-    product's read of it."""
+    """q k^T / sqrt(d) + bias - shift of rows start..stop-1 over `keys`: (b, h, c, n | keys) in the exact dtype. The
+    GEMM adds the product into the block that holds the bias and shift: no pass of their own over the block."""
     exact, length = _exact(q), k.shape[2]
     k = take_keys(k, keys, dim=2)
     shape = (*q.shape[:2], stop - start, k.shape[2])
@@ -236,11 +222,8 @@ def _scores(q, k, bias, tensors, start, stop, scale, keys=None, shift=None) -> t
 
 
 def _probabilities(q, k, mask, bias, tensors, start, stop, scale, keys=None, lse=None):
-    """Softmax probabilities of rows start..stop-1 in float32 or wider (b, h, c, n), and their log-sum-exp.
-
-    With `keys`, over those key positions only (b, h, c, len(keys)): a local window's band. Rows with no
-    allowed key get probabilities 0 (and log-sum-exp 0) rather than NaN.
-    """
+    """Probabilities of rows start..stop-1 over `keys` in float32 or wider (b, h, c, n | keys), and their
+    log-sum-exp; a row with no allowed key gets 0 (log-sum-exp 0), not NaN."""
     length = k.shape[2]
     # (b, h, c, n): s - L when L is given
     scores = _scores(q, k, bias, tensors, start, stop, scale, keys, shift=lse)
@@ -251,28 +234,25 @@ def _probabilities(q, k, mask, bias, tensors, start, stop, scale, keys=None, lse
         lse = torch.logsumexp(scores, dim=-1)
         lse = lse.masked_fill(lse == float("-inf"), 0.0)
         scores.sub_(lse[..., None])
-    # s - L <= 0 on every allowed key. Floored at EXP_FLOOR: exp of -inf, or of a logit so far below the row's
-    # log-sum-exp that its probability is subnormal, takes the CPU's slow path for subnormal numbers; what the
-    # floor adds is below 2e-38 of the row's mass. Masked keys then get exactly 0 from the product with the mask.
+    # s - L <= 0 on allowed keys; the floor keeps exp off the CPU's slow path for subnormal numbers (it adds
+    # under 2e-38 of the row's mass), and masked keys get exactly 0 from the product with the mask
     probs = scores.clamp_(EXP_FLOOR, 0.0).exp_()
     if allowed is not None:
         probs.mul_(allowed.to(probs.dtype))
     return probs, lse
 
 
-def _exact(tensor: torch.Tensor) -> torch.dtype:
-    """Scores, probabilities and gradients are kept in float32, or float64 for float64 inputs."""
+def _exact(tensor: torch.Tensor) -> torch.dtype:  # scores, probabilities and gradients: float32 or float64
     return torch.promote_types(tensor.dtype, torch.float32)
 
 
-# Never traced: inside a compiled model this runs eagerly between two graphs. Its block loop and host-side
-# dropout seed do not trace, and torch 2.11 failed to trace its dropout masks once shapes turned dynamic
-# (`randint` of symbolic shape, seen on CUDA with Shaw positions).
+# Never traced (eager between two graphs of a compiled model): its block loop and host-side dropout seed do not
+# trace, nor (torch 2.11) its dropout masks once shapes turn dynamic.
 @torch.compiler.disable
 def chunked_attention(q, k, v, mask=None, bias: ChunkBias | None = None, dropout_p: float = 0.0,
                       options: AttentionOptions | None = None):  # fmt: skip
-    """softmax(q k^T / sqrt(d) + bias + mask) v (+ the bias's value term): (b, h, n, d_h), exact. `options`: the
-    layer's (its block sizes), else the defaults."""
+    """softmax(q k^T / sqrt(d) + bias + mask) v (+ the bias's value term): (b, h, n, d_h), exact, memory linear in
+    n. `options`: the layer's (its block sizes), else the defaults."""
     options = options or attention_options.DEFAULT
     tensors = bias.tensors if bias is not None else ()
     return _ChunkedAttention.apply(q, k, v, mask, bias, dropout_p, block_rows(q, mask, options), *tensors)

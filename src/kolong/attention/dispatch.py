@@ -1,16 +1,10 @@
-"""The one choice of attention path, and the table of paths it chooses from.
-
-A position scheme declares what it hands to attention (a `Contribution`): nothing (learned, sinusoidal,
-MemN2N: their signal is in the embeddings), a rotation of q and k (RoPE, applied before attention), a logit
-bias by distance alone (T5's buckets, ALiBi), a logit bias that depends on the query (Shaw's q . w profile),
-and whether it adds a term to the output from the probabilities (Shaw's value term). `plan_attention` maps
-(implementation, device, contribution, mask, dropout, gradients, run-time options) to a named `Plan`; the
-encoder runs `ATTENTION_FUNCTIONS[plan.kernel]`, every entry one function of one signature:
+"""The one choice of attention path: `plan_attention` takes the first row of PLAN_TABLE whose condition holds for
+the call, and the encoder runs `ATTENTION_FUNCTIONS[plan.kernel]`, every entry of one signature:
 
     function(q, k, v, call: AttentionCall, layer) -> (context (b, h, n, d_h), probabilities or None)
 
-The table is kolong's own: HF's `ALL_ATTENTION_FUNCTIONS` is global to every model in the process, and these
-functions understand only kolong's masks and scheme terms.
+The table is kolong's own: HF's `ALL_ATTENTION_FUNCTIONS` is global to the process, and these functions read
+kolong's masks and scheme terms.
 """
 
 from __future__ import annotations
@@ -35,10 +29,10 @@ KINDS = ("none", "rotation", "distance", "query")
 
 @dataclass(frozen=True)
 class Contribution:
-    """What a position scheme hands to attention: `kind` (one of KINDS), whether it adds a value term, whether its
-    bias has trained parameters (a gradient must flow into them), and `reach`: where the bias is constant past a
-    distance on each side, that distance, so that it splits into three regions (`regions.py`; the scheme then has
-    `regions(...)`); 0 where it does not."""
+    """What a position scheme hands to attention: nothing (its signal is in the embeddings), a rotation of q and k,
+    a bias by distance alone (T5, ALiBi) or one that depends on the query (Shaw); whether it adds a value term;
+    whether the bias trains; and `reach`: where the bias is constant past a distance on each side, that distance
+    (the scheme then has `regions(...)`, `sdpa_regions.py`), else 0."""
 
     kind: str = "none"
     value_term: bool = False
@@ -53,10 +47,6 @@ class Contribution:
     def bias(self) -> bool:
         return self.kind in ("distance", "query")
 
-    @property
-    def regions(self) -> bool:
-        return self.reach > 0
-
 
 @dataclass(frozen=True)
 class Plan:
@@ -70,8 +60,7 @@ class Plan:
         return self.kernel
 
     @property
-    def label(self) -> str:
-        """The kernel, and "by row" where it goes one row of the batch at a time: what benchmarks print."""
+    def label(self) -> str:  # what benchmarks print
         return f"{self.kernel} by row" if self.by_row else self.kernel
 
 
@@ -83,12 +72,10 @@ def plan_summary(plans: list[Plan]) -> str:
 
 @dataclass
 class AttentionCall:
-    """Everything one attention call reads beside q, k, v and the layer. The scheme's terms come from `scheme` (an
-    object with the position-scheme hooks: `chunk_bias`, `flex_score`, `score_bias`, `value_term`), built only by
-    the path that reads them, with the forward's shared `state`. The layer is an argument of its own, never kept
-    here: a compiled layer would guard on it, and layers compiled one by one must share a graph. `options` has no
-    default: dynamo in torch 2.11 cannot wrap an instance held as a default of `__init__` (a graph break at every
-    layer), only one reached through the layer that passes it."""
+    """What one attention call reads beside q, k, v and the layer: the scheme's terms are built only by the path
+    that reads them (`scheme`'s hooks, with the forward's shared `state`). The layer is never kept here: a compiled
+    layer would guard on it. `options` has no default: dynamo (torch 2.11) cannot wrap an instance held as a
+    default of `__init__`, a graph break at every layer."""
 
     mask: AttentionMask
     dropout_p: float
@@ -96,20 +83,16 @@ class AttentionCall:
     scheme: Any = None
     state: Any = None
 
-    def bias(self, q, layer):
-        """The scheme's bias for the fused paths (a `chunked.ChunkBias`), or None."""
+    def bias(self, q, layer):  # a `terms.ChunkBias`
         return None if self.scheme is None else self.scheme.chunk_bias(layer, q, self.state)
 
-    def flex_score(self, q, layer):
-        """(function, tensors) for FlexAttention, or None."""
+    def flex_score(self, q, layer):  # (function, tensors)
         return None if self.scheme is None else self.scheme.flex_score(layer, q, self.state)
 
-    def score_bias(self, q, layer):
-        """The reference's (b|1, h, n, n) bias, or None."""
+    def score_bias(self, q, layer):  # the reference's (b|1, h, n, n)
         return None if self.scheme is None else self.scheme.score_bias(layer, q, self.state)
 
     def value_term(self, probs, layer):
-        """The reference's value term from the probabilities, or None."""
         return None if self.scheme is None else self.scheme.value_term(layer, probs, self.state)
 
 
@@ -118,8 +101,7 @@ BY_ROW_PATHS = ("sdpa-document-blocks", "chunked")
 
 
 class once:
-    """functools.cached_property without its lock (Python 3.11 takes an RLock there, which dynamo cannot enter: a
-    graph break at every layer of a compiled model)."""
+    """functools.cached_property without its lock (Python 3.11's RLock, which dynamo cannot enter)."""
 
     def __init__(self, function: Callable) -> None:
         self.function, self.name, self.__doc__ = function, function.__name__, function.__doc__
@@ -132,8 +114,7 @@ class once:
 
 
 class CallFacts:
-    """One attention call as the plan table reads it. Facts that cost a read of the device (where each row's
-    padding begins, the documents' spans) are computed once, when a row first asks, and kept."""
+    """One attention call as the plan table reads it; facts that read the device are computed when first asked."""
 
     def __init__(self, implementation: str, q: torch.Tensor, contribution: Contribution, mask: AttentionMask,
                  dropout_p: float, options: AttentionOptions) -> None:  # fmt: skip
@@ -154,13 +135,11 @@ class CallFacts:
         self.exact = q.dtype in (torch.float32, torch.float64)
 
     @once
-    def flex_device(self) -> bool:
-        """FlexAttention compiles with a backward here (the option `flex_devices`; torch has none on CPU)."""
+    def flex_device(self) -> bool:  # FlexAttention compiles with a backward here (none on CPU)
         return self.device in self.options.flex_devices
 
     @once
     def flex(self) -> bool:
-        """Compiled FlexAttention may take this call: on such a device, allowed, and its dropout allowed."""
         return (
             self.flex_device
             and self.options.compiled_kernels
@@ -168,45 +147,35 @@ class CallFacts:
         )
 
     @once
-    def flex_drops(self) -> bool:
-        """FlexAttention can apply dropout here: not compiled on CPU, whose kernel returns no log-sum-exp."""
+    def flex_drops(self) -> bool:  # compiled on CPU, FlexAttention returns no log-sum-exp
         return self.device != "cpu" or not self.options.flex_compile
 
     @once
-    def packed_flex(self) -> bool:
-        """Packed documents (or a window) through FlexAttention's block mask rather than SDPA's dense mask."""
+    def packed_flex(self) -> bool:  # packed documents or a window through FlexAttention's block mask
         return not self.mask.keys_only and self.flex and not self.dropout
 
     @once
-    def regions(self) -> bool:
-        """The bias splits into three regions (constant past a reach), without dropout."""
-        return self.contribution.regions and not self.dropout
-
-    @once
-    def plain_bias(self) -> bool:
-        """A logit bias without value term, window or dropout: SDPA can take it as a float mask."""
+    def plain_bias(self) -> bool:  # SDPA can take it as a float mask
         return self.bias and not self.value_term and not self.window and not self.dropout
 
     @once
     def row_ends(self) -> list[int] | None:
-        """Each row's number of real tokens when they come first (padding at the ends only), else None."""
         return distance_view.row_ends(self.mask, self.length)
 
     @once
-    def fused_cpu_strips(self) -> bool:
-        """On CPU in float32 / float64, with the fused kernel's forward and backward operators (private; the same
-        from torch 2.11 to 2.15), rows that hold the options' `regions_strips` strips of `regions_block_rows` +
-        2r - 2 keys. float32 at least:
-        the edges' gradient is a difference of two products with the output, which 16 bits would leave without
-        its digits."""
-        ops = torch.ops.aten
+    def regions(self) -> bool:
+        """Three regions through SDPA's fused CPU kernel (`sdpa_regions.py`): a bias constant past a reach, no
+        dropout, padding alone, float32 or wider (the edges' gradient is a difference of two products with the
+        output, whose digits 16 bits lose), rows of `regions_strips` strips of `regions_block_rows` + 2r - 2 keys,
+        and the kernel's private operators (the same from torch 2.11 to 2.15)."""
+        reach, options, ops = self.contribution.reach, self.options, torch.ops.aten
         return (
-            self.device == "cpu"
+            reach > 0
+            and not self.dropout
+            and self.mask.keys_only
+            and self.device == "cpu"
             and self.exact
-            and self.contribution.reach > 0
-            and self.options.regions_strips
-            * (self.options.regions_block_rows + 2 * self.contribution.reach - 2)
-            <= self.length
+            and options.regions_strips * (options.regions_block_rows + 2 * reach - 2) <= self.length
             and hasattr(ops, "_scaled_dot_product_flash_attention_for_cpu")
             and hasattr(ops, "_scaled_dot_product_flash_attention_for_cpu_backward")
         )
@@ -288,9 +257,7 @@ PLAN_TABLE: tuple[PlanRow, ...] = (
             "a bias by distance alone, no gradient into it (ALiBi training; T5 and ALiBi inference on CPU), no window "
             "or dropout, padding at the rows' ends",
             "a bias by distance alone, as one strided view: SDPA's fused kernel and its backward"),
-    PlanRow("sdpa-regions",
-            lambda f: f.kind == "query" and f.regions and f.mask.keys_only
-            and f.fused_cpu_strips,
+    PlanRow("sdpa-regions", lambda f: f.regions,
             "Shaw's bias in three regions without dropout, padding masks only, CPU fp32, rows of regions_strips "
             "near strips", "three regions: the far keys through SDPA's fused CPU kernel, the near strip in blocks"),
     # over key bands a bias is a float mask per band: kept for the backward, so only without a gradient
@@ -304,8 +271,7 @@ PLAN_TABLE: tuple[PlanRow, ...] = (
 
 def plan_attention(implementation: str, q: torch.Tensor, contribution: Contribution, mask: AttentionMask,
                    dropout_p: float, options: AttentionOptions) -> Plan:  # fmt: skip
-    """The path of one attention call: the first row of PLAN_TABLE whose condition holds. `q`: its device, dtype,
-    shape, and whether it wants a gradient."""
+    """The first row of PLAN_TABLE (not skipped by the options) whose condition holds for this call."""
     facts = CallFacts(implementation, q, contribution, mask, dropout_p, options)
     row = next(row for row in PLAN_TABLE if not options.skips(row.kernel) and row.when(facts))
     if row.kernel in BY_ROW_PATHS and facts.by_row:
@@ -316,9 +282,9 @@ def plan_attention(implementation: str, q: torch.Tensor, contribution: Contribut
 
 
 def _eager(q, k, v, call: AttentionCall, layer):
-    """The reference: everything materialised. Returns the context and the attention probabilities."""
+    """The reference: everything materialised; returns the attention probabilities too."""
     scores = torch.matmul(q * (1.0 / math.sqrt(q.shape[-1])), k.transpose(-1, -2))  # (b, h, n, n)
-    # Biases are added in place and dropped at once: no extra (b, h, n, n) tensor stays alive.
+    # in place, then dropped: no second (b, h, n, n) tensor stays alive
     bias = call.score_bias(q, layer)
     if bias is not None:
         scores = scores.add_(bias) if bias.shape == scores.shape else scores + bias
@@ -408,14 +374,13 @@ ATTENTION_FUNCTIONS: dict[str, Callable] = {
 
 
 # Paths that compile a kernel at their first call of a shape: one that fails on the user's GPU falls back.
-COMPILED_PATHS = ("flex", "flex-regions")
+COMPILED_PATHS = ("flex",)
 
 
 @dataclass
 class CompiledFailures:
-    """The compiled paths that failed in this process (kernel -> the error) and the call shapes already run
-    through forward and backward. Kept for the process: a kernel that cannot compile for one layer cannot for
-    the next, and each try costs a compile."""
+    """The compiled paths that failed in this process (kernel -> the error) and the call shapes already tried
+    forward and backward: a kernel that cannot compile for one layer cannot for the next."""
 
     failed: dict[str, str] = field(default_factory=dict)
     tried: set[tuple] = field(default_factory=set)
@@ -449,11 +414,9 @@ def attend(plan: Plan, q, k, v, call: AttentionCall, layer=0):
 
 
 def _try_backward_once(kernel, q, k, v, call: AttentionCall, layer, name: str) -> None:
-    """Before a compiled path trains a new shape on a GPU, its forward and backward once on copies of the inputs:
-    a backward kernel that cannot compile fails here, where the chunked path can still take the call, rather
-    than in the training loop's backward. The gradient is taken for the copies alone (`autograd.grad`), so
-    nothing accumulates into the model's parameters, and the random state is restored, so dropout draws what it
-    would have drawn without the try."""
+    """Before a compiled path trains a new shape, its forward and backward once on copies of the inputs, so that a
+    backward that cannot compile fails here, where the chunked path can still take the call. Nothing accumulates
+    into the parameters (`autograd.grad` of the copies), and the random state is restored for dropout."""
     if not torch.is_grad_enabled() or q.device.type not in call.options.flex_devices:
         return
     shape = (name, tuple(q.shape), q.dtype, q.device.type, call.dropout_p > 0)

@@ -1,21 +1,14 @@
 """A bias by distance alone with no gradient into it (ALiBi's training; T5's and ALiBi's inference on CPU): SDPA's
 fused kernel and its backward, the bias as a strided view.
 
-A bias by distance alone is Toeplitz, B[i, j] = b[j - i + n - 1] for a vector b of (h, 2n - 1). Read over a row's
-L real keys in reverse order (key j' is key L - 1 - j'), it becomes Hankel, constant along anti-diagonals:
-
-    B[i, L - 1 - j'] = r[n - L + i + j']         r = b reversed
-
-so every query row's bias is a consecutive window of r, and the whole (h, n, L) bias is a strided view of r
-(strides 2n - 1, 1, 1) with no copy. SDPA's fused CPU kernel reads its float mask through strides, so
+A bias by distance alone is Toeplitz, B[i, j] = b[j - i + n - 1]. Over a row's L real keys in reverse order it
+is Hankel, B[i, L - 1 - j'] = r[n - L + i + j'] for r = b reversed: every row a consecutive window of r, the
+whole (h, n, L) bias a strided view with no copy, which SDPA's fused CPU kernel reads through its strides:
 
     out = SDPA(q, reverse(k[:L]), reverse(v[:L]), attn_mask=that view)
 
-is one call with nothing quadratic in memory, forward and backward (reversing the keys with their values leaves
-attention as it is). A bias with parameters (T5's table) would send SDPA to its unfused path, which materialises
-(b, h, n, n) scores: T5 trains through the chunked path, whose forward reads the same view. Rows padded at their
-end are grouped by length, one call per length; the plan table takes this path only where every row's padding
-comes after its tokens.
+one call, nothing quadratic in memory. A bias with a gradient would send SDPA to its unfused path. Rows padded at
+their end go one call per length.
 """
 
 from __future__ import annotations
@@ -29,8 +22,7 @@ from kolong.attention.terms import ChunkBias, hankel_view
 
 @torch.compiler.disable  # reads row lengths on the host; inside a compiled model it runs eagerly
 def distance_attention(q, k, v, mask: AttentionMask | None, bias: ChunkBias) -> torch.Tensor:
-    """softmax(q k^T / sqrt(d) + bias + mask) v: (b, h, n, d_h), exact; rows with no allowed key get 0. The plan
-    table takes it only where every row's padding comes after its tokens (`row_ends` known)."""
+    """softmax(q k^T / sqrt(d) + bias + mask) v: (b, h, n, d_h), exact, for padding at the rows' ends."""
     length = q.shape[2]
     ends = row_ends(mask, length)
     distance = torch.arange(1 - length, length, device=q.device)
@@ -39,8 +31,7 @@ def distance_attention(q, k, v, mask: AttentionMask | None, bias: ChunkBias) -> 
 
 
 def each_length(attend, q, k, v, ends: list[int]) -> torch.Tensor:
-    """`attend(q, k, v, end)` over the rows whose real tokens end at `end` (`row_ends`), one call per length, put
-    back in the rows' order: (b, h, n, d_h)."""
+    """`attend(q, k, v, end)` over the rows whose tokens end at `end`, one call per length, in the rows' order."""
     if len(set(ends)) == 1:
         return attend(q, k, v, ends[0])
     groups: dict[int, list[int]] = {}
@@ -64,7 +55,7 @@ def row_ends(mask: AttentionMask | None, length: int) -> list[int] | None:
 
 
 def _hankel(q, k, v, per_distance: torch.Tensor, end: int) -> torch.Tensor:
-    """Attention of every query to the first `end` keys, the bias read as a Hankel view (`hankel_view`)."""
+    """Every query's attention to the first `end` keys, the bias a Hankel view."""
     if end == 0:
         return torch.zeros_like(q)
     bias = hankel_view(per_distance, q.shape[2], end)

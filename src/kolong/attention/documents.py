@@ -1,20 +1,10 @@
-"""SDPA per block of query rows, each block over the keys it can reach: packed documents on CPU.
+"""SDPA per block of query rows over the keys their packed documents span (CPU).
 
-Packing puts several documents in one row and lets a query see its own document alone:
-
-    allowed(i, j) = document[i] == document[j]   (and j is a token)
-
-so the queries of rows start..stop-1 can only reach the keys from the first token of their earliest document to
-the last of their latest (`AttentionMask.key_index`). One SDPA call per block over that span, with the block's
-slice of the mask, is exact and reads
-
-    sum over blocks of c x span   pairs instead of n^2,
-
-a few times less work than one call under the dense (b, 1, n, n) mask where documents are short: SDPA's fused
-CPU kernel does not skip masked pairs, and FlexAttention's block mask, which does, has no backward on CPU.
-Autograd runs each block's fused backward. The plan table takes it where the spans read at most the option
-`documents_max_share` of the pairs; `each_row` goes one row of the batch at a time where the rows' own spans
-are much narrower than the batch's (the chunked path over documents too).
+A query sees its own document alone, so rows start..stop-1 reach only the keys from the first token of their
+earliest document to the last of their latest (`AttentionMask.key_index`): one SDPA call per block over that span
+reads sum_blocks c x span pairs instead of the n^2 SDPA's fused CPU kernel computes under the dense mask (it skips
+no masked pair; FlexAttention's block mask, which does, has no CPU backward). The plan table takes it where the
+spans read at most `documents_max_share` of the pairs; `each_row` goes one row of the batch at a time.
 """
 
 from __future__ import annotations
@@ -30,8 +20,7 @@ from kolong.attention.sdpa import sdpa
 
 @torch.compiler.disable  # one call per row, as the paths it runs
 def each_row(attention: Callable, q, k, v, mask: AttentionMask, split: bool) -> torch.Tensor:
-    """attention(q, k, v, mask) -> (b, h, n, d_h), called once per row of the batch with that row's mask where
-    `split` (the plan's `by_row`) says so, else once."""
+    """attention(q, k, v, mask), once per row of the batch with its own mask where `split` (`Plan.by_row`)."""
     if not split:
         return attention(q, k, v, mask)
     return torch.cat(
@@ -42,9 +31,8 @@ def each_row(attention: Callable, q, k, v, mask: AttentionMask, split: bool) -> 
 
 @torch.compiler.disable  # a loop over blocks whose key spans are read on the host, as the chunked path
 def document_block_attention(q, k, v, mask: AttentionMask, block_rows: int | None = None) -> torch.Tensor:
-    """softmax(q k^T / sqrt(d) + mask) v: (b, h, n, d_h), exact on every query with an allowed key (a padding
-    query gets a finite output, as under the dense path's additive mask, never read). `block_rows`: query rows
-    per call (the option `document_block_rows`, the default's when None)."""
+    """softmax(q k^T / sqrt(d) + mask) v: (b, h, n, d_h), exact (a padding query's output is finite, never read).
+    `block_rows`: the option `document_block_rows`, the default's when None."""
     block_rows = block_rows or attention_options.DEFAULT.document_block_rows
     length = q.shape[2]
     low_value = torch.finfo(q.dtype).min  # the dense path's additive mask: a row of padding stays finite

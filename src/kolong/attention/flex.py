@@ -1,20 +1,12 @@
-"""FlexAttention for the encoder: one compiled function per scheme, score_mods built inside it.
+"""FlexAttention for the encoder: one compiled function per scheme, its score_mod built inside it.
 
-A scheme's flex function (module level, e.g. `kolong.positions.shaw.shaw_flex`) takes q, k, v, the
-block mask, the scale and the scheme's tensors, defines its `score_mod` inside and calls
-`flex_attention`. `flex_call` compiles each such function once. Building the score_mod inside the
-compiled function matters: a new closure passed in from outside at every call makes dynamo
-recompile until its limit (8) and then fall back, silently, to an unfused path that materialises
-(b, h, n, n) scores. Block masks are built outside, once per forward (`block_masks.py`); their
-mask_mods capture tensors, which dynamo lifts to inputs without recompiling. Shapes are static
-(`dynamic=False`, as PyTorch advises for FlexAttention): a new length or scheme setting recompiles
-(up to RECOMPILE_LIMIT lengths), because under dynamic shapes a changed int read inside a score_mod
-(Shaw's max_distance, T5's bucket bounds) becomes a symbol that inductor cannot lower. Inside a compiled
-model the model's compile decides.
-
-A scheme's flex function takes `dropout` after the scale (None, or a `(keys, p)` pair from `dropout_for`),
-then the kernel options (`kernel_options`); `attend` applies attention dropout exactly in two passes
-(`flex_dropout`). FlexAttention has a forward but no backward on CPU.
+A scheme's flex function (e.g. `kolong.positions.shaw.shaw_flex`) takes q, k, v, the block mask, the scale,
+`dropout` (None or `dropout_for`'s (keys, p)), the kernel options and the scheme's tensors, defines its
+`score_mod` inside and calls `attend`. Built inside the compiled function: a new closure from outside at every
+call makes dynamo recompile to its limit and then silently run an unfused path that materialises (b, h, n, n)
+scores. Shapes are static (`dynamic=False`): under dynamic shapes an int read in a score_mod (Shaw's
+max_distance, T5's bucket bounds) becomes a symbol inductor cannot lower. Memory is linear in n; blocks the mask
+empties are skipped. No backward on CPU.
 """
 
 from __future__ import annotations
@@ -27,27 +19,23 @@ from torch.nn.attention.flex_attention import flex_attention
 from kolong.attention import flex_dropout
 from kolong.attention.profiling import labelled
 
-# Input shapes one compiled flex function serves. Past dynamo's default (8) it would run the function
-# unfused, silently materialising (b, h, n, n) scores: whole-article QA meets dozens of lengths.
+# Input shapes one compiled flex function serves: past dynamo's default (8) it would run unfused, and
+# whole-article QA meets dozens of lengths.
 RECOMPILE_LIMIT = 64
 _compiled: dict[Callable, Callable] = {}
-# Inductor's CPU FlexAttention kernel (torch 2.13, AVX2) returns wrong values,
-# or NaN, for the last (batch, head) pair when the head dimension is 16 or less and the length is not a
-# multiple of 16 (torch 2.15.0 too); from 32 up it was exact at every length tried. Smaller heads are padded
-# with zeros to this.
+# Inductor's CPU FlexAttention kernel (torch 2.13-2.15, AVX2) returns wrong values or NaN for the last (batch,
+# head) pair with heads of 16 or less at lengths not a multiple of 16: smaller heads are zero-padded to this.
 CPU_MIN_HEAD_DIM = 32
 
 
 def trained_reads_in_float32(args: tuple) -> tuple:
-    """`args` with every tensor that trains in float32. FlexAttention's backward adds the gradients of a trained
-    tensor a score_mod reads into it in its own dtype, one score at a time (up to n into one entry): in bf16 most
-    of them would round away."""
+    """`args` with every trained tensor in float32: FlexAttention's backward adds up to n gradients into one entry
+    in the tensor's own dtype, and in bf16 most would round away."""
     return tuple(arg.float() if isinstance(arg, torch.Tensor) and arg.requires_grad else arg for arg in args)
 
 
 def flex_call(function: Callable, q, k, v, *args, compiled: bool = True):
-    """`function(q, k, v, *args)`, compiled on first use (one compiled function per scheme); uncompiled where
-    `compiled` is false (the option `flex_compile`: FlexAttention's eager reference)."""
+    """`function(q, k, v, *args)`, compiled on first use; uncompiled (the option `flex_compile`) where not."""
     args = trained_reads_in_float32(args)
     if not compiled:
         return function(q, k, v, *args)
@@ -56,8 +44,7 @@ def flex_call(function: Callable, q, k, v, *args, compiled: bool = True):
         kernel = _compiled[function] = torch.compile(function, dynamic=False)
     head_dim = q.shape[-1]
     if q.device.type == "cpu" and head_dim < CPU_MIN_HEAD_DIM:
-        # Zero columns leave every score q.k (the scale is passed explicitly) and the output's first head_dim
-        # columns as they are.
+        # zero columns leave every score (the scale is explicit) and the output's first columns as they are
         q, k, v = (torch.nn.functional.pad(t, (0, CPU_MIN_HEAD_DIM - head_dim)) for t in (q, k, v))
     if torch.compiler.is_compiling():  # inside a compiled model: its compile decides
         return _first_columns(kernel(q, k, v, *args), head_dim)
@@ -66,7 +53,7 @@ def flex_call(function: Callable, q, k, v, *args, compiled: bool = True):
 
 
 def _first_columns(result, head_dim: int):
-    """The output's first `head_dim` columns (the rest are the CPU's zero padding); a tuple's first entry."""
+    """The output's first `head_dim` columns (the rest are the CPU's zero padding)."""
     if isinstance(result, tuple):
         return (result[0][..., :head_dim], *result[1:])
     return result[..., :head_dim]
@@ -79,17 +66,15 @@ def dropout_for(q: torch.Tensor, dropout_p: float) -> tuple[torch.Tensor, float]
     return flex_dropout.draw_keys(q.shape[0], q.shape[1], q.device), float(dropout_p)
 
 
-# Inductor's default forward tiles for 16-bit heads of 64 on sm90 (Hopper: 128 x 128, 3 stages) need 240 KB
-# of shared memory when the score_mod gathers from a trained float32 (b, h, n, buckets) tensor (Shaw's
-# profile, T5's rows): over the 227 KB a block may use, so the kernel does not compile (torch 2.11).
-# Two forward stages fit, and one backward stage (docs/encoder.md says how they were chosen). The run-time
-# option `flex_kernel_options` replaces them.
+# Inductor's default forward tiles for 16-bit heads of 64 on sm90 (Hopper) need more shared memory than a block
+# may use when the score_mod gathers from a trained float32 tensor (torch 2.11): two forward stages fit, and one
+# backward stage (docs/encoder.md). The option `flex_kernel_options` replaces them.
 DEFAULT_TRAINED_READ_OPTIONS = {"fwd_num_stages": 2, "bwd_num_stages": 1}
 
 
 def kernel_options(q: torch.Tensor, *reads: torch.Tensor, chosen: dict | None = None) -> dict | None:
-    """FlexAttention's `kernel_options` for a score_mod that reads `reads`: `chosen` (the run-time option), else
-    DEFAULT_TRAINED_READ_OPTIONS, where a 16-bit CUDA kernel trains a float32 one; else None (Inductor's)."""
+    """`chosen`, else DEFAULT_TRAINED_READ_OPTIONS, where a 16-bit CUDA kernel trains a float32 tensor it reads;
+    else None (Inductor's)."""
     reads = tuple(t for t in reads if isinstance(t, torch.Tensor))
     trained = torch.is_grad_enabled() and any(t.requires_grad and t.dtype == torch.float32 for t in reads)
     if trained and q.device.type == "cuda" and q.dtype in (torch.bfloat16, torch.float16):
@@ -98,8 +83,7 @@ def kernel_options(q: torch.Tensor, *reads: torch.Tensor, chosen: dict | None = 
 
 
 def attend(q, k, v, score_mod, block_mask, scale, dropout, options: dict | None = None):
-    """`flex_attention` with `score_mod` (or None) and, when `dropout` is a (keys, p) pair, attention dropout;
-    `options`: FlexAttention's kernel_options (`kernel_options` above, or None)."""
+    """`flex_attention` with `score_mod` (or None) and, given a (keys, p) pair, attention dropout."""
     if dropout is None:
         return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale,
                               kernel_options=options)  # fmt: skip
@@ -107,7 +91,7 @@ def attend(q, k, v, score_mod, block_mask, scale, dropout, options: dict | None 
 
 
 def plain_flex(q, k, v, block_mask, scale, dropout, options):
-    """No position term: only the mask (packed documents, local + global patterns)."""
+    """No position term: only the mask."""
     return attend(q, k, v, None, block_mask, scale, dropout, options)
 
 

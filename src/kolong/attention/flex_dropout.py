@@ -10,14 +10,11 @@ A score_mod that sends dropped scores to -inf makes FlexAttention normalise over
     z'_i = sum_j m_ij exp(s_ij) v_j / Z'_i,   Z'_i = sum_j m_ij exp(s_ij)
 
 so z_i = z'_i * exp(lse'_i - lse_i) / (1 - p), where lse' = log Z' and lse = log Z come from a pass with
-and a pass without the drops (FlexAttention returns both; its backward takes their gradients). The second
-pass doubles the attention's arithmetic, which on CUDA still costs a fraction of the chunked exact path
-that relative schemes took with dropout before (docs/encoder.md, "Attention dropout in FlexAttention").
+and a pass without the drops (FlexAttention returns both; its backward takes their gradients).
 
-The mask m is a counter-based hash of (a random key per batch row and head, i, j), evaluated inside the
-score_mod: the backward recomputes the same drops from the same keys, nothing of shape (n, n) is stored,
-and `keep_mask` draws the identical mask on any device for the reference. The arithmetic is int32 with
-wrapping products and masked (logical) shifts, so every backend gives the same bits.
+The mask m is a counter-based hash of (a random key per batch row and head, i, j) in int32 inside the
+score_mod: the backward recomputes the same drops, nothing of shape (n, n) is stored, and every backend (and
+`keep_mask`, the reference) gives the same bits.
 """
 
 from __future__ import annotations
@@ -39,12 +36,8 @@ def _shift(x: torch.Tensor, bits: int) -> torch.Tensor:
 
 
 def keep_bits(key: torch.Tensor, q_idx: torch.Tensor, kv_idx: torch.Tensor) -> torch.Tensor:
-    """KEEP_BITS uniform bits for entry (i, j) of the stream `key` (broadcasting).
-
-    One multiply per index and three xor-shift-multiply rounds in int32, whose products wrap modulo 2^32 on
-    every backend: the hash runs for every score in the kernel, so it is kept to about 14 integer operations
-    (a first, 64-bit version had about 40), and its output is checked for uniformity and independence by the
-    tests."""
+    """KEEP_BITS uniform bits for entry (i, j) of the stream `key`: one multiply per index and three
+    xor-shift-multiply rounds in int32 (products wrap modulo 2^32 on every backend), about 14 operations a score."""
     i, j = q_idx.to(torch.int32), kv_idx.to(torch.int32)
     x = key ^ (i * 0x27D4EB2D) ^ (j * 0x165667B1)
     x = (x ^ _shift(x, 15)) * 0x2C1B3C6D
@@ -58,15 +51,14 @@ def threshold(p: float) -> int:
 
 
 def keep_mask(keys: torch.Tensor, p: float, queries: int, keys_length: int) -> torch.Tensor:
-    """(b, h, n_q, n_k) bool: the entries `attend` keeps, for the reference and the tests."""
+    """(b, h, n_q, n_k) bool: the entries `attend` keeps (the reference)."""
     rows = torch.arange(queries, device=keys.device)[:, None]
     columns = torch.arange(keys_length, device=keys.device)[None, :]
     return keep_bits(keys[:, :, None, None], rows, columns) >= threshold(p)
 
 
 def attend(q, k, v, score_mod, block_mask, scale, keys: torch.Tensor, p: float, options: dict | None = None):
-    """FlexAttention of (b, h, n, d_h) q, k, v with `score_mod` and attention dropout p (module docstring);
-    `options`: both passes' `kernel_options`."""
+    """FlexAttention with `score_mod` and attention dropout p; `options`: both passes' `kernel_options`."""
     cut = threshold(p)
 
     def dropping(score, b, h, q_idx, kv_idx):
@@ -80,12 +72,9 @@ def attend(q, k, v, score_mod, block_mask, scale, keys: torch.Tensor, p: float, 
                                         return_aux=lse, kernel_options=options)  # fmt: skip
     every_context, every = flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale,
                                           return_aux=lse, kernel_options=options)  # fmt: skip
-    # A row whose every entry was dropped has lse' = -inf and context 0: its ratio is 0, and no NaN reaches
-    # the gradient (the -inf goes in after the difference, not through it).
+    # a row dropped whole (lse' = -inf) gets ratio 0, the -inf put in after the difference: no NaN gradient
     log_ratio = torch.where(torch.isfinite(kept.lse), kept.lse - every.lse, -float("inf"))  # (b, h, n)
     ratio = log_ratio.exp() / (1.0 - p)
-    # Only the lse of the second pass is used, so autograd hands its backward no gradient for the output,
-    # and Inductor's lowering of that backward (torch 2.11-2.15) multiplies the output by the missing
-    # gradient and fails on CUDA. A zero-weighted use of the output gives it one (a fused elementwise op;
-    # the pass's contexts are finite, 0 for rows with nothing to attend to).
+    # Inductor's lowering of the second pass's backward (torch 2.11-2.15, CUDA) fails without a gradient for its
+    # output, of which only the lse is used: a zero-weighted use gives it one (its contexts are finite).
     return kept_context * ratio[..., None].to(kept_context.dtype) + 0.0 * every_context

@@ -1,10 +1,6 @@
-"""Choices about attention that belong to a machine or a measurement, never to a model.
-
-A model's own choices are config fields (`attn_implementation`, the attention pattern, dropout) and are saved
-with it. These are not: a workaround for a torch release, kernel tiles for a GPU other than those kolong was
-measured on, or a second path timed beside the default. They are given at run time
-(`model.set_attention_options(...)`, `--attention-option NAME=VALUE` on the commands that train or benchmark)
-and never written into a checkpoint.
+"""Choices about attention that belong to a machine or a measurement, never to a model (whose own choices are
+config fields): given at run time (`model.set_attention_options(...)`, `--attention-option NAME=VALUE`) and never
+written into a checkpoint.
 """
 
 from __future__ import annotations
@@ -18,56 +14,48 @@ from dataclasses import dataclass, field
 @dataclass(frozen=True)
 class AttentionOptions:
     flex_dropout: bool = field(default=True, metadata={"help": (
-        "attention dropout on CUDA inside FlexAttention, in two passes; false: the chunked exact path (a way "
-        "around a torch release whose FlexAttention cannot compile it)")})  # fmt: skip
+        "attention dropout on CUDA inside FlexAttention, in two passes; false: the chunked exact path")})  # fmt: skip
     skip_paths: tuple[str, ...] = field(default=(), metadata={"help": (
-        "attention paths the plan table passes over (names from `kolong attention plans`, joined by +, e.g. "
-        "sdpa-regions+banded), each call then taking the next row that holds: to time a path against the "
-        "one that runs without it, or to avoid one on a machine where it fails; never chunked or eager")})  # fmt: skip
+        "paths the plan table passes over (joined by +, e.g. sdpa-regions+banded): to time a path against the one "
+        "that runs without it, or to avoid one that fails")})  # fmt: skip
     compiled_kernels: bool = field(default=True, metadata={"help": (
-        "the compiled FlexAttention paths on CUDA; false: the chunked exact path from the start (where a GPU or a "
-        "torch release cannot compile them; a failure also falls back by itself, with a warning)")})  # fmt: skip
+        "the compiled FlexAttention path on CUDA; false: the chunked exact path from the start (a failure also "
+        "falls back by itself, with a warning)")})  # fmt: skip
     regions_strips: int = field(default=4, metadata={"help": (
-        "CPU: Shaw's regions (`sdpa-regions`) from rows that hold this many near strips of regions_block_rows "
-        "+ 2r - 2 keys; below, the chunked path is as fast")})  # fmt: skip
+        "CPU: `sdpa-regions` from rows of this many near strips of regions_block_rows + 2r - 2 keys; below, the "
+        "chunked path is as fast")})  # fmt: skip
     regions_block_rows: int = field(default=128, metadata={"help": (
-        "CPU: query rows per block of `sdpa-regions`; shorter blocks give the fused kernel more of the keys, "
-        "taller ones fewer, larger calls")})  # fmt: skip
+        "CPU: query rows per block of `sdpa-regions` (shorter: more keys for the fused kernel; taller: fewer "
+        "calls)")})  # fmt: skip
     documents_max_share: float = field(default=0.75, metadata={"help": (
-        "CPU: packed documents through blocks over their spans (`sdpa-blocks`, or the chunked path with "
-        "dropout) where the blocks read at most this share of the (n, n) pairs; above, one dense call is as fast")})  # fmt: skip
+        "CPU: packed documents through blocks over their spans where these read at most this share of the "
+        "pairs; above, one dense call is as fast")})  # fmt: skip
     documents_by_row: float = field(default=0.85, metadata={"help": (
-        "CPU: the paths over documents' spans go one row of the batch at a time where the rows' own spans read at "
-        "most this share of the pairs the batch's widest spans read")})  # fmt: skip
+        "CPU: the paths over documents' spans go row by row where the rows' own spans read at most this share "
+        "of the batch's")})  # fmt: skip
     document_block_rows: int = field(default=256, metadata={"help": (
-        "CPU: query rows per SDPA call over packed documents' spans; a block's span is about its rows plus the "
-        "documents it cuts, so shorter blocks read fewer needless keys and taller ones make fewer calls")})  # fmt: skip
+        "CPU: query rows per SDPA call over packed documents' spans (shorter: fewer needless keys; taller: fewer "
+        "calls)")})  # fmt: skip
     chunk_scores: int = field(default=2**21, metadata={"help": (
-        "scores (b x h x rows x keys) the chunked path holds per block: small enough to stay in cache and keep "
-        "the backward's temporaries, which set its memory, small")})  # fmt: skip
+        "scores (b x h x rows x keys) the chunked path holds per block: its memory, and what stays in cache")})  # fmt: skip
     chunk_document_rows: int = field(default=128, metadata={"help": (
-        "the chunked path's most query rows per block under packed documents: taller blocks read more needless "
-        "keys of the documents they cut")})  # fmt: skip
+        "the chunked path's most query rows per block under packed documents (taller: more needless keys)")})  # fmt: skip
     mask_entries: int = field(default=2**22, metadata={"help": (
-        "`banded` with a bias: entries of its float mask per SDPA call, which bound the memory "
-        "of the mask built for each call")})  # fmt: skip
+        "`banded` with a bias: entries of its float mask per SDPA call (bounds that mask's memory)")})  # fmt: skip
     banded_min_rows: int = field(default=128, metadata={"help": (
-        "`banded`: the fewest query rows per key band; below, SDPA's per-call overhead outweighs the band's "
-        "wasted scores")})  # fmt: skip
+        "`banded`: the fewest query rows per key band (below, SDPA's per-call overhead outweighs the saving)")})  # fmt: skip
     flex_devices: tuple[str, ...] = field(default=("cuda",), metadata={"help": (
-        "devices (joined by +) where FlexAttention compiles with a backward and may train, its compiled kernels "
-        "tried forward and backward on each new shape; cpu runs FlexAttention's eager reference there")})  # fmt: skip
+        "devices (joined by +) where FlexAttention trains, its kernels tried forward and backward on each new "
+        "shape")})  # fmt: skip
     flex_compile: bool = field(default=True, metadata={"help": (
-        "compile FlexAttention's kernels; false: its eager reference, which materialises the scores (to debug a "
-        "score_mod)")})  # fmt: skip
+        "compile FlexAttention's kernels; false: its eager reference (to debug a score_mod)")})  # fmt: skip
     flex_kernel_options: dict | None = field(default=None, metadata={"help": (
-        "FlexAttention kernel options (a JSON object, e.g. {\"fwd_num_stages\": 2, \"BLOCK_M\": 64}) for kernels "
-        "that train a float32 tensor their score_mod reads; default: two forward stages and one backward")})  # fmt: skip
+        "FlexAttention kernel options (JSON, e.g. {\"BLOCK_M\": 64}) where a kernel trains a float32 tensor its "
+        "score_mod reads; default: two forward stages, one backward")})  # fmt: skip
 
     @classmethod
     def parse(cls, items: Iterable[str], flag: str = "--attention-option") -> AttentionOptions:
-        """`NAME=VALUE` items (booleans true / false, the kernel options a JSON object); a bad one is refused
-        naming the flag, the name and what it takes."""
+        """`NAME=VALUE` items; a bad one is refused naming the flag, the name and what it takes."""
         from kolong.errors import ConfigError
 
         known = {spec.name: spec for spec in dataclasses.fields(cls)}
@@ -122,13 +110,11 @@ class AttentionOptions:
                 if getattr(self, spec.name) != getattr(default, spec.name)}  # fmt: skip
 
 
-# The plans `skip_paths` may name: every entry of `dispatch.ATTENTION_FUNCTIONS` but the chunked path, which takes
-# every call, and the reference.
+# The plans `skip_paths` may name: all but the chunked path, which takes every call, and the reference.
 SKIPPABLE = ("sdpa", "flex", "sdpa-regions", "sdpa-document-blocks", "sdpa-distance-view", "banded")
 
 
-def _joined(text: str) -> tuple[str, ...]:
-    """`a+b` -> ("a", "b"): the form of the options that name several things."""
+def _joined(text: str) -> tuple[str, ...]:  # "a+b" -> ("a", "b")
     return tuple(part.strip() for part in text.split("+") if part.strip())
 
 
@@ -144,6 +130,5 @@ def _paths(text: str, flag: str) -> tuple[str, ...]:
     return paths
 
 
-# One instance for every layer that was given none: a compiled layer guards on the object its options are, and
-# layers compiled one by one (`--compile regions`) must share a graph.
+# One instance for every layer given none: layers compiled one by one guard on it and must share a graph.
 DEFAULT = AttentionOptions()

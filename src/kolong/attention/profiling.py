@@ -1,5 +1,4 @@
-"""kolong's own torch.profiler ranges, which `kolong bench ... --profile` reports by name
-(`kolong.bench.trace`)."""
+"""kolong's torch.profiler ranges, which `kolong bench ... --profile` reports by name."""
 
 from __future__ import annotations
 

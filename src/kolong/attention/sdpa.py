@@ -1,16 +1,11 @@
-"""Every call of PyTorch's `scaled_dot_product_attention` from kolong's kernels, made safe on CUDA.
+"""Every call of PyTorch's `scaled_dot_product_attention` from kolong's kernels, made safe on CUDA against two
+defects of the cuDNN backend (first on sm90, Hopper):
 
-Two defects of the cuDNN backend, which CUDA builds of torch put first on sm90 (Hopper):
-
-- a float mask of another dtype than the queries (a float32 bias with bf16 queries) is described to cuDNN in
-  the queries' dtype and read element by element as such: wrong outputs and gradients, no error
-  (pytorch/pytorch#191612). kolong casts every float mask to the queries' dtype first; boolean masks pass as
-  they are.
-- with any explicit mask, cuDNN's backward returns NaN in dq when the length is 64 more than a multiple of
-  128 and a query row's log-sum-exp is below about -88.7 (pytorch/pytorch#196678, a regression from torch
-  2.11). kolong leaves cuDNN out of the backends tried for a masked call that builds a graph for the backward,
-  from `CUDNN_MASK_BACKWARD_FROM` on (docs/compatibility.md says which releases are known to carry it).
-  FlashAttention takes no mask, so such a call runs the memory-efficient kernel, which is exact here.
+- a float mask of another dtype than the queries is read as if in the queries' dtype: wrong, silently
+  (pytorch/pytorch#191612). Float masks are cast to the queries' dtype first.
+- with a mask, its backward returns NaN in dq at lengths 64 past a multiple of 128 where a row's log-sum-exp is
+  below about -88.7 (pytorch/pytorch#196678, from torch 2.11). A masked call that trains leaves cuDNN out and
+  runs the memory-efficient kernel (docs/compatibility.md).
 """
 
 from __future__ import annotations
@@ -18,8 +13,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-# The first torch release whose cuDNN SDPA backward has the masked-tile NaN; no fixed release is known, so
-# every release from it on avoids cuDNN for masked calls that train (docs/compatibility.md).
+# The first torch release with the masked-tile NaN; no fixed release is known (docs/compatibility.md).
 CUDNN_MASK_BACKWARD_FROM = (2, 11)
 
 
@@ -36,8 +30,7 @@ RELEASE = release(torch.__version__)
 def avoid_cudnn(
     q: torch.Tensor, attn_mask: torch.Tensor | None, torch_release: tuple[int, int] = RELEASE
 ) -> bool:
-    """Whether this call must not run cuDNN: on CUDA, with a mask, building a graph for the backward, on an
-    affected torch release."""
+    """This call must not run cuDNN: on CUDA, masked, building a graph for the backward, on an affected release."""
     if q.device.type != "cuda" or attn_mask is None:
         return False
     if not (torch.is_grad_enabled() and q.requires_grad):

@@ -7,24 +7,16 @@ Shaw's q_i . w_clip(j - i, k) is one constant per row on each side past r = k. S
     band   B_i = { j : |j - i| <  r }    bias band[i, j - i + r - 1]
     right  R_i = { j : j - i >=  r }     bias c^R_i
 
-A constant does not change a softmax, so the edges run without a bias and their constant enters their log-sum-exp
-only; the parts merge exactly: lse_i = log sum_X exp lse_X', out_i = sum_X exp(lse_X' - lse_i) out_X. The edges'
-constants get their gradient through the merge, never added into two hot entries per row.
-
-Query rows go in blocks of c. For the rows start..stop-1 of a block, every key j <= start - r is in the left
-region of every row, every key j >= stop - 1 + r in the right region, and only the strip between (c + 2r - 2
-keys) mixes the three. So:
-
-- the far keys of each side go through the fused kernel without a bias: out and lse per row, the side's constant
-  added to its lse. The staircase the blocks make is covered by rectangles, halving recursively
-  (`_Layout.rectangles`), so that most of the work is in a few tall calls;
-- the strip is tensor code: the block's (c, c + 2r - 2) scores, Shaw's profile on its diagonals and the two
-  constants on either side of them, written before the GEMM adds the product into them;
-- the parts merge by log-sum-exp.
+A constant does not change a softmax, so the edges run without a bias, their constant added to their log-sum-exp;
+the parts merge exactly: lse_i = log sum_X exp lse_X', out_i = sum_X exp(lse_X' - lse_i) out_X. Query rows go in
+blocks of c: for rows start..stop-1 every key j <= start - r is left of every row and every j >= stop - 1 + r right,
+so those far keys go through the fused kernel in rectangles that halve recursively (`_Layout.rectangles`: most
+work in a few tall calls), and only the strip between (c + 2r - 2 keys) is tensor code, its bias written before
+the GEMM adds the product into it.
 
 The kernel's backward takes no gradient through a log-sum-exp, and needs none. Run on a far rectangle with the
-merged output and log-sum-exp (as ring attention does): L_i - c_i in place of its own lse and O_i - w^V_side in
-place of its output, it computes
+merged output and log-sum-exp (as ring attention does), L_i - c_i in place of its lse and O_i - w^V_side of its
+output, it computes
 
     P_ij = exp(s_ij + c_i - L_i),   dS_ij = P_ij (dO_i . (v_j + w^V_side) - dO_i . O_i),
 
@@ -33,9 +25,8 @@ constant then gets
 
     dc_i = sum_{j far} dS_ij = share_i (dO_i . (O_far,i + w^V_side) - dO_i . O_i)
 
-from the side's share of the row's mass and its normalised output, and the strip's terms come from its own
-recomputed probabilities. Memory is linear in n: no (n, n) tensor. The plan table (`dispatch.py`) takes it for
-Shaw on CPU where rows hold the option `regions_strips` of the near strips.
+and the strip's terms come from its recomputed probabilities. Memory is linear in n. The plan table takes it for
+Shaw on CPU where rows hold `regions_strips` near strips.
 """
 
 from __future__ import annotations
@@ -51,8 +42,7 @@ from kolong.attention.terms import RegionTerms, softmax_backward
 
 
 def softmax_with_lse(scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Softmax over the last dimension and its log-sum-exp: a row of -inf alone gets probabilities 0 and
-    log-sum-exp -inf (not NaN)."""
+    """Softmax over the last dimension and its log-sum-exp; a row of -inf alone gets 0 and -inf (not NaN)."""
     top = scores.amax(-1, keepdim=True)
     top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
     weights = torch.exp(scores - top)
@@ -87,15 +77,12 @@ class _Layout:
             yield start, min(start + self.rows, self.length)
 
     def _rectangles(self, side: str) -> list[tuple[slice, slice]]:
-        """The far keys of one side as (query rows, keys) rectangles for the kernel: a block of rows start..stop-1
-        reads keys j <= start - r on the left and j >= stop - 1 + r on the right (the rest of its row is its
-        strip). The staircase this makes is split in halves, recursively: one rectangle of half the rows by the
-        keys all of them read, then each half's own staircase. So most of the work is in a few tall calls
-        (the kernel is slow on short ones) and a row is in about log2(n / c) rectangles per side."""
+        """The far keys of one side as (query rows, keys) rectangles: the staircase the blocks make, split in halves
+        recursively (half the rows by the keys all of them read, then each half's own staircase), so a row is in
+        about log2(n / c) rectangles per side and the kernel, slow on short calls, gets tall ones."""
         n, c, r, found = self.length, self.rows, self.reach, []
 
         def cover(lo: int, hi: int) -> None:
-            """Rows of blocks lo..hi-1, whose keys beyond block lo's far keys (left) or hi's (right) are covered."""
             if hi - lo <= 1:
                 return
             mid = (lo + hi) // 2
@@ -121,8 +108,7 @@ class _Layout:
         return slice(start, stop + self.width - 1)  # in padded key indices
 
     def sides(self, rows: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-        """(c, c + 2r - 2) masks of a block's strip: left of the band (t < 0) and right of it (t > 2r - 2). The
-        same for every block of c rows: built once a layout, for the forward and the backward."""
+        """(c, c + 2r - 2) masks of a block's strip left of the band and right of it (built once a layout)."""
         if rows not in self._sides:
             relative = (
                 torch.arange(rows + self.width - 1, device=device)[None, :]
@@ -132,15 +118,13 @@ class _Layout:
         return self._sides[rows]
 
     def edge_weights(self, rows: int, dtype, device) -> torch.Tensor:
-        """(c, c + 2r - 2, 2): the two side masks as numbers, for `_edge_sums`."""
         key = (rows, dtype)
         if key not in self._weights:
             self._weights[key] = torch.stack(self.sides(rows, device), dim=-1).to(dtype)
         return self._weights[key]
 
     def padded(self, t: torch.Tensor) -> torch.Tensor:
-        """(b, h, n, d) -> (b, h, n + 2r - 2, d), zeros on either side: the keys and values the strips read. Only
-        the borders are filled (a padded value must be finite: it meets a probability 0 in the backward)."""
+        """(b, h, n, d) -> (b, h, n + 2r - 2, d), zeros on either side (finite: they meet probabilities 0)."""
         edge = self.reach - 1
         out = t.new_empty(*t.shape[:2], t.shape[2] + 2 * edge, t.shape[3])
         out[:, :, :edge].zero_()
@@ -162,12 +146,8 @@ def diagonals(block: torch.Tensor, width: int) -> torch.Tensor:
 
 
 def _near_scores(q, k_padded, terms, left, right, layout: _Layout, start, stop, scale, shift=None):
-    """(b, h, c, c + 2r - 2) biased scores of rows start..stop-1 against their strip (less `shift` (b, h, n) on
-    each row when given), -inf where no key.
-
-    The bias is written first (the row's constants on either side of the band, the band on its diagonals: entry
-    (a, t), distance t - r + 1, sits at a (c + 2r - 1) + t of the block) and the GEMM adds the scaled product into
-    it: no pass of its own for the scale, the bias or the shift."""
+    """(b, h, c, c + 2r - 2) biased scores of rows start..stop-1 against their strip, less `shift` (b, h, n) when
+    given, -inf where no key: the bias written first (the band on the diagonals), the GEMM adding the product."""
     rows = slice(start, stop)
     before, _ = layout.sides(stop - start, q.device)
     lower, upper, band = left[:, :, rows, None], right[:, :, rows, None], terms.band[:, :, rows].to(q.dtype)
@@ -197,15 +177,14 @@ def _far(q, k, v, layout: _Layout, keys: slice, rows: slice, scale):
 
 
 def _edge_sums(x: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """(b, h, c, m) -> (b, h, c, 2): each row's sum left of the band and right of it, as one product batched over
-    the rows (`weights`: `_Layout.edge_weights`), rather than a masked product and a sum per side."""
+    """(b, h, c, m) -> (b, h, c, 2): each row's sum left of the band and right of it, as one batched product."""
     b, h, c, m = x.shape
     return torch.bmm(x.reshape(b * h, c, m).transpose(0, 1), weights).transpose(0, 1).reshape(b, h, c, 2)
 
 
 def _merge_into(out: torch.Tensor, lse: torch.Tensor, part_out: torch.Tensor, part_lse: torch.Tensor) -> None:
-    """out, lse (views of a side's running output, (b, h, rows, d_h) and (b, h, rows)) <- the attention over their
-    keys and a part's, in place: two passes over the output. A row neither reaches (both lse -inf) keeps 0."""
+    """A side's running (out, lse) views <- the attention over their keys and a part's, in place (a row neither
+    reaches keeps 0)."""
     total = torch.logaddexp(lse, part_lse)
     safe = total.masked_fill(total == -math.inf, 0.0)
     out.mul_((lse - safe).exp_()[..., None]).addcmul_(part_out, (part_lse - safe).exp_()[..., None])
@@ -213,8 +192,7 @@ def _merge_into(out: torch.Tensor, lse: torch.Tensor, part_out: torch.Tensor, pa
 
 
 def _forward(q, k, v, terms: RegionTerms, left, right, layout: _Layout):
-    """The output, the merged log-sum-exp, and each far side's normalised output and shifted lse (for the
-    backward)."""
+    """The output, the merged log-sum-exp, and each far side's output and shifted lse (for the backward)."""
     batch, heads, length, _ = q.shape
     scale = 1.0 / math.sqrt(q.shape[-1])
     k_padded, v_padded = layout.padded(k), layout.padded(v)
@@ -366,8 +344,7 @@ def _tensors(terms: RegionTerms) -> tuple:
 @torch.compiler.disable
 def sdpa_region_attention(q, k, v, mask, terms: RegionTerms, block_rows: int | None = None) -> torch.Tensor:
     """softmax(q k^T / sqrt(d) + bias + mask) v (+ Shaw's value term): (b, h, n, d_h), exact, for a mask of padding
-    alone (or none). `terms`: the scheme's `RegionTerms`, its constants (b|1, h, n|1); `block_rows`: query rows
-    per block (the option `regions_block_rows`, the default's when None)."""
+    alone (or none). `block_rows`: the option `regions_block_rows`, the default's when None."""
     block_rows = block_rows or attention_options.DEFAULT.regions_block_rows
     if mask is not None and not mask.keys_only:
         raise ValueError(

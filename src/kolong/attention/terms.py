@@ -1,9 +1,5 @@
-"""What a position scheme hands to the hand-written kernels, and what those kernels share.
-
-`ChunkBias`: a relative-position term of the logits, built and differentiated one row block at a time (Shaw's
-q.w^K profile, T5's and ALiBi's per-distance vectors); `RegionTerms`: Shaw's bias in three regions; `toeplitz_rows` / `hankel_view`: a bias by distance alone
-read from its per-distance vector; `softmax_backward`: dS = P (dP - D), the one softmax backward of every
-hand-written backward; `attention_dropout_mask`: the dropout draws every explicit path makes.
+"""What a position scheme hands to the hand-written kernels (`ChunkBias`, `RegionTerms`), and what those kernels
+share: a bias by distance alone read from its per-distance vector, the softmax backward, the dropout draws.
 """
 
 from __future__ import annotations
@@ -18,20 +14,15 @@ Keys = range | torch.Tensor | None
 
 
 class ChunkBias:
-    """A relative-position term of the attention logits, built and differentiated one row block at a time.
-
-    `tensors` are the inputs autograd tracks; `grads` passed to the `*_grads` methods are zero tensors of
-    the same shapes (None for tensors that need no gradient), which the methods add into.
-    """
+    """A relative-position term of the logits, built and differentiated one row block at a time. `tensors`: the
+    inputs autograd tracks; the `*_grads` methods add into `grads`, zeros of their shapes (None: no gradient)."""
 
     tensors: tuple[torch.Tensor, ...] = ()
     has_values: bool = False  # Shaw's value term: O += reduce(P') W^V
-    by_distance: bool = False  # the bias depends on j - i alone (`distances`): the banded path can take it
-    # a bias by distance that is constant past a reach r on each side: r, and `tensors[0]` is then its (h, 2r + 1)
-    # vector over the distances -r..r, the edges standing for every distance past them (T5's buckets)
+    by_distance: bool = False  # the bias depends on j - i alone (`distances`)
+    # constant past a reach r on each side: r, `tensors[0]` then (h, 2r + 1) over -r..r, edges for the rest (T5)
     reach: int | None = None
-    # The reductions (`score_grads`, `values`, `value_grads`) take a block over one run of keys (`keys`, a range:
-    # packed documents' spans) as it is; otherwise they are given the whole row, zeros at the keys not read.
+    # the reductions take a block over one run of keys (a range) as it is, not the whole row
     key_runs: bool = False
 
     def scores(self, tensors, start: int, stop: int, length: int, keys: Keys = None) -> torch.Tensor:
@@ -40,8 +31,8 @@ class ChunkBias:
 
     def block(self, tensors, start: int, stop: int, length: int, shape, dtype, keys: Keys = None,
               shift: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
-        """A new contiguous block of `shape` (b, h, c, n | keys) and `dtype`: the additive logits of rows
-        start..stop-1, less `shift` (b, h, c) on each row when given. The product q k^T is added into it."""
+        """A new contiguous (b, h, c, n | keys) block of the logits of rows start..stop-1, less `shift` (b, h, c);
+        the product q k^T is added into it."""
         bias = self.scores(tensors, start, stop, length, keys).to(dtype)
         if shift is None:
             return bias.expand(shape).contiguous()
@@ -51,12 +42,11 @@ class ChunkBias:
     def add_scores(
         self, tensors, start: int, stop: int, length: int, scores: torch.Tensor, keys=None
     ) -> None:
-        """scores += the additive logits of rows start..stop-1 (a scheme may add them region by region)."""
+        """scores += the logits of rows start..stop-1 (a scheme may add them region by region)."""
         scores += self.scores(tensors, start, stop, length, keys)
 
     def distances(self, tensors, distance: torch.Tensor, length: int) -> torch.Tensor:
-        """The bias at key - query = `distance` (any shape, |distance| may exceed the input): (h, *shape).
-        Only for `by_distance` schemes."""
+        """`by_distance` schemes: the bias at key - query = `distance` (any shape): (h, *shape)."""
         raise NotImplementedError
 
     def score_grads(self, tensors, start: int, stop: int, d_scores: torch.Tensor, grads: list,
@@ -93,22 +83,15 @@ class RegionTerms:
 
 def toeplitz_rows(per_distance: torch.Tensor, start: int, stop: int, length: int) -> torch.Tensor:
     """Rows start..stop-1 of the (h, n, n) bias whose entry (i, j) is per_distance[:, j - i + n - 1]: (h, c, n),
-    contiguous.
-
-    The rows of `hankel_view` (the keys in reverse order, strides 1 along both axes) copied out, then each row
-    flipped in place of a copy. A view read with its rows reversed instead gives flip a tie between two axes of
-    stride 1, which it breaks by laying the rows out innermost: the block then comes column-major, which the
-    batch-broadcast pass that reads it next walks across its rows."""
+    contiguous and row-major (the `hankel_view` rows copied, then flipped: flipping the view itself ties two axes
+    of stride 1, which flip breaks by laying the block out column-major)."""
     return hankel_view(per_distance, length, length)[0, :, start:stop].contiguous().flip(-1)
 
 
 def hankel_view(per_distance: torch.Tensor, length: int, keys: int) -> torch.Tensor:
-    """The (1, h, n, keys) bias between every query and the first `keys` keys read in reverse order, as a
-    strided view (no copy) of the (h, 2n - 1) per-distance vector reversed.
-
-    Entry (i, j') is the bias between query i and key keys - 1 - j', per_distance[:, keys - 2 - i - j' + n], which
-    is reverse[:, n - keys + i + j'] for reverse = per_distance flipped: a Hankel matrix, one window of
-    `reverse` per row (strides 2n - 1, 1, 1). SDPA's fused CPU kernel reads its float mask through strides."""
+    """The (1, h, n, keys) bias between every query and the first `keys` keys in reverse order, as a strided view
+    of the (h, 2n - 1) per-distance vector reversed: entry (i, j') is reverse[:, n - keys + i + j'], a Hankel
+    matrix (strides 2n - 1, 1, 1), which SDPA's fused CPU kernel reads through its strides."""
     reverse = per_distance.contiguous().flip(-1)  # (h, 2n - 1), contiguous
     return reverse.as_strided(
         (1, reverse.shape[0], length, keys), (0, reverse.stride(0), 1, 1), length - keys
@@ -116,29 +99,22 @@ def hankel_view(per_distance: torch.Tensor, length: int, keys: int) -> torch.Ten
 
 
 def softmax_backward(probs: torch.Tensor, d_probs: torch.Tensor, row_sums: torch.Tensor) -> torch.Tensor:
-    """dS = P (dP - D), with D_i = sum_j P_ij dP_ij (= dO_i . O_i without dropout or a value term): the softmax
-    backward, in place on `d_probs`. `row_sums` broadcasts over the keys."""
+    """dS = P (dP - D), D_i = sum_j P_ij dP_ij: the softmax backward of every hand-written one, in place on dP."""
     return d_probs.sub_(row_sums).mul_(probs)
 
 
 def attention_dropout_mask(shape, p: float, device, generator=None) -> tuple[torch.Tensor, float]:
-    """Which attention probabilities to drop, and the exact keep probability.
-
-    Drawn as 16-bit integers (cheaper on CPU than `bernoulli_` on floats): P(drop) is p rounded
-    to a multiple of 1/65536, and the returned keep probability is the rounded one, so the expected
-    output is unchanged. Inside a compiled graph, a float draw against p.
-    """
+    """Which attention probabilities to drop, and the exact keep probability: 16-bit integers (cheaper on CPU than
+    `bernoulli_`), p rounded to a multiple of 1/65536 and the rounded keep returned; compiled, floats against p."""
     if torch.compiler.is_compiling() and generator is None:
-        # randint of a symbolic shape does not trace (torch 2.11-2.13, once a compiled model's shapes turn
-        # dynamic); rand does, and inductor draws it inside the kernel that uses it.
+        # randint of a symbolic shape does not trace (torch 2.11-2.13); rand does, inside the kernel that uses it
         return torch.rand(shape, device=device) < p, 1.0 - p
     threshold = round(p * 65536)
     return _random_int16(shape, device, generator) < threshold - 32768, 1.0 - threshold / 65536
 
 
 def _random_int16(shape, device, generator=None) -> torch.Tensor:
-    """Uniform 16-bit integers of `shape`. On CPU four to a uniform 64-bit draw: the generator's cost is per
-    element drawn, not per bit."""
+    """Uniform 16-bit integers of `shape`; on CPU four to a 64-bit draw (the generator's cost is per element)."""
     if torch.device(device).type != "cpu":
         return torch.randint(-32768, 32768, shape, dtype=torch.int16, device=device, generator=generator)
     count = math.prod(shape)

@@ -49,8 +49,7 @@ def local_mask(
             global_tokens = global_attention_mask.expand(batch, length)
         if mask.real is not None:
             global_tokens = global_tokens & mask.real  # padding is never global
-    return replace(mask, window=config.attention_window, global_tokens=global_tokens, _block_mask=None,
-                   _global_positions=None, _band_allowed=None)  # fmt: skip
+    return replace(mask, window=config.attention_window, global_tokens=global_tokens, _kept={})
 
 
 def _checked(global_attention_mask: torch.Tensor, batch: int, length: int) -> torch.Tensor:
