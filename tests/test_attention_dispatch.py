@@ -83,8 +83,8 @@ LONG_DOCUMENTS = AttentionMask.from_attention_mask(torch.tensor([[1] * 40 + [2] 
         (Contribution("query", trained=True, reach=4), LONG_PADDING, 0.0, True, {}, "sdpa-regions"),
         (Contribution("query", trained=True, reach=4), LONG_PADDING, 0.0, False, {}, "sdpa-regions"),
         (Contribution("query", value_term=True, trained=True, reach=4), LONG_PADDING, 0.0, False, {}, "sdpa-regions"),
-        (Contribution("distance", trained=True, reach=4), LONG_PADDING, 0.0, True, {}, "chunked"),
-        (Contribution("distance", trained=True, reach=4), LONG_PADDING, 0.0, False, {}, "sdpa-distance-view"),
+        (Contribution("distance", trained=True), LONG_PADDING, 0.0, True, {}, "chunked"),
+        (Contribution("distance", trained=True), LONG_PADDING, 0.0, False, {}, "sdpa-distance-view"),
         (Contribution("query", trained=True, reach=6), LONG_PADDING, 0.0, True, {}, "chunked"),  # strips too wide
         (Contribution("query", trained=True, reach=4), LONG_PADDING, 0.1, True, {}, "chunked"),
         (Contribution("query", trained=True, reach=4), LONG_DOCUMENTS, 0.0, True, {}, "chunked"),
@@ -104,7 +104,7 @@ def test_the_regions_on_cpu_where_the_rows_hold_their_strips(
 @pytest.mark.parametrize(
     ("mask", "dropout", "grad", "dtype", "options", "expected"),
     [
-        (LONG_PADDING, 0.0, True, torch.float32, {}, "chunked"),  # the regions gain T5 nothing on the step
+        (LONG_PADDING, 0.0, True, torch.float32, {}, "chunked"),
         (AttentionMask(), 0.0, True, torch.float64, {}, "chunked"),
         (LONG_PADDING, 0.0, False, torch.float32, {}, "sdpa-distance-view"),  # inference: no gradient into the bias
         (LONG_PADDING, 0.1, False, torch.float32, {}, "chunked"),
@@ -113,7 +113,7 @@ def test_the_regions_on_cpu_where_the_rows_hold_their_strips(
 def test_a_trained_bias_by_distance_trains_through_the_chunked_path(
     mask, dropout, grad, dtype, options, expected
 ):
-    contribution = Contribution("distance", trained=True, reach=4)
+    contribution = Contribution("distance", trained=True)
     q = torch.zeros(2, 2, 80, 4, dtype=dtype, requires_grad=grad)
     with torch.set_grad_enabled(grad):
         plan = plan_attention("sdpa", q, contribution, mask, dropout, AttentionOptions(**options))

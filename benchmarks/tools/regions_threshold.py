@@ -1,8 +1,8 @@
 """Where each exact path that trains a relative bias wins on this CPU, attention alone: `python
 benchmarks/tools/regions_threshold.py` (a diagnostic beside `kolong bench encoder`, not installed with kolong).
 
-Shaw (reach 16) and T5 (reach 91, 32 buckets to distance 128) train through the chunked path, the three regions
-(`sdpa-regions`: rows of at least the option `regions_strips` near strips). This times one attention layer's forward and
+Shaw (reach 16) trains through the chunked path or the three regions (`sdpa-regions`: rows of at least the
+option `regions_strips` near strips). This times one attention layer's forward and
 backward on each at each length, the batch filling a fixed number of tokens (q, k and v views of one projection,
 as in the encoder), beside SDPA without a bias (what learned positions run), in interleaved rounds, and says which
 path kolong's dispatch takes there and whether it is the fastest. Writes regions-threshold-DEVICE.{json,md}
@@ -16,8 +16,8 @@ import statistics
 import diagnostic
 
 # the exact trained paths of each scheme, timed beside SDPA without a bias
-PATHS = {"shaw": ("chunked", "sdpa-regions"), "t5": ("chunked", "sdpa-regions")}
-SCHEMES = {"shaw": {"max_distance": 16}, "t5": {}}
+PATHS = {"shaw": ("chunked", "sdpa-regions")}
+SCHEMES = {"shaw": {"max_distance": 16}}
 
 
 def cases(lengths: list[int], tokens: int, heads: int, head_size: int, seed: int = 0) -> dict:
