@@ -133,30 +133,19 @@ class CallFacts:
         self.grad = grad and (q.requires_grad or contribution.trained)
         self.bias_grad = grad and contribution.trained
         self.exact = q.dtype in (torch.float32, torch.float64)
-
-    @once
-    def flex_device(self) -> bool:  # FlexAttention compiles with a backward here (none on CPU)
-        return self.device in self.options.flex_devices
-
-    @once
-    def flex(self) -> bool:
-        return (
-            self.flex_device
-            and self.options.compiled_kernels
-            and (not self.dropout or self.options.flex_dropout)
+        self.flex_device = (
+            self.device in options.flex_devices
+        )  # FlexAttention has a backward here (not on CPU)
+        self.flex = (
+            self.flex_device and options.compiled_kernels and (not self.dropout or options.flex_dropout)
         )
-
-    @once
-    def flex_drops(self) -> bool:  # compiled on CPU, FlexAttention returns no log-sum-exp
-        return self.device != "cpu" or not self.options.flex_compile
-
-    @once
-    def packed_flex(self) -> bool:  # packed documents or a window through FlexAttention's block mask
-        return not self.mask.keys_only and self.flex and not self.dropout
-
-    @once
-    def plain_bias(self) -> bool:  # SDPA can take it as a float mask
-        return self.bias and not self.value_term and not self.window and not self.dropout
+        self.flex_drops = self.device != "cpu" or not options.flex_compile  # compiled on CPU: no log-sum-exp
+        # packed documents or a window through FlexAttention's block mask
+        self.packed_flex = not mask.keys_only and self.flex and not self.dropout
+        self.plain_bias = (
+            self.bias and not self.value_term and not self.window and not self.dropout
+        )  # a float mask
+        self.documents_packed = self.device == "cpu" and mask.documents is not None and not self.window
 
     @once
     def row_ends(self) -> list[int] | None:
@@ -179,10 +168,6 @@ class CallFacts:
             and hasattr(ops, "_scaled_dot_product_flash_attention_for_cpu")
             and hasattr(ops, "_scaled_dot_product_flash_attention_for_cpu_backward")
         )
-
-    @once
-    def documents_packed(self) -> bool:
-        return self.device == "cpu" and self.mask.documents is not None and not self.window
 
     @once
     def by_row(self) -> bool:

@@ -58,46 +58,17 @@ class AttentionOptions:
         """`NAME=VALUE` items; a bad one is refused naming the flag, the name and what it takes."""
         from kolong.errors import ConfigError
 
-        known = {spec.name: spec for spec in dataclasses.fields(cls)}
+        known = {spec.name: spec.type for spec in dataclasses.fields(cls)}
         values: dict = {}
         for item in items:
             name, sep, text = str(item).partition("=")
             name = name.strip().replace("-", "_")
             if not sep or name not in known:
-                choices = ", ".join(known)
-                raise ConfigError(f"{flag} {item!r}: expected NAME=VALUE with NAME one of {choices}")
-            if name == "flex_kernel_options":
-                try:
-                    value = json.loads(text)
-                except json.JSONDecodeError:
-                    value = None
-                if not isinstance(value, dict):
-                    raise ConfigError(f"{flag} {name}: expected a JSON object of FlexAttention kernel options, "
-                                      f"e.g. '{{\"fwd_num_stages\": 2, \"BLOCK_M\": 64}}', got {text!r}")  # fmt: skip
-            elif name == "skip_paths":
-                value = _paths(text, flag)
-            elif name == "flex_devices":
-                value = _joined(text)
-                if not value:
-                    raise ConfigError(
-                        f"{flag} flex_devices: expected device types joined by +, e.g. cuda+xpu"
-                    )
-            elif known[name].type in ("int", "float", int, float):
-                number = int if known[name].type in ("int", int) else float
-                try:
-                    value = number(text)
-                except ValueError:
-                    raise ConfigError(
-                        f"{flag} {name}: expected a number ({number.__name__}), got {text!r}"
-                    ) from None
-                if value <= 0:
-                    raise ConfigError(f"{flag} {name}: expected a positive number, got {text!r}")
-            else:
-                lowered = text.strip().lower()
-                if lowered not in ("true", "false", "1", "0", "yes", "no"):
-                    raise ConfigError(f"{flag} {name}: expected true or false, got {text!r}")
-                value = lowered in ("true", "1", "yes")
-            values[name] = value
+                raise ConfigError(f"{flag} {item!r}: expected NAME=VALUE with NAME one of {', '.join(known)}")
+            try:
+                values[name] = _value(name, known[name], text)
+            except ValueError as error:
+                raise ConfigError(f"{flag} {name}: {error}, got {text!r}") from None
         return cls(**values)
 
     def skips(self, path: str) -> bool:
@@ -114,20 +85,40 @@ class AttentionOptions:
 SKIPPABLE = ("sdpa", "flex", "sdpa-regions", "sdpa-document-blocks", "sdpa-distance-view", "banded")
 
 
-def _joined(text: str) -> tuple[str, ...]:  # "a+b" -> ("a", "b")
-    return tuple(part.strip() for part in text.split("+") if part.strip())
-
-
-def _paths(text: str, flag: str) -> tuple[str, ...]:
-    from kolong.errors import ConfigError
-
-    paths = _joined(text)
-    skippable = SKIPPABLE
-    for path in paths:
-        if path not in skippable:
-            raise ConfigError(f"{flag} skip_paths: {path!r} is not a path the plan may pass over; choose from "
-                              f"{', '.join(skippable)} (joined by +)")  # fmt: skip
-    return paths
+def _value(name: str, kind: str, text: str):
+    """An option's value from its text; a ValueError says what the option takes."""
+    if name == "flex_kernel_options":
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            value = None
+        if not isinstance(value, dict):
+            raise ValueError(
+                "expected a JSON object of FlexAttention kernel options, e.g. '{\"BLOCK_M\": 64}'"
+            )
+        return value
+    if kind.startswith("tuple"):  # names joined by +
+        parts = tuple(part.strip() for part in text.split("+") if part.strip())
+        wrong = [part for part in parts if name == "skip_paths" and part not in SKIPPABLE]
+        if wrong:
+            raise ValueError(
+                f"{wrong[0]!r} is not a path the plan may pass over; choose from {', '.join(SKIPPABLE)}"
+            )
+        if not parts and name == "flex_devices":
+            raise ValueError("expected device types joined by +, e.g. cuda+xpu")
+        return parts
+    if kind in ("int", "float"):
+        try:
+            value = (int if kind == "int" else float)(text)
+        except ValueError:
+            raise ValueError(f"expected a number ({kind})") from None
+        if value <= 0:
+            raise ValueError("expected a positive number")
+        return value
+    lowered = text.strip().lower()
+    if lowered not in ("true", "false", "1", "0", "yes", "no"):
+        raise ValueError("expected true or false")
+    return lowered in ("true", "1", "yes")
 
 
 # One instance for every layer given none: layers compiled one by one guard on it and must share a graph.

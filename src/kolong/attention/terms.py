@@ -20,8 +20,6 @@ class ChunkBias:
     tensors: tuple[torch.Tensor, ...] = ()
     has_values: bool = False  # Shaw's value term: O += reduce(P') W^V
     by_distance: bool = False  # the bias depends on j - i alone (`distances`)
-    # constant past a reach r on each side: r, `tensors[0]` then (h, 2r + 1) over -r..r, edges for the rest (T5)
-    reach: int | None = None
     # the reductions take a block over one run of keys (a range) as it is, not the whole row
     key_runs: bool = False
 
@@ -38,12 +36,6 @@ class ChunkBias:
             return bias.expand(shape).contiguous()
         # into a contiguous tensor: an output of broadcast operands may take their strides
         return torch.sub(bias, shift[..., None].to(dtype), out=bias.new_empty(shape))
-
-    def add_scores(
-        self, tensors, start: int, stop: int, length: int, scores: torch.Tensor, keys=None
-    ) -> None:
-        """scores += the logits of rows start..stop-1 (a scheme may add them region by region)."""
-        scores += self.scores(tensors, start, stop, length, keys)
 
     def distances(self, tensors, distance: torch.Tensor, length: int) -> torch.Tensor:
         """`by_distance` schemes: the bias at key - query = `distance` (any shape): (h, *shape)."""

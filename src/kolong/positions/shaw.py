@@ -223,13 +223,13 @@ class ShawChunkBias(ChunkBias):
         if keys is None or isinstance(keys, range):
             first, end = (0, length) if keys is None else (keys.start, keys.stop)
             out = per_bucket.new_empty(*per_bucket.shape[:3], end - first)
-            self._place(per_bucket, start, stop, out, first, add=False)
+            self._place(per_bucket, start, stop, out, first)
             return out
         index = self._buckets(start, stop, keys, per_bucket.device)
         return per_bucket.gather(-1, index.expand(*per_bucket.shape[:2], -1, -1))
 
-    def _place(self, per_bucket, start, stop, out, first: int = 0, add: bool = True):
-        """out (b, h, c, columns: keys first..) += (or, with add=False, =) the expanded buckets, region by region."""
+    def _place(self, per_bucket, start, stop, out, first: int = 0):
+        """out (b, h, c, columns: keys first..) = the expanded buckets, region by region."""
         low, high = self._strip(start, stop, first, first + out.shape[-1])
         keys = torch.arange(first + low, first + high, device=out.device)
         index = self._buckets(start, stop, keys, out.device).expand(*per_bucket.shape[:2], -1, -1)
@@ -242,8 +242,7 @@ class ShawChunkBias(ChunkBias):
         # each view taken just before its write: under autograd, writing through a view of `out` taken before an
         # earlier write into it raises
         for columns, value in regions:
-            target = out[..., columns]
-            (target.add_ if add else target.copy_)(value)
+            out[..., columns].copy_(value)
 
     def _reduce(self, x, start, stop, first: int = 0):
         """(b, h, c, columns: keys first..) -> (b, h, c, 2k+1): the sum of each row over the keys of each clipped
@@ -279,12 +278,6 @@ class ShawChunkBias(ChunkBias):
         if shift is not None:
             per_bucket = per_bucket - shift[..., None].to(dtype)
         return self._expand(per_bucket, start, stop, length, keys).expand(shape).contiguous()
-
-    def add_scores(self, tensors, start, stop, length, scores, keys=None):
-        if keys is None or isinstance(keys, range):
-            self._place(tensors[0][:, :, start:stop].to(scores.dtype), start, stop, scores, _first(keys))
-        else:  # a local window's keys: read one by one
-            scores += self.scores(tensors, start, stop, length, keys)
 
     def score_grads(self, tensors, start, stop, d_scores, grads, keys=None):
         if grads[0] is not None:
