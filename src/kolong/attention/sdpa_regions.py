@@ -323,7 +323,7 @@ class _SdpaRegions(torch.autograd.Function):
             grads = _backward(d_out, q, k, v, terms, left.expand(rows), right.expand(rows), ctx.layout, out, lse,
                               (left_out, right_out), (left_lse, right_lse))  # fmt: skip
         d_q, d_k, d_v, d_left, d_band, d_right, d_value_left, d_value_band, d_value_right = grads
-        # over the dimensions the constants broadcast (T5's are (1, h, 1))
+        # over the dimensions the constants broadcast (per-head ones are (1, h, 1))
         summed = [
             g.sum_to_size(t.shape).to(t.dtype) for g, t in ((d_left, left), (d_band, band), (d_right, right))
         ]
