@@ -24,8 +24,14 @@ import torch.nn.functional as F
 from kolong.attention import options as attention_options
 from kolong.attention.masks import as_additive, take_keys
 from kolong.attention.options import AttentionOptions
-from kolong.attention.profiling import labelled
-from kolong.attention.terms import ChunkBias, Keys, attention_dropout_mask, hankel_view, softmax_backward
+from kolong.attention.terms import (
+    ChunkBias,
+    Keys,
+    attention_dropout_mask,
+    hankel_view,
+    labelled,
+    softmax_backward,
+)
 
 # The floor of s - L before exp: exp(-87) is the smallest power of e float32 holds as a normal number.
 EXP_FLOOR = -87.0
@@ -95,57 +101,53 @@ class _ChunkedAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, d_out):
         with labelled("chunked backward"):
-            return _ChunkedAttention._backward(ctx, d_out)
+            return _chunked_backward(ctx, d_out)
 
-    @staticmethod
-    def _backward(ctx, d_out):
-        q, k, v, lse, out, *tensors = ctx.saved_tensors
-        mask, bias, dropout_p, rows = ctx.mask, ctx.bias, ctx.dropout_p, ctx.rows
-        length, scale = q.shape[2], 1.0 / math.sqrt(q.shape[-1])
-        exact = _exact(q)
-        # D_i = sum_j P'_ij dP'_ij = dO_i . O_i (value term and dropout included): one product over (n, d_h); from
-        # an output rounded to 16 bits it would not be exact, so summed per block then
-        row_sums = (d_out * out).sum(-1, keepdim=True) if out.dtype == exact else None  # (b, h, n, 1)
-        # contiguous, so `_add_products` accumulates into them in place
-        d_q, d_k, d_v = (
-            torch.zeros_like(q),
-            k.new_zeros(k.shape, dtype=exact),
-            v.new_zeros(v.shape, dtype=exact),
-        )
-        grads = [torch.zeros_like(t) if t.requires_grad else None for t in tensors]
-        for index, start in enumerate(range(0, length, rows)):
-            stop = min(start + rows, length)
-            keys = mask.key_index(start, stop, length, q.device) if mask is not None else None
-            k_block, v_block = take_keys(k, keys, dim=2).to(exact), take_keys(v, keys, dim=2).to(exact)
-            lse_block = lse[:, :, start:stop]
-            probs = _probabilities(q, k, mask, bias, tensors, start, stop, scale, keys, lse_block)[0]
-            kept, keep = probs, 1.0
-            if dropout_p > 0:
-                dropped, keep = _dropped(probs.shape, dropout_p, ctx.seed + index, q.device)
-                kept = probs.masked_fill(dropped, 0.0).mul_(1.0 / keep)
-            d_block = d_out[:, :, start:stop].to(exact)  # (b, h, c, d_h)
-            d_kept = torch.matmul(d_block, v_block.transpose(-1, -2))  # (b, h, c, n | keys)
-            if bias is not None and bias.has_values:
-                d_value = bias.value_grads(tensors, start, stop, _for_bias(bias, kept, keys, length), d_block, grads,
-                                           _bias_keys(bias, keys))  # fmt: skip
-                d_kept += _from_bias(bias, d_value, keys)
-            _add_products(d_v, keys, kept.transpose(-1, -2), d_block)
-            d_probs = d_kept.masked_fill_(dropped, 0.0).mul_(1.0 / keep) if dropout_p > 0 else d_kept
-            # dS = P * (dP - sum_j P dP): the softmax backward, in place on dP.
-            sums = (
-                row_sums[:, :, start:stop]
-                if row_sums is not None
-                else (probs * d_probs).sum(-1, keepdim=True)
-            )
-            d_scores = softmax_backward(probs, d_probs, sums)
-            q_block = q[:, :, start:stop].to(exact) * scale  # (b, h, c, d_h): the scale on c rows, not on n
-            d_q[:, :, start:stop] = (torch.matmul(d_scores, k_block) * scale).to(q.dtype)
-            _add_products(d_k, keys, d_scores.transpose(-1, -2), q_block)
-            if bias is not None:
-                with labelled("chunked bias gradient"):
-                    bias.score_grads(tensors, start, stop, _for_bias(bias, d_scores, keys, length), grads,
-                                     _bias_keys(bias, keys))  # fmt: skip
-        return (d_q, d_k.to(k.dtype), d_v.to(v.dtype), None, None, None, None, *grads)
+
+def _chunked_backward(ctx, d_out):
+    q, k, v, lse, out, *tensors = ctx.saved_tensors
+    mask, bias, dropout_p, rows = ctx.mask, ctx.bias, ctx.dropout_p, ctx.rows
+    length, scale = q.shape[2], 1.0 / math.sqrt(q.shape[-1])
+    exact = _exact(q)
+    # D_i = sum_j P'_ij dP'_ij = dO_i . O_i (value term and dropout included): one product over (n, d_h); from
+    # an output rounded to 16 bits it would not be exact, so summed per block then
+    row_sums = (d_out * out).sum(-1, keepdim=True) if out.dtype == exact else None  # (b, h, n, 1)
+    # contiguous, so `_add_products` accumulates into them in place
+    d_q, d_k, d_v = (
+        torch.zeros_like(q),
+        k.new_zeros(k.shape, dtype=exact),
+        v.new_zeros(v.shape, dtype=exact),
+    )
+    grads = [torch.zeros_like(t) if t.requires_grad else None for t in tensors]
+    for index, start in enumerate(range(0, length, rows)):
+        stop = min(start + rows, length)
+        keys = mask.key_index(start, stop, length, q.device) if mask is not None else None
+        k_block, v_block = take_keys(k, keys, dim=2).to(exact), take_keys(v, keys, dim=2).to(exact)
+        lse_block = lse[:, :, start:stop]
+        probs = _probabilities(q, k, mask, bias, tensors, start, stop, scale, keys, lse_block)[0]
+        kept, keep = probs, 1.0
+        if dropout_p > 0:
+            dropped, keep = _dropped(probs.shape, dropout_p, ctx.seed + index, q.device)
+            kept = probs.masked_fill(dropped, 0.0).mul_(1.0 / keep)
+        d_block = d_out[:, :, start:stop].to(exact)  # (b, h, c, d_h)
+        d_kept = torch.matmul(d_block, v_block.transpose(-1, -2))  # (b, h, c, n | keys)
+        if bias is not None and bias.has_values:
+            d_value = bias.value_grads(tensors, start, stop, _for_bias(bias, kept, keys, length), d_block, grads,
+                                       _bias_keys(bias, keys))  # fmt: skip
+            d_kept += _from_bias(bias, d_value, keys)
+        _add_products(d_v, keys, kept.transpose(-1, -2), d_block)
+        d_probs = d_kept.masked_fill_(dropped, 0.0).mul_(1.0 / keep) if dropout_p > 0 else d_kept
+        # dS = P * (dP - sum_j P dP): the softmax backward, in place on dP.
+        sums = row_sums[:, :, start:stop] if row_sums is not None else (probs * d_probs).sum(-1, keepdim=True)
+        d_scores = softmax_backward(probs, d_probs, sums)
+        q_block = q[:, :, start:stop].to(exact) * scale  # (b, h, c, d_h): the scale on c rows, not on n
+        d_q[:, :, start:stop] = (torch.matmul(d_scores, k_block) * scale).to(q.dtype)
+        _add_products(d_k, keys, d_scores.transpose(-1, -2), q_block)
+        if bias is not None:
+            with labelled("chunked bias gradient"):
+                bias.score_grads(tensors, start, stop, _for_bias(bias, d_scores, keys, length), grads,
+                                 _bias_keys(bias, keys))  # fmt: skip
+    return (d_q, d_k.to(k.dtype), d_v.to(v.dtype), None, None, None, None, *grads)
 
 
 def _row_block_forward(q, k, v, mask, bias, dropout_p, tensors, rows: int, seed: int):

@@ -303,13 +303,9 @@ def _flex(q, k, v, call: AttentionCall, layer):
     block_mask = call.mask.block_mask(q.shape[0], k.shape[2], q.device, q.shape[1])  # once, for every layer
     scale = 1.0 / math.sqrt(q.shape[-1])
     dropout = flex.dropout_for(q, call.dropout_p)
-    score = call.flex_score(q, layer)
-    if score is None:
-        return flex.flex_call(flex.plain_flex, q, k, v, block_mask, scale, dropout, None,
-                              compiled=call.options.flex_compile), None  # fmt: skip
-    function, tensors = score
+    function, tensors = call.flex_score(q, layer) or (flex.plain_flex, ())
     tensors = flex.trained_reads_in_float32(tensors)
-    options = flex.kernel_options(q, *tensors, chosen=call.options.flex_kernel_options)
+    options = flex.kernel_options(q, *tensors, chosen=call.options.flex_kernel_options)  # None without reads
     return flex.flex_call(function, q, k, v, block_mask, scale, dropout, options, *tensors,
                           compiled=call.options.flex_compile), None  # fmt: skip
 

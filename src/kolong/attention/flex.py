@@ -17,7 +17,7 @@ import torch
 from torch.nn.attention.flex_attention import flex_attention
 
 from kolong.attention import flex_dropout
-from kolong.attention.profiling import labelled
+from kolong.attention.terms import labelled
 
 # Input shapes one compiled flex function serves: past dynamo's default (8) it would run unfused, and
 # whole-article QA meets dozens of lengths.

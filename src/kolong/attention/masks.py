@@ -15,8 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from kolong.attention.profiling import labelled
-from kolong.attention.terms import Keys
+from kolong.attention.terms import Keys, labelled
 
 
 def exporting() -> bool:

@@ -37,8 +37,7 @@ import torch
 import torch.nn.functional as F
 
 from kolong.attention import options as attention_options
-from kolong.attention.profiling import labelled
-from kolong.attention.terms import RegionTerms, softmax_backward
+from kolong.attention.terms import RegionTerms, labelled, softmax_backward
 
 
 def softmax_with_lse(scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,13 +1,25 @@
 """What a position scheme hands to the hand-written kernels (`ChunkBias`, `RegionTerms`), and what those kernels
-share: a bias by distance alone read from its per-distance vector, the softmax backward, the dropout draws.
+share: a bias by distance alone read from its per-distance vector, the softmax backward, the dropout draws, and
+the torch.profiler ranges that `kolong bench ... --profile` reports by name.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 
 import torch
+
+PROFILER_PREFIX = "kolong: "
+
+
+def labelled(name: str):
+    """A torch.profiler range named PROFILER_PREFIX + NAME; none inside a compiled graph."""
+    if torch.compiler.is_compiling():
+        return contextlib.nullcontext()
+    return torch.profiler.record_function(PROFILER_PREFIX + name)
+
 
 # The keys a block of queries reads: all (None), one run of them (a `range`: sliced, no copy), or their positions.
 Keys = range | torch.Tensor | None

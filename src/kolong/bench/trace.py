@@ -70,7 +70,7 @@ class StepTrace:
 def summarise(profiler, steps: int, wall: float, cuda: bool, top: int = 6) -> dict:
     from torch.autograd import DeviceType
 
-    from kolong.attention.profiling import PROFILER_PREFIX
+    from kolong.attention.terms import PROFILER_PREFIX
 
     averages = profiler.key_averages()
     counts = {a.key: a.count for a in averages}
