@@ -118,6 +118,9 @@ def test_a_trained_bias_by_distance_trains_through_the_chunked_path(
     with torch.set_grad_enabled(grad):
         plan = plan_attention("sdpa", q, contribution, mask, dropout, AttentionOptions(**options))
     assert plan.kernel == expected
+    # unmasked, without dropout: the chunked forward in one fused call, said in the plan and its label
+    assert plan.one_call == (expected == "chunked" and mask.empty and not dropout)
+    assert plan.label == ("chunked one call" if plan.one_call else expected)
 
 
 @pytest.mark.parametrize("layers", [1, 3])

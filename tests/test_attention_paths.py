@@ -13,7 +13,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from conftest import default_attention_options, random_ids, tiny_kolong_config
 from kolong.attention import chunked, flex
+from kolong.attention.dispatch import CallFacts, Contribution
 from kolong.attention.masks import AttentionMask
+from kolong.attention.options import AttentionOptions
 from kolong.models import KolongConfig, KolongForMaskedLM, KolongModel
 from kolong.positions.t5 import bucket_boundaries, relative_position_bucket
 
@@ -557,10 +559,10 @@ def test_the_bias_view_keeps_sdpa_fused_and_linear_in_memory():
 def test_chunked_forward_of_a_bias_by_distance_without_a_mask_is_one_fused_call(
     name, masked, dtype, monkeypatch
 ):
-    """T5 unmasked, without dropout: the chunked attention takes its output and log-sum-exp from one call of SDPA's
-    fused CPU kernel (the bias as a Hankel view) and keeps its own backward, equal to the row-block forward and to
+    """T5 unmasked, without dropout: the plan asks the chunked attention for its forward in one call of SDPA's fused
+    CPU kernel (the bias as a Hankel view), which keeps its own backward, equal to the row-block forward and to
     the dense reference, the bias tensors' gradients included. Any other bias, or a mask, goes row block by row
-    block; a sequence of padding alone gets 0 and finite gradients."""
+    block (and refuses `one_call`); a sequence of padding alone gets 0 and finite gradients."""
     torch.manual_seed(0)
     length = 29
     q, k, v = (torch.randn(3, 2, length, 4, dtype=dtype, requires_grad=True) for _ in range(3))
@@ -581,14 +583,20 @@ def test_chunked_forward_of_a_bias_by_distance_without_a_mask_is_one_fused_call(
     }
     mask = mask[masked]
     inputs = (q, k, v, *bias.tensors)
+    one_call = name == "t5" and masked == "none"
+    facts = CallFacts("sdpa", q, Contribution("distance" if name == "t5" else "query", trained=True),
+                      mask or AttentionMask(), 0.0, AttentionOptions())  # fmt: skip
+    assert facts.one_call == one_call
+    if not one_call:
+        with pytest.raises(ValueError, match="one_call"):
+            chunked.chunked_attention(q, k, v, mask, bias, one_call=True)
     taken = []
     hankel = chunked._hankel_forward
-    monkeypatch.setattr(chunked, "_hankel_forward", lambda *a: taken.append(hankel(*a)) or taken[-1])
-    out = chunked.chunked_attention(q, k, v, mask, bias)
-    assert (taken[-1] is not None) == (name == "t5" and masked == "none")
+    monkeypatch.setattr(chunked, "_hankel_forward", lambda *a: taken.append(1) or hankel(*a))
+    out = chunked.chunked_attention(q, k, v, mask, bias, one_call=one_call)
+    assert len(taken) == one_call
     d_out = torch.randn_like(out)
     grads = torch.autograd.grad(out, inputs, d_out)
-    monkeypatch.setattr(chunked, "_hankel_forward", lambda *a: None)
     expected = chunked.chunked_attention(q, k, v, mask, bias)
     torch.testing.assert_close(out, expected)
     reference = mask if mask is not None else AttentionMask(real=torch.ones(3, length, dtype=torch.bool))

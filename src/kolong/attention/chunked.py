@@ -9,9 +9,9 @@ recomputes S and P per block (as FlashAttention does) and reduces dS onto the bi
     dP = dO v^T (+ expand(dO W^V^T)),   dS = P * (dP - rowsum(P * dP)) = P * (dP - dO . O),
     dq = dS k / sqrt(d),   dk = dS^T q / sqrt(d),   dv = P'^T dO,   d(bias inputs) = the scheme's reduction of dS.
 
-Dropout is drawn from a per-call seed and redrawn in the backward. On CPU a bias by distance alone without a
-mask or dropout (T5's training) runs its forward as one fused SDPA call over the bias's strided view
-(`_hankel_forward`). The plan table takes this path for everything no other row takes.
+Dropout is drawn from a per-call seed and redrawn in the backward. With `one_call` (the plan's, for a bias by
+distance alone without a mask or dropout on CPU: T5's training) the forward is one fused SDPA call over the bias's
+strided view (`_hankel_forward`). The plan table takes this path for everything no other row takes.
 """
 
 from __future__ import annotations
@@ -85,15 +85,15 @@ def _dropped(shape, p: float, seed: int, device) -> tuple[torch.Tensor, float]:
 
 class _ChunkedAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, mask, bias, dropout_p, rows, *tensors):
+    def forward(ctx, q, k, v, mask, bias, dropout_p, rows, one_call, *tensors):
         # views of one (b, n, 3, h, d_h) projection, whose (b, h) axes do not merge: one copy each, not one per product
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
         seed = int(torch.randint(0, 2**62, (), device="cpu")) if dropout_p > 0 else 0
         with labelled("chunked forward"):
-            found = _hankel_forward(q, k, v, mask, bias, dropout_p, tensors)
-            if found is None:
-                found = _row_block_forward(q, k, v, mask, bias, dropout_p, tensors, rows, seed)
-        out, lse = found
+            if one_call:
+                out, lse = _hankel_forward(q, k, v, bias, tensors)
+            else:
+                out, lse = _row_block_forward(q, k, v, mask, bias, dropout_p, tensors, rows, seed)
         ctx.save_for_backward(q, k, v, lse, out, *tensors)
         ctx.mask, ctx.bias, ctx.dropout_p, ctx.seed, ctx.rows = mask, bias, dropout_p, seed, rows
         return out
@@ -147,7 +147,7 @@ def _chunked_backward(ctx, d_out):
             with labelled("chunked bias gradient"):
                 bias.score_grads(tensors, start, stop, _for_bias(bias, d_scores, keys, length), grads,
                                  _bias_keys(bias, keys))  # fmt: skip
-    return (d_q, d_k.to(k.dtype), d_v.to(v.dtype), None, None, None, None, *grads)
+    return (d_q, d_k.to(k.dtype), d_v.to(v.dtype), None, None, None, None, None, *grads)
 
 
 def _row_block_forward(q, k, v, mask, bias, dropout_p, tensors, rows: int, seed: int):
@@ -172,16 +172,11 @@ def _row_block_forward(q, k, v, mask, bias, dropout_p, tensors, rows: int, seed:
     return out, lse
 
 
-def _hankel_forward(q, k, v, mask, bias, dropout_p, tensors):
-    """A bias by distance alone, no mask, no dropout, CPU (T5's training): output and log-sum-exp from one call of
-    SDPA's fused CPU kernel (a private operator, the same from torch 2.11 to 2.15) over the bias's Hankel view
-    with the keys reversed (`hankel_view`); the backward stays the chunked one. None elsewhere."""
-    kernel = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
-    usable = (
-        bias is not None and bias.by_distance and mask is None and dropout_p == 0 and q.device.type == "cpu"
-    )
-    if kernel is None or not usable:
-        return None
+def _hankel_forward(q, k, v, bias, tensors):
+    """A bias by distance alone, no mask, no dropout, CPU: output and log-sum-exp from one call of SDPA's fused
+    CPU kernel (a private operator, the same from torch 2.11 to 2.15) over the bias's Hankel view with the keys
+    reversed (`hankel_view`); the backward stays the chunked one."""
+    kernel = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
     length = q.shape[2]
     per_distance = bias.distances(tensors, torch.arange(1 - length, length, device=q.device), length)
     view = hankel_view(per_distance.to(q.dtype), length, length)
@@ -252,9 +247,13 @@ def _exact(tensor: torch.Tensor) -> torch.dtype:  # scores, probabilities and gr
 # trace, nor (torch 2.11) its dropout masks once shapes turn dynamic.
 @torch.compiler.disable
 def chunked_attention(q, k, v, mask=None, bias: ChunkBias | None = None, dropout_p: float = 0.0,
-                      options: AttentionOptions | None = None):  # fmt: skip
+                      options: AttentionOptions | None = None, one_call: bool = False):  # fmt: skip
     """softmax(q k^T / sqrt(d) + bias + mask) v (+ the bias's value term): (b, h, n, d_h), exact, memory linear in
-    n. `options`: the layer's (its block sizes), else the defaults."""
+    n. `options`: the layer's (its block sizes), else the defaults; `one_call`: the forward as one fused call
+    (`_hankel_forward`: a bias by distance alone, no mask, no dropout, CPU)."""
+    if one_call and (mask is not None or dropout_p > 0 or bias is None or not bias.by_distance):
+        raise ValueError("one_call: a bias by distance alone, without a mask or dropout")
     options = options or attention_options.DEFAULT
     tensors = bias.tensors if bias is not None else ()
-    return _ChunkedAttention.apply(q, k, v, mask, bias, dropout_p, block_rows(q, mask, options), *tensors)
+    rows = block_rows(q, mask, options)
+    return _ChunkedAttention.apply(q, k, v, mask, bias, dropout_p, rows, one_call, *tensors)

@@ -55,13 +55,14 @@ class Plan:
     kernel: str
     why: str
     by_row: bool = False  # packed documents attended one row of the batch at a time (`CallFacts.by_row`)
+    one_call: bool = False  # the chunked path's forward as one fused call (`CallFacts.one_call`)
 
     def __str__(self) -> str:
         return self.kernel
 
     @property
     def label(self) -> str:  # what benchmarks print
-        return f"{self.kernel} by row" if self.by_row else self.kernel
+        return self.kernel + (" by row" if self.by_row else "") + (" one call" if self.one_call else "")
 
 
 def plan_summary(plans: list[Plan]) -> str:
@@ -170,6 +171,18 @@ class CallFacts:
         )
 
     @once
+    def one_call(self) -> bool:
+        """The chunked path's forward as one call of SDPA's fused CPU kernel over the bias's strided view (which
+        returns the log-sum-exp its backward needs): a bias by distance alone, no mask, no dropout, CPU."""
+        return (
+            self.kind == "distance"
+            and self.mask.empty
+            and not self.dropout
+            and self.device == "cpu"
+            and hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu")
+        )
+
+    @once
     def by_row(self) -> bool:
         """The paths over documents' spans go one row at a time: where the rows' own spans read at most
         `documents_by_row` of the pairs the batch's widest spans read (rows of fewer than 4 blocks stay whole)."""
@@ -263,6 +276,10 @@ def plan_attention(implementation: str, q: torch.Tensor, contribution: Contribut
         return Plan(
             row.kernel, row.why + "; one row of the batch at a time, over its own documents' spans", True
         )
+    if row.kernel == "chunked" and facts.one_call:
+        return Plan(
+            row.kernel, row.why + "; the forward one fused call over the bias's strided view", one_call=True
+        )
     return Plan(row.kernel, row.why)
 
 
@@ -335,9 +352,11 @@ def _banded(q, k, v, call: AttentionCall, layer):
     return banded.banded_attention(q, k, v, call.mask, call.bias(q, layer), call.options), None
 
 
-def _chunked(q, k, v, call: AttentionCall, layer, by_row: bool = False):
+def _chunked(q, k, v, call: AttentionCall, layer, by_row: bool = False, one_call: bool = False):
     def attention(q, k, v, mask):
-        return chunked_attention(q, k, v, _given(mask), call.bias(q, layer), call.dropout_p, call.options)
+        return chunked_attention(
+            q, k, v, _given(mask), call.bias(q, layer), call.dropout_p, call.options, one_call
+        )
 
     return documents.each_row(attention, q, k, v, call.mask, by_row), None
 
@@ -375,6 +394,8 @@ def attend(plan: Plan, q, k, v, call: AttentionCall, layer=0):
     kernel = ATTENTION_FUNCTIONS[plan.kernel]
     if plan.by_row:
         return kernel(q, k, v, call, layer, by_row=True)
+    if plan.one_call:
+        return kernel(q, k, v, call, layer, one_call=True)
     # not compiled, or inside a model compiled as a whole, whose compile decides
     if plan.kernel not in COMPILED_PATHS or torch.compiler.is_compiling():
         return kernel(q, k, v, call, layer)
