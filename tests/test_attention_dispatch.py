@@ -305,6 +305,9 @@ def test_kolong_attention_plans_prints_every_row_and_option():
     assert (
         "regions_strips (default 4)" in result.output and "compiled_kernels (default True)" in result.output
     )
+    # the forms a chosen plan runs in, each with its condition, as its label names it
+    assert "sdpa-document-blocks / chunked by row: CPU" in result.output
+    assert "chunked one call: a bias by distance alone" in result.output
 
 
 def test_tuned_thresholds_are_options_with_numbers_checked():

@@ -99,6 +99,13 @@ class AttentionCall:
 
 # The paths that read packed documents' spans: one row of the batch at a time where `CallFacts.by_row` says so.
 BY_ROW_PATHS = ("sdpa-document-blocks", "chunked")
+# How a chosen kernel runs, beside the table (`kolong attention plans`): (label, kernels, condition)
+PLAN_FORMS = (
+    ("by row", BY_ROW_PATHS, "CPU, packed documents in rows of at least 4 x document_block_rows tokens whose own spans read at most "
+     "documents_by_row of the pairs the batch's spans read"),
+    ("one call", ("chunked",), "a bias by distance alone, no mask, no dropout, CPU: the forward one fused SDPA call "
+     "over the bias's strided view"),
+)  # fmt: skip
 
 
 class once:

@@ -21,7 +21,7 @@ def plans(
     """Print the plan table: the first row whose condition holds for a call is its plan."""
     import dataclasses
 
-    from kolong.attention.dispatch import PLAN_TABLE
+    from kolong.attention.dispatch import PLAN_FORMS, PLAN_TABLE
     from kolong.attention.options import AttentionOptions
 
     if output_format == "markdown":
@@ -33,6 +33,9 @@ def plans(
     for number, row in enumerate(PLAN_TABLE, 1):
         typer.echo(f"{number:2d}. {row.kernel:<{width}}  when {row.condition}")
         typer.echo(f"    {'':<{width}}  {row.why}")
+    typer.echo("\nForms of a chosen plan (its label says which):")
+    for label, kernels, condition in PLAN_FORMS:
+        typer.echo(f"  {' / '.join(kernels)} {label}: {condition}")
     typer.echo("\nRun-time options (--attention-option NAME=VALUE, model.set_attention_options):")
     for spec in dataclasses.fields(AttentionOptions):
         typer.echo(f"  {spec.name} (default {spec.default}): {spec.metadata['help']}")
