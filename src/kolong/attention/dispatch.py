@@ -61,8 +61,13 @@ class Plan:
         return self.kernel
 
     @property
-    def label(self) -> str:  # what benchmarks print
-        return self.kernel + (" by row" if self.by_row else "") + (" one call" if self.one_call else "")
+    def forms(self) -> dict[str, bool]:
+        """The `PLAN_FORMS` this plan runs in, as the kernel's keyword arguments."""
+        return {form.name: True for form in PLAN_FORMS if getattr(self, form.name)}
+
+    @property
+    def label(self) -> str:  # what benchmarks print: "chunked by row"
+        return " ".join([self.kernel, *(name.replace("_", " ") for name in self.forms)])
 
 
 def plan_summary(plans: list[Plan]) -> str:
@@ -95,17 +100,6 @@ class AttentionCall:
 
     def value_term(self, probs, layer):
         return None if self.scheme is None else self.scheme.value_term(layer, probs, self.state)
-
-
-# The paths that read packed documents' spans: one row of the batch at a time where `CallFacts.by_row` says so.
-BY_ROW_PATHS = ("sdpa-document-blocks", "chunked")
-# How a chosen kernel runs, beside the table (`kolong attention plans`): (label, kernels, condition)
-PLAN_FORMS = (
-    ("by row", BY_ROW_PATHS, "CPU, packed documents in rows of at least 4 x document_block_rows tokens whose own spans read at most "
-     "documents_by_row of the pairs the batch's spans read"),
-    ("one call", ("chunked",), "a bias by distance alone, no mask, no dropout, CPU: the forward one fused SDPA call "
-     "over the bias's strided view"),
-)  # fmt: skip
 
 
 class once:
@@ -141,18 +135,16 @@ class CallFacts:
         self.grad = grad and (q.requires_grad or contribution.trained)
         self.bias_grad = grad and contribution.trained
         self.exact = q.dtype in (torch.float32, torch.float64)
-        self.flex_device = (
-            self.device in options.flex_devices
-        )  # FlexAttention has a backward here (not on CPU)
+        # FlexAttention has a backward here (not on CPU); compiled on CPU it returns no log-sum-exp for dropout
+        self.flex_device = self.device in options.flex_devices
         self.flex = (
             self.flex_device and options.compiled_kernels and (not self.dropout or options.flex_dropout)
         )
-        self.flex_drops = self.device != "cpu" or not options.flex_compile  # compiled on CPU: no log-sum-exp
+        self.flex_drops = self.device != "cpu" or not options.flex_compile
         # packed documents or a window through FlexAttention's block mask
         self.packed_flex = not mask.keys_only and self.flex and not self.dropout
-        self.plain_bias = (
-            self.bias and not self.value_term and not self.window and not self.dropout
-        )  # a float mask
+        # a bias SDPA can take as a float mask
+        self.plain_bias = self.bias and not self.value_term and not self.window and not self.dropout
         self.documents_packed = self.device == "cpu" and mask.documents is not None and not self.window
 
     @once
@@ -227,6 +219,29 @@ def _plain(f: CallFacts) -> bool:
     return not f.bias and not f.window and not f.packed_flex
 
 
+@dataclass(frozen=True)
+class PlanForm:
+    """A form the chosen kernel runs in where `when` holds: `name` is the `Plan` field and the kernel's keyword."""
+
+    name: str
+    kernels: tuple[str, ...]
+    when: Callable[[CallFacts], bool]
+    condition: str  # `when` in words, for `kolong attention plans`
+    why: str
+
+
+# How a chosen kernel runs, beside the table: each form that holds is added to the plan.
+PLAN_FORMS: tuple[PlanForm, ...] = (
+    PlanForm("by_row", ("sdpa-document-blocks", "chunked"), lambda f: f.by_row,
+             "CPU, packed documents in rows of at least 4 x document_block_rows tokens whose own spans read at most "
+             "documents_by_row of the pairs the batch's spans read",
+             "one row of the batch at a time, over its own documents' spans"),
+    PlanForm("one_call", ("chunked",), lambda f: f.one_call,
+             "a bias by distance alone, no mask, no dropout, CPU: the forward one fused SDPA call over the bias's "
+             "strided view", "the forward one fused call over the bias's strided view"),
+)  # fmt: skip
+
+
 # The whole choice, in order. Each row reads `CallFacts` alone; each kernel is one entry of ATTENTION_FUNCTIONS.
 PLAN_TABLE: tuple[PlanRow, ...] = (
     PlanRow("eager", lambda f: f.implementation == "eager", "attn_implementation='eager'",
@@ -279,15 +294,9 @@ def plan_attention(implementation: str, q: torch.Tensor, contribution: Contribut
     """The first row of PLAN_TABLE (not skipped by the options) whose condition holds for this call."""
     facts = CallFacts(implementation, q, contribution, mask, dropout_p, options)
     row = next(row for row in PLAN_TABLE if not options.skips(row.kernel) and row.when(facts))
-    if row.kernel in BY_ROW_PATHS and facts.by_row:
-        return Plan(
-            row.kernel, row.why + "; one row of the batch at a time, over its own documents' spans", True
-        )
-    if row.kernel == "chunked" and facts.one_call:
-        return Plan(
-            row.kernel, row.why + "; the forward one fused call over the bias's strided view", one_call=True
-        )
-    return Plan(row.kernel, row.why)
+    forms = [form for form in PLAN_FORMS if row.kernel in form.kernels and form.when(facts)]
+    why = "; ".join([row.why, *(form.why for form in forms)])
+    return Plan(row.kernel, why, **{form.name: True for form in forms})
 
 
 def _eager(q, k, v, call: AttentionCall, layer):
@@ -399,10 +408,8 @@ COMPILED_FAILURES = CompiledFailures()
 def attend(plan: Plan, q, k, v, call: AttentionCall, layer=0):
     """Run `plan`: (context, probabilities or None). A compiled path that fails is run as the chunked path."""
     kernel = ATTENTION_FUNCTIONS[plan.kernel]
-    if plan.by_row:
-        return kernel(q, k, v, call, layer, by_row=True)
-    if plan.one_call:
-        return kernel(q, k, v, call, layer, one_call=True)
+    if plan.forms:
+        return kernel(q, k, v, call, layer, **plan.forms)
     # not compiled, or inside a model compiled as a whole, whose compile decides
     if plan.kernel not in COMPILED_PATHS or torch.compiler.is_compiling():
         return kernel(q, k, v, call, layer)

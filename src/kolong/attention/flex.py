@@ -36,7 +36,6 @@ def trained_reads_in_float32(args: tuple) -> tuple:
 
 def flex_call(function: Callable, q, k, v, *args, compiled: bool = True):
     """`function(q, k, v, *args)`, compiled on first use; uncompiled (the option `flex_compile`) where not."""
-    args = trained_reads_in_float32(args)
     if not compiled:
         return function(q, k, v, *args)
     kernel = _compiled.get(function)

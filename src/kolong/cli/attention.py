@@ -34,8 +34,8 @@ def plans(
         typer.echo(f"{number:2d}. {row.kernel:<{width}}  when {row.condition}")
         typer.echo(f"    {'':<{width}}  {row.why}")
     typer.echo("\nForms of a chosen plan (its label says which):")
-    for label, kernels, condition in PLAN_FORMS:
-        typer.echo(f"  {' / '.join(kernels)} {label}: {condition}")
+    for form in PLAN_FORMS:
+        typer.echo(f"  {' / '.join(form.kernels)} {form.name.replace('_', ' ')}: {form.condition}")
     typer.echo("\nRun-time options (--attention-option NAME=VALUE, model.set_attention_options):")
     for spec in dataclasses.fields(AttentionOptions):
         typer.echo(f"  {spec.name} (default {spec.default}): {spec.metadata['help']}")

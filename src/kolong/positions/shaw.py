@@ -139,7 +139,7 @@ class ShawPositions(PositionEncoding):
         return ShawChunkBias(self.profile(layer, query), values, self.max_distance)
 
     def flex_score(self, layer, query, state):
-        # trained: float32 in the kernel (`flex.flex_call`)
+        # trained: float32 in the kernel (`flex.trained_reads_in_float32`)
         return shaw_flex, (self.profile(layer, query), self.max_distance)
 
     def value_term(self, layer, probs, state):
