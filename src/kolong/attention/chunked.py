@@ -72,9 +72,8 @@ def _bias_keys(bias: ChunkBias, keys: Keys) -> range | None:
     return keys if _as_read(bias, keys) else None
 
 
-def _from_bias(
-    bias: ChunkBias, block: torch.Tensor, keys: Keys
-) -> torch.Tensor:  # the inverse of `_for_bias`
+# the inverse of `_for_bias`
+def _from_bias(bias: ChunkBias, block: torch.Tensor, keys: Keys) -> torch.Tensor:
     return block if _as_read(bias, keys) else take_keys(block, keys, dim=-1)
 
 
