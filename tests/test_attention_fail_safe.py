@@ -131,21 +131,35 @@ class FakeCuda:
 
 
 @pytest.mark.parametrize(
-    ("requires_grad", "masked", "release", "avoided"),
+    ("requires_grad", "masked", "release", "cudnn", "avoided"),
     [
-        (True, True, (2, 11), True),  # the regression's first release
-        (True, True, (2, 15), True),  # no fixed release known
-        (True, True, (2, 10), False),
-        (True, False, (2, 13), False),  # no mask: cuDNN's backward is clean
-        (False, True, (2, 13), False),  # inference: the forward is clean
+        (True, True, (2, 11), 91900, True),  # the regression's first release, with the cuDNN it ships
+        (True, True, (2, 14), 92400, True),  # 2.14.0 and 2.14.1 pin cuDNN 9.24.0.43
+        (True, True, (2, 13), 92501, True),  # 9.25.1: the last cuDNN with the defect
+        (True, True, (2, 13), 92600, False),  # 9.26.0 carries the fix, whatever the torch release
+        (True, True, (2, 15), None, True),  # cuDNN's version unknown: left out
+        (True, True, (2, 10), 91500, False),
+        (True, False, (2, 13), 92400, False),  # no mask: cuDNN's backward is clean
+        (False, True, (2, 13), 92400, False),  # inference: the forward is clean
     ],
 )
-def test_cudnn_is_left_out_where_its_masked_backward_is_broken(requires_grad, masked, release, avoided):
+def test_cudnn_is_left_out_where_its_masked_backward_is_broken(requires_grad, masked, release, cudnn, avoided):
     mask = torch.zeros(1, 1, 8, 8) if masked else None
-    assert sdpa.avoid_cudnn(FakeCuda(requires_grad), mask, release) is avoided
-    assert sdpa.avoid_cudnn(torch.randn(1, requires_grad=True), torch.zeros(1), release) is False  # CPU
+    assert sdpa.avoid_cudnn(FakeCuda(requires_grad), mask, release, cudnn) is avoided
+    assert sdpa.avoid_cudnn(torch.randn(1, requires_grad=True), torch.zeros(1), release, cudnn) is False  # CPU
 
 
 def test_the_release_is_read_from_a_version_string():
     assert sdpa.release("2.13.0+cpu") == (2, 13)
     assert sdpa.release("2.15.0a0+git1234") == (2, 15)
+
+
+def test_a_cudnn_that_torch_refuses_reads_as_unknown(monkeypatch):
+    def refused():
+        raise RuntimeError("cuDNN version incompatibility: PyTorch was compiled against (9, 19, 0)")
+
+    monkeypatch.setattr(torch.backends.cudnn, "is_available", lambda: True)
+    monkeypatch.setattr(torch.backends.cudnn, "version", refused)
+    assert sdpa.cudnn_version() is None
+    monkeypatch.setattr(torch.backends.cudnn, "version", lambda: 92600)
+    assert sdpa.cudnn_version() == 92600

@@ -4,8 +4,8 @@ defects of the cuDNN backend (first on sm90, Hopper):
 - a float mask of another dtype than the queries is read as if in the queries' dtype: wrong, silently
   (pytorch/pytorch#191612). Float masks are cast to the queries' dtype first.
 - with a mask, its backward returns NaN in dq at lengths 64 past a multiple of 128 where a row's log-sum-exp is
-  below about -88.7 (pytorch/pytorch#196678, from torch 2.11). A masked call that trains leaves cuDNN out and
-  runs the memory-efficient kernel (docs/compatibility.md).
+  below about -88.7 (pytorch/pytorch#196678: torch 2.11 and later with cuDNN before 9.26). A masked call that
+  trains there leaves cuDNN out and runs the memory-efficient kernel (docs/compatibility.md).
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-# The first torch release with the masked-tile NaN; no fixed release is known (docs/compatibility.md).
+# The first torch release with the masked-tile NaN, and the first cuDNN without it (docs/compatibility.md).
 CUDNN_MASK_BACKWARD_FROM = (2, 11)
+CUDNN_MASK_BACKWARD_FIXED = 92600  # 9.26.0, as torch.backends.cudnn.version() reads it
 
 
 def release(version: str) -> tuple[int, int]:
@@ -23,19 +24,30 @@ def release(version: str) -> tuple[int, int]:
     return int(major), int("".join(c for c in minor if c.isdigit()) or 0)
 
 
-# Read once: a compiled model traces `sdpa`, and the version's string never changes in a process.
+# Read once: a compiled model traces `sdpa`, and neither version changes in a process.
 RELEASE = release(torch.__version__)
 
 
-def avoid_cudnn(
-    q: torch.Tensor, attn_mask: torch.Tensor | None, torch_release: tuple[int, int] = RELEASE
-) -> bool:
-    """This call must not run cuDNN: on CUDA, masked, building a graph for the backward, on an affected release."""
+def cudnn_version() -> int | None:
+    """The loaded cuDNN's version as torch reads it (9.26.0 -> 92600), or None: none, or one torch refuses."""
+    try:
+        return torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    except RuntimeError:  # a runtime of another major version than torch's build: cuDNN will not run either
+        return None
+
+
+CUDNN = cudnn_version()
+
+
+def avoid_cudnn(q: torch.Tensor, attn_mask: torch.Tensor | None, torch_release: tuple[int, int] = RELEASE,
+                cudnn: int | None = CUDNN) -> bool:  # fmt: skip
+    """This call must not run cuDNN: on CUDA, masked, building a graph for the backward, on an affected torch
+    release with a cuDNN before the fix (or none known)."""
     if q.device.type != "cuda" or attn_mask is None:
         return False
     if not (torch.is_grad_enabled() and q.requires_grad):
         return False
-    return torch_release >= CUDNN_MASK_BACKWARD_FROM
+    return torch_release >= CUDNN_MASK_BACKWARD_FROM and (cudnn is None or cudnn < CUDNN_MASK_BACKWARD_FIXED)
 
 
 def mask_for(q: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor | None:
