@@ -143,10 +143,11 @@ class FakeCuda:
         (False, True, (2, 13), 92400, False),  # inference: the forward is clean
     ],
 )
-def test_cudnn_is_left_out_where_its_masked_backward_is_broken(requires_grad, masked, release, cudnn, avoided):
+def test_cudnn_is_left_out_where_its_masked_backward_is_broken(requires_grad, masked, release, cudnn, avoided):  # fmt: skip
     mask = torch.zeros(1, 1, 8, 8) if masked else None
     assert sdpa.avoid_cudnn(FakeCuda(requires_grad), mask, release, cudnn) is avoided
-    assert sdpa.avoid_cudnn(torch.randn(1, requires_grad=True), torch.zeros(1), release, cudnn) is False  # CPU
+    on_cpu = torch.randn(1, requires_grad=True)
+    assert sdpa.avoid_cudnn(on_cpu, torch.zeros(1), release, cudnn) is False
 
 
 def test_the_release_is_read_from_a_version_string():
