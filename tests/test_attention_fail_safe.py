@@ -143,7 +143,7 @@ class FakeCuda:
         (False, True, (2, 13), 92400, False),  # inference: the forward is clean
     ],
 )
-def test_cudnn_is_left_out_where_its_masked_backward_is_broken(requires_grad, masked, release, cudnn, avoided):  # fmt: skip
+def test_cudnn_left_out_where_its_masked_backward_breaks(requires_grad, masked, release, cudnn, avoided):
     mask = torch.zeros(1, 1, 8, 8) if masked else None
     assert sdpa.avoid_cudnn(FakeCuda(requires_grad), mask, release, cudnn) is avoided
     on_cpu = torch.randn(1, requires_grad=True)
