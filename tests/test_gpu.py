@@ -143,6 +143,28 @@ def test_fused_paths_match_the_reference_on_cuda_with_gradients(name, implementa
     _assert_path_matches_eager(KolongModel(config).cuda().train(), implementation)
 
 
+@pytest.mark.parametrize("boolean", [True, False])
+def test_masked_sdpa_keeps_finite_gradients_where_cudnns_backward_gave_nan(boolean):
+    """pytorch/pytorch#196678's case through kolong's `sdpa`: 704 tokens (64 past a multiple of 128), a mask,
+    every row's log-sum-exp near -120. cuDNN before 9.26 returned NaN in dq on sm90; kolong's call must not, with a
+    boolean mask or a float32 one (cast to the queries' bf16 on the way)."""
+    import math
+
+    from kolong.attention import sdpa
+
+    torch.manual_seed(0)
+    length, head = 704, 64
+    q, k = (torch.randn(1, 1, length, head, device="cuda", dtype=torch.bfloat16) * 0.1 for _ in range(2))
+    v = torch.randn(1, 1, length, head, device="cuda", dtype=torch.bfloat16)
+    q[..., 0], k[..., 0] = 1.0, -120 * math.sqrt(head)
+    q.requires_grad_()
+    allowed = torch.ones(1, 1, length, length, dtype=torch.bool, device="cuda").tril()
+    additive = torch.zeros(allowed.shape, device="cuda").masked_fill(~allowed, -1e4)
+    out = sdpa.sdpa(q, k, v, attn_mask=allowed if boolean else additive)
+    out.backward(torch.randn_like(out))
+    assert torch.isfinite(q.grad).all(), f"NaN in dq (cuDNN {sdpa.CUDNN}, torch {torch.__version__})"
+
+
 @pytest.mark.parametrize("name", ["learned-local", "shaw", "t5", "alibi"])
 def test_attention_dropout_runs_in_flex_on_cuda_as_the_reference_drops(name, monkeypatch):
     """Training with attention dropout: the default path on CUDA (compiled FlexAttention, two passes, the
