@@ -202,22 +202,25 @@ class AttentionMask:
     def padding_ends(self) -> list[int] | None:
         """Each row's number of real tokens where padding comes only at the rows' ends, else None (one host read
         per forward, kept)."""
-        if "padding ends" not in self._kept:
+
+        def find() -> list[int] | None:
             real = self.real
             ends = real.sum(1)
             at_end = (real == (torch.arange(real.shape[1], device=real.device) < ends[:, None])).all()
             *found, ordered = torch.cat([ends, at_end[None].long()]).tolist()
-            self._kept["padding ends"] = found if ordered else None
-        return self._kept["padding ends"]
+            return found if ordered else None
+
+        return self.keep("padding ends", find)
 
     def batch_rows(self) -> list[AttentionMask]:
         """Packed documents: one mask per row of the batch with its own row's document extents (kept, no further
         host read), whose blocks read their own row's spans rather than the union over the batch."""
         if self.documents.shape[0] == 1:
             return [self]
-        if "rows" not in self._kept:
+
+        def split() -> list[AttentionMask]:
             self._extents()
-            self._kept["rows"] = [
+            return [
                 AttentionMask(
                     real=None if self.real is None else self.real[row : row + 1],
                     documents=self.documents[row : row + 1],
@@ -225,7 +228,8 @@ class AttentionMask:
                 )
                 for row, extents in enumerate(self._kept["row extents"])
             ]
-        return self._kept["rows"]
+
+        return self.keep("rows", split)
 
     def key_index(self, start: int, stop: int, length: int, device) -> Keys:
         """The only keys queries start..stop-1 can attend to, or None for all: packed documents' `document_keys`
