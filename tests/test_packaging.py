@@ -63,6 +63,6 @@ def test_the_wheel_holds_the_library_and_no_benchmark_tools(tmp_path):
     diagnostics = [
         n
         for n in names
-        if n.rsplit("/", 1)[-1] in ("flex_probe.py", "kernels.py", "gbst_profile.py", "recount.py")
+        if n.rsplit("/", 1)[-1] in ("flex_probe.py", "inductor_kernels.py", "gbst_profile.py", "recount.py")
     ]
     assert not diagnostics and not [n for n in names if n.startswith("benchmarks/")], diagnostics

@@ -102,7 +102,7 @@ def _ordered(dense: torch.Tensor, heads: int) -> tuple[torch.Tensor, torch.Tenso
 
     Written out per head: built in a compiled graph, a head dimension of size 1 gets the stride 0 from Inductor
     (torch 2.11, CUDA), and FlexAttention's forward then read the first row's tables for every row
-    (`benchmarks/tools/kernels.py` reads the stride off a compiled kernel)."""
+    (`benchmarks/tools/inductor_kernels.py` reads the stride off a compiled kernel)."""
     counts = dense.sum(-1, dtype=torch.int32)
     indices = torch.argsort((~dense).to(torch.int8), dim=-1, stable=True).to(torch.int32)
     # for one head, contiguous() leaves the views as they are
