@@ -43,7 +43,8 @@ def write(name: str, script: str, argv: list[str] | None, args, measured: dict,
     machine = describe_machine()
     out = Path(args.output_dir or Path(__file__).parents[2] / "docs" / "experiments")
     stem = f"{name}-{device_class(machine)}"
-    command = f"python benchmarks/tools/{script} " + " ".join(argv if argv is not None else sys.argv[1:])
+    arguments = " ".join(argv if argv is not None else sys.argv[1:])
+    command = f"python -m benchmarks.tools.{script.removesuffix('.py')} {arguments}"
     result = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": machine,
               "commit": source_commit(), "command": command.strip(), "arguments": vars(args), **measured}  # fmt: skip
     atomic_write_json(out / f"{stem}.json", result)

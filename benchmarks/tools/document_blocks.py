@@ -1,5 +1,5 @@
 """Packed documents on this CPU: SDPA per block of queries over their documents' keys against one call under the
-dense mask, attention alone: `python benchmarks/tools/document_blocks.py` (a diagnostic beside `kolong bench
+dense mask, attention alone: `python -m benchmarks.tools.document_blocks` (a diagnostic beside `kolong bench
 pretrain`, not installed with kolong).
 
 `sdpa-document-blocks` is taken for a scheme without a bias where its blocks read at most MAX_SHARE of the
@@ -15,7 +15,7 @@ from __future__ import annotations
 import random
 import statistics
 
-import diagnostic
+from benchmarks.tools import diagnostic
 
 PATHS = (
     "sdpa",

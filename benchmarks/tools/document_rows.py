@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import statistics
 
-import diagnostic
-from document_blocks import packed_rows
+from benchmarks.tools import diagnostic
+from benchmarks.tools.document_blocks import packed_rows
 
 PATHS = ("blocks: the batch", "blocks: row by row", "shaw: the batch", "shaw: row by row")
 

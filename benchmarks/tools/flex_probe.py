@@ -1,6 +1,6 @@
 """Where FlexAttention's time goes under packed documents: one attention call, kernel by kernel variant.
 
-`python benchmarks/tools/flex_probe.py --device cuda` (a GPU diagnostic beside `kolong bench`, not installed
+`python -m benchmarks.tools.flex_probe --device cuda` (a GPU diagnostic beside `kolong bench`, not installed
 with kolong). It times the attention call alone at the base preset's shape (batch 16, 12 heads of 64, 2,048
 tokens, bf16), each variant changing one thing, so that a slow compiled step can be traced to its cause:
 
@@ -280,7 +280,7 @@ def _token_range(text: str) -> tuple[int, int]:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python benchmarks/tools/flex_probe.py", description=__doc__.split("\n\n")[0]
+        prog="python -m benchmarks.tools.flex_probe", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     parser.add_argument("--batch", type=int, default=16)

@@ -1,4 +1,4 @@
-"""Where `kolong bench gbst`'s generation time goes, per model: `python benchmarks/tools/gbst_profile.py`, with
+"""Where `kolong bench gbst`'s generation time goes, per model: `python -m benchmarks.tools.gbst_profile`, with
 `kolong bench gbst`'s options (a diagnostic beside the benchmark, not installed with kolong).
 
 Greedy generation of `k` bytes is: one encoder pass over the input (embeddings, GBST when present, the

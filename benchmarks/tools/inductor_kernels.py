@@ -2,7 +2,7 @@
 registers, spills and matrix instructions.
 
 A GPU diagnostic beside `flex_probe.py` (not installed with kolong): run a probe or a benchmark with
-TORCHINDUCTOR_CACHE_DIR=DIR, then `python benchmarks/tools/inductor_kernels.py --cache-dir DIR --output-dir OUT`. A
+TORCHINDUCTOR_CACHE_DIR=DIR, then `python -m benchmarks.tools.inductor_kernels --cache-dir DIR --output-dir OUT`. A
 trace shows only a kernel's name and time; this reads, per FlexAttention kernel, what decides its speed:
 
 - from its source (the module Inductor generated): forward, backward or decoding; the dtypes of q, k, v;
@@ -246,7 +246,7 @@ def to_markdown(result: dict) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python benchmarks/tools/inductor_kernels.py", description=__doc__.split("\n\n")[0]
+        prog="python -m benchmarks.tools.inductor_kernels", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--cache-dir", type=Path, required=True,
                         help="the TORCHINDUCTOR_CACHE_DIR the probe or benchmark compiled into")  # fmt: skip

@@ -1,5 +1,5 @@
 """Recount a stored `kolong bench` result under the one FLOP count (`kolong.bench.flops`) and write its tables
-again with today's report: `python benchmarks/tools/recount.py benchmarks/results/h200/pretrain.json`.
+again with today's report: `python -m benchmarks.tools.recount benchmarks/results/h200/pretrain.json`.
 
 The timings stay as measured; what is derived from them is computed again:
 
@@ -132,7 +132,7 @@ def rewrite(path: Path, result: dict) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python benchmarks/tools/recount.py", description=__doc__.split("\n\n")[0]
+        prog="python -m benchmarks.tools.recount", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("results", nargs="+", type=Path, help="stored results (JSON)")
     parser.add_argument("--shared-data", type=Path, default=SHARED_DATA, help="the shared data the runs read")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import statistics
 
-import diagnostic
+from benchmarks.tools import diagnostic
 
 # the exact trained paths of each scheme, timed beside SDPA without a bias
 PATHS = {"shaw": ("chunked", "sdpa-regions")}

@@ -1,4 +1,4 @@
-"""What subnormal floats cost one attention layer on this CPU: `python benchmarks/tools/subnormals.py` (a
+"""What subnormal floats cost one attention layer on this CPU: `python -m benchmarks.tools.subnormals` (a
 diagnostic beside `kolong bench encoder`, not installed with kolong).
 
 A softmax whose logits spread past about 87 produces subnormals (exp of -87 to -104 in fp32). ALiBi's bias
@@ -18,7 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import diagnostic
+from benchmarks.tools import diagnostic
 
 BIASES = ("none", "alibi")
 
@@ -62,8 +62,8 @@ def measure(length: int, heads: int, head_size: int, rounds: int, calls: int) ->
     runs = {"off": {b: [] for b in BIASES}, "on": {b: [] for b in BIASES}}
     for _ in range(rounds):
         for flush in runs:
-            code = (f"import json, sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
-                    f"from subnormals import timed_calls; "
+            code = (f"import json, sys; sys.path.insert(0, {str(Path(__file__).parents[2])!r}); "
+                    f"from benchmarks.tools.subnormals import timed_calls; "
                     f"print(json.dumps(timed_calls({length}, {heads}, {head_size}, {calls}, {flush == 'on'})))")  # fmt: skip
             done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
             for bias, value in json.loads(done.stdout.strip().splitlines()[-1]).items():

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-import document_blocks
+from benchmarks.tools import document_blocks
 
 
 def test_the_verdicts_come_from_the_medians_and_the_rule():
@@ -41,4 +41,4 @@ def test_the_diagnostic_times_every_path_and_writes_its_tables(tmp_path):
             assert all(len(times) == 1 and times[0] > 0 for times in saved["runs"][length][mean].values())
             assert 0 < saved["shares"][length][mean] <= 1
     markdown = json_path.with_suffix(".md").read_text()
-    assert "| 96 | 5 |" in markdown and "Command: `python benchmarks/tools/document_blocks.py" in markdown
+    assert "| 96 | 5 |" in markdown and "Command: `python -m benchmarks.tools.document_blocks" in markdown

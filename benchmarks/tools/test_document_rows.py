@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-import document_rows
+from benchmarks.tools import document_rows
 
 
 def test_the_verdicts_come_from_the_medians_and_the_rules_choice():
@@ -46,4 +46,4 @@ def test_the_diagnostic_times_every_path_and_writes_its_tables(tmp_path, monkeyp
             assert 0 < read["rows"] <= read["batch"] <= 1
     assert not saved["shares"]["1"]["4"]["row_by_row"]  # one row: nothing to split
     markdown = json_path.with_suffix(".md").read_text()
-    assert "| 3 | 30 |" in markdown and "Command: `python benchmarks/tools/document_rows.py" in markdown
+    assert "| 3 | 30 |" in markdown and "Command: `python -m benchmarks.tools.document_rows" in markdown

@@ -8,7 +8,7 @@ from argparse import Namespace
 import pytest
 import torch
 
-import flex_probe
+from benchmarks.tools import flex_probe
 
 TINY = ["--device", "cpu", "--batch", "2", "--heads", "2", "--length", "256", "--head-dim", "32",
         "--no-training", "--eager", "--repeats", "1"]  # fmt: skip
@@ -68,7 +68,7 @@ def test_the_gpu_runners_probe_commands_parse(step, runs):
     script = Path(__file__).parent.parent / "gpu" / "run"
     printed = subprocess.run(["bash", str(script), "--dry-run", step], capture_output=True, text=True,
                              check=True).stdout  # fmt: skip
-    command = "python3 benchmarks/tools/flex_probe.py "
+    command = "python3 -m benchmarks.tools.flex_probe "
     lines = [line.partition(command)[2] for line in printed.splitlines() if command in line]
     assert len(lines) == runs
     for line in lines:

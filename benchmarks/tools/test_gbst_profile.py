@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-import gbst_profile
+from benchmarks.tools import gbst_profile
 from kolong.bench.gbst import GBSTBenchArguments, generation_options
 from kolong.bench.harness import run, write_results
 
@@ -58,7 +58,7 @@ def test_profiled_decoding_steps_are_generate_given_the_encoders_output():
 
 def test_the_breakdown_explains_a_negative_rest_as_overlap_and_says_nothing_otherwise():
     """Parts timed alone can sum to more than one generation (-0.5 ms a sample on an H200): the table says why."""
-    from gbst_profile import breakdown, breakdown_markdown
+    from benchmarks.tools.gbst_profile import breakdown, breakdown_markdown
 
     def timed(seconds):
         return type("Timing", (), {"median": seconds})()

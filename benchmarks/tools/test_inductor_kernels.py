@@ -8,7 +8,7 @@ import stat
 
 import pytest
 
-import inductor_kernels as kernels
+from benchmarks.tools import inductor_kernels as kernels
 
 HEADER = """
 import triton
@@ -184,7 +184,7 @@ def test_the_gpu_runners_kernel_reports_read_the_caches_their_runs_compiled_into
                              capture_output=True, text=True, check=True).stdout  # fmt: skip
     compiled = [line.split("TORCHINDUCTOR_CACHE_DIR=")[1].split()[0] for line in printed.splitlines()
                 if "TORCHINDUCTOR_CACHE_DIR=" in line]  # fmt: skip
-    command = "python3 benchmarks/tools/inductor_kernels.py "
+    command = "python3 -m benchmarks.tools.inductor_kernels "
     reports = [kernels.build_parser().parse_args(shlex.split(line.partition(command)[2]))
                for line in printed.splitlines() if command in line]  # fmt: skip
     assert len(compiled) == 2 and [str(args.cache_dir) for args in reports] == compiled

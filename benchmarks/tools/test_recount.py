@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-import recount
+from benchmarks.tools import recount
 from kolong.bench.flops import PEAK_TFLOPS
 
 

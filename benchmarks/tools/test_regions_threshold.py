@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-import regions_threshold
+from benchmarks.tools import regions_threshold
 
 
 def test_the_verdicts_come_from_the_medians_and_the_path_taken():
@@ -44,5 +44,5 @@ def test_the_diagnostic_times_every_path_and_writes_its_tables(tmp_path):
     markdown = json_path.with_suffix(".md").read_text()
     assert (
         "| shaw (16) | 96 |" in markdown
-        and "Command: `python benchmarks/tools/regions_threshold.py" in markdown
+        and "Command: `python -m benchmarks.tools.regions_threshold" in markdown
     )

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-import retrieval_study
+from benchmarks.tools import retrieval_study
 
 
 def test_paired_differences_come_from_the_same_queries(tmp_path, capsys):

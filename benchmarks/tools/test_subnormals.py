@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-import subnormals
+from benchmarks.tools import subnormals
 
 
 def test_the_ratios_come_from_the_medians_of_each_setting():
@@ -30,5 +30,5 @@ def test_the_diagnostic_runs_both_settings_and_writes_its_tables(tmp_path):
     markdown = json_path.with_suffix(".md").read_text()
     assert (
         "| flushed to zero (`kolong`) |" in markdown
-        and "Command: `python benchmarks/tools/subnormals.py" in markdown
+        and "Command: `python -m benchmarks.tools.subnormals" in markdown
     )

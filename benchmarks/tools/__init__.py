@@ -1,0 +1,2 @@
+"""Diagnostics beside `kolong bench` (docs/benchmarks.md), run from a checkout's root as
+`python -m benchmarks.tools.NAME`."""
