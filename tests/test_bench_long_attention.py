@@ -392,3 +392,37 @@ def test_hf_bigbird_under_bf16_autocast_fails_in_hfs_code_and_runs_in_kolongs():
                 step()
         else:
             step()
+
+
+def test_a_failing_memory_worker_is_reported_and_the_others_are_plotted(tmp_path, monkeypatch):
+    """A real worker process that fails (exit 3): the run goes on, the report and the plot name the failed cell and
+    why, and the cells that came back are drawn; when no cell comes back there is no plot, and no crash."""
+    from kolong.bench import long_attention
+    from kolong.bench.memory import run_worker
+    from test_bench_memory import failing_worker_module
+
+    module = failing_worker_module(tmp_path, monkeypatch)
+    real = long_attention._memory_worker
+
+    def worker(pattern, length, args):
+        if pattern == "sliding" and length == 64:
+            return run_worker(module, {}, {"pattern": pattern, "length": length})
+        return real(pattern, length, args)
+
+    monkeypatch.setattr(long_attention, "_memory_worker", worker)
+    common = ["bench", "long-attention", "--patterns", "sliding", "--sliding-length", "32", "--sliding-overlap", "8",
+              "--hidden-size", "32", "--layers", "1", "--heads", "2", "--intermediate-size", "64", "--repeats", "1"]  # fmt: skip
+    result = CliRunner().invoke(app, [*common, "--lengths", "32,64", "--output-dir", str(tmp_path / "some")])
+    assert result.exit_code == 0, result.output
+    data = json.loads((tmp_path / "some" / "long-attention.json").read_text())
+    error = "worker exited 3: RuntimeError: injected failure"
+    assert data["memory_errors"] == [{"pattern": "sliding", "length": 64, "error": error}]
+    assert set(data["seconds"]["inference"]["sliding"]) == {"32"}
+    assert f"Memory of sliding at 64: {error}; not timed at this length" in result.output
+    assert (tmp_path / "some" / "long-attention.png").read_bytes()[:4] == b"\x89PNG"
+    assert long_attention.failures(data) == [f"sliding at 64 (memory): {error}"]
+
+    none = CliRunner().invoke(app, [*common, "--lengths", "64", "--output-dir", str(tmp_path / "none")])
+    assert none.exit_code == 0, none.output
+    assert f"Memory of sliding at 64: {error}" in none.output
+    assert not (tmp_path / "none" / "long-attention.png").exists()

@@ -57,3 +57,41 @@ def test_compress_measures_a_warm_call_of_pytorch_and_the_first_call_of_onnxrunt
     warm, first = json.loads(done.stdout.strip().splitlines()[-1])
     assert 56 <= warm <= 90, warm
     assert 240 <= first <= 300, first
+
+
+FAILING_WORKER = """
+import sys
+print("loading the model", file=sys.stderr)
+print("RuntimeError: injected failure", file=sys.stderr)
+sys.exit(3)
+"""
+
+
+def failing_worker_module(tmp_path, monkeypatch, name: str = "kolong_test_failing_worker") -> str:
+    """A real worker module that fails as a crashed measurement does: a traceback's last line, exit status 3."""
+    (tmp_path / f"{name}.py").write_text(FAILING_WORKER)
+    monkeypatch.syspath_prepend(str(tmp_path))  # run_worker hands this process's path to its worker
+    return name
+
+
+def test_a_failed_worker_reports_its_exit_status_and_last_error_line(tmp_path, monkeypatch):
+    from kolong.bench.memory import run_worker
+
+    module = failing_worker_module(tmp_path, monkeypatch)
+    row = run_worker(module, {}, {"pattern": "sliding", "length": 64})
+    assert row == {
+        "pattern": "sliding",
+        "length": 64,
+        "error": "worker exited 3: RuntimeError: injected failure",
+    }
+
+
+def test_a_killed_worker_is_named_by_its_signal(tmp_path, monkeypatch):
+    from kolong.bench.memory import run_worker
+
+    (tmp_path / "kolong_test_killed_worker.py").write_text(
+        "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    row = run_worker("kolong_test_killed_worker", {}, {"length": 8})
+    assert row == {"length": 8, "error": "worker killed by SIGKILL (out of memory?)"}

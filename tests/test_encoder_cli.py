@@ -140,6 +140,33 @@ def test_encoder_benchmark_measures_memory_in_a_worker_process_per_cell():
     )
 
 
+def test_a_failing_memory_worker_is_reported_and_the_other_cells_kept(tmp_path, monkeypatch):
+    """A real worker process that fails (exit 3) for one implementation: its cell says why, the others keep their
+    memory, and the report lists it as not measured."""
+    from kolong.bench import encoder
+    from kolong.bench.memory import run_worker
+    from test_bench_memory import failing_worker_module
+
+    module = failing_worker_module(tmp_path, monkeypatch)
+    real = encoder._memory_worker
+
+    def worker(name, length, args):
+        if name == "shaw-naive":
+            return run_worker(module, {}, {"implementation": name, "length": length})
+        return real(name, length, args)
+
+    monkeypatch.setattr(encoder, "_memory_worker", worker)
+    args = EncoderBenchArguments(lengths=[32], implementations=["learned", "shaw-naive"], hidden_size=32,
+                                 num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, vocab_size=100,
+                                 tokens_per_step=64, repeats=1)  # fmt: skip
+    result = run_benchmark(EncoderBenchmark(), args)
+    rows = {row["implementation"]: row for row in result["results"]}
+    error = "worker exited 3: RuntimeError: injected failure"
+    assert rows["shaw-naive"]["memory_error"] == error and "training_peak_mb" not in rows["shaw-naive"]
+    assert rows["shaw-naive"]["training_tokens_per_s"] > 0 and rows["learned"]["training_peak_mb"] >= 0
+    assert f"Not measured: shaw-naive at 32 ({error})" in to_markdown(result)
+
+
 def test_encoder_benchmark_rejects_unknown_implementations():
     with pytest.raises(ValueError, match="--implementations: unknown 'bert'"):
         run_benchmark(EncoderBenchmark(), EncoderBenchArguments(implementations=["bert"], memory=False))

@@ -370,7 +370,8 @@ class LongAttentionBenchmark(Benchmark):
         # with --shapes, the last named shape's: name last the one to plot
         shown = result if "shapes" not in result else list(result["shapes"].values())[-1]
         with contextlib.suppress(ImportError):  # matplotlib is in the base install; a plot is a bonus
-            return [plot(shown, output_dir / "long-attention.png")]
+            drawn = plot(shown, output_dir / "long-attention.png")
+            return [drawn] if drawn else []
         return []
 
     def to_markdown(self, result: dict) -> str:
@@ -527,8 +528,9 @@ def _table_lines(result: dict, heading: str) -> list[str]:
     return lines
 
 
-def plot(result: dict, path: Path) -> Path:
-    """Time and memory against length, log-log, one panel per mode."""
+def plot(result: dict, path: Path) -> Path | None:
+    """Time and memory against length, log-log, one panel per mode; the cells that failed named under them (None
+    when no cell was measured)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -537,6 +539,8 @@ def plot(result: dict, path: Path) -> Path:
     from kolong.plots.figures import save_figure
 
     panels = [(kind, mode) for kind in ("seconds", "memory_mb") for mode in result[kind]]
+    if not panels:  # every cell failed: the report says which and why, and there is nothing to draw
+        return None
     figure, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False)
     for axis, (kind, mode) in zip(axes[0], panels, strict=True):
         for pattern in PATTERNS:  # the same colour for a pattern in every panel
@@ -549,7 +553,20 @@ def plot(result: dict, path: Path) -> Path:
         axis.set_ylabel("seconds per call" if kind == "seconds" else "peak memory (MB)")
         axis.set_title(f"{mode}: {'time' if kind == 'seconds' else 'memory'}")
         axis.legend(fontsize=8)
+    failed = failures(result)
+    if failed:  # what is missing from the lines, and why, under the panels
+        figure.text(0.01, 0.005, "not measured: " + "; ".join(failed)[:300], fontsize=7, va="bottom")
+        figure.subplots_adjust(bottom=0.22)
     return save_figure(figure, path)
+
+
+def failures(result: dict) -> list[str]:
+    """Each cell that did not come back, as "PATTERN at LENGTH (MODE): ERROR"."""
+    memory = [
+        f"{e['pattern']} at {e['length']} (memory): {e['error']}" for e in result.get("memory_errors", [])
+    ]
+    timed = [f"{f['pattern']} at {f['length']} ({f['mode']}): {f['error']}" for f in result.get("failed", [])]
+    return memory + timed
 
 
 if __name__ == "__main__":  # the memory worker: `python -m kolong.bench.long_attention PAYLOAD`

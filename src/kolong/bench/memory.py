@@ -7,6 +7,7 @@ process's peak cannot be reset (a parent holding every model would report that).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -27,7 +28,6 @@ def _release_free_memory() -> None:
     # stays resident, and a second call in the same process would reuse it without raising the resident set:
     # measured after a forward, a training step's growth would leave out up to the forward's peak. malloc_trim
     # hands every free page back first (glibc only; elsewhere nothing to do).
-    import contextlib
     import ctypes
 
     with contextlib.suppress(OSError, AttributeError):
@@ -62,12 +62,22 @@ def peak_growth_mb(step, cuda: bool) -> float:
 
 
 def run_worker(module: str, payload: dict, row: dict) -> dict:
-    """`python -m module PAYLOAD` in a fresh process (this one's import path): the JSON row it prints last,
-    or `row` with the error that ended it."""
+    """`python -m module PAYLOAD` in a fresh process (this one's import path): the JSON row it prints last, or
+    `row` with `error`: how the worker ended (its exit status, or the signal that killed it) and its last error
+    line."""
+    import signal
+
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     process = subprocess.run([sys.executable, "-m", module, json.dumps(payload)], capture_output=True,
                              text=True, check=False, env=environment)  # fmt: skip
-    if process.returncode != 0:
-        reason = (process.stderr.strip().splitlines() or ["killed (out of memory?)"])[-1]
-        return {**row, "error": reason[-300:]}
-    return json.loads(process.stdout.strip().splitlines()[-1])
+    if process.returncode == 0:
+        with contextlib.suppress(IndexError, json.JSONDecodeError):
+            return json.loads(process.stdout.strip().splitlines()[-1])
+        return {**row, "error": "worker exited 0 without a result line"}
+    if process.returncode < 0:
+        name = signal.Signals(-process.returncode).name
+        status = f"worker killed by {name}" + (" (out of memory?)" if name == "SIGKILL" else "")
+    else:
+        status = f"worker exited {process.returncode}"
+    lines = process.stderr.strip().splitlines()
+    return {**row, "error": f"{status}: {lines[-1][-300:]}" if lines else status}
