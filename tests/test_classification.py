@@ -231,7 +231,7 @@ def test_predict_cls_writes_what_evaluate_klue_scores(checkpoint, tmp_path):
     finetune_cls(ClassificationArguments(model=str(checkpoint), data=str(table), output_dir=str(tmp_path / "nli"),
                                          epochs=1, batch_size=16, max_length=32, extra={"disable_tqdm": True}))  # fmt: skip
     predictions = tmp_path / "nli-predictions.json"
-    invoke("predict", "cls", "--model", tmp_path / "nli", "--data", gold, "-o", predictions)
+    predicted_run = invoke("predict", "cls", "--model", tmp_path / "nli", "--data", gold, "-o", predictions)
     predicted = json.loads(predictions.read_text())
     assert set(predicted) == {r["guid"] for r in rows} and set(predicted.values()) <= set(labels)
     scores = json.loads(
@@ -239,6 +239,11 @@ def test_predict_cls_writes_what_evaluate_klue_scores(checkpoint, tmp_path):
     )
     expected = 100 * sum(predicted[r["guid"]] == r["gold_label"] for r in rows) / len(rows)
     assert scores["accuracy"] == pytest.approx(expected) and scores["items"] == 30
+    # the labels were there: the score is printed too, the same as `evaluate klue` gives
+    assert (
+        f"accuracy {expected:.2f}" in predicted_run.output
+        and "on the 30 labelled examples" in predicted_run.output
+    )
     refused = CliRunner().invoke(app, ["predict", "cls", "--model", str(tmp_path / "nli"), "--data", str(gold),
                                        "-o", str(predictions)])  # fmt: skip
     assert refused.exit_code == 2 and "--overwrite" in refused.output

@@ -359,7 +359,10 @@ def test_an_empty_knowledge_file_gives_the_plain_models_outputs_exactly(checkpoi
     empty = tmp_path / "empty.tsv"
     empty.write_text("# no triples\n", encoding="utf-8")
     texts = ["배우 연기가 최고", "오늘 이번 영화는 별로", "다시 보고"]
-    trees = KnowledgeInjector(KnowledgeGraph.from_tsv(empty), tokenizer, 32, model)(texts)
+    injector = KnowledgeInjector(KnowledgeGraph.from_tsv(empty), tokenizer, 32, model)
+    trees = injector(texts)
+    with pytest.warns(KolongWarning, match="none of the 3 training examples contains an entity of the file"):
+        assert injector.report(3, "training examples").startswith("knowledge: 0 of 3 training examples")
     del trees["trunk_index"]
     batch = KnowledgeCollator(tokenizer.pad_token_id)(tree_rows(trees))
     plain = tokenizer(texts, padding=True, return_tensors="pt")

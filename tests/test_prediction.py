@@ -68,6 +68,22 @@ def test_progress_is_a_bar_on_a_terminal_and_lines_from_the_first_item_otherwise
     assert counts[-1] == "100" and "104" not in counts and "window" in shown
 
 
+def test_progress_lines_count_in_english_and_give_slow_loops_seconds_per_item(capsys, monkeypatch):
+    from kolong.training import prediction
+    from kolong.training.prediction import pace, plural, progress
+
+    assert [plural(1, "step"), plural(2, "step"), plural(0, "branch"), plural(1, "branch")] == [
+        "step", "steps", "branches", "branch"]  # fmt: skip
+    assert pace(0, 5.0, "step") == "" and pace(10, 2.0, "step") == "5.0 steps/s, "
+    assert pace(2, 34.0, "step") == "17.0 s/step, "  # not "0.1 steps/s"
+    clock = iter([0.0, 0.0, 17.0, 17.0])
+    monkeypatch.setattr(prediction.time, "perf_counter", lambda: next(clock))
+    with progress(1, "step", "training") as advance:
+        advance(1)
+    assert capsys.readouterr().err.splitlines() == [
+        "training: 0/1 step (0%, 0 s)", "training: 1/1 step (100%, 17.0 s/step, 17 s)"]  # fmt: skip
+
+
 def test_training_steps_are_reported_from_the_first_where_output_is_redirected(capsys):
     """Where the Trainer shows no bar (stderr a file or a pipe): a line at the start, each tenth, and at the end;
     a resumed run counts from its checkpoint's step."""

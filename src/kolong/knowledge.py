@@ -43,6 +43,17 @@ if TYPE_CHECKING:
 DEFAULT_MAX_TRIPLES = 2  # K-BERT's setting: at most two triples per entity
 
 
+_WARNED: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    """A warning said once per process: the same knowledge file is read by every injector a run builds (training,
+    evaluation and prediction, each seed)."""
+    if message not in _WARNED:
+        _WARNED.add(message)
+        warn(message)
+
+
 @dataclass
 class KnowledgeGraph:
     """(head, relation, tail) triples by head, at most `max_triples` per head (the file's first ones)."""
@@ -229,9 +240,9 @@ class KnowledgeInjector:
         unknown = getattr(tokenizer, "unk_token_id", None)
         self.index = EntityIndex.build(graph, ids, unknown)
         if self.index.unknown_heads:
-            warn(f"knowledge {graph.path}: {self.index.unknown_heads:,} of {len(graph.triples):,} entities left out: "
-                 f"the tokenizer reads them with its unknown token {tokenizer.unk_token!r}, which would match every "
-                 "word it does not know")  # fmt: skip
+            _warn_once(f"knowledge {graph.path}: {self.index.unknown_heads:,} of {len(graph.triples):,} entities left "
+                       f"out: the tokenizer reads them with its unknown token {tokenizer.unk_token!r}, which would "
+                       "match every word it does not know")  # fmt: skip
         self.dropped = 0
         self.injected_examples = 0
 
@@ -284,7 +295,11 @@ class KnowledgeInjector:
         return f"attention takes the `{plan.kernel}` path: {plan.why}"
 
     def report(self, examples: int, part: str) -> str:
-        """One line on what was injected since the last report, and what did not fit."""
+        """One line on what was injected since the last report, and what did not fit; a warning when no example
+        got a triple (the knowledge would change nothing)."""
+        if examples and not self.injected_examples:
+            warn(f"knowledge {self.graph.path}: none of the {examples:,} {part} contains an entity of the file, so "
+                 "--knowledge changes nothing for them; check that its heads are words of this data (docs/knowledge.md)")  # fmt: skip
         line = (f"knowledge: {self.injected_examples:,} of {examples:,} {part} got triples from "
                 f"{Path(self.graph.path).name}")  # fmt: skip
         if self.dropped:

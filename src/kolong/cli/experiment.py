@@ -14,6 +14,8 @@ MAX_MINUTES = typer.Option(0.0, "--max-minutes", min=0, callback=finite,
                            help="Stop training at a checkpoint once this call has run this many minutes (0: no "
                            "limit); run the same command again to resume there.")  # fmt: skip
 
+OVERWRITE = typer.Option(False, "--overwrite", help="Replace the results of a finished run of this study.")
+
 app = typer.Typer(
     help="Run the experiments documented in docs/reproductions.md.",
     no_args_is_help=True,
@@ -167,10 +169,15 @@ def positions(
     ),
     schemes: str = typer.Option("learned,shaw,rope,alibi", help="Position schemes to compare."),
     work_dir: Path = typer.Option(
-        Path("runs/position-study"), help="Tokenizers, corpora, checkpoints (resumable)."
+        Path("runs/position-study"),
+        "--output-dir",
+        "-o",
+        "--work-dir",
+        help="Tokenizers, corpora, checkpoints (resumable), and the results unless --results says otherwise.",
     ),
-    results: Path = typer.Option(Path("docs/experiments/positions-cpu.json"), help="Results JSON."),
-    figures: Path = typer.Option(Path("docs/images"), help="Where the plot goes."),
+    results: Path = typer.Option(None, help="Results JSON (default: OUTPUT_DIR/positions.json)."),
+    figures: Path = typer.Option(None, help="Where the plot goes (default: OUTPUT_DIR)."),
+    overwrite: bool = OVERWRITE,
     shared_data: Path = typer.Option(None, "--shared-data", help=SHARED_HELP),
     learning_rate: float = typer.Option(1e-3, callback=positive, help="Pre-training peak learning rate."),
     overrides: list[str] = typer.Option(None, "--set", help="Override a scale setting: --set steps=2000."),
@@ -192,6 +199,7 @@ def positions(
         seed_list = tuple(int(s) for s in seeds.split(",") if s.strip())
     except ValueError:
         raise typer.BadParameter(f"--seeds: expected comma-separated integers, got {seeds!r}") from None
+    results, figures = _outputs(work_dir, results, figures, "positions.json", overwrite)
 
     args = PositionStudyArguments(
         work_dir=str(work_dir), results=str(results), figures=str(figures), scale=scale,
@@ -211,8 +219,12 @@ def positions(
             raise typer.BadParameter(str(error)) from None
     if not outcome["finished"]:
         return  # the study said where it stopped (--max-minutes) and how to resume
+    if not seed_list:  # the seeds' summary writes its own
+        from kolong.io import atomic_write_text
+
+        atomic_write_text(results.with_suffix(".md"), to_markdown(outcome))
     console.print(seeds_markdown(outcome) if seed_list else to_markdown(outcome))
-    console.print(f"[green]wrote[/] {results}" + (f", {results.with_suffix('.md')}" if seed_list else ""))
+    console.print(f"[green]wrote[/] {results}, {results.with_suffix('.md')}")
 
 
 @app.command("base")
@@ -361,12 +373,15 @@ def gbst(
         "klue-ner,klue-dp,klue-nli,korquad", help="Text-to-text tasks to fine-tune on."
     ),
     work_dir: Path = typer.Option(
-        Path("runs/gbst-study"), help="Corpus, checkpoints, stage results (resumable)."
+        Path("runs/gbst-study"),
+        "--output-dir",
+        "-o",
+        "--work-dir",
+        help="Corpus, checkpoints, stage results (resumable), and the results unless --results says otherwise.",
     ),
-    results: Path = typer.Option(
-        Path("docs/experiments/gbst-cpu.json"), help="Results JSON (markdown beside)."
-    ),
-    figures: Path = typer.Option(Path("docs/images"), help="Where the plot goes."),
+    results: Path = typer.Option(None, help="Results JSON, markdown beside (default: OUTPUT_DIR/gbst.json)."),
+    figures: Path = typer.Option(None, help="Where the plot goes (default: OUTPUT_DIR)."),
+    overwrite: bool = OVERWRITE,
     shared_data: Path = typer.Option(None, "--shared-data", help=SHARED_HELP),
     eval_fraction: float = typer.Option(
         0.2, min=0.01, max=0.9, callback=finite, help="Held-out share of each dev file."
@@ -383,6 +398,7 @@ def gbst(
     from kolong.cli.arguments import parse_pairs
     from kolong.experiments.gbst import GbstStudyArguments, run_gbst_study, to_markdown
 
+    results, figures = _outputs(work_dir, results, figures, "gbst.json", overwrite)
     _run_study("GBST study", lambda: GbstStudyArguments(
         work_dir=str(work_dir), results=str(results), figures=str(figures), scale=scale,
         tasks=tuple(t.strip() for t in tasks.split(",") if t.strip()), shared_data=str(shared_root(shared_data)),
@@ -397,12 +413,18 @@ def knowledge(
     ),
     seeds: str = typer.Option("42,43,44", help="Fine-tuning seeds (each its own split, head and order)."),
     work_dir: Path = typer.Option(
-        Path("runs/knowledge-study"), help="Knowledge file, corpus, checkpoints, stage results (resumable)."
+        Path("runs/knowledge-study"),
+        "--output-dir",
+        "-o",
+        "--work-dir",
+        help="Knowledge file, corpus, checkpoints, stage results (resumable), and the results unless --results "
+        "says otherwise.",
     ),
     results: Path = typer.Option(
-        Path("docs/experiments/knowledge-nsmc-cpu.json"), help="Results JSON (markdown beside)."
+        None, help="Results JSON, markdown beside (default: OUTPUT_DIR/knowledge-nsmc.json)."
     ),
-    figures: Path = typer.Option(Path("docs/images"), help="Where knowledge-nsmc.png goes."),
+    figures: Path = typer.Option(None, help="Where knowledge-nsmc.png goes (default: OUTPUT_DIR)."),
+    overwrite: bool = OVERWRITE,
     shared_data: Path = typer.Option(None, "--shared-data", help=SHARED_HELP),
     overrides: list[str] = typer.Option(
         None, "--set", help="Override a scale setting: --set finetune_steps=800."
@@ -415,6 +437,7 @@ def knowledge(
     from kolong.cli.arguments import parse_pairs
     from kolong.experiments.knowledge import KnowledgeStudyArguments, run_knowledge_study, to_markdown
 
+    results, figures = _outputs(work_dir, results, figures, "knowledge-nsmc.json", overwrite)
     _run_study("knowledge study", lambda: KnowledgeStudyArguments(
         work_dir=str(work_dir), results=str(results), figures=str(figures), scale=scale,
         seeds=_seeds(seeds), shared_data=str(shared_root(shared_data)), max_minutes=max_minutes,
@@ -436,11 +459,18 @@ def sensitivity(
     block_length: int = typer.Option(256, min=8, help="Tokens per held-out MLM block."),
     blocks: int = typer.Option(200, min=1, help="Held-out MLM blocks."),
     qa_length: int = typer.Option(256, min=16, help="QA window length (stride a quarter of it)."),
-    work_dir: Path = typer.Option(Path("runs/sensitivity"), help="Per-run results (resumable)."),
-    results: Path = typer.Option(
-        Path("docs/experiments/sensitivity-cpu.json"), help="Results JSON (markdown beside)."
+    work_dir: Path = typer.Option(
+        Path("runs/sensitivity"),
+        "--output-dir",
+        "-o",
+        "--work-dir",
+        help="Per-run results (resumable), and the results unless --results says otherwise.",
     ),
-    figures: Path = typer.Option(Path("docs/images"), help="Where sensitivity.png goes."),
+    results: Path = typer.Option(
+        None, help="Results JSON, markdown beside (default: OUTPUT_DIR/sensitivity.json)."
+    ),
+    figures: Path = typer.Option(None, help="Where sensitivity.png goes (default: OUTPUT_DIR)."),
+    overwrite: bool = OVERWRITE,
     shared_data: Path = typer.Option(None, "--shared-data", help=SHARED_HELP),
     seed: int = typer.Option(42, min=0, max=2**32 - 1, help="Seed of the masks and the bootstrap."),
 ) -> None:
@@ -450,6 +480,7 @@ def sensitivity(
     from kolong.cli.arguments import parse_pairs
     from kolong.experiments.sensitivity import SensitivityArguments, run_sensitivity, to_markdown
 
+    results, figures = _outputs(work_dir, results, figures, "sensitivity.json", overwrite)
     _run_study("sensitivity study", lambda: SensitivityArguments(
         mlm_models={k: str(v) for k, v in parse_pairs("--mlm", mlm).items()},
         qa_models={k: str(v) for k, v in parse_pairs("--qa", qa).items()},
@@ -457,6 +488,19 @@ def sensitivity(
         figures=str(figures), shared_data=str(shared_root(shared_data)), trained_reviews=trained_reviews,
         trained_length=trained_length, block_length=block_length, blocks=blocks, qa_length=qa_length, seed=seed,
     ), run_sensitivity, to_markdown, results, figures / "sensitivity.png")  # fmt: skip
+
+
+def _outputs(work_dir: Path, results: Path | None, figures: Path | None, name: str, overwrite: bool):
+    """Where a study's results JSON (markdown beside) and figures go: under its output folder unless named; a
+    finished study's results are refused before any work unless --overwrite, so a rerun never replaces them
+    silently."""
+    from kolong.io import check_output_file
+
+    results = results or work_dir / name
+    with user_errors():  # the markdown is written when the study finishes; a JSON alone is a run to resume
+        if results.with_suffix(".md").exists():
+            check_output_file(results, overwrite)
+    return results, figures or work_dir
 
 
 def _run_study(title: str, make_args, run, to_markdown, results: Path, *also_written: Path) -> None:

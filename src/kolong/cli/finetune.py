@@ -190,6 +190,9 @@ def predict_cls(args: ClassificationPredictArguments) -> None:
         console.print(summary["knowledge"], soft_wrap=True)
     console.print(f"[green]wrote[/] {summary['output']}: {summary['examples']} "
                   f"{'scores' if summary['regression'] else 'labels'}")  # fmt: skip
+    if "metrics" in summary:
+        scores = ", ".join(f"{name} {value:.2f}" for name, value in summary["metrics"].items())
+        console.print(f"{scores} on the {summary['examples']:,} labelled examples")
 
 
 @predict_app.command("dp")

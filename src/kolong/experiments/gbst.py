@@ -63,8 +63,10 @@ class GbstStudyArguments:
 
     work_dir: str = "runs/gbst-study"
     """Corpus, checkpoints and stage results (resumable)."""
-    results: str = "docs/experiments/gbst-cpu.json"
-    figures: str = "docs/images"
+    results: str = ""
+    """Results JSON (markdown beside); empty: WORK_DIR/gbst.json."""
+    figures: str = ""
+    """Where the plots go; empty: WORK_DIR."""
     scale: str = "cpu"
     tasks: tuple[str, ...] = tuple(TASK_LENGTHS)
     shared_data: str = "../shared/data"
@@ -75,6 +77,10 @@ class GbstStudyArguments:
     """Stop training at a checkpoint after this many minutes of the call (0: no limit); rerun to resume."""
     overrides: dict = field(default_factory=dict)
     """Scale fields to override (pretrain_steps, hidden_size, ...)."""
+
+    def __post_init__(self) -> None:  # a study writes under its own folder unless told otherwise
+        self.results = self.results or str(Path(self.work_dir) / "gbst.json")
+        self.figures = self.figures or self.work_dir
 
 
 def settings_of(args: GbstStudyArguments) -> dict:

@@ -53,8 +53,10 @@ class KnowledgeStudyArguments:
 
     work_dir: str = "runs/knowledge-study"
     """Knowledge file, tokenizer, corpus, checkpoints and stage results (resumable)."""
-    results: str = "docs/experiments/knowledge-nsmc-cpu.json"
-    figures: str = "docs/images"
+    results: str = ""
+    """Results JSON (markdown beside); empty: WORK_DIR/knowledge-nsmc.json."""
+    figures: str = ""
+    """Where the plots go; empty: WORK_DIR."""
     scale: str = "cpu"
     seeds: tuple[int, ...] = (42, 43, 44)
     shared_data: str = "../shared/data"
@@ -68,6 +70,10 @@ class KnowledgeStudyArguments:
     @property
     def seed(self) -> int:  # the base's: pre-training and its data
         return self.seeds[0]
+
+    def __post_init__(self) -> None:  # a study writes under its own folder unless told otherwise
+        self.results = self.results or str(Path(self.work_dir) / "knowledge-nsmc.json")
+        self.figures = self.figures or self.work_dir
 
 
 def klue_ner_triples(shared_data: str | Path) -> list[tuple[str, str, str]]:

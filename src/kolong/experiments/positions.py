@@ -63,8 +63,10 @@ class PositionStudyArguments:
 
     work_dir: str = "runs/position-study"
     """Tokenizers, corpora, checkpoints (resumable)."""
-    results: str = "docs/experiments/positions-cpu.json"
-    figures: str = "docs/images"
+    results: str = ""
+    """Results JSON (markdown beside); empty: WORK_DIR/positions.json."""
+    figures: str = ""
+    """Where the plots go; empty: WORK_DIR."""
     scale: str = "cpu-quick"
     schemes: tuple[str, ...] = ("learned", "shaw", "rope", "alibi")
     shared_data: str = "../shared/data"
@@ -76,6 +78,10 @@ class PositionStudyArguments:
     """Stop training at a checkpoint after this many minutes of the call (0: no limit); rerun to resume."""
     overrides: dict = field(default_factory=dict)
     """Scale fields to override (steps, hidden_size, ...)."""
+
+    def __post_init__(self) -> None:  # a study writes under its own folder unless told otherwise
+        self.results = self.results or str(Path(self.work_dir) / "positions.json")
+        self.figures = self.figures or self.work_dir
 
 
 def _settings(args: PositionStudyArguments) -> dict:

@@ -43,8 +43,10 @@ class SensitivityArguments:
     qa_eval: str = ""
     """SQuAD/KorQuAD JSON the QA models are scored on."""
     work_dir: str = "runs/sensitivity"
-    results: str = "docs/experiments/sensitivity-cpu.json"
-    figures: str = "docs/images"
+    results: str = ""
+    """Results JSON (markdown beside); empty: WORK_DIR/sensitivity.json."""
+    figures: str = ""
+    """Where the plots go; empty: WORK_DIR."""
     shared_data: str = "../shared/data"
     trained_reviews: int = 30000
     """NSMC reviews pre-training read (the held-out ones come after them)."""
@@ -54,6 +56,10 @@ class SensitivityArguments:
     blocks: int = 200
     qa_length: int = 256
     seed: int = 42
+
+    def __post_init__(self) -> None:  # a study writes under its own folder unless told otherwise
+        self.results = self.results or str(Path(self.work_dir) / "sensitivity.json")
+        self.figures = self.figures or self.work_dir
 
 
 def fake_quantize(weight, bits: int, rows: slice | None = None):

@@ -292,6 +292,50 @@ def step_lines(emit: Callable[[str], None] | None = None):
     return StepLines()
 
 
+# Log entries the Trainer adds about itself, not about the model: its speed and the epoch (the step is said).
+_ABOUT_THE_RUN = ("runtime", "samples_per_second", "steps_per_second", "epoch", "total_flos")
+
+
+def log_line(logs: dict, step: int, max_steps: int) -> str | None:
+    """One readable line for a Trainer log entry, in place of the dict of strings the Trainer prints: a training
+    log ("step 10/100: loss 0.6931, learning rate 2e-05, grad norm 1.23"), an evaluation ("evaluation at step
+    10: loss 0.6936, accuracy 50 (0.5 s)"); None for the closing summary, which the recipe's own line gives."""
+    if "train_runtime" in logs:
+        return None
+    evaluation = any(key.startswith("eval_") for key in logs)
+    values = {key.removeprefix("eval_"): value for key, value in logs.items()}
+    shown = [f"{key.replace('_', ' ') if key in ('learning_rate', 'grad_norm') else key} {_number(value)}"
+             for key, value in values.items() if not key.endswith(_ABOUT_THE_RUN) and key != "step"]  # fmt: skip
+    if not shown:
+        return None
+    where = f"step {step:,}" + (f"/{max_steps:,}" if max_steps > 0 else "")
+    runtime = values.get("runtime")
+    took = f" ({float(runtime):,.1f} s)" if isinstance(runtime, (int, float)) else ""
+    return f"{'evaluation at ' + where if evaluation else where}: {', '.join(shown)}{took}"
+
+
+def _number(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def log_lines():
+    """A Trainer callback that says each log entry as one `log_line` on stderr, where the Trainer's printer would
+    print its dict; it replaces that printer (`train_or_finish`)."""
+    from transformers import TrainerCallback
+
+    from kolong.training.guards import announce
+
+    class LogLines(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            line = log_line(logs or {}, state.global_step, state.max_steps)
+            if line and state.is_world_process_zero:
+                announce(line)
+
+    return LogLines()
+
+
 def one_train_loss():
     """A Trainer callback, first in line, that keeps the Trainer's own `train_loss` (the mean over the steps since
     the run last started) out of the summary it prints at the end, where kolong's closing line gives the run's (over resumes):
@@ -368,7 +412,11 @@ def train_or_finish(trainer, resume_from: str | None, args=None):
     trainer.add_callback(stop_on_non_finite())
     trainer.callback_handler.callbacks.insert(0, one_train_loss())  # before the Trainer's printer
     if trainer.args.disable_tqdm and not getattr(args, "quiet", False):
+        from transformers.trainer_callback import PrinterCallback
+
         trainer.add_callback(step_lines())
+        if trainer.pop_callback(PrinterCallback) is not None:  # its dicts of strings, said as lines instead
+            trainer.add_callback(log_lines())
     signals = stop_on_signal()
     trainer.add_callback(signals)
     if resume_from is None and args is not None:

@@ -109,7 +109,7 @@ def predict_cls(args: ClassificationPredictArguments) -> dict:
     injector = None if graph is None else KnowledgeInjector(graph, tokenizer, max_length, model)
     regression = model.config.num_labels == 1
     names = {int(k): v for k, v in model.config.id2label.items()}
-    predictions = {}
+    predictions, logits_by_id = {}, {}
     lengths = token_lengths(tokenizer, [e.text for e in examples], [e.pair for e in examples], max_length)
     cut = sum(length > max_length for length in lengths)
     warn_cut(cut, len(examples), "examples", f"--max-length {max_length} tokens", "each is read up to it")
@@ -130,9 +130,17 @@ def predict_cls(args: ClassificationPredictArguments) -> dict:
             logits = model(**encoded).logits.float()
         values = logits[:, 0].tolist() if regression else [names[i] for i in logits.argmax(-1).tolist()]
         predictions.update({e.id: v for e, v in zip(batch, values, strict=True)})
+        logits_by_id.update({e.id: row for e, row in zip(batch, logits.cpu().numpy(), strict=True)})
     with atomic_output_file(args.output, args.overwrite) as staging:
         atomic_write_json(staging, in_order([e.id for e in examples], predictions))
     result = {"examples": len(predictions), "output": args.output, "regression": regression, "cut": cut}
+    if all(e.label is not None for e in examples):  # a named dataset or a KLUE file: score what was predicted
+        import numpy as np
+
+        from kolong.training.classification import classification_metrics
+
+        scores = np.stack([logits_by_id[e.id] for e in examples])
+        result["metrics"] = classification_metrics(scores, np.array([e.label for e in examples]), regression)
     if injector is not None:
         result["knowledge"] = injector.report(len(examples), "examples")
     return result

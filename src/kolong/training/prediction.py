@@ -51,8 +51,8 @@ def progress(
     def line() -> None:
         nonlocal last
         last = time.perf_counter()
-        rate = done / max(last - start, 1e-9)
-        text = f"{what}: {done:,}/{total:,} {unit}s ({100 * done / total:.0f}%, {rate:,.1f} {unit}s/s, {last - start:,.0f} s)"
+        elapsed = last - start
+        text = f"{what}: {done:,}/{total:,} {plural(total, unit)} ({100 * done / total:.0f}%, {pace(done, elapsed, unit)}{elapsed:,.0f} s)"
         if emit is not None:
             emit(text)
         else:
@@ -70,6 +70,22 @@ def progress(
 
     line()
     yield advance
+
+
+def plural(count: int, unit: str) -> str:
+    """`unit` as English counts `count` of it: 1 step, 2 steps, 2 branches."""
+    if count == 1:
+        return unit
+    return unit + ("es" if unit.endswith(("s", "sh", "ch", "x")) else "s")
+
+
+def pace(done: int, seconds: float, unit: str) -> str:
+    """How fast a loop goes, as the reader wants it: items a second when more than one goes by each second, else
+    seconds an item (a slow step reads "17.0 s/step", not "0.1 steps/s"); nothing before the first item."""
+    if not done or seconds <= 0:
+        return ""
+    rate = done / seconds
+    return f"{rate:,.1f} {plural(2, unit)}/s, " if rate >= 1 else f"{seconds / done:,.1f} s/{unit}, "
 
 
 def token_lengths(tokenizer, texts: list[str], pairs: list | None, max_length: int) -> list[int]:
