@@ -13,7 +13,7 @@ from kolong.cli import app
 from kolong.data.builtin_checkpoints import build_tiny_bert_checkpoint
 from kolong.errors import ConfigError, DataError
 from kolong.retrieval.builders import article_task, haystack_task, insert, sentences_with_offsets
-from kolong.retrieval.evaluate import evaluate_retrieval, per_query, plan_readers
+from kolong.retrieval.evaluate import evaluate_retrieval, markdown, per_query, plan_readers
 from kolong.retrieval.readers import chunk_texts
 from kolong.retrieval.task import Document, Query, RetrievalTask, read_task, write_task
 
@@ -68,6 +68,10 @@ def test_a_task_round_trips_through_its_file(tmp_path):
         ('{"document": {"id": "d0", "text": "again"}}', "appears twice"),
         ('{"other": {}}', 'one key, "task"'),
         ('{"query": {"id": "q", "text": "x", "relevant": ["d0"], "target_start": -1}}', "target_start"),
+        (
+            '{"query": {"id": "q", "text": "x", "relevant": ["d0"], "group": 7}}',
+            "'group' must be a non-empty string",
+        ),
     ],
 )
 def test_malformed_lines_are_refused_with_file_and_line(tmp_path, line, message):
@@ -76,6 +80,49 @@ def test_malformed_lines_are_refused_with_file_and_line(tmp_path, line, message)
     with pytest.raises(DataError, match=message) as error:
         read_task(path)
     assert str(path) in str(error.value) and (":2" in str(error.value) or "does not hold" in str(error.value))
+
+
+def test_groups_round_trip_and_are_given_to_every_query_or_none(tmp_path):
+    from kolong.retrieval.task import Query
+
+    task = small_task()
+    for query, group in zip(task.queries, ("a", "a", "b"), strict=True):
+        query.group = group
+    write_task(task, tmp_path / "t.jsonl")
+    assert [q.group for q in read_task(tmp_path / "t.jsonl").queries] == ["a", "a", "b"]
+    task.queries.append(Query("q3", "서울", {"d0": 1}))
+    write_task(task, tmp_path / "some.jsonl")
+    with pytest.raises(DataError, match="3 of 4 queries have a 'group': give every query one, or none"):
+        read_task(tmp_path / "some.jsonl")
+
+
+def test_evaluate_resamples_differences_by_the_queries_group(embedding_model):
+    task = small_task()
+    by_query = evaluate_retrieval(
+        task, [str(embedding_model)], lengths=[32], readers=["truncate", "chunk-max"], k=[1]
+    )
+    for query, group in zip(task.queries, ("a", "a", "b"), strict=True):
+        query.group = group
+    grouped = evaluate_retrieval(task, [str(embedding_model)], lengths=[32], readers=["truncate", "chunk-max"], k=[1],
+                                 margin=0.05)  # fmt: skip
+    difference = grouped.rows[1]["ndcg10_minus_first"]
+    assert difference["unit"] == "article" and difference["units"] == 2 and difference["margin"] == 0.05
+    assert by_query.rows[1]["ndcg10_minus_first"]["unit"] == "example"
+    assert difference["verdict"] in ("better", "worse", "equivalent", "undecided")
+    assert grouped.settings["comparison"] == {
+        "unit": "article",
+        "coverage": 0.95,
+        "margin": 0.05,
+        "groups": 2,
+    }
+    assert grouped.query_groups == {"q0": "a", "q1": "a", "q2": "b"}
+    assert "[95% interval by article], verdict at margin 0.05 (2 articles)" in markdown(grouped)
+    with pytest.raises(ConfigError, match="--margin must be a positive number"):
+        evaluate_retrieval(task, [str(embedding_model)], lengths=[32], readers=["truncate"], k=[1], margin=0)
+    for query in task.queries:
+        query.group = "one"
+    with pytest.raises(ConfigError, match="every query is in one group"):
+        evaluate_retrieval(task, [str(embedding_model)], lengths=[32], readers=["truncate"], k=[1])
 
 
 def test_fewer_candidates_than_k_is_refused():
@@ -135,6 +182,9 @@ def test_article_tasks_hold_their_evaluation_articles_apart(shared_data, pool, t
     task = article_task(eval_articles=5, questions_per_article=3, pool=pool, seed=1, shared_data=shared_data)
     held = set(task.settings["held_out_titles"])
     assert len(held) == 5 and len(task.queries) == 15
+    assert {q.group for q in task.queries} == held  # each question grouped by the article it was asked of
+    every = article_task(eval_articles=5, questions_per_article=0, pool=pool, seed=1, shared_data=shared_data)
+    assert len(every.queries) > 15 and {q.group for q in every.queries} == held  # 0: every question
     titles = {d.split("#")[0] for d in task.documents}
     assert held <= titles and (len(titles) > 5) == (pool == "all")
     for query in task.queries:  # the answer lies where the target says

@@ -1,7 +1,12 @@
 """The retrieval study's comparisons, from `kolong evaluate retrieval` results: paired differences of nDCG@10
-between chosen readers, over the same queries, with bootstrap intervals (`python
-benchmarks/tools/retrieval_study.py RESULTS.json "A" "B" ...`, pairs of reader names; a diagnostic beside the
+between chosen readers over the same queries, judged by kolong's verdict rule (`kolong.evaluation.verdicts`):
+resampled by article, with an equivalence margin and the minimum detectable difference (`python -m
+benchmarks.tools.retrieval_study RESULTS.json "A" "B" ...`, pairs of reader names; a diagnostic beside the
 commands, not installed with kolong). Prints a markdown table.
+
+The queries' articles come from the results (`query_groups`, written by `evaluate retrieval` for grouped tasks),
+else from the KorQuAD file the questions were asked of (`--korquad`, default the shared dev set): results written
+before tasks carried groups have KorQuAD question ids.
 """
 
 from __future__ import annotations
@@ -10,11 +15,39 @@ import argparse
 import json
 from pathlib import Path
 
+SHARED_KORQUAD = (
+    Path(__file__).resolve().parents[2].parent
+    / "shared"
+    / "data"
+    / "korquad"
+    / "KorQuAD_v1.0_dev.shared.json"
+)
 
-def comparisons(result: dict, pairs: list[tuple[str, str]], seed: int = 0) -> list[dict]:
-    """For each (a, b): mean nDCG@10 of both and the paired difference a - b with its 95% interval."""
-    from kolong.evaluation.bootstrap import paired_difference
-    from kolong.retrieval.evaluate import verdict
+
+def korquad_articles(path: Path) -> dict[str, str]:
+    """question id -> the title of the article it was asked of."""
+    data = json.loads(path.read_text(encoding="utf-8"))["data"]
+    return {qa["id"]: article["title"] for article in data for paragraph in article["paragraphs"]
+            for qa in paragraph["qas"]}  # fmt: skip
+
+
+def query_groups(result: dict, korquad: Path | None) -> dict[str, str] | None:
+    """Each query's article: from the results, else from `korquad`; None when neither names every query (the
+    queries are then independent, as in the haystack tasks)."""
+    ids = next(iter(result["rows"]))["per_query_ndcg10"]
+    stored = result.get("query_groups")
+    if stored:
+        return stored
+    if korquad is None or not korquad.is_file():
+        return None
+    articles = korquad_articles(korquad)
+    return {q: articles[q] for q in ids} if all(q in articles for q in ids) else None
+
+
+def comparisons(result: dict, pairs: list[tuple[str, str]], *, margin: float = 0.02, groups: dict | None = None,
+                seed: int = 0) -> list[dict]:  # fmt: skip
+    """For each (a, b): mean nDCG@10 of both and the verdict on a - b over the same queries."""
+    from kolong.evaluation.verdicts import paired_verdict
 
     rows = {row["reader"]: row for row in result["rows"]}
     found = []
@@ -25,34 +58,57 @@ def comparisons(result: dict, pairs: list[tuple[str, str]], seed: int = 0) -> li
         ids = sorted(rows[first]["per_query_ndcg10"])
         a = [rows[first]["per_query_ndcg10"][q] for q in ids]
         b = [rows[second]["per_query_ndcg10"][q] for q in ids]
-        difference = paired_difference(a, b, seed=seed)
+        difference = paired_verdict(
+            a, b, margin=margin, seed=seed, groups=[groups[q] for q in ids] if groups else None
+        )
         found.append({"a": first, "b": second, "a_mean": sum(a) / len(a), "b_mean": sum(b) / len(b),
-                      "difference": difference, "verdict": verdict(difference)})  # fmt: skip
+                      "difference": difference, "verdict": difference["verdict"]})  # fmt: skip
     return found
 
 
 def markdown(found: list[dict]) -> str:
+    from kolong.evaluation.verdicts import header
+
+    if not found:
+        return ""
+    first = found[0]["difference"]
     lines = [
-        "| reader A | reader B | nDCG@10 A | nDCG@10 B | A - B [95% CI] | verdict |",
-        "|---|---|---:|---:|---|---|",
+        f"A - B: {header(first['unit'], first['margin'])} ({first['units']} {first['unit']}s); detectable: the "
+        "smallest difference found with 80% power.",
+        "",
+        "| reader A | reader B | nDCG@10 A | nDCG@10 B | A - B [95% interval] | verdict | detectable |",
+        "|---|---|---:|---:|---|---|---:|",
     ]
     for item in found:
         d = item["difference"]
         lines.append(f"| {item['a']} | {item['b']} | {item['a_mean']:.3f} | {item['b_mean']:.3f} | "
-                     f"{d['mean']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}] | {item['verdict']} |")  # fmt: skip
+                     f"{d['mean']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}] | {item['verdict']} | "
+                     f"{d['minimum_detectable']:.3f} |")  # fmt: skip
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.tools.retrieval_study", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("results", type=Path, help="retrieval.json (or its folder)")
     parser.add_argument("readers", nargs="+", help="reader names, two by two: A1 B1 A2 B2 ...")
+    parser.add_argument(
+        "--margin", type=float, default=0.02, help="equivalence margin of nDCG@10 (default 0.02)"
+    )
+    parser.add_argument(
+        "--korquad",
+        type=Path,
+        default=SHARED_KORQUAD,
+        help="KorQuAD JSON the questions came from, for their articles (default: the shared dev set)",
+    )
     args = parser.parse_args(argv)
     if len(args.readers) % 2:
         parser.error("give reader names in pairs")
     path = args.results / "retrieval.json" if args.results.is_dir() else args.results
     result = json.loads(path.read_text(encoding="utf-8"))
-    found = comparisons(result, list(zip(args.readers[::2], args.readers[1::2], strict=True)))
+    pairs = list(zip(args.readers[::2], args.readers[1::2], strict=True))
+    found = comparisons(result, pairs, margin=args.margin, groups=query_groups(result, args.korquad))
     print(markdown(found))
     return found
 

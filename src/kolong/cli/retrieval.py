@@ -79,7 +79,7 @@ def build_task(
     ),
     eval_articles: int = typer.Option(25, "--eval-articles", min=1, help="articles: held-out articles."),
     questions_per_article: int = typer.Option(
-        6, "--questions-per-article", min=1, help="articles: questions each."
+        6, "--questions-per-article", min=0, help="articles: questions drawn from each (0: every question)."
     ),
     seed: int = typer.Option(0, min=0, max=2**32 - 1, help="Seed of every draw."),
     shared_data: Path = typer.Option(None, "--shared-data", help=SHARED_HELP),
@@ -146,6 +146,12 @@ def evaluate(
     output: Path = typer.Option(None, "--output", "-o", help="Folder for retrieval.json and retrieval.md."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace existing results in --output."),
     seed: int = typer.Option(0, min=0, max=2**32 - 1, help="Seed of the bootstrap."),
+    margin: float = typer.Option(
+        0.02,
+        "--margin",
+        help="Differences of nDCG@10 within +-MARGIN do not matter: a 90% interval inside it "
+        "reads 'equivalent' (kolong.evaluation.verdicts).",
+    ),
     hybrid: bool = typer.Option(
         True, "--hybrid/--no-hybrid", help="Also fuse each dense reader with BM25 (reciprocal rank fusion)."
     ),
@@ -167,7 +173,7 @@ def evaluate(
             loaded, models or [], lengths=int_list(max_length, "--max-length"),
             readers=[r.strip() for r in readers.split(",") if r.strip()],
             extensions=[m.strip() for m in extend.split(",") if m.strip()], pooling=pooling, k=int_list(k, "--k"),
-            depth_split=depth_split, batch_size=batch_size, device=device, seed=seed, hybrid=hybrid,
+            depth_split=depth_split, batch_size=batch_size, device=device, seed=seed, hybrid=hybrid, margin=margin,
             on_row=lambda label: console.print(f"[dim]{time.perf_counter() - started:6.0f} s[/] reading: {label}",
                                                highlight=False, soft_wrap=True),
         )  # fmt: skip

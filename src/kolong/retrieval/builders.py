@@ -240,7 +240,8 @@ def article_task(
     separator: str = "\n",
     shared_data=None,
 ) -> RetrievalTask:
-    """KorQuAD questions of held-out articles against whole articles (or their paragraphs)."""
+    """KorQuAD questions of held-out articles against whole articles (or their paragraphs), each query grouped by
+    its article; `questions_per_article` 0 asks every question."""
     if pool not in ("articles", "all", "paragraphs"):
         raise ConfigError(f"--pool must be articles, all or paragraphs, got {pool!r}")
     articles = korquad_articles(shared_data)
@@ -259,12 +260,15 @@ def article_task(
         if article["title"] not in held_titles:
             continue
         asked = [(i, qa) for i, p in enumerate(article["paragraphs"]) for qa in p["qas"]]
-        for i, qa in rng.sample(asked, min(questions_per_article, len(asked))):
-            answer = qa["answers"][0]["answer_start"]
-            if pool == "paragraphs":
-                queries.append(Query(qa["id"], qa["question"], {f"{article['title']}#{i}": 1}, answer))
+        chosen = (
+            asked if questions_per_article == 0 else rng.sample(asked, min(questions_per_article, len(asked)))
+        )
+        for i, qa in chosen:
+            answer, title = qa["answers"][0]["answer_start"], article["title"]
+            if pool == "paragraphs":  # grouped by article: its questions are not independent of each other
+                queries.append(Query(qa["id"], qa["question"], {f"{title}#{i}": 1}, answer, group=title))
             else:
-                queries.append(Query(qa["id"], qa["question"], {article["title"]: 1}, starts[i] + answer))
+                queries.append(Query(qa["id"], qa["question"], {title: 1}, starts[i] + answer, group=title))
     settings = {"seed": seed, "pool": pool, "eval_articles": eval_articles,
                 "questions_per_article": questions_per_article,
                 "held_out_titles": sorted(held_titles)}  # fmt: skip

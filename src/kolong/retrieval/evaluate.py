@@ -3,8 +3,8 @@
 Per reader: nDCG@10 (MTEB's main retrieval score), MRR@10 and recall@k from ir-measures (pytrec_eval
 underneath), each the mean over queries with a bootstrap interval; the same by the relevant document's length
 (its pool for the haystack tasks) and by the target's depth (its first token inside the first `depth_split`
-tokens or past them); the paired difference of nDCG@10 against the first reader, with its interval and a
-verdict; encoding throughput (documents/s, tokens/s) with peak memory; and each dense reader fused with BM25 by
+tokens or past them); the paired difference of nDCG@10 against the first reader, with its interval by the
+queries' group (their article) where the task gives one, and the verdict of kolong's rule (`evaluation.verdicts`); encoding throughput (documents/s, tokens/s) with peak memory; and each dense reader fused with BM25 by
 reciprocal rank fusion (the hybrid a RAG pipeline runs).
 """
 
@@ -18,10 +18,12 @@ from pathlib import Path
 import numpy as np
 
 from kolong.errors import ConfigError
-from kolong.evaluation.bootstrap import interval, paired_difference
+from kolong.evaluation.bootstrap import interval
+from kolong.evaluation.verdicts import check_margin, default_margin, header, paired_verdict
 from kolong.retrieval.readers import DENSE, Encoded, bm25_scores, dense_scores, load_embedder, positions_of
 
 LENGTH_EDGES = (512, 1024, 2048, 4096, 8192)
+MARGIN = default_margin("ndcg@10")
 
 
 @dataclass
@@ -42,6 +44,7 @@ class RetrievalEvaluation:
     documents: int
     rows: list[dict] = field(default_factory=list)
     settings: dict = field(default_factory=dict)
+    query_groups: dict[str, str] | None = None  # query id -> its group (article), where the task gives one
 
 
 def measures(k: Sequence[int]):
@@ -143,16 +146,8 @@ def buckets(task, lengths: dict[str, int], depths: dict, depth_split: int) -> di
     return {"length": by_length, "depth": by_depth}
 
 
-def verdict(difference: dict) -> str:
-    if difference["low"] > 0:
-        return "better"
-    if difference["high"] < 0:
-        return "worse"
-    return "no difference shown"
-
-
 def summarise(reader: Reader, encoded: Encoded, values: dict, groups: dict, reference: dict | None,
-              documents: int, seed: int) -> dict:  # fmt: skip
+              documents: int, seed: int, margin: float = MARGIN, query_groups: dict | None = None) -> dict:  # fmt: skip
     ids = sorted(values["nDCG@10"])
     row = {"reader": reader.label, "model": reader.model, "kind": reader.reader, "length": reader.length,
            "extension": reader.extension,
@@ -169,8 +164,8 @@ def summarise(reader: Reader, encoded: Encoded, values: dict, groups: dict, refe
     if reference is not None:
         ours = [values["nDCG@10"][q] for q in ids]
         theirs = [reference["per_query_ndcg10"][q] for q in ids]
-        difference = paired_difference(ours, theirs, seed=seed)
-        row["ndcg10_minus_first"] = {**difference, "verdict": verdict(difference)}
+        row["ndcg10_minus_first"] = paired_verdict(ours, theirs, margin=margin, seed=seed,
+                                                   groups=[query_groups[q] for q in ids] if query_groups else None)  # fmt: skip
     return row
 
 
@@ -193,12 +188,21 @@ def evaluate_retrieval(
     device: str = "cpu",
     seed: int = 0,
     hybrid: bool = True,
+    margin: float = MARGIN,
     on_row: Callable[[str], None] | None = None,
 ) -> RetrievalEvaluation:
     """Every reader of `plan_readers` on `task`; rows in order, the first the reference of the differences. With
     BM25 among the readers and `hybrid`, each dense reader is also fused with BM25 (reciprocal rank fusion): does a
     reader that sees the whole document add to the lexical one?"""
     task.require_candidates(max(k))
+    check_margin(margin)
+    query_groups = {q.id: q.group for q in task.queries} if task.queries[0].group is not None else None
+    if query_groups is not None and len(set(query_groups.values())) < 2:
+        raise ConfigError(
+            f"task {task.name!r}: every query is in one group; differences need at least two groups"
+        )
+    comparison = {"unit": "article" if query_groups else "query", "coverage": 0.95, "margin": margin,
+                  "groups": len(set(query_groups.values())) if query_groups else len(task.queries)}  # fmt: skip
     loaded: dict[str, object] = {}
 
     def embedder(model: str):
@@ -218,7 +222,8 @@ def evaluate_retrieval(
     result = RetrievalEvaluation(task.name, len(task.queries), len(task.documents),
                                  settings={"k": list(k), "depth_split": depth_split, "seed": seed,
                                            "depth_tokens_of": models[0] if models else "characters",
-                                           "task": task.settings, "skipped": skipped})  # fmt: skip
+                                           "task": task.settings, "skipped": skipped,
+                                           "comparison": comparison}, query_groups=query_groups)  # fmt: skip
     dense_runs: list[tuple[Reader, Encoded]] = []
     for reader in plan:
         if on_row:
@@ -233,7 +238,8 @@ def evaluate_retrieval(
             dense_runs.append((reader, encoded))
         values = per_query(qrels, encoded.scores, k)
         reference = result.rows[0] if result.rows else None
-        result.rows.append(summarise(reader, encoded, values, groups, reference, len(task.documents), seed))
+        result.rows.append(summarise(reader, encoded, values, groups, reference, len(task.documents), seed, margin,
+                                     query_groups))  # fmt: skip
         if reader.model is None and hybrid:  # BM25 comes last: every dense run is there to fuse with it
             for dense, dense_encoded in dense_runs:
                 fused = Encoded(fused_scores(encoded.scores, dense_encoded.scores), dense_encoded.seconds + encoded.seconds,
@@ -246,7 +252,7 @@ def evaluate_retrieval(
                     dense.extension,
                 )
                 result.rows.append(summarise(label, fused, per_query(qrels, fused.scores, k), groups, result.rows[0],
-                                             len(task.documents), seed))  # fmt: skip
+                                             len(task.documents), seed, margin, query_groups))  # fmt: skip
     return result
 
 
@@ -275,7 +281,13 @@ def markdown(result: RetrievalEvaluation) -> str:
     head = ["reader", "nDCG@10 [95% CI]", "MRR@10", *recall, *(f"nDCG@10 len {b}" for b in length_buckets),
             *(f"nDCG@10 depth {b}" for b in depth_buckets), "vs first", "docs/s", "peak MB"]  # fmt: skip
     skipped = "".join(f" Skipped: {s}." for s in result.settings.get("skipped", []))
-    lines = [f"Task `{result.task}`: {result.queries} queries, {result.documents} documents.{skipped}", "",
+    comparison = result.settings.get(
+        "comparison", {"unit": "query", "margin": MARGIN, "groups": result.queries}
+    )
+    rule = (f"`vs first`: nDCG@10 minus the first row's on the same queries, {header(comparison['unit'], comparison['margin'])} "
+            f"({comparison['groups']} {comparison['unit']}s); beside it the smallest difference this task detects "
+            "with 80% power (kolong.evaluation.verdicts).")  # fmt: skip
+    lines = [f"Task `{result.task}`: {result.queries} queries, {result.documents} documents.{skipped}", "", rule, "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]  # fmt: skip
     for row in result.rows:
         m = row["metrics"]
@@ -284,7 +296,9 @@ def markdown(result: RetrievalEvaluation) -> str:
                  *(f"{row['by_length'][b]['mean']:.3f}" for b in length_buckets),
                  *(f"{row['by_depth'][b]['mean']:.3f}" for b in depth_buckets)]  # fmt: skip
         difference = row.get("ndcg10_minus_first")
-        cells.append(f"{difference['mean']:+.3f} ({difference['verdict']})" if difference else "—")
+        cells.append(f"{difference['mean']:+.3f} [{difference['low']:+.3f}, {difference['high']:+.3f}] "
+                     f"{difference['verdict']} (detectable {difference['minimum_detectable']:.3f})"
+                     if difference else "—")  # fmt: skip
         cells.append(f"{row['documents_per_second']:.1f}" if row["documents_per_second"] else "—")
         cells.append(f"{row['peak_memory_mb']:.0f}" if row["model"] else "—")
         lines.append("| " + " | ".join(cells) + " |")

@@ -4,13 +4,15 @@ Every line is one object with one key:
 
     {"task": {"name": "needle", "seed": 0, ...}}                       (optional, first: how it was built)
     {"document": {"id": "d1", "text": "...", "pool": "2048"}}
-    {"query": {"id": "q1", "text": "...", "relevant": {"d1": 1}, "target_start": 1234, "pool": "2048"}}
+    {"query": {"id": "q1", "text": "...", "relevant": {"d1": 1}, "target_start": 1234, "pool": "2048",
+               "group": "article-7"}}
 
 `relevant` maps document ids to grades (a list of ids means grade 1 each). `target_start` (optional) is the
 character offset in the relevant document where the answer or the inserted sentence begins: the evaluator
 turns it into a token depth. `pool` (optional) splits the task into independent candidate pools, as LongEmbed
-ranks each length separately: a query is ranked against the documents of its own pool only. Errors name the
-file and line.
+ranks each length separately: a query is ranked against the documents of its own pool only. `group` (optional)
+names what makes queries dependent, such as the article they were asked of: comparisons of readers then resample
+whole groups (`kolong.evaluation.verdicts`); give it to every query or to none. Errors name the file and line.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ class Query:
     relevant: dict[str, int]
     target_start: int | None = None
     pool: str = DEFAULT_POOL
+    group: str | None = None  # what makes queries dependent (their article): comparisons resample by it
 
 
 @dataclass
@@ -162,9 +165,19 @@ def read_task(path: str | Path) -> RetrievalTask:
         start = record.get("target_start")
         if start is not None and (not isinstance(start, int) or start < 0):
             raise DataError(f"{where}: 'target_start' must be a character offset (an integer >= 0)")
-        queries.append(Query(identifier, _text(record, "text", where), _relevant(record, where), start, pool))
+        group = record.get("group")
+        if group is not None and (not isinstance(group, str) or not group):
+            raise DataError(f"{where}: 'group' must be a non-empty string (what the query belongs to)")
+        queries.append(
+            Query(identifier, _text(record, "text", where), _relevant(record, where), start, pool, group)
+        )
     task = RetrievalTask(str(settings.get("name", path.stem)), documents, queries, settings)
     task.check(str(path))
+    grouped = sum(query.group is not None for query in queries)
+    if 0 < grouped < len(queries):
+        raise DataError(
+            f"{path}: {grouped} of {len(queries)} queries have a 'group': give every query one, or none"
+        )
     return task
 
 
@@ -179,5 +192,7 @@ def write_task(task: RetrievalTask, path: str | Path, overwrite: bool = False) -
             record = {"id": query.id, "text": query.text, "relevant": query.relevant, "pool": query.pool}
             if query.target_start is not None:
                 record["target_start"] = query.target_start
+            if query.group is not None:
+                record["group"] = query.group
             handle.write(json.dumps({"query": record}, ensure_ascii=False) + "\n")
     return Path(path)
