@@ -59,8 +59,9 @@ def _questions(positions: dict, articles: dict) -> Questions:
     return Questions(gold, articles, positions, {q: 100 for q in positions})
 
 
-def test_paired_differences_by_answer_position_over_seed_means():
-    """Golden values: per-question F1 in {0, 100}, so every difference is known exactly."""
+def test_paired_differences_by_answer_position_seed_by_seed():
+    """Golden values: per-question F1 in {0, 100}, so every difference is known exactly; seeds pair with the
+    reference's seed of the same number."""
     questions = _questions({"a": 10, "b": 300, "c": 700, "d": 5000}, {"a": "x", "b": "x", "c": "y", "d": "z"})
 
     def run(seed, answers):
@@ -71,7 +72,7 @@ def test_paired_differences_by_answer_position_over_seed_means():
                         run(2, {"a": "서울", "b": "틀림", "c": "틀림", "d": "틀림"})],
         "4096-sparse": [run(1, {"a": "서울", "b": "부산", "c": "대구", "d": "광주"}),
                         run(2, {"a": "서울", "b": "부산", "c": "대구", "d": "광주"})],
-        "1024-copy": [run(1, {"a": "틀림"})],  # b, c, d missing: scored 0
+        "1024-copy": [run(1, {"a": "틀림"})],  # b, c, d missing: scored 0; paired with the reference's seed 1
         "2048-copy": [],  # not run yet
     }  # fmt: skip
     paired = paired_against("512-sliding", runs, questions)
@@ -79,22 +80,29 @@ def test_paired_differences_by_answer_position_over_seed_means():
     sparse, copy = paired["4096-sparse"], paired["1024-copy"]
     # reference per question over its two seeds: a 100, b 0, c 0, d 50
     assert (sparse["all"]["mean"], sparse["all"]["n"]) == (62.5, 4)
-    assert (sparse["0-511"]["mean"], sparse["0-511"]["n"]) == (50.0, 2)
     assert (sparse["512-1023"]["mean"], sparse["1024+"]["mean"]) == (100.0, 50.0)
-    assert copy["all"]["mean"] == -37.5 and copy["0-511"]["mean"] == -50.0
+    # seed 1 of the reference: a 100, b 0, c 0, d 100; the copy scores 0 everywhere
+    assert copy["all"]["mean"] == -50.0 and copy["0-511"]["mean"] == -50.0
+    assert copy["all"]["unit"] == "article" and "also" not in copy["all"]  # one shared seed: by article alone
     assert (sparse["all"]["articles"], sparse["0-511"]["articles"]) == (3, 1)
-    assert sparse["0-511"]["article_low"] == sparse["0-511"]["article_high"] == 50.0  # one article: no spread
+    assert sparse["0-511"] | {"mean": 0} == sparse["0-511"] | {  # one article: a mean, no interval
+        "mean": 0,
+        "low": None,
+        "high": None,
+        "verdict": "undecided",
+        "units": 1,
+    }
+    assert sparse["all"]["also"]["unit"] in ("seed", "article") and sparse["all"]["margin"] == 1.0
     assert paired_against("2048-copy", runs, questions) == {}  # reference not run
 
 
-def test_verdicts_need_both_intervals_and_a_reference_that_learned():
-    beyond = {"mean": 5.0, "low": 1.0, "high": 9.0, "article_low": 0.5, "article_high": 10.0}
-    only_questions = {**beyond, "article_low": -2.0}
-    below = {"mean": -5.0, "low": -9.0, "high": -1.0, "article_low": -10.0, "article_high": -0.5}
-    assert [verdict(d, 45.0) for d in (beyond, only_questions, below)] == ["better", "inconclusive", "worse"]
-    assert verdict(beyond, 29.9) == "too weak to decide"
+def test_verdicts_follow_the_rule_and_need_a_reference_that_learned():
+    better = {"mean": 5.0, "low": 1.0, "high": 9.0, "verdict": "better"}
+    worse = {"mean": -5.0, "low": -9.0, "high": -1.0, "verdict": "worse"}
+    assert [verdict(d, 45.0) for d in (better, worse)] == ["better", "worse"]
+    assert verdict(better, 29.9) == "too weak to decide"
     rows = [{"variant": "512-sliding", "f1": 45.0}]
-    paired = {"reference": "512-sliding", "variants": {"2048-copy": {"all": beyond, "1024+": below}}}
+    paired = {"reference": "512-sliding", "variants": {"2048-copy": {"all": better, "1024+": worse}}}
     assert verdicts(paired, rows) == {"2048-copy": {"all": "better", "1024+": "worse"}}
 
 
@@ -111,16 +119,17 @@ def _report(reference_f1: float, paired_variants: dict, found: dict) -> dict:
 
 
 def test_markdown_names_each_verdict_and_a_weak_reference():
-    beyond = {"mean": 5.59, "low": 1.21, "high": 9.98, "n": 134, "article_low": 0.4, "article_high": 11.0,
-              "articles": 6}  # fmt: skip
-    level = {"mean": 0.46, "low": -1.08, "high": 2.08, "n": 414, "article_low": -2.0, "article_high": 3.0,
-             "articles": 5}  # fmt: skip
+    beyond = {"mean": 5.59, "low": 1.21, "high": 9.98, "n": 134, "unit": "article", "units": 6,
+              "minimum_detectable": 4.4, "verdict": "better"}  # fmt: skip
+    level = {"mean": 0.46, "low": -1.08, "high": 2.08, "n": 414, "unit": "seed", "units": 3,
+             "minimum_detectable": 2.1, "verdict": "undecided"}  # fmt: skip
     report = _report(40.0, {"4096-sparse": {"all": level, "0-511": beyond}},
-                     {"4096-sparse": {"all": "inconclusive", "0-511": "better"}})  # fmt: skip
+                     {"4096-sparse": {"all": "undecided", "0-511": "better"}})  # fmt: skip
     text = to_markdown(report)
     assert "| reader - 512-sliding | seeds won | all | answer at 0-511 |" in text
-    assert ("| 4096-sparse | 2/2 | +0.46 [-1.08, +2.08] {-2.00, +3.00; 5} inconclusive | "
-            "**+5.59 [+1.21, +9.98] {+0.40, +11.00; 6} better** |") in text  # fmt: skip
+    assert ("| 4096-sparse | 2/2 | +0.46 [-1.08, +2.08] by seed (3), detectable 2.10 undecided | "
+            "**+5.59 [+1.21, +9.98] by article (6), detectable 4.40 better** |") in text  # fmt: skip
+    assert "95% interval by article (or seed, whichever is wider)], verdict at margin 1" in text
     assert (
         "| 512-sliding | 2 | 1.0 [0.0, 2.0] | 40.0 [39.0, 41.0] | 39.5, 40.5 | 6.0 [5.0, 7.0] (n=3) | 40 | 2.00 | 9 |"
         in text
@@ -208,7 +217,8 @@ def test_experiment_end_to_end_equal_steps_seeds_and_resume(tmp_path):
     assert paired["reference"] == "64-sliding"
     assert set(paired["variants"]) == set(results["verdicts"]) == {"64-truncate", "128-copy", "256-sparse"}
     for differences in paired["variants"].values():
-        assert differences["all"]["low"] <= differences["all"]["mean"] <= differences["all"]["high"]
+        found = differences["all"]
+        assert (found["low"] is None and found["articles"] == 1) or found["low"] <= found["mean"] <= found["high"]
 
     first = out / "results" / "64-truncate" / "seed-1.json"
     before = first.stat().st_mtime_ns

@@ -80,3 +80,22 @@ def test_the_verdict_agrees_with_its_intervals(differences, margin):
         assert result["low"] > 0
     elif result["verdict"] == "worse":
         assert result["high"] < 0
+
+
+def test_seeds_and_articles_together_the_wider_interval_decides():
+    from kolong.evaluation.verdicts import seeded_verdict
+
+    rng = np.random.default_rng(2)
+    articles = np.repeat([f"a{i}" for i in range(8)], 5)
+    second = rng.uniform(0, 100, (3, 40))
+    agreeing = second + 2.0 + rng.normal(0, 0.5, (3, 40))
+    disagreeing = agreeing.copy()
+    disagreeing[2] -= 8.0  # the third seed's training went the other way
+    calm = seeded_verdict(agreeing, second, margin=1.0, groups=articles)
+    torn = seeded_verdict(disagreeing, second, margin=1.0, groups=articles)
+    assert calm["n"] == torn["n"] == 40 and calm["seeds"] == 3
+    assert torn["unit"] == "seed" and torn["also"]["unit"] == "article"
+    assert torn["high"] - torn["low"] > calm["high"] - calm["low"] and torn["verdict"] == "undecided"
+    assert calm["verdict"] == "better"
+    one_seed = seeded_verdict(agreeing[:1], second[:1], margin=1.0, groups=articles)
+    assert one_seed["unit"] == "article" and "also" not in one_seed

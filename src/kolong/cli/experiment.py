@@ -51,7 +51,8 @@ def length(
         100, "--train-questions", min=0, help="Questions from training articles (0: all)."
     ),
     eval_questions: int = typer.Option(
-        60, "--eval-questions", min=0, help="Questions from evaluation articles (0: all)."
+        0, "--eval-questions", min=0, help="Questions from evaluation articles (0: all, the default: a verdict "
+        "needs every question it can get)."
     ),
     max_document_tokens: int = typer.Option(
         0,

@@ -119,6 +119,25 @@ def seeds_verdict(per_seed: Sequence[float], *, margin: float) -> dict:
                    (t.ppf(0.975, df) + t.ppf(POWER, df)) * error, n=int(values.size), method="t")  # fmt: skip
 
 
+def seeded_verdict(first_by_seed, second_by_seed, *, margin: float, groups: Sequence | None = None,
+                   unit: str = "article", seed: int = 0) -> dict:  # fmt: skip
+    """The rule where each seed scored the same examples: (seeds, examples) values of two systems. Two sources make
+    the examples' differences dependent, the seed's training and the example's group; the interval by each is
+    computed (seed means resampled by group, and a t-interval over the seeds' mean differences, from two seeds
+    on) and the wider one decides, the other kept under "also"."""
+    first, second = np.asarray(first_by_seed, dtype=np.float64), np.asarray(second_by_seed, dtype=np.float64)
+    if first.ndim != 2 or first.shape != second.shape:
+        raise ConfigError(f"per-seed values need the same seeds and examples: {first.shape} vs {second.shape}")
+    by_group = paired_verdict(first.mean(axis=0), second.mean(axis=0), margin=margin, groups=groups, unit=unit,
+                              seed=seed)  # fmt: skip
+    if first.shape[0] < 2:
+        return by_group
+    by_seed = seeds_verdict((first - second).mean(axis=1), margin=margin)
+    wider, other = sorted((by_group, by_seed), key=lambda r: r["high"] - r["low"], reverse=True)
+    also = {k: other[k] for k in ("low", "high", "unit", "units", "verdict", "minimum_detectable")}
+    return {**wider, "n": int(first.shape[1]), "seeds": int(first.shape[0]), "also": also}
+
+
 def _result(mean, low95, high95, low90, high90, margin, unit, units, detectable, n, method) -> dict:
     return {"mean": mean, "low": float(low95), "high": float(high95), "low90": float(low90), "high90": float(high90),
             "n": n, "unit": unit, "units": units, "coverage": COVERAGE, "method": method, "margin": margin,

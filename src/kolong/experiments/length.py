@@ -45,6 +45,7 @@ from kolong.data.squad import (
     write_squad,
 )
 from kolong.experiments.length_report import (
+    MARGIN,
     Questions,
     answer_token_positions,
     model_label,
@@ -82,7 +83,7 @@ class LengthExperimentArguments:
     variants: tuple[str, ...] = DEFAULT_VARIANTS
     train_questions: int = 100
     """Questions sampled from the training articles (all: 0)."""
-    eval_questions: int = 60
+    eval_questions: int = 0  # every held-out question: verdicts need the power
     """Questions sampled from the evaluation articles (all: 0)."""
     eval_article_fraction: float = 0.2
     epochs: float = 1.0
@@ -355,7 +356,11 @@ def _predict(finetune_args, examples: list[QAExample]) -> tuple[dict, int]:
 def build_report(args, model: str, steps: int, reference: str, runs: dict, questions: Questions) -> dict:
     """results.json: the settings, one row per reader over its seeds, paired differences and verdicts."""
     rows = [summarise(name, found, questions) for name, found in runs.items() if found]
-    paired = {"reference": reference, "variants": paired_against(reference, runs, questions)}
+    paired = {
+        "reference": reference,
+        "margin": MARGIN,
+        "variants": paired_against(reference, runs, questions, MARGIN),
+    }
     arguments = asdict(args)
     arguments["variants"], arguments["seeds"] = list(args.variants), list(args.fine_tuning_seeds)
     sparse = ""

@@ -2,10 +2,10 @@
 
 Every reader answers the same held-out questions, once per seed. A reader's per-question EM / F1 is the
 mean over its seeds (the units of every interval); its F1 by seed shows the spread seeds alone make. The
-comparison that decides is paired: each reader minus the reference (512-sliding) on the same questions,
-with two bootstrap intervals, over questions and over whole articles (the questions of one article are
-not independent). A verdict names a difference only when both intervals exclude 0, and none at all when
-the reference is too weak for a difference to mean anything (F1 below `WEAK_REFERENCE_F1`).
+comparison that decides is paired: each reader minus the reference (512-sliding) on the same questions, judged
+by kolong's verdict rule (`kolong.evaluation.verdicts`: resampled by article, and over seeds where several ran,
+at a margin of `MARGIN` F1 points), and no verdict at all when the reference is too weak for a difference to
+mean anything (F1 below `WEAK_REFERENCE_F1`).
 
 Buckets: the answer's position in the article, in tokens from its start (the claim is about answers
 a 512-token window cannot see together with the question), and the article's length.
@@ -23,6 +23,8 @@ from kolong.plots.figures import save_figure
 
 WEAK_REFERENCE_F1 = 30.0
 """Below this F1 the reference has barely learned the task: a verdict would compare noise."""
+MARGIN = 1.0
+"""F1 points within which two readers are equivalent (`kolong.evaluation.verdicts`)."""
 
 ANSWER_BUCKETS = ((0, 512, "0-511"), (512, 1024, "512-1023"), (1024, 10**9, "1024+"))
 DOCUMENT_BUCKETS = (
@@ -125,47 +127,60 @@ def summarise(variant: str, runs: list[dict], questions: Questions) -> dict:
     return row
 
 
-def paired_against(reference: str, runs: dict[str, list[dict]], questions: Questions, seed: int = 0) -> dict:
-    """{variant: {"all" | answer bucket: {mean, low, high, n, article_low, article_high, articles}}}: the
-    reader's seed-mean F1 minus the reference's on the same questions, with intervals over questions and
-    over whole articles; {} when the reference has not run."""
-    from kolong.evaluation.bootstrap import cluster_interval, paired_difference
+def per_seed(questions: Questions, runs: list[dict]) -> dict[int, np.ndarray]:
+    """{seed: per-question F1} of one reader."""
+    return {run["seed"]: per_question(questions, run["predictions"])["f1"] for run in runs}
+
+
+def paired_against(reference: str, runs: dict[str, list[dict]], questions: Questions, margin: float = MARGIN,
+                   seed: int = 0) -> dict:  # fmt: skip
+    """{variant: {"all" | answer bucket: the verdict rule's result}}: the reader's F1 minus the reference's on the
+    same questions, seed by seed where both ran a seed (else their seed means), resampled by article and, from two
+    shared seeds on, also over seeds (the wider interval decides: `verdicts.seeded_verdict`); {} when the reference
+    has not run."""
+    from kolong.evaluation.verdicts import seeded_verdict
 
     if not runs.get(reference):
         return {}
-    reference_f1 = seed_mean(questions, runs[reference])["f1"]
+    reference_f1 = per_seed(questions, runs[reference])
     labels, groups = questions.labels("answer_position"), questions.groups()
 
-    def compared(f1, chosen) -> dict:
-        difference = paired_difference(f1[chosen], reference_f1[chosen], seed=seed)
-        clustered = cluster_interval(f1[chosen] - reference_f1[chosen], groups[chosen], seed=seed)
-        return {**difference, "article_low": clustered["low"], "article_high": clustered["high"],
-                "articles": clustered["clusters"]}  # fmt: skip
+    def compared(first, second, chosen) -> dict:
+        articles = len(set(groups[chosen]))
+        if articles < 2:  # one article: no interval by article can be drawn
+            mean = float((first[:, chosen] - second[:, chosen]).mean())
+            return {"mean": mean, "low": None, "high": None, "n": int(chosen.sum()), "unit": "article", "units": 1,
+                    "coverage": 0.95, "margin": margin, "minimum_detectable": None, "verdict": "undecided",
+                    "articles": articles}  # fmt: skip
+        found = seeded_verdict(
+            first[:, chosen], second[:, chosen], margin=margin, groups=groups[chosen], seed=seed
+        )
+        return {**found, "articles": articles}
 
     differences = {}
     for variant, variant_runs in runs.items():
         if variant == reference or not variant_runs:
             continue
-        f1 = seed_mean(questions, variant_runs)["f1"]
-        differences[variant] = {"all": compared(f1, np.ones(len(f1), dtype=bool))}
+        mine = per_seed(questions, variant_runs)
+        shared = sorted(set(mine) & set(reference_f1))
+        if shared:
+            first, second = np.stack([mine[s] for s in shared]), np.stack([reference_f1[s] for s in shared])
+        else:  # no seed in common: the seed means
+            first = np.mean(list(mine.values()), axis=0)[None]
+            second = np.mean(list(reference_f1.values()), axis=0)[None]
+        differences[variant] = {"all": compared(first, second, np.ones(first.shape[1], dtype=bool))}
         for _, _, label in ANSWER_BUCKETS:
             if (labels == label).any():
-                differences[variant][label] = compared(f1, labels == label)
+                differences[variant][label] = compared(first, second, labels == label)
     return differences
 
 
 def verdict(difference: dict, reference_f1: float) -> str:
-    """better / worse when the intervals over questions and over articles both exclude 0, else
-    inconclusive; 'too weak to decide' whatever the intervals when the reference is below WEAK_REFERENCE_F1."""
+    """The verdict rule's word, or 'too weak to decide' whatever the interval when the reference is below
+    WEAK_REFERENCE_F1."""
     if reference_f1 < WEAK_REFERENCE_F1:
         return "too weak to decide"
-    low, high = difference["low"], difference["high"]
-    article_low, article_high = difference.get("article_low", low), difference.get("article_high", high)
-    if low > 0 and article_low > 0:
-        return "better"
-    if high < 0 and article_high < 0:
-        return "worse"
-    return "inconclusive"
+    return difference["verdict"]
 
 
 def verdicts(paired: dict, rows: list[dict]) -> dict:
@@ -247,14 +262,17 @@ def _epochs(train: dict) -> str:
 
 
 def _paired_table(paired: dict, found: dict, wins: dict, labels: list[str]) -> list[str]:
+    from kolong.evaluation.verdicts import header
+
     reference = paired["reference"]
+    margin = paired.get("margin", MARGIN)
     lines = [
         "",
-        f"F1 minus {reference}'s on the same questions (seed means): mean [95% interval over questions] "
-        "{over whole articles; articles}, then the verdict. better / worse: both intervals exclude 0 (the "
-        "questions of one article are not independent, so the question interval alone is too narrow); "
-        "inconclusive: at least one includes 0. Seeds won: in how many seeds the reader's F1 beat the "
-        f"reference's.",
+        f"F1 minus {reference}'s on the same questions, {header('article (or seed, whichever is wider)', margin)}: "
+        "seed by seed, resampled by article (the questions of one article are not independent) and, with several "
+        "seeds, a t-interval over the seeds; the wider decides. equivalent: the 90% interval inside the margin; "
+        "better / worse: the 95% interval excludes 0; otherwise undecided. Detectable: the smallest difference "
+        "found with 80% power. Seeds won: in how many seeds the reader's F1 beat the reference's.",
         "",
         f"| reader - {reference} | seeds won | all | "
         + " | ".join(f"answer at {label}" for label in labels)
@@ -272,10 +290,12 @@ def _paired_table(paired: dict, found: dict, wins: dict, labels: list[str]) -> l
 def _difference(difference: dict | None, said: str | None) -> str:
     if not difference:
         return ""
-    text = f"{difference['mean']:+.2f} [{difference['low']:+.2f}, {difference['high']:+.2f}]"
-    if "article_low" in difference:
-        text += f" {{{difference['article_low']:+.2f}, {difference['article_high']:+.2f}; {difference['articles']}}}"
-    if said in ("better", "worse"):
+    if difference.get("low") is None:
+        text = f"{difference['mean']:+.2f} (one article)"
+    else:
+        text = (f"{difference['mean']:+.2f} [{difference['low']:+.2f}, {difference['high']:+.2f}] by "
+                f"{difference['unit']} ({difference['units']}), detectable {difference['minimum_detectable']:.2f}")  # fmt: skip
+    if said in ("better", "worse", "equivalent"):
         return f"**{text} {said}**"
     return f"{text} {said}" if said else text
 
@@ -320,15 +340,15 @@ def plot_f1_by_answer_position(report: dict, path: Path) -> Path:
     if differences:
         keys, axis = ["all", *labels], axes[0][1]
         for index, (variant, by_key) in enumerate(differences.items()):
-            cells = [
-                by_key.get(key) or {"mean": 0.0, "article_low": 0.0, "article_high": 0.0} for key in keys
-            ]
-            _bars(axis, index, len(differences), 0.8 / len(differences), [c["mean"] for c in cells],
-                  [c["article_low"] for c in cells], [c["article_high"] for c in cells], colours.get(variant), variant)  # fmt: skip
+            cells = [by_key.get(key) or {"mean": 0.0} for key in keys]
+            low = [c["mean"] if c.get("low") is None else c["low"] for c in cells]
+            high = [c["mean"] if c.get("high") is None else c["high"] for c in cells]
+            _bars(axis, index, len(differences), 0.8 / len(differences), [c["mean"] for c in cells], low, high,
+                  colours.get(variant), variant)  # fmt: skip
         axis.axhline(0, color="black", linewidth=0.8)
         axis.set_xticks(range(len(keys)), keys)
         axis.set(xlabel="answer position", ylabel=f"F1 minus {paired['reference']}'s (same questions)",
-                 title="Paired difference (95% interval over articles)")  # fmt: skip
+                 title="Paired difference (95% interval by article or seed)")  # fmt: skip
         axis.legend(fontsize=8)
     return save_figure(figure, path, dpi=110)
 
