@@ -65,6 +65,13 @@ def test_the_study_runs_end_to_end_with_paired_differences(shared_data, tmp_path
         == sum(int(results["runs"]["kbert"][seed]["knowledge"][-1].split()[1]) for seed in ("42", "43"))
     )  # the reviews whose trees have a branch, as the evaluation's knowledge line counts them
     assert "| pooled |" in to_markdown(results) and (tmp_path / "knowledge-nsmc.png").is_file()
+    # the verdict is over the two seeds' differences (t, df 1), in accuracy points, at the documented margin
+    found = results["verdict"]
+    assert (found["unit"], found["units"], found["margin"]) == ("seed", 2, 0.5)
+    assert found["mean"] == pytest.approx(50 * sum(d["mean"] for d in results["difference_by_seed"].values()))
+    assert "**Verdict**, kbert - plain accuracy (points):" in to_markdown(
+        results
+    ) and "95% by seed, 2 seeds" in to_markdown(results)
     config = json.loads((tmp_path / "work" / "nsmc-kbert-seed42" / "config.json").read_text())
     assert config["knowledge"]["file"] == "klue-ner-types.tsv"
     assert run_knowledge_study(args)["runs"] == results["runs"]  # a rerun reads every stage back

@@ -44,6 +44,7 @@ SCALES = {
 }  # fmt: skip
 TYPES = {"PS": "인물", "LC": "장소", "OG": "기관", "DT": "날짜", "TI": "시간", "QT": "수량"}
 RELATION = "유형"
+MARGIN = 0.5  # accuracy points within which K-BERT and the plain model are equivalent
 VARIANTS = ("plain", "kbert")
 
 
@@ -219,9 +220,22 @@ def _study(args: KnowledgeStudyArguments, on_step: Callable[[str], None], deadli
             settings["resamples"],
         ),
     }
+    results["verdict"] = study_verdict(differences, pooled)
     results["figures"] = [str(p) for p in plot_study(results, Path(args.figures))]
     atomic_write_json(args.results, results)
     return results
+
+
+def study_verdict(differences: dict, pooled: dict) -> dict:
+    """kolong's verdict rule on kbert - plain accuracy (points, margin `MARGIN`): a t-interval over the seeds'
+    paired differences (each seed fine-tunes and evaluates on a split of its own, so the seed is the unit); with one
+    seed, the reviews resampled."""
+    from kolong.evaluation.verdicts import paired_verdict, seeds_verdict
+
+    if len(differences) >= 2:
+        return seeds_verdict([100 * d["mean"] for d in differences.values()], margin=MARGIN)
+    return paired_verdict([100 * c for c in pooled["kbert"]], [100 * c for c in pooled["plain"]], margin=MARGIN,
+                          unit="review")  # fmt: skip
 
 
 def _percent(span: dict) -> str:
@@ -253,6 +267,12 @@ def to_markdown(results: dict) -> str:
     pooled = results["difference_with_triples_pooled"]
     lines.append(f"| pooled | | | {_percent(results['difference_pooled'])} | {pooled['n']:,} reviews | "
                  f"{_percent(pooled)} |")  # fmt: skip
+    if "verdict" in results:
+        from kolong.evaluation.verdicts import describe
+
+        lines += ["", f"**Verdict**, kbert - plain accuracy (points): {describe(results['verdict'], 2)}. The pooled "
+                  "row resamples reviews only and leaves out how much the seeds' trainings differ; the verdict's "
+                  "interval is over the seeds."]  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
