@@ -324,6 +324,11 @@ def test_finetune_trains_resumes_and_refuses_a_finished_run(tmp_path, embedding_
     metrics = finetune_retrieval(args)
     assert metrics["steps"] == 3 and math.isfinite(metrics["train_loss"]) and "task_cosine_ndcg@10" in metrics
     assert (tmp_path / "out" / "modules.json").is_file() and (tmp_path / "out" / "1_Pooling").is_dir()
+    # the run's record: what training took, the figures docs may quote
+    training = json.loads((tmp_path / "out" / "kolong_run.json").read_text())["training"]
+    assert (training["steps"], training["examples"], training["sessions"]) == (3, 12, 1)
+    assert training["wall_seconds"] > 0 and training["peak_memory_mb"] > 0
+    assert training["data"]["pairs"] == metrics["train_pairs"] and len(training["data"]["pairs_sha256"]) == 16
     assert finetune_retrieval(args)["steps"] == 3  # finished: its results, nothing trained again
 
 

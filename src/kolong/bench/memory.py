@@ -1,8 +1,7 @@
 """Peak memory of one call, in this process or a fresh worker process (the benchmarks share these).
 
-On CUDA the allocator's peak, which resets; on CPU the resident set's peak (VmHWM), which Linux resets to
-the current size on request. A worker process (`run_worker`) gives a measurement of its own where one
-process's peak cannot be reset (a parent holding every model would report that).
+The probe itself is the library's (`kolong.measure`); a worker process (`run_worker`) gives a measurement of its
+own where one process's peak cannot be reset (a parent holding every model would report that).
 """
 
 from __future__ import annotations
@@ -13,52 +12,9 @@ import os
 import subprocess
 import sys
 
+from kolong.measure import peak_growth_mb
 
-def _status_mb(field: str) -> float:
-    """A memory figure of this process from /proc/self/status (VmRSS now, VmHWM its peak), in MB."""
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) / 1024
-    return 0.0
-
-
-def _release_free_memory() -> None:
-    # kolong raises glibc's trim and mmap thresholds (`kolong.runtime.tune_allocator`), so memory a call frees
-    # stays resident, and a second call in the same process would reuse it without raising the resident set:
-    # measured after a forward, a training step's growth would leave out up to the forward's peak. malloc_trim
-    # hands every free page back first (glibc only; elsewhere nothing to do).
-    import ctypes
-
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-
-
-def _reset_peak() -> None:
-    # Linux resets VmHWM to the current RSS on "5" (getrusage's ru_maxrss cannot be reset, and it carries the
-    # parent's peak across fork + exec: a worker started by a parent holding every model would report that).
-    with open("/proc/self/clear_refs", "w") as clear:
-        clear.write("5")
-
-
-def peak_growth_mb(step, cuda: bool) -> float:
-    """How far one call of `step` raises this process's memory above where it started, in MB (CUDA: the
-    allocator's peak; CPU: VmHWM after resetting it to the current RSS)."""
-    import torch
-
-    if cuda:
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
-    else:
-        _release_free_memory()
-        _reset_peak()
-        base = _status_mb("VmRSS")
-    step()
-    if cuda:
-        torch.cuda.synchronize()
-        return (torch.cuda.max_memory_allocated() - base) / 2**20
-    return _status_mb("VmHWM") - base
+__all__ = ["peak_growth_mb", "run_worker"]
 
 
 def run_worker(module: str, payload: dict, row: dict) -> dict:

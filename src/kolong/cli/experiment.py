@@ -51,8 +51,11 @@ def length(
         100, "--train-questions", min=0, help="Questions from training articles (0: all)."
     ),
     eval_questions: int = typer.Option(
-        0, "--eval-questions", min=0, help="Questions from evaluation articles (0: all, the default: a verdict "
-        "needs every question it can get)."
+        0,
+        "--eval-questions",
+        min=0,
+        help="Questions from evaluation articles (0: all, the default: a verdict "
+        "needs every question it can get).",
     ),
     max_document_tokens: int = typer.Option(
         0,

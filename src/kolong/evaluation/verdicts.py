@@ -127,7 +127,9 @@ def seeded_verdict(first_by_seed, second_by_seed, *, margin: float, groups: Sequ
     on) and the wider one decides, the other kept under "also"."""
     first, second = np.asarray(first_by_seed, dtype=np.float64), np.asarray(second_by_seed, dtype=np.float64)
     if first.ndim != 2 or first.shape != second.shape:
-        raise ConfigError(f"per-seed values need the same seeds and examples: {first.shape} vs {second.shape}")
+        raise ConfigError(
+            f"per-seed values need the same seeds and examples: {first.shape} vs {second.shape}"
+        )
     by_group = paired_verdict(first.mean(axis=0), second.mean(axis=0), margin=margin, groups=groups, unit=unit,
                               seed=seed)  # fmt: skip
     if first.shape[0] < 2:

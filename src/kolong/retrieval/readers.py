@@ -93,7 +93,7 @@ def _encode(embedder, texts: list[str], batch_size: int) -> np.ndarray:
 def dense_scores(embedder, task, reader: str, length: int, batch_size: int = 8,
                  measure_memory: bool = True) -> Encoded:  # fmt: skip
     """Scores of every query against every document of its pool, read by `reader` at `length` tokens."""
-    from kolong.bench.memory import peak_growth_mb
+    from kolong.measure import peak_growth_mb
 
     if reader not in DENSE:
         raise ConfigError(f"unknown reader {reader!r}; choose from {', '.join(DENSE)} or bm25")

@@ -336,6 +336,43 @@ def log_lines():
     return LogLines()
 
 
+def training_record():
+    """A Trainer callback that writes what training took into `kolong_run.json` when a session ends: wall seconds
+    (summed over resumed sessions), sessions, steps, examples seen, peak memory, and the data it was given
+    (`trainer.kolong_training_data`, set by a recipe: counts and a hash of what it trained on)."""
+    import time
+
+    from transformers import TrainerCallback
+
+    from kolong.measure import process_peak_mb
+    from kolong.training.run_record import record_training, recorded_training
+
+    class TrainingRecord(TrainerCallback):
+        def __init__(self) -> None:
+            self.started, self.data = None, None
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            self.started = time.perf_counter()
+
+        def on_train_end(self, args, state, control, **kwargs):
+            if self.started is None or not state.is_world_process_zero:
+                return
+            before = recorded_training(args.output_dir)
+            seconds = before.get("wall_seconds", 0.0) + time.perf_counter() - self.started
+            per_step = args.train_batch_size * args.gradient_accumulation_steps * max(1, args.world_size)
+            cuda = args.device.type == "cuda"
+            peaks = [p for p in (before.get("peak_memory_mb"), process_peak_mb(cuda)) if p is not None]
+            record_training(args.output_dir, {
+                "wall_seconds": round(seconds, 1), "sessions": before.get("sessions", 0) + 1,
+                "steps": state.global_step, "examples": state.global_step * per_step,
+                "examples_per_step": per_step, "peak_memory_mb": round(max(peaks)) if peaks else None,
+                "peak_memory_of": "CUDA allocator" if cuda else "process resident set (VmHWM)",
+                "device": str(args.device), "data": self.data or before.get("data"),
+            })  # fmt: skip
+
+    return TrainingRecord()
+
+
 def one_train_loss():
     """A Trainer callback, first in line, that keeps the Trainer's own `train_loss` (the mean over the steps since
     the run last started) out of the summary it prints at the end, where kolong's closing line gives the run's (over resumes):
@@ -410,6 +447,9 @@ def train_or_finish(trainer, resume_from: str | None, args=None):
     trainer.add_callback(evaluations)
     trainer.evaluated_steps = evaluations.steps  # read by final_evaluation
     trainer.add_callback(stop_on_non_finite())
+    record = training_record()
+    record.data = getattr(trainer, "kolong_training_data", None)
+    trainer.add_callback(record)
     trainer.callback_handler.callbacks.insert(0, one_train_loss())  # before the Trainer's printer
     if trainer.args.disable_tqdm and not getattr(args, "quiet", False):
         from transformers.trainer_callback import PrinterCallback

@@ -200,6 +200,7 @@ def finetune_retrieval(
         model=model, args=training, loss=loss, evaluator=evaluator,
         train_dataset=Dataset.from_dict({"anchor": [a for a, _ in pairs], "positive": [p for _, p in pairs]}),
     )  # fmt: skip
+    trainer.kolong_training_data = {"pairs": len(pairs), "pairs_sha256": pairs_hash(pairs)}
     output = common.train_or_finish(trainer, resume_from, args)
     metrics = (
         {k.removeprefix("eval_"): v for k, v in common.final_evaluation(trainer).items()} if evaluator else {}
@@ -211,6 +212,16 @@ def finetune_retrieval(
     )
     common.save_run(trainer, model.tokenizer, Path(args.output_dir), RESULTS_FILE, args, metrics)
     return metrics
+
+
+def pairs_hash(pairs: list[tuple[str, str]]) -> str:
+    """A short hash of the training pairs in order: two runs' records say whether they trained on the same data."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for anchor, positive in pairs:
+        digest.update(anchor.encode() + b"\0" + positive.encode() + b"\0")
+    return digest.hexdigest()[:16]
 
 
 _METRIC = "eval_task_cosine_ndcg@10"

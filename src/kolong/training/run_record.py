@@ -64,6 +64,18 @@ def _plain(value):
     return json.loads(json.dumps(value, default=str))
 
 
+def record_training(output_dir: Path, training: dict) -> None:
+    """Add what a training session measured to the run's record (`training`: wall time, steps, examples, peak
+    memory, the data), next to its arguments: the figures docs quote about training come from here."""
+    record = _read(Path(output_dir)) or {}
+    _write(output_dir, {**record, "training": _plain(training)})
+
+
+def recorded_training(output_dir: Path) -> dict:
+    """The training figures a run's record holds so far ({} for a run that has not trained)."""
+    return (_read(Path(output_dir)) or {}).get("training", {})
+
+
 def record_run(output_dir: Path, arguments: dict) -> None:
     """A fresh run's record: its arguments (`common.recorded(args)`)."""
     _write(output_dir, {"arguments": _plain(arguments)})
