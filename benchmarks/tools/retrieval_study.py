@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 SHARED_KORQUAD = (
@@ -96,6 +97,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument(
         "--margin", type=float, default=0.02, help="equivalence margin of nDCG@10 (default 0.02)"
     )
+    parser.add_argument("-o", "--output", type=Path,
+                        help="also write the comparisons as OUTPUT.json and OUTPUT.md (the records docs link)")  # fmt: skip
     parser.add_argument(
         "--korquad",
         type=Path,
@@ -110,7 +113,31 @@ def main(argv: list[str] | None = None) -> list[dict]:
     pairs = list(zip(args.readers[::2], args.readers[1::2], strict=True))
     found = comparisons(result, pairs, margin=args.margin, groups=query_groups(result, args.korquad))
     print(markdown(found))
+    if args.output:
+        write_record(
+            args.output, path, result, found, args.margin, argv if argv is not None else sys.argv[1:]
+        )
     return found
+
+
+def write_record(
+    output: Path, path: Path, result: dict, found: list[dict], margin: float, argv: list[str]
+) -> None:
+    """OUTPUT.json (every comparison with its unit, coverage and margin) and OUTPUT.md, written atomically."""
+    from kolong.io import atomic_write_json, atomic_write_text
+
+    first = found[0]["difference"]
+    command = "python -m benchmarks.tools.retrieval_study " + " ".join(
+        f'"{a}"' if " " in a else a for a in argv
+    )
+    record = {"results": str(path), "task": result.get("task"), "measure": "nDCG@10", "margin": margin,
+              "unit": first["unit"], "coverage": first["coverage"], "units": first["units"], "command": command,
+              "comparisons": found}  # fmt: skip
+    atomic_write_json(output.with_suffix(".json"), record)
+    atomic_write_text(
+        output.with_suffix(".md"),
+        f"# Verdicts: {result.get('task')}\n\n{markdown(found)}\n\nCommand: `{command}`\n",
+    )
 
 
 if __name__ == "__main__":

@@ -9,9 +9,9 @@ A missed goal is reported with its gap, never averaged away.
 
 A speed ratio is of two steps timed in the same interleaved rounds, so each round gives one ratio, with the load
 of that moment on both sides: the goal's value is the median of the rounds' ratios, and its interval the
-median's distribution-free interval from their order statistics (`median_interval`). A verdict is decided only
-where the interval lies wholly on one side of the target; otherwise the cell is within the noise, whichever side
-its median falls on.
+median's distribution-free interval from their order statistics (`median_interval`). A goal is met or missed
+only where the interval lies wholly on one side of the target; otherwise it is undecided, whichever side its
+median falls on.
 """
 
 from __future__ import annotations
@@ -174,6 +174,13 @@ def goal_rows(cells: list[dict], device: str) -> list[dict]:
     return rows
 
 
+def goal_verdict(row: dict) -> str:
+    """met / missed, or undecided where the value's interval holds the target (it then decides nothing)."""
+    if row.get("decided") is False:
+        return "undecided"
+    return "met" if row["met"] else "missed"
+
+
 def _cell(row: dict) -> str:
     if row["percent"]:
         value, gap = f"{row['value']:.1%}", f"{abs(row['gap']) * 100:.1f} points"
@@ -181,26 +188,29 @@ def _cell(row: dict) -> str:
         value, gap = f"{row['value']:.2f}x", f"{abs(row['gap']):.2f}x"
     if "low" in row:
         value += f" [{row['low']:.2f}, {row['high']:.2f}]"
-    noise = ", within the noise" if row.get("decided") is False else ""
-    if row["met"]:
-        return f"{value} met{noise}"
-    return f"**{value}: {gap} {'short' if row['at_least'] else 'over'}{noise}**"
+    verdict = goal_verdict(row)
+    if verdict == "missed":
+        return f"**{value} missed: {gap} {'short' if row['at_least'] else 'over'}**"
+    return f"{value} {verdict}"
 
 
 def goals_markdown(rows: list[dict], args: dict) -> list[str]:
     """The goals table: one line per (goal, implementation), a cell per length, each missed one with its gap."""
     lengths = sorted({row["length"] for row in rows})
-    met = sum(row["met"] for row in rows)
-    undecided = sum(row.get("decided") is False for row in rows)
+    verdicts = [goal_verdict(row) for row in rows]
+    met, missed, undecided = (verdicts.count(word) for word in ("met", "missed", "undecided"))
     device = "CUDA: BERT-base's shape, bf16, compiled, 16,384 tokens per step, no attention dropout" if str(
         args["device"]).startswith("cuda") else "CPU: the bench's small model, fp32, 2 cores"  # fmt: skip
-    noise = f" ({undecided} within the noise: the interval holds the target)" if undecided else ""
     intervals = [row["coverage"] for row in rows if "coverage" in row]
-    lines = [f"## Goals (set for {device}): {met} of {len(rows)} met{noise}", ""]
+    lines = [
+        f"## Goals (set for {device}): {met} met, {missed} missed, {undecided} undecided of {len(rows)}",
+        "",
+    ]
     if intervals:
         lines += [f"Speed ratios: the median of the per-round ratios (the two steps timed in the same rounds) and, in "
                   f"brackets, the median's interval from the rounds' order statistics (coverage "
-                  f"{min(intervals):.1%} or more).", ""]  # fmt: skip
+                  f"{min(intervals):.1%} or more). met / missed: the interval lies wholly on one side of the target; "
+                  "undecided: it holds the target.", ""]  # fmt: skip
     lines += ["| goal | target | implementation | " + " | ".join(f"{n:,}" for n in lengths) + " |",
               "|---|---:|---|" + "---:|" * len(lengths)]  # fmt: skip
     table: dict[tuple[str, str], dict[int, dict]] = {}
