@@ -141,3 +141,101 @@ def test_paths_read_keys_indexes_and_selectors():
     assert resolve(data, "cells/0/length *2") == 1024
     with pytest.raises(KeyError):
         resolve(data, "cells/position=alibi/mfu")
+
+
+# -- verdicts ------------------------------------------------------------------------------------------------
+
+VERDICT_WORDS = re.compile(r"\b(better|worse|equivalent|as well as|beats?|ties?)\b", re.IGNORECASE)
+DIFFERENCE = re.compile(r"[+\-−]\d[\d.,]*\s*\[[+\-−]?\d")  # a signed difference with its interval: "+0.044 ["
+MARKDOWN_LINK = re.compile(r"\]\(([^)\s]+)")
+
+
+def verdict_paragraphs(text: str):
+    """Paragraphs (blank-line separated, code blocks left out) that state a verdict on a difference with its
+    interval: a verdict word and a signed figure followed by its bracketed interval."""
+    prose = re.sub(r"```.*?```", "", text, flags=re.DOTALL)
+    for paragraph in re.split(r"\n\s*\n", prose):
+        if VERDICT_WORDS.search(paragraph) and DIFFERENCE.search(paragraph):
+            yield paragraph
+
+
+def linked_results(page: Path, paragraph: str) -> list[Path]:
+    """The committed JSON results a paragraph links: a .json, or a result's .md with its .json beside it."""
+    found = []
+    for target in MARKDOWN_LINK.findall(paragraph):
+        path = (page.parent / target.split("#")[0]).resolve()
+        if path.suffix == ".md":
+            path = path.with_suffix(".json")
+        if path.suffix == ".json" and path.is_file():
+            found.append(path)
+    return found
+
+
+def states_unit_and_coverage(value) -> bool:
+    """Whether a result says, somewhere, over what unit its intervals resample and with what coverage."""
+    keys: set[str] = set()
+
+    def walk(node) -> None:
+        if isinstance(node, dict):
+            keys.update(node)
+            for child in node.values():
+                walk(child)
+        elif isinstance(node, list):
+            for child in node:
+                walk(child)
+
+    walk(value)
+    return {"unit", "coverage"} <= keys
+
+
+def unbacked_verdicts(pages) -> list[str]:
+    problems = []
+    for page in pages:
+        for paragraph in verdict_paragraphs(page.read_text(encoding="utf-8")):
+            results = linked_results(page, paragraph)
+            where = f"{page.relative_to(ROOT) if page.is_relative_to(ROOT) else page.name}: {paragraph.strip()[:90]!r}"
+            if not results:
+                problems.append(f"{where} states a verdict and links no committed JSON result")
+            elif not any(
+                states_unit_and_coverage(json.loads(p.read_text(encoding="utf-8"))) for p in results
+            ):
+                problems.append(f"{where}: no linked result states its interval's unit and coverage")
+    return problems
+
+
+def test_every_verdict_links_a_result_that_states_its_unit_and_coverage():
+    assert not unbacked_verdicts(PAGES)
+
+
+def test_the_verdict_guard_fails_on_an_unbacked_verdict(tmp_path):
+    (tmp_path / "plain.json").write_text('{"mean": 0.1, "low": 0.05, "high": 0.15}')
+    (tmp_path / "ruled.json").write_text('{"unit": "article", "coverage": 0.95, "mean": 0.1}')
+    page = tmp_path / "page.md"
+    page.write_text("Whole documents are better: +0.10 [+0.05, +0.15].\n\n"
+                    "Whole documents are better: +0.10 [+0.05, +0.15] ([r](plain.json)).\n\n"
+                    "Whole documents are better: +0.10 [+0.05, +0.15] ([r](ruled.json)).\n\n"
+                    "```\nbetter +0.10 [+0.05, +0.15]\n```\n")  # fmt: skip
+    problems = unbacked_verdicts([page])
+    assert (
+        len(problems) == 2 and "links no committed JSON" in problems[0] and "unit and coverage" in problems[1]
+    )
+
+
+@pytest.mark.shared_data
+def test_the_retrieval_studys_verdicts_recompute_from_its_committed_results(tmp_path):
+    """Each committed verdicts-TASK.json of the retrieval study is what its command gives from the committed
+    results (the questions' articles read from the shared KorQuAD file)."""
+    from benchmarks.tools import retrieval_study
+
+    study = ROOT / "docs" / "experiments" / "retrieval-study-cpu-epyc-2core"
+    if not retrieval_study.SHARED_KORQUAD.is_file():
+        pytest.skip("needs ../shared/data")
+    records = sorted(study.glob("verdicts-*.json"))
+    assert records
+    for path in records:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        result = json.loads((ROOT / record["results"]).read_text(encoding="utf-8"))
+        pairs = [(c["a"], c["b"]) for c in record["comparisons"]]
+        again = retrieval_study.comparisons(result, pairs, margin=record["margin"],
+                                            groups=retrieval_study.query_groups(result, retrieval_study.SHARED_KORQUAD))  # fmt: skip
+        assert json.loads(json.dumps(again)) == record["comparisons"], path.name

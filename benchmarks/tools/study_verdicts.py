@@ -6,6 +6,8 @@ commands, not installed with kolong). Writes OUTPUT.json (with the interval's un
 - `knowledge`: kbert - plain accuracy (points) over every review and over the reviews with triples, a t-interval
   over the seeds' paired differences (each seed trains and evaluates on its own split), as `kolong experiment
   knowledge` now prints.
+- `extension-init`: each comparison of held-out MLM loss, a t-interval over seeds for a `--seeds` file, else the
+  run's stored interval over held-out blocks.
 """
 
 from __future__ import annotations
@@ -25,7 +27,45 @@ def knowledge(result: dict, margin: float) -> dict:
     }  # fmt: skip
 
 
-STUDIES = {"knowledge": (knowledge, 0.5, "accuracy points, kbert - plain")}
+def extension_init(result: dict, margin: float) -> dict:
+    """Held-out MLM loss, A - B in nats (lower is better, so A is *better* when the difference is below 0). A
+    seeds file (`--seeds`): a t-interval over the seeds' paired differences; one run: its stored 95% interval over
+    held-out blocks, which also stands in for the unstored 90% one (equivalence then needs the 95% interval inside
+    the margin: conservative)."""
+    from kolong.evaluation.verdicts import COVERAGE, decide, seeds_verdict
+
+    found = {}
+    for name, entries in result["sets"].items():
+        for entry in entries if isinstance(entries, list) else entries.get("comparisons", []):
+            compared = entry.get("comparison")
+            if compared is None:  # one run: the variant beside `against`, A - B
+                variant = next(
+                    k
+                    for k, v in entry.items()
+                    if isinstance(v, dict) and k not in ("difference", entry["against"])
+                )
+                compared = f"{variant} - {entry['against']}"
+            label = f"{name}, {entry['steps']} steps, {entry['bucket']}: {compared}"
+            if "seeds" in entry:  # A - B in loss; the rule reads B - A, the gain of A
+                gain = seeds_verdict(
+                    [-one["difference"]["mean"] for one in entry["seeds"].values()], margin=margin
+                )
+                found[label] = {**gain, "mean": -gain["mean"], "low": -gain["high"], "high": -gain["low"],
+                                "low90": -gain["high90"], "high90": -gain["low90"], "measure": "A - B, nats"}  # fmt: skip
+                continue
+            difference = entry["difference"]
+            # the 90% interval is not stored: the 95% one stands in for it, so equivalence is tested conservatively
+            gain = (-difference["high"], -difference["low"])
+            verdict = decide(*gain, *gain, margin)
+            found[label] = {"mean": difference["mean"], "low": difference["low"], "high": difference["high"],
+                            "n": difference["n"], "unit": "block", "units": difference["n"], "coverage": COVERAGE,
+                            "method": "bootstrap (stored)", "margin": margin, "minimum_detectable": None,
+                            "verdict": verdict, "measure": "A - B, nats"}  # fmt: skip
+    return found
+
+
+STUDIES = {"knowledge": (knowledge, 0.5, "accuracy points, kbert - plain"),
+           "extension-init": (extension_init, 0.02, "held-out MLM loss, nats; the verdict is A's, lower is better")}  # fmt: skip
 
 
 def markdown(study: str, found: dict, what: str) -> str:
@@ -37,7 +77,9 @@ def markdown(study: str, found: dict, what: str) -> str:
         "| comparison | difference [95% interval] and verdict |",
         "|---|---|",
     ]
-    lines += [f"| {name} | {describe(result, 2)} |" for name, result in found.items()]
+    lines += [
+        f"| {name} | {describe(result, 3 if 'nats' in what else 2)} |" for name, result in found.items()
+    ]
     return "\n".join(lines) + "\n"
 
 

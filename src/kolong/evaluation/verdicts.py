@@ -22,7 +22,7 @@ import numpy as np
 from kolong.errors import ConfigError
 
 # The documented default margin of each measure, in its own units: what counts as no practical difference.
-MARGINS = {"ndcg@10": 0.02, "mrr@10": 0.02, "f1": 1.0, "exact_match": 1.0, "accuracy": 0.5}
+MARGINS = {"ndcg@10": 0.02, "mrr@10": 0.02, "f1": 1.0, "exact_match": 1.0, "accuracy": 0.5, "mlm_loss": 0.02}
 VERDICTS = ("better", "worse", "equivalent", "undecided")
 COVERAGE = 0.95  # of the interval shown; the equivalence test reads the 90% one
 POWER = 0.8
@@ -151,9 +151,11 @@ def describe(result: dict, digits: int = 3) -> str:
     """ "+0.044 [+0.005, +0.085] better (95% by article, 25 articles; margin 0.02, detectable 0.081)"."""
     number = f"{{:+.{digits}f}}"
     units = result["units"]
+    found = result.get("minimum_detectable")
+    detectable = "" if found is None else f", detectable {found:.{digits}f}"
     return (f"{number.format(result['mean'])} [{number.format(result['low'])}, {number.format(result['high'])}] "
             f"{result['verdict']} ({result['coverage']:.0%} by {result['unit']}, {units} {result['unit']}"
-            f"{'' if units == 1 else 's'}; margin {result['margin']:g}, detectable {result['minimum_detectable']:.{digits}f})")  # fmt: skip
+            f"{'' if units == 1 else 's'}; margin {result['margin']:g}{detectable})")  # fmt: skip
 
 
 def header(unit: str, margin: float, coverage: float = COVERAGE) -> str:
