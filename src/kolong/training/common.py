@@ -373,6 +373,30 @@ def training_record():
     return TrainingRecord()
 
 
+def titles_record(examples, features: int) -> dict:
+    """What a QA run trained on, for its record: questions, windows, and its articles' titles by count and a short
+    hash (two runs' records say whether they read the same articles)."""
+    import hashlib
+
+    titles = sorted({example.title for example in examples})
+    digest = hashlib.sha256("\n".join(titles).encode()).hexdigest()[:16]
+    return {
+        "questions": len(examples),
+        "train_features": features,
+        "articles": len(titles),
+        "titles_sha256": digest,
+    }
+
+
+def _dataset_size(trainer) -> dict | None:
+    """What a recipe that names nothing more trained on: its training set's size (features: windows, rows)."""
+    dataset = getattr(trainer, "train_dataset", None)
+    try:
+        return {"train_features": len(dataset)} if dataset is not None else None
+    except TypeError:  # an iterable dataset has no length
+        return None
+
+
 def one_train_loss():
     """A Trainer callback, first in line, that keeps the Trainer's own `train_loss` (the mean over the steps since
     the run last started) out of the summary it prints at the end, where kolong's closing line gives the run's (over resumes):
@@ -448,7 +472,7 @@ def train_or_finish(trainer, resume_from: str | None, args=None):
     trainer.evaluated_steps = evaluations.steps  # read by final_evaluation
     trainer.add_callback(stop_on_non_finite())
     record = training_record()
-    record.data = getattr(trainer, "kolong_training_data", None)
+    record.data = getattr(trainer, "kolong_training_data", None) or _dataset_size(trainer)
     trainer.add_callback(record)
     trainer.callback_handler.callbacks.insert(0, one_train_loss())  # before the Trainer's printer
     if trainer.args.disable_tqdm and not getattr(args, "quiet", False):

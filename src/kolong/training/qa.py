@@ -166,6 +166,7 @@ def finetune_qa(
         decode_options={"n_best": args.n_best, "max_answer_length": args.max_answer_length},
     )
     common.quiet_trainer(trainer, args.quiet)
+    trainer.kolong_training_data = common.titles_record(train_examples, len(train_features))
     train_output = common.train_or_finish(trainer, resume_from, args)
     if common.stopped_by_budget(callbacks):
         return {"finished": False, "steps": trainer.state.global_step}
