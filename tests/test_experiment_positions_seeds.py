@@ -107,7 +107,9 @@ def test_seeds_command_runs_each_seed_and_resumes(shared_data, tmp_path):
     assert summary["vocab_speed"] and per_seed[2]["vocab_speed"] == []  # timed in the first seed only
 
     stamp = (tmp_path / "work" / "seed-2" / "result-mlm-shaw.json").stat().st_mtime_ns
-    assert CliRunner().invoke(app, arguments).exit_code == 0  # every stage read back
+    again = CliRunner().invoke(app, arguments)  # a finished study's results are not replaced silently
+    assert again.exit_code == 2 and "pass --overwrite" in again.output
+    assert CliRunner().invoke(app, [*arguments, "--overwrite"]).exit_code == 0  # every stage read back
     assert (tmp_path / "work" / "seed-2" / "result-mlm-shaw.json").stat().st_mtime_ns == stamp
 
     refused = CliRunner().invoke(app, ["experiment", "positions", "--seeds", "3,3"])

@@ -298,8 +298,8 @@ _ABOUT_THE_RUN = ("runtime", "samples_per_second", "steps_per_second", "epoch", 
 
 def log_line(logs: dict, step: int, max_steps: int) -> str | None:
     """One readable line for a Trainer log entry, in place of the dict of strings the Trainer prints: a training
-    log ("step 10/100: loss 0.6931, learning rate 2e-05, grad norm 1.23"), an evaluation ("evaluation at step
-    10: loss 0.6936, accuracy 50 (0.5 s)"); None for the closing summary, which the recipe's own line gives."""
+    log ("step N/MAX: loss L, learning rate R, grad norm G"), an evaluation ("evaluation at step N/MAX: loss L,
+    accuracy A (S s)"); None for the closing summary, which the recipe's own line gives."""
     if "train_runtime" in logs:
         return None
     evaluation = any(key.startswith("eval_") for key in logs)

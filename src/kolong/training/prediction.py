@@ -81,7 +81,8 @@ def plural(count: int, unit: str) -> str:
 
 def pace(done: int, seconds: float, unit: str) -> str:
     """How fast a loop goes, as the reader wants it: items a second when more than one goes by each second, else
-    seconds an item (a slow step reads "17.0 s/step", not "0.1 steps/s"); nothing before the first item."""
+    seconds an item (a slow step reads in seconds a step, not in a fraction of a step a second); nothing before
+    the first item."""
     if not done or seconds <= 0:
         return ""
     rate = done / seconds
