@@ -245,11 +245,45 @@ def test_every_reader_runs_and_the_first_is_the_reference(embedding_model):
         small_task(), [str(embedding_model)], lengths=(32, 128), extensions=("copy",), k=(1, 3)
     )
     labels = [row["reader"] for row in result.rows]
-    dense = ["st truncate@32", "st chunk-max@32", "st chunk-mean@32", "st +copy truncate@128"]
+    dense = ["st truncate@32", "st chunk-max@32", "st chunk-mean@32", "st whole@128 (copy)"]
     assert labels == [*dense, "bm25", *(f"bm25 + {label}" for label in dense)]
     assert "ndcg10_minus_first" not in result.rows[0] and "verdict" in result.rows[1]["ndcg10_minus_first"]
     assert result.rows[-1]["metrics"]["RR@10"]["mean"] == 1.0  # BM25 finds each document by its own words
     assert set(result.rows[0]["by_depth"]) == {"<512"}
+    # chunk-max and chunk-mean read one encoding of the chunks: the same seconds and tokens
+    chunk_max, chunk_mean = result.rows[1], result.rows[2]
+    assert chunk_max["encode_seconds"] == chunk_mean["encode_seconds"]
+
+
+def test_late_chunk_reader_compare_pairs_and_refusals_before_reading(embedding_model, monkeypatch):
+    from kolong.retrieval import readers
+
+    task = small_task()
+    pairs = [("st late-chunk@32", "st chunk-max@32"), ("st late-chunk@128 (copy)", "st whole@128 (copy)")]
+    result = evaluate_retrieval(task, [str(embedding_model)], lengths=(32, 128), extensions=("copy",), k=(1,),
+                                readers=("chunk-max", "late-chunk", "truncate"), chunk_tokens=16, compare=pairs)  # fmt: skip
+    labels = [row["reader"] for row in result.rows]
+    assert labels == ["st chunk-max@32", "st late-chunk@32", "st truncate@32", "st late-chunk@128 (copy)",
+                      "st whole@128 (copy)"]  # fmt: skip
+    assert [(c["a"], c["b"]) for c in result.comparisons] == pairs
+    assert all(c["verdict"] in ("better", "worse", "equivalent", "undecided") for c in result.comparisons)
+    text = markdown(result)
+    assert "Chosen comparisons (`--compare`)" in text and "| st late-chunk@32 | st chunk-max@32 |" in text
+    assert "nDCG@10 depth <512 (n=3)" in text  # each bucket says how many queries it holds
+
+    read = []
+    monkeypatch.setattr(readers, "dense_scores", lambda *a, **k: read.append(a) or None)
+    for arguments, message in (
+        ({"extensions": ("cpoy",), "lengths": (32, 128)}, "--extend: unknown 'cpoy'"),
+        (
+            {"readers": ("late-chunk",), "chunk_tokens": 64},
+            "--chunk-tokens 64 is above the reading length 32",
+        ),
+        ({"compare": [("st truncate@32", "nope")]}, "--compare: no reader 'nope'"),
+    ):
+        with pytest.raises(ConfigError, match=message):
+            evaluate_retrieval(task, [str(embedding_model)], **{"lengths": (32,), "k": (1,), **arguments})
+    assert not read  # refused before anything was read
 
 
 def test_a_length_past_the_model_needs_an_extension(embedding_model):
@@ -259,6 +293,15 @@ def test_a_length_past_the_model_needs_an_extension(embedding_model):
     assert [row.label for row in rows] == ["long truncate@128"] and skipped == [
         "short at 128 tokens (it reads 64; no --extend)"
     ]
+
+
+def test_a_model_path_that_does_not_exist_is_named():
+    from kolong.errors import CheckpointError
+    from kolong.retrieval.readers import load_embedder
+
+    for name in ("runs/no-such-model", "./nowhere", "/tmp/kolong-no-such-model"):
+        with pytest.raises(CheckpointError, match="no such model directory"):
+            load_embedder(name)
 
 
 def test_a_plain_model_needs_its_pooling_named(tmp_path):

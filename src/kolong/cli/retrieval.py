@@ -126,7 +126,19 @@ def evaluate(
         "512", "--max-length", "-n", help="Reading lengths in tokens, e.g. 512,2048."
     ),
     readers: str = typer.Option(
-        "truncate,chunk-max,chunk-mean,bm25", help="truncate, chunk-max, chunk-mean, bm25."
+        "truncate,chunk-max,chunk-mean,bm25", help="truncate, chunk-max, chunk-mean, late-chunk, bm25."
+    ),
+    chunk_tokens: str = typer.Option(
+        "256",
+        "--chunk-tokens",
+        help="late-chunk: tokens a chunk (at most the reading length), or 'paragraphs' "
+        "(each line of a document).",
+    ),
+    compare: list[str] = typer.Option(
+        None,
+        "--compare",
+        help="A,B: also print reader A minus reader B with the verdict rule (repeatable; the "
+        "readers' labels as the table names them).",
     ),
     extend: str = typer.Option(
         "",
@@ -168,12 +180,15 @@ def evaluate(
     with user_errors():
         if output is not None:
             check_output_dir(output, overwrite)
+        pairs = [_pair(text) for text in compare or []]
+        size = chunk_tokens if chunk_tokens == "paragraphs" else int_list(chunk_tokens, "--chunk-tokens")[0]
         loaded = read_task(task)
         result = evaluate_retrieval(
             loaded, models or [], lengths=int_list(max_length, "--max-length"),
             readers=[r.strip() for r in readers.split(",") if r.strip()],
             extensions=[m.strip() for m in extend.split(",") if m.strip()], pooling=pooling, k=int_list(k, "--k"),
             depth_split=depth_split, batch_size=batch_size, device=device, seed=seed, hybrid=hybrid, margin=margin,
+            chunk_tokens=size, compare=pairs,
             on_row=lambda label: console.print(f"[dim]{time.perf_counter() - started:6.0f} s[/] reading: {label}",
                                                highlight=False, soft_wrap=True),
         )  # fmt: skip
@@ -187,3 +202,117 @@ def evaluate(
     console.print(table, highlight=False, soft_wrap=True, markup=False)
     if output is not None:
         console.print(f"[green]wrote[/] {output}/retrieval.json and retrieval.md", soft_wrap=True)
+
+
+def _pair(text: str) -> tuple[str, str]:
+    first, comma, second = text.partition(",")
+    if not comma or not first.strip() or not second.strip() or "," in second:
+        raise typer.BadParameter(f"expected two reader labels A,B, got {text!r}", param_hint="--compare")
+    return first.strip(), second.strip()
+
+
+def embed(
+    model: str = typer.Argument(
+        ...,
+        metavar="MODEL",
+        help="A mean-pooling embedding model (sentence-transformers "
+        "directory, or an HF encoder with --pooling mean).",
+    ),
+    documents: Path = typer.Option(
+        ...,
+        "--documents",
+        help='A .jsonl file of {"id", "text"} lines, a .txt '
+        "file (one document), or a folder of .txt files (one document each).",
+    ),
+    output: Path = typer.Option(..., "--output", "-o", help="JSON-lines file of chunk embeddings to write."),
+    max_length: int = typer.Option(
+        None,
+        "--max-length",
+        "-n",
+        min=8,
+        help="Reading length in tokens (default: "
+        "the model's positions); longer documents are read in overlapping windows.",
+    ),
+    chunk_tokens: str = typer.Option(
+        "256", "--chunk-tokens", help="Tokens a chunk, or 'paragraphs' (each line)."
+    ),
+    extend: str = typer.Option(
+        None,
+        "--extend",
+        help="Past the model's positions: extend it in memory by this "
+        "method first (copy, interpolate, ...; no training).",
+    ),
+    pooling: str = typer.Option(None, callback=one_of("mean"), help="mean: for a plain HF encoder."),
+    device: str = typer.Option("cpu", help="cpu | cuda."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing output file."),
+) -> None:
+    """Late-chunked embeddings of your documents: each document read whole (overlapping windows past the reading
+    length), each chunk pooled from its token states, so a chunk's embedding has seen its document. Writes one
+    line per chunk: {"document", "chunk", "start", "end", "text", "embedding"} (start/end: the chunk's character
+    span, text[start:end] is the chunk).
+
+    Python: kolong.retrieval.late_chunking.embed_documents(embedder, {id: text}, length, chunk_tokens).
+    """
+    from kolong.io import atomic_output_file, check_output_file
+    from kolong.retrieval.evaluate import extended_copy
+    from kolong.retrieval.late_chunking import check_chunk_tokens, check_mean_pooling, embed_documents
+    from kolong.retrieval.readers import load_embedder, positions_of
+
+    with user_errors():
+        check_output_file(output, overwrite)
+        texts = read_documents(documents)
+        embedder = load_embedder(model, pooling, device)
+        check_mean_pooling(embedder, model)
+        most = positions_of(embedder)
+        length = max_length or most
+        if length > most:
+            if not extend:
+                raise typer.BadParameter(f"{length} is past the {most} positions {model} reads: pass --extend copy (or "
+                                         "another method) to extend it in memory", param_hint="--max-length")  # fmt: skip
+            embedder = extended_copy(embedder, length, extend)
+        size = chunk_tokens if chunk_tokens == "paragraphs" else int_list(chunk_tokens, "--chunk-tokens")[0]
+        check_chunk_tokens(size, length)
+        done = []
+        records = embed_documents(embedder, texts, length, size, on_document=lambda d: done.append(d) or console.print(
+            f"[dim]{len(done)}/{len(texts)}[/] {d}", highlight=False, soft_wrap=True))  # fmt: skip
+        with (
+            atomic_output_file(output, overwrite) as staging,
+            Path(staging).open("w", encoding="utf-8") as handle,
+        ):
+            for record in records:
+                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+    console.print(f"[green]wrote[/] {output}: {len(records):,} chunks of {len(texts):,} documents, read at {length} "
+                  "tokens", soft_wrap=True)  # fmt: skip
+
+
+def read_documents(path: Path) -> dict[str, str]:
+    """{id: text} of a .jsonl file ({"id", "text"} per line), a .txt file, or a folder of .txt files."""
+    from kolong.data.sources import utf8_text
+    from kolong.errors import DataError
+
+    if path.is_dir():
+        files = sorted(path.glob("*.txt"))
+        if not files:
+            raise DataError(f"{path}: no .txt documents in this folder")
+        return {file.stem: utf8_text(file) for file in files}
+    if not path.is_file():
+        raise DataError(f"{path}: no such file or folder")
+    if path.suffix == ".txt":
+        return {path.stem: utf8_text(path)}
+    documents = {}
+    for number, line in enumerate(utf8_text(path).splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise DataError(f"{path}:{number}: not valid JSON ({error.msg})") from None
+        if not (isinstance(row, dict) and isinstance(row.get("id"), str) and isinstance(row.get("text"), str)
+                and row["text"].strip()):  # fmt: skip
+            raise DataError(f"{path}:{number}: needs a string 'id' and a non-empty string 'text'")
+        if row["id"] in documents:
+            raise DataError(f"{path}:{number}: document id {row['id']!r} appears twice")
+        documents[row["id"]] = row["text"]
+    if not documents:
+        raise DataError(f"{path}: no documents")
+    return documents

@@ -45,6 +45,7 @@ class RetrievalEvaluation:
     rows: list[dict] = field(default_factory=list)
     settings: dict = field(default_factory=dict)
     query_groups: dict[str, str] | None = None  # query id -> its group (article), where the task gives one
+    comparisons: list[dict] = field(default_factory=list)  # the pairs of --compare, by the verdict rule
 
 
 def measures(k: Sequence[int]):
@@ -68,6 +69,13 @@ def plan_readers(models: Sequence[str], lengths: Sequence[int], readers: Sequenc
     """(rows, skipped): every model at each length within its positions by each dense reader; past them, read whole
     by each training-free extension. Without extensions, a model that cannot read a length is skipped there (said
     in `skipped`) while another model reads it, and refused when none does, naming the way to extend."""
+    from kolong.extension.rope import ROPE_METHODS
+    from kolong.extension.tables import METHODS
+
+    known = (*METHODS, "interpolate+keep-short", *ROPE_METHODS)
+    unknown_methods = [m for m in extensions if m not in known]
+    if unknown_methods:  # before any reading: a typo found after the shorter lengths ran would waste them
+        raise ConfigError(f"--extend: unknown {unknown_methods[0]!r}; choose from {', '.join(known)}")
     rows, skipped = [], []
     dense = [r for r in readers if r != "bm25"]
     unknown = [r for r in dense if r not in DENSE]
@@ -81,10 +89,12 @@ def plan_readers(models: Sequence[str], lengths: Sequence[int], readers: Sequenc
             name, most = Path(model).name or model, positions(model)
             if length <= most:
                 rows += [Reader(f"{name} {r}@{length}", model, r, length) for r in dense]
-            elif extensions:
-                rows += [
-                    Reader(f"{name} +{m} truncate@{length}", model, "truncate", length, m) for m in extensions
-                ]
+            elif (
+                extensions
+            ):  # read whole past the model's positions: named for what it does, `whole@2048 (copy)`
+                whole = [r for r in dense if r in ("truncate", "late-chunk")]
+                rows += [Reader(f"{name} {'whole' if r == 'truncate' else r}@{length} ({m})", model, r, length, m)
+                         for m in extensions for r in whole]  # fmt: skip
             else:
                 short.append((model, most))
         if short and len(short) == len(models):
@@ -189,6 +199,8 @@ def evaluate_retrieval(
     seed: int = 0,
     hybrid: bool = True,
     margin: float = MARGIN,
+    chunk_tokens: int | str = 256,
+    compare: Sequence[tuple[str, str]] = (),
     on_row: Callable[[str], None] | None = None,
 ) -> RetrievalEvaluation:
     """Every reader of `plan_readers` on `task`; rows in order, the first the reference of the differences. With
@@ -211,6 +223,11 @@ def evaluate_retrieval(
         return loaded[model]
 
     plan, skipped = plan_readers(models, lengths, readers, extensions, lambda m: positions_of(embedder(m)))
+    _check_late_chunking(plan, embedder, chunk_tokens)
+    _check_compared(plan, compare, "bm25" in readers and hybrid)
+    encodings: dict[
+        tuple, dict
+    ] = {}  # one per model, length and extension: chunk-max and chunk-mean share it
     tokenizer = embedder(models[0])[0].tokenizer if models else None
     if tokenizer is not None:
         token_lengths, depths = token_lengths_and_depths(tokenizer, task)
@@ -234,7 +251,9 @@ def evaluate_retrieval(
             model = embedder(reader.model)
             if reader.extension:
                 model = extended_copy(model, reader.length, reader.extension)
-            encoded = dense_scores(model, task, reader.reader, reader.length, batch_size)
+            cache = encodings.setdefault((reader.model, reader.length, reader.extension), {})
+            encoded = dense_scores(model, task, reader.reader, reader.length, batch_size, chunk_tokens=chunk_tokens,
+                                   cache=cache)  # fmt: skip
             dense_runs.append((reader, encoded))
         values = per_query(qrels, encoded.scores, k)
         reference = result.rows[0] if result.rows else None
@@ -253,7 +272,46 @@ def evaluate_retrieval(
                 )
                 result.rows.append(summarise(label, fused, per_query(qrels, fused.scores, k), groups, result.rows[0],
                                              len(task.documents), seed, margin, query_groups))  # fmt: skip
+    result.comparisons = compared(result, compare, margin, seed)
     return result
+
+
+def _check_late_chunking(plan: list[Reader], embedder, chunk_tokens) -> None:
+    """Refuse, before any reading, a late-chunk reader the model cannot pool or the chunk size cannot fit."""
+    from kolong.retrieval.late_chunking import check_chunk_tokens, check_mean_pooling
+
+    for reader in plan:
+        if reader.reader == "late-chunk":
+            check_chunk_tokens(chunk_tokens, reader.length)
+            check_mean_pooling(embedder(reader.model), reader.model)
+
+
+def _check_compared(plan: list[Reader], compare: Sequence[tuple[str, str]], hybrids: bool) -> None:
+    labels = {reader.label for reader in plan}
+    if hybrids:
+        labels |= {f"bm25 + {reader.label}" for reader in plan if reader.model is not None}
+    for pair in compare:
+        missing = [name for name in pair if name not in labels]
+        if missing:
+            raise ConfigError(
+                f"--compare: no reader {missing[0]!r} in this run; readers: {', '.join(sorted(labels))}"
+            )
+
+
+def compared(
+    result: RetrievalEvaluation, pairs: Sequence[tuple[str, str]], margin: float, seed: int
+) -> list[dict]:
+    """Each chosen pair's paired difference of nDCG@10, A - B over the same queries, by the verdict rule."""
+    rows = {row["reader"]: row for row in result.rows}
+    found = []
+    for first, second in pairs:
+        ids = sorted(rows[first]["per_query_ndcg10"])
+        groups = [result.query_groups[q] for q in ids] if result.query_groups else None
+        a = [rows[first]["per_query_ndcg10"][q] for q in ids]
+        b = [rows[second]["per_query_ndcg10"][q] for q in ids]
+        found.append({"a": first, "b": second, "a_mean": float(np.mean(a)), "b_mean": float(np.mean(b)),
+                      **paired_verdict(a, b, margin=margin, seed=seed, groups=groups)})  # fmt: skip
+    return found
 
 
 # Reciprocal rank fusion's constant (Cormack et al., 2009): ranks past the first few count little.
@@ -280,6 +338,9 @@ def markdown(result: RetrievalEvaluation) -> str:
     depth_buckets = list(first.get("by_depth", {}))
     head = ["reader", "nDCG@10 [95% CI]", "MRR@10", *recall, *(f"nDCG@10 len {b}" for b in length_buckets),
             *(f"nDCG@10 depth {b}" for b in depth_buckets), "vs first", "docs/s", "peak MB"]  # fmt: skip
+    counts = {**{f"nDCG@10 len {b}": first["by_length"][b]["n"] for b in length_buckets},
+              **{f"nDCG@10 depth {b}": first["by_depth"][b]["n"] for b in depth_buckets}}  # fmt: skip
+    head = [f"{name} (n={counts[name]})" if name in counts else name for name in head]
     skipped = "".join(f" Skipped: {s}." for s in result.settings.get("skipped", []))
     comparison = result.settings.get(
         "comparison", {"unit": "query", "margin": MARGIN, "groups": result.queries}
@@ -302,6 +363,13 @@ def markdown(result: RetrievalEvaluation) -> str:
         cells.append(f"{row['documents_per_second']:.1f}" if row["documents_per_second"] else "—")
         cells.append(f"{row['peak_memory_mb']:.0f}" if row["model"] else "—")
         lines.append("| " + " | ".join(cells) + " |")
+    if result.comparisons:
+        unit = result.comparisons[0]["unit"]
+        lines += ["", f"Chosen comparisons (`--compare`), nDCG@10 A - B, {header(unit, result.comparisons[0]['margin'])}:",
+                  "", "| A | B | A | B | A - B [95% interval] | verdict | detectable |", "|---|---|---:|---:|---|---|---:|"]  # fmt: skip
+        for c in result.comparisons:
+            lines.append(f"| {c['a']} | {c['b']} | {c['a_mean']:.3f} | {c['b_mean']:.3f} | {c['mean']:+.3f} "
+                         f"[{c['low']:+.3f}, {c['high']:+.3f}] | {c['verdict']} | {c['minimum_detectable']:.3f} |")  # fmt: skip
     return "\n".join(lines) + "\n"
 
 

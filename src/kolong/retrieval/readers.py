@@ -5,6 +5,9 @@
 - `chunk-max` / `chunk-mean`: the document is cut into consecutive chunks of `length` tokens (cut at token
   boundaries of the model's own tokenizer, then encoded as text, as RAG pipelines do), and scored by its best
   chunk or by the mean of its chunks' scores;
+- `late-chunk`: the document read whole at `length` (overlapping windows past it), each chunk of
+  `chunk_tokens` tokens (or each paragraph) pooled from the token states (`late_chunking`), the document scored
+  by its best chunk;
 - `bm25`: Okapi BM25 (bm25s) over MeCab-ko morphemes, the lexical baseline a Korean team tries first.
 
 Dense scores are cosine similarities of normalised embeddings.
@@ -20,7 +23,8 @@ import numpy as np
 
 from kolong.errors import CheckpointError, ConfigError
 
-DENSE = ("truncate", "chunk-max", "chunk-mean")
+DENSE = ("truncate", "chunk-max", "chunk-mean", "late-chunk")
+CHUNKED = ("chunk-max", "chunk-mean")  # one encoding of the chunks serves both
 POOLINGS = ("mean", "cls")
 
 
@@ -35,6 +39,11 @@ def load_embedder(model_or_path: str, pooling: str | None = None, device: str = 
         sentence_transformers,
     )
 
+    path = Path(model_or_path)
+    if not path.exists() and not _on_the_hub(str(model_or_path)):
+        raise CheckpointError(
+            f"{model_or_path}: no such model directory (nor a hub model in the local cache)"
+        )
     if is_embedding_model(model_or_path):
         return load_sentence_transformer(model_or_path, device)
     if pooling not in POOLINGS:
@@ -48,6 +57,15 @@ def load_embedder(model_or_path: str, pooling: str | None = None, device: str = 
     transformer = module.models.Transformer(str(model_or_path))
     pool = module.models.Pooling(transformer.auto_model.config.hidden_size, pooling_mode=pooling)
     return module.SentenceTransformer(modules=[transformer, pool, module.models.Normalize()], device=device)
+
+
+def _on_the_hub(name: str) -> bool:
+    """Whether `name` can be a hub model here: an org/name id, in the local cache or with the hub reachable."""
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    if name.startswith((".", "/")) or name.count("/") != 1:
+        return False
+    return not constants.HF_HUB_OFFLINE or isinstance(try_to_load_from_cache(name, "config.json"), str)
 
 
 def positions_of(embedder) -> int:
@@ -90,41 +108,37 @@ def _encode(embedder, texts: list[str], batch_size: int) -> np.ndarray:
                            show_progress_bar=False)  # fmt: skip
 
 
-def dense_scores(embedder, task, reader: str, length: int, batch_size: int = 8,
-                 measure_memory: bool = True) -> Encoded:  # fmt: skip
-    """Scores of every query against every document of its pool, read by `reader` at `length` tokens."""
+def dense_scores(embedder, task, reader: str, length: int, batch_size: int = 8, measure_memory: bool = True,
+                 chunk_tokens: int | str = 256, cache: dict | None = None) -> Encoded:  # fmt: skip
+    """Scores of every query against every document of its pool, read by `reader` at `length` tokens. `cache`
+    (one dict per model and length) keeps the chunks' encoding, so `chunk-max` and `chunk-mean` encode them
+    once."""
     from kolong.measure import peak_growth_mb
 
     if reader not in DENSE:
         raise ConfigError(f"unknown reader {reader!r}; choose from {', '.join(DENSE)} or bm25")
-    tokenizer = embedder[0].tokenizer
     ids = list(task.documents)
     texts = [task.documents[i].text for i in ids]
-    if reader == "truncate":
-        pieces, owner = texts, list(range(len(ids)))
+    key = "chunks" if reader in CHUNKED else reader
+    if cache is not None and key in cache:
+        encoded = cache[key]
     else:
-        pieces, owner = [], []
-        for index, text in enumerate(texts):
-            chunks = chunk_texts(tokenizer, text, length)
-            pieces += chunks
-            owner += [index] * len(chunks)
-    embedder.max_seq_length = length
-    result: dict = {}
+        embedder.max_seq_length = length
+        result: dict = {}
 
-    def encode() -> None:
-        result["documents"] = _encode(embedder, pieces, batch_size)
+        def encode() -> None:
+            result["pieces"], result["owner"], result["tokens"] = _pieces(embedder, texts, reader, length,
+                                                                          batch_size, chunk_tokens)  # fmt: skip
 
-    started = time.perf_counter()
-    peak = (
-        peak_growth_mb(encode, cuda=str(embedder.device).startswith("cuda"))
-        if measure_memory
-        else (encode() or 0.0)
-    )
-    seconds = time.perf_counter() - started
-    tokens = sum(min(n, length) for n in map(len, tokenizer(pieces, truncation=False)["input_ids"]))
+        started = time.perf_counter()
+        cuda = str(embedder.device).startswith("cuda")
+        peak = peak_growth_mb(encode, cuda=cuda) if measure_memory else (encode() or 0.0)
+        encoded = {**result, "seconds": time.perf_counter() - started, "peak": float(peak)}
+        if cache is not None:
+            cache[key] = encoded
     queries = _encode(embedder, [q.text for q in task.queries], batch_size)
-    piece_scores = queries @ result["documents"].T  # (queries, pieces)
-    owner = np.asarray(owner)
+    piece_scores = queries @ encoded["pieces"].T  # (queries, pieces)
+    owner = np.asarray(encoded["owner"])
     pieces_of = [
         np.flatnonzero(owner == d_index) for d_index in range(len(ids))
     ]  # each document's pieces, once
@@ -135,7 +149,32 @@ def dense_scores(embedder, task, reader: str, length: int, batch_size: int = 8,
         scores[query.id] = {document_id: float(reduce(row[pieces_of[d_index]]))
                             for d_index, document_id in enumerate(ids)
                             if task.documents[document_id].pool == query.pool}  # fmt: skip
-    return Encoded(scores, seconds, tokens, float(peak))
+    return Encoded(scores, encoded["seconds"], encoded["tokens"], encoded["peak"])
+
+
+def _pieces(embedder, texts: list[str], reader: str, length: int, batch_size: int, chunk_tokens):
+    """(embeddings of the pieces a reader scores, the document each belongs to, tokens read)."""
+    tokenizer = embedder[0].tokenizer
+    if reader == "late-chunk":
+        from kolong.retrieval.late_chunking import late_chunks
+
+        pieces, owner, tokens = [], [], 0
+        for index, text in enumerate(texts):
+            chunks = late_chunks(embedder, text, length, chunk_tokens)
+            pieces += [chunk.embedding for chunk in chunks]
+            owner += [index] * len(chunks)
+            tokens += len(tokenizer(text, add_special_tokens=False)["input_ids"])
+        return np.stack(pieces), owner, tokens
+    if reader == "truncate":
+        pieces, owner = texts, list(range(len(texts)))
+    else:
+        pieces, owner = [], []
+        for index, text in enumerate(texts):
+            chunks = chunk_texts(tokenizer, text, length)
+            pieces += chunks
+            owner += [index] * len(chunks)
+    tokens = sum(min(n, length) for n in map(len, tokenizer(pieces, truncation=False)["input_ids"]))
+    return _encode(embedder, pieces, batch_size), owner, tokens
 
 
 def morphemes() -> Callable[[str], list[str]]:
