@@ -209,6 +209,7 @@ def _callbacks() -> dict[tuple, object]:
 REQUIRED = {
     ("extend",): ["MODEL", "-n", "64", "-o", "OUT"],
     ("convert",): ["MODEL", "-o", "OUT"],
+    ("embed",): ["MODEL", "--documents", "DOCS.jsonl", "-o", "OUT.jsonl"],
     ("demo",): [],
     ("plot", "positions"): ["--scheme", "sinusoidal", "-o", "OUT.png"],
     ("plot", "retrieval"): ["RESULTS", "-o", "OUT.png"],

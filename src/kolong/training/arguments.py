@@ -87,6 +87,11 @@ class RecipeArguments(CheckedArguments):
     logging_steps: int = option(10, "Steps between log lines.", hf="logging_steps")
     save_total_limit: int = option(2, "Checkpoints kept (the best one too).", hf="save_total_limit")
     quiet: bool = option(False, "No Trainer progress bar or log lines.")
+    keep_attention_dropout: bool = option(
+        False,
+        "Keep the model's attention dropout when training past its original length (by default it is off "
+        "there: SDPA's fused kernels then serve training, not its math path that keeps every score).",
+    )
     extra: dict = option({}, "Further TrainingArguments fields by their HF names; they win over kolong's.",
                          cli=False, check=training_fields)  # fmt: skip
 

@@ -141,6 +141,7 @@ def finetune_cls(
         args.model, AutoModelForSequenceClassification, new_head=CLASSIFIER_HEADS, **label_settings
     )
     max_length = max_length_for(model, args.max_length, DEFAULT_MAX_LENGTH, args.model)
+    common.attention_dropout_past_original(model, max_length, args.keep_attention_dropout, report)
     graph = knowledge_for_training(args.knowledge, args.max_triples, model, args.model)
     injector = None if graph is None else KnowledgeInjector(graph, tokenizer, max_length, model)
     started = time.perf_counter()

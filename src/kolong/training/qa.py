@@ -132,6 +132,7 @@ def finetune_qa(
         report(f"windows of {max_length} tokens (the model's positions, at most {DEFAULT_MAX_LENGTH:,}; "
                "--max-length to change)")  # fmt: skip
     record_windows(model, tokenizer, max_length, stride)  # in every checkpoint and the final model
+    common.attention_dropout_past_original(model, max_length, args.keep_attention_dropout, report)
 
     train_set = read_squad(args.train, args.on_bad_example)
     train_examples = train_set.examples[: args.max_train_samples]

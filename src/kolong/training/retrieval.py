@@ -186,6 +186,10 @@ def finetune_retrieval(
         import random
 
         pairs = random.Random(args.seed).sample(pairs, min(args.limit, len(pairs)))
+    from kolong.extension.embedding_model import transformer_of
+
+    common.attention_dropout_past_original(transformer_of(model), model.max_seq_length, args.keep_attention_dropout,
+                                           report)  # fmt: skip
     report(f"{len(pairs):,} training pairs ({args.pairs}), documents read at {model.max_seq_length} tokens")
     if args.train_position_rows:
         report(f"training {freeze_all_but_new_rows(model):,} new position rows only")

@@ -88,6 +88,11 @@ def changed_settings(recorded: dict, now: dict) -> list[str]:
     for key in sorted(set(recorded) | set(now)):
         if key == "training_arguments" or key in MAY_CHANGE or recorded.get(key) == now.get(key):
             continue
+        if key not in recorded and now.get(key) in (
+            False,
+            None,
+        ):  # an option newer than the record, at its default
+            continue
         found.append(f"--{key.replace('_', '-')}: {now.get(key)!r} now, {recorded.get(key)!r} there")
     hf_then, hf_now = recorded.get("training_arguments") or {}, now.get("training_arguments") or {}
     for key in sorted(set(hf_then) | set(hf_now)):
