@@ -198,6 +198,32 @@ def test_article_tasks_hold_their_evaluation_articles_apart(shared_data, pool, t
     assert not contexts & {positive for _, positive in pairs}
 
 
+@pytest.mark.shared_data
+def test_window_pairs_hold_the_answer_at_a_random_depth_and_never_an_evaluated_article(shared_data, tmp_path,
+                                                                                      embedding_model):  # fmt: skip
+    from sentence_transformers import SentenceTransformer
+
+    from kolong.retrieval.builders import korquad_articles
+    from kolong.training.retrieval import training_pairs
+
+    tokenizer = SentenceTransformer(str(embedding_model), device="cpu").tokenizer
+    task = article_task(eval_articles=5, questions_per_article=3, seed=1, shared_data=shared_data)
+    write_task(task, tmp_path / "t.jsonl")
+    pairs = training_pairs("korquad-windows", shared_data, str(tmp_path / "t.jsonl"), tokenizer=tokenizer,
+                           window_tokens=128, seed=0)  # fmt: skip
+    held = set(task.settings["held_out_titles"])
+    answers = {qa["question"].strip(): qa["answers"][0]["text"] for a in korquad_articles(shared_data)
+               if a["title"] not in held for p in a["paragraphs"] for qa in p["qas"]}  # fmt: skip
+    assert len(pairs) > 100 and not {q.text for q in task.queries} & {anchor for anchor, _ in pairs}
+    lengths = [len(tokenizer(w, add_special_tokens=False)["input_ids"]) for _, w in pairs[:200]]
+    assert max(lengths) <= 126
+    assert all(answers[q] in w for q, w in pairs[:200])  # each window holds its question's answer
+    depths = [w.find(answers[q]) / max(1, len(w)) for q, w in pairs[:200]]
+    assert min(depths) < 0.2 and max(depths) > 0.6  # answers at every depth, not only near the start
+    with pytest.raises(ConfigError, match="korquad-windows needs the model's tokenizer"):
+        training_pairs("korquad-windows", shared_data)
+
+
 # -- readers and measures -------------------------------------------------------------------------------------
 
 
@@ -355,6 +381,26 @@ def pairs_file(tmp_path, repeat: int = 3):
     path = tmp_path / "pairs.jsonl"
     path.write_text("\n".join(json.dumps(line, ensure_ascii=False) for line in lines), encoding="utf-8")
     return path
+
+
+def test_finetune_refuses_a_guessed_pooling_and_a_length_past_the_positions(tmp_path, embedding_model):
+    from kolong.errors import CheckpointError
+    from kolong.training.retrieval import RetrievalFinetuneArguments, finetune_retrieval
+
+    plain = build_tiny_bert_checkpoint(tmp_path / "plain", max_position_embeddings=64)
+    common = {"pairs": str(pairs_file(tmp_path)), "batch_size": 4, "max_steps": 1, "quiet": True}
+    with pytest.raises(CheckpointError, match="pass --pooling mean or --pooling cls"):
+        finetune_retrieval(
+            RetrievalFinetuneArguments(model=str(plain), output_dir=str(tmp_path / "a"), **common)
+        )
+    with pytest.raises(ConfigError, match=r"--max-length 256 is past the 64 positions .* \(`kolong extend "):
+        finetune_retrieval(RetrievalFinetuneArguments(model=str(embedding_model), output_dir=str(tmp_path / "b"),
+                                                      max_length=256, **common))  # fmt: skip
+    # a plain encoder with its pooling named trains, and gradient checkpointing works with the cached loss
+    metrics = finetune_retrieval(RetrievalFinetuneArguments(model=str(plain), pooling="mean", output_dir=str(tmp_path / "c"),
+                                                            mini_batch_size=2, extra={"gradient_checkpointing": True},
+                                                            **common))  # fmt: skip
+    assert metrics["steps"] == 1 and metrics["pairs_seen"] == 4 and metrics["train_pairs"] == 12
 
 
 def test_finetune_trains_resumes_and_refuses_a_finished_run(tmp_path, embedding_model):

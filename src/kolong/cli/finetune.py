@@ -137,7 +137,8 @@ def finetune_retrieval(args: RetrievalFinetuneArguments) -> None:
 
     metrics = run(args, report=report)
     shown = {k: v for k, v in metrics.items() if k.endswith("ndcg@10")}
-    console.print(f"[green]fine-tuned[/] {metrics['train_pairs']:,} pairs, {metrics['steps']} steps, train loss "
+    seen = metrics.get("pairs_seen", metrics["train_pairs"])
+    console.print(f"[green]fine-tuned[/] on {seen:,} pairs ({metrics['train_pairs']:,} available), {metrics['steps']} steps, train loss "
                   f"{metrics['train_loss']:.4f} -> {args.output_dir}"
                   + "".join(f"; {k.removeprefix('task_cosine_')} {v:.3f}" for k, v in shown.items()), soft_wrap=True)  # fmt: skip
 

@@ -25,7 +25,7 @@ from kolong.training import common
 from kolong.training.arguments import RecipeArguments, training_arguments
 from kolong.training.options import REQUIRED, option
 
-PAIR_SOURCES = ("korquad-paragraphs", "korquad-articles", "korsts", "klue-nli")
+PAIR_SOURCES = ("korquad-paragraphs", "korquad-articles", "korquad-windows", "korsts", "klue-nli")
 RESULTS_FILE = "kolong_retrieval_results.json"
 
 
@@ -52,6 +52,8 @@ class RetrievalFinetuneArguments(RecipeArguments):
     )
     cached: bool = option(True, "GradCache form of the loss (--no-cached: the plain loss).")
     train_position_rows: bool = option(False, "Train only the position rows past the original length.")
+    pooling: str | None = option(None, "mean | cls: how a plain Hugging Face encoder pools (a sentence-transformers "
+                                 "directory says it itself).", choices=("mean", "cls"))  # fmt: skip
     limit: int | None = option(None, "At most this many training pairs.", "--max_train_samples",
                                "--max-train-samples")  # fmt: skip
     epochs: float = option(1.0)
@@ -72,8 +74,10 @@ def kept_out(task_paths: str | None) -> tuple[set[str], set[str]]:
     return titles, texts
 
 
-def training_pairs(sources: str, shared_data=None, task_paths: str | None = None) -> list[tuple[str, str]]:
-    """(anchor, positive) pairs of every source, none from what the evaluation task holds out."""
+def training_pairs(sources: str, shared_data=None, task_paths: str | None = None, *, tokenizer=None,
+                   window_tokens: int | None = None, seed: int = 0) -> list[tuple[str, str]]:  # fmt: skip
+    """(anchor, positive) pairs of every source, none from what the evaluation task holds out. `korquad-windows`
+    needs the model's `tokenizer` and the training length `window_tokens`."""
     from kolong.data.kornlu import read_korsts
     from kolong.data.shared import shared_file
     from kolong.retrieval.builders import KLUE_NLI, korquad_articles
@@ -81,7 +85,13 @@ def training_pairs(sources: str, shared_data=None, task_paths: str | None = None
     titles, asked = kept_out(task_paths)
     pairs: list[tuple[str, str]] = []
     for source in (s.strip() for s in sources.split(",") if s.strip()):
-        if source.startswith("korquad-"):
+        if source == "korquad-windows":
+            if tokenizer is None or not window_tokens:
+                raise ConfigError("--pairs korquad-windows needs the model's tokenizer and a training length")
+            pairs += window_pairs(
+                korquad_articles(shared_data), titles, asked, tokenizer, window_tokens, seed
+            )
+        elif source.startswith("korquad-"):
             for article in korquad_articles(shared_data):
                 questions = [qa["question"].strip() for p in article["paragraphs"] for qa in p["qas"]]
                 if article["title"] in titles or asked & set(questions):
@@ -108,6 +118,44 @@ def training_pairs(sources: str, shared_data=None, task_paths: str | None = None
         raise DataError(
             f"--pairs {sources}: no training pairs left (after keeping out the evaluation task's)"
         )
+    return pairs
+
+
+def window_pairs(articles: list[dict], titles: set[str], asked: set[str], tokenizer, window_tokens: int,
+                 seed: int = 0) -> list[tuple[str, str]]:  # fmt: skip
+    """question -> a window of its article of `window_tokens` tokens (specials counted) that holds the question's
+    paragraph at a random depth: whole-article positives cut at the training length lose answers past the cut, and
+    put every answer near the start. Articles held out by the evaluation tasks are left out."""
+    import random
+
+    rng = random.Random(seed)
+    budget = window_tokens - 2
+    pairs = []
+    for article in articles:
+        questions = [qa["question"].strip() for p in article["paragraphs"] for qa in p["qas"]]
+        if article["title"] in titles or asked & set(questions):
+            continue
+        contexts = [p["context"] for p in article["paragraphs"]]
+        text = "\n".join(contexts)
+        encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, truncation=False)
+        offsets = encoded["offset_mapping"]
+        starts = [sum(len(c) + 1 for c in contexts[:i]) for i in range(len(contexts))]
+        for index, paragraph in enumerate(article["paragraphs"]):
+            first = next((t for t, (b, _) in enumerate(offsets) if b >= starts[index]), len(offsets))
+            last = next(
+                (t for t, (b, _) in enumerate(offsets) if b >= starts[index] + len(contexts[index])),
+                len(offsets),
+            )
+            room = max(0, budget - (last - first))
+            begin = max(0, min(first - int(rng.random() * (room + 1)), len(offsets) - budget))
+            end = min(len(offsets), begin + budget)
+            window = text[offsets[begin][0] : offsets[end - 1][1]]
+            low, high = offsets[begin][0], offsets[end - 1][1]
+            for qa in paragraph["qas"]:  # a question whose answer the window holds whole
+                answer = qa["answers"][0]
+                start = starts[index] + answer["answer_start"]
+                if low <= start and start + len(answer["text"]) <= high:
+                    pairs.append((qa["question"].strip(), window))
     return pairs
 
 
@@ -162,7 +210,8 @@ def finetune_retrieval(
     embedding model to `args.output_dir`; returns the metrics."""
     from datasets import Dataset
 
-    from kolong.extension.embedding_model import load_sentence_transformer, sentence_transformers
+    from kolong.extension.embedding_model import sentence_transformers
+    from kolong.retrieval.readers import load_embedder, positions_of
 
     sentence_transformers()  # installed, or one line saying how
     from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments, losses
@@ -174,14 +223,17 @@ def finetune_retrieval(
         raise ConfigError(
             "--train-position-rows with --weight-decay would shrink the frozen rows too; drop one"
         )
-    model = load_sentence_transformer(args.model)
+    model = load_embedder(args.model, args.pooling)  # a plain encoder's pooling is named, never guessed
     if args.max_length:
         from kolong.extension.embedding_model import set_max_seq_length
 
+        most = positions_of(model)
+        if args.max_length > most:
+            raise ConfigError(f"--max-length {args.max_length} is past the {most} positions {args.model} reads: extend "
+                              f"it first (`kolong extend {args.model} -n {args.max_length} --method copy`)")  # fmt: skip
         set_max_seq_length(model, args.max_length)
-    pairs = training_pairs(
-        args.pairs, args.shared_data, ",".join(filter(None, (args.eval_task, args.keep_out)))
-    )
+    pairs = training_pairs(args.pairs, args.shared_data, ",".join(filter(None, (args.eval_task, args.keep_out))),
+                           tokenizer=model.tokenizer, window_tokens=model.max_seq_length, seed=args.seed)  # fmt: skip
     if args.limit:
         import random
 
@@ -212,6 +264,9 @@ def finetune_retrieval(
     metrics.update(
         train_loss=common.run_train_loss(trainer, output),
         train_pairs=len(pairs),
+        pairs_seen=trainer.state.global_step
+        * training.train_batch_size
+        * training.gradient_accumulation_steps,
         steps=trainer.state.global_step,
     )
     common.save_run(trainer, model.tokenizer, Path(args.output_dir), RESULTS_FILE, args, metrics)
