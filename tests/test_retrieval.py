@@ -224,6 +224,46 @@ def test_window_pairs_hold_the_answer_at_a_random_depth_and_never_an_evaluated_a
         training_pairs("korquad-windows", shared_data)
 
 
+@pytest.mark.shared_data
+def test_the_context_task_masks_every_title_mention_past_the_first_paragraph(shared_data, tmp_path):
+    from kolong.retrieval.builders import context_task, korquad_articles, title_entity
+    from kolong.training.retrieval import training_pairs
+
+    assert (
+        title_entity("김정남_(조선민주주의인민공화국)") == "김정남"
+        and title_entity("대한_제국") == "대한 제국"
+    )
+    task = context_task(eval_articles=5, seed=2, shared_data=shared_data)
+    control = context_task(eval_articles=5, seed=2, mask=False, shared_data=shared_data)
+    assert (
+        task.settings["mentions_masked"] > 0
+        and task.settings["held_out_titles"] == control.settings["held_out_titles"]
+    )
+    for article in korquad_articles(shared_data):
+        entity = title_entity(article["title"])
+        for index, paragraph in enumerate(article["paragraphs"]):
+            text = task.documents[f"{article['title']}#{index}"].text
+            assert (entity in text) == (
+                index == 0 and entity in paragraph["context"]
+            )  # masked past the first
+            assert control.documents[f"{article['title']}#{index}"].text == paragraph["context"]
+    held = set(task.settings["held_out_titles"])
+    assert {q.group for q in task.queries} <= held and all(not q.relevant.keys() & {f"{t}#0" for t in held}
+                                                           for q in task.queries)  # fmt: skip
+    for query in task.queries:  # the answer lies where the target says, in the masked paragraph
+        document = task.documents[next(iter(query.relevant))].text
+        assert 0 <= query.target_start < len(document)
+    write_task(task, tmp_path / "context.jsonl")
+    pairs = training_pairs("korquad-paragraphs", shared_data, str(tmp_path / "context.jsonl"))
+    asked = {q.text for q in task.queries}
+    held_contexts = {
+        p["context"] for a in korquad_articles(shared_data) if a["title"] in held for p in a["paragraphs"]
+    }
+    assert pairs and not asked & {a for a, _ in pairs} and not held_contexts & {p for _, p in pairs}
+    with pytest.raises(ConfigError, match="--eval-articles must be between 1 and"):
+        context_task(eval_articles=10_000, shared_data=shared_data)
+
+
 # -- readers and measures -------------------------------------------------------------------------------------
 
 

@@ -10,7 +10,13 @@ import typer
 from kolong.cli.common import console, one_of, user_errors
 from kolong.data.shared import HELP as SHARED_HELP
 
-TASK_NAMES = ("passkey", "needle", "paraphrase", "articles")  # kolong.retrieval.builders.TASKS, not imported
+TASK_NAMES = (
+    "passkey",
+    "needle",
+    "paraphrase",
+    "articles",
+    "context",
+)  # kolong.retrieval.builders.TASKS, not imported
 
 
 def int_list(text: str, flag: str) -> list[int]:
@@ -51,7 +57,9 @@ def describe(task) -> str:
 
 
 def build_task(
-    task: str = typer.Argument(..., metavar="TASK", help="passkey | needle | paraphrase | articles."),
+    task: str = typer.Argument(
+        ..., metavar="TASK", help="passkey | needle | paraphrase | articles | context."
+    ),
     output: Path = typer.Option(..., "--output", "-o", help="JSON-lines task file to write."),
     tokenizer: str = typer.Option(
         None,
@@ -77,7 +85,15 @@ def build_task(
         help="articles: candidates are the held-out articles | all: every shared article | "
         "paragraphs: the held-out articles' paragraphs.",
     ),
-    eval_articles: int = typer.Option(25, "--eval-articles", min=1, help="articles: held-out articles."),
+    eval_articles: int = typer.Option(
+        25, "--eval-articles", min=1, help="articles, context: held-out articles."
+    ),
+    mask: bool = typer.Option(
+        True,
+        "--mask/--no-mask",
+        help="context: mask the title entity in every paragraph "
+        "but an article's first (--no-mask: the control, the same task unmasked).",
+    ),
     questions_per_article: int = typer.Option(
         6, "--questions-per-article", min=0, help="articles: questions drawn from each (0: every question)."
     ),
@@ -94,7 +110,12 @@ def build_task(
         raise typer.BadParameter(f"{task!r} is not one of: {', '.join(TASK_NAMES)}", param_hint="TASK")
     with user_errors():
         check_output_file(output, overwrite)
-        if task == "articles":
+        if task == "context":
+            from kolong.retrieval.builders import context_task
+
+            built = context_task(eval_articles=eval_articles, questions_per_article=questions_per_article, mask=mask,
+                                 seed=seed, shared_data=shared_data)  # fmt: skip
+        elif task == "articles":
             built = article_task(eval_articles=eval_articles, questions_per_article=questions_per_article, pool=pool,
                                  seed=seed, shared_data=shared_data)  # fmt: skip
         else:

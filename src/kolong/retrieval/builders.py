@@ -11,6 +11,12 @@
   evaluation articles are drawn by seed, and `--pool all` adds every other shared article as a distractor,
   `--pool paragraphs` ranks the paragraphs of the evaluation articles instead (same-article distractors).
 
+- `context` (ConTEB's idea, in Korean): the paragraphs of every article are the candidates, and in every paragraph
+  but an article's first, each mention of the article's title entity is replaced by the pronoun `그` (`masked_title`:
+  the title without its parenthesised disambiguator, underscores as spaces; `그` takes the same particles, so
+  `김정남은` reads `그는`); a question of a held-out article keeps the entity, so only a reader that knows which
+  article a paragraph belongs to can match them. `mask=False` builds the same task unmasked, its control.
+
 The haystack never contains text of the articles the targets come from.
 """
 
@@ -26,7 +32,7 @@ from kolong.data.shared import shared_file
 from kolong.errors import ConfigError, DataError
 from kolong.retrieval.task import Document, Query, RetrievalTask
 
-TASKS = ("passkey", "needle", "paraphrase", "articles")
+TASKS = ("passkey", "needle", "paraphrase", "articles", "context")
 DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
 LENGTHS = (256, 512, 1024, 2048, 4096, 8192)
 KORSTS_TEST = "korsts/sts-test.tsv"
@@ -273,3 +279,63 @@ def article_task(
                 "questions_per_article": questions_per_article,
                 "held_out_titles": sorted(held_titles)}  # fmt: skip
     return RetrievalTask(f"articles-{pool}", documents, queries, settings)
+
+
+PRONOUN = "그"  # what a title mention becomes in the context task: it takes the same particles as a name
+
+
+def title_entity(title: str) -> str:
+    """A KorQuAD title as it is mentioned in text: without its parenthesised disambiguator, underscores as spaces
+    (`김정남_(조선민주주의인민공화국)` -> `김정남`)."""
+    return re.sub(r"[_ ]*\([^)]*\)$", "", title).replace("_", " ").strip()
+
+
+def masked(text: str, entity: str) -> str:
+    """`text` with every mention of `entity` replaced by the pronoun."""
+    return text.replace(entity, PRONOUN) if entity else text
+
+
+def context_task(*, eval_articles: int = 25, questions_per_article: int = 0, mask: bool = True, seed: int = 0,
+                 shared_data=None) -> RetrievalTask:  # fmt: skip
+    """Questions of held-out articles against the paragraphs of every article, the title entity masked in every
+    paragraph but each article's first (`mask`); questions answered in an article's first paragraph are left out
+    (nothing is masked there). Each query grouped by its article."""
+    articles = [a for a in korquad_articles(shared_data) if len(a["paragraphs"]) > 1]
+    if not articles:
+        raise DataError(
+            "the context task needs articles of more than one paragraph; the KorQuAD file has none"
+        )
+    if not 1 <= eval_articles < len(articles):
+        raise ConfigError(f"--eval-articles must be between 1 and {len(articles) - 1} (the articles of more than one "
+                          f"paragraph), got {eval_articles}")  # fmt: skip
+    _, held = article_split(articles, eval_articles, seed)
+    rng = random.Random(seed)
+    held_titles = {a["title"] for a in held}
+    documents, queries, replaced = {}, [], 0
+    for article in korquad_articles(shared_data):
+        entity = title_entity(article["title"])
+        for index, paragraph in enumerate(article["paragraphs"]):
+            text = paragraph["context"]
+            if mask and index > 0:
+                replaced += text.count(entity) if entity else 0
+                text = masked(text, entity)
+            documents[f"{article['title']}#{index}"] = Document(f"{article['title']}#{index}", text)
+        if article["title"] not in held_titles:
+            continue
+        asked = [(i, qa) for i, p in enumerate(article["paragraphs"]) for qa in p["qas"] if i > 0]
+        chosen = (
+            asked if questions_per_article == 0 else rng.sample(asked, min(questions_per_article, len(asked)))
+        )
+        for i, qa in chosen:
+            answer = qa["answers"][0]
+            start = answer["answer_start"]
+            if mask and entity in answer["text"]:
+                continue  # the answer itself was masked away
+            if mask:  # the answer's offset in the masked paragraph
+                start = len(masked(article["paragraphs"][i]["context"][:start], entity))
+            queries.append(Query(qa["id"], qa["question"], {f"{article['title']}#{i}": 1}, start,
+                                 group=article["title"]))  # fmt: skip
+    settings = {"seed": seed, "eval_articles": eval_articles, "questions_per_article": questions_per_article,
+                "mask": mask, "pronoun": PRONOUN, "mentions_masked": replaced,
+                "held_out_titles": sorted(held_titles)}  # fmt: skip
+    return RetrievalTask("context" if mask else "context-unmasked", documents, queries, settings)
