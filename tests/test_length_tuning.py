@@ -53,3 +53,16 @@ def test_finetune_cls_past_the_original_length_says_so(extended, tmp_path):
     finetune_cls(ClassificationArguments(model=str(extended / "long"), data=str(data), output_dir=str(tmp_path / "out"),
                                          max_length=128, max_steps=1, batch_size=4, quiet=True), report=lines.append)  # fmt: skip
     assert any("past the model's original 64: attention dropout 0.1 -> 0" in line for line in lines)
+
+
+def test_the_tuning_step_benchmark_times_both_settings_in_one_run(tmp_path):
+    from kolong.bench.arguments import TuningStepBenchArguments
+    from kolong.bench.harness import run
+    from kolong.bench.tuning_step import TuningStepBenchmark
+
+    args = TuningStepBenchArguments(lengths=[16, 32], hidden_size=32, layers=1, heads=2, intermediate_size=64,
+                                    repeats=1, output_dir=str(tmp_path))  # fmt: skip
+    result = run(TuningStepBenchmark(), args)
+    assert [cell["length"] for cell in result["cells"]] == [16, 32]
+    assert all(cell["new_seconds"] > 0 and cell["old_seconds"] > 0 for cell in result["cells"])
+    assert "| tokens | dropout 0: seconds |" in TuningStepBenchmark().to_markdown(result)

@@ -51,6 +51,22 @@ class ExtendBenchArguments(BenchArguments):
 
 
 @dataclass(kw_only=True)
+class TuningStepBenchArguments(BenchArguments):
+    """The cost of one training step of an embedding model at length on one document, the attention dropout of
+    today's checkpoints against the dropout-free default kolong trains past the original length with."""
+
+    lengths: list[int] = option([512, 1024, 2048, 4096], "Document lengths in tokens.", "-n")
+    dropout: float = option(0.1, "Attention dropout of the checkpoint as it comes (all-MiniLM-L6-v2's, BERT's).",
+                            min=0, below=1)  # fmt: skip
+    hidden_size: int = option(384, "Hidden size (default: all-MiniLM-L6-v2's shape).")
+    layers: int = option(6, "Layers.")
+    heads: int = option(12, "Attention heads.")
+    intermediate_size: int = option(1536, "FFN size.")
+    repeats: int = option(3, "Interleaved rounds (the median is reported).")
+    device: str = option("cpu", "cpu | cuda.")
+
+
+@dataclass(kw_only=True)
 class StartupBenchArguments(BenchArguments):
     """Time `kolong --help`, subcommand help pages and `kolong evaluate qa` as fresh processes."""
 
@@ -365,6 +381,7 @@ BENCHMARKS: dict[str, tuple[str, type]] = {
     "gbst": ("kolong.bench.gbst:GBSTBenchmark", GBSTBenchArguments),
     "long-attention": ("kolong.bench.long_attention:LongAttentionBenchmark", LongAttentionBenchArguments),
     "compress": ("kolong.bench.compress:CompressBenchmark", CompressBenchArguments),
+    "tuning-step": ("kolong.bench.tuning_step:TuningStepBenchmark", TuningStepBenchArguments),
 }
 
 
