@@ -264,6 +264,35 @@ def test_the_context_task_masks_every_title_mention_past_the_first_paragraph(sha
         context_task(eval_articles=10_000, shared_data=shared_data)
 
 
+@pytest.mark.shared_data
+def test_multi_needle_documents_hold_every_needle_and_their_distractors_all_but_one(
+    shared_data, embedding_model
+):
+    from sentence_transformers import SentenceTransformer
+
+    from kolong.retrieval.builders import close_pairs, multi_needle_task
+
+    tokenizer = SentenceTransformer(str(embedding_model), device="cpu").tokenizer
+    task = multi_needle_task(tokenizer, lengths=(256,), per_length=6, seed=3, shared_data=shared_data)
+    pairs = {t.query: t.sentence for t in close_pairs(shared_data)}
+    assert (
+        len(task.queries) == 6 and len(task.documents) == 12 and task.pools() == {"256": list(task.documents)}
+    )
+    for query in task.queries:
+        (relevant,) = query.relevant
+        document, distractor = (
+            task.documents[relevant].text,
+            task.documents[relevant.replace("-doc", "-distractor")].text,
+        )
+        needles = [sentence for asked, sentence in pairs.items() if asked in query.text]
+        assert len(needles) in (2, 3) and all(n in document for n in needles)
+        assert sum(n in distractor for n in needles) == len(needles) - 1  # all but one
+        positions = [document.index(n) for n in needles]
+        assert query.target_start == min(positions)
+    with pytest.raises(ConfigError, match="at least 64"):
+        multi_needle_task(tokenizer, lengths=(32,), shared_data=shared_data)
+
+
 # -- readers and measures -------------------------------------------------------------------------------------
 
 

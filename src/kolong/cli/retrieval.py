@@ -16,6 +16,7 @@ TASK_NAMES = (
     "paraphrase",
     "articles",
     "context",
+    "multi-needle",
 )  # kolong.retrieval.builders.TASKS, not imported
 
 
@@ -58,7 +59,7 @@ def describe(task) -> str:
 
 def build_task(
     task: str = typer.Argument(
-        ..., metavar="TASK", help="passkey | needle | paraphrase | articles | context."
+        ..., metavar="TASK", help="passkey | needle | paraphrase | articles | context | multi-needle."
     ),
     output: Path = typer.Option(..., "--output", "-o", help="JSON-lines task file to write."),
     tokenizer: str = typer.Option(
@@ -125,9 +126,15 @@ def build_task(
                 )
             from kolong.checkpoints import load_tokenizer
 
-            built = haystack_task(task, load_tokenizer(tokenizer, role="tokenizer"), lengths=int_list(lengths, "--lengths"),
-                                  depths=float_list(depths, "--depths"), per_length=per_length, source=haystack,
-                                  seed=seed, shared_data=shared_data)  # fmt: skip
+            if task == "multi-needle":
+                from kolong.retrieval.builders import multi_needle_task
+
+                built = multi_needle_task(load_tokenizer(tokenizer, role="tokenizer"), lengths=int_list(lengths, "--lengths"),
+                                          per_length=per_length, source=haystack, seed=seed, shared_data=shared_data)  # fmt: skip
+            else:
+                built = haystack_task(task, load_tokenizer(tokenizer, role="tokenizer"), lengths=int_list(lengths, "--lengths"),
+                                      depths=float_list(depths, "--depths"), per_length=per_length, source=haystack,
+                                      seed=seed, shared_data=shared_data)  # fmt: skip
         write_task(built, output, overwrite)
     console.print(describe(built), highlight=False, soft_wrap=True)
     console.print(f"[green]wrote[/] {output}", soft_wrap=True)

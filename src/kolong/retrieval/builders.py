@@ -17,6 +17,10 @@
   `김정남은` reads `그는`); a question of a held-out article keeps the entity, so only a reader that knows which
   article a paragraph belongs to can match them. `mask=False` builds the same task unmasked, its control.
 
+- `multi-needle`: two or three sentence pairs scored >= 4.5 (KorSTS dev and test, KLUE-STS dev) put at different
+  depths of one haystack document; the query joins their other sides, so evidence scattered through the document
+  decides; each such document has a distractor in its pool that holds all but one of them.
+
 The haystack never contains text of the articles the targets come from.
 """
 
@@ -32,10 +36,12 @@ from kolong.data.shared import shared_file
 from kolong.errors import ConfigError, DataError
 from kolong.retrieval.task import Document, Query, RetrievalTask
 
-TASKS = ("passkey", "needle", "paraphrase", "articles", "context")
+TASKS = ("passkey", "needle", "paraphrase", "articles", "context", "multi-needle")
 DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
 LENGTHS = (256, 512, 1024, 2048, 4096, 8192)
 KORSTS_TEST = "korsts/sts-test.tsv"
+KORSTS_DEV = "korsts/sts-dev.tsv"
+KLUE_STS = "klue/klue-sts-v1.1_dev.json"
 KLUE_NLI = "klue/klue-nli-v1.1_dev.json"
 _SENTENCE_END = re.compile(r"(?<=[.?!다])\s+")
 SURNAMES = "김이박최정강조윤장임한오서신권황안송류홍"
@@ -339,3 +345,72 @@ def context_task(*, eval_articles: int = 25, questions_per_article: int = 0, mas
                 "mask": mask, "pronoun": PRONOUN, "mentions_masked": replaced,
                 "held_out_titles": sorted(held_titles)}  # fmt: skip
     return RetrievalTask("context" if mask else "context-unmasked", documents, queries, settings)
+
+
+def close_pairs(shared_data=None, threshold: float = 4.5) -> list[Target]:
+    """Sentence pairs scored >= `threshold` (KorSTS dev and test, KLUE-STS dev), one side the sentence, the other
+    the query, distinct texts only."""
+    from kolong.data.klue import read_klue_sts
+    from kolong.data.kornlu import read_korsts
+
+    examples = [*read_korsts(shared_file(KORSTS_DEV, shared_data)), *read_korsts(shared_file(KORSTS_TEST, shared_data)),
+                *read_klue_sts(shared_file(KLUE_STS, shared_data))]  # fmt: skip
+    pairs = [Target(e.text.strip(), e.pair.strip(), e.id) for e in examples
+             if e.label >= threshold and e.text.strip() != e.pair.strip() and len(e.text) >= 10 and len(e.pair) >= 10]  # fmt: skip
+    return list({(t.sentence, t.query): t for t in pairs}.values())
+
+
+def multi_needle_task(tokenizer, *, lengths: Sequence[int] = (512, 1024, 2048), per_length: int = 30,
+                      needles: Sequence[int] = (2, 3), source: str = "korquad", seed: int = 0,
+                      shared_data=None) -> RetrievalTask:  # fmt: skip
+    """`per_length` documents of each length, each holding 2 or 3 close sentences at spread depths, asked by their
+    other sides joined; beside each, a distractor holding all but the last of them (grade 0)."""
+    if not lengths or min(lengths) < 64:
+        raise ConfigError(
+            f"--lengths must be token counts of at least 64 for several needles, got {list(lengths)}"
+        )
+    rng = random.Random(seed)
+    pairs = close_pairs(shared_data)
+    wanted = sum(needles[i % len(needles)] for i in range(per_length)) * len(lengths)
+    if len(pairs) < wanted:
+        raise DataError(
+            f"the multi-needle task needs {wanted} pairs scored >= 4.5; the shared data has {len(pairs)}"
+        )
+    rng.shuffle(pairs)
+    count = token_counter(tokenizer)
+    stack = haystack(source, count, set(), shared_data)
+    documents, queries, used = {}, [], 0
+    for length in lengths:
+        pool = str(length)
+        for i in range(per_length):
+            chosen = pairs[used : used + needles[i % len(needles)]]
+            used += len(chosen)
+            budget = max(1, length - 2 - sum(count([t.sentence for t in chosen])))
+            for kind, kept in (("doc", chosen), ("distractor", chosen[:-1])):
+                filler = fill(stack, budget, rng)
+                text, first = _spread(filler, [t.sentence for t in kept], rng)
+                document_id = f"multi-{length}-{i}-{kind}"
+                documents[document_id] = Document(document_id, text, pool)
+                if kind == "doc":
+                    query = " ".join(t.query for t in chosen)
+                    queries.append(Query(f"q-multi-{length}-{i}", query, {document_id: 1}, first, pool))
+    settings = {"seed": seed, "lengths": list(lengths), "per_length": per_length, "needles": list(needles),
+                "haystack": source, "tokenizer": getattr(tokenizer, "name_or_path", "")}  # fmt: skip
+    return RetrievalTask("multi-needle", documents, queries, settings)
+
+
+def _spread(filler: list[str], targets: list[str], rng: random.Random) -> tuple[str, int]:
+    """The filler with `targets` at spread depths (one in each equal stretch of it, in order), and the character
+    where the first begins."""
+    k = len(targets)
+    slots = sorted(round((j + rng.random()) / k * len(filler)) for j in range(k))
+    pieces, first = [], None
+    previous = 0
+    for slot, target in zip(slots, targets, strict=True):
+        pieces += filler[previous:slot]
+        if first is None:
+            first = len(" ".join(pieces)) + (1 if pieces else 0)
+        pieces.append(target)
+        previous = slot
+    pieces += filler[previous:]
+    return " ".join(pieces), first or 0
