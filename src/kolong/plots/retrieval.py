@@ -26,27 +26,46 @@ def read_results(path: str | Path) -> dict:
 def plot_by_length(
     results: list[dict], output: str | Path, readers: list[str] | None = None, dpi: int = 100
 ) -> Path:
-    """One panel per task: nDCG@10 with its 95% interval in each document-length bucket, one line per reader."""
+    """One panel per task: nDCG@10 with its 95% interval in each document-length bucket, one line per reader. With
+    many readers it stays readable: the hybrids (`bm25 + ...`) in a row of panels of their own, a distinct colour
+    per reader (the same reader the same colour everywhere), points dodged apart within a bucket, and the legend
+    outside the data."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(1, len(results), figsize=(6 * len(results), 4.2), squeeze=False)
-    for axis, result in zip(axes[0], results, strict=True):
-        for row in result["rows"]:
-            if readers and row["reader"] not in readers:
-                continue
-            buckets = list(row.get("by_length", {}))
-            means = [row["by_length"][b]["mean"] for b in buckets]
-            errors = [[m - row["by_length"][b]["low"] for b, m in zip(buckets, means, strict=True)],
-                      [row["by_length"][b]["high"] - m for b, m in zip(buckets, means, strict=True)]]  # fmt: skip
-            axis.errorbar(range(len(buckets)), means, yerr=errors, marker="o", capsize=3, label=row["reader"])
-            axis.set_xticks(range(len(buckets)), [f"{b}\n({row['by_length'][b]['n']} q)" for b in buckets])
-        axis.set_title(f"{result['task']} ({result['queries']} queries)")
-        axis.set_xlabel("document length (tokens)")
-        axis.set_ylabel("nDCG@10")
-        axis.set_ylim(0, 1.02)
-        axis.grid(alpha=0.3)
-        axis.legend(fontsize=7)
+    chosen = [
+        [row for row in result["rows"] if not readers or row["reader"] in readers] for result in results
+    ]
+    names = list(dict.fromkeys(row["reader"] for rows in chosen for row in rows))
+    palette = plt.get_cmap("tab10" if len(names) <= 10 else "tab20")
+    colours = {name: palette(index % palette.N) for index, name in enumerate(names)}
+    facets = [("readers", lambda r: not r["reader"].startswith("bm25 + "))]
+    if any(row["reader"].startswith("bm25 + ") for rows in chosen for row in rows):
+        facets.append(("with BM25 (reciprocal rank fusion)", lambda r: r["reader"].startswith("bm25 + ")))
+    figure, axes = plt.subplots(len(facets), len(results), figsize=(6 * len(results) + 3, 4.2 * len(facets)),
+                                squeeze=False)  # fmt: skip
+    for column, (result, rows) in enumerate(zip(results, chosen, strict=True)):
+        for line, (facet, keeps) in enumerate(facets):
+            axis, shown = axes[line][column], [row for row in rows if keeps(row)]
+            for index, row in enumerate(shown):
+                buckets = list(row.get("by_length", {}))
+                dodge = (index - (len(shown) - 1) / 2) * min(0.06, 0.6 / max(1, len(shown)))
+                means = [row["by_length"][b]["mean"] for b in buckets]
+                errors = [[m - row["by_length"][b]["low"] for b, m in zip(buckets, means, strict=True)],
+                          [row["by_length"][b]["high"] - m for b, m in zip(buckets, means, strict=True)]]  # fmt: skip
+                axis.errorbar([i + dodge for i in range(len(buckets))], means, yerr=errors, marker="o", capsize=2,
+                              color=colours[row["reader"]], label=row["reader"], linewidth=1.2, markersize=4)  # fmt: skip
+                axis.set_xticks(
+                    range(len(buckets)), [f"{b}\n({row['by_length'][b]['n']} q)" for b in buckets]
+                )
+            axis.set_title(f"{result['task']} ({result['queries']} queries): {facet}", fontsize=9)
+            axis.set_xlabel("document length (tokens)")
+            axis.set_ylabel("nDCG@10")
+            axis.set_ylim(0, 1.02)
+            axis.grid(alpha=0.3)
+            if shown:
+                axis.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    figure.tight_layout()
     return save_figure(figure, output, dpi)
