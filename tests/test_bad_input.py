@@ -210,6 +210,7 @@ REQUIRED = {
     ("extend",): ["MODEL", "-n", "64", "-o", "OUT"],
     ("convert",): ["MODEL", "-o", "OUT"],
     ("embed",): ["MODEL", "--documents", "DOCS.jsonl", "-o", "OUT.jsonl"],
+    ("evaluate", "mteb"): ["MODEL", "--tasks", "Ko-StrategyQA", "-o", "OUT"],
     ("demo",): [],
     ("plot", "positions"): ["--scheme", "sinusoidal", "-o", "OUT.png"],
     ("plot", "retrieval"): ["RESULTS", "-o", "OUT.png"],

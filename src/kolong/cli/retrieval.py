@@ -344,3 +344,92 @@ def read_documents(path: Path) -> dict[str, str]:
     if not documents:
         raise DataError(f"{path}: no documents")
     return documents
+
+
+def evaluate_mteb(
+    model: str = typer.Argument(
+        ...,
+        metavar="MODEL",
+        help="An embedding model (sentence-transformers directory, or an HF encoder with --pooling).",
+    ),
+    tasks: str = typer.Option(
+        "",
+        "--tasks",
+        help="MTEB task names, comma-separated (MultiLongDocRetrieval, "
+        "Ko-StrategyQA, ...): downloaded by MTEB from the Hugging Face hub.",
+    ),
+    task_file: list[Path] = typer.Option(
+        None,
+        "--task-file",
+        help="A kolong task file (`kolong data retrieval`, or "
+        "your own JSON lines) run as an MTEB retrieval task (repeatable).",
+    ),
+    languages: str = typer.Option(
+        "kor", "--languages", help="ISO 639-3 codes: the subsets of multilingual tasks."
+    ),
+    readers: str = typer.Option("truncate,chunk-max", help="truncate, chunk-max, chunk-mean, late-chunk."),
+    max_length: str = typer.Option(
+        "512", "--max-length", "-n", help="Reading lengths in tokens, e.g. 512,2048."
+    ),
+    extend: str = typer.Option(
+        "",
+        "--extend",
+        help="Past the model's positions, extend it in memory by these methods, e.g. copy (no training).",
+    ),
+    chunk_tokens: str = typer.Option(
+        "256", "--chunk-tokens", help="late-chunk: tokens a chunk, or 'paragraphs'."
+    ),
+    pooling: str = typer.Option(
+        None, callback=one_of("mean", "cls"), help="mean | cls: for a plain HF encoder."
+    ),
+    batch_size: int = typer.Option(8, "--batch-size", min=1, help="Texts per encoding batch."),
+    device: str = typer.Option("cpu", help="cpu | cuda."),
+    output: Path = typer.Option(
+        ...,
+        "--output",
+        "-o",
+        help="Folder for MTEB's result files (mteb/), its rankings "
+        "(predictions/) and kolong's table (kolong_mteb.json, .md).",
+    ),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace existing results in --output."),
+    margin: float = typer.Option(
+        0.02, "--margin", help="Differences of nDCG@10 within +-MARGIN do not matter."
+    ),
+    compare: list[str] = typer.Option(None, "--compare", help="A,B: reader A minus reader B with a verdict."),
+) -> None:
+    """Score kolong's readers (the whole document after extension, chunks, late chunking) on MTEB's retrieval tasks
+    with MTEB's own evaluation, MLDR-ko first: `--tasks MultiLongDocRetrieval --languages kor`. Writes MTEB's
+    result files and prints kolong's table with the verdict rule."""
+    import time
+
+    from kolong.io import atomic_output_dir, check_output_dir
+    from kolong.retrieval.mteb_readers import evaluate_mteb as run
+    from kolong.retrieval.mteb_readers import hub_tasks, local_task, markdown
+
+    started = time.perf_counter()
+    with user_errors():
+        check_output_dir(output, overwrite)
+        names = [t.strip() for t in tasks.split(",") if t.strip()]
+        if not names and not task_file:
+            raise typer.BadParameter(
+                "give MTEB tasks (--tasks) or kolong task files (--task-file)", param_hint="--tasks"
+            )
+        pairs = [_pair(text) for text in compare or []]
+        size = chunk_tokens if chunk_tokens == "paragraphs" else int_list(chunk_tokens, "--chunk-tokens")[0]
+        chosen = [*hub_tasks(names, [c.strip() for c in languages.split(",") if c.strip()]),
+                  *(local_task(path) for path in task_file or [])] if names else [local_task(p) for p in task_file]  # fmt: skip
+        with atomic_output_dir(output, overwrite) as staging:
+            found = run(model, chosen, lengths=int_list(max_length, "--max-length"),
+                        readers=[r.strip() for r in readers.split(",") if r.strip()],
+                        extensions=[m.strip() for m in extend.split(",") if m.strip()], pooling=pooling,
+                        chunk_tokens=size, batch_size=batch_size, device=device, output_dir=staging, margin=margin,
+                        compare=pairs,
+                        on_row=lambda label: console.print(f"[dim]{time.perf_counter() - started:6.0f} s[/] {label}",
+                                                           highlight=False, soft_wrap=True))  # fmt: skip
+            table = markdown(found)
+            (staging / "kolong_mteb.json").write_text(json.dumps(found, ensure_ascii=False, indent=1))
+            (staging / "kolong_mteb.md").write_text(table)
+    console.print(table, highlight=False, soft_wrap=True, markup=False)
+    console.print(
+        f"[green]wrote[/] {output}: MTEB's results in mteb/, kolong_mteb.json and .md", soft_wrap=True
+    )
