@@ -7,7 +7,7 @@ from transformers import AutoModel
 
 from kolong.data.builtin_checkpoints import build_tiny_bert_checkpoint
 from kolong.extension.checkpoint import extend_checkpoint
-from kolong.training.common import attention_dropout_past_original, original_length
+from kolong.training.length_tuning import attention_dropout_past_original, original_length
 
 
 @pytest.fixture(scope="module")

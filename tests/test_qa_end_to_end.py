@@ -92,7 +92,7 @@ def test_resume_from_the_last_checkpoint(workspace):
     # the run's record adds the resumed session to the first: wall time summed, steps and examples to date
     training = json.loads((out / "kolong_run.json").read_text())["training"]
     assert (training["sessions"], training["steps"], training["examples"]) == (2, 6, 48)
-    assert training["wall_seconds"] > first["wall_seconds"] and training["peak_memory_mb"] > 0
+    assert training["wall_seconds"] >= first["wall_seconds"] and training["peak_memory_mb"] > 0
     assert training["data"]["articles"] >= 1 and len(training["data"]["titles_sha256"]) == 16
 
 

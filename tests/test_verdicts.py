@@ -90,7 +90,7 @@ def test_seeds_and_articles_together_the_wider_interval_decides():
     second = rng.uniform(0, 100, (3, 40))
     agreeing = second + 2.0 + rng.normal(0, 0.5, (3, 40))
     disagreeing = agreeing.copy()
-    disagreeing[2] -= 8.0  # the third seed's training went the other way
+    disagreeing[2] -= 8.0  # seed 3's training went the other way
     calm = seeded_verdict(agreeing, second, margin=1.0, groups=articles)
     torn = seeded_verdict(disagreeing, second, margin=1.0, groups=articles)
     assert calm["n"] == torn["n"] == 40 and calm["seeds"] == 3

@@ -403,14 +403,14 @@ def _spread(filler: list[str], targets: list[str], rng: random.Random) -> tuple[
     """The filler with `targets` at spread depths (one in each equal stretch of it, in order), and the character
     where the first begins."""
     k = len(targets)
-    slots = sorted(round((j + rng.random()) / k * len(filler)) for j in range(k))
+    positions = sorted(round((j + rng.random()) / k * len(filler)) for j in range(k))
     pieces, first = [], None
     previous = 0
-    for slot, target in zip(slots, targets, strict=True):
-        pieces += filler[previous:slot]
+    for at, target in zip(positions, targets, strict=True):
+        pieces += filler[previous:at]
         if first is None:
             first = len(" ".join(pieces)) + (1 if pieces else 0)
         pieces.append(target)
-        previous = slot
+        previous = at
     pieces += filler[previous:]
     return " ".join(pieces), first or 0

@@ -346,7 +346,7 @@ def markdown(result: RetrievalEvaluation) -> str:
         "comparison", {"unit": "query", "margin": MARGIN, "groups": result.queries}
     )
     rule = (f"`vs first`: nDCG@10 minus the first row's on the same queries, {header(comparison['unit'], comparison['margin'])} "
-            f"({comparison['groups']} {comparison['unit']}s); beside it the smallest difference this task detects "
+            f"({comparison['groups']} {comparison['unit']}s); beside it the smallest difference these queries detect "
             "with 80% power (kolong.evaluation.verdicts).")  # fmt: skip
     lines = [f"Task `{result.task}`: {result.queries} queries, {result.documents} documents.{skipped}", "", rule, "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]  # fmt: skip

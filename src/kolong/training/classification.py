@@ -22,6 +22,7 @@ from kolong.training.arguments import (
     ClassificationArguments,
     training_arguments,
 )
+from kolong.training.length_tuning import attention_dropout_past_original
 from kolong.training.prediction import cut_count, warn_cut
 
 DEFAULT_MAX_LENGTH = 128  # tokens per example unless the model has fewer positions (finetune and predict cls)
@@ -141,7 +142,7 @@ def finetune_cls(
         args.model, AutoModelForSequenceClassification, new_head=CLASSIFIER_HEADS, **label_settings
     )
     max_length = max_length_for(model, args.max_length, DEFAULT_MAX_LENGTH, args.model)
-    common.attention_dropout_past_original(model, max_length, args.keep_attention_dropout, report)
+    attention_dropout_past_original(model, max_length, args.keep_attention_dropout, report)
     graph = knowledge_for_training(args.knowledge, args.max_triples, model, args.model)
     injector = None if graph is None else KnowledgeInjector(graph, tokenizer, max_length, model)
     started = time.perf_counter()

@@ -40,7 +40,9 @@ from kolong.training.arguments import (
     QAPredictArguments,
     training_arguments,
 )
+from kolong.training.length_tuning import attention_dropout_past_original
 from kolong.training.prediction import first, progress
+from kolong.training.run_log import titles_record
 
 # Windows `finetune qa` trains on when no --max-length is given, for a model that reads more: a whole
 # KorQuAD article is 1,000-2,000 tokens, and longer windows cost memory quadratically (docs/qa.md).
@@ -132,7 +134,7 @@ def finetune_qa(
         report(f"windows of {max_length} tokens (the model's positions, at most {DEFAULT_MAX_LENGTH:,}; "
                "--max-length to change)")  # fmt: skip
     record_windows(model, tokenizer, max_length, stride)  # in every checkpoint and the final model
-    common.attention_dropout_past_original(model, max_length, args.keep_attention_dropout, report)
+    attention_dropout_past_original(model, max_length, args.keep_attention_dropout, report)
 
     train_set = read_squad(args.train, args.on_bad_example)
     train_examples = train_set.examples[: args.max_train_samples]
@@ -167,7 +169,7 @@ def finetune_qa(
         decode_options={"n_best": args.n_best, "max_answer_length": args.max_answer_length},
     )
     common.quiet_trainer(trainer, args.quiet)
-    trainer.kolong_training_data = common.titles_record(train_examples, len(train_features))
+    trainer.kolong_training_data = titles_record(train_examples, len(train_features))
     train_output = common.train_or_finish(trainer, resume_from, args)
     if common.stopped_by_budget(callbacks):
         return {"finished": False, "steps": trainer.state.global_step}

@@ -23,6 +23,7 @@ from kolong.errors import ConfigError, DataError
 from kolong.io import writes_output
 from kolong.training import common
 from kolong.training.arguments import RecipeArguments, training_arguments
+from kolong.training.length_tuning import attention_dropout_past_original
 from kolong.training.options import REQUIRED, option
 
 PAIR_SOURCES = ("korquad-paragraphs", "korquad-articles", "korquad-windows", "korsts", "klue-nli")
@@ -240,7 +241,7 @@ def finetune_retrieval(
         pairs = random.Random(args.seed).sample(pairs, min(args.limit, len(pairs)))
     from kolong.extension.embedding_model import transformer_of
 
-    common.attention_dropout_past_original(transformer_of(model), model.max_seq_length, args.keep_attention_dropout,
+    attention_dropout_past_original(transformer_of(model), model.max_seq_length, args.keep_attention_dropout,
                                            report)  # fmt: skip
     report(f"{len(pairs):,} training pairs ({args.pairs}), documents read at {model.max_seq_length} tokens")
     if args.train_position_rows:
