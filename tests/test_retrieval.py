@@ -472,6 +472,36 @@ def test_finetune_refuses_a_guessed_pooling_and_a_length_past_the_positions(tmp_
     assert metrics["steps"] == 1 and metrics["pairs_seen"] == 4 and metrics["train_pairs"] == 12
 
 
+@pytest.mark.shared_data
+def test_in_document_negatives_batch_pairs_by_article(tmp_path, embedding_model, shared_data):
+    from kolong.training.retrieval import (
+        RetrievalFinetuneArguments,
+        by_article,
+        finetune_retrieval,
+        training_pairs,
+    )
+
+    origins: list = []
+    pairs = training_pairs("korquad-paragraphs", shared_data, articles=origins)
+    assert len(origins) == len(pairs) and None not in origins
+    grouped, kept = by_article(pairs, origins)
+    assert len({(o, p) for (_, p), o in zip(grouped, kept, strict=True)}) == len(
+        grouped
+    )  # one pair a positive
+    assert min(kept.count(o) for o in set(kept)) >= 2
+    mixed: list = []
+    with_sts = training_pairs("korquad-paragraphs,korsts", shared_data, articles=mixed)
+    with pytest.raises(ConfigError, match="give only korquad-\\* --pairs"):
+        by_article(with_sts, mixed)
+    common = {"model": str(embedding_model), "pairs": "korquad-paragraphs", "shared_data": str(shared_data),
+              "max_steps": 1, "quiet": True, "in_document_negatives": True}  # fmt: skip
+    with pytest.raises(ConfigError, match="--batch-size 2 or more"):
+        finetune_retrieval(RetrievalFinetuneArguments(output_dir=str(tmp_path / "a"), batch_size=1, **common))
+    metrics = finetune_retrieval(RetrievalFinetuneArguments(output_dir=str(tmp_path / "b"), batch_size=4, limit=400,
+                                                            max_length=32, **common))  # fmt: skip
+    assert metrics["steps"] == 1 and metrics["pairs_seen"] == 4
+
+
 def test_finetune_trains_resumes_and_refuses_a_finished_run(tmp_path, embedding_model):
     from kolong.training.retrieval import RetrievalFinetuneArguments, finetune_retrieval
 

@@ -53,6 +53,11 @@ class RetrievalFinetuneArguments(RecipeArguments):
     )
     cached: bool = option(True, "GradCache form of the loss (--no-cached: the plain loss).")
     train_position_rows: bool = option(False, "Train only the position rows past the original length.")
+    in_document_negatives: bool = option(
+        False,
+        "Batches of pairs from the same articles: the other windows or paragraphs of an article are each pair's "
+        "negatives, which teaches chunk states their document's context (KorQuAD pairs only; --batch-size 2 or more).",
+    )
     pooling: str | None = option(None, "mean | cls: how a plain Hugging Face encoder pools (a sentence-transformers "
                                  "directory says it itself).", choices=("mean", "cls"))  # fmt: skip
     limit: int | None = option(None, "At most this many training pairs.", "--max_train_samples",
@@ -76,41 +81,50 @@ def kept_out(task_paths: str | None) -> tuple[set[str], set[str]]:
 
 
 def training_pairs(sources: str, shared_data=None, task_paths: str | None = None, *, tokenizer=None,
-                   window_tokens: int | None = None, seed: int = 0) -> list[tuple[str, str]]:  # fmt: skip
+                   window_tokens: int | None = None, seed: int = 0,
+                   articles: list | None = None) -> list[tuple[str, str]]:  # fmt: skip
     """(anchor, positive) pairs of every source, none from what the evaluation task holds out. `korquad-windows`
-    needs the model's `tokenizer` and the training length `window_tokens`."""
+    needs the model's `tokenizer` and the training length `window_tokens`. Given `articles`, a list, it is filled
+    with the KorQuAD article each pair comes from (None for the other sources), pair by pair."""
     from kolong.data.kornlu import read_korsts
     from kolong.data.shared import shared_file
     from kolong.retrieval.builders import KLUE_NLI, korquad_articles
 
     titles, asked = kept_out(task_paths)
     pairs: list[tuple[str, str]] = []
+    origins: list[str | None] = []  # each pair's article, for in-document negatives
     for source in (s.strip() for s in sources.split(",") if s.strip()):
         if source == "korquad-windows":
             if tokenizer is None or not window_tokens:
                 raise ConfigError("--pairs korquad-windows needs the model's tokenizer and a training length")
-            pairs += window_pairs(
-                korquad_articles(shared_data), titles, asked, tokenizer, window_tokens, seed
-            )
+            for article in korquad_articles(shared_data):
+                found = window_pairs([article], titles, asked, tokenizer, window_tokens, seed + len(pairs))
+                pairs += found
+                origins += [article["title"]] * len(found)
         elif source.startswith("korquad-"):
             for article in korquad_articles(shared_data):
                 questions = [qa["question"].strip() for p in article["paragraphs"] for qa in p["qas"]]
                 if article["title"] in titles or asked & set(questions):
                     continue
                 whole = "\n".join(p["context"] for p in article["paragraphs"])
-                pairs += [(qa["question"].strip(), p["context"] if source == "korquad-paragraphs" else whole)
-                          for p in article["paragraphs"] for qa in p["qas"]]  # fmt: skip
+                found = [(qa["question"].strip(), p["context"] if source == "korquad-paragraphs" else whole)
+                         for p in article["paragraphs"] for qa in p["qas"]]  # fmt: skip
+                pairs += found
+                origins += [article["title"]] * len(found)
         elif source == "korsts":
             examples = read_korsts(shared_file("korsts/sts-train.tsv", shared_data))
             pairs += [(e.text, e.pair) for e in examples if e.label >= 4.0 and e.text.strip() not in asked
                       and e.pair.strip() not in asked]  # fmt: skip
+            origins += [None] * (len(pairs) - len(origins))
         elif source == "klue-nli":
             from kolong.data.klue import read_klue_nli
 
             examples = read_klue_nli(shared_file(KLUE_NLI, shared_data))
             pairs += [(e.text, e.pair) for e in examples if e.label == 0 and e.pair.strip() not in asked]
+            origins += [None] * (len(pairs) - len(origins))
         elif source.endswith(".jsonl"):
             pairs += _file_pairs(Path(source))
+            origins += [None] * (len(pairs) - len(origins))
         else:
             raise ConfigError(
                 f"--pairs: {source!r} is not one of {', '.join(PAIR_SOURCES)} nor a .jsonl file"
@@ -119,7 +133,36 @@ def training_pairs(sources: str, shared_data=None, task_paths: str | None = None
         raise DataError(
             f"--pairs {sources}: no training pairs left (after keeping out the evaluation task's)"
         )
+    if articles is not None:
+        articles[:] = origins + [None] * (len(pairs) - len(origins))
     return pairs
+
+
+def by_article(pairs: list[tuple[str, str]], origins: list) -> tuple[list, list]:
+    """The pairs for in-document negatives: each from a KorQuAD article (refused otherwise), one pair per positive
+    text of an article (two questions of one paragraph would be each other's false negatives), and only articles
+    with two or more pairs left (a batch grouped by article needs two)."""
+    if any(origin is None for origin in origins):
+        raise ConfigError(
+            "--in-document-negatives groups pairs by their article: give only korquad-* --pairs"
+        )
+    seen, kept = set(), []
+    for (anchor, positive), origin in zip(pairs, origins, strict=True):
+        if (origin, positive) not in seen:
+            seen.add((origin, positive))
+            kept.append(((anchor, positive), origin))
+    counts = {}
+    for _, origin in kept:
+        counts[origin] = counts.get(origin, 0) + 1
+    kept = [(pair, origin) for pair, origin in kept if counts[origin] >= 2]
+    if not kept:
+        raise DataError("--in-document-negatives: no article keeps two pairs with different positives")
+    return [pair for pair, _ in kept], [origin for _, origin in kept]
+
+
+def _article_ids(origins: list) -> list[int]:
+    index: dict = {}
+    return [index.setdefault(origin, len(index)) for origin in origins]
 
 
 def window_pairs(articles: list[dict], titles: set[str], asked: set[str], tokenizer, window_tokens: int,
@@ -233,12 +276,22 @@ def finetune_retrieval(
             raise ConfigError(f"--max-length {args.max_length} is past the {most} positions {args.model} reads: extend "
                               f"it first (`kolong extend {args.model} -n {args.max_length} --method copy`)")  # fmt: skip
         set_max_seq_length(model, args.max_length)
+    if args.in_document_negatives and args.batch_size < 2:
+        raise ConfigError(
+            "--in-document-negatives needs --batch-size 2 or more: a batch of one has no negatives"
+        )
+    origins: list = []
     pairs = training_pairs(args.pairs, args.shared_data, ",".join(filter(None, (args.eval_task, args.keep_out))),
-                           tokenizer=model.tokenizer, window_tokens=model.max_seq_length, seed=args.seed)  # fmt: skip
+                           tokenizer=model.tokenizer, window_tokens=model.max_seq_length, seed=args.seed,
+                           articles=origins)  # fmt: skip
+
     if args.limit:
         import random
 
-        pairs = random.Random(args.seed).sample(pairs, min(args.limit, len(pairs)))
+        chosen = random.Random(args.seed).sample(range(len(pairs)), min(args.limit, len(pairs)))
+        pairs, origins = [pairs[i] for i in chosen], [origins[i] for i in chosen]
+    if args.in_document_negatives:
+        pairs, origins = by_article(pairs, origins)
     from kolong.extension.embedding_model import transformer_of
 
     attention_dropout_past_original(transformer_of(model), model.max_seq_length, args.keep_attention_dropout,
@@ -252,10 +305,11 @@ def finetune_retrieval(
     evaluator = task_evaluator(args.eval_task) if args.eval_task else None
     training = training_arguments(args, evaluating=evaluator is not None, metric=_METRIC if evaluator else None,
                                   arguments_class=SentenceTransformerTrainingArguments,
-                                  batch_sampler="no_duplicates")  # fmt: skip
+                                  batch_sampler="group_by_label" if args.in_document_negatives else "no_duplicates")  # fmt: skip
     trainer = SentenceTransformerTrainer(
         model=model, args=training, loss=loss, evaluator=evaluator,
-        train_dataset=Dataset.from_dict({"anchor": [a for a, _ in pairs], "positive": [p for _, p in pairs]}),
+        train_dataset=Dataset.from_dict({"anchor": [a for a, _ in pairs], "positive": [p for _, p in pairs],
+                                         **({"label": _article_ids(origins)} if args.in_document_negatives else {})}),
     )  # fmt: skip
     trainer.kolong_training_data = {"pairs": len(pairs), "pairs_sha256": pairs_hash(pairs)}
     output = common.train_or_finish(trainer, resume_from, args)
