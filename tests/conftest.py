@@ -115,6 +115,22 @@ def shared_data() -> Path:
     return SHARED_DATA
 
 
+def build_tiny_embedding_model(folder: Path, pooling: str = "mean") -> Path:
+    """A sentence-transformers model over a tiny BERT of 64 positions (Transformer, Pooling, Normalize), saved in
+    `folder / "st"`: what the retrieval tests read, extend, late-chunk and tune."""
+    from sentence_transformers import SentenceTransformer, models
+
+    from kolong.data.builtin_checkpoints import build_tiny_bert_checkpoint
+
+    bert = build_tiny_bert_checkpoint(folder / "bert", max_position_embeddings=64)
+    transformer = models.Transformer(str(bert), max_seq_length=64)
+    pool = models.Pooling(transformer.auto_model.config.hidden_size, pooling_mode=pooling)
+    SentenceTransformer(modules=[transformer, pool, models.Normalize()], device="cpu").save(
+        str(folder / "st")
+    )
+    return folder / "st"
+
+
 def tiny_kolong_config(**overrides):
     """The one tiny configuration of kolong's encoder (hidden 32, 2 layers, 2 heads)."""
     from kolong.models import KolongConfig

@@ -16,8 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SHARED_DATA
-from kolong.data.builtin_checkpoints import build_tiny_bert_checkpoint
+from conftest import SHARED_DATA, build_tiny_embedding_model
 
 pytestmark = pytest.mark.slow
 
@@ -54,15 +53,8 @@ def test_the_stray_line_patterns_catch_what_a_user_saw():
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    from sentence_transformers import SentenceTransformer, models
-
     folder = tmp_path_factory.mktemp("family")
-    bert = build_tiny_bert_checkpoint(folder / "bert", max_position_embeddings=64)
-    transformer = models.Transformer(str(bert), max_seq_length=64)
-    pool = models.Pooling(transformer.auto_model.config.hidden_size, pooling_mode="mean")
-    SentenceTransformer(modules=[transformer, pool, models.Normalize()], device="cpu").save(
-        str(folder / "st")
-    )
+    build_tiny_embedding_model(folder)  # folder / "st", over folder / "bert"
     return folder
 
 

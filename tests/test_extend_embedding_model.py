@@ -8,6 +8,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from conftest import build_tiny_embedding_model
 from kolong.data.builtin_checkpoints import build_tiny_bert_checkpoint, bundled_checkpoint
 from kolong.data.samples import korean_document
 from kolong.extension import extend_checkpoint
@@ -17,15 +18,7 @@ sentence_transformers = pytest.importorskip("sentence_transformers")
 
 def tiny_embedding_model(folder, pooling: str = "cls"):
     """A tiny BERT behind Transformer -> Pooling(`pooling`) -> Normalize, saved as sentence-transformers saves it."""
-    from sentence_transformers import SentenceTransformer, models
-
-    bert = build_tiny_bert_checkpoint(folder / "bert", max_position_embeddings=64)
-    transformer = models.Transformer(str(bert), max_seq_length=64)
-    pool = models.Pooling(transformer.auto_model.config.hidden_size, pooling_mode=pooling)
-    SentenceTransformer(modules=[transformer, pool, models.Normalize()], device="cpu").save(
-        str(folder / "st")
-    )
-    return folder / "st"
+    return build_tiny_embedding_model(folder, pooling)
 
 
 def embed(path, texts):

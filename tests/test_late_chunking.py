@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+from conftest import build_tiny_embedding_model
 from kolong.cli import app
 from kolong.data.builtin_checkpoints import build_tiny_bert_checkpoint
 from kolong.errors import ConfigError
@@ -20,15 +21,11 @@ DOCUMENT = "대한민국의 수도는 서울이다.\n부산은 항구 도시이�
 
 @pytest.fixture(scope="module")
 def embedder(tmp_path_factory):
-    from sentence_transformers import SentenceTransformer, models
+    from sentence_transformers import SentenceTransformer
 
-    folder = tmp_path_factory.mktemp("late")
-    bert = build_tiny_bert_checkpoint(folder / "bert", max_position_embeddings=64)
-    transformer = models.Transformer(str(bert), max_seq_length=64)
-    pool = models.Pooling(transformer.auto_model.config.hidden_size, pooling_mode="mean")
-    model = SentenceTransformer(modules=[transformer, pool, models.Normalize()], device="cpu")
-    model.save(str(folder / "st"))
-    model.path = folder / "st"
+    path = build_tiny_embedding_model(tmp_path_factory.mktemp("late"))
+    model = SentenceTransformer(str(path), device="cpu")
+    model.path = path
     return model
 
 

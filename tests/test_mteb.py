@@ -8,8 +8,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
+from conftest import build_tiny_embedding_model
 from kolong.cli import app
-from kolong.data.builtin_checkpoints import build_tiny_bert_checkpoint
 from kolong.errors import ConfigError
 
 mteb = pytest.importorskip("mteb")
@@ -17,16 +17,7 @@ mteb = pytest.importorskip("mteb")
 
 @pytest.fixture(scope="module")
 def embedding_model(tmp_path_factory):
-    from sentence_transformers import SentenceTransformer, models
-
-    folder = tmp_path_factory.mktemp("mteb-model")
-    bert = build_tiny_bert_checkpoint(folder / "bert", max_position_embeddings=64)
-    transformer = models.Transformer(str(bert), max_seq_length=64)
-    pool = models.Pooling(transformer.auto_model.config.hidden_size, pooling_mode="mean")
-    SentenceTransformer(modules=[transformer, pool, models.Normalize()], device="cpu").save(
-        str(folder / "st")
-    )
-    return folder / "st"
+    return build_tiny_embedding_model(tmp_path_factory.mktemp("mteb-model"))
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,7 @@ import math
 import pytest
 from typer.testing import CliRunner
 
+from conftest import build_tiny_embedding_model
 from kolong.cli import app
 from kolong.data.builtin_checkpoints import build_tiny_bert_checkpoint
 from kolong.errors import ConfigError, DataError
@@ -24,16 +25,7 @@ runner = CliRunner()
 
 @pytest.fixture(scope="module")
 def embedding_model(tmp_path_factory):
-    from sentence_transformers import SentenceTransformer, models
-
-    folder = tmp_path_factory.mktemp("embedder")
-    bert = build_tiny_bert_checkpoint(folder / "bert", max_position_embeddings=64)
-    transformer = models.Transformer(str(bert), max_seq_length=64)
-    pool = models.Pooling(transformer.auto_model.config.hidden_size, pooling_mode="mean")
-    SentenceTransformer(modules=[transformer, pool, models.Normalize()], device="cpu").save(
-        str(folder / "st")
-    )
-    return folder / "st"
+    return build_tiny_embedding_model(tmp_path_factory.mktemp("embedder"))
 
 
 def small_task() -> RetrievalTask:
