@@ -28,4 +28,9 @@ def test_the_committed_verdict_is_what_the_committed_results_give(tmp_path):
     committed = ROOT / "docs" / "experiments" / "knowledge-nsmc-cpu-verdict.json"
     found = study_verdicts.main(["knowledge", str(ROOT / "docs/experiments/knowledge-nsmc-cpu.json"), "-o",
                                  str(tmp_path / "again")])  # fmt: skip
-    assert json.loads(committed.read_text())["verdicts"] == json.loads(json.dumps(found))
+    saved = json.loads(committed.read_text())["verdicts"]
+    for name, result in json.loads(json.dumps(found)).items():  # scipy's t quantiles move in the 11th digit
+        assert {k: v for k, v in result.items() if not isinstance(v, float)} == {
+            k: v for k, v in saved[name].items() if not isinstance(v, float)}  # fmt: skip
+        assert {k: pytest.approx(v, rel=1e-9) for k, v in result.items() if isinstance(v, float)} == {
+            k: v for k, v in saved[name].items() if isinstance(v, float)}  # fmt: skip

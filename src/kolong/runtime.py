@@ -42,9 +42,14 @@ def flush_denormals() -> None:
     From a script of your own, call it before torch's first parallel operation."""
 
     def flush() -> None:
+        import warnings
+
         import torch
 
         torch.set_flush_denormal(True)  # False (and nothing done) on a CPU without the flags
+        # NumPy 2.0-2.1 then warn, the first time any library reads a float type's limits, that its smallest
+        # subnormal is zero: true by design here, and not the user's to act on
+        warnings.filterwarnings("ignore", message="The value of the smallest subnormal", category=UserWarning)
 
     from kolong.integration import after_import
 
