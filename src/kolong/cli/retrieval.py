@@ -20,6 +20,20 @@ TASK_NAMES = (
 )  # kolong.retrieval.builders.TASKS, not imported
 
 
+# Options `evaluate retrieval` and `evaluate mteb` share: the readers are the same, so are their settings.
+MAX_LENGTH = typer.Option("512", "--max-length", "-n", help="Reading lengths in tokens, e.g. 512,2048.")
+EXTEND = typer.Option("", "--extend", help="Past a model's positions, extend it in memory by these methods, "
+                      "e.g. copy,interpolate (no training).")  # fmt: skip
+CHUNK_TOKENS = typer.Option("256", "--chunk-tokens", help="late-chunk: tokens a chunk (at most the reading length), "
+                            "or 'paragraphs' (each line of a document).")  # fmt: skip
+POOLING = typer.Option(None, callback=one_of("mean", "cls"), help="mean | cls: for a plain HF encoder.")
+BATCH_SIZE = typer.Option(8, "--batch-size", min=1, help="Texts per encoding batch.")
+MARGIN = typer.Option(0.02, "--margin", help="Differences of nDCG@10 within +-MARGIN do not matter: a 90% interval "
+                      "inside it reads 'equivalent' (kolong.evaluation.verdicts).")  # fmt: skip
+COMPARE = typer.Option(None, "--compare", help="A,B: also print reader A minus reader B with the verdict rule "
+                       "(repeatable; the readers' labels as the table names them).")  # fmt: skip
+
+
 def int_list(text: str, flag: str) -> list[int]:
     try:
         values = [int(part) for part in text.split(",") if part.strip()]
@@ -150,48 +164,24 @@ def evaluate(
     task: Path = typer.Option(
         ..., "--task", help="Task file from `kolong data retrieval` or your own JSON lines."
     ),
-    max_length: str = typer.Option(
-        "512", "--max-length", "-n", help="Reading lengths in tokens, e.g. 512,2048."
-    ),
+    max_length: str = MAX_LENGTH,
     readers: str = typer.Option(
         "truncate,chunk-max,chunk-mean,bm25", help="truncate, chunk-max, chunk-mean, late-chunk, bm25."
     ),
-    chunk_tokens: str = typer.Option(
-        "256",
-        "--chunk-tokens",
-        help="late-chunk: tokens a chunk (at most the reading length), or 'paragraphs' "
-        "(each line of a document).",
-    ),
-    compare: list[str] = typer.Option(
-        None,
-        "--compare",
-        help="A,B: also print reader A minus reader B with the verdict rule (repeatable; the "
-        "readers' labels as the table names them).",
-    ),
-    extend: str = typer.Option(
-        "",
-        "--extend",
-        help="Past a model's positions, extend it in memory by these methods, "
-        "e.g. copy,interpolate (no training).",
-    ),
-    pooling: str = typer.Option(
-        None, callback=one_of("mean", "cls"), help="mean | cls: for a plain HF encoder."
-    ),
+    chunk_tokens: str = CHUNK_TOKENS,
+    compare: list[str] = COMPARE,
+    extend: str = EXTEND,
+    pooling: str = POOLING,
     k: str = typer.Option("1,10", "--k", help="Cut-offs of recall@k."),
     depth_split: int = typer.Option(
         512, "--depth-split", min=1, help="Depth buckets: target before / past this token."
     ),
-    batch_size: int = typer.Option(8, "--batch-size", min=1, help="Texts per encoding batch."),
+    batch_size: int = BATCH_SIZE,
     device: str = typer.Option("cpu", help="cpu | cuda."),
     output: Path = typer.Option(None, "--output", "-o", help="Folder for retrieval.json and retrieval.md."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace existing results in --output."),
     seed: int = typer.Option(0, min=0, max=2**32 - 1, help="Seed of the bootstrap."),
-    margin: float = typer.Option(
-        0.02,
-        "--margin",
-        help="Differences of nDCG@10 within +-MARGIN do not matter: a 90% interval inside it "
-        "reads 'equivalent' (kolong.evaluation.verdicts).",
-    ),
+    margin: float = MARGIN,
     hybrid: bool = typer.Option(
         True, "--hybrid/--no-hybrid", help="Also fuse each dense reader with BM25 (reciprocal rank fusion)."
     ),
@@ -368,21 +358,11 @@ def evaluate_mteb(
         "kor", "--languages", help="ISO 639-3 codes: the subsets of multilingual tasks."
     ),
     readers: str = typer.Option("truncate,chunk-max", help="truncate, chunk-max, chunk-mean, late-chunk."),
-    max_length: str = typer.Option(
-        "512", "--max-length", "-n", help="Reading lengths in tokens, e.g. 512,2048."
-    ),
-    extend: str = typer.Option(
-        "",
-        "--extend",
-        help="Past the model's positions, extend it in memory by these methods, e.g. copy (no training).",
-    ),
-    chunk_tokens: str = typer.Option(
-        "256", "--chunk-tokens", help="late-chunk: tokens a chunk, or 'paragraphs'."
-    ),
-    pooling: str = typer.Option(
-        None, callback=one_of("mean", "cls"), help="mean | cls: for a plain HF encoder."
-    ),
-    batch_size: int = typer.Option(8, "--batch-size", min=1, help="Texts per encoding batch."),
+    max_length: str = MAX_LENGTH,
+    extend: str = EXTEND,
+    chunk_tokens: str = CHUNK_TOKENS,
+    pooling: str = POOLING,
+    batch_size: int = BATCH_SIZE,
     device: str = typer.Option("cpu", help="cpu | cuda."),
     output: Path = typer.Option(
         ...,
@@ -392,10 +372,8 @@ def evaluate_mteb(
         "(predictions/) and kolong's table (kolong_mteb.json, .md).",
     ),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace existing results in --output."),
-    margin: float = typer.Option(
-        0.02, "--margin", help="Differences of nDCG@10 within +-MARGIN do not matter."
-    ),
-    compare: list[str] = typer.Option(None, "--compare", help="A,B: reader A minus reader B with a verdict."),
+    margin: float = MARGIN,
+    compare: list[str] = COMPARE,
 ) -> None:
     """Score kolong's readers (the whole document after extension, chunks, late chunking) on MTEB's retrieval tasks
     with MTEB's own evaluation, MLDR-ko first: `--tasks MultiLongDocRetrieval --languages kor`. Writes MTEB's

@@ -4,8 +4,9 @@ Per reader: nDCG@10 (MTEB's main retrieval score), MRR@10 and recall@k from ir-m
 underneath), each the mean over queries with a bootstrap interval; the same by the relevant document's length
 (its pool for the haystack tasks) and by the target's depth (its first token inside the first `depth_split`
 tokens or past them); the paired difference of nDCG@10 against the first reader, with its interval by the
-queries' group (their article) where the task gives one, and the verdict of kolong's rule (`evaluation.verdicts`); encoding throughput (documents/s, tokens/s) with peak memory; and each dense reader fused with BM25 by
-reciprocal rank fusion (the hybrid a RAG pipeline runs).
+queries' group (their article) where the task gives one, and the verdict of kolong's rule
+(`evaluation.verdicts`); encoding throughput (documents/s, tokens/s) with peak memory; and each dense reader
+fused with BM25 by reciprocal rank fusion (the hybrid a RAG pipeline runs).
 """
 
 from __future__ import annotations
@@ -89,9 +90,7 @@ def plan_readers(models: Sequence[str], lengths: Sequence[int], readers: Sequenc
             name, most = Path(model).name or model, positions(model)
             if length <= most:
                 rows += [Reader(f"{name} {r}@{length}", model, r, length) for r in dense]
-            elif (
-                extensions
-            ):  # read whole past the model's positions: named for what it does, `whole@2048 (copy)`
+            elif extensions:  # read whole past the positions, named for what it does: `whole@2048 (copy)`
                 whole = [r for r in dense if r in ("truncate", "late-chunk")]
                 rows += [Reader(f"{name} {'whole' if r == 'truncate' else r}@{length} ({m})", model, r, length, m)
                          for m in extensions for r in whole]  # fmt: skip
@@ -172,11 +171,16 @@ def summarise(reader: Reader, encoded: Encoded, values: dict, groups: dict, refe
             for bucket in sorted(set(assigned.values()), key=_bucket_order)
         }
     if reference is not None:
-        ours = [values["nDCG@10"][q] for q in ids]
-        theirs = [reference["per_query_ndcg10"][q] for q in ids]
-        row["ndcg10_minus_first"] = paired_verdict(ours, theirs, margin=margin, seed=seed,
-                                                   groups=[query_groups[q] for q in ids] if query_groups else None)  # fmt: skip
+        row["ndcg10_minus_first"] = rows_verdict(row, reference, query_groups, margin, seed)
     return row
+
+
+def rows_verdict(first: dict, second: dict, query_groups: dict | None, margin: float, seed: int) -> dict:
+    """The verdict rule on two readers' per-query nDCG@10 (first - second over the same queries), resampled by the
+    queries' groups where there are any."""
+    ids = sorted(first["per_query_ndcg10"])
+    return paired_verdict([first["per_query_ndcg10"][q] for q in ids], [second["per_query_ndcg10"][q] for q in ids],
+                          margin=margin, seed=seed, groups=[query_groups[q] for q in ids] if query_groups else None)  # fmt: skip
 
 
 def _bucket_order(bucket: str):
@@ -223,8 +227,8 @@ def evaluate_retrieval(
         return loaded[model]
 
     plan, skipped = plan_readers(models, lengths, readers, extensions, lambda m: positions_of(embedder(m)))
-    _check_late_chunking(plan, embedder, chunk_tokens)
-    _check_compared(plan, compare, "bm25" in readers and hybrid)
+    check_late_chunking(plan, embedder, chunk_tokens)
+    check_compared(plan, compare, "bm25" in readers and hybrid)
     encodings: dict[
         tuple, dict
     ] = {}  # one per model, length and extension: chunk-max and chunk-mean share it
@@ -276,7 +280,7 @@ def evaluate_retrieval(
     return result
 
 
-def _check_late_chunking(plan: list[Reader], embedder, chunk_tokens) -> None:
+def check_late_chunking(plan: list[Reader], embedder, chunk_tokens) -> None:
     """Refuse, before any reading, a late-chunk reader the model cannot pool or the chunk size cannot fit."""
     from kolong.retrieval.late_chunking import check_chunk_tokens, check_mean_pooling
 
@@ -286,7 +290,8 @@ def _check_late_chunking(plan: list[Reader], embedder, chunk_tokens) -> None:
             check_mean_pooling(embedder(reader.model), reader.model)
 
 
-def _check_compared(plan: list[Reader], compare: Sequence[tuple[str, str]], hybrids: bool) -> None:
+def check_compared(plan: list[Reader], compare: Sequence[tuple[str, str]], hybrids: bool = False) -> None:
+    """Refuse, before any reading, a --compare pair naming a reader this run does not have."""
     labels = {reader.label for reader in plan}
     if hybrids:
         labels |= {f"bm25 + {reader.label}" for reader in plan if reader.model is not None}
@@ -303,15 +308,10 @@ def compared(
 ) -> list[dict]:
     """Each chosen pair's paired difference of nDCG@10, A - B over the same queries, by the verdict rule."""
     rows = {row["reader"]: row for row in result.rows}
-    found = []
-    for first, second in pairs:
-        ids = sorted(rows[first]["per_query_ndcg10"])
-        groups = [result.query_groups[q] for q in ids] if result.query_groups else None
-        a = [rows[first]["per_query_ndcg10"][q] for q in ids]
-        b = [rows[second]["per_query_ndcg10"][q] for q in ids]
-        found.append({"a": first, "b": second, "a_mean": float(np.mean(a)), "b_mean": float(np.mean(b)),
-                      **paired_verdict(a, b, margin=margin, seed=seed, groups=groups)})  # fmt: skip
-    return found
+    return [{"a": first, "b": second, "a_mean": float(np.mean(list(rows[first]["per_query_ndcg10"].values()))),
+             "b_mean": float(np.mean(list(rows[second]["per_query_ndcg10"].values()))),
+             **rows_verdict(rows[first], rows[second], result.query_groups, margin, seed)}
+            for first, second in pairs]  # fmt: skip
 
 
 # Reciprocal rank fusion's constant (Cormack et al., 2009): ranks past the first few count little.

@@ -197,8 +197,13 @@ def evaluate_mteb(model: str, tasks: list, *, lengths, readers, extensions=(), p
     import warnings
 
     from kolong.evaluation.verdicts import check_margin
-    from kolong.retrieval.evaluate import extended_copy, plan_readers
-    from kolong.retrieval.late_chunking import check_chunk_tokens, check_mean_pooling
+    from kolong.retrieval.evaluate import (
+        check_compared,
+        check_late_chunking,
+        extended_copy,
+        plan_readers,
+        rows_verdict,
+    )
     from kolong.retrieval.readers import load_embedder, positions_of
 
     mteb = require_mteb()
@@ -210,15 +215,8 @@ def evaluate_mteb(model: str, tasks: list, *, lengths, readers, extensions=(), p
         )
     base = load_embedder(model, pooling, device)
     plan, skipped = plan_readers([model], lengths, dense, extensions, lambda m: positions_of(base))
-    for row in plan:
-        if row.reader == "late-chunk":
-            check_chunk_tokens(chunk_tokens, row.length)
-            check_mean_pooling(base, model)
-    labels = {row.label for row in plan}
-    for pair in compare:
-        missing = [name for name in pair if name not in labels]
-        if missing:
-            raise ConfigError(f"--compare: no reader {missing[0]!r}; readers: {', '.join(sorted(labels))}")
+    check_late_chunking(plan, lambda m: base, chunk_tokens)
+    check_compared(plan, compare)
     output_dir = Path(output_dir)
     cache = mteb.ResultCache(cache_path=str(output_dir / "mteb"))
     for task in tasks:  # a hub task whose files cannot be had is named before any reading
@@ -265,22 +263,15 @@ def evaluate_mteb(model: str, tasks: list, *, lengths, readers, extensions=(), p
         groups = _groups(task, rows[0]["per_query_ndcg10"]) if rows else None
 
         for row in rows[1:]:
-            row["ndcg10_minus_first"] = _verdict(row, rows[0], groups, margin, seed)
+            row["ndcg10_minus_first"] = rows_verdict(row, rows[0], groups, margin, seed)
         by_label = {row["reader"]: row for row in rows}
         pairs = [
-            {"a": a, "b": b, **_verdict(by_label[a], by_label[b], groups, margin, seed)} for a, b in compare
+            {"a": a, "b": b, **rows_verdict(by_label[a], by_label[b], groups, margin, seed)}
+            for a, b in compare
         ]
         found.append({"task": task.metadata.name, "rows": rows, "comparisons": pairs, "skipped": skipped,
                       "unit": "article" if groups else "query", "coverage": 0.95, "margin": margin})  # fmt: skip
     return found
-
-
-def _verdict(a: dict, b: dict, groups: dict | None, margin: float, seed: int) -> dict:
-    from kolong.evaluation.verdicts import paired_verdict
-
-    ids = sorted(a["per_query_ndcg10"])
-    return paired_verdict([a["per_query_ndcg10"][q] for q in ids], [b["per_query_ndcg10"][q] for q in ids],
-                          margin=margin, seed=seed, groups=[groups[q] for q in ids] if groups else None)  # fmt: skip
 
 
 def _groups(task, ids) -> dict[str, str] | None:
