@@ -368,9 +368,9 @@ def train_or_finish(trainer, resume_from: str | None, args=None):
     trainer.add_callback(evaluations)
     trainer.evaluated_steps = evaluations.steps  # read by final_evaluation
     trainer.add_callback(stop_on_non_finite())
-    record = training_record()
-    record.data = getattr(trainer, "kolong_training_data", None) or dataset_size(trainer)
-    trainer.add_callback(record)
+    trainer.add_callback(
+        training_record(getattr(trainer, "kolong_training_data", None) or dataset_size(trainer))
+    )
     trainer.callback_handler.callbacks.insert(0, one_train_loss())  # before the Trainer's printer
     if trainer.args.disable_tqdm and not getattr(args, "quiet", False):
         from transformers.trainer_callback import PrinterCallback

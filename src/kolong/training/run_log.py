@@ -48,10 +48,10 @@ def log_lines():
     return LogLines()
 
 
-def training_record():
+def training_record(data: dict | None = None):
     """A Trainer callback that writes what training took into `kolong_run.json` when a session ends: wall seconds
     (summed over resumed sessions), sessions, steps, examples seen, peak memory, and the data it was given
-    (`trainer.kolong_training_data`, set by a recipe: counts and a hash of what it trained on)."""
+    (`data`: counts and a hash of what it trained on, as a recipe names them)."""
     import time
 
     from transformers import TrainerCallback
@@ -61,7 +61,7 @@ def training_record():
 
     class TrainingRecord(TrainerCallback):
         def __init__(self) -> None:
-            self.started, self.data = None, None
+            self.started = None
 
         def on_train_begin(self, args, state, control, **kwargs):
             self.started = time.perf_counter()
@@ -79,7 +79,7 @@ def training_record():
                 "steps": state.global_step, "examples": state.global_step * per_step,
                 "examples_per_step": per_step, "peak_memory_mb": round(max(peaks)) if peaks else None,
                 "peak_memory_of": "CUDA allocator" if cuda else "process resident set (VmHWM)",
-                "device": str(args.device), "data": self.data or before.get("data"),
+                "device": str(args.device), "data": data or before.get("data"),
             })  # fmt: skip
 
     return TrainingRecord()
