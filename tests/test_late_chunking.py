@@ -14,7 +14,7 @@ from conftest import build_tiny_embedding_model
 from kolong.cli import app
 from kolong.data.builtin_checkpoints import build_tiny_bert_checkpoint
 from kolong.errors import ConfigError
-from kolong.retrieval.late_chunking import embed_documents, late_chunks, windows
+from kolong.retrieval.late_chunking import embed_documents, late_chunks, late_passages, windows
 
 DOCUMENT = "대한민국의 수도는 서울이다.\n부산은 항구 도시이다.\n한라산은 제주도에 있다."
 
@@ -57,6 +57,35 @@ def test_past_the_reading_length_the_document_is_read_in_windows(embedder):
     assert [long[c.start : c.end] for c in paragraphs] == [line for line in long.split("\n")]
     with pytest.raises(ConfigError, match="--chunk-tokens 40 is above the reading length 32"):
         late_chunks(embedder, long, 32, chunk_tokens=40)
+
+
+def test_passages_of_one_source_are_embedded_from_the_whole(embedder):
+    """Passages read joined equal the joined text's paragraph chunks; read alone, each is its own embedding."""
+    passages = DOCUMENT.split("\n")
+    together = late_passages(embedder, passages, 64)
+    chunks = late_chunks(embedder, DOCUMENT, 64, chunk_tokens="paragraphs")
+    np.testing.assert_allclose(together, np.stack([c.embedding for c in chunks]), atol=1e-5)
+    (alone,) = late_passages(embedder, passages[:1], 64)
+    np.testing.assert_allclose(alone, embedder.encode(passages[:1], normalize_embeddings=True)[0], atol=1e-5)
+    assert not np.allclose(alone, together[0], atol=1e-4)  # the others' context moved the first passage
+    with pytest.raises(ConfigError, match="passage 1 of a source has no tokens"):
+        late_passages(embedder, [passages[0], "  "], 64)
+
+
+def test_the_late_chunk_reader_scores_passages_in_their_source(embedder):
+    from kolong.retrieval.readers import dense_scores
+    from kolong.retrieval.task import Document, Query, RetrievalTask
+
+    passages = DOCUMENT.split("\n")
+    documents = {f"a#{i}": Document(f"a#{i}", text, source="a") for i, text in enumerate(passages)}
+    documents["b"] = Document("b", "고양이는 집에서 잠을 잔다.")
+    task = RetrievalTask("t", documents, [Query("q", "서울", {"a#0": 1})])
+    scores = dense_scores(embedder, task, "late-chunk", 64, measure_memory=False, chunk_tokens=62).scores["q"]
+    query = embedder.encode(["서울"], normalize_embeddings=True)[0]
+    expected = late_passages(embedder, passages, 64) @ query
+    assert [scores[f"a#{i}"] for i in range(3)] == pytest.approx(list(expected), abs=1e-5)
+    (alone,) = late_chunks(embedder, documents["b"].text, 64, chunk_tokens=62)
+    assert scores["b"] == pytest.approx(float(alone.embedding @ query), abs=1e-5)
 
 
 def test_embed_writes_spans_that_slice_back_to_the_chunk_texts(embedder, tmp_path):

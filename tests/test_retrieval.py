@@ -245,7 +245,10 @@ def test_the_context_task_masks_every_title_mention_past_the_first_paragraph(sha
     for query in task.queries:  # the answer lies where the target says, in the masked paragraph
         document = task.documents[next(iter(query.relevant))].text
         assert 0 <= query.target_start < len(document)
+    # each paragraph names its article as its source, so late chunking reads the article whole
+    assert all(d.source == d.id.rsplit("#", 1)[0] for d in task.documents.values())
     write_task(task, tmp_path / "context.jsonl")
+    assert read_task(tmp_path / "context.jsonl").documents == task.documents
     pairs = training_pairs("korquad-paragraphs", shared_data, str(tmp_path / "context.jsonl"))
     asked = {q.text for q in task.queries}
     held_contexts = {

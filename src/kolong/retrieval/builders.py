@@ -325,7 +325,8 @@ def context_task(*, eval_articles: int = 25, questions_per_article: int = 0, mas
             if mask and index > 0:
                 replaced += text.count(entity) if entity else 0
                 text = masked(text, entity)
-            documents[f"{article['title']}#{index}"] = Document(f"{article['title']}#{index}", text)
+            documents[f"{article['title']}#{index}"] = Document(f"{article['title']}#{index}", text,
+                                                                 source=article["title"])  # fmt: skip
         if article["title"] not in held_titles:
             continue
         asked = [(i, qa) for i, p in enumerate(article["paragraphs"]) for qa in p["qas"] if i > 0]

@@ -128,29 +128,59 @@ def token_states(embedder, ids: list[int], length: int, overlap: int | None = No
 def late_chunks(embedder, text: str, length: int, chunk_tokens: int | str = 256,
                 overlap: int | None = None) -> list[Chunk]:  # fmt: skip
     """The document's chunks, each with its character span and its late-chunked embedding."""
+    check_chunk_tokens(chunk_tokens, length)
+    ids, offsets = _tokens(embedder, text)
+    spans = chunk_spans(offsets, text, chunk_tokens)
+    embeddings = _pooled(embedder, token_states(embedder, ids, length, overlap), spans)
+    return [Chunk(offsets[first][0], offsets[last - 1][1], embedding)
+            for (first, last), embedding in zip(spans, embeddings, strict=True)]  # fmt: skip
+
+
+def late_passages(embedder, passages: Sequence[str], length: int, overlap: int | None = None) -> np.ndarray:
+    """(passages, dim): each passage embedded from the states of all of them read as one text, joined by newlines
+    in the order given (the passages of one source document: each embedding has seen the others)."""
+    starts, cursor = [], 0
+    for passage in passages:
+        starts.append(cursor)
+        cursor += len(passage) + 1  # the newline that joins it to the next
+    text = "\n".join(passages)
+    ids, offsets = _tokens(embedder, text)
+    owner = np.searchsorted(np.asarray(starts), [begin for begin, _ in offsets], side="right") - 1
+    spans = []
+    for index in range(len(passages)):
+        inside = np.flatnonzero(owner == index)
+        if not len(inside):
+            raise ConfigError(
+                f"late chunking: passage {index} of a source has no tokens; every passage needs text"
+            )
+        spans.append((int(inside[0]), int(inside[-1]) + 1))
+    return _pooled(embedder, token_states(embedder, ids, length, overlap), spans)
+
+
+def _tokens(embedder, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+    encoded = embedder[0].tokenizer(
+        text, add_special_tokens=False, return_offsets_mapping=True, truncation=False
+    )
+    if not encoded["input_ids"]:
+        raise ConfigError("late chunking got an empty document")
+    return encoded["input_ids"], encoded["offset_mapping"]
+
+
+def _pooled(embedder, states, spans: list[tuple[int, int]]) -> np.ndarray:
+    """(chunks, dim): each token range's mean state (row 0 of `states` is [CLS], rows 1..n the tokens, the last
+    [SEP]) passed through the model's modules after pooling (Dense, Normalize)."""
     import torch
 
-    check_chunk_tokens(chunk_tokens, length)
-    tokenizer = embedder[0].tokenizer
-    encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, truncation=False)
-    ids, offsets = encoded["input_ids"], encoded["offset_mapping"]
-    if not ids:
-        raise ConfigError("late chunking got an empty document")
-    states = token_states(
-        embedder, ids, length, overlap
-    )  # row 0 [CLS], rows 1..n the tokens, row n + 1 [SEP]
-    spans = chunk_spans(offsets, text, chunk_tokens)
+    tokens = len(states) - 2
     pooled = []
     for index, (first, last) in enumerate(spans):
         begin = 0 if index == 0 else first + 1  # the document's [CLS] pooled with its first chunk
-        end = len(ids) + 2 if index == len(spans) - 1 else last + 1  # and its [SEP] with its last
+        end = tokens + 2 if index == len(spans) - 1 else last + 1  # and its [SEP] with its last
         pooled.append(states[begin:end].mean(dim=0))
     features = {"sentence_embedding": torch.stack(pooled)}
-    for module in list(embedder)[2:]:  # what the model does after pooling (Dense, Normalize)
+    for module in list(embedder)[2:]:
         features = module(features)
-    embeddings = features["sentence_embedding"].cpu().numpy()
-    return [Chunk(offsets[first][0], offsets[last - 1][1], embedding)
-            for (first, last), embedding in zip(spans, embeddings, strict=True)]  # fmt: skip
+    return features["sentence_embedding"].cpu().numpy()
 
 
 def embed_documents(embedder, documents: dict[str, str], length: int, chunk_tokens: int | str = 256,

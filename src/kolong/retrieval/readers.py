@@ -7,7 +7,7 @@
   chunk or by the mean of its chunks' scores;
 - `late-chunk`: the document read whole at `length` (overlapping windows past it), each chunk of
   `chunk_tokens` tokens (or each paragraph) pooled from the token states (`late_chunking`), the document scored
-  by its best chunk;
+  by its best chunk; documents that are passages of one `source` are read joined, each embedded from the whole;
 - `bm25`: Okapi BM25 (bm25s) over MeCab-ko morphemes, the lexical baseline a Korean team tries first.
 
 Dense scores are cosine similarities of normalised embeddings.
@@ -127,8 +127,9 @@ def dense_scores(embedder, task, reader: str, length: int, batch_size: int = 8, 
         result: dict = {}
 
         def encode() -> None:
+            sources = [task.documents[i].source for i in ids]
             result["pieces"], result["owner"], result["tokens"] = _pieces(embedder, texts, reader, length,
-                                                                          batch_size, chunk_tokens)  # fmt: skip
+                                                                          batch_size, chunk_tokens, sources)  # fmt: skip
 
         started = time.perf_counter()
         cuda = str(embedder.device).startswith("cuda")
@@ -152,18 +153,27 @@ def dense_scores(embedder, task, reader: str, length: int, batch_size: int = 8, 
     return Encoded(scores, encoded["seconds"], encoded["tokens"], encoded["peak"])
 
 
-def _pieces(embedder, texts: list[str], reader: str, length: int, batch_size: int, chunk_tokens):
-    """(embeddings of the pieces a reader scores, the document each belongs to, tokens read)."""
+def _pieces(embedder, texts: list[str], reader: str, length: int, batch_size: int, chunk_tokens,
+            sources: list[str | None] | None = None):  # fmt: skip
+    """(embeddings of the pieces a reader scores, the document each belongs to, tokens read). `late-chunk` reads
+    the documents of one source (`sources`, one per text) as one text, each document one piece."""
     tokenizer = embedder[0].tokenizer
     if reader == "late-chunk":
-        from kolong.retrieval.late_chunking import late_chunks
+        from kolong.retrieval.late_chunking import late_chunks, late_passages
 
         pieces, owner, tokens = [], [], 0
-        for index, text in enumerate(texts):
-            chunks = late_chunks(embedder, text, length, chunk_tokens)
+        grouped: dict[str, list[int]] = {}
+        for index, source in enumerate(sources or [None] * len(texts)):
+            if source is not None:
+                grouped.setdefault(source, []).append(index)
+                continue
+            chunks = late_chunks(embedder, texts[index], length, chunk_tokens)
             pieces += [chunk.embedding for chunk in chunks]
             owner += [index] * len(chunks)
-            tokens += len(tokenizer(text, add_special_tokens=False)["input_ids"])
+        for members in grouped.values():
+            pieces += list(late_passages(embedder, [texts[i] for i in members], length))
+            owner += members
+        tokens = sum(len(tokenizer(text, add_special_tokens=False)["input_ids"]) for text in texts)
         return np.stack(pieces), owner, tokens
     if reader == "truncate":
         pieces, owner = texts, list(range(len(texts)))

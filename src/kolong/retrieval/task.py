@@ -3,7 +3,7 @@
 Every line is one object with one key:
 
     {"task": {"name": "needle", "seed": 0, ...}}                       (optional, first: how it was built)
-    {"document": {"id": "d1", "text": "...", "pool": "2048"}}
+    {"document": {"id": "d1", "text": "...", "pool": "2048", "source": "article-7"}}
     {"query": {"id": "q1", "text": "...", "relevant": {"d1": 1}, "target_start": 1234, "pool": "2048",
                "group": "article-7"}}
 
@@ -12,7 +12,10 @@ character offset in the relevant document where the answer or the inserted sente
 turns it into a token depth. `pool` (optional) splits the task into independent candidate pools, as LongEmbed
 ranks each length separately: a query is ranked against the documents of its own pool only. `group` (optional)
 names what makes queries dependent, such as the article they were asked of: comparisons of readers then resample
-whole groups (`kolong.evaluation.verdicts`); give it to every query or to none. Errors name the file and line.
+whole groups (`kolong.evaluation.verdicts`); give it to every query or to none. `source` (optional) names the
+longer text a document is a passage of, its passages in file order: the `late-chunk` reader reads a source's
+passages joined, one per line, and embeds each passage from the states of the whole (ConTEB's setting), where the
+other readers see each passage alone. Errors name the file and line.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ class Document:
     id: str
     text: str
     pool: str = DEFAULT_POOL
+    source: str | None = None  # the longer text this document is a passage of (late chunking reads it whole)
 
 
 @dataclass
@@ -157,7 +161,12 @@ def read_task(path: str | Path) -> RetrievalTask:
         if kind == "document":
             if identifier in documents:
                 raise DataError(f"{where}: document id {identifier!r} appears twice")
-            documents[identifier] = Document(identifier, _text(record, "text", where), pool)
+            source = record.get("source")
+            if source is not None and (not isinstance(source, str) or not source):
+                raise DataError(
+                    f"{where}: 'source' must be a non-empty string (the text the document is a passage of)"
+                )
+            documents[identifier] = Document(identifier, _text(record, "text", where), pool, source)
             continue
         if identifier in seen_queries:
             raise DataError(f"{where}: query id {identifier!r} appears twice")
@@ -187,6 +196,8 @@ def write_task(task: RetrievalTask, path: str | Path, overwrite: bool = False) -
         handle.write(json.dumps({"task": {"name": task.name, **task.settings}}, ensure_ascii=False) + "\n")
         for document in task.documents.values():
             record = {"id": document.id, "text": document.text, "pool": document.pool}
+            if document.source is not None:
+                record["source"] = document.source
             handle.write(json.dumps({"document": record}, ensure_ascii=False) + "\n")
         for query in task.queries:
             record = {"id": query.id, "text": query.text, "relevant": query.relevant, "pool": query.pool}

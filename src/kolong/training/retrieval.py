@@ -39,7 +39,9 @@ class RetrievalFinetuneArguments(RecipeArguments):
     pairs: str = option(
         "korquad-paragraphs",
         "Comma-separated: korquad-paragraphs (question -> paragraph) | korquad-articles (question -> whole article) "
-        '| korsts (pairs scored >= 4) | klue-nli (entailments) | FILE.jsonl of {"anchor", "positive"}.',
+        "| korquad-windows (question -> a window of its article at the training length, holding the answer's "
+        "paragraph at a random depth) | korsts (pairs scored >= 4) | klue-nli (entailments) | FILE.jsonl of "
+        '{"anchor", "positive"}.',
     )
     eval_task: str | None = option(None, "Task file (`kolong data retrieval`) to evaluate on and to keep out of "
                                    "training.")  # fmt: skip
