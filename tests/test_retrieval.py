@@ -158,6 +158,40 @@ def test_haystack_tasks_have_the_lengths_and_depths_asked(shared_data, embedding
 
 
 @pytest.mark.shared_data
+def test_needle_targets_from_held_out_articles_leave_the_rest_to_training(
+    shared_data, embedding_model, tmp_path
+):
+    from transformers import AutoTokenizer
+
+    from kolong.retrieval.builders import context_task, korquad_articles
+    from kolong.training.retrieval import training_pairs
+
+    tokenizer = AutoTokenizer.from_pretrained(str(embedding_model))
+    needle = haystack_task("needle", tokenizer, lengths=(64,), per_length=8, seed=4, eval_articles=6,
+                           shared_data=shared_data)  # fmt: skip
+    articles = article_task(eval_articles=6, seed=4, shared_data=shared_data)
+    context = context_task(eval_articles=6, seed=4, shared_data=shared_data)
+    held = set(articles.settings["held_out_titles"])
+    assert (
+        set(needle.settings["held_out_titles"]) == held and set(context.settings["held_out_titles"]) <= held
+    )
+    asked = {qa["question"].strip(): a["title"] for a in korquad_articles(shared_data)
+             for p in a["paragraphs"] for qa in p["qas"]}  # fmt: skip
+    assert all(asked[q.text.strip()] in held for q in needle.queries)
+    write_task(needle, tmp_path / "needle.jsonl")
+    write_task(articles, tmp_path / "articles.jsonl")
+    without_needle = training_pairs("korquad-paragraphs", shared_data, str(tmp_path / "articles.jsonl"))
+    both = training_pairs(
+        "korquad-paragraphs", shared_data, f"{tmp_path}/articles.jsonl,{tmp_path}/needle.jsonl"
+    )
+    assert both == without_needle  # keeping the needle out costs training nothing more
+    with pytest.raises(ConfigError, match="passkey has no articles"):
+        haystack_task(
+            "passkey", tokenizer, lengths=(64,), per_length=2, eval_articles=6, shared_data=shared_data
+        )
+
+
+@pytest.mark.shared_data
 def test_a_haystack_too_short_for_the_length_is_refused(shared_data, embedding_model):
     from transformers import AutoTokenizer
 

@@ -101,7 +101,11 @@ def build_task(
         "paragraphs: the held-out articles' paragraphs.",
     ),
     eval_articles: int = typer.Option(
-        25, "--eval-articles", min=1, help="articles, context: held-out articles."
+        None,
+        "--eval-articles",
+        min=1,
+        help="articles, context: held-out articles [default: 25]; needle: draw the targets from the articles that "
+        "articles and context hold out with the same number and --seed (training then keeps out only those).",
     ),
     mask: bool = typer.Option(
         True,
@@ -123,15 +127,17 @@ def build_task(
 
     if task not in TASK_NAMES:
         raise typer.BadParameter(f"{task!r} is not one of: {', '.join(TASK_NAMES)}", param_hint="TASK")
+    if eval_articles is not None and task not in ("articles", "context", "needle"):
+        raise typer.BadParameter(f"{task} draws nothing from held-out articles", param_hint="--eval-articles")
     with user_errors():
         check_output_file(output, overwrite)
         if task == "context":
             from kolong.retrieval.builders import context_task
 
-            built = context_task(eval_articles=eval_articles, questions_per_article=questions_per_article, mask=mask,
+            built = context_task(eval_articles=eval_articles or 25, questions_per_article=questions_per_article, mask=mask,
                                  seed=seed, shared_data=shared_data)  # fmt: skip
         elif task == "articles":
-            built = article_task(eval_articles=eval_articles, questions_per_article=questions_per_article, pool=pool,
+            built = article_task(eval_articles=eval_articles or 25, questions_per_article=questions_per_article, pool=pool,
                                  seed=seed, shared_data=shared_data)  # fmt: skip
         else:
             if tokenizer is None:
@@ -148,7 +154,7 @@ def build_task(
             else:
                 built = haystack_task(task, load_tokenizer(tokenizer, role="tokenizer"), lengths=int_list(lengths, "--lengths"),
                                       depths=float_list(depths, "--depths"), per_length=per_length, source=haystack,
-                                      seed=seed, shared_data=shared_data)  # fmt: skip
+                                      seed=seed, eval_articles=eval_articles, shared_data=shared_data)  # fmt: skip
         write_task(built, output, overwrite)
     console.print(describe(built), highlight=False, soft_wrap=True)
     console.print(f"[green]wrote[/] {output}", soft_wrap=True)

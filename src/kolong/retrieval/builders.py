@@ -148,10 +148,15 @@ def passkey_targets(count: int, rng: random.Random) -> list[Target]:
     return targets
 
 
-def needle_targets(count: int, rng: random.Random, shared_data=None) -> list[Target]:
-    """A KorQuAD question with the sentence of its paragraph that holds its answer (10-200 characters)."""
+def needle_targets(
+    count: int, rng: random.Random, shared_data=None, titles: set[str] | None = None
+) -> list[Target]:
+    """A KorQuAD question with the sentence of its paragraph that holds its answer (10-200 characters), of the
+    articles named by `titles` (default: every article)."""
     pairs = []
     for article in korquad_articles(shared_data):
+        if titles is not None and article["title"] not in titles:
+            continue
         for paragraph in article["paragraphs"]:
             spans = sentences_with_offsets(paragraph["context"])
             for qa in paragraph["qas"]:
@@ -193,16 +198,29 @@ def haystack_task(
     per_length: int = 50,
     source: str = "korquad",
     seed: int = 0,
+    eval_articles: int | None = None,
     shared_data=None,
 ) -> RetrievalTask:
     """passkey / needle / paraphrase: `per_length` documents of each length (tokens of `tokenizer`, [CLS] and
-    [SEP] counted), their targets at `depths` in turn; each length a pool of its own."""
+    [SEP] counted), their targets at `depths` in turn; each length a pool of its own. `eval_articles` (needle):
+    the targets come from the articles `article_task` holds out with the same `eval_articles` and `seed`, and
+    the task records them, so training keeps only those out instead of every article a target came from."""
     if not lengths or min(lengths) < 16:
         raise ConfigError(f"--lengths must be token counts of at least 16, got {list(lengths)}")
     if not depths or not all(0.0 <= d <= 1.0 for d in depths):
         raise ConfigError(f"--depths must lie in [0, 1], got {list(depths)}")
+    held_titles = None
+    if eval_articles is not None:
+        if name != "needle":
+            raise ConfigError(
+                f"--eval-articles draws needle targets from held-out articles; {name} has no articles"
+            )
+        held_titles = {
+            a["title"] for a in article_split(korquad_articles(shared_data), eval_articles, seed)[1]
+        }
     rng = random.Random(seed)
-    makers = {"passkey": lambda n: passkey_targets(n, rng), "needle": lambda n: needle_targets(n, rng, shared_data),
+    makers = {"passkey": lambda n: passkey_targets(n, rng),
+              "needle": lambda n: needle_targets(n, rng, shared_data, held_titles),
               "paraphrase": lambda n: paraphrase_targets(n, rng, shared_data)}  # fmt: skip
     if name not in makers:
         raise ConfigError(f"unknown haystack task {name!r}; choose one of {', '.join(makers)}")
@@ -227,6 +245,8 @@ def haystack_task(
             queries.append(Query(f"q-{document_id}", target.query, {document_id: 1}, start, pool))
     settings = {"seed": seed, "lengths": list(lengths), "depths": list(depths), "per_length": per_length,
                 "haystack": source, "tokenizer": getattr(tokenizer, "name_or_path", "")}  # fmt: skip
+    if held_titles is not None:
+        settings.update(eval_articles=eval_articles, held_out_titles=sorted(held_titles))
     return RetrievalTask(name, documents, queries, settings)
 
 
@@ -305,16 +325,14 @@ def context_task(*, eval_articles: int = 25, questions_per_article: int = 0, mas
                  shared_data=None) -> RetrievalTask:  # fmt: skip
     """Questions of held-out articles against the paragraphs of every article, the title entity masked in every
     paragraph but each article's first (`mask`); questions answered in an article's first paragraph are left out
-    (nothing is masked there). Each query grouped by its article."""
-    articles = [a for a in korquad_articles(shared_data) if len(a["paragraphs"]) > 1]
-    if not articles:
-        raise DataError(
-            "the context task needs articles of more than one paragraph; the KorQuAD file has none"
-        )
-    if not 1 <= eval_articles < len(articles):
-        raise ConfigError(f"--eval-articles must be between 1 and {len(articles) - 1} (the articles of more than one "
-                          f"paragraph), got {eval_articles}")  # fmt: skip
-    _, held = article_split(articles, eval_articles, seed)
+    (nothing is masked there). The held-out articles are those of `article_task` with the same `eval_articles` and
+    `seed` that have more than one paragraph, so one training run can keep both tasks out. Each query grouped by
+    its article."""
+    _, held = article_split(korquad_articles(shared_data), eval_articles, seed)
+    held = [a for a in held if len(a["paragraphs"]) > 1]
+    if not held:
+        raise DataError(f"the context task needs held-out articles of more than one paragraph; none of the "
+                        f"{eval_articles} drawn has one (raise --eval-articles)")  # fmt: skip
     rng = random.Random(seed)
     held_titles = {a["title"] for a in held}
     documents, queries, replaced = {}, [], 0
