@@ -444,14 +444,22 @@ def test_a_plain_model_needs_its_pooling_named(tmp_path):
 def test_evaluate_command_writes_results_and_prints_the_table(tmp_path, embedding_model):
     write_task(small_task(), tmp_path / "t.jsonl")
     result = runner.invoke(app, ["evaluate", "retrieval", str(embedding_model), "--task", str(tmp_path / "t.jsonl"),
-                                 "--readers", "truncate,chunk-max", "-n", "32", "--k", "1,3", "-o", str(tmp_path / "out")])  # fmt: skip
+                                 "--readers", "truncate,chunk-max", "-n", "32", "--k", "1,3", "--depth-split", "8,2",
+                                 "-o", str(tmp_path / "out")])  # fmt: skip
     assert result.exit_code == 0, result.output
     assert "| st chunk-max@32 |" in result.output
     saved = json.loads((tmp_path / "out" / "retrieval.json").read_text())
     assert [row["reader"] for row in saved["rows"]] == ["st truncate@32", "st chunk-max@32"]
-    drawn = runner.invoke(app, ["plot", "retrieval", str(tmp_path / "out"), "-o", str(tmp_path / "fig.png")])
-    assert drawn.exit_code == 0, drawn.output
-    assert (tmp_path / "fig.png").read_bytes()[:4] == b"\x89PNG"
+    assert set(saved["rows"][0]["by_depth"]) <= {"<2", "2-7", ">=8"} and saved["rows"][0]["by_depth"]
+    for by in ("length", "depth"):
+        drawn = runner.invoke(app, ["plot", "retrieval", str(tmp_path / "out"), "--by", by, "-o",
+                                    str(tmp_path / f"fig-{by}.png")])  # fmt: skip
+        assert drawn.exit_code == 0, drawn.output
+        assert (tmp_path / f"fig-{by}.png").read_bytes()[:4] == b"\x89PNG"
+    wrong = runner.invoke(
+        app, ["plot", "retrieval", str(tmp_path / "out"), "--by", "width", "-o", str(tmp_path / "w.png")]
+    )
+    assert wrong.exit_code == 2 and "--by must be one of length, depth" in wrong.output
     refused = runner.invoke(
         app, ["plot", "retrieval", str(tmp_path / "t.jsonl"), "-o", str(tmp_path / "f2.png")]
     )

@@ -100,12 +100,17 @@ def retrieval(
     output: Path = typer.Option(..., "--output", "-o", callback=_image_path, help="Image file to write."),
     readers: list[str] = typer.Option(None, "--reader", help="Only these readers (repeat; default: all)."),
     dpi: int = typer.Option(100, "--dpi", min=50, max=600, help="Resolution of a raster image."),
+    by: str = typer.Option(
+        "length",
+        "--by",
+        help="length: buckets of the relevant document's length | depth: of the target's depth.",
+    ),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing image."),
 ) -> None:
-    """Draw nDCG@10 against document length, one line per reader, with 95% intervals."""
+    """Draw nDCG@10 against document length (or the target's depth), one line per reader, with 95% intervals."""
     from kolong.io import atomic_output_file
     from kolong.plots.retrieval import plot_by_length, read_results
 
     with user_errors(), atomic_output_file(output, overwrite) as staging:
-        plot_by_length([read_results(path) for path in results], staging, readers, dpi)
+        plot_by_length([read_results(path) for path in results], staging, readers, dpi, by)
     console.print(f"[green]wrote[/] {output}", soft_wrap=True)

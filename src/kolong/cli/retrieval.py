@@ -179,8 +179,10 @@ def evaluate(
     extend: str = EXTEND,
     pooling: str = POOLING,
     k: str = typer.Option("1,10", "--k", help="Cut-offs of recall@k."),
-    depth_split: int = typer.Option(
-        512, "--depth-split", min=1, help="Depth buckets: target before / past this token."
+    depth_split: str = typer.Option(
+        "512",
+        "--depth-split",
+        help="Depth buckets: the tokens the target's first token is split at, e.g. 512 or 512,1024,2048.",
     ),
     batch_size: int = BATCH_SIZE,
     device: str = typer.Option("cpu", help="cpu | cuda."),
@@ -211,7 +213,7 @@ def evaluate(
             loaded, models or [], lengths=int_list(max_length, "--max-length"),
             readers=[r.strip() for r in readers.split(",") if r.strip()],
             extensions=[m.strip() for m in extend.split(",") if m.strip()], pooling=pooling, k=int_list(k, "--k"),
-            depth_split=depth_split, batch_size=batch_size, device=device, seed=seed, hybrid=hybrid, margin=margin,
+            depth_split=int_list(depth_split, "--depth-split"), batch_size=batch_size, device=device, seed=seed, hybrid=hybrid, margin=margin,
             chunk_tokens=size, compare=pairs,
             on_row=lambda label: console.print(f"[dim]{time.perf_counter() - started:6.0f} s[/] reading: {label}",
                                                highlight=False, soft_wrap=True),

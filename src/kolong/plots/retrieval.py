@@ -1,4 +1,4 @@
-"""Retrieval score against document length, one line per reader (`kolong plot retrieval`)."""
+"""Retrieval score against document length or the target's depth, one line per reader (`kolong plot retrieval`)."""
 
 from __future__ import annotations
 
@@ -23,13 +23,19 @@ def read_results(path: str | Path) -> dict:
     return results
 
 
-def plot_by_length(
-    results: list[dict], output: str | Path, readers: list[str] | None = None, dpi: int = 100
-) -> Path:
-    """One panel per task: nDCG@10 with its 95% interval in each document-length bucket, one line per reader. With
+BUCKETS = {"length": "document length (tokens)", "depth": "the target's first token"}
+
+
+def plot_by_length(results: list[dict], output: str | Path, readers: list[str] | None = None, dpi: int = 100,
+                   by: str = "length") -> Path:  # fmt: skip
+    """One panel per task: nDCG@10 with its 95% interval in each document-length bucket (`by="depth"`: each bucket
+    of the target's depth), one line per reader. With
     many readers it stays readable: the hybrids (`bm25 + ...`) in a row of panels of their own, a distinct colour
     per reader (the same reader the same colour everywhere), points dodged apart within a bucket, and the legend
     outside the data."""
+    if by not in BUCKETS:
+        raise DataError(f"--by must be one of {', '.join(BUCKETS)}, got {by!r}")
+    key = f"by_{by}"
     import matplotlib
 
     matplotlib.use("Agg")
@@ -50,18 +56,16 @@ def plot_by_length(
         for line, (facet, keeps) in enumerate(facets):
             axis, shown = axes[line][column], [row for row in rows if keeps(row)]
             for index, row in enumerate(shown):
-                buckets = list(row.get("by_length", {}))
+                buckets = list(row.get(key, {}))
                 dodge = (index - (len(shown) - 1) / 2) * min(0.06, 0.6 / max(1, len(shown)))
-                means = [row["by_length"][b]["mean"] for b in buckets]
-                errors = [[m - row["by_length"][b]["low"] for b, m in zip(buckets, means, strict=True)],
-                          [row["by_length"][b]["high"] - m for b, m in zip(buckets, means, strict=True)]]  # fmt: skip
+                means = [row[key][b]["mean"] for b in buckets]
+                errors = [[m - row[key][b]["low"] for b, m in zip(buckets, means, strict=True)],
+                          [row[key][b]["high"] - m for b, m in zip(buckets, means, strict=True)]]  # fmt: skip
                 axis.errorbar([i + dodge for i in range(len(buckets))], means, yerr=errors, marker="o", capsize=2,
                               color=colours[row["reader"]], label=row["reader"], linewidth=1.2, markersize=4)  # fmt: skip
-                axis.set_xticks(
-                    range(len(buckets)), [f"{b}\n({row['by_length'][b]['n']} q)" for b in buckets]
-                )
+                axis.set_xticks(range(len(buckets)), [f"{b}\n({row[key][b]['n']} q)" for b in buckets])
             axis.set_title(f"{result['task']} ({result['queries']} queries): {facet}", fontsize=9)
-            axis.set_xlabel("document length (tokens)")
+            axis.set_xlabel(BUCKETS[by])
             axis.set_ylabel("nDCG@10")
             axis.set_ylim(0, 1.02)
             axis.grid(alpha=0.3)

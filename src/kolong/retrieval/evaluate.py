@@ -2,8 +2,8 @@
 
 Per reader: nDCG@10 (MTEB's main retrieval score), MRR@10 and recall@k from ir-measures (pytrec_eval
 underneath), each the mean over queries with a bootstrap interval; the same by the relevant document's length
-(its pool for the haystack tasks) and by the target's depth (its first token inside the first `depth_split`
-tokens or past them); the paired difference of nDCG@10 against the first reader, with its interval by the
+(its pool for the haystack tasks) and by the target's depth (its first token between the `depth_split`
+tokens); the paired difference of nDCG@10 against the first reader, with its interval by the
 queries' group (their article) where the task gives one, and the verdict of kolong's rule
 (`evaluation.verdicts`); encoding throughput (documents/s, tokens/s) with peak memory; and each dense reader
 fused with BM25 by reciprocal rank fusion (the hybrid a RAG pipeline runs).
@@ -12,6 +12,7 @@ fused with BM25 by reciprocal rank fusion (the hybrid a RAG pipeline runs).
 from __future__ import annotations
 
 import copy
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -144,14 +145,30 @@ def length_bucket(tokens: int) -> str:
     return f">{LENGTH_EDGES[-1]}"
 
 
-def buckets(task, lengths: dict[str, int], depths: dict, depth_split: int) -> dict[str, dict[str, str]]:
-    """kind -> {query id: bucket}: "length" (the pool, or the relevant document's token count) and "depth"."""
+def depth_bucket(depth: int, splits: Sequence[int]) -> str:
+    """The bucket of a target's first token between the ascending `splits`: "<512", "512-2047", ">=2048"."""
+    if depth < splits[0]:
+        return f"<{splits[0]}"
+    for low, high in itertools.pairwise(splits):
+        if depth < high:
+            return f"{low}-{high - 1}"
+    return f">={splits[-1]}"
+
+
+def buckets(
+    task, lengths: dict[str, int], depths: dict, depth_split: int | Sequence[int]
+) -> dict[str, dict[str, str]]:
+    """kind -> {query id: bucket}: "length" (the pool, or the relevant document's token count) and "depth" (the
+    target's first token between the `depth_split` tokens)."""
+    splits = sorted({depth_split} if isinstance(depth_split, int) else set(depth_split))
+    if not splits or splits[0] < 1:
+        raise ConfigError(f"--depth-split must be token counts of at least 1, got {depth_split}")
     by_length, by_depth = {}, {}
     for query in task.queries:
         relevant = next(iter(query.relevant))
         by_length[query.id] = query.pool if query.pool else length_bucket(lengths[relevant])
         if depths[query.id] is not None:
-            by_depth[query.id] = f"<{depth_split}" if depths[query.id] < depth_split else f">={depth_split}"
+            by_depth[query.id] = depth_bucket(depths[query.id], splits)
     return {"length": by_length, "depth": by_depth}
 
 
@@ -197,7 +214,7 @@ def evaluate_retrieval(
     extensions: Sequence[str] = (),
     pooling: str | None = None,
     k: Sequence[int] = (1, 10),
-    depth_split: int = 512,
+    depth_split: int | Sequence[int] = 512,
     batch_size: int = 8,
     device: str = "cpu",
     seed: int = 0,
