@@ -227,15 +227,30 @@ def test_the_retrieval_studys_verdicts_recompute_from_its_committed_results(tmp_
     results (the questions' articles read from the shared KorQuAD file)."""
     from benchmarks.tools import retrieval_study
 
-    study = ROOT / "docs" / "experiments" / "retrieval-study-cpu-epyc-2core"
     if not retrieval_study.SHARED_KORQUAD.is_file():
         pytest.skip("needs ../shared/data")
-    records = sorted(study.glob("verdicts-*.json"))
+    records = sorted((ROOT / "docs" / "experiments").glob("retrieval-study-*/verdicts-*.json"))
     assert records
     for path in records:
         record = json.loads(path.read_text(encoding="utf-8"))
-        result = json.loads((ROOT / record["results"]).read_text(encoding="utf-8"))
+        result = retrieval_study.merged(retrieval_study.read(ROOT / record["results"]),
+                                        [retrieval_study.read(ROOT / also) for also in record.get("also", [])])  # fmt: skip
         pairs = [(c["a"], c["b"]) for c in record["comparisons"]]
         again = retrieval_study.comparisons(result, pairs, margin=record["margin"],
                                             groups=retrieval_study.query_groups(result, retrieval_study.SHARED_KORQUAD))  # fmt: skip
         assert json.loads(json.dumps(again)) == record["comparisons"], path.name
+
+
+def test_the_retrieval_study_merges_runs_of_the_same_queries_only():
+    from benchmarks.tools import retrieval_study
+
+    def run(path, readers, queries=("q1", "q2")):
+        rows = [{"reader": r, "per_query_ndcg10": dict.fromkeys(queries, value)} for r, value in readers]
+        return {"task": "t", "path": path, "rows": rows}
+
+    first = run("a.json", [("bm25", 1.0), ("x", 0.5)])
+    merged = retrieval_study.merged(first, [run("b.json", [("bm25", 0.0), ("y", 0.7)])])
+    assert [r["reader"] for r in merged["rows"]] == ["bm25", "x", "y"] and merged["merged"] == ["b.json"]
+    assert merged["rows"][0]["per_query_ndcg10"]["q1"] == 1.0  # a reader both name comes from the first
+    with pytest.raises(SystemExit, match="not the same task and queries"):
+        retrieval_study.merged(first, [run("c.json", [("y", 0.7)], queries=("q1",))])

@@ -105,11 +105,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
         default=SHARED_KORQUAD,
         help="KorQuAD JSON the questions came from, for their articles (default: the shared dev set)",
     )
+    parser.add_argument("--also", type=Path, action="append", default=[],
+                        help="more results of the same task and queries (repeatable): their readers join the first's")  # fmt: skip
     args = parser.parse_args(argv)
     if len(args.readers) % 2:
         parser.error("give reader names in pairs")
     path = args.results / "retrieval.json" if args.results.is_dir() else args.results
-    result = json.loads(path.read_text(encoding="utf-8"))
+    result = merged(read(path), [read(other) for other in args.also])
     pairs = list(zip(args.readers[::2], args.readers[1::2], strict=True))
     found = comparisons(result, pairs, margin=args.margin, groups=query_groups(result, args.korquad))
     print(markdown(found))
@@ -118,6 +120,27 @@ def main(argv: list[str] | None = None) -> list[dict]:
             args.output, path, result, found, args.margin, argv if argv is not None else sys.argv[1:]
         )
     return found
+
+
+def read(path: Path) -> dict:
+    path = path / "retrieval.json" if path.is_dir() else path
+    result = json.loads(path.read_text(encoding="utf-8"))
+    result["path"] = str(path)
+    return result
+
+
+def merged(first: dict, others: list[dict]) -> dict:
+    """`first` with the readers of `others` added after its own: runs of one task over the same queries (a reader
+    both name is taken from the first that has it)."""
+    queries = set(next(iter(first["rows"]))["per_query_ndcg10"])
+    rows = {row["reader"]: row for row in first["rows"]}
+    for other in others:
+        asked = set(next(iter(other["rows"]))["per_query_ndcg10"])
+        if other.get("task") != first.get("task") or asked != queries:
+            raise SystemExit(f"{other['path']}: not the same task and queries as {first['path']}")
+        for row in other["rows"]:
+            rows.setdefault(row["reader"], row)
+    return {**first, "rows": list(rows.values()), "merged": [other["path"] for other in others]}
 
 
 def write_record(
@@ -130,7 +153,7 @@ def write_record(
     command = "python -m benchmarks.tools.retrieval_study " + " ".join(
         f'"{a}"' if " " in a else a for a in argv
     )
-    record = {"results": str(path), "task": result.get("task"), "measure": "nDCG@10", "margin": margin,
+    record = {"results": str(path), "also": result.get("merged", []), "task": result.get("task"), "measure": "nDCG@10", "margin": margin,
               "unit": first["unit"], "coverage": first["coverage"], "units": first["units"], "command": command,
               "comparisons": found}  # fmt: skip
     atomic_write_json(output.with_suffix(".json"), record)
