@@ -158,10 +158,17 @@ def ws(tmp_path_factory):
     paths["not_gzip"] = root / "reviews.tsv"
     paths["not_gzip"].write_bytes(b"id\tdocument\tlabel\n1\t\xff\xfe\t0\n")
 
+    from kolong.checkpoints import load_tokenizer
     from kolong.data.corpus import build_corpus
 
     paths["corpus"] = root / "packed"
-    build_corpus([str(paths["text"])], str(paths["model"]), paths["corpus"], max_length=16, held_out=0.2)
+    build_corpus(
+        [str(paths["text"])],
+        load_tokenizer(str(paths["model"]), role="tokenizer"),
+        paths["corpus"],
+        max_length=16,
+        held_out=0.2,
+    )
     paths["file"] = root / "a-file"
     paths["file"].write_text("mine", encoding="utf-8")
     paths["full_dir"] = root / "full-dir"

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from kolong.bench.extension import reference_row_loop_doubling
-from kolong.bench.harness import write_results
-from kolong.bench.qa import QABenchmark, run_qa_benchmark, to_markdown
 from kolong.extension.tables import interpolate_rows
+from kolong.lab.bench.extension import reference_row_loop_doubling
+from kolong.lab.bench.harness import write_results
+from kolong.lab.bench.qa import QABenchmark, run_qa_benchmark, to_markdown
 
 
 def test_reference_doubling_matches_kolong():
@@ -36,8 +36,8 @@ def test_qa_benchmark_agrees_with_the_reference(tmp_path):
 
 
 def test_pretrain_benchmark_measures_the_three_pipelines_and_the_padding(tmp_path):
-    from kolong.bench.pretrain import DENSE, PIPELINES, PretrainBenchmark, run_pretrain_benchmark
-    from kolong.bench.pretrain import to_markdown as pretrain_markdown
+    from kolong.lab.bench.pretrain import DENSE, PIPELINES, PretrainBenchmark, run_pretrain_benchmark
+    from kolong.lab.bench.pretrain import to_markdown as pretrain_markdown
 
     result = run_pretrain_benchmark(lengths=[32, 64], positions=["learned", "shaw"], tokens_per_step=256, steps=4,
                                     rounds=1, hidden_size=64, layers=1, device="cpu", on_step=lambda m: None)  # fmt: skip
@@ -85,7 +85,7 @@ def test_bench_pretrain_dense_head_times_kolong_with_every_position_scored(monke
     tokenised by a WordPiece trained for --vocab-size; the ratio and each side's FLOPs are reported."""
     from transformers import PreTrainedModel
 
-    from kolong.bench.pretrain import DENSE, run_pretrain_benchmark, to_markdown
+    from kolong.lab.bench.pretrain import DENSE, run_pretrain_benchmark, to_markdown
 
     seen = []
     post_init = PreTrainedModel.post_init
@@ -119,8 +119,8 @@ def test_bench_pretrain_dense_head_times_kolong_with_every_position_scored(monke
 
 
 def test_bench_pretrain_vocab_size_and_tokenizer_exclude_each_other():
-    from kolong.bench.arguments import PretrainBenchArguments
     from kolong.errors import ConfigError
+    from kolong.lab.bench.arguments import PretrainBenchArguments
 
     with pytest.raises(
         ConfigError, match="--vocab-size trains the corpora's tokenizer and --tokenizer names one"
@@ -131,8 +131,8 @@ def test_bench_pretrain_vocab_size_and_tokenizer_exclude_each_other():
 def test_pretrain_flops_credit_each_side_for_its_own_math():
     """The one count by hand for the base preset's size: 6 N per token, the head on what each side scores,
     12 L d per allowed pair (kolong's inside documents, HF's over whole rows)."""
-    from kolong.bench.arguments import PretrainBenchArguments
-    from kolong.bench.pretrain import pipeline_flops
+    from kolong.lab.bench.arguments import PretrainBenchArguments
+    from kolong.lab.bench.pretrain import pipeline_flops
 
     args = PretrainBenchArguments(hidden_size=768, layers=12, dense_head=True)
     counts = {"tokens": 2048.0, "labelled": 300.0, "document_pairs": 50_000.0, "row_pairs": 2048.0**2}
@@ -150,7 +150,7 @@ def test_pretrain_flops_credit_each_side_for_its_own_math():
 def test_step_counts_read_documents_padding_and_labels():
     import torch
 
-    from kolong.bench.pretrain import step_counts
+    from kolong.lab.bench.pretrain import step_counts
 
     batch = {"attention_mask": torch.tensor([[1, 1, 1, 2, 2, 0], [1, 1, 1, 1, 1, 1]]),
              "labels": torch.tensor([[-100, 5, -100, -100, 7, -100], [-100] * 5 + [3]])}  # fmt: skip
@@ -163,7 +163,7 @@ def test_a_step_trace_says_nothing_while_it_traces():
 
     import torch
 
-    from kolong.bench.trace import StepTrace
+    from kolong.lab.bench.trace import StepTrace
 
     trace = StepTrace("cpu")
     with warnings.catch_warnings():
@@ -178,8 +178,8 @@ def test_a_step_trace_says_nothing_while_it_traces():
 
 def test_bench_pretrain_profile_traces_one_untimed_run_of_each_pipeline():
     """--profile: one more run of each pipeline, traced and untimed, says where a step's time goes."""
-    from kolong.bench.pretrain import DENSE, PIPELINES, run_pretrain_benchmark
-    from kolong.bench.pretrain import to_markdown as pretrain_markdown
+    from kolong.lab.bench.pretrain import DENSE, PIPELINES, run_pretrain_benchmark
+    from kolong.lab.bench.pretrain import to_markdown as pretrain_markdown
 
     result = run_pretrain_benchmark(lengths=[32], positions=["learned"], tokens_per_step=128, steps=4, rounds=1,
                                     hidden_size=32, layers=1, device="cpu", profile=True, on_step=lambda m: None)  # fmt: skip
@@ -208,7 +208,7 @@ def test_bench_pretrain_profile_traces_one_untimed_run_of_each_pipeline():
 
 
 def test_the_timer_interleaves_warms_up_and_takes_self_reported_times():
-    from kolong.bench.harness import Measured, time_interleaved
+    from kolong.lab.bench.harness import Measured, time_interleaved
 
     calls = []
     steps = {
@@ -226,7 +226,7 @@ def test_the_timer_interleaves_warms_up_and_takes_self_reported_times():
 def test_a_new_benchmark_is_one_class_and_the_harness_writes_it(tmp_path):
     import json
 
-    from kolong.bench.harness import Benchmark, Case, run, write_results
+    from kolong.lab.bench.harness import Benchmark, Case, run, write_results
 
     class Squares(Benchmark):
         name = "squares"
@@ -261,7 +261,7 @@ def test_a_run_cut_short_leaves_its_finished_cases_and_a_complete_run_replaces_t
     """A job that reaches its time limit is killed: the cases it finished must be on disk."""
     import json
 
-    from kolong.bench.harness import Benchmark, Case, run, write_results
+    from kolong.lab.bench.harness import Benchmark, Case, run, write_results
 
     class Stops(Benchmark):
         name = "stops"
@@ -310,8 +310,8 @@ def test_a_run_cut_short_leaves_its_finished_cases_and_a_complete_run_replaces_t
      (RuntimeError("[enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: can't allocate memory"), "can't allocate")],
 )  # fmt: skip
 def test_a_case_out_of_memory_is_named_and_other_failures_are_not_hidden(tmp_path, failure, named):
-    from kolong.bench.harness import Benchmark, Case, run
     from kolong.errors import OutOfMemoryError
+    from kolong.lab.bench.harness import Benchmark, Case, run
 
     class Grows(Benchmark):
         name = "grows"
@@ -336,8 +336,8 @@ def test_a_case_out_of_memory_is_named_and_other_failures_are_not_hidden(tmp_pat
 def test_every_benchmark_is_a_generated_command_with_its_options():
     from typer.testing import CliRunner
 
-    from kolong.bench.arguments import BENCHMARKS
     from kolong.cli import app
+    from kolong.lab.bench.arguments import BENCHMARKS
 
     runner = CliRunner()
     for name in BENCHMARKS:
@@ -369,7 +369,7 @@ def test_every_benchmark_is_a_generated_command_with_its_options():
 def test_graphs_compiled_are_counted_as_a_new_shape_recompiles():
     import torch
 
-    from kolong.bench.pretrain import _graphs_compiled
+    from kolong.lab.bench.pretrain import _graphs_compiled
 
     function = torch.compile(lambda x: x.sin() + 1, backend="eager", dynamic=False)
     before = _graphs_compiled()
@@ -385,7 +385,7 @@ def test_a_resumable_benchmark_rerun_keeps_the_cases_the_interrupted_run_measure
     measures only the cases left, and the result holds every case as if run at once."""
     import json
 
-    from kolong.bench.harness import Benchmark, Case, Measured, run, write_results
+    from kolong.lab.bench.harness import Benchmark, Case, Measured, run, write_results
 
     class Resumes(Benchmark):
         name, resumable, stop_at, set_up = "resumes", True, 3, []
@@ -438,9 +438,9 @@ def test_a_resumable_benchmark_rerun_keeps_the_cases_the_interrupted_run_measure
 def test_bench_commands_read_the_partial_result_only_when_asked_and_readable(tmp_path):
     from types import SimpleNamespace
 
-    from kolong.bench.long_attention import LongAttentionBenchmark
-    from kolong.bench.qa import QABenchmark
     from kolong.cli.bench import _partial
+    from kolong.lab.bench.long_attention import LongAttentionBenchmark
+    from kolong.lab.bench.qa import QABenchmark
 
     args = SimpleNamespace(output_dir=str(tmp_path), resume=True)
     assert _partial(LongAttentionBenchmark(), args) is None  # nothing there
@@ -456,7 +456,7 @@ def test_bench_commands_read_the_partial_result_only_when_asked_and_readable(tmp
 def test_only_resumable_benchmarks_offer_resume():
     from dataclasses import fields
 
-    from kolong.bench.arguments import BENCHMARKS, load_benchmark
+    from kolong.lab.bench.arguments import BENCHMARKS, load_benchmark
 
     offered = {
         name for name, (_, arguments) in BENCHMARKS.items() if "resume" in {f.name for f in fields(arguments)}
@@ -490,7 +490,7 @@ def test_bench_pretrain_gives_its_attention_dropout_to_every_pipelines_model(mon
     HF's BertForMaskedLM: like is compared with like, and the result says which dropout ran."""
     from transformers import PreTrainedModel
 
-    from kolong.bench.pretrain import run_pretrain_benchmark
+    from kolong.lab.bench.pretrain import run_pretrain_benchmark
 
     seen = []
     post_init = PreTrainedModel.post_init
@@ -550,13 +550,13 @@ def test_bench_pretrain_gives_its_attention_dropout_to_every_pipelines_model(mon
     ],
 )
 def test_kernels_are_grouped_by_kind_from_their_names(name, kind):
-    from kolong.bench.trace import KINDS, kernel_kind
+    from kolong.lab.bench.trace import KINDS, kernel_kind
 
     assert kernel_kind(name) == kind and kind in KINDS
 
 
 def test_the_pretrain_report_lists_kernel_time_by_kind_where_a_trace_has_it():
-    from kolong.bench.pretrain import to_markdown
+    from kolong.lab.bench.pretrain import to_markdown
 
     trace = {"position": "learned", "length": 2048, "pipeline": "raw step", "steps": 9, "ms_per_step": 92.0,
              "device_busy": 0.99, "host_reads_per_step": 0.0, "syncs_per_step": 0.3, "costliest_host_ops": [],
@@ -587,11 +587,11 @@ def test_the_pretrain_report_lists_kernel_time_by_kind_where_a_trace_has_it():
 def test_a_result_names_its_commit_command_and_device_class(tmp_path):
     """Each result says what measured it: the commit of kolong, the command that measures it again (options
     that differ from their defaults) and the device class whose folder it belongs in."""
-    from kolong.bench.arguments import ExtendBenchArguments
-    from kolong.bench.extension import ExtendBenchmark
-    from kolong.bench.harness import default_output_dir
-    from kolong.bench.machine import describe_machine, device_class
-    from kolong.bench.results import command_line, machine_line, run_result
+    from kolong.lab.bench.arguments import ExtendBenchArguments
+    from kolong.lab.bench.extension import ExtendBenchmark
+    from kolong.lab.bench.harness import default_output_dir
+    from kolong.lab.bench.machine import describe_machine, device_class
+    from kolong.lab.bench.results import command_line, machine_line, run_result
 
     args = ExtendBenchArguments(max_length=1024, repeats=3)
     assert command_line(ExtendBenchmark(), args) == "kolong bench extend --max-length 1024 --repeats 3"
@@ -610,7 +610,7 @@ def test_the_commit_is_marked_changed_by_code_not_by_results_or_prose(tmp_path):
     import shutil
     import subprocess
 
-    from kolong.bench.results import source_commit
+    from kolong.lab.bench.results import source_commit
 
     if shutil.which("git") is None:
         pytest.skip("needs git")
@@ -648,7 +648,7 @@ def test_the_commit_is_marked_changed_by_code_not_by_results_or_prose(tmp_path):
      ({"cpu": "x", "gpu": "NVIDIA A100-SXM4-80GB"}, "cuda", "a100")],
 )  # fmt: skip
 def test_device_classes_name_the_gpu_model_or_the_cpu_family_and_cores(machine, device, expected):
-    from kolong.bench.machine import device_class
+    from kolong.lab.bench.machine import device_class
 
     assert device_class(machine, device) == expected
 
@@ -658,15 +658,15 @@ def test_a_trial_run_never_replaces_a_committed_result(tmp_path, monkeypatch):
     results); one with any option changed writes runs/bench/DEVICE, and says so."""
     from typer.testing import CliRunner
 
-    from kolong.bench import harness
-    from kolong.bench.arguments import ExtendBenchArguments
     from kolong.cli import app
     from kolong.cli.bench import _default_output
+    from kolong.lab.bench import harness
+    from kolong.lab.bench.arguments import ExtendBenchArguments
 
     results = Path("benchmarks/results/cpu-test")
     where, why = _default_output(None, ExtendBenchArguments(), results)
     assert where == str(results) and "full run" in why
-    from kolong.bench.arguments import EncoderBenchArguments
+    from kolong.lab.bench.arguments import EncoderBenchArguments
 
     where, why = _default_output(None, EncoderBenchArguments(device="cuda", resume=False), results)
     assert where == str(results)  # neither changes what is measured
@@ -704,9 +704,9 @@ def test_bench_encoder_packs_documents_counts_their_pairs_only_and_refuses_hf_mo
     import torch
     from typer.testing import CliRunner
 
-    from kolong.bench.arguments import EncoderBenchArguments
-    from kolong.bench.encoder import packed_documents, step_flops
     from kolong.cli import app
+    from kolong.lab.bench.arguments import EncoderBenchArguments
+    from kolong.lab.bench.encoder import packed_documents, step_flops
 
     args = EncoderBenchArguments(document_tokens=20, resume=False)
     documents = packed_documents(args, 3, 400)

@@ -8,8 +8,8 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from kolong.bench.long_attention import growth_exponent, sliding_windows
 from kolong.cli import app
+from kolong.lab.bench.long_attention import growth_exponent, sliding_windows
 
 
 def test_growth_exponent_golden_values():
@@ -61,8 +61,8 @@ def test_bench_long_attention_end_to_end(tmp_path):
 def test_gradient_checkpointing_option_recomputes_layers_with_the_same_gradients():
     import torch
 
-    from kolong.bench.arguments import LongAttentionBenchArguments
-    from kolong.bench.long_attention import build_model
+    from kolong.lab.bench.arguments import LongAttentionBenchArguments
+    from kolong.lab.bench.long_attention import build_model
 
     grads = []
     for checkpointing in (False, True):
@@ -82,8 +82,8 @@ def test_gradient_checkpointing_option_recomputes_layers_with_the_same_gradients
 def test_flex_pattern_reads_the_same_document_and_is_timed_only_for_inference_on_cpu(tmp_path):
     """`local+global-flex` is local + global through compiled FlexAttention (block masks built compiled):
     the same outputs as the chunked path, and no training row on CPU, where flex has no backward."""
-    from kolong.bench.arguments import LongAttentionBenchArguments
-    from kolong.bench.long_attention import build_model, make_step
+    from kolong.lab.bench.arguments import LongAttentionBenchArguments
+    from kolong.lab.bench.long_attention import build_model, make_step
 
     args = LongAttentionBenchArguments(lengths=[300], window=16, global_tokens=4, hidden_size=32,
                                        num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)  # fmt: skip
@@ -112,8 +112,8 @@ def test_flex_pattern_reads_the_same_document_and_is_timed_only_for_inference_on
 def test_memory_is_measured_on_a_model_already_built_as_on_cuda():
     """CUDA reads memory from the models already timed (tests/test_gpu.py checks that no worker starts);
     the same measurement on a given model, here on the CPU."""
-    from kolong.bench.arguments import LongAttentionBenchArguments
-    from kolong.bench.long_attention import build_model, measure_memory
+    from kolong.lab.bench.arguments import LongAttentionBenchArguments
+    from kolong.lab.bench.long_attention import build_model, measure_memory
 
     args = LongAttentionBenchArguments(lengths=[64], window=8, global_tokens=4, hidden_size=32,
                                        num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)  # fmt: skip
@@ -125,8 +125,8 @@ def test_memory_is_measured_on_a_model_already_built_as_on_cuda():
 def test_chunked_pattern_times_the_chunked_path_on_the_same_model(tmp_path, monkeypatch):
     """`local+global-chunked` reads the document through the chunked path (local+global: the banded one), its
     model's own run-time option, and CUDA (where local + global runs FlexAttention) refuses the pattern."""
-    from kolong.bench.arguments import LongAttentionBenchArguments
-    from kolong.bench.long_attention import build_model, make_step
+    from kolong.lab.bench.arguments import LongAttentionBenchArguments
+    from kolong.lab.bench.long_attention import build_model, make_step
     from test_sparse_attention import record_paths
 
     taken = record_paths(monkeypatch)
@@ -152,8 +152,8 @@ def test_chunked_pattern_times_the_chunked_path_on_the_same_model(tmp_path, monk
         "`local+global-chunked`: local + global through the chunked"
         in (tmp_path / "long-attention.md").read_text()
     )
-    from kolong.bench.long_attention import LongAttentionBenchmark
     from kolong.errors import ConfigError
+    from kolong.lab.bench.long_attention import LongAttentionBenchmark
 
     args.patterns, args.device = ["local+global-chunked"], "cuda"  # (the options refuse cuda without a GPU)
     with pytest.raises(ConfigError, match="local\\+global-chunked is CPU's"):
@@ -178,7 +178,7 @@ def test_profile_says_where_a_call_spends_its_time(tmp_path):
 
 
 def test_named_shapes_are_measured_one_after_another(tmp_path, monkeypatch):
-    from kolong.bench import long_attention
+    from kolong.lab.bench import long_attention
 
     tiny = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64}
     monkeypatch.setitem(long_attention.SHAPES, "minilm", tiny)
@@ -220,7 +220,7 @@ def test_named_shapes_are_measured_one_after_another(tmp_path, monkeypatch):
 def test_a_shape_can_stop_short_of_the_longest_length(tmp_path, monkeypatch):
     """`base:32`: the larger shape only up to 32 tokens, the smaller one at every length; its model is built
     for what it reads."""
-    from kolong.bench import long_attention
+    from kolong.lab.bench import long_attention
 
     tiny = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64}
     monkeypatch.setitem(long_attention.SHAPES, "minilm", tiny)
@@ -241,8 +241,8 @@ def test_a_shape_can_stop_short_of_the_longest_length(tmp_path, monkeypatch):
 
 
 def test_checkpointing_recomputes_full_attention_with_the_same_gradients():
-    from kolong.bench.arguments import LongAttentionBenchArguments
-    from kolong.bench.long_attention import build_model
+    from kolong.lab.bench.arguments import LongAttentionBenchArguments
+    from kolong.lab.bench.long_attention import build_model
 
     args = LongAttentionBenchArguments(lengths=[64], hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                                        intermediate_size=64)  # fmt: skip
@@ -273,8 +273,8 @@ def test_hf_modernbert_and_bigbird_are_measured_beside_kolongs_patterns(tmp_path
 
 
 def test_the_hf_references_have_the_benchmarks_size():
-    from kolong.bench.arguments import LongAttentionBenchArguments
-    from kolong.bench.long_attention import build_model
+    from kolong.lab.bench.arguments import LongAttentionBenchArguments
+    from kolong.lab.bench.long_attention import build_model
 
     args = LongAttentionBenchArguments(lengths=[1000], window=8, hidden_size=32, num_hidden_layers=3,
                                        num_attention_heads=2, intermediate_size=64)  # fmt: skip
@@ -287,7 +287,7 @@ def test_the_hf_references_have_the_benchmarks_size():
 
 
 def test_the_named_shapes_are_the_checkpoints_shapes():
-    from kolong.bench.long_attention import SHAPES
+    from kolong.lab.bench.long_attention import SHAPES
 
     assert SHAPES["base"] == {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
                               "intermediate_size": 3072}  # fmt: skip
@@ -310,7 +310,7 @@ def _full_and_sliding_at_32_and_64(tmp_path, *options) -> dict:
 def test_a_pattern_whose_memory_worker_is_killed_is_not_timed_at_that_length(tmp_path, monkeypatch):
     """On CPU a length's memory workers run first; a pattern that one of them could not fit (the worker killed)
     is left out of that length's timing instead of taking the run down, and the table says so."""
-    from kolong.bench import long_attention
+    from kolong.lab.bench import long_attention
 
     def worker(pattern, length, args):  # a worker's row without its process (the test is the skipping)
         if pattern == "sliding" and length == 64:
@@ -330,7 +330,7 @@ def test_a_pattern_whose_memory_worker_is_killed_is_not_timed_at_that_length(tmp
 
 
 def test_goals_judge_local_global_against_full_attention_at_16k():
-    from kolong.bench.long_attention import goal_lines, goals
+    from kolong.lab.bench.long_attention import goal_lines, goals
 
     seconds = {"training": {"full": {4096: 2.0, 16384: 30.0}, "local+global": {4096: 2.0, 16384: 10.0}},
                "inference": {"full": {16384: 9.0}, "local+global": {16384: 2.0}}}  # fmt: skip
@@ -355,7 +355,7 @@ def test_goals_judge_local_global_against_full_attention_at_16k():
 def test_a_pattern_that_fails_to_run_is_recorded_and_the_others_are_timed(tmp_path, monkeypatch):
     """A reference that cannot run here (HF's BigBird under bf16 autocast: transformers 5.24 scatters float32
     weights into a bf16 tensor) is left out of that length's timing with its error, not the whole run."""
-    from kolong.bench import long_attention
+    from kolong.lab.bench import long_attention
 
     real_step = long_attention.make_step
 
@@ -380,8 +380,8 @@ def test_a_pattern_that_fails_to_run_is_recorded_and_the_others_are_timed(tmp_pa
 def test_hf_bigbird_under_bf16_autocast_fails_in_hfs_code_and_runs_in_kolongs():
     """Why the bench records a failing pattern: HF's block-sparse attention scatters float32 probabilities into
     a tensor of the context's dtype, which autocast makes bf16; kolong's kernel has no such tensor."""
-    from kolong.bench import long_attention
-    from kolong.bench.arguments import LongAttentionBenchArguments
+    from kolong.lab.bench import long_attention
+    from kolong.lab.bench.arguments import LongAttentionBenchArguments
 
     args = LongAttentionBenchArguments(lengths=[1024], hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
                                        intermediate_size=64, dtype="bf16")  # fmt: skip
@@ -397,8 +397,8 @@ def test_hf_bigbird_under_bf16_autocast_fails_in_hfs_code_and_runs_in_kolongs():
 def test_a_failing_memory_worker_is_reported_and_the_others_are_plotted(tmp_path, monkeypatch):
     """A real worker process that fails (exit 3): the run goes on, the report and the plot name the failed cell and
     why, and the cells that came back are drawn; when no cell comes back there is no plot, and no crash."""
-    from kolong.bench import long_attention
-    from kolong.bench.memory import run_worker
+    from kolong.lab.bench import long_attention
+    from kolong.lab.bench.memory import run_worker
     from test_bench_memory import failing_worker_module
 
     module = failing_worker_module(tmp_path, monkeypatch)

@@ -1,4 +1,4 @@
-"""Peak memory of one call on CPU (`kolong.bench.memory`): each call measured alike, whatever ran before it."""
+"""Peak memory of one call on CPU (`kolong.lab.bench.memory`): each call measured alike, whatever ran before it."""
 
 import json
 import subprocess
@@ -16,7 +16,7 @@ def test_a_call_after_another_is_measured_as_if_it_ran_first():
     script = textwrap.dedent("""
         import json
         import torch
-        from kolong.bench.memory import peak_growth_mb
+        from kolong.lab.bench.memory import peak_growth_mb
         from kolong.runtime import tune_allocator
 
         tune_allocator()
@@ -38,7 +38,7 @@ def test_compress_measures_a_warm_call_of_pytorch_and_the_first_call_of_onnxrunt
     script = textwrap.dedent("""
         import json
         import torch
-        from kolong.bench.compress import _call_growth_mb
+        from kolong.lab.bench.compress import _call_growth_mb
 
         def step_of():
             calls = []
@@ -75,7 +75,7 @@ def failing_worker_module(tmp_path, monkeypatch, name: str = "kolong_test_failin
 
 
 def test_a_failed_worker_reports_its_exit_status_and_last_error_line(tmp_path, monkeypatch):
-    from kolong.bench.memory import run_worker
+    from kolong.lab.bench.memory import run_worker
 
     module = failing_worker_module(tmp_path, monkeypatch)
     row = run_worker(module, {}, {"pattern": "sliding", "length": 64})
@@ -87,7 +87,7 @@ def test_a_failed_worker_reports_its_exit_status_and_last_error_line(tmp_path, m
 
 
 def test_a_killed_worker_is_named_by_its_signal(tmp_path, monkeypatch):
-    from kolong.bench.memory import run_worker
+    from kolong.lab.bench.memory import run_worker
 
     (tmp_path / "kolong_test_killed_worker.py").write_text(
         "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n"

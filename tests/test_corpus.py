@@ -6,6 +6,7 @@ import gzip
 
 import pytest
 
+from kolong.checkpoints import load_tokenizer
 from kolong.data.builtin_checkpoints import build_tiny_bert_checkpoint
 from kolong.data.corpus import BlockPacker, build_corpus, eojeol_index, load_corpus, read_documents
 from kolong.data.samples import KOREAN_PARAGRAPHS
@@ -42,7 +43,11 @@ def test_packer_frames_blocks_and_keeps_groups():
 
 def test_build_corpus_round_trip(text_file, tokenizer_dir, tmp_path):
     stats = build_corpus(
-        [str(text_file)], str(tokenizer_dir), tmp_path / "corpus", max_length=32, held_out=0.2
+        [str(text_file)],
+        load_tokenizer(str(tokenizer_dir), role="tokenizer"),
+        tmp_path / "corpus",
+        max_length=32,
+        held_out=0.2,
     )
     assert stats.blocks["train"] > 5 and stats.blocks["validation"] > 0
     assert stats.documents["train"] + stats.documents["validation"] > 20
@@ -74,7 +79,12 @@ def test_empty_corpus_is_an_error(tmp_path, tokenizer_dir):
     empty = tmp_path / "empty.txt"
     empty.write_text("\n\n", encoding="utf-8")
     with pytest.raises(Exception, match=r"no documents|no block"):
-        build_corpus([str(empty)], str(tokenizer_dir), tmp_path / "out", max_length=32)
+        build_corpus(
+            [str(empty)],
+            load_tokenizer(str(tokenizer_dir), role="tokenizer"),
+            tmp_path / "out",
+            max_length=32,
+        )
     assert not (tmp_path / "out").exists()
 
 
@@ -89,7 +99,7 @@ def test_shared_sources(shared_data, tokenizer_dir, tmp_path):
     assert len(docs) == 50 and "document" not in docs[0]
     contexts = list(read_documents(["korquad"], shared_data=shared_data, limit=5))
     assert len(contexts) == 5 and all(len(c) > 100 for c in contexts)
-    stats = build_corpus(["nsmc", "korquad"], str(tokenizer_dir), tmp_path / "c", max_length=64, limit=400,
+    stats = build_corpus(["nsmc", "korquad"], load_tokenizer(str(tokenizer_dir), role="tokenizer"), tmp_path / "c", max_length=64, limit=400,
                          shared_data=shared_data)  # fmt: skip
     assert stats.blocks["train"] > 10
 
@@ -120,7 +130,7 @@ def test_worker_processes_build_the_same_corpus(text_file, tokenizer_dir, tmp_pa
     runs = {}
     for workers in (1, 2):
         # batches of 4 documents, and a document count that is an exact multiple of them (an empty last batch)
-        build_corpus([str(text_file)], str(tokenizer_dir), tmp_path / f"w{workers}", max_length=32, held_out=0.2,
+        build_corpus([str(text_file)], load_tokenizer(str(tokenizer_dir), role="tokenizer"), tmp_path / f"w{workers}", max_length=32, held_out=0.2,
                      batch_documents=4, limit=documents // 4 * 4, workers=workers)  # fmt: skip
         dataset, _ = load_corpus(tmp_path / f"w{workers}")
         runs[workers] = {split: dataset[split].to_dict() for split in ("train", "validation")}

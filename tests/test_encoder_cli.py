@@ -11,10 +11,10 @@ from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
 from typer.testing import CliRunner
 
 from conftest import build_tiny
-from kolong.bench.encoder import EncoderBenchArguments, EncoderBenchmark, to_markdown
-from kolong.bench.harness import run as run_benchmark
 from kolong.cli import app
 from kolong.data.builtin_checkpoints import build_tiny_bert_checkpoint
+from kolong.lab.bench.encoder import EncoderBenchArguments, EncoderBenchmark, to_markdown
+from kolong.lab.bench.harness import run as run_benchmark
 
 runner = CliRunner()
 
@@ -143,8 +143,8 @@ def test_encoder_benchmark_measures_memory_in_a_worker_process_per_cell():
 def test_a_failing_memory_worker_is_reported_and_the_other_cells_kept(tmp_path, monkeypatch):
     """A real worker process that fails (exit 3) for one implementation: its cell says why, the others keep their
     memory, and the report lists it as not measured."""
-    from kolong.bench import encoder
-    from kolong.bench.memory import run_worker
+    from kolong.lab.bench import encoder
+    from kolong.lab.bench.memory import run_worker
     from test_bench_memory import failing_worker_module
 
     module = failing_worker_module(tmp_path, monkeypatch)
@@ -176,7 +176,7 @@ def test_chunked_references_take_the_chunked_path_on_each_device():
     """`shaw-chunked` / `t5-chunked` models run through the chunked exact path by their own run-time options: on
     CUDA with FlexAttention's dropout off (the path before it), on CPU with the three regions off; every other
     model keeps both on. `all` measures them on every device."""
-    from kolong.bench.encoder import (
+    from kolong.lab.bench.encoder import (
         REFERENCE_OPTIONS,
         EncoderBenchArguments,
         _resolved,
@@ -220,7 +220,7 @@ def test_encoder_benchmark_compiles_every_model_alike(monkeypatch, how):
     (the eager backend): Inductor on CPU would take minutes for what a GPU run compiles."""
     import torch
 
-    from kolong.bench.encoder import build_model
+    from kolong.lab.bench.encoder import build_model
 
     real_compile, calls = torch.compile, []
     monkeypatch.setattr(

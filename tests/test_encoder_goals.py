@@ -2,9 +2,9 @@
 
 import pytest
 
-from kolong.bench.encoder import EncoderBenchArguments, EncoderBenchmark, to_markdown
-from kolong.bench.encoder_goals import goal_rows, goals_markdown
-from kolong.bench.harness import run as run_benchmark
+from kolong.lab.bench.encoder import EncoderBenchArguments, EncoderBenchmark, to_markdown
+from kolong.lab.bench.encoder_goals import goal_rows, goals_markdown
+from kolong.lab.bench.harness import run as run_benchmark
 
 
 def cell(name, length, **values):
@@ -95,7 +95,7 @@ def test_the_bench_reports_goals_and_where_each_call_spends_its_time(tmp_path):
 def test_the_medians_interval_comes_from_order_statistics_with_its_coverage():
     """Golden values: P(Binomial(11, 1/2) <= 1) = 12 / 2048, so the 2nd and 10th of 11 sorted rounds hold the
     median with probability 1 - 24 / 2048; below 6 rounds min-max, with less than 95%."""
-    from kolong.bench.encoder_goals import median_interval
+    from kolong.lab.bench.encoder_goals import median_interval
 
     rounds = [0.9, 0.5, 0.7, 1.1, 0.8, 0.6, 1.0, 0.75, 0.85, 0.95, 0.65]
     assert median_interval(rounds) == pytest.approx((0.8, 0.6, 1.0, 1 - 24 / 2048))

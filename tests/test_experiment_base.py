@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from kolong.evaluation.bootstrap import interval, paired_difference, separated, verdict
-from kolong.experiments.extension_eval import (
+from kolong.lab.experiments.extension_eval import (
     bucket_edges,
     bucket_means,
     chunked_losses,
@@ -18,7 +18,7 @@ from kolong.experiments.extension_eval import (
     neighbour_cosine,
     token_losses,
 )
-from kolong.experiments.extension_init import (
+from kolong.lab.experiments.extension_init import (
     ExtensionInitArguments,
     across_seeds,
     run_extension_init,
@@ -104,7 +104,7 @@ def test_neighbour_cosine_golden_values():
 
 
 def test_boundary_means_read_the_tokens_next_to_each_512_cut():
-    from kolong.experiments.extension_eval import boundary_means
+    from kolong.lab.experiments.extension_eval import boundary_means
 
     losses = np.full((2, 2048), np.nan)
     losses[0, [511, 512, 1000, 1100, 1535, 1600]] = [1.0, 3.0, 100.0, 5.0, 7.0, 9.0]
@@ -161,7 +161,7 @@ def test_blocks_and_chunked_reading_match_the_whole_model(kolong_config):
 def test_continued_pre_training_keeps_a_checkpoint_at_every_listed_step(tmp_path):
     from transformers import TrainerControl, TrainerState
 
-    from kolong.experiments.extension_init import _checkpoint, save_at
+    from kolong.lab.experiments.extension_init import _checkpoint, save_at
 
     callback, saved = save_at((0, 200, 1000)), []
     for step in range(1, 1001):  # steps far apart: a rotation limit had dropped checkpoint-200
@@ -177,7 +177,7 @@ def test_continued_pre_training_keeps_a_checkpoint_at_every_listed_step(tmp_path
 
 
 def test_the_control_reads_as_many_tokens_per_step_as_the_extended_variants():
-    from kolong.experiments.extension_init import control_rows
+    from kolong.lab.experiments.extension_init import control_rows
 
     assert control_rows(ExtensionInitArguments(batch_size=4, length=1024)) == 8
     assert control_rows(ExtensionInitArguments(batch_size=2, length=2048)) == 8
@@ -185,7 +185,7 @@ def test_the_control_reads_as_many_tokens_per_step_as_the_extended_variants():
 
 
 def test_base_phases_read_the_packing_their_settings_name(tmp_path, monkeypatch):
-    import kolong.experiments.base as base
+    import kolong.lab.experiments.base as base
     import kolong.training.pretrain as pretrain
 
     with pytest.raises(ValueError, match="full_rows_packing='sentences' is not one of documents"):
@@ -221,7 +221,7 @@ def test_base_phases_read_the_packing_their_settings_name(tmp_path, monkeypatch)
 
 
 def test_gpu_mini_base_reads_a_real_vocabulary_and_100m_tokens():
-    from kolong.experiments.base import MORE_TEXT, settings_of
+    from kolong.lab.experiments.base import MORE_TEXT, settings_of
 
     settings = settings_of("gpu-mini", {})
     tokens = (settings["steps"] + settings["full_rows_steps"]) * settings["batch_size"] * 512
@@ -231,7 +231,7 @@ def test_gpu_mini_base_reads_a_real_vocabulary_and_100m_tokens():
 
 @pytest.mark.shared_data
 def test_more_text_reads_korsts_kornli_and_konlpy_sentences_once(shared_data):
-    from kolong.experiments.base import more_documents
+    from kolong.lab.experiments.base import more_documents
 
     pytest.importorskip("konlpy", reason="KoNLPy's corpus comes with kolong[demo]")
     texts = more_documents(["korsts", "kornli", "konlpy"], shared_data, seed=42)
@@ -249,7 +249,7 @@ def test_base_model_resumes_and_the_extension_study_reports(shared_data, tmp_pat
     from transformers import AutoModelForMaskedLM
 
     import kolong.training.pretrain as pretrain
-    from kolong.experiments.base import BaseModelArguments, build_base_model
+    from kolong.lab.experiments.base import BaseModelArguments, build_base_model
 
     packings, pretrain_mlm = [], pretrain.pretrain_mlm
 
@@ -362,7 +362,7 @@ def test_klue_sentences_are_a_corpus_source(shared_data):
 
 
 def test_konlpy_text_is_read_from_a_bundles_copy_when_there_is_one(tmp_path):
-    from kolong.experiments.base import more_documents
+    from kolong.lab.experiments.base import more_documents
 
     copied = tmp_path / "konlpy"
     (copied / "kolaw").mkdir(parents=True)

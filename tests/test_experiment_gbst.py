@@ -8,7 +8,7 @@ import json
 import pytest
 
 from kolong.data.text_to_text import Seq2SeqTask, TextPair
-from kolong.experiments.gbst import (
+from kolong.lab.experiments.gbst import (
     SCALES,
     GbstStudyArguments,
     run_gbst_study,
@@ -95,7 +95,7 @@ def test_example_statistics_equal_the_task_scores(shared_data, name):
     import numpy as np
 
     from kolong.data.text_to_text import load_task, score_generations
-    from kolong.experiments.gbst import TASK_METRICS, example_statistics
+    from kolong.lab.experiments.gbst import TASK_METRICS, example_statistics
 
     task = load_task(name, seed=42, eval_fraction=0.2)
     task.eval = task.eval[:40]

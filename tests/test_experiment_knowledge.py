@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kolong.experiments.knowledge import (
+from kolong.lab.experiments.knowledge import (
     KnowledgeStudyArguments,
     klue_ner_triples,
     run_knowledge_study,

@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 from kolong.cli import app
 from kolong.data.builtin_checkpoints import build_tiny_bert_checkpoint
 from kolong.data.samples import korean_qa_dataset
-from kolong.experiments.length import parse_variant, split_by_article, split_capped
-from kolong.experiments.length_report import (
+from kolong.lab.experiments.length import parse_variant, split_by_article, split_capped
+from kolong.lab.experiments.length_report import (
     Questions,
     answer_bucket_of,
     answer_token_positions,
@@ -270,7 +270,7 @@ def test_reference_must_be_a_variant_that_runs(tmp_path):
 
 
 def test_default_reference_is_the_shortest_sliding_variant():
-    from kolong.experiments.length import default_reference
+    from kolong.lab.experiments.length import default_reference
 
     assert default_reference(("512-truncate", "1024-sliding", "512-sliding", "4096-sparse")) == "512-sliding"
     assert default_reference(("2048-copy", "4096-sparse")) == "2048-copy"

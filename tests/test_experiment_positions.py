@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from kolong.experiments.positions import PositionStudyArguments, run_position_study, to_markdown
+from kolong.lab.experiments.positions import PositionStudyArguments, run_position_study, to_markdown
 
 pytestmark = pytest.mark.shared_data
 pytest.importorskip("mecab_ko", reason="the study compares MeCab vocabularies: needs the korean extra")
@@ -59,7 +59,7 @@ def test_bad_settings():
 
 
 def test_every_scale_has_the_same_settings():
-    from kolong.experiments.positions import SCALES, _settings
+    from kolong.lab.experiments.positions import SCALES, _settings
 
     assert all(set(settings) == set(SCALES["cpu-quick"]) for settings in SCALES.values())
     mini = _settings(PositionStudyArguments(scale="gpu-mini"))

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from kolong.experiments.positions_seeds import across_seeds, seeds_markdown
+from kolong.lab.experiments.positions_seeds import across_seeds, seeds_markdown
 
 
 def run(vocabulary: str, loss: float, accuracy: tuple[float, float, float], f1: tuple[float, float, float]):

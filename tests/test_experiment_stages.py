@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from kolong.experiments.stages import Deadline, StoppedByDeadline, fresh_start, run_stage
+from kolong.lab.experiments.stages import Deadline, StoppedByDeadline, fresh_start, run_stage
 
 
 def _step(callback, step: int, max_steps: int = 10):
@@ -82,7 +82,7 @@ def _work_dir(path, blocks: str, losses: dict, folders=()):
 def test_side_by_side_extension_runs_merge_into_one_study(tmp_path):
     import numpy as np
 
-    from kolong.experiments.extension_init import merge_work_dirs
+    from kolong.lab.experiments.extension_init import merge_work_dirs
 
     base, copy, control = np.ones((3, 4)), np.full((3, 4), 2.0), np.full((3, 4), 3.0)
     base[:, 1] = np.nan  # a token that was not masked has no loss, as in the study's arrays
@@ -114,7 +114,7 @@ def test_side_by_side_extension_runs_merge_into_one_study(tmp_path):
 
 
 def test_scale_settings_check_each_override_against_the_scales_types():
-    from kolong.experiments.scales import scale_settings
+    from kolong.lab.experiments.scales import scale_settings
 
     scales = {"tiny": {"steps": 4, "rate": 1e-3, "limit": 20, "name": "a", "flag": False},
               "full": {"steps": 400, "rate": 5e-4, "limit": None, "name": "b", "flag": True}}  # fmt: skip

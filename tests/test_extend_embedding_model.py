@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from conftest import build_tiny_embedding_model
 from kolong.data.builtin_checkpoints import build_tiny_bert_checkpoint, bundled_checkpoint
 from kolong.data.samples import korean_document
-from kolong.extension import extend_checkpoint
+from kolong.extension.checkpoint import extend_checkpoint
 
 sentence_transformers = pytest.importorskip("sentence_transformers")
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from kolong.checkpoints import load_tokenizer
 from kolong.data.builtin_checkpoints import build_tiny_bert_checkpoint
 from kolong.data.corpus import build_corpus
 from kolong.data.samples import KOREAN_PARAGRAPHS, korean_document
@@ -67,7 +68,13 @@ def inputs(tmp_path_factory):
     text = root / "corpus.txt"
     sentences = [s for p in KOREAN_PARAGRAPHS for s in p.split(". ")] + korean_document(20000).split(". ")
     text.write_text("\n".join(sentences) + "\n", encoding="utf-8")
-    build_corpus([str(text)], str(model), root / "packed", max_length=32, held_out=0.1)
+    build_corpus(
+        [str(text)],
+        load_tokenizer(str(model), role="tokenizer"),
+        root / "packed",
+        max_length=32,
+        held_out=0.1,
+    )
     return {"root": root, "model": model, "text": text, "corpus": root / "packed"}
 
 

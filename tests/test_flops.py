@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from kolong.attention.masks import AttentionMask
-from kolong.bench.flops import FlopCount, allowed_pairs, document_pairs, layer_weights, mfu
+from kolong.lab.bench.flops import FlopCount, allowed_pairs, document_pairs, layer_weights, mfu
 
 
 def test_bert_base_training_step_by_hand():

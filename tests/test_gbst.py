@@ -204,8 +204,8 @@ def test_fresh_initialisation_starts_from_block_means():
 def test_bench_gbst_measures_both_models_and_writes_results(tmp_path):
     import json
 
-    from kolong.bench.gbst import GBSTBenchArguments, GBSTBenchmark, run_gbst_benchmark
-    from kolong.bench.harness import write_results
+    from kolong.lab.bench.gbst import GBSTBenchArguments, GBSTBenchmark, run_gbst_benchmark
+    from kolong.lab.bench.harness import write_results
 
     args = GBSTBenchArguments(
         max_length=96, min_bytes=0, target_length=8, batch_size=2, train_steps=1, inference_batches=1,
@@ -233,7 +233,7 @@ def test_bench_gbst_measures_both_models_and_writes_results(tmp_path):
 
 def test_bench_gbst_with_a_static_cache_and_bf16(tmp_path):
     """The options a GPU run takes (static cache: what transformers compiles there; bf16 autocast), on CPU."""
-    from kolong.bench.gbst import GBSTBenchArguments, run_gbst_benchmark
+    from kolong.lab.bench.gbst import GBSTBenchArguments, run_gbst_benchmark
 
     args = GBSTBenchArguments(
         max_length=48, min_bytes=0, target_length=8, batch_size=2, train_steps=1, inference_batches=1,
@@ -247,7 +247,7 @@ def test_bench_gbst_with_a_static_cache_and_bf16(tmp_path):
     result = run_gbst_benchmark(args, on_step=lambda message: None)
     assert result["device"] == "cpu" and result["results"][0]["speedup"]["inference"] > 0
     # the note under the table speaks of the device measured: CPU threads here, kernel launches on a GPU
-    from kolong.bench.gbst import to_markdown
+    from kolong.lab.bench.gbst import to_markdown
 
     assert "threads than free cores" in to_markdown(result) and "launching kernels" not in to_markdown(result)
     result["device"] = "cuda"
@@ -261,7 +261,7 @@ def test_bench_gbst_with_a_static_cache_and_bf16(tmp_path):
 def test_bench_gbst_decodes_with_kolongs_loop_when_asked(tmp_path, monkeypatch):
     """--decoder kolong: generation runs `greedy_generate` (never `generate`), with exactly max_new_tokens bytes,
     and the table says how it decoded."""
-    from kolong.bench.gbst import GBSTBenchArguments, run_gbst_benchmark, to_markdown
+    from kolong.lab.bench.gbst import GBSTBenchArguments, run_gbst_benchmark, to_markdown
     from kolong.models.byte import greedy, modeling
 
     lengths = []
@@ -292,7 +292,7 @@ def test_bench_gbst_compiles_both_encoders_when_asked(tmp_path, monkeypatch, sco
     Inductor on CPU would take minutes for what a GPU run compiles."""
     import torch
 
-    from kolong.bench.gbst import GBSTBenchArguments, GBSTBenchmark, run, to_markdown
+    from kolong.lab.bench.gbst import GBSTBenchArguments, GBSTBenchmark, run, to_markdown
 
     compile_in_place = torch.nn.Module.compile
     monkeypatch.setattr(
@@ -322,7 +322,7 @@ def test_compiled_layer_by_layer_one_graph_serves_every_layer():
     gradients are the eager encoder's; a second call compiles nothing."""
     import torch._dynamo.utils
 
-    from kolong.bench.gbst import compile_encoder
+    from kolong.lab.bench.gbst import compile_encoder
     from kolong.models.byte import KolongByteConfig, KolongByteForConditionalGeneration, add_gbst
 
     torch.manual_seed(0)
@@ -361,8 +361,8 @@ def test_compiled_layer_by_layer_one_graph_serves_every_layer():
 def test_bench_gbst_refuses_a_missing_cuda_device(tmp_path):
     import torch
 
-    from kolong.bench.gbst import GBSTBenchArguments, run_gbst_benchmark
     from kolong.errors import ConfigError
+    from kolong.lab.bench.gbst import GBSTBenchArguments, run_gbst_benchmark
 
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is present")
@@ -372,8 +372,8 @@ def test_bench_gbst_refuses_a_missing_cuda_device(tmp_path):
 
 
 def test_bench_gbst_decodes_through_kolongs_loop_by_default_and_refuses_a_static_cache_with_it():
-    from kolong.bench.gbst import GBSTBenchArguments
     from kolong.errors import ConfigError
+    from kolong.lab.bench.gbst import GBSTBenchArguments
 
     assert GBSTBenchArguments().decoder == "kolong"
     assert GBSTBenchArguments(decoder="generate", cache="static").cache == "static"
@@ -386,8 +386,8 @@ def test_bench_gbst_refuses_a_data_file_that_is_missing_or_has_no_long_paragraph
     refused by name rather than replaced by the built-in text (`builtin` asks for that text)."""
     import json
 
-    from kolong.bench.gbst import GBSTBenchArguments, bench_inputs
     from kolong.errors import ConfigError
+    from kolong.lab.bench.gbst import GBSTBenchArguments, bench_inputs
 
     with pytest.raises(ConfigError, match=r"--data .*absent\.json: no such file"):
         GBSTBenchArguments(data=str(tmp_path / "absent.json"))

@@ -276,8 +276,8 @@ def test_bench_long_attention_measures_memory_in_this_process_on_cuda(tmp_path, 
 
     from typer.testing import CliRunner
 
-    from kolong.bench import long_attention
     from kolong.cli import app
+    from kolong.lab.bench import long_attention
 
     monkeypatch.setattr(long_attention, "_memory_worker", lambda *a: pytest.fail("a worker was started"))
     result = CliRunner().invoke(app, [

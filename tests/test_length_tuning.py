@@ -56,9 +56,9 @@ def test_finetune_cls_past_the_original_length_says_so(extended, tmp_path):
 
 
 def test_the_tuning_step_benchmark_times_both_settings_in_one_run(tmp_path):
-    from kolong.bench.arguments import TuningStepBenchArguments
-    from kolong.bench.harness import run
-    from kolong.bench.tuning_step import TuningStepBenchmark
+    from kolong.lab.bench.arguments import TuningStepBenchArguments
+    from kolong.lab.bench.harness import run
+    from kolong.lab.bench.tuning_step import TuningStepBenchmark
 
     args = TuningStepBenchArguments(lengths=[16, 32], hidden_size=32, layers=1, heads=2, intermediate_size=64,
                                     repeats=1, output_dir=str(tmp_path))  # fmt: skip

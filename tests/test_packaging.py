@@ -59,7 +59,7 @@ def test_the_wheel_holds_the_library_and_no_benchmark_tools(tmp_path):
         pytest.skip(done.stderr.strip().splitlines()[-1])
     assert done.returncode == 0, done.stderr[-2000:]
     names = zipfile.ZipFile(tree / "dist" / done.stdout.strip().splitlines()[-1]).namelist()
-    assert "kolong/bench/harness.py" in names and "kolong/bench/flops.py" in names
+    assert "kolong/lab/bench/harness.py" in names and "kolong/lab/bench/flops.py" in names
     diagnostics = [
         n
         for n in names

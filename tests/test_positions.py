@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from conftest import TINY_LENGTH, random_ids, tiny_kolong_config
+from kolong.lab.bench.shaw_naive import MaterialisedShawPositions
 from kolong.models import KolongModel
 from kolong.positions import (
     SCHEME_CLASSES as SCHEMES,
@@ -19,7 +20,6 @@ from kolong.positions import (
     relative_position_bucket,
     sinusoid_table,
 )
-from kolong.positions.shaw import MaterialisedShawPositions
 
 RELATIVE = {
     "shaw": {"max_distance": 3},

@@ -7,6 +7,7 @@ import gzip
 import pytest
 from transformers import TrainerCallback
 
+from kolong.checkpoints import load_tokenizer
 from kolong.data.builtin_checkpoints import build_tiny_bert_checkpoint
 from kolong.data.corpus import build_corpus
 from kolong.data.samples import KOREAN_PARAGRAPHS, korean_document
@@ -20,7 +21,13 @@ def build_mlm_corpus(root):
     sentences = [s for p in KOREAN_PARAGRAPHS for s in p.split(". ")] + korean_document(40000).split(". ")
     with gzip.open(text, "wt", encoding="utf-8") as handle:
         handle.write("\n".join(sentences) + "\n")
-    build_corpus([str(text)], str(tokenizer), root / "corpus", max_length=32, held_out=0.1)
+    build_corpus(
+        [str(text)],
+        load_tokenizer(str(tokenizer), role="tokenizer"),
+        root / "corpus",
+        max_length=32,
+        held_out=0.1,
+    )
     return root / "corpus"
 
 

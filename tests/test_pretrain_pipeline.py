@@ -65,6 +65,7 @@ def test_compiled_model_gives_the_eager_loss_curve(tmp_path, monkeypatch):
     their own random numbers. No held-out split: evaluation would compile a second graph. On CPU the graphs
     go through AOTAutograd without inductor's code generation (half a minute here); tests/test_gpu.py runs
     the same comparison with inductor on CUDA."""
+    from kolong.checkpoints import load_tokenizer
     from kolong.data.builtin_checkpoints import build_tiny_bert_checkpoint
     from kolong.data.corpus import build_corpus
     from kolong.data.samples import korean_document
@@ -72,7 +73,13 @@ def test_compiled_model_gives_the_eager_loss_curve(tmp_path, monkeypatch):
     tokenizer = build_tiny_bert_checkpoint(tmp_path / "tokenizer", max_position_embeddings=64)
     text = tmp_path / "text.txt"
     text.write_text("\n".join(korean_document(6000).split(". ")), encoding="utf-8")
-    build_corpus([str(text)], str(tokenizer), tmp_path / "corpus", max_length=32, held_out=0.0)
+    build_corpus(
+        [str(text)],
+        load_tokenizer(str(tokenizer), role="tokenizer"),
+        tmp_path / "corpus",
+        max_length=32,
+        held_out=0.0,
+    )
     no_dropout = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
     common = dict(max_steps=4, save_steps=100, logging_steps=1, overrides=no_dropout)
     from kolong.training import common as training_common
@@ -119,7 +126,7 @@ def test_regional_compilation_compiles_each_layer_alone_and_trains_as_eager(corp
     assert "ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION" not in os.environ  # set for the Trainer's making only
     for (step, a), (_, b) in zip(losses(tmp_path / "eager"), losses(tmp_path / "regions"), strict=True):
         assert a == pytest.approx(b, rel=1e-4, abs=1e-4), f"step {step}"
-    from kolong.bench.pretrain import (
+    from kolong.lab.bench.pretrain import (
         raw_step,
     )  # `bench pretrain --compile regions` times the same compilation
 

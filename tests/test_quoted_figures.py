@@ -111,7 +111,7 @@ def test_the_readme_quotes_its_figures_with_their_source_and_one_headline_a_row(
 
 def test_one_current_result_per_benchmark_and_device_class():
     """benchmarks/results/<device>/<benchmark>.{json,md}: no nested folders, no partial or superseded runs."""
-    from kolong.bench.arguments import BENCHMARKS
+    from kolong.lab.bench.arguments import BENCHMARKS
 
     for folder in (path for path in RESULTS.iterdir() if path.is_dir()):
         assert not [path for path in folder.iterdir() if path.is_dir()], f"{folder.name} holds a folder"

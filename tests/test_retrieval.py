@@ -561,7 +561,7 @@ def test_training_only_the_new_position_rows(tmp_path, embedding_model):
     import torch
     from sentence_transformers import SentenceTransformer
 
-    from kolong.extension import extend_checkpoint
+    from kolong.extension.checkpoint import extend_checkpoint
     from kolong.training.retrieval import RetrievalFinetuneArguments, finetune_retrieval
 
     extend_checkpoint(str(embedding_model), tmp_path / "long", 128, "copy")

@@ -11,9 +11,9 @@ from typer.testing import CliRunner
 from kolong.checkpoints import load_tokenizer
 from kolong.cli import app
 from kolong.data.builtin_checkpoints import build_tiny_bert_checkpoint
-from kolong.experiments.rope_extension import buckets
-from kolong.extension import extend_checkpoint
+from kolong.extension.checkpoint import extend_checkpoint
 from kolong.extension.position_table import ExtensionError
+from kolong.lab.experiments.rope_extension import buckets
 from kolong.models.encoder import KolongConfig
 from kolong.models.encoder.modeling import KolongForMaskedLM
 

@@ -24,8 +24,8 @@ def toy_scheme(monkeypatch):
 
 
 def test_a_toy_scheme_appears_everywhere(toy_scheme, tmp_path):
+    from kolong.extension.reach import model_max_length
     from kolong.models import KolongConfig, KolongModel
-    from kolong.positions import model_max_length
 
     help_text = " ".join(runner.invoke(app, ["pretrain", "mlm", "--help"], terminal_width=200).output.split())
     assert "rope, none, toy." in help_text

@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from kolong.experiments.sensitivity import (
+from kolong.lab.experiments.sensitivity import (
     QuantizedGroup,
     SensitivityArguments,
     fake_quantize,
@@ -112,7 +112,7 @@ def test_a_zero_row_quantizes_to_zero_with_subnormals_flushed():
     import sys
 
     script = ("import torch; torch.set_flush_denormal(True); "
-              "from kolong.experiments.sensitivity import fake_quantize; "
+              "from kolong.lab.experiments.sensitivity import fake_quantize; "
               "print(bool(torch.equal(fake_quantize(torch.zeros(2, 3), 4), torch.zeros(2, 3))))")  # fmt: skip
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert done.stdout.strip().splitlines()[-1] == "True"

@@ -92,8 +92,8 @@ print(type(qa).__name__, type(base).__name__, type(tokenizer).__name__,
 
 
 def test_startup_benchmark_times_help_and_evaluate(tmp_path):
-    from kolong.bench.startup import run_startup_benchmark, to_markdown
     from kolong.data.samples import korean_qa_dataset
+    from kolong.lab.bench.startup import run_startup_benchmark, to_markdown
 
     data = tmp_path / "data.json"
     data.write_text(json.dumps(korean_qa_dataset(), ensure_ascii=False), encoding="utf-8")

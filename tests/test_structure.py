@@ -185,3 +185,71 @@ def test_the_attention_engine_is_four_floors_and_kernels_are_siblings():
     kernels = {f"kolong.attention.{name}" for name in ATTENTION_KERNELS}
     crossing = sorted(f"{k} -> {t}" for k in kernels for t in inside.get(k, ()) if t in kernels)
     assert not crossing, crossing
+
+
+ARCHITECTURE = SRC.parent / "docs" / "architecture.md"
+# imports allowed to run up a floor, each with its reason (at most two)
+UPWARD_EXCEPTIONS = {
+    (
+        "kolong.integration",
+        "kolong.pipelines",
+    ): "`import kolong` registers the long-document-qa task with transformers' "
+    "pipeline registry, which takes the pipeline class; it is imported only when transformers.pipelines loads",
+}
+
+
+def floors(text: str) -> dict[str, int]:
+    """room -> its floor, from the numbered list under docs/architecture.md's "## Floors" (bottom-up; a room is a
+    module path below `kolong`, written in backticks; the longest room that prefixes a module is its room)."""
+    import re
+
+    section = text.split("## Floors", 1)[1].split("\n## ", 1)[0]
+    rooms = {}
+    for line in section.splitlines():
+        found = re.match(r"^(\d+)\. \*\*[^*]+\*\*: (.*)$", line)
+        if found:
+            for room in re.findall(r"`([a-z_.]+)`", found.group(2).split(" — ")[0]):
+                rooms[room] = int(found.group(1))
+    return rooms
+
+
+def room_of(module: str, rooms: dict[str, int]) -> str | None:
+    name = module.removeprefix("kolong").removeprefix(".") or "kolong"
+    while name and name not in rooms:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def upward_imports(graph: dict[str, set[str]], rooms: dict[str, int]) -> list[str]:
+    """'a -> b (floor x -> y)' for every import from a lower floor into a higher one."""
+    found = []
+    for module, targets in sorted(graph.items()):
+        here = room_of(module, rooms)
+        for target in sorted(targets):
+            there = room_of(target, rooms)
+            if here and there and rooms[there] > rooms[here]:
+                found.append(f"{module} -> {target} (floor {rooms[here]} -> {rooms[there]})")
+    return found
+
+
+def test_every_module_has_a_floor_and_no_import_runs_up_one():
+    rooms = floors(ARCHITECTURE.read_text(encoding="utf-8"))
+    graph = import_graph(SRC, "kolong")
+    homeless = sorted(m for m in graph if room_of(m, rooms) is None)
+    assert not homeless, f"modules on no floor of docs/architecture.md: {homeless}"
+    allowed = {f"{a} -> {b}" for a, b in UPWARD_EXCEPTIONS}
+    upward = [line for line in upward_imports(graph, rooms) if line.split(" (floor")[0] not in allowed]
+    assert not upward, "imports that run up a floor:\n" + "\n".join(upward)
+    assert len(UPWARD_EXCEPTIONS) <= 2
+
+
+def test_the_floor_check_fails_on_an_import_that_runs_up(tmp_path):
+    package = tmp_path / "planted"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "low.py").write_text("def f():\n    from planted.high import g  # runs up\n    return g()\n")
+    (package / "high.py").write_text("from planted.low import f\n\ndef g():\n    return 1\n")
+    rooms = {"low": 0, "high": 1}
+    graph = {k.replace("planted", "kolong"): {t.replace("planted", "kolong") for t in v}
+             for k, v in import_graph(tmp_path, "planted").items()}  # fmt: skip
+    assert upward_imports(graph, rooms) == ["kolong.low -> kolong.high (floor 0 -> 1)"]

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 import kolong  # noqa: F401
-from kolong.bench.harness import write_results
-from kolong.bench.tokenizer import TokenizerBenchmark, nsmc_reviews, run_tokenizer_benchmark, to_markdown
 from kolong.data.qa_features import build_features
 from kolong.data.squad import read_squad
+from kolong.lab.bench.harness import write_results
+from kolong.lab.bench.tokenizer import TokenizerBenchmark, nsmc_reviews, run_tokenizer_benchmark, to_markdown
 from kolong.tokenizers import ByteTokenizer, train_tokenizer
 from kolong.tokenizers.stats import answer_alignment, measure
 

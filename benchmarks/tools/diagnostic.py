@@ -36,9 +36,9 @@ def write(name: str, script: str, argv: list[str] | None, args, measured: dict,
           to_markdown: Callable[[dict], str]) -> dict:  # fmt: skip
     """The result (`measured` beside the date, machine, commit, command and arguments), written atomically as
     json and markdown, and printed."""
-    from kolong.bench.machine import describe_machine, device_class
-    from kolong.bench.results import source_commit
     from kolong.io import atomic_write_json, atomic_write_text
+    from kolong.lab.bench.machine import describe_machine, device_class
+    from kolong.lab.bench.results import source_commit
 
     machine = describe_machine()
     out = Path(args.output_dir or Path(__file__).parents[2] / "docs" / "experiments")
@@ -77,7 +77,7 @@ def integers(text: str) -> list[int]:
 
 def page(lines: list[str], result: dict) -> str:
     """A diagnostic's markdown: its lines, then the machine, date, commit and command that measured it."""
-    from kolong.bench.results import machine_line
+    from kolong.lab.bench.results import machine_line
 
     return "\n".join([*lines, "", machine_line(result)]) + "\n"
 

@@ -41,9 +41,9 @@ from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 from kolong.attention import flex_dropout
 from kolong.attention.masks import AttentionMask
-from kolong.bench.harness import cuda_sync, time_interleaved
-from kolong.bench.machine import describe_machine
 from kolong.io import atomic_write_json, atomic_write_text
+from kolong.lab.bench.harness import cuda_sync, time_interleaved
+from kolong.lab.bench.machine import describe_machine
 
 VARIANTS = ("sdpa", "sdpa-documents", "sdpa-documents-no-dropout", "flex", "flex-documents", "flex-documents-torch-mask",
             "flex-documents-mask-in-graph", "flex-documents-strided", "flex-documents-dropout",

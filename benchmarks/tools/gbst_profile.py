@@ -21,7 +21,14 @@ beside the measured ratio. Writes gbst-profile.{json,md} (default: benchmarks/re
 
 from __future__ import annotations
 
-from kolong.bench.gbst import GBSTBenchArguments, GBSTBenchmark, autocast_context, clock, decode, to_markdown
+from kolong.lab.bench.gbst import (
+    GBSTBenchArguments,
+    GBSTBenchmark,
+    autocast_context,
+    clock,
+    decode,
+    to_markdown,
+)
 
 PARTS = ("encoder", "gbst", "steps")
 
@@ -58,7 +65,7 @@ def profile_steps(
     first (the warm-up one); the decoding loop counts its own time, not the encoder pass that feeds it."""
     import torch
 
-    from kolong.bench.harness import Measured
+    from kolong.lab.bench.harness import Measured
 
     device = next(model.parameters()).device
     samples = sum(len(labels) for _, labels in batches[1:])
@@ -164,9 +171,9 @@ def main(argv: list[str] | None = None) -> None:
     """The tool's command line: `kolong bench gbst`'s options, the result beside that benchmark's."""
     import typer
 
-    from kolong.bench.harness import default_output_dir, run, write_results
     from kolong.cli.arguments import command_from
     from kolong.cli.common import console
+    from kolong.lab.bench.harness import default_output_dir, run, write_results
 
     def profile(args: GBSTBenchArguments) -> None:
         benchmark = GBSTProfile()

@@ -1,10 +1,10 @@
-"""Recount a stored `kolong bench` result under the one FLOP count (`kolong.bench.flops`) and write its tables
+"""Recount a stored `kolong bench` result under the one FLOP count (`kolong.lab.bench.flops`) and write its tables
 again with today's report: `python -m benchmarks.tools.recount benchmarks/results/h200/pretrain.json`.
 
 The timings stay as measured; what is derived from them is computed again:
 
 - `encoder`: training and inference MFU of every cell, from its tokens/s (every row whole: every pair allowed),
-  and every cell against its device's goals (`kolong.bench.encoder_goals`);
+  and every cell against its device's goals (`kolong.lab.bench.encoder_goals`);
 - `pretrain`: each case's step counts (tokens, labelled positions, pairs inside documents and over whole rows)
   replayed on this machine from the result's own options, as the raw step drew its batches (the corpus rebuilt
   from the same documents, rows in the same seeded order, the collator's seeded masks), then the FLOPs of each
@@ -20,10 +20,10 @@ import argparse
 import dataclasses
 from pathlib import Path
 
-from kolong.bench.arguments import BENCHMARKS, load_benchmark
-from kolong.bench.flops import gpu_peak_flops, mfu
-from kolong.bench.results import _with_machine
 from kolong.io import atomic_write_json, atomic_write_text
+from kolong.lab.bench.arguments import BENCHMARKS, load_benchmark
+from kolong.lab.bench.flops import gpu_peak_flops, mfu
+from kolong.lab.bench.results import _with_machine
 
 SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 
@@ -42,7 +42,7 @@ def stored_arguments(result: dict):
 
 
 def recount_encoder(result: dict, shared_data: Path | None = None) -> dict:
-    from kolong.bench.encoder import step_flops
+    from kolong.lab.bench.encoder import step_flops
 
     args = stored_arguments(result)
     peak = (
@@ -59,7 +59,7 @@ def recount_encoder(result: dict, shared_data: Path | None = None) -> dict:
                     step_flops(args, cell["batch"], cell["length"], mode), tokens / speed, peak
                 )
     result["peak_flops"] = peak
-    from kolong.bench.encoder_goals import goal_rows
+    from kolong.lab.bench.encoder_goals import goal_rows
 
     result["goals"] = goal_rows(result["results"], args.device)  # each cell against today's goals
     return result
@@ -67,7 +67,7 @@ def recount_encoder(result: dict, shared_data: Path | None = None) -> dict:
 
 def replayed_counts(args, position: str, length: int, device: str = "cpu") -> dict[str, float]:
     """The raw step's step counts of one case, from its batches drawn again on this machine."""
-    from kolong.bench.pretrain import PretrainBenchmark, collated_steps, step_counts
+    from kolong.lab.bench.pretrain import PretrainBenchmark, collated_steps, step_counts
 
     bench = PretrainBenchmark()
     bench.start(args)
@@ -81,7 +81,7 @@ def replayed_counts(args, position: str, length: int, device: str = "cpu") -> di
 
 
 def recount_pretrain(result: dict, shared_data: Path = SHARED_DATA) -> dict:
-    from kolong.bench.pretrain import pipeline_flops
+    from kolong.lab.bench.pretrain import pipeline_flops
 
     args = dataclasses.replace(stored_arguments(result), shared_data=str(shared_data))
     peak = (
@@ -103,7 +103,7 @@ def recount_pretrain(result: dict, shared_data: Path = SHARED_DATA) -> dict:
 
 
 def _vocab(args, length: int) -> int:
-    from kolong.bench.pretrain import PretrainBenchmark
+    from kolong.lab.bench.pretrain import PretrainBenchmark
 
     bench = PretrainBenchmark()
     bench.start(args)

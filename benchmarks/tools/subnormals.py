@@ -82,7 +82,7 @@ def summary(runs: dict) -> dict:
 
 
 def to_markdown(result: dict) -> str:
-    from kolong.bench.results import machine_line
+    from kolong.lab.bench.results import machine_line
 
     s, a = result["summary"], result["arguments"]
     lines = [f"# Subnormal floats in one attention layer ({result['date']})", "",

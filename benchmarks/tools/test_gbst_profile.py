@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from benchmarks.tools import gbst_profile
-from kolong.bench.gbst import GBSTBenchArguments, generation_options
-from kolong.bench.harness import run, write_results
+from kolong.lab.bench.gbst import GBSTBenchArguments, generation_options
+from kolong.lab.bench.harness import run, write_results
 
 
 def test_the_profile_times_each_part_and_gbst_only_in_the_gbst_model(tmp_path):

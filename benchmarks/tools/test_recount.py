@@ -7,13 +7,13 @@ import json
 import pytest
 
 from benchmarks.tools import recount
-from kolong.bench.flops import PEAK_TFLOPS
+from kolong.lab.bench.flops import PEAK_TFLOPS
 
 
 def test_a_pretrain_result_is_recounted_from_its_replayed_batches(tmp_path):
     """The replay on the CPU draws the raw step's batches again: the same counts the run recorded, and MFU
     against the GPU the result names."""
-    from kolong.bench.pretrain import run_pretrain_benchmark
+    from kolong.lab.bench.pretrain import run_pretrain_benchmark
 
     result = run_pretrain_benchmark(lengths=[64], positions=["learned"], tokens_per_step=256, steps=4, rounds=1,
                                     hidden_size=32, layers=1, device="cpu", on_step=lambda m: None)  # fmt: skip

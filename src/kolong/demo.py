@@ -205,7 +205,7 @@ def run_qa_demo(
     from kolong.data.konlpy_corpus import constitution_questions, read_constitution
     from kolong.data.squad import gold_answers, write_squad
     from kolong.evaluation.korquad import score_questions
-    from kolong.extension import extend_checkpoint
+    from kolong.extension.checkpoint import extend_checkpoint
     from kolong.training.common import step_lines
     from kolong.training.qa import QAFinetuneArguments, QAPredictArguments, finetune_qa, predict_qa
 

@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kolong.errors import ConfigError, DataError, warn
-from kolong.training.options import CheckedArguments, option
 
 if TYPE_CHECKING:
     import numpy as np
@@ -374,20 +373,6 @@ def check_knowledge(config, graph: KnowledgeGraph | None, allow_other: bool, mod
                       f"is not the file {model} was fine-tuned with ({recorded['file']}, sha256 "
                       f"{recorded['sha256'][:12]}, --max-triples {recorded['max_triples']}); --other-knowledge to "
                       "predict with it anyway")  # fmt: skip
-
-
-@dataclass(kw_only=True)
-class KnowledgePredictArguments(CheckedArguments):
-    """What every predict command that reads a K-BERT model takes."""
-
-    knowledge: str | None = option(None, "The knowledge file the model was fine-tuned with (`finetune --knowledge`): "
-                                   "its triples join each sentence as they did in training.")  # fmt: skip
-    max_triples: int | None = option(
-        None, "Triples per entity from --knowledge (default: the model's).", min=1
-    )
-    other_knowledge: bool = option(
-        False, "Predict with a --knowledge file (or none) other than the model's own."
-    )
 
 
 KNOWLEDGE_HELP = ("K-BERT: a UTF-8 file of head<TAB>relation<TAB>tail lines; each entity's triples join the sentence "

@@ -1,7 +1,7 @@
 """`kolong bench ...`: benchmarks that measure kolong and its reference side by side.
 
 Every command is generated from its arguments dataclass and runs through one harness
-(`kolong.bench.harness`); adding a benchmark is one module and one line in `kolong.bench.arguments.BENCHMARKS`.
+(`kolong.lab.bench.harness`); adding a benchmark is one module and one line in `kolong.lab.bench.arguments.BENCHMARKS`.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import typer
 
-from kolong.bench.arguments import BENCHMARKS
 from kolong.cli.arguments import command_from
 from kolong.cli.common import console, report, user_errors
+from kolong.lab.bench.arguments import BENCHMARKS
 
 app = typer.Typer(
     help="Benchmarks; results go to benchmarks/results/DEVICE/ as JSON and markdown (DEVICE: h100, cpu-epyc-2core, ...).",
@@ -58,7 +58,7 @@ def _default_output(benchmark, args, results_dir: Path) -> tuple[str, str]:
     """(the folder a run without --output-dir writes to, one line saying which and why). A full run (every option
     that changes what is measured at its default) replaces the result in benchmarks/results/DEVICE that the docs
     quote; any other run is a trial and goes to runs/bench/DEVICE."""
-    from kolong.bench.results import NOT_MEASURED, changed_options
+    from kolong.lab.bench.results import NOT_MEASURED, changed_options
 
     changed = [name for name, _ in changed_options(args, ignore=NOT_MEASURED)]
     if not changed:
@@ -71,8 +71,8 @@ def _default_output(benchmark, args, results_dir: Path) -> tuple[str, str]:
 
 def _command(name: str, target: str, arguments: type):
     def command(args) -> None:
-        from kolong.bench.arguments import load_benchmark
-        from kolong.bench.harness import default_output_dir, run, write_results
+        from kolong.lab.bench.arguments import load_benchmark
+        from kolong.lab.bench.harness import default_output_dir, run, write_results
 
         with user_errors(), console.status("benchmarking") as status:
             benchmark = load_benchmark(target)

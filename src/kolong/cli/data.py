@@ -129,13 +129,14 @@ def corpus(
     """Tokenise and pack a corpus into [CLS] ... [SEP] blocks with whole-word groups (HF datasets on disk)."""
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+    from kolong.checkpoints import load_tokenizer
     from kolong.data.corpus import build_corpus
 
     with user_errors(), Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
                                  console=console) as progress:  # fmt: skip
         task = progress.add_task("tokenising and packing", total=None)
         stats = build_corpus(
-            sources, tokenizer, output, max_length=max_length, held_out=held_out, seed=seed,
+            sources, load_tokenizer(tokenizer, role="tokenizer"), output, max_length=max_length, held_out=held_out, seed=seed,
             shared_data=shared_data, blank_line_documents=blank_line_documents, on_bad_line=on_bad_line,
             limit=limit, overwrite=overwrite, workers=workers,
             on_progress=lambda done: progress.update(task, description=f"tokenising and packing: {done:,} documents"),

@@ -113,7 +113,7 @@ def length(
 ) -> None:
     """512-truncate vs 512-sliding vs extended readers (interpolate, copy, sparse) on article-level KorQuAD:
     equal optimiser steps, one or more seeds, F1 by answer position, paired verdicts."""
-    from kolong.experiments.length import LengthExperimentArguments, run_length_experiment
+    from kolong.lab.experiments.length import LengthExperimentArguments, run_length_experiment
 
     with user_errors():
         arguments = LengthExperimentArguments(
@@ -196,8 +196,8 @@ def positions(
     """Relative vs absolute positions (and MeCab vs plain WordPiece) for a small Korean encoder: pre-train,
     then fine-tune on NSMC-style sentiment and article-level KorQuAD; resumable."""
     from kolong.cli.arguments import parse_pairs
-    from kolong.experiments.positions import PositionStudyArguments, run_position_study, to_markdown
-    from kolong.experiments.positions_seeds import run_position_study_seeds, seeds_markdown
+    from kolong.lab.experiments.positions import PositionStudyArguments, run_position_study, to_markdown
+    from kolong.lab.experiments.positions_seeds import run_position_study_seeds, seeds_markdown
 
     try:
         seed_list = tuple(int(s) for s in seeds.split(",") if s.strip())
@@ -255,7 +255,7 @@ def base(
     """Pre-train a Korean base encoder (MeCab WordPiece, 512 learned positions) on the shared NSMC, KorQuAD
     and KLUE texts, holding out 20% of KorQuAD articles for the studies; resumable stage by stage."""
     from kolong.cli.arguments import parse_pairs
-    from kolong.experiments.base import BaseModelArguments, build_base_model
+    from kolong.lab.experiments.base import BaseModelArguments, build_base_model
 
     with user_errors(), console.status("base model") as status:
         args = BaseModelArguments(
@@ -316,7 +316,7 @@ def extension_init(
     """How to initialise new position rows (the Longformer paper's Table 5 for the extension paper's claim):
     MLM loss by position bucket on held-out articles and review streams, before and after continued
     pre-training."""
-    from kolong.experiments.extension_init import (
+    from kolong.lab.experiments.extension_init import (
         ExtensionInitArguments,
         run_extension_init,
         run_extension_init_seeds,
@@ -340,7 +340,7 @@ def extension_init(
         try:
             report = _printed(status)
             if merge_from:
-                from kolong.experiments.extension_init import merge_work_dirs
+                from kolong.lab.experiments.extension_init import merge_work_dirs
 
                 if seed_list:
                     raise ValueError("--merge-from works on one seed's directories: drop --seeds")
@@ -400,7 +400,7 @@ def gbst(
     uptrained with and without GBST for equal steps, fine-tuned on KLUE-NER, KLUE-DP, KLUE-NLI and KorQuAD
     as text-to-text with equal steps; scores with bootstrap intervals and training / inference samples/s."""
     from kolong.cli.arguments import parse_pairs
-    from kolong.experiments.gbst import GbstStudyArguments, run_gbst_study, to_markdown
+    from kolong.lab.experiments.gbst import GbstStudyArguments, run_gbst_study, to_markdown
 
     results, figures = _outputs(work_dir, results, figures, "gbst.json", overwrite)
     _run_study("GBST study", lambda: GbstStudyArguments(
@@ -439,7 +439,7 @@ def knowledge(
     entities as triples (`finetune cls --knowledge`), equal steps; accuracy with intervals and the paired
     difference."""
     from kolong.cli.arguments import parse_pairs
-    from kolong.experiments.knowledge import KnowledgeStudyArguments, run_knowledge_study, to_markdown
+    from kolong.lab.experiments.knowledge import KnowledgeStudyArguments, run_knowledge_study, to_markdown
 
     results, figures = _outputs(work_dir, results, figures, "knowledge-nsmc.json", overwrite)
     _run_study("knowledge study", lambda: KnowledgeStudyArguments(
@@ -482,7 +482,7 @@ def sensitivity(
     table, original and extended rows apart; token embeddings; attention; FFN; head) at 8 and 4 bits and
     report the change in held-out MLM loss and QA F1, with paired bootstrap intervals."""
     from kolong.cli.arguments import parse_pairs
-    from kolong.experiments.sensitivity import SensitivityArguments, run_sensitivity, to_markdown
+    from kolong.lab.experiments.sensitivity import SensitivityArguments, run_sensitivity, to_markdown
 
     results, figures = _outputs(work_dir, results, figures, "sensitivity.json", overwrite)
     _run_study("sensitivity study", lambda: SensitivityArguments(
@@ -558,7 +558,7 @@ def rope_extension(
 ) -> None:
     """Which RoPE extension keeps a trained model's behaviour, and where: MLM loss by position past the trained
     length, and what each method does to short inputs."""
-    from kolong.experiments.rope_extension import RopeExtensionArguments, run_rope_extension
+    from kolong.lab.experiments.rope_extension import RopeExtensionArguments, run_rope_extension
 
     arguments = RopeExtensionArguments(
         model=model, output_dir=str(output), trained_length=trained_length, factor=factor,

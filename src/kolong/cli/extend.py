@@ -40,7 +40,7 @@ def extend(
     seed: int = typer.Option(0, min=0, max=2**32 - 1, help="Seed of the `random` method."),
 ) -> None:
     """Extend the position table of MODEL to --max-length tokens and save model + tokenizer to -o."""
-    from kolong.extension import extend_checkpoint
+    from kolong.extension.checkpoint import extend_checkpoint
 
     with user_errors(), step_progress(4) as progress:
         task = progress.add_task("starting", total=4 if tokenizer else 3)

@@ -190,7 +190,7 @@ def distill(args: QADistillArguments | ClassificationDistillArguments) -> dict:
         student, picked = make_student(teacher, layers)
     if qa:  # here, where the message can name the user's models, not the student's scratch copy below
         from kolong.data.qa_features import trained_windows
-        from kolong.positions.reach import check_max_length, max_length_for
+        from kolong.extension.reach import check_max_length, max_length_for
         from kolong.training.qa import DEFAULT_MAX_LENGTH
 
         taught = trained_windows(teacher)  # the student learns on the windows its teacher was fine-tuned on

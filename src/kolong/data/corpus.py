@@ -264,7 +264,7 @@ def tokenized_batches(tokenizer, documents: Iterable[str], size: int, workers: i
 @writes_output()
 def build_corpus(
     sources: list[str],
-    tokenizer_path: str,
+    tokenizer,
     output_dir: str | Path,
     max_length: int = 128,
     held_out: float = 0.01,
@@ -278,22 +278,22 @@ def build_corpus(
     on_progress: Callable[[int], None] | None = None,
     workers: int = 1,
 ) -> CorpusStats:
-    """Tokenise and pack `sources` into a `datasets.DatasetDict` (train / validation) at `output_dir`.
+    """Tokenise and pack `sources` with `tokenizer` (loaded: `kolong.checkpoints.load_tokenizer`) into a
+    `datasets.DatasetDict` (train / validation) at `output_dir`.
 
     `workers` > 1 tokenises batches of documents in that many processes (0: one per available core); the
     corpus is the same whatever the count: batches come back in order and splits are drawn in order."""
     import datasets
 
-    from kolong.checkpoints import load_tokenizer
     from kolong.io import atomic_output_dir, atomic_write_json, check_output_dir
 
     if not 0 <= held_out < 1:
         raise DataError(f"held_out must be in [0, 1), got {held_out}")
     check_output_dir(output_dir, overwrite)
-    tokenizer = load_tokenizer(tokenizer_path, role="tokenizer")
+    name = str(getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__)
     if tokenizer.cls_token_id is None or tokenizer.sep_token_id is None:
-        raise DataError(f"tokenizer {tokenizer_path} has no [CLS]/[SEP] tokens to frame blocks with")
-    stats = CorpusStats(sources=list(sources), tokenizer=str(tokenizer_path), vocab_size=len(tokenizer),
+        raise DataError(f"tokenizer {name} has no [CLS]/[SEP] tokens to frame blocks with")
+    stats = CorpusStats(sources=list(sources), tokenizer=name, vocab_size=len(tokenizer),
                         max_length=max_length)  # fmt: skip
     bad_lines: list[str] = []
 

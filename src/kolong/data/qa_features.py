@@ -188,7 +188,7 @@ def prediction_windows(model, tokenizer, max_length: int | None, doc_stride: int
     (`trained_windows`), else its positions (and the tokenizer's limit) with the default stride. Reading at
     another length than the fine-tuning's is allowed (an extended model may read longer) but warned of."""
     from kolong.errors import warn
-    from kolong.positions.reach import check_max_length, model_max_length
+    from kolong.extension.reach import check_max_length, model_max_length
 
     trained = trained_windows(model)
     length = (

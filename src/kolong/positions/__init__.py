@@ -38,6 +38,5 @@ __getattr__, __dir__ = lazy_exports(
         "register_scheme": "kolong.positions.registry",
         "scheme_class": "kolong.positions.registry",
         "scheme_names": "kolong.positions.registry",
-        "model_max_length": "kolong.positions.reach",
     },
 )

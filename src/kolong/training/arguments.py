@@ -354,3 +354,17 @@ class Seq2SeqFinetuneArguments(RecipeArguments):
     learning_rate: float = option(1e-4)
     batch_size: int = option(16)
     eval_batch_size: int = option(32)
+
+
+@dataclass(kw_only=True)
+class KnowledgePredictArguments(CheckedArguments):
+    """What every predict command that reads a K-BERT model takes."""
+
+    knowledge: str | None = option(None, "The knowledge file the model was fine-tuned with (`finetune --knowledge`): "
+                                   "its triples join each sentence as they did in training.")  # fmt: skip
+    max_triples: int | None = option(
+        None, "Triples per entity from --knowledge (default: the model's).", min=1
+    )
+    other_knowledge: bool = option(
+        False, "Predict with a --knowledge file (or none) other than the model's own."
+    )

@@ -124,7 +124,7 @@ def finetune_cls(
     )
 
     from kolong.checkpoints import CLASSIFIER_HEADS, load_model, load_tokenizer
-    from kolong.positions.reach import max_length_for
+    from kolong.extension.reach import max_length_for
 
     output_dir = Path(args.output_dir)
     resume_from = common.resume_checkpoint(args)

@@ -192,7 +192,7 @@ def finetune_dp(args: DPFinetuneArguments) -> dict:
     from kolong.checkpoints import load_tokenizer
     from kolong.data.klue_dp import read_klue_dp
     from kolong.evaluation.klue import DP_LABELS
-    from kolong.positions.reach import max_length_for
+    from kolong.extension.reach import max_length_for
     from kolong.training import common
     from kolong.training.arguments import training_arguments
 
@@ -269,9 +269,9 @@ def predict_dp(args: DPPredictArguments) -> dict:
     from kolong.data.klue_dp import read_klue_dp
     from kolong.data.shared import data_file
     from kolong.errors import CheckpointError
+    from kolong.extension.reach import max_length_for
     from kolong.io import atomic_output_file, atomic_write_json, check_output_file
     from kolong.models.parsing import BiaffineDependencyParser, DependencyParserConfig
-    from kolong.positions.reach import max_length_for
     from kolong.training.prediction import by_length, first, in_order, warn_cut
 
     check_output_file(args.output, args.overwrite)

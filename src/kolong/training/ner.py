@@ -24,13 +24,12 @@ from kolong.knowledge import (
     MAX_TRIPLES_HELP,
     KnowledgeCollator,
     KnowledgeInjector,
-    KnowledgePredictArguments,
     knowledge_for_prediction,
     knowledge_for_training,
     on_trunk,
     tree_rows,
 )
-from kolong.training.arguments import RecipeArguments
+from kolong.training.arguments import KnowledgePredictArguments, RecipeArguments
 from kolong.training.options import REQUIRED, option
 from kolong.training.prediction import MAX_PREDICT_SAMPLES_HELP
 
@@ -159,7 +158,7 @@ def finetune_ner(args: NERFinetuneArguments, report=lambda line: None) -> dict:
     from kolong.data.klue_ner import read_klue_ner
     from kolong.evaluation import klue
     from kolong.evaluation.klue import NER_LABELS
-    from kolong.positions.reach import max_length_for
+    from kolong.extension.reach import max_length_for
     from kolong.training import common
     from kolong.training.arguments import training_arguments
 
@@ -265,8 +264,8 @@ def predict_ner(args: NERPredictArguments) -> dict:
     from kolong.checkpoints import load_model, load_tokenizer
     from kolong.data.klue_ner import prediction
     from kolong.data.shared import data_file
+    from kolong.extension.reach import max_length_for
     from kolong.io import atomic_output_file, atomic_write_json, check_output_file
-    from kolong.positions.reach import max_length_for
     from kolong.training.prediction import by_length, first, in_order, token_lengths, warn_cut
 
     check_output_file(args.output, args.overwrite)

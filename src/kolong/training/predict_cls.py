@@ -16,10 +16,10 @@ from kolong.data.shared import HELP as SHARED_HELP
 from kolong.knowledge import (
     KnowledgeCollator,
     KnowledgeInjector,
-    KnowledgePredictArguments,
     knowledge_for_prediction,
     tree_rows,
 )
+from kolong.training.arguments import KnowledgePredictArguments
 from kolong.training.options import REQUIRED, option
 from kolong.training.prediction import MAX_PREDICT_SAMPLES_HELP
 
@@ -89,8 +89,8 @@ def predict_cls(args: ClassificationPredictArguments) -> dict:
     from transformers import AutoModelForSequenceClassification
 
     from kolong.checkpoints import load_model, load_tokenizer
+    from kolong.extension.reach import max_length_for
     from kolong.io import atomic_output_file, atomic_write_json, check_output_file
-    from kolong.positions.reach import max_length_for
     from kolong.training.classification import DEFAULT_MAX_LENGTH
     from kolong.training.prediction import by_length, first, in_order, token_lengths, warn_cut
 

@@ -32,8 +32,8 @@ from kolong.data.squad import gold_answers, read_squad
 from kolong.errors import ConfigError, DataError
 from kolong.evaluation.korquad import score_intervals, score_questions
 from kolong.evaluation.qa_postprocess import decode_answers
+from kolong.extension.reach import max_length_for, model_max_length
 from kolong.io import atomic_write_json, writes_output
-from kolong.positions.reach import max_length_for, model_max_length
 from kolong.training import common
 from kolong.training.arguments import (
     QAFinetuneArguments,

@@ -11,8 +11,8 @@ rounds at each length, with each one's peak memory growth.
 
 from __future__ import annotations
 
-from kolong.bench.arguments import TuningStepBenchArguments
-from kolong.bench.harness import Benchmark, Case, Measured
+from kolong.lab.bench.arguments import TuningStepBenchArguments
+from kolong.lab.bench.harness import Benchmark, Case, Measured
 
 
 class TuningStepBenchmark(Benchmark):

@@ -24,10 +24,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from kolong.bench.arguments import TokenizerBenchArguments
-from kolong.bench.harness import Benchmark, Case, run
 from kolong.data.nsmc import default_nsmc_path
 from kolong.errors import TokenizerError
+from kolong.lab.bench.arguments import TokenizerBenchArguments
+from kolong.lab.bench.harness import Benchmark, Case, run
 
 
 def nsmc_reviews(path: Path, limit: int) -> list[str]:

@@ -15,9 +15,9 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from kolong.evaluation.bootstrap import agreed, paired_difference, verdict
-from kolong.experiments.positions import PositionStudyArguments, run_position_study
-from kolong.experiments.stages import Deadline, run_stage
 from kolong.io import atomic_write_json, atomic_write_text
+from kolong.lab.experiments.positions import PositionStudyArguments, run_position_study
+from kolong.lab.experiments.stages import Deadline, run_stage
 from kolong.plots.figures import save_figure
 
 BASELINE = "learned"

@@ -52,7 +52,8 @@ import numpy as np
 
 from kolong.data.shared import shared_root
 from kolong.evaluation.bootstrap import agreed
-from kolong.experiments.extension_eval import (
+from kolong.io import atomic_write_bytes, atomic_write_json, atomic_write_text
+from kolong.lab.experiments.extension_eval import (
     BOUNDARY,
     CHUNKED,
     CONTINUED,
@@ -71,8 +72,7 @@ from kolong.experiments.extension_eval import (
     token_losses,
     unique_contexts,
 )
-from kolong.experiments.stages import Deadline, stopped_message
-from kolong.io import atomic_write_bytes, atomic_write_json, atomic_write_text
+from kolong.lab.experiments.stages import Deadline, stopped_message
 
 METHODS = ("interpolate", "copy", "last", "random", "interpolate-keep-short")
 
@@ -106,7 +106,7 @@ class ExtensionInitArguments:
 
 
 def _variant(base_model: str, work: Path, method: str, length: int, seed: int) -> Path:
-    from kolong.extension import extend_checkpoint
+    from kolong.extension.checkpoint import extend_checkpoint
 
     out = work / f"extended-{method}"
     if not (out / "config.json").is_file():
@@ -190,7 +190,7 @@ def run_extension_init(
     import kolong  # noqa: F401  (Auto classes)
     from kolong.checkpoints import load_tokenizer
     from kolong.data.corpus import build_corpus
-    from kolong.experiments.base import heldout_articles
+    from kolong.lab.experiments.base import heldout_articles
 
     unknown = set(args.methods) - set(METHODS)
     if unknown:
@@ -223,7 +223,7 @@ def run_extension_init(
     corpus = Path(args.corpus_dir) if args.corpus_dir else work / f"corpus-{args.length}"
     if not (corpus / "corpus.json").is_file():
         on_step("continued pre-training corpus (the base's pre-training documents)")
-        build_corpus([str(base_dir / "documents.txt")], base["model"], corpus, max_length=args.length,
+        build_corpus([str(base_dir / "documents.txt")], load_tokenizer(base["model"], role="tokenizer"), corpus, max_length=args.length,
                      held_out=0.0, seed=args.seed, overwrite=True)  # fmt: skip
 
     losses_path = work / "losses.npz"
@@ -283,7 +283,7 @@ def run_extension_init(
         short_corpus, rows = corpus.parent / "corpus-512", control_rows(args)
         if not (short_corpus / "corpus.json").is_file():
             on_step(f"{CONTINUED}: corpus of 512-token rows (the same documents)")
-            build_corpus([str(base_dir / "documents.txt")], base["model"], short_corpus, max_length=512,
+            build_corpus([str(base_dir / "documents.txt")], load_tokenizer(base["model"], role="tokenizer"), short_corpus, max_length=512,
                          held_out=0.0, seed=args.seed, overwrite=True)  # fmt: skip
         for steps in trained:
             on_step(f"{CONTINUED}: the 512 base after {steps} steps of {rows} x 512 tokens, read in chunks")

@@ -27,10 +27,10 @@ import copy
 import tempfile
 from pathlib import Path
 
-from kolong.bench.arguments import CompressBenchArguments
-from kolong.bench.harness import Benchmark, Case, cuda_sync
-from kolong.bench.memory import peak_growth_mb
 from kolong.errors import ConfigError
+from kolong.lab.bench.arguments import CompressBenchArguments
+from kolong.lab.bench.harness import Benchmark, Case, cuda_sync
+from kolong.lab.bench.memory import peak_growth_mb
 
 VARIANTS = ("fp32", "fp32-compiled", "int8", "int8-compiled", "ort-fp32", "ort-int8", "student",
             "student-int8-compiled", "student-ort-int8")  # fmt: skip
@@ -223,7 +223,7 @@ def _accuracy(args, model, runners: dict) -> dict:
     from kolong.evaluation.bootstrap import paired_difference
     from kolong.evaluation.korquad import question_scores
     from kolong.evaluation.qa_postprocess import decode_answers
-    from kolong.positions.reach import model_max_length
+    from kolong.extension.reach import model_max_length
 
     tokenizer = load_tokenizer(args.model)
     examples = read_squad(args.eval, split="validation").examples

@@ -1,7 +1,7 @@
 """One harness for every `kolong bench ...`: the protocol and the timer (what it writes: `results.py`).
 
 A benchmark is a class with a `name` (the command, and the stem of `benchmarks/results/DEVICE/NAME.{json,md}`),
-an `arguments` dataclass (its options; `kolong.bench.arguments`, read by `--help` without torch) and:
+an `arguments` dataclass (its options; `kolong.lab.bench.arguments`, read by `--help` without torch) and:
 
 - `sizes(args)`: the cases it measures (lengths, thread counts, stages, ...), one dict each;
 - `setup(args, size)`: builds what one case needs and returns a `Case`: kolong's `steps` and the
@@ -28,7 +28,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kolong.bench.results import (  # noqa: F401  (Timing, write_results: importable from here)
+from kolong.errors import OutOfMemoryError
+from kolong.lab.bench.results import (  # noqa: F401  (Timing, write_results: importable from here)
     Timing,
     case_key,
     kept_cases,
@@ -38,7 +39,6 @@ from kolong.bench.results import (  # noqa: F401  (Timing, write_results: import
     run_result,
     write_results,
 )
-from kolong.errors import OutOfMemoryError
 
 Step = Callable[[], object]
 
@@ -77,7 +77,7 @@ def resolve_device(requested: str) -> str:
 
 def default_output_dir(benchmark, args) -> Path:
     """benchmarks/results/<device class>: the folder of this machine's class for the device the run measures."""
-    from kolong.bench.machine import describe_machine, device_class
+    from kolong.lab.bench.machine import describe_machine, device_class
 
     device = getattr(args, "device", "cpu")
     device = resolve_device(device) if isinstance(device, str) else "cpu"
@@ -174,7 +174,7 @@ def run(
     run cut short (a job's time limit) still leaves what it measured. Given such a partial result as
     `resume`, a resumable benchmark keeps its cases when it came from the same arguments on the same machine
     (`kept_cases`) and measures only the others."""
-    from kolong.bench.machine import describe_machine
+    from kolong.lab.bench.machine import describe_machine
 
     step = benchmark.progress = on_step or (lambda message: None)  # a benchmark may report inside a case too
     if isinstance(getattr(args, "device", None), str):

@@ -9,7 +9,7 @@ attention dropout `--attention-dropout`); inference a forward under `torch.infer
 `--compile regions` layer by layer (one graph serves every layer of a model: what lets five schemes at three
 lengths compile in minutes), with static shapes either way; each row records its first step's seconds.
 
-Memory: on CPU each (implementation, length) in a fresh worker process (`python -m kolong.bench.encoder`), so
+Memory: on CPU each (implementation, length) in a fresh worker process (`python -m kolong.lab.bench.encoder`), so
 its peak is its own (the growth of the peak resident set, VmHWM, reset before each call); on CUDA in this
 process with the models already timed (`torch.cuda.max_memory_allocated`, reset before each call: a worker
 would compile every model again). The attention plan of each kolong model is recorded beside its speed.
@@ -29,12 +29,12 @@ import time
 from dataclasses import asdict
 
 from kolong.attention.options import AttentionOptions
-from kolong.bench.arguments import EncoderBenchArguments
-from kolong.bench.flops import FlopCount, device_peak_flops, mfu
-from kolong.bench.harness import Benchmark, Case, cuda_sync, free_cuda
-from kolong.bench.memory import peak_growth_mb, run_worker
-from kolong.bench.steps import encoder_step, plan_of
 from kolong.errors import ConfigError
+from kolong.lab.bench.arguments import EncoderBenchArguments
+from kolong.lab.bench.flops import FlopCount, device_peak_flops, mfu
+from kolong.lab.bench.harness import Benchmark, Case, cuda_sync, free_cuda
+from kolong.lab.bench.memory import peak_growth_mb, run_worker
+from kolong.lab.bench.steps import encoder_step, plan_of
 
 __all__ = ["EncoderBenchArguments", "EncoderBenchmark", "implementations", "to_markdown"]
 
@@ -86,8 +86,8 @@ def build_model(name: str, args: EncoderBenchArguments, length: int):
     import torch
     from transformers import BertConfig, BertModel, ModernBertConfig, ModernBertModel
 
+    from kolong.lab.bench.shaw_naive import MaterialisedShawPositions
     from kolong.models import KolongConfig, KolongModel
-    from kolong.positions.shaw import MaterialisedShawPositions
 
     sizes = _sizes(args, length)
     torch.manual_seed(0)
@@ -183,8 +183,8 @@ def measure_memory(name: str, length: int, args: EncoderBenchArguments) -> dict:
 
 
 def traced_calls(models: dict, args: EncoderBenchArguments, length: int, calls: int = 3) -> list[dict]:
-    """Each model's calls at `length` in each mode, traced by torch.profiler (`kolong.bench.trace`)."""
-    from kolong.bench.trace import traced_call
+    """Each model's calls at `length` in each mode, traced by torch.profiler (`kolong.lab.bench.trace`)."""
+    from kolong.lab.bench.trace import traced_call
 
     rows = []
     for mode in args.modes:
@@ -219,7 +219,7 @@ def _memory_worker(name: str, length: int, args: EncoderBenchArguments) -> dict:
 
     # The worker gets this process's scheme registry (schemes registered at run time included) and path.
     payload = {"name": name, "length": length, "args": asdict(args), "schemes": SCHEMES}
-    return run_worker("kolong.bench.encoder", payload, {"implementation": name, "length": length})
+    return run_worker("kolong.lab.bench.encoder", payload, {"implementation": name, "length": length})
 
 
 def _resolved(args: EncoderBenchArguments) -> list[str]:
@@ -342,7 +342,7 @@ class EncoderBenchmark(Benchmark):
 
 
 def step_flops(args: EncoderBenchArguments, batch: int, length: int, mode: str) -> float:
-    """The one FLOP count (`kolong.bench.flops`) of one step: the pairs within each document (every pair of a
+    """The one FLOP count (`kolong.lab.bench.flops`) of one step: the pairs within each document (every pair of a
     whole row)."""
     count = FlopCount.encoder(args.hidden_size, args.num_hidden_layers, args.intermediate_size)
     documents = packed_documents(args, batch, length)
@@ -383,7 +383,7 @@ def summarise(args: EncoderBenchArguments, rows: list[dict]) -> dict:
                 f"{mode}_error"
             ] = error
     _add_ratios(results)
-    from kolong.bench.encoder_goals import goal_rows
+    from kolong.lab.bench.encoder_goals import goal_rows
 
     cells = list(results.values())
     return {"arguments": {**asdict(args), "implementations": _resolved(args)}, "peak_flops": peak,
@@ -488,11 +488,11 @@ def to_markdown(result: dict) -> str:
     if errors:
         lines += ["Not measured: " + "; ".join(errors), ""]
     if result.get("goals"):
-        from kolong.bench.encoder_goals import goals_markdown
+        from kolong.lab.bench.encoder_goals import goals_markdown
 
         lines += [*goals_markdown(result["goals"], args), ""]
     if result.get("traces"):
-        from kolong.bench.trace import calls_markdown
+        from kolong.lab.bench.trace import calls_markdown
 
         lines += [*calls_markdown(result["traces"], "implementation"), ""]
     return "\n".join(lines)

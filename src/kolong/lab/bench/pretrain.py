@@ -13,7 +13,7 @@ corpus, `tokens_per_step` tokens per optimiser step, interleaved round by round 
 
 Each run times its steps after the first quarter (warm-up and compilation), with the device
 synchronised at both ends. Pipeline overhead = 1 - pipeline / raw tokens/s. MFU is the one count of
-`kolong.bench.flops`, each side credited for its own model's math on the same batches (counted on the raw
+`kolong.lab.bench.flops`, each side credited for its own model's math on the same batches (counted on the raw
 step's): kolong's packed documents attend within themselves and its sparse head scores the labelled
 positions; HF's rows attend across the whole block and its dense head scores every token. With `--profile`
 (the default on CUDA) one more, untimed run of each pipeline is traced: the device-busy fraction of each
@@ -37,10 +37,10 @@ import time
 from pathlib import Path
 
 from kolong.attention.options import AttentionOptions
-from kolong.bench.arguments import PretrainBenchArguments
-from kolong.bench.flops import FlopCount, device_peak_flops, document_pairs, mfu
-from kolong.bench.harness import Benchmark, Case, Measured, resolve_device, run
-from kolong.bench.trace import StepTrace, to_markdown_rows
+from kolong.lab.bench.arguments import PretrainBenchArguments
+from kolong.lab.bench.flops import FlopCount, device_peak_flops, document_pairs, mfu
+from kolong.lab.bench.harness import Benchmark, Case, Measured, resolve_device, run
+from kolong.lab.bench.trace import StepTrace, to_markdown_rows
 
 __all__ = ["PIPELINES", "PretrainBenchmark", "run_pretrain_benchmark", "to_markdown"]
 
@@ -106,6 +106,7 @@ class PretrainBenchmark(Benchmark):
         return [{"position": p, "length": n} for p in args.positions for n in args.lengths]
 
     def _corpus(self, args, length: int) -> Path:
+        from kolong.checkpoints import load_tokenizer
         from kolong.data.builtin_checkpoints import build_tiny_bert_checkpoint
         from kolong.data.corpus import build_corpus
 
@@ -123,7 +124,13 @@ class PretrainBenchmark(Benchmark):
                 )
             self._tokenizer = tokenizer
             self._corpora[length] = self._root / f"corpus-{length}"
-            build_corpus([str(text)], tokenizer, self._corpora[length], max_length=length, held_out=0.0)
+            build_corpus(
+                [str(text)],
+                load_tokenizer(tokenizer, role="tokenizer"),
+                self._corpora[length],
+                max_length=length,
+                held_out=0.0,
+            )
         return self._corpora[length]
 
     def _trained_tokenizer(self, args: PretrainBenchArguments) -> Path:
@@ -418,7 +425,7 @@ def step_counts_of(timing) -> dict[str, float] | None:
 
 
 def pipeline_flops(args: PretrainBenchArguments, vocab: int, counts: dict | None) -> dict[str, float] | None:
-    """FLOPs of one step of each pipeline under the one count (`kolong.bench.flops`): kolong's model attends
+    """FLOPs of one step of each pipeline under the one count (`kolong.lab.bench.flops`): kolong's model attends
     within documents and scores the labelled positions; HF's attends over whole rows and scores every token."""
     if counts is None:
         return None
@@ -531,7 +538,7 @@ def to_markdown(result: dict) -> str:
         ]
     counted = [c for c in result["cells"] if c.get("step_counts")]
     if counted:
-        lines += ["", "MFU: the one count of `kolong.bench.flops` (6 N per token that is not padding, the prediction "
+        lines += ["", "MFU: the one count of `kolong.lab.bench.flops` (6 N per token that is not padding, the prediction "
                   "head on the positions each side scores, 12 L d per key-query pair the mask allows) against the "
                   "device's dense bf16 peak. Per step: " + "; ".join(
                       f"{c['position']} {c['length']}: {c['step_counts']['tokens']:,.0f} tokens, "
@@ -571,7 +578,7 @@ def to_markdown(result: dict) -> str:
                 f"- {t['position']}, {t['length']}, {t['pipeline']}: "
                 + ", ".join(f"`{name[:60]}` {ms:.2f}" for name, ms in t["costliest_kernels"][:4]) for t in kernels]  # fmt: skip
         if kinds := [t for t in result["traces"] if t.get("kernel_ms_by_kind")]:
-            lines += ["", "Kernel time by kind (ms per step; `kolong.bench.trace.kernel_kind`):", ""] + [
+            lines += ["", "Kernel time by kind (ms per step; `kolong.lab.bench.trace.kernel_kind`):", ""] + [
                 f"- {t['position']}, {t['length']}, {t['pipeline']}: "
                 + ", ".join(f"{kind} {ms:.1f}" for kind, ms in t["kernel_ms_by_kind"].items()) for t in kinds]  # fmt: skip
         lines.append("")

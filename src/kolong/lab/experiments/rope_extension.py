@@ -74,9 +74,9 @@ def run_rope_extension(args: RopeExtensionArguments, on_step=print) -> dict:
     from kolong.checkpoints import load_model, load_tokenizer
     from kolong.data.corpus import read_documents
     from kolong.evaluation.bootstrap import interval, paired_difference
-    from kolong.experiments.extension_eval import evaluation_blocks, token_losses
     from kolong.extension.position_table import ExtensionError
     from kolong.extension.rope import is_kolong_rope
+    from kolong.lab.experiments.extension_eval import evaluation_blocks, token_losses
     from kolong.positions.rope import yarn_temperature
 
     unknown = [m for m in args.methods if m not in METHODS]

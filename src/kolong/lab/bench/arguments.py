@@ -372,16 +372,16 @@ class CompressBenchArguments(BenchArguments):
 
 # `kolong bench NAME` -> (the Benchmark class, imported when the command runs; its arguments)
 BENCHMARKS: dict[str, tuple[str, type]] = {
-    "extend": ("kolong.bench.extension:ExtendBenchmark", ExtendBenchArguments),
-    "startup": ("kolong.bench.startup:StartupBenchmark", StartupBenchArguments),
-    "qa": ("kolong.bench.qa:QABenchmark", QABenchArguments),
-    "encoder": ("kolong.bench.encoder:EncoderBenchmark", EncoderBenchArguments),
-    "tokenizer": ("kolong.bench.tokenizer:TokenizerBenchmark", TokenizerBenchArguments),
-    "pretrain": ("kolong.bench.pretrain:PretrainBenchmark", PretrainBenchArguments),
-    "gbst": ("kolong.bench.gbst:GBSTBenchmark", GBSTBenchArguments),
-    "long-attention": ("kolong.bench.long_attention:LongAttentionBenchmark", LongAttentionBenchArguments),
-    "compress": ("kolong.bench.compress:CompressBenchmark", CompressBenchArguments),
-    "tuning-step": ("kolong.bench.tuning_step:TuningStepBenchmark", TuningStepBenchArguments),
+    "extend": ("kolong.lab.bench.extension:ExtendBenchmark", ExtendBenchArguments),
+    "startup": ("kolong.lab.bench.startup:StartupBenchmark", StartupBenchArguments),
+    "qa": ("kolong.lab.bench.qa:QABenchmark", QABenchArguments),
+    "encoder": ("kolong.lab.bench.encoder:EncoderBenchmark", EncoderBenchArguments),
+    "tokenizer": ("kolong.lab.bench.tokenizer:TokenizerBenchmark", TokenizerBenchArguments),
+    "pretrain": ("kolong.lab.bench.pretrain:PretrainBenchmark", PretrainBenchArguments),
+    "gbst": ("kolong.lab.bench.gbst:GBSTBenchmark", GBSTBenchArguments),
+    "long-attention": ("kolong.lab.bench.long_attention:LongAttentionBenchmark", LongAttentionBenchArguments),
+    "compress": ("kolong.lab.bench.compress:CompressBenchmark", CompressBenchArguments),
+    "tuning-step": ("kolong.lab.bench.tuning_step:TuningStepBenchmark", TuningStepBenchArguments),
 }
 
 

@@ -44,7 +44,8 @@ from kolong.data.squad import (
     split_by_article,
     write_squad,
 )
-from kolong.experiments.length_report import (
+from kolong.io import atomic_write_json, atomic_write_text
+from kolong.lab.experiments.length_report import (
     MARGIN,
     Questions,
     answer_token_positions,
@@ -57,8 +58,7 @@ from kolong.experiments.length_report import (
     to_markdown,
     verdicts,
 )
-from kolong.experiments.stages import Deadline, stopped_message
-from kolong.io import atomic_write_json, atomic_write_text
+from kolong.lab.experiments.stages import Deadline, stopped_message
 
 DEFAULT_VARIANTS = (
     "512-truncate",
@@ -288,7 +288,7 @@ def _read_result(path: Path, settings: dict) -> dict | None:
 
 def _train_and_score(args, model, out: Path, name: str, settings: dict, deadline, questions, train_questions):
     """Fine-tune one reader with one seed and score it: the result file's content (None if stopped)."""
-    from kolong.extension import extend_checkpoint
+    from kolong.extension.checkpoint import extend_checkpoint
     from kolong.models.encoder.convert import convert_checkpoint
     from kolong.training.qa import QAFinetuneArguments, finetune_qa
 

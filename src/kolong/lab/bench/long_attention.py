@@ -26,10 +26,10 @@ import sys
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from kolong.bench.arguments import LongAttentionBenchArguments
-from kolong.bench.harness import Benchmark, Case, cuda_sync, free_cuda
-from kolong.bench.memory import peak_growth_mb, run_worker
-from kolong.bench.steps import encoder_step
+from kolong.lab.bench.arguments import LongAttentionBenchArguments
+from kolong.lab.bench.harness import Benchmark, Case, cuda_sync, free_cuda
+from kolong.lab.bench.memory import peak_growth_mb, run_worker
+from kolong.lab.bench.steps import encoder_step
 
 PATTERNS = (
     "full",
@@ -237,7 +237,7 @@ def measure_memory(pattern: str, length: int, args: LongAttentionBenchArguments,
 
 def traced_calls(models: dict, args: LongAttentionBenchArguments, length: int, calls: int = 3) -> list[dict]:
     """Each pattern's calls at `length` in each mode, traced by torch.profiler after one untraced call."""
-    from kolong.bench.trace import traced_call
+    from kolong.lab.bench.trace import traced_call
 
     rows = []
     for mode in args.modes:
@@ -262,7 +262,7 @@ def _memory_here(pattern: str, length: int, args: LongAttentionBenchArguments, m
 
 def _memory_worker(pattern: str, length: int, args: LongAttentionBenchArguments) -> dict:
     payload = {"pattern": pattern, "length": length, "args": asdict(args)}
-    return run_worker("kolong.bench.long_attention", payload, {"pattern": pattern, "length": length})
+    return run_worker("kolong.lab.bench.long_attention", payload, {"pattern": pattern, "length": length})
 
 
 def skipped(pattern: str, length: int, mode: str, args: LongAttentionBenchArguments) -> bool:
@@ -429,7 +429,7 @@ GOALS = (  # (text, target, at least)
 
 def goals(seconds: dict, memory: dict) -> list[dict]:
     """Each goal per mode where this run measured what it needs: value, target, met, gap (value - target)."""
-    from kolong.bench.encoder_goals import judged
+    from kolong.lab.bench.encoder_goals import judged
 
     rows = []
     for mode in seconds:
@@ -522,7 +522,7 @@ def _table_lines(result: dict, heading: str) -> list[str]:
     if result.get("goals"):
         lines += goal_lines(result["goals"], heading)
     if result.get("traces"):
-        from kolong.bench.trace import calls_markdown
+        from kolong.lab.bench.trace import calls_markdown
 
         lines += ["", *calls_markdown(result["traces"], "pattern")]
     return lines
@@ -569,7 +569,7 @@ def failures(result: dict) -> list[str]:
     return memory + timed
 
 
-if __name__ == "__main__":  # the memory worker: `python -m kolong.bench.long_attention PAYLOAD`
+if __name__ == "__main__":  # the memory worker: `python -m kolong.lab.bench.long_attention PAYLOAD`
     payload = json.loads(sys.argv[1])
     arguments = LongAttentionBenchArguments(**payload["args"])
     print(json.dumps(measure_memory(payload["pattern"], payload["length"], arguments)))

@@ -31,8 +31,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kolong.experiments.stages import Deadline, run_stage
 from kolong.io import atomic_write_json, atomic_write_text
+from kolong.lab.experiments.stages import Deadline, run_stage
 
 # `kolong pretrain mlm --packing` of each phase
 PACKING = dict(packing="documents", full_rows_packing="documents-continuous")
@@ -86,7 +86,7 @@ class BaseModelArguments:
 
 
 def settings_of(scale: str, overrides: dict) -> dict:
-    from kolong.experiments.scales import scale_settings
+    from kolong.lab.experiments.scales import scale_settings
 
     settings = scale_settings(SCALES, scale, overrides)
     for name in PACKING:
@@ -141,6 +141,7 @@ def _stage(work: Path, name: str, make: Callable[[], dict]) -> dict:
 
 def build_base_model(args: BaseModelArguments, on_step: Callable[[str], None] = print) -> dict:
     """Run (or resume) every stage; returns the summary (also in WORK/base.json)."""
+    from kolong.checkpoints import load_tokenizer
     from kolong.data.corpus import build_corpus
     from kolong.tokenizers.training import save_tokenizer, train_tokenizer
     from kolong.training.pretrain import PretrainArguments, pretrain_mlm
@@ -174,7 +175,7 @@ def build_base_model(args: BaseModelArguments, on_step: Callable[[str], None] = 
     _stage(work, "tokenizer", tokenizer)
 
     def corpus() -> dict:
-        build_corpus([str(work / "documents.txt")], str(work / "tokenizer"), work / "corpus", max_length=512,
+        build_corpus([str(work / "documents.txt")], load_tokenizer(str(work / "tokenizer"), role="tokenizer"), work / "corpus", max_length=512,
                      held_out=0.01, seed=args.seed, overwrite=True, workers=0)  # fmt: skip
         return {"path": str(work / "corpus")}
 
@@ -252,7 +253,7 @@ def unseen_losses(model_dir: Path, args: BaseModelArguments, settings: dict) -> 
 
     from kolong.checkpoints import load_model, load_tokenizer
     from kolong.evaluation.bootstrap import interval
-    from kolong.experiments.extension_eval import (
+    from kolong.lab.experiments.extension_eval import (
         evaluation_blocks,
         heldout_reviews,
         token_losses,

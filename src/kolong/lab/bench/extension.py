@@ -15,9 +15,9 @@ from collections.abc import Callable
 
 import torch
 
-from kolong.bench.arguments import ExtendBenchArguments
-from kolong.bench.harness import Benchmark, Case, run
 from kolong.errors import ConfigError
+from kolong.lab.bench.arguments import ExtendBenchArguments
+from kolong.lab.bench.harness import Benchmark, Case, run
 
 
 def reference_row_loop_doubling(table: torch.Tensor, factor: int) -> torch.Tensor:

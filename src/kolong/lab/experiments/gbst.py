@@ -18,7 +18,7 @@ Every stage stores its result when it ends and a rerun skips finished stages, so
 `--max-minutes` stops the call's training at a checkpoint and a rerun resumes it there (the samples/s of a
 resumed run are those of the call that finished it).
 
-Tables and the figure of `kolong experiment gbst` (`kolong.experiments.gbst`): scores with their intervals
+Tables and the figure of `kolong experiment gbst` (`kolong.lab.experiments.gbst`): scores with their intervals
 and the paired differences, samples/s and speed-ups.
 """
 
@@ -29,8 +29,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from kolong.experiments.stages import Deadline, StoppedByDeadline, fresh_start, run_stage
 from kolong.io import atomic_write_json, atomic_write_text
+from kolong.lab.experiments.stages import Deadline, StoppedByDeadline, fresh_start, run_stage
 from kolong.plots.figures import save_figure
 
 SCALES = {
@@ -84,7 +84,7 @@ class GbstStudyArguments:
 
 
 def settings_of(args: GbstStudyArguments) -> dict:
-    from kolong.experiments.scales import scale_settings
+    from kolong.lab.experiments.scales import scale_settings
 
     settings = scale_settings(SCALES, args.scale, args.overrides, "study setting")
     bad = [task for task in args.tasks if task not in TASK_LENGTHS]
@@ -298,8 +298,8 @@ def run_gbst_study(args: GbstStudyArguments, on_step: Callable[[str], None] = pr
 
 
 def _study(args: GbstStudyArguments, on_step: Callable[[str], None], deadline: Deadline) -> dict:
-    from kolong.bench.machine import describe_machine
     from kolong.data.text_to_text import load_task
+    from kolong.lab.bench.machine import describe_machine
 
     settings = settings_of(args)
     work = Path(args.work_dir)

@@ -20,10 +20,10 @@ from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
-from kolong.bench.arguments import GBSTBenchArguments
-from kolong.bench.harness import Benchmark, Case, Measured, resolve_device, run
 from kolong.data.shared import korquad_dev
 from kolong.errors import ConfigError
+from kolong.lab.bench.arguments import GBSTBenchArguments
+from kolong.lab.bench.harness import Benchmark, Case, Measured, resolve_device, run
 
 __all__ = ["GBSTBenchArguments", "GBSTBenchmark", "run_gbst_benchmark"]
 

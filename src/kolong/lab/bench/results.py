@@ -158,7 +158,7 @@ def command_line(benchmark, args) -> str:
 
 
 def run_result(benchmark, args, rows: list[dict], summary: dict, machine: dict) -> dict:
-    from kolong.bench.machine import device_class
+    from kolong.lab.bench.machine import device_class
 
     arguments = asdict(args) if is_dataclass(args) else args
     device = getattr(args, "device", "cpu")

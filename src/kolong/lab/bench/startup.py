@@ -16,10 +16,10 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from kolong.bench.arguments import StartupBenchArguments
-from kolong.bench.harness import Benchmark, Case, Measured, run
 from kolong.data.shared import korquad_dev
 from kolong.errors import DataError
+from kolong.lab.bench.arguments import StartupBenchArguments
+from kolong.lab.bench.harness import Benchmark, Case, Measured, run
 
 HELP_COMMANDS = (
     ("--help",),

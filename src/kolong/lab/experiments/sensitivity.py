@@ -25,8 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from kolong.experiments.stages import run_stage
 from kolong.io import atomic_write_json
+from kolong.lab.experiments.stages import run_stage
 from kolong.plots.figures import save_figure
 
 BITS = (8, 4)
@@ -136,7 +136,7 @@ def _loaded(path: str, head: str, option: str, length: int, length_option: str):
     """The checkpoint's model, refused unless it has the `head` the study scores and reads `length` tokens."""
     from kolong.checkpoints import load_model
     from kolong.errors import CheckpointError, DataError
-    from kolong.positions.reach import model_max_length
+    from kolong.extension.reach import model_max_length
 
     model = load_model(path).eval()
     if not type(model).__name__.endswith(head):
@@ -150,7 +150,7 @@ def _loaded(path: str, head: str, option: str, length: int, length_option: str):
 def _mlm_scorer(args, path: str) -> tuple[object, Callable[[], np.ndarray]]:
     """The model and a function returning its mean masked-token loss per held-out block."""
     from kolong.checkpoints import load_tokenizer
-    from kolong.experiments.extension_eval import evaluation_blocks, heldout_reviews, token_losses
+    from kolong.lab.experiments.extension_eval import evaluation_blocks, heldout_reviews, token_losses
 
     model = _loaded(path, "ForMaskedLM", "--mlm", args.block_length, "--block-length")
     tokenizer = load_tokenizer(path)
@@ -207,7 +207,7 @@ def _study(work: Path, kind: str, name: str, path: str, args) -> dict:
 
 
 def run_sensitivity(args: SensitivityArguments, on_step: Callable[[str], None] = print) -> dict:
-    from kolong.bench.machine import describe_machine
+    from kolong.lab.bench.machine import describe_machine
 
     if not args.mlm_models and not args.qa_models:
         raise ValueError("name at least one model: --mlm NAME=PATH or --qa NAME=PATH")

@@ -31,8 +31,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from kolong.experiments.stages import Deadline, StoppedByDeadline, fresh_start, run_stage
 from kolong.io import atomic_write_json, atomic_write_text
+from kolong.lab.experiments.stages import Deadline, StoppedByDeadline, fresh_start, run_stage
 from kolong.plots.figures import save_figure
 
 SCALES = {
@@ -85,7 +85,7 @@ class PositionStudyArguments:
 
 
 def _settings(args: PositionStudyArguments) -> dict:
-    from kolong.experiments.scales import scale_settings
+    from kolong.lab.experiments.scales import scale_settings
 
     return scale_settings(SCALES, args.scale, args.overrides, "study setting")
 
@@ -107,6 +107,7 @@ def study_tokenizer(work: Path, analyser: str, documents: list[str], vocab_size:
 
 
 def study_corpus(work: Path, name: str, tokenizer: Path, documents: list[str]) -> Path:
+    from kolong.checkpoints import load_tokenizer
     from kolong.data.corpus import build_corpus
 
     out = work / f"corpus-{name}"
@@ -114,7 +115,14 @@ def study_corpus(work: Path, name: str, tokenizer: Path, documents: list[str]) -
         text = work / "documents.txt"
         if not text.is_file():
             atomic_write_text(text, "\n".join(d.replace("\n", " ") for d in documents) + "\n")
-        build_corpus([str(text)], str(tokenizer), out, max_length=128, held_out=0.02, overwrite=True)
+        build_corpus(
+            [str(text)],
+            load_tokenizer(str(tokenizer), role="tokenizer"),
+            out,
+            max_length=128,
+            held_out=0.02,
+            overwrite=True,
+        )
     return out
 
 

@@ -29,9 +29,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from kolong.experiments.positions import pretrain_stage, study_corpus, study_documents, study_tokenizer
-from kolong.experiments.stages import Deadline, StoppedByDeadline, fresh_start, run_stage
 from kolong.io import atomic_write_json, atomic_write_text
+from kolong.lab.experiments.positions import pretrain_stage, study_corpus, study_documents, study_tokenizer
+from kolong.lab.experiments.stages import Deadline, StoppedByDeadline, fresh_start, run_stage
 from kolong.plots.figures import save_figure
 
 SCALES = {
@@ -163,7 +163,7 @@ def run_knowledge_study(
 
 def _study(args: KnowledgeStudyArguments, on_step: Callable[[str], None], deadline: Deadline) -> dict:
     from kolong.evaluation.bootstrap import paired_difference
-    from kolong.experiments.scales import scale_settings
+    from kolong.lab.experiments.scales import scale_settings
 
     settings = scale_settings(SCALES, args.scale, args.overrides, "study setting")
     if not args.seeds:

@@ -25,11 +25,11 @@ from pathlib import Path
 
 import numpy as np
 
-from kolong.bench.arguments import QABenchArguments
-from kolong.bench.harness import Benchmark, Case, run
 from kolong.data.qa_features import build_features
 from kolong.data.squad import QAExample
 from kolong.evaluation.qa_postprocess import decode_answers
+from kolong.lab.bench.arguments import QABenchArguments
+from kolong.lab.bench.harness import Benchmark, Case, run
 
 
 def reference_prepare_features(tokenizer, examples: list[QAExample], max_length: int, stride: int):
@@ -131,7 +131,7 @@ def _label_spans(offsets, starts, ends) -> list[tuple[int, int] | None]:
 def bench_examples(data: Path | None, limit: int) -> tuple[str, list[QAExample]]:
     from kolong.data.samples import korean_qa_dataset
     from kolong.data.squad import build_long_documents, parse_squad, read_squad
-    from kolong.experiments.length import default_data_path
+    from kolong.lab.experiments.length import default_data_path
 
     path = data or default_data_path()
     if path.is_file():
