@@ -77,6 +77,8 @@ def test_a_failing_compiled_path_trains_as_the_chunked_path_and_warns_once(
     assert len([w for w in caught if issubclass(w.category, KolongWarning)]) == 1
     assert calls == [0]  # tried once, then remembered for every layer and step
     assert "out of resource" in dispatch.COMPILED_FAILURES.failed[name]
+    plans = model.attention_plans(ids)  # the plan says what runs now
+    assert {p.kernel for p in plans} == {"chunked"} and all("failed to compile" in p.why for p in plans)
     for result in (actual, again):
         torch.testing.assert_close(result[0], expected[0])
         for name, grad in expected[1].items():
@@ -84,11 +86,18 @@ def test_a_failing_compiled_path_trains_as_the_chunked_path_and_warns_once(
 
 
 def test_a_working_compiled_path_is_tried_once_per_shape_and_leaves_no_gradient(
-    monkeypatch, flex_as_on_cuda, fresh_failures
+    monkeypatch, flex_as_on_cuda, fresh_failures, caplog
 ):
+    import logging
+
     model = KolongModel(tiny_kolong_config(position_encoding="t5", attention_probs_dropout_prob=0.0))
     ids, mask = random_ids(2, 24), torch.ones(2, 24, dtype=torch.long)
-    hidden = model(ids, attention_mask=mask).last_hidden_state
+    with caplog.at_level(logging.INFO, logger="kolong.attention.dispatch"):
+        hidden = model(ids, attention_mask=mask).last_hidden_state
+    assert [r.getMessage() for r in caplog.records if "one extra forward and backward" in r.getMessage()] == [
+        "attention path 'flex': one extra forward and backward on copies before training shape (2, 2, 24, 16) "
+        "(torch.float32, cpu), so that a backward that cannot compile falls back here"
+    ]  # once per shape, not per layer
     assert all(w.grad is None for w in model.parameters())  # the try took gradients of its copies only
     hidden.square().mean().backward()
     model(random_ids(2, 24), attention_mask=mask)

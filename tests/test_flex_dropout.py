@@ -269,7 +269,7 @@ def test_compiled_flex_on_cpu_drops_through_the_chunked_path():
     def drops(q):
         return CallFacts(
             "flex_attention", q, Contribution(), AttentionMask(), 0.1, AttentionOptions()
-        ).flex_drops
+        ).flex_can_drop
 
     assert not drops(torch.zeros(1, 1, 4, 4)) and drops(torch.zeros(1, 1, 4, 4, device="meta"))
 

@@ -47,3 +47,15 @@ def test_a_toy_scheme_appears_everywhere(toy_scheme, tmp_path):
     assert result.exit_code == 0, result.output
     rows = json.loads(next(tmp_path.glob("encoder*.json")).read_text())["results"]
     assert {row["implementation"] for row in rows if "error" not in row} == {"toy", "learned"}
+
+
+def test_a_scheme_that_declares_a_reach_must_give_its_regions():
+    from kolong.positions.base import PositionEncoding
+
+    class Reaching:  # a scheme that declared contribution.reach > 0 without overriding regions()
+        pass
+
+    with pytest.raises(
+        NotImplementedError, match=r"Reaching declares contribution\.reach > 0 but has no regions"
+    ):
+        PositionEncoding.regions(Reaching(), 0, None, None)

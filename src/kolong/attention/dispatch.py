@@ -9,6 +9,7 @@ kolong's masks and scheme terms.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from kolong.attention.terms import attention_dropout_mask
 from kolong.errors import KolongError, warn
 
 KINDS = ("none", "rotation", "distance", "query")
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -126,7 +128,7 @@ class CallFacts:
         self.length = q.shape[2]
         self.dropout = dropout_p > 0
         self.kind = contribution.kind
-        self.bias = contribution.bias
+        self.has_bias = contribution.bias
         self.value_term = contribution.value_term
         self.window = mask.window is not None
         self.visible = mask.visible is not None
@@ -140,19 +142,22 @@ class CallFacts:
         self.flex = (
             self.flex_device and options.compiled_kernels and (not self.dropout or options.flex_dropout)
         )
-        self.flex_drops = self.device != "cpu" or not options.flex_compile
+        self.flex_can_drop = self.device != "cpu" or not options.flex_compile
+        # a compiled path that failed on this device earlier in the process (`attend`) is not planned again
+        self.flex_failed = "flex" in COMPILED_FAILURES.failed
+        self.exporting = exporting()  # torch.export traces one graph
         # packed documents or a window through FlexAttention's block mask
         self.packed_flex = not mask.keys_only and self.flex and not self.dropout
         # a bias SDPA can take as a float mask
-        self.plain_bias = self.bias and not self.value_term and not self.window and not self.dropout
-        self.documents_packed = self.device == "cpu" and mask.documents is not None and not self.window
+        self.plain_bias = self.has_bias and not self.value_term and not self.window and not self.dropout
+        self.cpu_packed_documents = self.device == "cpu" and mask.documents is not None and not self.window
 
     @once
     def row_ends(self) -> list[int] | None:
         return distance_view.row_ends(self.mask, self.length)
 
     @once
-    def regions(self) -> bool:
+    def regions_fit(self) -> bool:
         """Three regions through SDPA's fused CPU kernel (`sdpa_regions.py`): a bias constant past a reach, no
         dropout, padding alone, float32 or wider (the edges' gradient is a difference of two products with the
         output, whose digits 16 bits lose), rows of `regions_strips` strips of `regions_block_rows` + 2r - 2 keys,
@@ -186,7 +191,7 @@ class CallFacts:
         """The paths over documents' spans go one row at a time: where the rows' own spans read at most
         `documents_by_row` of the pairs the batch's widest spans read (rows of fewer than 4 blocks stay whole)."""
         rows = self.options.document_block_rows
-        if not self.documents_packed or self.q.shape[0] == 1 or self.length < 4 * rows:
+        if not self.cpu_packed_documents or self.q.shape[0] == 1 or self.length < 4 * rows:
             return False
         mask = self.mask
         return mask.document_keys_read(
@@ -198,7 +203,7 @@ class CallFacts:
         """Blocks of queries over their documents' spans read at most `documents_max_share` of the pairs."""
         rows = self.options.document_block_rows
         return (
-            self.documents_packed
+            self.cpu_packed_documents
             and self.length > rows
             and self.mask.document_keys_read(rows, by_row=self.by_row) <= self.options.documents_max_share
         )
@@ -216,7 +221,7 @@ class PlanRow:
 
 def _plain(f: CallFacts) -> bool:
     """No logit bias and no window: SDPA's own masks serve, unless FlexAttention takes packed documents."""
-    return not f.bias and not f.window and not f.packed_flex
+    return not f.has_bias and not f.window and not f.packed_flex
 
 
 @dataclass(frozen=True)
@@ -246,16 +251,19 @@ PLAN_FORMS: tuple[PlanForm, ...] = (
 PLAN_TABLE: tuple[PlanRow, ...] = (
     PlanRow("eager", lambda f: f.implementation == "eager", "attn_implementation='eager'",
             "the reference: scores, bias and probabilities materialised"),
-    PlanRow("sdpa", lambda f: f.visible and not f.bias and not f.window,
+    PlanRow("sdpa", lambda f: f.visible and not f.has_bias and not f.window,
             "a visible matrix (K-BERT), no logit bias or window",
             "a visible matrix per example: SDPA under its dense mask"),
     PlanRow("eager", lambda f: f.visible, "a visible matrix with a logit bias or a window",
             "a visible matrix with soft positions: distances per example, which the reference reads"),
     PlanRow("chunked", lambda f: f.implementation == "flex_attention" and f.value_term,
             "attn_implementation='flex_attention', Shaw's value term", "Shaw's value term has no FlexAttention form"),
-    PlanRow("chunked", lambda f: f.implementation == "flex_attention" and f.dropout and not f.flex_drops,
+    PlanRow("chunked", lambda f: f.implementation == "flex_attention" and f.dropout and not f.flex_can_drop,
             "attn_implementation='flex_attention', dropout, compiled on CPU",
             "compiled FlexAttention on CPU returns no log-sum-exp for dropout's second pass"),
+    PlanRow("chunked", lambda f: f.implementation == "flex_attention" and f.flex_failed,
+            "attn_implementation='flex_attention', FlexAttention failed to compile earlier in this process",
+            "FlexAttention failed to compile on this device (the warning said why): the chunked exact path instead"),
     PlanRow("flex", lambda f: f.implementation == "flex_attention", "attn_implementation='flex_attention'",
             "asked for (attn_implementation='flex_attention')"),
     PlanRow("chunked", lambda f: _plain(f) and f.dropout and not f.flex_device and f.document_blocks,
@@ -268,7 +276,10 @@ PLAN_TABLE: tuple[PlanRow, ...] = (
             "packed documents: SDPA per block of queries, over the keys their documents span"),
     PlanRow("sdpa", _plain, "no bias or window (packed documents: not through FlexAttention)",
             "no logit bias: SDPA's fused kernel, under the mask SDPA takes"),
-    PlanRow("eager", lambda f: exporting(), "torch.export", "torch.export: one graph, without the fused paths' loops"),
+    PlanRow("eager", lambda f: f.exporting, "torch.export", "torch.export: one graph, without the fused paths' loops"),
+    PlanRow("chunked", lambda f: f.flex and not f.value_term and f.flex_failed,
+            "FlexAttention here, no value term, but it failed to compile earlier in this process",
+            "FlexAttention failed to compile on this device (the warning said why): the chunked exact path instead"),
     PlanRow("flex", lambda f: f.flex and not f.value_term, "FlexAttention here, no value term",
             "FlexAttention: the bias in its score_mod, blocks outside the mask skipped"),
     PlanRow("sdpa-distance-view",
@@ -277,11 +288,11 @@ PLAN_TABLE: tuple[PlanRow, ...] = (
             "a bias by distance alone, no gradient into it (ALiBi training; T5 and ALiBi inference on CPU), no window "
             "or dropout, padding at the rows' ends",
             "a bias by distance alone, as one strided view: SDPA's fused kernel and its backward"),
-    PlanRow("sdpa-regions", lambda f: f.regions,
+    PlanRow("sdpa-regions", lambda f: f.regions_fit,
             "Shaw's bias in three regions without dropout, padding masks only, CPU fp32, rows of regions_strips "
             "near strips", "three regions: the far keys through SDPA's fused CPU kernel, the near strip in blocks"),
     # over key bands a bias is a float mask per band: kept for the backward, so only without a gradient
-    PlanRow("banded", lambda f: not f.dropout and f.window and (not f.bias or (f.kind == "distance" and not f.grad)),
+    PlanRow("banded", lambda f: not f.dropout and f.window and (not f.has_bias or (f.kind == "distance" and not f.grad)),
             "a local window without dropout, no bias or an untrained one by distance",
             "a local window over key bands: one SDPA call"),
     PlanRow("chunked", lambda f: True, "everything else",
@@ -413,8 +424,6 @@ def attend(plan: Plan, q, k, v, call: AttentionCall, layer=0):
     # not compiled, or inside a model compiled as a whole, whose compile decides
     if plan.kernel not in COMPILED_PATHS or torch.compiler.is_compiling():
         return kernel(q, k, v, call, layer)
-    if plan.kernel in COMPILED_FAILURES.failed:
-        return _chunked(q, k, v, call, layer)
     try:
         _try_backward_once(kernel, q, k, v, call, layer, plan.kernel)
         return kernel(q, k, v, call, layer)
@@ -438,6 +447,14 @@ def _try_backward_once(kernel, q, k, v, call: AttentionCall, layer, name: str) -
     shape = (name, tuple(q.shape), q.dtype, q.device.type, call.dropout_p > 0)
     if shape in COMPILED_FAILURES.tried:
         return
+    logger.info(
+        "attention path %r: one extra forward and backward on copies before training shape %s (%s, %s), "
+        "so that a backward that cannot compile falls back here",
+        name,
+        tuple(q.shape),
+        q.dtype,
+        q.device.type,
+    )
     devices = [q.device] if q.device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices, device_type=q.device.type):
         copies = [t.detach().requires_grad_() for t in (q, k, v)]

@@ -1,12 +1,13 @@
 """The one small interface every position scheme implements.
 
-A scheme acts at up to three places of the encoder, and each hook defaults to "do nothing":
+A scheme acts on the token embeddings, on queries and keys, or on the attention logits and values; each hook
+defaults to "do nothing":
 
 - `forward(inputs_embeds, ...)`: absolute schemes add (learned, sinusoidal) or multiply (MemN2N) a
   position signal into the token embeddings, before the embedding LayerNorm;
 - `score_bias(layer, query, state)`: relative schemes return an additive term for the attention
-  logits (Shaw's key term, T5 buckets, ALiBi), already in logit units, shape (batch|1, heads, n, n);
-  the encoder passes it to `scaled_dot_product_attention` as `attn_mask`;
+  logits (Shaw's key term, T5 buckets, ALiBi), already in logit units, shape (batch|1, heads, n, n), which
+  the `eager` path (the reference) adds to the scores;
 - `rotate(layer, query, key, state)`: RoPE rotates queries and keys;
 - `value_term(layer, probs, state)`: Shaw's optional value term needs the attention probabilities
   (`needs_probabilities`).
@@ -16,6 +17,8 @@ bias also gives the fused paths the same terms without any (n, n) tensor:
 
 - `chunk_bias(layer, query, state)`: a `ChunkBias` (kolong.attention.chunked) that builds the
   bias one block of query rows at a time and reduces the gradient back onto its inputs;
+- `regions(layer, query, state)`: for a bias that is constant past a distance r on each side (`contribution.reach`
+  r > 0, Shaw's clipped distances), the `RegionTerms` of its three regions (`attention/sdpa_regions.py`);
 - `flex_score(layer, query, state)`: `(function, tensors)`, a module-level function
   `function(q, k, v, block_mask, scale, dropout, options, *tensors)` that defines a FlexAttention `score_mod`
   over `tensors` and returns `kolong.attention.flex.attend(q, k, v, score_mod, block_mask, scale, dropout,
@@ -167,6 +170,15 @@ class PositionEncoding(nn.Module):
     def flex_score(self, layer: int, query: torch.Tensor, state: Any) -> tuple[Any, tuple] | None:
         """(flex function, tensors) for FlexAttention, or None for schemes without a logit bias."""
         return None
+
+    def regions(self, layer: int, query: torch.Tensor, state: Any):
+        """The logit bias (and value term) in three regions, a `kolong.attention.terms.RegionTerms`, for a scheme
+        whose `contribution.reach` r > 0: the bias is one constant per row for j - i <= -r and another for
+        j - i >= r, and varies only in the band between. The `sdpa-regions` path calls it exactly when the reach
+        is positive (`CallFacts.regions_fit`), so a scheme that declares a reach must override it."""
+        raise NotImplementedError(
+            f"{type(self).__name__} declares contribution.reach > 0 but has no regions(); see PositionEncoding.regions"
+        )
 
     def init_weights(self, std: float) -> None:
         """Initialise the scheme's own parameters (called from the model's `_init_weights`)."""
