@@ -36,10 +36,10 @@ def test_each_rows_mask_knows_its_own_documents_extents():
     # blocks of 4: row 0 reads [0, 5) [3, 9) [5, 9) (query 8's document; 9 and 10 are padding), row 1 [0, 6)
     # [1, 8) [8, 11); the batch's blocks read [0, 6) [1, 9) [5, 11)
     row_0, row_1 = (4 * 5 + 4 * 6 + 3 * 4) / 121, (4 * 6 + 4 * 7 + 3 * 3) / 121
-    assert mask.document_keys_read(4) == pytest.approx((4 * 6 + 4 * 8 + 3 * 6) / 121)
-    assert first.document_keys_read(4) == pytest.approx(row_0)
-    assert mask.document_keys_read(4, by_row=True) == pytest.approx((row_0 + row_1) / 2)
-    assert mask.document_keys_read(4, by_row=True) < mask.document_keys_read(4)
+    assert documents.keys_read(mask, 4) == pytest.approx((4 * 6 + 4 * 8 + 3 * 6) / 121)
+    assert documents.keys_read(first, 4) == pytest.approx(row_0)
+    assert documents.keys_read(mask, 4, by_row=True) == pytest.approx((row_0 + row_1) / 2)
+    assert documents.keys_read(mask, 4, by_row=True) < documents.keys_read(mask, 4)
     single = AttentionMask.from_attention_mask(packed[:1])
     assert single.batch_rows() == [single]
 
@@ -58,7 +58,7 @@ def test_rows_are_attended_alone_where_their_own_spans_read_fewer_pairs(monkeypa
     staggered = AttentionMask.from_attention_mask(_staggered(4, 16, 64, 5))
     aligned = AttentionMask.from_attention_mask(_staggered(4, 16, 64, 0))
     share = AttentionOptions().documents_by_row
-    assert staggered.document_keys_read(8, by_row=True) <= share * staggered.document_keys_read(8)
+    assert documents.keys_read(staggered, 8, by_row=True) <= share * documents.keys_read(staggered, 8)
     assert by_row(q, staggered)
     plan = plan_attention("sdpa", q, Contribution("none"), staggered, 0.0, EIGHT_ROWS)
     assert plan.kernel == "sdpa-document-blocks" and "one row of the batch at a time" in plan.why

@@ -42,7 +42,7 @@ def test_the_keys_a_block_of_queries_can_reach_span_its_documents_in_every_row()
     assert mask.key_index(0, 11, 11, "cpu") is None  # the whole row: no index
     assert mask.key_index(0, 1, 11, "cpu") == range(0, 3)  # one run of keys: sliced, not gathered
     # pairs read by blocks of 4: rows 0-3 keys [0, 6), 4-7 [1, 9), 8-10 [5, 11)
-    assert mask.document_keys_read(4) == pytest.approx((4 * 6 + 4 * 8 + 3 * 6) / 121)
+    assert documents.keys_read(mask, 4) == pytest.approx((4 * 6 + 4 * 8 + 3 * 6) / 121)
     # a document split in two (numbers reused) is spanned whole; a block of padding alone reads no key
     split = AttentionMask.from_attention_mask(torch.tensor([[1, 1, 2, 2, 1, 0, 0]]))
     assert split.document_keys(0, 1) == (0, 5)
@@ -120,7 +120,7 @@ def test_the_plan_takes_the_blocks_where_they_skip_enough_pairs(monkeypatch):
     q = torch.zeros(2, 2, 64, 4, requires_grad=True)
     none, options = Contribution("none"), AttentionOptions(document_block_rows=8)
     short, long = (AttentionMask.from_attention_mask(_documents_of(size)) for size in (4, 56))
-    assert short.document_keys_read(8) <= options.documents_max_share < long.document_keys_read(8)
+    assert documents.keys_read(short, 8) <= options.documents_max_share < documents.keys_read(long, 8)
     assert plan_attention("sdpa", q, none, short, 0.0, options).kernel == "sdpa-document-blocks"
     assert plan_attention("sdpa", q, none, long, 0.0, options).kernel == "sdpa"
     # with attention dropout (no fused CPU kernel): the chunked path over the same spans, else the explicit one

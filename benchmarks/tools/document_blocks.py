@@ -91,8 +91,8 @@ def cases(
                     out = chunked_attention(q, k, v, mask, shaw.chunk_bias(0, q, state))
                 out.backward(grad)
 
-            share = AttentionMask.from_attention_mask(numbers).document_keys_read(
-                attention_options.DEFAULT.document_block_rows
+            share = documents.keys_read(
+                AttentionMask.from_attention_mask(numbers), attention_options.DEFAULT.document_block_rows
             )
             built[length, mean] = (call, share)
     return built

@@ -65,8 +65,8 @@ def cases(
                 out.backward(grad)
 
             mask = AttentionMask.from_attention_mask(numbers)
-            read = {"batch": mask.document_keys_read(attention_options.DEFAULT.document_block_rows),
-                    "rows": mask.document_keys_read(attention_options.DEFAULT.document_block_rows, by_row=True),
+            read = {"batch": documents.keys_read(mask, attention_options.DEFAULT.document_block_rows),
+                    "rows": documents.keys_read(mask, attention_options.DEFAULT.document_block_rows, by_row=True),
                     "row_by_row": CallFacts("sdpa", q, Contribution("none"), mask, 0.0, AttentionOptions()).by_row}  # fmt: skip
             built[rows, mean] = (call, read)
     return built

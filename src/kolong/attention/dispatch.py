@@ -194,9 +194,9 @@ class CallFacts:
         if not self.cpu_packed_documents or self.q.shape[0] == 1 or self.length < 4 * rows:
             return False
         mask = self.mask
-        return mask.document_keys_read(
-            rows, by_row=True
-        ) <= self.options.documents_by_row * mask.document_keys_read(rows)
+        return documents.keys_read(
+            mask, rows, by_row=True
+        ) <= self.options.documents_by_row * documents.keys_read(mask, rows)
 
     @once
     def document_blocks(self) -> bool:
@@ -205,7 +205,7 @@ class CallFacts:
         return (
             self.cpu_packed_documents
             and self.length > rows
-            and self.mask.document_keys_read(rows, by_row=self.by_row) <= self.options.documents_max_share
+            and documents.keys_read(self.mask, rows, by_row=self.by_row) <= self.options.documents_max_share
         )
 
 

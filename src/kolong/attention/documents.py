@@ -4,7 +4,8 @@ A query sees its own document alone, so rows start..stop-1 reach only the keys f
 earliest document to the last of their latest (`AttentionMask.key_index`): one SDPA call per block over that span
 reads sum_blocks c x span pairs instead of the n^2 SDPA's fused CPU kernel computes under the dense mask (it skips
 no masked pair; FlexAttention's block mask, which does, has no CPU backward). The plan table takes it where the
-spans read at most `documents_max_share` of the pairs; `each_row` goes one row of the batch at a time.
+spans read at most `documents_max_share` of the pairs (`keys_read`, one of the planner's facts); `each_row` goes one
+row of the batch at a time.
 """
 
 from __future__ import annotations
@@ -45,3 +46,24 @@ def document_block_attention(q, k, v, mask: AttentionMask, block_rows: int | Non
         k_block, v_block = take_keys(k, keys, dim=2), take_keys(v, keys, dim=2)
         blocks.append(sdpa(q[:, :, start:stop], k_block, v_block, attn_mask=additive))
     return torch.cat(blocks, dim=2)
+
+
+def keys_read(mask: AttentionMask, rows: int, by_row: bool = False) -> float:
+    """The share of the (n, n) pairs that blocks of `rows` queries read over their documents' keys
+    (`AttentionMask.document_keys`; 1 without packed documents); `by_row`: each block over its own row's keys, the
+    mean over the rows. Computed once per mask (one forward) and kept for every layer's plan."""
+    if mask.documents is None:
+        return 1.0
+    return mask.keep(("keys read", rows, by_row), lambda: _share_read(mask, rows, by_row))
+
+
+def _share_read(mask: AttentionMask, rows: int, by_row: bool) -> float:
+    if by_row:
+        masks = mask.batch_rows()
+        return sum(keys_read(alone, rows) for alone in masks) / len(masks)
+    length = mask.documents.shape[1]
+    read = 0
+    for start in range(0, length, rows):
+        low, high = mask.document_keys(start, min(start + rows, length))
+        read += (min(start + rows, length) - start) * (high - low)
+    return read / length**2

@@ -158,24 +158,6 @@ class AttentionMask:
         low, high = min(low[start:stop]), max(high[start:stop])
         return (low, high) if high > low else (start, start)
 
-    def document_keys_read(self, rows: int, by_row: bool = False) -> float:
-        """The share of the (n, n) pairs that blocks of `rows` queries read over their `document_keys` (1 without
-        packed documents); `by_row`: each block over its own row's keys, the mean over the rows."""
-        if self.documents is None:
-            return 1.0
-        return self.keep(("keys read", rows, by_row), lambda: self._share_read(rows, by_row))
-
-    def _share_read(self, rows: int, by_row: bool) -> float:
-        if by_row:
-            masks = self.batch_rows()
-            return sum(mask.document_keys_read(rows) for mask in masks) / len(masks)
-        length = self.documents.shape[1]
-        read = 0
-        for start in range(0, length, rows):
-            low, high = self.document_keys(start, min(start + rows, length))
-            read += (min(start + rows, length) - start) * (high - low)
-        return read / length**2
-
     @torch.compiler.disable  # host reads: inside a compiled model they run eagerly, at a graph break
     def _extents(self) -> tuple[list[int], list[int]]:
         """Per query position, the first key and one past the last of its document, the widest over the batch's
