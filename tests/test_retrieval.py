@@ -596,3 +596,22 @@ def test_a_malformed_pairs_line_is_named(tmp_path, embedding_model):
     path.write_text('{"anchor": "a", "positive": "b"}\n{"anchor": "a"}\n', encoding="utf-8")
     with pytest.raises(DataError, match=f"{path}:2"):
         training_pairs(str(path))
+
+
+def test_plot_draws_runs_of_one_task_over_the_same_queries_in_one_panel():
+    from kolong.plots.retrieval import same_task_merged
+
+    def run(task, readers, queries=("q1", "q2")):
+        return {
+            "task": task,
+            "rows": [{"reader": r, "per_query_ndcg10": dict.fromkeys(queries, 0.5)} for r in readers],
+        }
+
+    merged = same_task_merged(
+        [run("a", ["x", "bm25"]), run("a", ["y", "bm25"]), run("a", ["z"], ("q1",)), run("b", ["x"])]
+    )
+    assert [[row["reader"] for row in result["rows"]] for result in merged] == [
+        ["x", "bm25", "y"],
+        ["z"],
+        ["x"],
+    ]

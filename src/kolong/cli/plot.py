@@ -95,7 +95,8 @@ def retrieval(
     results: list[Path] = typer.Argument(
         ...,
         metavar="RESULTS",
-        help="retrieval.json files (or their folders) of `kolong evaluate retrieval`; one panel each.",
+        help="retrieval.json files (or their folders) of `kolong evaluate retrieval`; one panel each, runs of the "
+        "same task over the same queries sharing one.",
     ),
     output: Path = typer.Option(..., "--output", "-o", callback=_image_path, help="Image file to write."),
     readers: list[str] = typer.Option(None, "--reader", help="Only these readers (repeat; default: all)."),

@@ -23,6 +23,20 @@ def read_results(path: str | Path) -> dict:
     return results
 
 
+def same_task_merged(results: list[dict]) -> list[dict]:
+    """Runs of one task over the same queries (readers evaluated apart) drawn as one panel: their rows joined, a
+    reader both hold taken from the first."""
+    merged: dict[tuple, dict] = {}
+    for result in results:
+        key = (result.get("task"), frozenset(result["rows"][0].get("per_query_ndcg10", {})) or id(result))
+        if key not in merged:
+            merged[key] = {**result, "rows": list(result["rows"])}
+            continue
+        known = {row["reader"] for row in merged[key]["rows"]}
+        merged[key]["rows"] += [row for row in result["rows"] if row["reader"] not in known]
+    return list(merged.values())
+
+
 BUCKETS = {"length": "document length (tokens)", "depth": "the target's first token"}
 
 
@@ -35,6 +49,7 @@ def plot_by_length(results: list[dict], output: str | Path, readers: list[str] |
     outside the data."""
     if by not in BUCKETS:
         raise DataError(f"--by must be one of {', '.join(BUCKETS)}, got {by!r}")
+    results = same_task_merged(results)
     key = f"by_{by}"
     import matplotlib
 
