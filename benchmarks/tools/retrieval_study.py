@@ -131,16 +131,16 @@ def read(path: Path) -> dict:
 
 def merged(first: dict, others: list[dict]) -> dict:
     """`first` with the readers of `others` added after its own: runs of one task over the same queries (a reader
-    both name is taken from the first that has it)."""
+    both name is taken from the first that has it, as `kolong plot retrieval` joins them)."""
+    from kolong.plots.retrieval import same_task_merged
+
     queries = set(next(iter(first["rows"]))["per_query_ndcg10"])
-    rows = {row["reader"]: row for row in first["rows"]}
     for other in others:
         asked = set(next(iter(other["rows"]))["per_query_ndcg10"])
         if other.get("task") != first.get("task") or asked != queries:
             raise SystemExit(f"{other['path']}: not the same task and queries as {first['path']}")
-        for row in other["rows"]:
-            rows.setdefault(row["reader"], row)
-    return {**first, "rows": list(rows.values()), "merged": [other["path"] for other in others]}
+    (joined,) = same_task_merged([first, *others])
+    return {**joined, "merged": [other["path"] for other in others]}
 
 
 def write_record(

@@ -161,7 +161,7 @@ def _pieces(embedder, texts: list[str], reader: str, length: int, batch_size: in
     if reader == "late-chunk":
         from kolong.retrieval.late_chunking import late_chunks, late_passages
 
-        pieces, owner, tokens = [], [], 0
+        pieces, owner = [], []
         grouped: dict[str, list[int]] = {}
         for index, source in enumerate(sources or [None] * len(texts)):
             if source is not None:
