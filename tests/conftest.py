@@ -157,41 +157,28 @@ def kolong_config():
     return tiny_kolong_config
 
 
-def default_attention_options(monkeypatch, **changes) -> None:
-    """Layers built from now on in this test start with these attention options (`set_attention_options`
-    changes them per model); plans asked for with explicit options are not affected."""
-    import dataclasses
-
-    from kolong.attention import options
-
-    monkeypatch.setattr(options, "DEFAULT", dataclasses.replace(options.DEFAULT, **changes))
-
-
 # The chunked path's smallest blocks (16 query rows), so that short test inputs span several.
 SMALL_BLOCKS = AttentionOptions(chunk_scores=1)
 
 # A device list with the CPU in it: the plans FlexAttention takes where it compiles with a backward (CUDA).
 FLEX_HERE = ("cuda", "cpu")
+AS_ON_CUDA = AttentionOptions(flex_devices=FLEX_HERE)
+
+# kolong's flex functions uncompiled: what a CUDA run compiles, traced here as it is.
+EAGER_FLEX = AttentionOptions(flex_compile=False)
+EAGER_FLEX_AS_ON_CUDA = AttentionOptions(flex_compile=False, flex_devices=FLEX_HERE)
 
 
 @pytest.fixture
 def eager_flex_with_backward(monkeypatch):
-    """FlexAttention's eager reference with gradients on CPU: its public check for a CPU backward lifted,
-    kolong's flex functions uncompiled (the option `flex_compile`: what a CUDA run compiles, traced here as it
-    is)."""
+    """FlexAttention's eager reference with gradients on CPU: its public check for a CPU backward lifted. Models
+    take it with `EAGER_FLEX` (or `EAGER_FLEX_AS_ON_CUDA`) as their attention options."""
     import torch.nn.attention.flex_attention as flex_api
 
     from kolong.attention import flex
 
-    default_attention_options(monkeypatch, flex_compile=False)
     monkeypatch.setattr(flex_api, "_validate_device", lambda *tensors: None)
     monkeypatch.setattr(flex, "check_flex", lambda q: None)
-
-
-@pytest.fixture
-def flex_as_on_cuda(monkeypatch):
-    """Models built in this test plan as on CUDA, FlexAttention taking the CPU as a device it trains on."""
-    default_attention_options(monkeypatch, flex_devices=FLEX_HERE)
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import SMALL_BLOCKS, default_attention_options, random_ids, tiny_kolong_config
+from conftest import SMALL_BLOCKS, random_ids, tiny_kolong_config
 from kolong.attention import chunked, documents
 from kolong.attention.dispatch import Contribution, plan_attention
 from kolong.attention.masks import AttentionMask
@@ -85,7 +85,6 @@ def test_a_model_attending_row_by_row_is_the_reference(scheme, dropout, grad, pa
     """Four rows of staggered documents and padding: the plan's path runs once per row (the SDPA blocks, the chunked
     path with and without attention dropout, the inference row blocks), and the outputs on real tokens and every
     parameter's gradient are the eager path's under the same dropout masks."""
-    default_attention_options(monkeypatch, document_block_rows=8, chunk_scores=1, mask_entries=1)
     packed = _staggered(4, 12, 64, 5)
     packed[1, 58:] = 0
     ids = random_ids(4, 64)
@@ -95,6 +94,7 @@ def test_a_model_attending_row_by_row_is_the_reference(scheme, dropout, grad, pa
     torch.manual_seed(0)
     config = tiny_kolong_config(position_encoding=scheme, attention_probs_dropout_prob=dropout)
     model = KolongModel(config)
+    model.set_attention_options(document_block_rows=8, chunk_scores=1, mask_entries=1)
     with torch.set_grad_enabled(grad):
         assert {plan.kernel for plan in model.attention_plans(ids, attention_mask=packed)} == {path}
     results = []
@@ -123,7 +123,6 @@ def test_a_compiled_model_attends_row_by_row_as_the_eager_one(scheme, monkeypatc
     gradients as the model run eagerly."""
     from kolong.models import KolongForMaskedLM
 
-    default_attention_options(monkeypatch, document_block_rows=8)
     packed = _staggered(3, 12, 64, 5)
     ids = random_ids(3, 64)
     rows = []  # the batch size of every mask a block of queries reads its keys from
@@ -135,6 +134,7 @@ def test_a_compiled_model_attends_row_by_row_as_the_eager_one(scheme, monkeypatc
     )
     torch.manual_seed(0)
     model = KolongForMaskedLM(tiny_kolong_config(position_encoding=scheme, attention_probs_dropout_prob=0.0))
+    model.set_attention_options(document_block_rows=8)
     results = []
     for run in (model, torch.compile(model, backend="aot_eager")):
         model.zero_grad(set_to_none=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import SMALL_BLOCKS, default_attention_options, random_ids, tiny_kolong_config
+from conftest import SMALL_BLOCKS, random_ids, tiny_kolong_config
 from kolong.attention import chunked, documents
 from kolong.attention.dispatch import Contribution, plan_attention
 from kolong.attention.masks import AttentionMask
@@ -130,16 +130,16 @@ def test_the_plan_takes_the_blocks_where_they_skip_enough_pairs(monkeypatch):
     assert plan_attention("sdpa", q, shaw, short, 0.0, options).kernel == "chunked"
 
 
-def test_a_packed_model_trains_through_the_blocks_like_the_reference(monkeypatch):
+def test_a_packed_model_trains_through_the_blocks_like_the_reference():
     """Learned positions and RoPE, packed documents of 3-9 tokens and padding: the model's plan is the blocks, and
     its outputs on real tokens and every parameter's gradient are the eager path's."""
-    default_attention_options(monkeypatch, document_block_rows=8)
     packed = torch.tensor([[1] * 3 + [2] * 9 + [3] * 5 + [4] * 7 + [5] * 8 + [0] * 4,
                            [1] * 6 + [2] * 4 + [3] * 9 + [4] * 9 + [5] * 8 + [6] * 0 + [0] * 0])  # fmt: skip
     ids = random_ids(2, packed.shape[1])
     for scheme in ("learned", "rope"):
         torch.manual_seed(0)
         model = KolongModel(tiny_kolong_config(position_encoding=scheme, attention_probs_dropout_prob=0.0))
+        model.set_attention_options(document_block_rows=8)
         assert {plan.kernel for plan in model.attention_plans(ids, attention_mask=packed)} == {
             "sdpa-document-blocks"
         }

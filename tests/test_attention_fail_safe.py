@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import FLEX_HERE, default_attention_options, random_ids, tiny_kolong_config
+from conftest import EAGER_FLEX_AS_ON_CUDA, FLEX_HERE, random_ids, tiny_kolong_config
 from kolong.attention import dispatch, sdpa
 from kolong.attention.dispatch import plan_attention
 from kolong.attention.options import AttentionOptions
@@ -19,11 +19,6 @@ from kolong.models import KolongModel
 def fresh_failures(monkeypatch):
     monkeypatch.setattr(dispatch, "COMPILED_FAILURES", dispatch.CompiledFailures())
     return dispatch
-
-
-@pytest.fixture
-def flex_as_on_cuda(monkeypatch, eager_flex_with_backward):
-    default_attention_options(monkeypatch, flex_devices=FLEX_HERE)
 
 
 def trained(model, ids, mask):
@@ -47,10 +42,11 @@ class BackwardFails(torch.autograd.Function):
 
 @pytest.mark.parametrize("where", ["forward", "backward"])
 def test_a_failing_compiled_path_trains_as_the_chunked_path_and_warns_once(
-    monkeypatch, flex_as_on_cuda, fresh_failures, where
+    monkeypatch, eager_flex_with_backward, fresh_failures, where
 ):
     model = KolongModel(tiny_kolong_config(position_encoding="shaw", position_kwargs={"max_distance": 4},
                                            attention_probs_dropout_prob=0.0))  # fmt: skip
+    model.set_attention_options(EAGER_FLEX_AS_ON_CUDA)
     ids, mask = random_ids(2, 24), torch.ones(2, 24, dtype=torch.long)
     (name,) = {str(p) for p in model.attention_plans(ids)}
     assert name == "flex"  # Shaw's training default on CUDA
@@ -86,11 +82,12 @@ def test_a_failing_compiled_path_trains_as_the_chunked_path_and_warns_once(
 
 
 def test_a_working_compiled_path_is_tried_once_per_shape_and_leaves_no_gradient(
-    monkeypatch, flex_as_on_cuda, fresh_failures, caplog
+    eager_flex_with_backward, fresh_failures, caplog
 ):
     import logging
 
     model = KolongModel(tiny_kolong_config(position_encoding="t5", attention_probs_dropout_prob=0.0))
+    model.set_attention_options(EAGER_FLEX_AS_ON_CUDA)
     ids, mask = random_ids(2, 24), torch.ones(2, 24, dtype=torch.long)
     with caplog.at_level(logging.INFO, logger="kolong.attention.dispatch"):
         hidden = model(ids, attention_mask=mask).last_hidden_state

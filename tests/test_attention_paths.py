@@ -7,11 +7,13 @@ run uncompiled here; compiled with gradients in test_gpu.py) must match it.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from conftest import default_attention_options, random_ids, tiny_kolong_config
+from conftest import random_ids, tiny_kolong_config
 from kolong.attention import chunked, flex
 from kolong.attention.dispatch import CallFacts, Contribution
 from kolong.attention.masks import AttentionMask
@@ -35,19 +37,21 @@ SCHEMES = {
 pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
 
 
-@pytest.fixture(autouse=True)
-def small_blocks(monkeypatch):
-    """Row blocks of 16 queries, so every test crosses block boundaries (and blocks of 2 for the CPU regions, so
-    Shaw's reach of 3 takes them from 24 tokens on); flex_attention uncompiled."""
-    default_attention_options(monkeypatch, chunk_scores=1, regions_block_rows=2, flex_compile=False)
+# Row blocks of 16 queries, so every test crosses block boundaries (and blocks of 2 for the CPU regions, so
+# Shaw's reach of 3 takes them from 24 tokens on); flex_attention uncompiled.
+BLOCKS = AttentionOptions(chunk_scores=1, regions_block_rows=2, flex_compile=False)
 
 
-def model_for(name: str, length: int = 40, **overrides) -> KolongForMaskedLM:
+def model_for(
+    name: str, length: int = 40, options: AttentionOptions = BLOCKS, **overrides
+) -> KolongForMaskedLM:
     torch.manual_seed(0)
     scheme = name.split("-")[0]
     config = tiny_kolong_config(position_encoding=scheme, position_kwargs=SCHEMES[name],
                                 max_position_embeddings=length, initializer_range=0.2, **overrides)  # fmt: skip
-    return KolongForMaskedLM(config)
+    model = KolongForMaskedLM(config)
+    model.set_attention_options(options)
+    return model
 
 
 def run_path(model, implementation: str, ids, mask, position_ids=None):
@@ -150,7 +154,7 @@ def test_local_and_global_patterns_agree_on_every_path():
         and not allowed[1, 0, 0, 42]
     )
     reference = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
-    torch.testing.assert_close(chunked.chunked_attention(q, k, v, mask), reference)
+    torch.testing.assert_close(chunked.chunked_attention(q, k, v, mask, options=BLOCKS), reference)
     with torch.no_grad():
         block_mask = mask.block_mask(2, 45, "cpu")
         flexed = flex.plain_flex(q.detach(), k.detach(), v.detach(), block_mask, 8**-0.5, None, None)
@@ -159,7 +163,8 @@ def test_local_and_global_patterns_agree_on_every_path():
     wide = AttentionMask(real=real, window=45)
     full = AttentionMask(real=real)
     torch.testing.assert_close(
-        chunked.chunked_attention(q, k, v, wide), chunked.chunked_attention(q, k, v, full)
+        chunked.chunked_attention(q, k, v, wide, options=BLOCKS),
+        chunked.chunked_attention(q, k, v, full, options=BLOCKS),
     )
 
 
@@ -214,7 +219,7 @@ def test_local_attention_reads_only_its_band_and_stays_exact(name, monkeypatch):
         AttentionMask, "key_index", lambda self, *a: read.append(key_index(self, *a)) or read[-1]
     )
     tensors = (q, k, v, *(bias.tensors if bias is not None else ()))
-    chunked_out = chunked.chunked_attention(q, k, v, mask, bias)
+    chunked_out = chunked.chunked_attention(q, k, v, mask, bias, options=BLOCKS)
     chunked_grads = torch.autograd.grad(chunked_out.square().sum(), tensors)
     dense_out = dense_reference(q, k, v, mask, bias)
     dense_grads = torch.autograd.grad(dense_out.square().sum(), tensors)
@@ -267,13 +272,13 @@ class _FullCopies(TorchDispatchMode):
         return out
 
 
-def test_chunked_attention_copies_views_of_one_projection_once_not_per_block(monkeypatch):
+def test_chunked_attention_copies_views_of_one_projection_once_not_per_block():
     """q, k, v as the encoder makes them, views of one (b, n, 3, h, d_h) projection whose (b, h) axes do not merge:
     outputs and gradients as from contiguous copies, and the path copies each once per call (forward and backward
     together), where a batched product over such a view copies it at every block."""
     torch.manual_seed(0)
     batch, heads, length, head_dim = 3, 2, 64, 4
-    default_attention_options(monkeypatch, chunk_scores=batch * heads * length * 16)  # four blocks of 16 rows
+    four_blocks = AttentionOptions(chunk_scores=batch * heads * length * 16)  # of 16 rows
     projection = torch.randn(batch, length, 3, heads, head_dim, dtype=torch.float64, requires_grad=True)
     bias = relative_bias("shaw-value", batch, heads, length, head_dim)
     real = torch.ones(batch, length, dtype=torch.bool)
@@ -283,7 +288,7 @@ def test_chunked_attention_copies_views_of_one_projection_once_not_per_block(mon
     results = []
     for q, k, v in (views, [t.contiguous() for t in views]):
         with _FullCopies({(batch, heads, length, head_dim), (batch, heads, head_dim, length)}) as copies:
-            out = chunked.chunked_attention(q, k, v, AttentionMask(real=real), bias)
+            out = chunked.chunked_attention(q, k, v, AttentionMask(real=real), bias, options=four_blocks)
             grads = torch.autograd.grad(out.square().sum(), (projection, *bias.tensors))
         results.append((out, grads, copies.seen))
     torch.testing.assert_close(results[0][0], results[1][0])
@@ -294,7 +299,7 @@ def test_chunked_attention_copies_views_of_one_projection_once_not_per_block(mon
 
 
 @pytest.mark.parametrize("reach", [1, 5, 12, 40])
-def test_t5s_chunked_bias_within_a_reach_gives_the_dense_gradient(monkeypatch, reach):
+def test_t5s_chunked_bias_within_a_reach_gives_the_dense_gradient(reach):
     """T5's chunk bias over distances -reach..reach, its edges standing for every distance past them: outputs and
     gradients (q, k, v and the clipped vector) equal dense attention with that vector gathered by clipped distance,
     over blocks whose keys lie past the reach on the left, the right, both or neither."""
@@ -302,7 +307,7 @@ def test_t5s_chunked_bias_within_a_reach_gives_the_dense_gradient(monkeypatch, r
 
     torch.manual_seed(0)
     batch, heads, length = 2, 2, 37
-    default_attention_options(monkeypatch, chunk_scores=batch * heads * length * 8)  # blocks of 16 rows
+    blocks = AttentionOptions(chunk_scores=batch * heads * length * 8)  # of 16 rows
     q, k, v = (
         torch.randn(batch, heads, length, 4, dtype=torch.float64, requires_grad=True) for _ in range(3)
     )
@@ -311,7 +316,7 @@ def test_t5s_chunked_bias_within_a_reach_gives_the_dense_gradient(monkeypatch, r
     real[1, 30:] = False
     mask = AttentionMask(real=real)
     tensors = (q, k, v, clipped)
-    out = chunked.chunked_attention(q, k, v, mask, T5ChunkBias(clipped, reach))
+    out = chunked.chunked_attention(q, k, v, mask, T5ChunkBias(clipped, reach), options=blocks)
     grads = torch.autograd.grad(out.square().sum(), tensors)
     position = torch.arange(length)
     distance = (position[None, :] - position[:, None]).clamp(-reach, reach) + reach  # (n, n)
@@ -340,7 +345,9 @@ def test_chunked_gradients_are_exact_with_dropout_and_shaw_value_term():
     def attend(q, k, v, profile, table):
         torch.manual_seed(1)  # the same dropout mask at every call of gradcheck
         bias = ShawChunkBias(profile, table, 3)
-        return chunked.chunked_attention(q, k, v, AttentionMask(real=real), bias, dropout_p=0.3)
+        return chunked.chunked_attention(
+            q, k, v, AttentionMask(real=real), bias, dropout_p=0.3, options=BLOCKS
+        )
 
     assert torch.autograd.gradcheck(attend, (q, k, v, profile, table), fast_mode=True)
 
@@ -398,6 +405,7 @@ def test_eager_returns_attention_weights_and_the_other_paths_say_how_to_get_them
 def test_flex_attention_refuses_what_it_cannot_do():
     model = KolongModel(tiny_kolong_config(position_encoding="alibi", attn_implementation="flex_attention",
                                            attention_probs_dropout_prob=0.1))  # fmt: skip
+    model.set_attention_options(BLOCKS)
     ids = random_ids(2, 8)
     with pytest.raises(ValueError, match="no backward on CPU"):
         model.train()(ids)
@@ -479,17 +487,16 @@ def test_shaw_infers_through_the_chunked_path_and_matches_the_reference(name, mo
     there is no value term), padding and packed documents, fp32 and bf16; in training too."""
     from kolong.attention import dispatch
 
-    default_attention_options(
-        monkeypatch, regions_block_rows=128
-    )  # rows too short for the CPU regions' strips
     chunked_calls = []
     monkeypatch.setattr(
         dispatch,
         "chunked_attention",
         lambda *a, _f=dispatch.chunked_attention: chunked_calls.append(1) or _f(*a),
     )
-    model = model_for(name).eval()
-    layers = model.config.num_hidden_layers
+    model = model_for(
+        name, options=dataclasses.replace(BLOCKS, regions_block_rows=128)
+    ).eval()  # rows too short
+    layers = model.config.num_hidden_layers  # for the CPU regions' strips
     ids, mask = padded_batch(37)
     packed = mask * (1 + (torch.arange(37) >= 9))
     with torch.no_grad():
@@ -525,7 +532,9 @@ def test_distance_attention_equals_dense_attention_with_gradients(bias_name):
         out = distance_attention(q, k, v, mask, bias)
         torch.testing.assert_close(out, dense_reference(q, k, v, reference, bias).nan_to_num(0.0))
         d_out = torch.randn_like(out)
-        expected = torch.autograd.grad(chunked.chunked_attention(q, k, v, reference, bias), inputs, d_out)
+        expected = torch.autograd.grad(
+            chunked.chunked_attention(q, k, v, reference, bias, options=BLOCKS), inputs, d_out
+        )
         for got, want in zip(torch.autograd.grad(out, inputs, d_out), expected, strict=True):
             torch.testing.assert_close(got, want)
 
@@ -589,15 +598,15 @@ def test_chunked_forward_of_a_bias_by_distance_without_a_mask_is_one_fused_call(
     assert facts.one_call == one_call
     if not one_call:
         with pytest.raises(ValueError, match="one_call"):
-            chunked.chunked_attention(q, k, v, mask, bias, one_call=True)
+            chunked.chunked_attention(q, k, v, mask, bias, one_call=True, options=BLOCKS)
     taken = []
     hankel = chunked._hankel_forward
     monkeypatch.setattr(chunked, "_hankel_forward", lambda *a: taken.append(1) or hankel(*a))
-    out = chunked.chunked_attention(q, k, v, mask, bias, one_call=one_call)
+    out = chunked.chunked_attention(q, k, v, mask, bias, one_call=one_call, options=BLOCKS)
     assert len(taken) == one_call
     d_out = torch.randn_like(out)
     grads = torch.autograd.grad(out, inputs, d_out)
-    expected = chunked.chunked_attention(q, k, v, mask, bias)
+    expected = chunked.chunked_attention(q, k, v, mask, bias, options=BLOCKS)
     torch.testing.assert_close(out, expected)
     reference = mask if mask is not None else AttentionMask(real=torch.ones(3, length, dtype=torch.bool))
     torch.testing.assert_close(out, dense_reference(q, k, v, reference, bias))
@@ -605,7 +614,7 @@ def test_chunked_forward_of_a_bias_by_distance_without_a_mask_is_one_fused_call(
         torch.testing.assert_close(got, want)
     if masked == "padding":  # sequence 2 all padding: no key for any of its rows
         real[2] = False
-        out = chunked.chunked_attention(q, k, v, AttentionMask(real=real), bias)
+        out = chunked.chunked_attention(q, k, v, AttentionMask(real=real), bias, options=BLOCKS)
         assert (out[2] == 0).all()
         assert all(torch.isfinite(grad).all() for grad in torch.autograd.grad(out.sum(), inputs))
 

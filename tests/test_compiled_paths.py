@@ -14,7 +14,14 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import FLEX_HERE, assert_one_graph, default_attention_options, random_ids, tiny_kolong_config
+from conftest import (
+    AS_ON_CUDA,
+    EAGER_FLEX,
+    EAGER_FLEX_AS_ON_CUDA,
+    assert_one_graph,
+    random_ids,
+    tiny_kolong_config,
+)
 from kolong.attention.masks import exporting
 from kolong.models import KolongForMaskedLM, KolongModel
 from kolong.positions.registry import scheme_names
@@ -307,22 +314,20 @@ def test_a_model_compiles_into_one_graph_on_the_cuda_training_path(eager_flex_wi
     config = tiny_kolong_config(position_encoding=scheme, attention_probs_dropout_prob=0.1,
                                 attn_implementation="flex_attention", max_position_embeddings=32)  # fmt: skip
     model = KolongModel(config, add_pooling_layer=False).train()
+    model.set_attention_options(EAGER_FLEX)
     assert_one_graph(model, random_ids(2, 24))
 
 
-def test_packed_documents_with_dropout_compile_into_one_graph_on_the_cuda_path(
-    eager_flex_with_backward, monkeypatch
-):
+def test_packed_documents_with_dropout_compile_into_one_graph_on_the_cuda_path(eager_flex_with_backward):
     """`pretrain mlm`'s CUDA case on both of its attention paths for packed documents with attention dropout:
     SDPA's dense mask (learned positions) and FlexAttention's block mask in two passes (a logit bias: ALiBi),
     inside the one graph of the compiled model."""
-
-    default_attention_options(monkeypatch, flex_devices=FLEX_HERE)  # as on CUDA
     documents = torch.tensor([[1] * 10 + [2] * 14, [1] * 5 + [2] * 19])
     for scheme, kernel in (("learned", "sdpa"), ("alibi", "flex")):
         config = tiny_kolong_config(position_encoding=scheme, attention_probs_dropout_prob=0.1,
                                     max_position_embeddings=32)  # fmt: skip
         model = KolongModel(config, add_pooling_layer=False).train()
+        model.set_attention_options(EAGER_FLEX_AS_ON_CUDA)
         ids = random_ids(2, 24)
         assert {plan.kernel for plan in model.attention_plans(ids, documents)} == {kernel}
 
@@ -335,9 +340,7 @@ def test_packed_documents_with_dropout_compile_into_one_graph_on_the_cuda_path(
 
 
 @pytest.mark.parametrize("scheme", scheme_names())
-def test_layers_compiled_one_by_one_share_a_graph_for_every_depth(
-    eager_flex_with_backward, monkeypatch, scheme
-):
+def test_layers_compiled_one_by_one_share_a_graph_for_every_depth(eager_flex_with_backward, scheme):
     """`pretrain mlm --compile regions` (accelerate's `compile_regions`) on the CUDA training path: every layer
     of the stack reuses one graph (two where the first layer fills what the rest read, as T5's shared bias or
     packed documents' block mask), so that dynamo neither compiles once per depth nor, past its recompile
@@ -345,7 +348,6 @@ def test_layers_compiled_one_by_one_share_a_graph_for_every_depth(
     tensor for that reason. Outputs and gradients equal the eager model's."""
     from accelerate.utils import compile_regions
 
-    default_attention_options(monkeypatch, flex_devices=FLEX_HERE)  # as on CUDA
     kwargs = {"shaw": {"value": False}, "t5": {"shared": False}}.get(scheme, {})
     config = tiny_kolong_config(position_encoding=scheme, position_kwargs=kwargs, num_hidden_layers=5,
                                 attn_implementation="flex_attention", max_position_embeddings=32)  # fmt: skip
@@ -361,6 +363,7 @@ def test_layers_compiled_one_by_one_share_a_graph_for_every_depth(
     for documents in (None, packed) if scheme != "memn2n" else (None,):  # memn2n refuses packed documents
         torch.manual_seed(0)
         model = KolongModel(config, add_pooling_layer=False).train()
+        model.set_attention_options(EAGER_FLEX_AS_ON_CUDA)
         ids, layout = random_ids(2, 24), None if documents is None else (True, True)
         expected = model(ids, attention_mask=documents, mask_layout=layout).last_hidden_state
         expected.sum().backward()
@@ -382,16 +385,15 @@ def test_layers_compiled_one_by_one_share_a_graph_for_every_depth(
                 torch.testing.assert_close(p.grad, want[name], msg=name)
 
 
-def test_a_single_head_model_builds_its_block_mask_outside_the_compiled_graph(monkeypatch):
+def test_a_single_head_model_builds_its_block_mask_outside_the_compiled_graph():
     """One head cannot be written out per head, and a head dimension of size 1 built inside the graph got the
     stride 0 on CUDA (every row then read the first row's block tables): such a model builds its block mask
     eagerly, at a graph break. No graph sorts block tables, and the output is the materialised path's."""
-
-    default_attention_options(monkeypatch, flex_devices=FLEX_HERE)  # as on CUDA
     torch.manual_seed(0)
     n = 256
     config = tiny_kolong_config(max_position_embeddings=n, num_attention_heads=1)
     model = KolongModel(config, add_pooling_layer=False).eval()
+    model.set_attention_options(AS_ON_CUDA)
     documents = torch.stack([torch.ones(n, dtype=torch.long), torch.arange(n) // 128 + 1])
     ids, operations = random_ids(2, n), []
 

@@ -13,10 +13,11 @@ import torch
 import torch.nn.attention.flex_attention as flex_api
 
 from conftest import (
-    FLEX_HERE,
+    AS_ON_CUDA,
+    EAGER_FLEX,
+    EAGER_FLEX_AS_ON_CUDA,
     assert_flex_trains_as_eager,
     assert_trains_as_eager,
-    default_attention_options,
     random_ids,
     tiny_kolong_config,
 )
@@ -191,7 +192,9 @@ def test_a_model_trains_with_flex_dropout_as_the_reference_drops(
         max_position_embeddings=32,
         **SCHEMES[scheme],
     )
-    assert_flex_trains_as_eager(KolongModel(config, add_pooling_layer=False).train(), 2, 21)
+    model = KolongModel(config, add_pooling_layer=False).train()
+    model.set_attention_options(EAGER_FLEX)
+    assert_flex_trains_as_eager(model, 2, 21)
 
 
 @pytest.mark.parametrize("shared", [True, False])
@@ -212,6 +215,7 @@ def test_t5_trains_through_a_per_row_copy_of_its_table(eager_flex_with_backward,
     config = tiny_kolong_config(position_encoding="t5", position_kwargs={"num_buckets": 8, "max_distance": 20,
                                 "shared": shared}, max_position_embeddings=32)  # fmt: skip
     model = KolongModel(config, add_pooling_layer=False).train()
+    model.set_attention_options(EAGER_FLEX)
     assert_flex_trains_as_eager(model, 2, 21)
     heads, layers = config.num_attention_heads, config.num_hidden_layers
     assert [tuple(rows.shape) for rows in copies] == [(2, heads, 21, 8)] * layers
@@ -235,6 +239,7 @@ def test_a_compiled_model_with_dropout_gives_every_flex_backward_its_output_grad
                                 attn_implementation="flex_attention", max_position_embeddings=32,
                                 **SCHEMES[scheme])  # fmt: skip
     model = KolongModel(config, add_pooling_layer=False).train()
+    model.set_attention_options(EAGER_FLEX)
     torch._dynamo.reset()
     try:
         hidden = torch.compile(model, backend=backend)(random_ids(2, 24)).last_hidden_state
@@ -292,17 +297,17 @@ def test_gradient_checkpointing_recomputes_the_same_drops():
     assert len(drawn) == 2 and torch.equal(drawn[0], drawn[1])
 
 
-def _plan(q, mask, dropout, **options):
+def _plan(q, mask, dropout, base=None, **options):
     import dataclasses
 
-    from kolong.attention import options as attention_options
     from kolong.attention.dispatch import Contribution, plan_attention
+    from kolong.attention.options import AttentionOptions
 
-    chosen = dataclasses.replace(attention_options.DEFAULT, **options)  # the test's defaults, then these
+    chosen = dataclasses.replace(base or AttentionOptions(), **options)
     return plan_attention("sdpa", q, Contribution("none"), mask, dropout, chosen).kernel
 
 
-def test_packed_documents_take_flex_on_cuda_without_dropout_and_sdpa_with_it(monkeypatch):
+def test_packed_documents_take_flex_on_cuda_without_dropout_and_sdpa_with_it():
     """The plan on CUDA: packed documents go to FlexAttention's block mask without attention dropout, and with
     it to SDPA's dense mask (two passes measured at half SDPA's speed on an H200); a local window goes to flex with dropout too, unless flex_dropout is off (the chunked
     path); padding alone or CPU keep SDPA."""
@@ -313,12 +318,12 @@ def test_packed_documents_take_flex_on_cuda_without_dropout_and_sdpa_with_it(mon
     padding = AttentionMask.from_attention_mask(torch.tensor([[1, 1, 1, 0]]))
     window = AttentionMask.from_attention_mask(torch.tensor([[1, 1, 1, 1]]), window=1)
     assert _plan(q, documents, 0.0) == "sdpa"  # CPU: no compiled backward
-    default_attention_options(monkeypatch, flex_devices=FLEX_HERE)  # as on CUDA
-    assert _plan(q, documents, 0.0) == "flex" and _plan(q, documents, 0.1) == "sdpa"
-    assert _plan(q, window, 0.1) == "flex" == _plan(q, window, 0.0)
-    assert _plan(q, padding, 0.1) == "sdpa" == _plan(q, padding, 0.0)
-    assert _plan(q, documents, 0.0, flex_dropout=False) == "flex"  # no dropout to put in flex
-    assert _plan(q, window, 0.1, flex_dropout=False) == "chunked"
+    cuda = AS_ON_CUDA
+    assert _plan(q, documents, 0.0, cuda) == "flex" and _plan(q, documents, 0.1, cuda) == "sdpa"
+    assert _plan(q, window, 0.1, cuda) == "flex" == _plan(q, window, 0.0, cuda)
+    assert _plan(q, padding, 0.1, cuda) == "sdpa" == _plan(q, padding, 0.0, cuda)
+    assert _plan(q, documents, 0.0, cuda, flex_dropout=False) == "flex"  # no dropout to put in flex
+    assert _plan(q, window, 0.1, cuda, flex_dropout=False) == "chunked"
 
 
 def test_a_bias_trains_on_packed_documents_through_flex_as_the_reference_drops(
@@ -329,7 +334,6 @@ def test_a_bias_trains_on_packed_documents_through_flex_as_the_reference_drops(
     same entries (outputs, gradients)."""
     torch.manual_seed(0)
     same_flex_drops(batch=2, heads=2)
-    default_attention_options(monkeypatch, flex_devices=FLEX_HERE)
     passes = []
     original = flex_dropout.attend
     monkeypatch.setattr(
@@ -339,6 +343,7 @@ def test_a_bias_trains_on_packed_documents_through_flex_as_the_reference_drops(
         position_encoding="alibi", attention_probs_dropout_prob=0.3, max_position_embeddings=32
     )
     model = KolongModel(config, add_pooling_layer=False).train()
+    model.set_attention_options(EAGER_FLEX_AS_ON_CUDA)
     ids = random_ids(2, 20)
     documents = torch.tensor([[1] * 7 + [2] * 9 + [3] * 4, [1] * 12 + [2] * 6 + [0] * 2])
     assert_trains_as_eager(model, ids, documents, "sdpa")

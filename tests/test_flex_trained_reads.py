@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from conftest import random_ids, tiny_kolong_config
+from conftest import EAGER_FLEX, random_ids, tiny_kolong_config
 from kolong.attention import flex, flex_dropout
 from kolong.models import KolongModel
 from kolong.positions import shaw, t5
@@ -99,6 +99,7 @@ def test_training_reads_float32_in_a_bf16_model_and_passes_its_kernel_options(
     config = tiny_kolong_config(position_encoding=scheme, position_kwargs=kwargs, attn_implementation="flex_attention",
                                 max_position_embeddings=32, attention_probs_dropout_prob=dropout)  # fmt: skip
     model = KolongModel(config, add_pooling_layer=False).to(torch.bfloat16).train()
+    model.set_attention_options(EAGER_FLEX)
     model(random_ids(2, 21)).last_hidden_state.float().sum().backward()
     layers = config.num_hidden_layers
     assert reads == [torch.float32] * layers and picked == [(torch.float32,)] * layers

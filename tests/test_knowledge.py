@@ -215,6 +215,18 @@ def test_the_plan_says_which_path_a_visible_matrix_takes(scheme, kernel):
     assert "visible matrix" in plans[0].why
 
 
+def test_a_visible_matrix_trains_with_dropout_through_sdpa_on_cpu_too():
+    """The row order `kolong bench knowledge-step` settled: with attention dropout on CPU (no fused SDPA kernel)
+    the visible matrix keeps SDPA, which costs the explicit path's time over a whole step."""
+    model = KolongModel(tiny_kolong_config(attention_probs_dropout_prob=0.1)).train()
+    batch, _, _ = _kbert_batch()
+    plans = model.attention_plans(batch["input_ids"], batch["attention_mask"])
+    assert {plan.kernel for plan in plans} == {"sdpa"} and "visible matrix" in plans[0].why
+    # plain attention with dropout on CPU: the explicit path
+    plain = model.attention_plans(batch["input_ids"], batch["attention_mask"].diagonal(dim1=1, dim2=2))
+    assert {plan.kernel for plan in plain} == {"eager"}
+
+
 def test_prediction_refuses_other_knowledge_unless_told():
     from types import SimpleNamespace
 

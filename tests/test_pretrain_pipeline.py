@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import FLEX_HERE, default_attention_options
 from kolong.errors import ConfigError
 from kolong.training.curriculum import batch_schedule, parse_length_curriculum
 from kolong.training.pretrain import PretrainArguments, prepare, pretrain_mlm, throughput_settings
@@ -148,7 +147,6 @@ def test_regional_compilation_keeps_every_layer_compiled_through_a_long_curricul
 
     import torch
 
-    default_attention_options(monkeypatch, flex_devices=FLEX_HERE)  # as on CUDA
     layer_graphs, original = [], torch.compile
 
     def backend(graph, inputs):  # one backend for every compiled module, as accelerate passes one
@@ -168,6 +166,7 @@ def test_regional_compilation_keeps_every_layer_compiled_through_a_long_curricul
     try:
         pretrain_mlm(arguments(corpus, tmp_path / "run", curriculum="8:0.2,12:0.2,16:0.2,24:0.2,32", max_steps=10,
                                eval_every="100", save_steps=100, compile="regions", attn_implementation="flex_attention",
+                               attention_options=["flex_compile=false", "flex_devices=cuda+cpu"],  # as on CUDA
                                overrides={"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}))  # fmt: skip
     finally:
         logger.removeHandler(handler)

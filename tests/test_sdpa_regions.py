@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-from conftest import default_attention_options, random_ids, tiny_kolong_config
+from conftest import random_ids, tiny_kolong_config
 from kolong.attention import sdpa_regions
 from kolong.attention.masks import AttentionMask
 from kolong.attention.sdpa_regions import softmax_with_lse
@@ -42,7 +42,7 @@ def region_attention(q, k, v, terms: RegionTerms, mask=None) -> torch.Tensor:
 
 @pytest.mark.parametrize("rows", [1, 2, 3, 5, 8])
 @pytest.mark.parametrize("reach", [1, 2, 5])
-def test_the_rectangles_cover_each_rows_far_keys_exactly_once(monkeypatch, rows, reach):
+def test_the_rectangles_cover_each_rows_far_keys_exactly_once(rows, reach):
     for length in range(1, 41):
         layout = sdpa_regions._Layout(torch.zeros(1, 1, length, 2), None, reach, rows)
         block_start = torch.arange(length) // rows * rows
@@ -93,10 +93,7 @@ CASES = [  # (length, reach, block rows, value term, T5's per-head constants)
 
 @pytest.mark.parametrize(("length", "reach", "rows", "values", "per_head"), CASES)
 @pytest.mark.parametrize("padding", ["none", "padded", "empty sequence"])
-def test_outputs_and_every_gradient_equal_the_exact_reference(
-    monkeypatch, length, reach, rows, values, per_head, padding
-):
-    default_attention_options(monkeypatch, regions_block_rows=rows)
+def test_outputs_and_every_gradient_equal_the_exact_reference(length, reach, rows, values, per_head, padding):
     (q, k, v), terms = _inputs(3, 2, length, 8, reach, values, per_head)
     attention_mask = torch.ones(3, length, dtype=torch.long)
     if padding != "none":
@@ -106,7 +103,7 @@ def test_outputs_and_every_gradient_equal_the_exact_reference(
         attention_mask[0] = 0
     mask = AttentionMask.from_attention_mask(attention_mask)
     expected = region_attention(q, k, v, terms, mask)
-    actual = sdpa_regions.sdpa_region_attention(q, k, v, None if padding == "none" else mask, terms)
+    actual = sdpa_regions.sdpa_region_attention(q, k, v, None if padding == "none" else mask, terms, rows)
     real = (attention_mask != 0)[:, None, :, None]  # padded queries' outputs are never read
     torch.testing.assert_close(actual * real, expected * real, rtol=1e-10, atol=1e-10)
     assert torch.isfinite(actual).all()
@@ -122,11 +119,10 @@ def test_outputs_and_every_gradient_equal_the_exact_reference(
         torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-9, msg=name)
 
 
-def test_float32_is_exact_to_rounding(monkeypatch):
-    default_attention_options(monkeypatch, regions_block_rows=16)
+def test_float32_is_exact_to_rounding():
     (q, k, v), terms = _inputs(2, 3, 150, 16, 6, True, False, dtype=torch.float32)
     expected = region_attention(q, k, v, terms)
-    actual = sdpa_regions.sdpa_region_attention(q, k, v, None, terms)
+    actual = sdpa_regions.sdpa_region_attention(q, k, v, None, terms, block_rows=16)
     torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
     d_out = torch.randn_like(expected)
     inputs = [
@@ -153,17 +149,15 @@ def test_a_mask_of_more_than_padding_is_refused():
 
 
 @pytest.mark.parametrize(("scheme", "kwargs"), [("shaw", {"max_distance": 3, "value": True})])
-def test_a_model_trains_through_the_regions_as_through_the_reference(monkeypatch, scheme, kwargs):
+def test_a_model_trains_through_the_regions_as_through_the_reference(scheme, kwargs):
     """Shaw (keys and values) in a model: the plan, outputs and every parameter's gradient against `eager`; under
     bf16 autocast the chunked path (16-bit outputs would lose the edges' gradients). T5 trains through the chunked
     path: the regions gained it nothing on the training step (docs/experiments/removed-paths.md)."""
-    default_attention_options(
-        monkeypatch, regions_block_rows=2
-    )  # 61 tokens hold eight strips of 2 + 2 x 3 - 2 keys
     torch.manual_seed(0)
     config = tiny_kolong_config(position_encoding=scheme, position_kwargs=kwargs, max_position_embeddings=64,
                                 initializer_range=0.2, attention_probs_dropout_prob=0.0)  # fmt: skip
     model = KolongForMaskedLM(config)
+    model.set_attention_options(regions_block_rows=2)  # 61 tokens hold eight strips of 2 + 2 x 3 - 2 keys
     ids = random_ids(2, 61)
     mask = torch.ones_like(ids)
     mask[1, 40:] = 0

@@ -5,25 +5,27 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import default_attention_options, random_ids, tiny_kolong_config
+from conftest import random_ids, tiny_kolong_config
 from kolong.attention import chunked
+from kolong.attention.options import AttentionOptions
 from kolong.models import KolongConfig, KolongForMaskedLM, KolongForQuestionAnswering
 from kolong.models.encoder.patterns import attends_locally, question_tokens
 from test_attention_paths import SCHEMES, padded_batch, run_path
 
-
-@pytest.fixture(autouse=True)
-def small_blocks(monkeypatch):
-    default_attention_options(monkeypatch, chunk_scores=1)  # row blocks of 16 queries: bands inside the input
+ROWS_OF_16 = AttentionOptions(chunk_scores=1)  # row blocks of 16 queries: bands inside the input
 
 
-def sparse_model(name: str, length: int = 64, **overrides) -> KolongForMaskedLM:
+def sparse_model(
+    name: str, length: int = 64, options: AttentionOptions = ROWS_OF_16, **overrides
+) -> KolongForMaskedLM:
     torch.manual_seed(0)
     settings = dict(attention_pattern="local+global", attention_window=4, num_hidden_layers=3)
     settings.update(overrides)
     config = tiny_kolong_config(position_encoding=name.split("-")[0], position_kwargs=SCHEMES[name],
                                 max_position_embeddings=length, initializer_range=0.2, **settings)  # fmt: skip
-    return KolongForMaskedLM(config)
+    model = KolongForMaskedLM(config)
+    model.set_attention_options(options)
+    return model
 
 
 @pytest.mark.parametrize("name", list(SCHEMES))
@@ -48,12 +50,12 @@ def test_a_window_as_wide_as_the_input_is_full_attention(name):
 
 
 @pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
-def test_flex_reads_every_rows_global_tokens_without_padding(monkeypatch):
+def test_flex_reads_every_rows_global_tokens_without_padding():
     """Batches without padding and without `global_attention_mask` ([CLS] global): FlexAttention's mask_mod
     reads the global tokens of row b, so they must exist for every row (a (1, n) row crashed with
     batch 2, on CUDA's default path too); a (1, n) `global_attention_mask` is shared by every row."""
-    default_attention_options(monkeypatch, flex_compile=False)
-    model = sparse_model("learned", length=300, attention_window=16).eval()
+    uncompiled = AttentionOptions(chunk_scores=1, flex_compile=False)
+    model = sparse_model("learned", length=300, attention_window=16, options=uncompiled).eval()
     ids = random_ids(2, 300)
     question = torch.zeros(1, 300, dtype=torch.long)
     question[:, :7] = 1
@@ -106,6 +108,7 @@ def test_question_answering_makes_the_question_global():
     torch.manual_seed(0)
     model = KolongForQuestionAnswering(tiny_kolong_config(attention_pattern="local+global", attention_window=1,
                                                           num_hidden_layers=1)).eval()  # fmt: skip
+    model.set_attention_options(ROWS_OF_16)
     automatic = model(ids, attention_mask=mask, token_type_ids=types).start_logits
     given = model(
         ids, attention_mask=mask, token_type_ids=types, global_attention_mask=torch.tensor([expected])
@@ -153,6 +156,7 @@ def test_convert_makes_a_long_sparse_model_that_loads_with_the_auto_classes(tmp_
         result.output.split()
     )
     model = AutoModelForQuestionAnswering.from_pretrained(tmp_path / "long").eval()
+    model.set_attention_options(ROWS_OF_16)
     config = model.config
     assert (config.attention_pattern, config.attention_window, config.full_attention_every) == (
         "local+global",
@@ -196,9 +200,7 @@ def bias_for(name: str, heads: int, length: int):
 @pytest.mark.parametrize("bias_name", ["none", "alibi", "t5"])
 @pytest.mark.parametrize("documents", [False, True])
 @pytest.mark.parametrize("window", [1, 3, 8])
-def test_banded_path_equals_dense_attention_in_outputs_and_gradients(
-    window, documents, bias_name, monkeypatch
-):
+def test_banded_path_equals_dense_attention_in_outputs_and_gradients(window, documents, bias_name):
     """SDPA over key bands: padding (rows with no key at all get 0), packed documents, global tokens that
     differ per row, inside and outside the bands, blocks that do not divide the length, and the distance-only
     biases (ALiBi; T5 with its table's gradient) as SDPA's float mask."""
@@ -206,7 +208,9 @@ def test_banded_path_equals_dense_attention_in_outputs_and_gradients(
     from kolong.attention.masks import AttentionMask
     from test_attention_paths import dense_reference
 
-    default_attention_options(monkeypatch, banded_min_rows=4, mask_entries=1)  # a bias's mask: a block a call
+    options = AttentionOptions(
+        chunk_scores=1, banded_min_rows=4, mask_entries=1
+    )  # a bias's mask: a block a call
     torch.manual_seed(0)
     length = 37
     q, k, v = (torch.randn(2, 2, length, 4, dtype=torch.float64, requires_grad=True) for _ in range(3))
@@ -221,12 +225,14 @@ def test_banded_path_equals_dense_attention_in_outputs_and_gradients(
     numbers = (torch.arange(length) // 11 + 1).repeat(2, 1) * real if documents else None
     for tokens in (None, global_tokens & real):
         mask = AttentionMask(real=real, documents=numbers, window=window, global_tokens=tokens)
-        out = banded.banded_attention(q, k, v, mask, bias)
+        out = banded.banded_attention(q, k, v, mask, bias, options)
         expected = dense_reference(q, k, v, mask, bias).nan_to_num(0.0)  # the reference's empty rows: nan
         torch.testing.assert_close(out, expected)
         d_out = torch.randn_like(out)
         grads = torch.autograd.grad(out, inputs, d_out)
-        expected_grads = torch.autograd.grad(chunked.chunked_attention(q, k, v, mask, bias), inputs, d_out)
+        expected_grads = torch.autograd.grad(
+            chunked.chunked_attention(q, k, v, mask, bias, options=options), inputs, d_out
+        )
         for got, want in zip(grads, expected_grads, strict=True):
             torch.testing.assert_close(got, want)
 

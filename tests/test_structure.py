@@ -253,3 +253,16 @@ def test_the_floor_check_fails_on_an_import_that_runs_up(tmp_path):
     graph = {k.replace("planted", "kolong"): {t.replace("planted", "kolong") for t in v}
              for k, v in import_graph(tmp_path, "planted").items()}  # fmt: skip
     assert upward_imports(graph, rooms) == ["kolong.low -> kolong.high (floor 0 -> 1)"]
+
+
+def test_tests_pass_attention_options_instead_of_patching_the_default():
+    """A test gives a model its attention options (`set_attention_options`) or a kernel its `options=`: the
+    process-wide default stays what users get, so a test cannot pass only because another changed it."""
+    tests = Path(__file__).resolve().parent
+    patched = [
+        f"{path.name}:{number}"
+        for path in sorted(tests.rglob("*.py"))
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if "setattr(" in line and '"DEFAULT"' in line and path.name != Path(__file__).name
+    ]
+    assert not patched, patched

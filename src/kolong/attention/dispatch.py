@@ -251,6 +251,8 @@ PLAN_FORMS: tuple[PlanForm, ...] = (
 PLAN_TABLE: tuple[PlanRow, ...] = (
     PlanRow("eager", lambda f: f.implementation == "eager", "attn_implementation='eager'",
             "the reference: scores, bias and probabilities materialised"),
+    # with attention dropout on CPU too, unlike plain attention below: over a whole K-BERT training step SDPA's
+    # math path and the explicit path cost the same (`kolong bench knowledge-step`), so one row serves
     PlanRow("sdpa", lambda f: f.visible and not f.has_bias and not f.window,
             "a visible matrix (K-BERT), no logit bias or window",
             "a visible matrix per example: SDPA under its dense mask"),

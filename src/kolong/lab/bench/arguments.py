@@ -67,6 +67,24 @@ class TuningStepBenchArguments(BenchArguments):
 
 
 @dataclass(kw_only=True)
+class KnowledgeStepBenchArguments(BenchArguments):
+    """The cost of one K-BERT training step with attention dropout: the visible matrix through SDPA under its
+    dense mask against the explicit path, the two attention plans a kolong encoder can take for it on CPU."""
+
+    lengths: list[int] = option(
+        [128, 256], "Padded batch widths in tokens (trunk and injected branches).", "-n"
+    )
+    batch_size: int = option(8, "Sentences per step.")
+    dropout: float = option(0.1, "Attention dropout (klue/roberta-base's).", min=0, below=1)
+    hidden_size: int = option(768, "Hidden size (default: klue/roberta-base's shape).")
+    layers: int = option(12, "Layers.")
+    heads: int = option(12, "Attention heads.")
+    intermediate_size: int = option(3072, "FFN size.")
+    repeats: int = option(5, "Interleaved rounds (the median is reported).")
+    device: str = option("cpu", "cpu | cuda.")
+
+
+@dataclass(kw_only=True)
 class StartupBenchArguments(BenchArguments):
     """Time `kolong --help`, subcommand help pages and `kolong evaluate qa` as fresh processes."""
 
@@ -382,6 +400,7 @@ BENCHMARKS: dict[str, tuple[str, type]] = {
     "long-attention": ("kolong.lab.bench.long_attention:LongAttentionBenchmark", LongAttentionBenchArguments),
     "compress": ("kolong.lab.bench.compress:CompressBenchmark", CompressBenchArguments),
     "tuning-step": ("kolong.lab.bench.tuning_step:TuningStepBenchmark", TuningStepBenchArguments),
+    "knowledge-step": ("kolong.lab.bench.knowledge_step:KnowledgeStepBenchmark", KnowledgeStepBenchArguments),
 }
 
 
