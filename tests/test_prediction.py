@@ -74,6 +74,7 @@ def test_progress_lines_count_in_english_and_give_slow_loops_seconds_per_item(ca
 
     assert [plural(1, "step"), plural(2, "step"), plural(0, "branch"), plural(1, "branch")] == [
         "step", "steps", "branches", "branch"]  # fmt: skip
+    assert [plural(120, "query"), plural(2, "day"), plural(40, "article")] == ["queries", "days", "articles"]
     assert pace(0, 5.0, "step") == "" and pace(10, 2.0, "step") == "5.0 steps/s, "
     assert pace(2, 34.0, "step") == "17.0 s/step, "  # not "0.1 steps/s"
     clock = iter([0.0, 0.0, 17.0, 17.0])

@@ -68,13 +68,13 @@ def comparisons(result: dict, pairs: list[tuple[str, str]], *, margin: float = 0
 
 
 def markdown(found: list[dict]) -> str:
-    from kolong.evaluation.verdicts import header
+    from kolong.evaluation.verdicts import header, plural
 
     if not found:
         return ""
     first = found[0]["difference"]
     lines = [
-        f"A - B: {header(first['unit'], first['margin'])} ({first['units']} {first['unit']}s); detectable: the "
+        f"A - B: {header(first['unit'], first['margin'])} ({first['units']} {plural(first['units'], first['unit'])}); detectable: the "
         "smallest difference found with 80% power.",
         "",
         "| reader A | reader B | nDCG@10 A | nDCG@10 B | A - B [95% interval] | verdict | detectable |",

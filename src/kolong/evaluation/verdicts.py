@@ -28,6 +28,15 @@ COVERAGE = 0.95  # of the interval shown; the equivalence test reads the 90% one
 POWER = 0.8
 
 
+def plural(count: int, unit: str) -> str:
+    """`unit` as English counts `count` of it: 1 step, 2 steps, 2 branches, 120 queries."""
+    if count == 1:
+        return unit
+    if unit.endswith("y") and unit[-2:-1] not in tuple("aeiou"):
+        return unit[:-1] + "ies"
+    return unit + ("es" if unit.endswith(("s", "sh", "ch", "x")) else "s")
+
+
 def default_margin(measure: str) -> float:
     try:
         return MARGINS[measure.lower()]

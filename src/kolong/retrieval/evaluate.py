@@ -21,7 +21,7 @@ import numpy as np
 
 from kolong.errors import ConfigError
 from kolong.evaluation.bootstrap import interval
-from kolong.evaluation.verdicts import check_margin, default_margin, header, paired_verdict
+from kolong.evaluation.verdicts import check_margin, default_margin, header, paired_verdict, plural
 from kolong.retrieval.readers import DENSE, Encoded, bm25_scores, dense_scores, load_embedder, positions_of
 
 LENGTH_EDGES = (512, 1024, 2048, 4096, 8192)
@@ -363,7 +363,7 @@ def markdown(result: RetrievalEvaluation) -> str:
         "comparison", {"unit": "query", "margin": MARGIN, "groups": result.queries}
     )
     rule = (f"`vs first`: nDCG@10 minus the first row's on the same queries, {header(comparison['unit'], comparison['margin'])} "
-            f"({comparison['groups']} {comparison['unit']}s); beside it the smallest difference these queries detect "
+            f"({comparison['groups']} {plural(comparison['groups'], comparison['unit'])}); beside it the smallest difference these queries detect "
             "with 80% power (kolong.evaluation.verdicts).")  # fmt: skip
     lines = [f"Task `{result.task}`: {result.queries} queries, {result.documents} documents.{skipped}", "", rule, "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]  # fmt: skip

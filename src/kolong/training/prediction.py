@@ -9,6 +9,8 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 
+from kolong.evaluation.verdicts import plural
+
 
 def by_length(items: list, lengths: list[int], batch_size: int, unit: str = "item") -> Iterator[list]:
     """`items` in batches of `batch_size`, longest first by `lengths` (tokens, one per item), with a progress bar
@@ -70,13 +72,6 @@ def progress(
 
     line()
     yield advance
-
-
-def plural(count: int, unit: str) -> str:
-    """`unit` as English counts `count` of it: 1 step, 2 steps, 2 branches."""
-    if count == 1:
-        return unit
-    return unit + ("es" if unit.endswith(("s", "sh", "ch", "x")) else "s")
 
 
 def pace(done: int, seconds: float, unit: str) -> str:
