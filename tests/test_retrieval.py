@@ -615,3 +615,13 @@ def test_plot_draws_runs_of_one_task_over_the_same_queries_in_one_panel():
         ["z"],
         ["x"],
     ]
+
+
+def test_buckets_read_in_the_order_of_their_tokens():
+    """Depth and length buckets appear in the order queries met them; tables and plots sort them by tokens."""
+    from kolong.retrieval.evaluate import bucket_order
+
+    assert sorted([">=2048", "<512", "1024-2047", "512-1023"], key=bucket_order) == [
+        "<512", "512-1023", "1024-2047", ">=2048"]  # fmt: skip
+    assert sorted([">8192", "<=4096", "<=512"], key=bucket_order) == ["<=512", "<=4096", ">8192"]
+    assert sorted(["2048", "512", "1024"], key=bucket_order) == ["512", "1024", "2048"]

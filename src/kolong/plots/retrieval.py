@@ -7,6 +7,7 @@ from pathlib import Path
 
 from kolong.errors import DataError
 from kolong.plots.figures import save_figure
+from kolong.retrieval.evaluate import bucket_order
 
 
 def read_results(path: str | Path) -> dict:
@@ -71,7 +72,7 @@ def plot_by_length(results: list[dict], output: str | Path, readers: list[str] |
         for line, (facet, keeps) in enumerate(facets):
             axis, shown = axes[line][column], [row for row in rows if keeps(row)]
             for index, row in enumerate(shown):
-                buckets = list(row.get(key, {}))
+                buckets = sorted(row.get(key, {}), key=bucket_order)
                 dodge = (index - (len(shown) - 1) / 2) * min(0.06, 0.6 / max(1, len(shown)))
                 means = [row[key][b]["mean"] for b in buckets]
                 errors = [[m - row[key][b]["low"] for b, m in zip(buckets, means, strict=True)],

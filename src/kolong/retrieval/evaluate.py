@@ -145,6 +145,16 @@ def length_bucket(tokens: int) -> str:
     return f">{LENGTH_EDGES[-1]}"
 
 
+def bucket_order(label: str) -> tuple[int, int]:
+    """A sort key that puts bucket labels in the order of their tokens: "<512", "512-1023", ">=2048"; "<=512",
+    "<=1024", ">8192"; "512", "1024" (a bucket's order of first appearance follows the queries, not the tokens)."""
+    import re
+
+    found = re.search(r"\d+", label)
+    number = int(found.group()) if found else 0
+    return number, 0 if label.startswith("<") else 2 if label.startswith(">") else 1
+
+
 def depth_bucket(depth: int, splits: Sequence[int]) -> str:
     """The bucket of a target's first token between the ascending `splits`: "<512", "512-2047", ">=2048"."""
     if depth < splits[0]:
@@ -351,8 +361,8 @@ def markdown(result: RetrievalEvaluation) -> str:
     """The comparison as a markdown table: nDCG@10 [interval], MRR@10, recall@k, by bucket, speed, memory."""
     first = result.rows[0]
     recall = [name for name in first["metrics"] if name.startswith("R@")]
-    length_buckets = list(first.get("by_length", {}))
-    depth_buckets = list(first.get("by_depth", {}))
+    length_buckets = sorted(first.get("by_length", {}), key=bucket_order)
+    depth_buckets = sorted(first.get("by_depth", {}), key=bucket_order)
     head = ["reader", "nDCG@10 [95% CI]", "MRR@10", *recall, *(f"nDCG@10 len {b}" for b in length_buckets),
             *(f"nDCG@10 depth {b}" for b in depth_buckets), "vs first", "docs/s", "peak MB"]  # fmt: skip
     counts = {**{f"nDCG@10 len {b}": first["by_length"][b]["n"] for b in length_buckets},
