@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kolong.errors import OutOfMemoryError
+from kolong.errors import ConfigError, OutOfMemoryError
 from kolong.lab.bench.results import (  # noqa: F401  (Timing, write_results: importable from here)
     Timing,
     case_key,
@@ -64,11 +64,16 @@ class Case:
     facts: dict = field(default_factory=dict)  # what setup found (agreement checks, counts), kept in the row
 
 
+def length_sizes(lengths: list[int], least: int) -> list[dict]:
+    """One case per length of --lengths, each at least `least` tokens (refused naming the option otherwise)."""
+    if not lengths or min(lengths) < least:
+        raise ConfigError(f"--lengths: token counts of at least {least}, got {lengths}")
+    return [{"length": length} for length in lengths]
+
+
 def resolve_device(requested: str) -> str:
     """--device auto | cpu | cuda -> cpu or cuda; cuda when none is visible is refused, naming the option."""
     import torch
-
-    from kolong.errors import ConfigError
 
     if requested == "cuda" and not torch.cuda.is_available():
         raise ConfigError("--device cuda: no CUDA device is visible")

@@ -14,7 +14,7 @@ memory growth. The plan each side takes is recorded from `attention_plans`.
 from __future__ import annotations
 
 from kolong.lab.bench.arguments import KnowledgeStepBenchArguments
-from kolong.lab.bench.harness import Benchmark, Case, Measured, resolve_device
+from kolong.lab.bench.harness import Benchmark, Case, Measured, length_sizes, resolve_device
 
 PATHS = {"sdpa": "SDPA under the visible matrix", "eager": "the explicit path"}
 
@@ -59,11 +59,7 @@ class KnowledgeStepBenchmark(Benchmark):
     arguments = KnowledgeStepBenchArguments
 
     def sizes(self, args: KnowledgeStepBenchArguments) -> list[dict]:
-        from kolong.errors import ConfigError
-
-        if not args.lengths or min(args.lengths) < 16:
-            raise ConfigError(f"--lengths: widths of at least 16 tokens, got {args.lengths}")
-        return [{"length": length} for length in args.lengths]
+        return length_sizes(args.lengths, 16)
 
     def setup(self, args: KnowledgeStepBenchArguments, size: dict) -> Case:
         import copy

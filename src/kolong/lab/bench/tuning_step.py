@@ -12,7 +12,7 @@ rounds at each length, with each one's peak memory growth.
 from __future__ import annotations
 
 from kolong.lab.bench.arguments import TuningStepBenchArguments
-from kolong.lab.bench.harness import Benchmark, Case, Measured
+from kolong.lab.bench.harness import Benchmark, Case, Measured, length_sizes
 
 
 class TuningStepBenchmark(Benchmark):
@@ -20,11 +20,7 @@ class TuningStepBenchmark(Benchmark):
     arguments = TuningStepBenchArguments
 
     def sizes(self, args: TuningStepBenchArguments) -> list[dict]:
-        from kolong.errors import ConfigError
-
-        if not args.lengths or min(args.lengths) < 8:
-            raise ConfigError(f"--lengths: token counts of at least 8, got {args.lengths}")
-        return [{"length": length} for length in args.lengths]
+        return length_sizes(args.lengths, 8)
 
     def setup(self, args: TuningStepBenchArguments, size: dict) -> Case:
         import torch
