@@ -64,6 +64,15 @@ class Case:
     facts: dict = field(default_factory=dict)  # what setup found (agreement checks, counts), kept in the row
 
 
+def timed_with_peak(call: Callable[[], object], cuda: bool) -> Measured:
+    """A step that times itself: one `call`, its seconds and its peak memory growth (`peak_mb`)."""
+    from kolong.measure import peak_growth_mb
+
+    started = time.perf_counter()
+    peak = peak_growth_mb(call, cuda)
+    return Measured(time.perf_counter() - started, {"peak_mb": peak})
+
+
 def length_sizes(lengths: list[int], least: int) -> list[dict]:
     """One case per length of --lengths, each at least `least` tokens (refused naming the option otherwise)."""
     if not lengths or min(lengths) < least:

@@ -14,7 +14,7 @@ memory growth. The plan each side takes is recorded from `attention_plans`.
 from __future__ import annotations
 
 from kolong.lab.bench.arguments import KnowledgeStepBenchArguments
-from kolong.lab.bench.harness import Benchmark, Case, Measured, length_sizes, resolve_device
+from kolong.lab.bench.harness import Benchmark, Case, length_sizes, resolve_device, timed_with_peak
 
 PATHS = {"sdpa": "SDPA under the visible matrix", "eager": "the explicit path"}
 
@@ -63,11 +63,9 @@ class KnowledgeStepBenchmark(Benchmark):
 
     def setup(self, args: KnowledgeStepBenchArguments, size: dict) -> Case:
         import copy
-        import time
 
         import torch
 
-        from kolong.measure import peak_growth_mb
         from kolong.models import KolongConfig, KolongModel
 
         device = resolve_device(args.device)
@@ -102,12 +100,7 @@ class KnowledgeStepBenchmark(Benchmark):
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
 
-            def step() -> Measured:
-                started = time.perf_counter()
-                peak = peak_growth_mb(once, cuda)
-                return Measured(time.perf_counter() - started, {"peak_mb": peak})
-
-            return step
+            return lambda: timed_with_peak(once, cuda)
 
         return Case({PATHS["sdpa"]: step_of(models["sdpa"])}, {PATHS["eager"]: step_of(models["eager"])},
                     repeats=args.repeats, warmup=1, sync=torch.cuda.synchronize if cuda else None,
@@ -117,13 +110,12 @@ class KnowledgeStepBenchmark(Benchmark):
         cells = []
         for row in rows:
             sdpa, eager = row["timings"][PATHS["sdpa"]], row["timings"][PATHS["eager"]]
-            facts = row  # what setup found sits in the row
-            cells.append({"length": row["length"], "tokens": facts.get("tokens"), "sdpa_seconds": sdpa.median,
+            cells.append({"length": row["length"], "tokens": row.get("tokens"), "sdpa_seconds": sdpa.median,
                           "eager_seconds": eager.median, "eager_over_sdpa": eager.median / sdpa.median,
                           "sdpa_peak_mb": max(sdpa.extras.get("peak_mb", [0.0])),
                           "eager_peak_mb": max(eager.extras.get("peak_mb", [0.0])),
-                          "plan_sdpa": facts.get("plan_sdpa"), "plan_eager": facts.get("plan_eager"),
-                          "max_difference_without_dropout": facts.get("max_difference_without_dropout")})  # fmt: skip
+                          "plan_sdpa": row.get("plan_sdpa"), "plan_eager": row.get("plan_eager"),
+                          "max_difference_without_dropout": row.get("max_difference_without_dropout")})  # fmt: skip
         return {"arguments": {k: v for k, v in vars(args).items() if k != "output_dir"}, "cells": cells}
 
     def to_markdown(self, result: dict) -> str:

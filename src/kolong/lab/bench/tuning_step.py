@@ -12,7 +12,7 @@ rounds at each length, with each one's peak memory growth.
 from __future__ import annotations
 
 from kolong.lab.bench.arguments import TuningStepBenchArguments
-from kolong.lab.bench.harness import Benchmark, Case, Measured, length_sizes
+from kolong.lab.bench.harness import Benchmark, Case, length_sizes, timed_with_peak
 
 
 class TuningStepBenchmark(Benchmark):
@@ -25,8 +25,6 @@ class TuningStepBenchmark(Benchmark):
     def setup(self, args: TuningStepBenchArguments, size: dict) -> Case:
         import torch
         from transformers import BertConfig, BertModel
-
-        from kolong.measure import peak_growth_mb
 
         length = size["length"]
         torch.manual_seed(0)
@@ -43,19 +41,12 @@ class TuningStepBenchmark(Benchmark):
         cuda = args.device.startswith("cuda")
 
         def step_of(model):
-            def step() -> Measured:
-                import time
+            def once() -> None:
+                states = model(input_ids=ids).last_hidden_state
+                states.mean(dim=1).square().sum().backward()
+                model.zero_grad(set_to_none=True)
 
-                def once() -> None:
-                    states = model(input_ids=ids).last_hidden_state
-                    states.mean(dim=1).square().sum().backward()
-                    model.zero_grad(set_to_none=True)
-
-                started = time.perf_counter()
-                peak = peak_growth_mb(once, cuda)
-                return Measured(time.perf_counter() - started, {"peak_mb": peak})
-
-            return step
+            return lambda: timed_with_peak(once, cuda)
 
         return Case({"dropout 0 (kolong's default past the original length)": step_of(plain)},
                     {f"dropout {args.dropout:g} (the checkpoint as it comes)": step_of(dropped)},
