@@ -32,3 +32,20 @@ def test_the_benchmark_times_both_plans_on_the_same_weights(tmp_path):
     assert all(cell["max_difference_without_dropout"] < 1e-4 for cell in cells)
     assert all(cell["plan_eager"] == ["eager"] and len(cell["plan_sdpa"]) == 1 for cell in cells)
     assert "| width | real tokens | SDPA: seconds |" in KnowledgeStepBenchmark().to_markdown(result)
+
+
+def test_every_benchmarks_list_of_lengths_reads_from_the_command_line():
+    """A `list[int]` option of a benchmark parses comma-separated integers (`kind="ints"`): without it the command
+    line handed the checks strings, and `--lengths 128` was refused as "not a number"."""
+    from dataclasses import fields
+
+    from typer.testing import CliRunner
+
+    from kolong.cli import app
+    from kolong.lab.bench.arguments import BENCHMARKS
+
+    untyped = [f"{name} --{spec.name}" for name, (_, arguments) in BENCHMARKS.items() for spec in fields(arguments)
+               if str(spec.type) == "list[int]" and spec.metadata.get("kind") != "ints"]  # fmt: skip
+    assert not untyped
+    result = CliRunner().invoke(app, ["bench", "knowledge-step", "--lengths", "8,128"])
+    assert result.exit_code == 2 and "--lengths: token counts of at least 16, got [8, 128]" in result.output

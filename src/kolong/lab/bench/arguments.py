@@ -55,7 +55,8 @@ class TuningStepBenchArguments(BenchArguments):
     """The cost of one training step of an embedding model at length on one document, the attention dropout of
     today's checkpoints against the dropout-free default kolong trains past the original length with."""
 
-    lengths: list[int] = option([512, 1024, 2048, 4096], "Document lengths in tokens.", "-n")
+    lengths: list[int] = option([512, 1024, 2048, 4096], "Comma-separated document lengths in tokens.", "-n",
+                                kind="ints")  # fmt: skip
     dropout: float = option(0.1, "Attention dropout of the checkpoint as it comes (all-MiniLM-L6-v2's, BERT's).",
                             min=0, below=1)  # fmt: skip
     hidden_size: int = option(384, "Hidden size (default: all-MiniLM-L6-v2's shape).")
@@ -72,7 +73,10 @@ class KnowledgeStepBenchArguments(BenchArguments):
     dense mask against the explicit path, the two attention plans a kolong encoder can take for it on CPU."""
 
     lengths: list[int] = option(
-        [128, 256], "Padded batch widths in tokens (trunk and injected branches).", "-n"
+        [128, 256],
+        "Comma-separated padded batch widths in tokens (trunk and injected branches).",
+        "-n",
+        kind="ints",
     )
     batch_size: int = option(8, "Sentences per step.")
     dropout: float = option(0.1, "Attention dropout (klue/roberta-base's).", min=0, below=1)
